@@ -1,0 +1,72 @@
+"""``seqae bench``: run the benchmarks side by side, print one table each, write one JSON file."""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+SUITES: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {}
+
+
+def suite(name: str) -> Callable[[Callable[[dict[str, Any]], list[dict[str, Any]]]], Any]:
+    def register(fn: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> Any:
+        SUITES[name] = fn
+        return fn
+
+    return register
+
+
+@suite("throughput")
+def _throughput(options: dict[str, Any]) -> list[dict[str, Any]]:
+    from benchmarks import throughput
+
+    shapes = [tuple(int(n) for n in s.split(":")) for s in options["shapes"].split(",")]
+    precisions = ["fp32"] + (["bf16"] if torch.ops.mkldnn._is_mkldnn_bf16_supported() else [])
+    return throughput.run(shapes, ["paper", "transformer"], precisions, options["steps"])  # type: ignore[arg-type]
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "(no rows)"
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
+    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
+    return "\n".join(lines)
+
+
+def main(names: list[str], out: Path, options: dict[str, Any]) -> dict[str, Any]:
+    results: dict[str, Any] = {"machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    print(f"machine: {results['machine']}")
+    for name in names or list(SUITES):
+        start = time.perf_counter()
+        rows = SUITES[name](options)
+        results[name] = rows
+        print(f"\n== {name} ({time.perf_counter() - start:.0f} s)\n{table(rows)}", flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    print(f"\nwrote {out}")
+    return results

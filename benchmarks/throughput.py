@@ -1,0 +1,175 @@
+"""Training tokens/s of seqae against a plain PyTorch implementation of the same math.
+
+The baseline below is what one writes straight from the paper: ``Q = W_S (X W_Q)`` in that
+order, the attention as an explicit softmax, the full (b, t, v) logits into
+``F.cross_entropy(ignore_index=pad)``, and PyTorch's default AdamW. It has the same parameters,
+initial values and batches as the seqae model; only the computation differs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqae_core import data as data_lib
+from seqae_core.config import Config, from_flat
+from seqae_core.model import ReducingAutoencoder, length_schedule
+from seqae_core.train import batch_scores
+
+
+class BaselineAutoencoder(nn.Module):
+    """The same math as ``ReducingAutoencoder``, written plainly over the same parameters."""
+
+    def __init__(self, config: Config, vocab_size: int) -> None:
+        super().__init__()
+        self.block = config.model.block
+        self.model = ReducingAutoencoder(config, vocab_size)  # used only as a container of parameters
+
+    def attention(self, attn: nn.Module, x: torch.Tensor, x_kv: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x_kv.shape
+        h = attn.heads
+        q = attn.w_s @ (x @ attn.w_q.weight.T)  # (b, s, a): W_S (X W_Q), literally
+        k = x_kv @ attn.w_k.weight.T
+        v = x_kv @ attn.w_v.weight.T
+        s = q.shape[1]
+        q, k, v = (m.reshape(b, -1, h, m.shape[-1] // h).transpose(1, 2) for m in (q, k, v))
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+        return (weights @ v).transpose(1, 2).reshape(b, s, -1) @ attn.w_o.weight.T
+
+    def run_block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if self.block == "paper":
+            return self.attention(block.attn, x, x)
+        normed = block.norm_attn(x)
+        y = block.attn.w_s @ x + self.attention(block.attn, normed, normed)
+        return y + block.ffn(block.norm_ffn(y))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        m = self.model
+        x = m.pos_in(m.embed(tokens))
+        for block in m.encoder:
+            x = self.run_block(block, x)
+        x = m.pos_latent(x)
+        for block in m.decoder:
+            x = self.run_block(block, x)
+        return m.head(m.norm(x))  # (b, t, v)
+
+
+@dataclass
+class Case:
+    input_len: int
+    latent_len: int
+    block: str
+    precision: str  # fp32 or bf16 (autocast), the same for both implementations
+
+
+def _config(case: Case, batch_size: int) -> Config:
+    return from_flat({
+        "data.input_len": case.input_len, "model.latent_len": case.latent_len, "model.block": case.block,
+        "model.heads": 1 if case.block == "paper" else 4, "train.batch_size": batch_size,
+    })
+
+
+def _timed(step: Callable[[], None], steps: int) -> float:
+    """Median seconds per step after two warm-up steps."""
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, steps: int) -> dict[str, Any]:
+    """tokens/s of both implementations on the same batches (n, b, t)."""
+    config = _config(case, batches.shape[1])
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=case.precision == "bf16")
+    torch.manual_seed(0)
+    seqae = ReducingAutoencoder(config, vocab_size)
+    baseline = BaselineAutoencoder(config, vocab_size)
+    baseline.model.load_state_dict(seqae.state_dict())
+    opt_seqae = torch.optim.AdamW(seqae.parameters(), lr=1e-4, fused=True)
+    opt_base = torch.optim.AdamW(baseline.parameters(), lr=1e-4)
+    state = {"i": 0}
+
+    def next_batch() -> torch.Tensor:
+        state["i"] += 1
+        return batches[state["i"] % len(batches)]
+
+    def seqae_step() -> None:
+        with autocast:
+            loss, _ = batch_scores(seqae, next_batch(), pad_id)
+        opt_seqae.zero_grad(set_to_none=True)
+        loss.backward()
+        opt_seqae.step()
+
+    def baseline_step() -> None:
+        tokens = next_batch()
+        with autocast:
+            logits = baseline(tokens)
+        loss = F.cross_entropy(logits.float().view(-1, vocab_size), tokens.view(-1), ignore_index=pad_id)
+        opt_base.zero_grad()
+        loss.backward()
+        opt_base.step()
+
+    # Alternate the two a few times so that drift in the machine's speed hits both alike.
+    seqae_s, base_s = [], []
+    for _ in range(3):
+        base_s.append(_timed(baseline_step, steps))
+        seqae_s.append(_timed(seqae_step, steps))
+    tokens = batches.shape[1] * batches.shape[2]
+    seqae_tps = tokens / sorted(seqae_s)[1]
+    base_tps = tokens / sorted(base_s)[1]
+    return {
+        "config": f"{case.input_len}->{case.latent_len}",
+        "block": case.block,
+        "precision": case.precision,
+        "seqae_tokens_per_s": round(seqae_tps, 1),
+        "baseline_tokens_per_s": round(base_tps, 1),
+        "speedup": round(seqae_tps / base_tps, 3),
+        "head_share": round(head_share(config, vocab_size), 3),
+    }
+
+
+def head_share(config: Config, vocab_size: int) -> float:
+    """Fraction of a training step's matmul FLOPs spent in the vocabulary head (forward + backward)."""
+    t, s, d, a, f = (config.data.input_len, config.latent_len, config.model.d_model, config.model.d_attn,
+                     config.model.d_ffn)
+    head = 2 * t * d * vocab_size
+    lengths = length_schedule(t, s, config.model.layers, config.model.reduction)
+    body = 0
+    for n_in, n_out in list(zip(lengths, lengths[1:])) + list(zip(lengths[::-1], lengths[::-1][1:])):
+        body += 2 * (n_out * n_in * d + n_out * d * a + 2 * n_in * d * a + 2 * n_out * n_in * a + n_out * a * d)
+        if config.model.block == "transformer":
+            body += 2 * n_out * n_in * d + 4 * n_out * d * f
+    return head / (head + body)
+
+
+def real_batches(input_len: int, batch_size: int, count: int) -> tuple[torch.Tensor, int, int]:
+    """``count`` batches of real Wikipedia windows from the offline corpus (or the Hub)."""
+    import os
+
+    path = os.environ.get("SEQAE_BENCH_DATA", "wikimedia/wikipedia")
+    config = from_flat({"data.path": path, "data.samples": "windows", "data.input_len": input_len,
+                        "data.max_pages": 200})
+    splits = data_lib.load(config.data)
+    rows = splits.train[: count * batch_size]
+    tokens = splits.batch(rows).view(count, batch_size, input_len)
+    return tokens, splits.pad_id, splits.vocab_size
+
+
+def run(shapes: list[tuple[int, int]], blocks: list[str], precisions: list[str], steps: int) -> list[dict[str, Any]]:
+    rows = []
+    for input_len, latent_len in shapes:
+        batches, pad_id, vocab_size = real_batches(input_len, 16, 8)
+        for block in blocks:
+            for precision in precisions:
+                rows.append(measure(Case(input_len, latent_len, block, precision), batches, pad_id, vocab_size, steps))
+    return rows

@@ -1,0 +1,153 @@
+"""Training checkpoints in a local folder or an object store (through pyarrow's filesystems).
+
+A store holds records, each a folder of files plus a ``manifest.json`` written last with the
+size and SHA-256 of every file:
+
+    epoch-000003/state.pt      everything needed to continue exactly (see ``seqae_core.train``)
+    best-000002/model.pt       the best model so far, its config, metrics and sample reconstructions
+
+A record whose manifest is missing, or whose files do not match it, is never loaded: the
+store falls back to the newest valid record and says which one it skipped and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.fs as pafs
+import torch
+
+log = logging.getLogger(__name__)
+
+_RECORD = re.compile(r"^(epoch|best)-(\d{6})$")
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """``(filesystem, path)`` for a local path or a URI such as ``s3://bucket/prefix``."""
+    if "://" in uri:
+        return pafs.FileSystem.from_uri(uri)
+    from pathlib import Path
+
+    return pafs.LocalFileSystem(), str(Path(uri).expanduser().resolve())
+
+
+@dataclass
+class Loaded:
+    """The newest valid record of a kind, and what was skipped to find it."""
+
+    epoch: int | None = None
+    files: dict[str, bytes] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+
+    def state(self, name: str) -> Any:
+        return torch.load(io.BytesIO(self.files[name]), map_location="cpu", weights_only=True)
+
+
+class CheckpointStore:
+    """Epoch and best-model records of one training run under ``uri``."""
+
+    def __init__(self, uri: str, keep: int = 2) -> None:
+        self.uri = uri
+        self.fs, self.root = filesystem(uri)
+        self.keep = keep
+
+    def save_epoch(self, epoch: int, state: dict[str, Any], meta: dict[str, Any] | None = None) -> None:
+        self._write(f"epoch-{epoch:06d}", {"state.pt": tensor_bytes(state)}, {"epoch": epoch, **(meta or {})})
+        self._prune("epoch", self.keep)
+
+    def save_best(self, epoch: int, files: dict[str, bytes], meta: dict[str, Any]) -> None:
+        self._write(f"best-{epoch:06d}", files, {"epoch": epoch, **meta})
+        self._prune("best", 1)
+
+    def latest(self, kind: str = "epoch") -> Loaded:
+        """The newest record of ``kind`` whose files match their manifest."""
+        loaded = Loaded()
+        for epoch in sorted(self._epochs(kind), reverse=True):
+            name = f"{kind}-{epoch:06d}"
+            problem, files, meta = self._read(name)
+            if problem is None:
+                loaded.epoch, loaded.files, loaded.meta = epoch, files, meta
+                break
+            loaded.skipped.append(f"{name}: {problem}")
+        for note in loaded.skipped:
+            log.warning("checkpoint %s/%s skipped", self.uri, note)
+        return loaded
+
+    def newest_meta(self, kind: str = "epoch") -> dict[str, Any] | None:
+        """The metadata of the newest record of ``kind`` with a readable manifest, without
+        reading its files: enough to know a run's metric history and whether it finished."""
+        for epoch in sorted(self._epochs(kind), reverse=True):
+            try:
+                with self.fs.open_input_stream(f"{self.root}/{kind}-{epoch:06d}/manifest.json") as f:
+                    return dict(json.loads(f.read())["meta"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return None
+
+    def clear(self) -> None:
+        """Remove every record (for a run that starts over)."""
+        if self.fs.get_file_info(self.root).type != pafs.FileType.NotFound:
+            self.fs.delete_dir_contents(self.root, missing_dir_ok=True)
+
+    def _epochs(self, kind: str) -> list[int]:
+        if self.fs.get_file_info(self.root).type == pafs.FileType.NotFound:
+            return []
+        found = []
+        for info in self.fs.get_file_info(pafs.FileSelector(self.root)):
+            match = _RECORD.match(info.base_name)
+            if match and match.group(1) == kind:
+                found.append(int(match.group(2)))
+        return found
+
+    def _write(self, name: str, files: dict[str, bytes], meta: dict[str, Any]) -> None:
+        folder = f"{self.root}/{name}"
+        self.fs.create_dir(folder, recursive=True)
+        self.fs.delete_dir_contents(folder)  # a record rewritten after a resume starts empty
+        listing = {}
+        for file_name, data in files.items():
+            with self.fs.open_output_stream(f"{folder}/{file_name}") as out:
+                out.write(data)
+            listing[file_name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        manifest = json.dumps({"files": listing, "meta": meta}, indent=1).encode()
+        # The manifest goes last, through a temporary name, so it only exists once the files do.
+        with self.fs.open_output_stream(f"{folder}/manifest.json.tmp") as out:
+            out.write(manifest)
+        self.fs.move(f"{folder}/manifest.json.tmp", f"{folder}/manifest.json")
+
+    def _read(self, name: str) -> tuple[str | None, dict[str, bytes], dict[str, Any]]:
+        folder = f"{self.root}/{name}"
+        try:
+            with self.fs.open_input_stream(f"{folder}/manifest.json") as f:
+                manifest = json.loads(f.read())
+            files = {}
+            for file_name, expected in manifest["files"].items():
+                with self.fs.open_input_stream(f"{folder}/{file_name}") as f:
+                    data = f.read()
+                if len(data) != expected["bytes"]:
+                    return f"{file_name} has {len(data)} bytes, expected {expected['bytes']}", {}, {}
+                if hashlib.sha256(data).hexdigest() != expected["sha256"]:
+                    return f"{file_name} does not match its checksum", {}, {}
+                files[file_name] = data
+            return None, files, manifest["meta"]
+        except FileNotFoundError as exc:
+            return f"incomplete ({exc})", {}, {}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return f"unreadable ({exc})", {}, {}
+
+    def _prune(self, kind: str, keep: int) -> None:
+        for epoch in sorted(self._epochs(kind), reverse=True)[keep:]:
+            self.fs.delete_dir(f"{self.root}/{kind}-{epoch:06d}")
+
+
+def tensor_bytes(obj: Any) -> bytes:
+    """``torch.save`` into memory; read back with :meth:`Loaded.state` (``weights_only``)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()

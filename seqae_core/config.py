@@ -1,0 +1,304 @@
+"""Configuration: one frozen dataclass per concern, built from YAML files and ``--set`` overrides.
+
+Keys are addressed as ``section.field`` (``model.latent_len``). Every user mistake raises
+:class:`ConfigError` with the key, the value and where it came from, before any data loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A user mistake in a config file or a ``--set`` override."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    path: str = "wikimedia/wikipedia"  # Hub id or a local folder in the same layout
+    name: str | None = "20231101.en"  # dataset config; the paper used 20220301.en of `wikipedia`
+    split: str = "train"
+    text_column: str = "text"
+    tokenizer: str = "bert-base-uncased"
+    input_len: int = 512
+    samples: Literal["first", "windows"] = "first"  # first: one sample per page (the paper)
+    max_pages: int | None = None  # None: every page; the paper used the first 30%
+    val_fraction: float = 0.2
+    split_seed: int = 0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    block: Literal["paper", "transformer"] = "paper"
+    # Exactly one of latent_len / latent_fraction may be set; neither means half the input.
+    latent_len: int | None = None
+    latent_fraction: float | None = None
+    d_model: int = 256  # embedding width (paper: 256)
+    d_attn: int = 512  # width of Q, K, V (paper: 512)
+    heads: int = 1  # transformer blocks only; the paper block is single-head
+    d_ffn: int = 1024  # FFN hidden width, transformer blocks only
+    dropout: float = 0.0
+    pos_encoding: Literal["learned", "sinusoidal", "none"] = "learned"
+    layers: int = 1  # blocks per side
+    # The vocabulary head shares the token embedding (as in BERT), so a token never seen in
+    # training can still be reconstructed: its embedding reaches the head unchanged.
+    tie_embeddings: bool = True
+    reduction: Literal["gradual", "once"] = "gradual"  # with layers > 1: shrink step by step, or in block 1
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    lr: float = 1e-3  # start learning rate
+    lr_final: float = 1e-4  # reached after lr_decay_epochs, then constant
+    lr_decay_epochs: int = 5
+    # paper: linear for input_len <= 256, else lr_final throughout (the paper's rule);
+    # linear: from lr to lr_final over lr_decay_epochs, then constant; constant: lr throughout
+    lr_schedule: Literal["paper", "linear", "constant"] = "paper"
+    weight_decay: float = 0.01
+    epochs: int = 20
+    patience: int = 5  # epochs without a better val_token_accuracy before stopping
+    batch_size: int = 16
+    seed: int = 0
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
+
+
+@dataclass(frozen=True)
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    @property
+    def latent_len(self) -> int:
+        """The latent length, resolved from ``model.latent_len`` or ``model.latent_fraction``."""
+        if self.model.latent_len is not None:
+            return self.model.latent_len
+        fraction = 0.5 if self.model.latent_fraction is None else self.model.latent_fraction
+        return max(1, round(fraction * self.data.input_len))
+
+    @property
+    def latent_fraction(self) -> float:
+        return self.latent_len / self.data.input_len
+
+    def flat(self) -> dict[str, Any]:
+        """``{"data.path": ..., "model.d_model": ...}``: every key, defaults included."""
+        return {key: getattr(getattr(self, key.split(".")[0]), key.split(".")[1]) for key in KEYS}
+
+
+_SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+KEYS: tuple[str, ...] = tuple(f"{s}.{f.name}" for s, cls in _SECTIONS.items() for f in dataclasses.fields(cls))
+
+
+def _field_type(key: str) -> Any:
+    section, name = key.split(".", 1)
+    return typing.get_type_hints(_SECTIONS[section])[name]
+
+
+def accepts_float(key: str) -> bool:
+    """Whether ``key`` takes fractional values (``train.lr``) rather than whole ones (``model.d_model``)."""
+    expected = _field_type(key)
+    options = typing.get_args(expected) if typing.get_origin(expected) in (Union, types.UnionType) else (expected,)
+    return float in options
+
+
+def parse_scalar(text: str) -> Any:
+    """Parse a ``--set`` value: ints, floats (``1e-3`` too), booleans, null, YAML lists and
+    mappings, else a string."""
+    lowered = text.strip().lower()
+    if lowered in ("null", "none", "~"):
+        return None
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    if text.strip()[:1] in ("[", "{"):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--set value {text!r} is not a valid list or mapping: {exc}") from None
+    return text
+
+
+def coerce(key: str, value: Any, source: str) -> Any:
+    """Check ``value`` against the declared type of ``key`` and return it in that type."""
+    if key not in KEYS:
+        raise ConfigError(f"{source}: unknown key {key!r}; known keys: {', '.join(KEYS)}")
+    expected = _field_type(key)
+    options = typing.get_args(expected) if typing.get_origin(expected) in (Union, types.UnionType) else (expected,)
+    for option in options:
+        ok, converted = _convert(value, option)
+        if ok:
+            return converted
+    names = " or ".join(_type_name(o) for o in options)
+    raise ConfigError(f"{source}: {key}={value!r} must be {names}")
+
+
+def _convert(value: Any, option: Any) -> tuple[bool, Any]:
+    if option is type(None):
+        return value is None, None
+    if typing.get_origin(option) is Literal:
+        return (value in typing.get_args(option) and isinstance(value, str)), value
+    if option is bool:
+        return isinstance(value, bool), value
+    if option is int:
+        if isinstance(value, bool):
+            return False, None
+        if isinstance(value, int):
+            return True, value
+        if isinstance(value, float) and value.is_integer():
+            return True, int(value)
+        return False, None
+    if option is float:
+        if isinstance(value, bool):
+            return False, None
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                return False, None
+        if isinstance(value, (int, float)):
+            if not math.isfinite(value):
+                return False, None
+            return True, float(value)
+        return False, None
+    if option is str:
+        return isinstance(value, str), value
+    raise AssertionError(f"unsupported config type {option}")
+
+
+def _type_name(option: Any) -> str:
+    if option is type(None):
+        return "null"
+    if typing.get_origin(option) is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(option))
+    if option is float:
+        return "a finite number"
+    return {int: "an integer", str: "a string", bool: "true or false"}.get(option, str(option))
+
+
+def flatten(tree: Any, source: str, prefix: str = "") -> dict[str, Any]:
+    """``{"model": {"d_model": 64}}`` -> ``{"model.d_model": 64}``; sections must be mappings."""
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{source}: {prefix.rstrip('.') or 'the document'} must be a mapping, got {tree!r}")
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"{source}: key {key!r} must be a string")
+        if "." in key:  # already dotted, as in sweep files' grid and search sections
+            flat[prefix + key] = value
+        elif isinstance(value, dict):
+            flat.update(flatten(value, source, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+def parse_sets(sets: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """``["train.lr=1e-3"]`` -> ``{"train.lr": 0.001}`` (types are checked later, by :func:`build`)."""
+    parsed: dict[str, Any] = {}
+    for item in sets:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected key=value, e.g. --set model.latent_len=16")
+        parsed[key.strip()] = parse_scalar(text)
+    return parsed
+
+
+def read_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+
+
+def build(layers: list[tuple[str, dict[str, Any]]]) -> Config:
+    """Merge flat ``(source, {key: value})`` layers, later ones winning, into a checked :class:`Config`."""
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    for source, layer in layers:
+        for key, value in layer.items():
+            values[key] = coerce(key, value, source)
+            origin[key] = source
+    sections = {
+        name: cls(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(name + ".")})
+        for name, cls in _SECTIONS.items()
+    }
+    config = Config(**sections)
+    validate(config, origin)
+    return config
+
+
+def load(config_file: str | Path | None = None, sets: list[str] | tuple[str, ...] = ()) -> Config:
+    """The config of ``seqae train --config FILE --set ...``."""
+    layers: list[tuple[str, dict[str, Any]]] = []
+    if config_file is not None:
+        tree = read_yaml(config_file)
+        layers.append((str(config_file), flatten(tree or {}, str(config_file))))
+    layers.append(("--set", parse_sets(sets)))
+    return build(layers)
+
+
+def from_flat(flat: dict[str, Any], source: str = "config") -> Config:
+    return build([(source, flat)])
+
+
+def validate(config: Config, origin: dict[str, str] | None = None) -> None:
+    """Cross-field checks; each error names the key and the value."""
+    origin = origin or {}
+
+    def fail(key: str, message: str) -> None:
+        where = origin.get(key, "config")
+        raise ConfigError(f"{where}: {message}")
+
+    positive = [
+        "data.input_len", "model.d_model", "model.d_attn", "model.heads", "model.d_ffn", "model.layers",
+        "train.epochs", "train.patience", "train.batch_size",
+    ]
+    flat = config.flat()
+    for key in positive:
+        if flat[key] <= 0:
+            fail(key, f"{key}={flat[key]} must be positive")
+    for key in ("train.lr", "train.lr_final"):
+        if flat[key] <= 0:
+            fail(key, f"{key}={flat[key]} must be positive")
+    if config.train.lr_decay_epochs < 0:
+        fail("train.lr_decay_epochs", f"train.lr_decay_epochs={config.train.lr_decay_epochs} must be >= 0")
+    if config.train.weight_decay < 0:
+        fail("train.weight_decay", f"train.weight_decay={config.train.weight_decay} must be >= 0")
+    if config.data.max_pages is not None and config.data.max_pages < 2:
+        fail("data.max_pages", f"data.max_pages={config.data.max_pages} must be at least 2 (train and validation)")
+    if not 0.0 < config.data.val_fraction < 1.0:
+        fail("data.val_fraction", f"data.val_fraction={config.data.val_fraction} must be in (0, 1)")
+    if not 0.0 <= config.model.dropout < 1.0:
+        fail("model.dropout", f"model.dropout={config.model.dropout} must be in [0, 1)")
+    m, t = config.model, config.data.input_len
+    if m.latent_len is not None and m.latent_fraction is not None:
+        fail("model.latent_fraction", f"set model.latent_len={m.latent_len} or model.latent_fraction="
+             f"{m.latent_fraction}, not both")
+    if m.latent_len is not None and not 1 <= m.latent_len <= t:
+        fail("model.latent_len", f"model.latent_len={m.latent_len} must be in 1..data.input_len={t}")
+    if m.latent_fraction is not None and not 0.0 < m.latent_fraction <= 1.0:
+        fail("model.latent_fraction", f"model.latent_fraction={m.latent_fraction} must be in (0, 1]")
+    if m.d_attn % m.heads:
+        fail("model.heads", f"model.d_attn={m.d_attn} must be divisible by model.heads={m.heads}")
+
+
+def to_yaml(config: Config) -> str:
+    """A nested YAML document that :func:`load` reads back to the same config."""
+    return yaml.safe_dump(dataclasses.asdict(config), sort_keys=False)

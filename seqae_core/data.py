@@ -1,0 +1,312 @@
+"""Text dataset -> fixed-length token samples, cached on disk and split by page.
+
+Any Hugging Face dataset with a text column loads through ``datasets.load_dataset(path, name)``
+(default ``wikimedia/wikipedia``, ``20231101.en``); a local folder in the same layout loads
+through the same call. Pages are streamed, so ``data.max_pages`` reads only what it needs.
+
+``data.samples``:
+  first    the first ``input_len`` tokens of each page, one sample per page, short pages padded
+           (the paper). Only a prefix of each page is tokenized.
+  windows  consecutive non-overlapping ``input_len``-token windows of each page; the last one padded.
+
+The tokenized samples are cached under ``cache_dir/<key>/``, keyed by everything that changes
+them. An entry is built in a temporary folder and renamed into place, and a manifest holds the
+size and SHA-256 of each file, so a partial or corrupted entry is detected and rebuilt. The
+validation split is drawn by page afterwards, so trials with other split settings share an entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from seqae_core.config import ConfigError, DataConfig
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1  # bump when the layout of an entry changes
+FILES = ("tokens.npy", "pages.npy", "vocab.json")
+PAGE_BATCH = 512  # pages per tokenizer call
+CHARS_PER_TOKEN = 8  # first guess of the prefix a page needs; English Wikipedia averages about 5
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("SEQAE_CACHE_DIR", Path.home() / ".cache" / "seqae" / "data"))
+
+
+@dataclass(frozen=True)
+class Splits:
+    """All samples (memory-mapped, shared by every process that opens the entry) and the rows
+    of each split."""
+
+    tokens: np.ndarray  # (n, t) token ids
+    train: np.ndarray  # (n_train,) row indices
+    val: np.ndarray  # (n_val,) row indices
+    pad_id: int
+    vocab_size: int
+    entry: Path
+
+    def batch(self, rows: np.ndarray) -> torch.Tensor:
+        """Rows of ``tokens`` as a (b, t) int64 tensor."""
+        return torch.from_numpy(self.tokens[np.sort(rows)].astype(np.int64))
+
+    def vocab(self) -> list[str]:
+        """Token strings by id, for showing reconstructions without loading the tokenizer."""
+        return json.loads((self.entry / "vocab.json").read_text())
+
+
+def cache_key(config: DataConfig) -> dict[str, Any]:
+    """Everything that changes the tokenized samples. The split settings are not in it."""
+    key = asdict(config)
+    for split_only in ("val_fraction", "split_seed"):
+        key.pop(split_only)
+    local = Path(config.path).expanduser()
+    if local.exists():
+        root = local.resolve()
+        key["path"] = str(root)
+        files = sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith("."))
+        key["files"] = [[str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    key["format"] = FORMAT
+    return key
+
+
+def entry_name(key: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def load(config: DataConfig, cache_dir: Path | None = None) -> Splits:
+    """Prepare (or reuse) the cache entry for ``config`` and split it by page."""
+    entry = prepare(config, cache_dir)
+    manifest = json.loads((entry / "manifest.json").read_text())
+    tokens = np.load(entry / "tokens.npy", mmap_mode="r")
+    pages = np.load(entry / "pages.npy", mmap_mode="r")
+    n_pages = manifest["pages"]
+    n_val = max(1, round(config.val_fraction * n_pages))
+    if n_val >= n_pages:
+        raise ConfigError(
+            f"data.val_fraction={config.val_fraction} leaves no training pages out of {n_pages}; "
+            f"raise data.max_pages or lower data.val_fraction"
+        )
+    order = np.random.default_rng(config.split_seed).permutation(n_pages)
+    is_val = np.zeros(n_pages, dtype=bool)
+    is_val[order[:n_val]] = True
+    rows_val = is_val[pages]
+    return Splits(
+        tokens=tokens,
+        train=np.flatnonzero(~rows_val),
+        val=np.flatnonzero(rows_val),
+        pad_id=manifest["pad_id"],
+        vocab_size=manifest["vocab_size"],
+        entry=entry,
+    )
+
+
+def prepare(config: DataConfig, cache_dir: Path | None = None) -> Path:
+    """The path of a valid cache entry for ``config``, building it if needed.
+
+    Concurrent callers (the trials of a sweep) wait on a lock instead of tokenizing twice."""
+    from filelock import FileLock
+
+    cache_dir = Path(cache_dir or default_cache_dir())
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    key = cache_key(config)
+    name = entry_name(key)
+    entry = cache_dir / name
+    with FileLock(str(cache_dir / f"{name}.lock")):
+        problem = check_entry(entry, key)
+        if problem is None:
+            return entry
+        if entry.exists():
+            log.warning("data cache %s is unusable (%s); rebuilding it", entry, problem)
+            shutil.rmtree(entry)
+        building = cache_dir / f".building-{name}-{os.getpid()}"
+        shutil.rmtree(building, ignore_errors=True)
+        building.mkdir()
+        try:
+            build(config, key, building)
+            os.replace(building, entry)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+    return entry
+
+
+def check_entry(entry: Path, key: dict[str, Any]) -> str | None:
+    """None if ``entry`` is complete and intact, else what is wrong with it."""
+    if not entry.exists():
+        return "missing"
+    try:
+        manifest = json.loads((entry / "manifest.json").read_text())
+    except (OSError, ValueError) as exc:
+        return f"no readable manifest ({exc})"
+    if manifest.get("key") != key:
+        return "manifest is for other settings"
+    for name in FILES:
+        expected = manifest.get("files", {}).get(name)
+        path = entry / name
+        if expected is None or not path.exists():
+            return f"{name} is missing"
+        if path.stat().st_size != expected["bytes"]:
+            return f"{name} has {path.stat().st_size} bytes, expected {expected['bytes']}"
+        if sha256(path) != expected["sha256"]:
+            return f"{name} does not match its checksum"
+    return None
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def load_tokenizer(name: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except OSError as exc:
+        raise ConfigError(f"data.tokenizer={name!r} cannot be loaded: {exc}") from None
+    tokenizer.model_max_length = 1 << 30  # pages are long on purpose; silence the length warning
+    return tokenizer
+
+
+def iter_texts(config: DataConfig) -> Iterator[str]:
+    """Page texts in dataset order, at most ``data.max_pages`` of them."""
+    import datasets
+
+    args = (config.path,) if config.name is None else (config.path, config.name)
+    try:
+        pages = datasets.load_dataset(*args, split=config.split, streaming=True)
+    except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as exc:
+        raise ConfigError(f"data.path={config.path!r} (data.name={config.name!r}) cannot be loaded: {exc}") from None
+    for i, page in enumerate(pages):
+        if config.max_pages is not None and i >= config.max_pages:
+            return
+        if config.text_column not in page:
+            raise ConfigError(
+                f"data.text_column={config.text_column!r} is not a column of {config.path}; "
+                f"columns: {', '.join(page)}"
+            )
+        yield page[config.text_column]
+
+
+def _batches(texts: Iterator[str], size: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    for text in texts:
+        batch.append(text)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def prefix_at_whitespace(text: str, chars: int) -> tuple[str, bool]:
+    """The longest prefix of at most ``chars`` characters that ends before whitespace, and
+    whether it is shorter than ``text``. BERT-style tokenizers split words at whitespace, so the
+    tokens of such a prefix are exactly the first tokens of the whole text."""
+    if len(text) <= chars:
+        return text, False
+    cut = chars
+    while cut > 0 and not text[cut].isspace():
+        cut -= 1
+    return text[:cut], True  # empty if no whitespace: the caller retries with a longer prefix
+
+
+def first_tokens(tokenizer: Any, texts: list[str], n: int) -> list[list[int]]:
+    """The first ``n`` token ids of each text, tokenizing only a prefix of it."""
+    result: list[list[int]] = [[] for _ in texts]
+    pending, chars = list(range(len(texts))), n * CHARS_PER_TOKEN
+    while pending:
+        cuts = [prefix_at_whitespace(texts[i], chars) for i in pending]
+        ids = tokenizer([c[0] for c in cuts], add_special_tokens=False)["input_ids"]
+        retry = []
+        for i, (_, truncated), tokens in zip(pending, cuts, ids):
+            if len(tokens) >= n or not truncated:
+                result[i] = tokens[:n]
+            else:
+                retry.append(i)
+        pending, chars = retry, chars * 4
+    return result
+
+
+def window_tokens(tokenizer: Any, texts: list[str], n: int) -> list[list[list[int]]]:
+    """Each text's tokens cut into consecutive ``n``-token windows (the last may be shorter)."""
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [[tokens[i : i + n] for i in range(0, len(tokens), n)] for tokens in ids]
+
+
+def build(config: DataConfig, key: dict[str, Any], out: Path) -> None:
+    """Tokenize the dataset into ``out``: tokens.npy (n, t), pages.npy (n,), vocab.json, manifest.json."""
+    start = time.perf_counter()
+    tokenizer = load_tokenizer(config.tokenizer)
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        raise ConfigError(f"data.tokenizer={config.tokenizer!r} has no pad token")
+    vocab_size = len(tokenizer)
+    dtype = np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
+    n = config.input_len
+    rows: list[np.ndarray] = []
+    pages: list[int] = []
+    n_pages = 0
+    for texts in _batches(iter_texts(config), PAGE_BATCH):
+        if config.samples == "first":
+            per_page = [[t] if t else [] for t in first_tokens(tokenizer, texts, n)]
+        else:
+            per_page = window_tokens(tokenizer, texts, n)
+        for windows in per_page:
+            if not windows:
+                continue  # an empty page gives no sample
+            for window in windows:
+                row = np.full(n, pad_id, dtype=dtype)
+                row[: len(window)] = window
+                rows.append(row)
+                pages.append(n_pages)
+            n_pages += 1
+    if n_pages < 2:
+        raise ConfigError(f"data.path={config.path!r} gave {n_pages} non-empty pages; at least 2 are needed")
+    np.save(out / "tokens.npy", np.stack(rows))
+    np.save(out / "pages.npy", np.asarray(pages, dtype=np.int64))
+    vocab = tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
+    (out / "vocab.json").write_text(json.dumps(vocab))
+    manifest = {
+        "format": FORMAT,
+        "key": key,
+        "pad_id": pad_id,
+        "vocab_size": vocab_size,
+        "samples": len(rows),
+        "pages": n_pages,
+        "seconds": round(time.perf_counter() - start, 3),
+        "files": {name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)} for name in FILES},
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    log.info("tokenized %d pages into %d samples in %.1fs", n_pages, len(rows), manifest["seconds"])
+
+
+def decode(vocab: list[str], ids: list[int], pad_id: int) -> list[str]:
+    """Token strings of ``ids``, stopping at padding."""
+    out = []
+    for i in ids:
+        if i == pad_id:
+            break
+        out.append(vocab[i])
+    return out
+
+
+def detokenize(tokens: list[str]) -> str:
+    """WordPiece tokens back to readable text: ``##`` pieces join the token before them."""
+    text = ""
+    for token in tokens:
+        text += token[2:] if token.startswith("##") else (" " + token if text else token)
+    return text

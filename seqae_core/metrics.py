@@ -1,0 +1,70 @@
+"""Metric names, in one place, and the padding-aware scores behind them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Reported after every epoch.
+EPOCH = "epoch"
+TRAIN_LOSS = "train_loss"
+VAL_LOSS = "val_loss"
+VAL_TOKEN_ACCURACY = "val_token_accuracy"
+VAL_SEQUENCE_ACCURACY = "val_sequence_accuracy"
+LEARNING_RATE = "lr"
+TOKENS_PER_S = "tokens_per_s"
+EPOCH_SECONDS = "epoch_seconds"
+LATENT_FRACTION = "latent_fraction"  # latent_len / input_len, constant per trial
+BEST_EPOCH = "best_epoch"
+BEST_VAL_TOKEN_ACCURACY = "best_val_token_accuracy"
+
+# Summaries in the trainer's final result.
+EPOCHS_RUN = "epochs_run"
+STOPPED_EARLY = "stopped_early"
+TRAIN_SECONDS = "train_seconds"
+DATA_SECONDS = "data_seconds"
+
+PER_EPOCH: tuple[str, ...] = (
+    EPOCH, TRAIN_LOSS, VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY, LEARNING_RATE, TOKENS_PER_S,
+    EPOCH_SECONDS, LATENT_FRACTION, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY,
+)
+# What a sweep may optimize, and the direction that makes sense for each.
+OBJECTIVES: dict[str, tuple[str, ...]] = {
+    VAL_TOKEN_ACCURACY: ("max",),
+    VAL_SEQUENCE_ACCURACY: ("max",),
+    VAL_LOSS: ("min",),
+    TRAIN_LOSS: ("min",),
+    LATENT_FRACTION: ("min", "max"),
+    TOKENS_PER_S: ("max",),
+}
+# Early stopping watches this one (the paper's patience of 5 epochs).
+MONITOR, MONITOR_MODE = VAL_TOKEN_ACCURACY, "max"
+
+
+@dataclass
+class Scores:
+    """Sums over non-pad tokens; add batches, then read the means."""
+
+    loss_sum: float = 0.0
+    tokens: int = 0
+    correct: int = 0
+    sequences: int = 0
+    exact: int = 0
+
+    def add(self, other: Scores) -> None:
+        self.loss_sum += other.loss_sum
+        self.tokens += other.tokens
+        self.correct += other.correct
+        self.sequences += other.sequences
+        self.exact += other.exact
+
+    @property
+    def loss(self) -> float:
+        return self.loss_sum / max(self.tokens, 1)
+
+    @property
+    def token_accuracy(self) -> float:
+        return self.correct / max(self.tokens, 1)
+
+    @property
+    def sequence_accuracy(self) -> float:
+        return self.exact / max(self.sequences, 1)

@@ -1,0 +1,296 @@
+"""The paper's training recipe, knowing nothing of Ray or MLflow.
+
+``train(config, report)`` trains a :class:`ReducingAutoencoder` to reconstruct its input,
+calls ``report(metrics, checkpoint)`` after every epoch and returns the final metrics. The
+checkpoint is a dict holding everything needed to continue exactly: model, optimizer, scheduler,
+early-stopping state, epoch, RNG state and the metric history. The data order of an epoch is
+drawn from ``(train.seed, epoch)``, so a resumed run sees the batches an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from seqae_core import data as data_lib
+from seqae_core import metrics as M
+from seqae_core.checkpoint import CheckpointStore, tensor_bytes
+from seqae_core.config import Config, TrainConfig, from_flat
+from seqae_core.loss import score
+from seqae_core.model import ReducingAutoencoder
+
+Report = Callable[[dict[str, Any], dict[str, Any]], None]
+STATE_FORMAT = 1
+SAMPLES = 8  # validation samples shown beside their reconstructions
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+@dataclass
+class EarlyStopping:
+    """Patience on the monitored metric (higher is better)."""
+
+    patience: int
+    best: float = -math.inf
+    best_epoch: int = 0
+    bad_epochs: int = 0
+
+    def update(self, value: float, epoch: int) -> bool:
+        """Record an epoch's value; True when it is a new best."""
+        if value > self.best:
+            self.best, self.best_epoch, self.bad_epochs = value, epoch, 0
+            return True
+        self.bad_epochs += 1
+        return False
+
+    @property
+    def should_stop(self) -> bool:
+        return self.bad_epochs >= self.patience
+
+
+def lr_factor(train: TrainConfig, steps_per_epoch: int, input_len: int) -> Callable[[int], float]:
+    """Multiplier of ``train.lr`` at an optimizer step.
+
+    linear: to ``lr_final`` over ``lr_decay_epochs`` epochs, then constant. constant: ``lr``
+    throughout. paper: linear up to 256 input tokens, ``lr_final`` throughout above."""
+    end = train.lr_final / train.lr
+    if train.lr_schedule == "constant":
+        return lambda step: 1.0
+    if train.lr_schedule == "paper" and input_len > 256:
+        return lambda step: end
+    decay_steps = train.lr_decay_epochs * steps_per_epoch
+
+    def factor(step: int) -> float:
+        if decay_steps == 0:
+            return end
+        return 1.0 + (end - 1.0) * min(step / decay_steps, 1.0)
+
+    return factor
+
+
+def pick_device(device: str | None) -> torch.device:
+    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def autocast(config: Config, device: torch.device) -> Any:
+    """bf16 autocast on CUDA (``train.precision`` auto or bf16), full precision otherwise."""
+    precision = config.train.precision
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def batch_scores(model: ReducingAutoencoder, tokens: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, M.Scores]:
+    """Mean loss over the non-pad tokens of a (b, t) batch, and its scores.
+
+    The vocabulary head runs on the non-pad positions only: padding is never scored, so its
+    logits are never computed; see ``seqae_core.loss`` for how the head's cost is kept down."""
+    keep = tokens != pad_id  # (b, t)
+    hidden = model.decode(model.encode(tokens))  # (b, t, d)
+    return score(hidden[keep], model.head, tokens, keep)  # n = non-pad tokens
+
+
+@torch.no_grad()
+def evaluate(model: ReducingAutoencoder, splits: data_lib.Splits, config: Config, device: torch.device) -> M.Scores:
+    model.eval()
+    total = M.Scores()
+    size = config.train.batch_size * 4
+    for i in range(0, len(splits.val), size):
+        tokens = splits.batch(splits.val[i : i + size]).to(device)
+        with autocast(config, device):
+            _, scores = batch_scores(model, tokens, splits.pad_id)
+        total.add(scores)
+    return total
+
+
+@torch.no_grad()
+def reconstruct(model: ReducingAutoencoder, splits: data_lib.Splits, device: torch.device) -> list[dict[str, list[str]]]:
+    """The first validation samples beside their reconstructions, as token strings."""
+    model.eval()
+    tokens = splits.batch(splits.val[:SAMPLES]).to(device)
+    predicted = model(tokens).argmax(dim=-1)  # (b, t)
+    vocab = splits.vocab()
+    samples = []
+    for original, output in zip(tokens.tolist(), predicted.tolist()):
+        length = len(data_lib.decode(vocab, original, splits.pad_id))
+        samples.append({"original": [vocab[i] for i in original[:length]],
+                        "reconstruction": [vocab[i] for i in output[:length]]})
+    return samples
+
+
+def samples_text(samples: list[dict[str, list[str]]]) -> str:
+    """Originals and reconstructions, one pair per sample; wrong tokens are marked ``[[like this]]``."""
+    lines = []
+    for n, sample in enumerate(samples, 1):
+        marked = [
+            r if r == o else f"[[{r}]]" for o, r in zip(sample["original"], sample["reconstruction"])
+        ]
+        wrong = sum(o != r for o, r in zip(sample["original"], sample["reconstruction"]))
+        lines += [
+            f"# sample {n}: {len(marked) - wrong}/{len(marked)} tokens right",
+            "original:      " + data_lib.detokenize(sample["original"]),
+            "reconstructed: " + data_lib.detokenize(marked),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def train(
+    config: Config,
+    report: Report | None = None,
+    *,
+    resume: dict[str, Any] | None = None,
+    device: str | None = None,
+    cache_dir: Any = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Train and return the final metrics (those of the best epoch, plus a summary).
+
+    ``resume`` is a checkpoint dict from ``report``; training continues after its epoch.
+    Raises :class:`NonFiniteLossError` naming the epoch and step if the loss is not finite.
+    """
+    started = time.perf_counter()
+    splits = data_lib.load(config.data, cache_dir)
+    data_seconds = time.perf_counter() - started
+    dev = pick_device(device)
+    torch.manual_seed(config.train.seed)
+    model = ReducingAutoencoder(config, splits.vocab_size).to(dev)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay, fused=True
+    )
+    bs = config.train.batch_size
+    steps_per_epoch = math.ceil(len(splits.train) / bs)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(config.train, steps_per_epoch, config.data.input_len))
+    stopper = EarlyStopping(config.train.patience)
+    history: list[dict[str, Any]] = []
+    first_epoch = 1
+    if resume is not None:
+        if resume.get("format") != STATE_FORMAT or from_flat(resume["config"]) != config:
+            raise ValueError("the checkpoint was written for another config or format; start a new run")
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+        scheduler.load_state_dict(resume["scheduler"])
+        stopper = EarlyStopping(**resume["early_stopping"])
+        torch.set_rng_state(resume["rng"]["torch"])
+        if dev.type == "cuda" and resume["rng"].get("cuda"):
+            torch.cuda.set_rng_state_all(resume["rng"]["cuda"])
+        history = list(resume["history"])
+        first_epoch = resume["epoch"] + 1
+        if resume["finished"]:
+            return summary(history, stopper, config.train.epochs, data_seconds)
+
+    for epoch in range(first_epoch, config.train.epochs + 1):
+        epoch_start = time.perf_counter()
+        model.train()
+        order = torch.randperm(
+            len(splits.train), generator=torch.Generator().manual_seed(config.train.seed * 100_003 + epoch)
+        ).numpy()
+        seen = M.Scores()
+        steps = range(0, len(order), bs)
+        bar = tqdm(steps, desc=f"epoch {epoch}/{config.train.epochs}", disable=not progress, leave=False)
+        for step, i in enumerate(bar, 1):
+            tokens = splits.batch(splits.train[order[i : i + bs]]).to(dev, non_blocking=True)
+            with autocast(config, dev):
+                loss, scores = batch_scores(model, tokens, splits.pad_id)
+            value = loss.item()
+            if not math.isfinite(value):
+                raise NonFiniteLossError(f"training loss is {value} at epoch {epoch}, step {step}")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            seen.add(scores)
+            if progress:
+                bar.set_postfix(loss=f"{value:.4f}")
+        train_seconds = time.perf_counter() - epoch_start
+        val = evaluate(model, splits, config, dev)
+        improved = stopper.update(val.token_accuracy, epoch)
+        stop = stopper.should_stop or epoch == config.train.epochs
+        metrics = {
+            M.EPOCH: epoch,
+            M.TRAIN_LOSS: seen.loss,
+            M.VAL_LOSS: val.loss,
+            M.VAL_TOKEN_ACCURACY: val.token_accuracy,
+            M.VAL_SEQUENCE_ACCURACY: val.sequence_accuracy,
+            M.LEARNING_RATE: scheduler.get_last_lr()[0],
+            M.TOKENS_PER_S: len(order) * config.data.input_len / train_seconds,
+            M.EPOCH_SECONDS: time.perf_counter() - epoch_start,
+            M.LATENT_FRACTION: config.latent_fraction,
+            M.BEST_EPOCH: stopper.best_epoch,
+            M.BEST_VAL_TOKEN_ACCURACY: stopper.best,
+        }
+        history.append(metrics)
+        if report is not None:
+            checkpoint = {
+                "format": STATE_FORMAT,
+                "config": config.flat(),
+                "epoch": epoch,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "early_stopping": asdict(stopper),
+                "rng": {"torch": torch.get_rng_state(),
+                        "cuda": torch.cuda.get_rng_state_all() if dev.type == "cuda" else []},
+                "history": history,
+                "finished": stop,
+                "samples": reconstruct(model, splits, dev) if improved else None,
+            }
+            report(dict(metrics), checkpoint)
+        if stop:
+            break
+    return summary(history, stopper, config.train.epochs, data_seconds)
+
+
+def summary(history: list[dict[str, Any]], stopper: EarlyStopping, epochs: int, data_seconds: float) -> dict[str, Any]:
+    """The final metrics: those of the best epoch, and how the run went."""
+    best = history[stopper.best_epoch - 1]
+    train_seconds = sum(h[M.EPOCH_SECONDS] for h in history)
+    return {
+        M.VAL_TOKEN_ACCURACY: best[M.VAL_TOKEN_ACCURACY],
+        M.VAL_LOSS: best[M.VAL_LOSS],
+        M.VAL_SEQUENCE_ACCURACY: best[M.VAL_SEQUENCE_ACCURACY],
+        M.TRAIN_LOSS: best[M.TRAIN_LOSS],
+        M.LATENT_FRACTION: best[M.LATENT_FRACTION],
+        M.BEST_EPOCH: stopper.best_epoch,
+        M.EPOCHS_RUN: len(history),
+        M.STOPPED_EARLY: len(history) < epochs,
+        M.TOKENS_PER_S: float(np.mean([h[M.TOKENS_PER_S] for h in history])),
+        M.TRAIN_SECONDS: train_seconds,
+        M.DATA_SECONDS: data_seconds,
+    }
+
+
+def save_checkpoint(store: CheckpointStore, metrics: dict[str, Any], checkpoint: dict[str, Any]) -> None:
+    """Persist an epoch's checkpoint, and the best-model record when the epoch is a new best."""
+    epoch = checkpoint["epoch"]
+    store.save_epoch(epoch, checkpoint, {"history": checkpoint["history"], "finished": checkpoint["finished"]})
+    if checkpoint["samples"] is not None:
+        samples = checkpoint["samples"]
+        store.save_best(
+            epoch,
+            {
+                "model.pt": tensor_bytes({"config": checkpoint["config"], "model": checkpoint["model"]}),
+                "samples.json": json.dumps(samples).encode(),
+                "samples.txt": samples_text(samples).encode(),
+                "metrics.json": json.dumps(metrics, indent=1).encode(),
+            },
+            {"metrics": metrics},
+        )
+
+
+def resume_state(store: CheckpointStore) -> tuple[dict[str, Any] | None, list[str]]:
+    """The newest valid checkpoint in ``store`` (or None) and notes on records skipped for it."""
+    loaded = store.latest("epoch")
+    if loaded.epoch is None:
+        return None, loaded.skipped
+    return loaded.state("state.pt"), loaded.skipped

@@ -1,0 +1,57 @@
+"""Shared fixtures: the offline data in ``../shared`` and a tiny CPU config."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("SEQAE_SHARED", REPO.parent / "shared")).resolve()
+WIKI_MINI = SHARED / "data" / "wikipedia-mini"
+
+# The real loading code runs against the offline copies: the tokenizer from a hub cache, the
+# pages from a folder in the layout of wikimedia/wikipedia.
+os.environ.setdefault("HF_HUB_CACHE", str(SHARED / "hf" / "hub"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# A model small enough to train in seconds on two cores, on real Wikipedia text.
+TINY = {
+    "data.path": str(WIKI_MINI),
+    "data.samples": "windows",
+    "data.input_len": 16,
+    "data.max_pages": 6,
+    "model.block": "transformer",
+    "model.d_model": 32,
+    "model.d_attn": 32,
+    "model.heads": 2,
+    "model.d_ffn": 64,
+    "train.epochs": 2,
+    "train.batch_size": 32,
+}
+
+
+def sets(overrides: dict) -> list[str]:
+    """``{"a.b": 1}`` -> ``["a.b=1"]`` for ``--set``."""
+    return [f"{k}={v}" for k, v in overrides.items()]
+
+
+@pytest.fixture(scope="session")
+def data_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tokenized-data cache for the whole session, as a sweep's trials share one."""
+    if not WIKI_MINI.exists():
+        pytest.fail(f"the offline data is missing: {WIKI_MINI} (set SEQAE_SHARED)")
+    return tmp_path_factory.mktemp("data-cache")
+
+
+@pytest.fixture
+def tiny_config():
+    """The tiny config, with optional overrides: ``tiny_config(**{"model.block": "paper"})``."""
+    from seqae_core.config import from_flat
+
+    def make(**overrides):
+        return from_flat({**TINY, **overrides}, "tiny config")
+
+    return make

@@ -1,0 +1,151 @@
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from seqae_core import data
+from seqae_core.config import ConfigError
+from seqae_core.loss import score
+from tests.conftest import WIKI_MINI
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return data.load_tokenizer("bert-base-uncased")
+
+
+@pytest.fixture(scope="module")
+def pages():
+    from seqae_core.config import DataConfig
+
+    return list(data.iter_texts(DataConfig(path=str(WIKI_MINI), max_pages=12)))
+
+
+def test_streams_the_local_folder_through_load_dataset(pages):
+    assert len(pages) == 12
+    assert pages[0].startswith("Homarus gammarus")
+
+
+@pytest.mark.parametrize("n", [1, 16, 512, 5000])
+def test_prefix_tokenization_equals_whole_page_tokenization(tokenizer, pages, n):
+    whole = tokenizer(pages, add_special_tokens=False)["input_ids"]
+    assert data.first_tokens(tokenizer, pages, n) == [tokens[:n] for tokens in whole]
+
+
+def test_first_vs_windows(tiny_config, data_cache):
+    first = data.load(tiny_config(**{"data.samples": "first"}).data, data_cache)
+    windows = data.load(tiny_config(**{"data.samples": "windows"}).data, data_cache)
+    n_pages, t = 6, 16
+    # first: one sample per page (all pages here are longer than 16 tokens, so none is padded)
+    assert first.tokens.shape == (n_pages, t)
+    assert (first.tokens != first.pad_id).all()
+    # windows: consecutive windows of each page; its first window of a page is that page's `first` sample
+    pages = np.load(windows.entry / "pages.npy")
+    assert windows.tokens.shape[0] > 10 * n_pages
+    starts = np.flatnonzero(np.diff(pages, prepend=-1))
+    assert np.array_equal(windows.tokens[starts], first.tokens)
+    # only each page's last window is padded, and only at its end
+    padded = (windows.tokens == windows.pad_id).any(axis=1)
+    last_of_page = np.append(np.diff(pages) != 0, True)
+    assert not padded[~last_of_page].any()
+    for row in windows.tokens[padded]:
+        pad_at = np.flatnonzero(row == windows.pad_id)
+        assert pad_at[-1] == t - 1 and np.all(np.diff(pad_at) == 1)
+
+
+def test_split_is_by_page_and_seeded(tiny_config, data_cache):
+    splits = data.load(tiny_config().data, data_cache)
+    pages = np.load(splits.entry / "pages.npy")
+    assert set(pages[splits.train]).isdisjoint(pages[splits.val])
+    assert len(set(pages[splits.val])) == round(0.2 * 6)
+    other = data.load(tiny_config(**{"data.split_seed": 1}).data, data_cache)
+    assert other.entry == splits.entry  # the split does not change the cached samples
+    assert not np.array_equal(other.val, splits.val)
+
+
+def test_padding_is_never_scored():
+    torch.manual_seed(0)
+    tokens = torch.tensor([[5, 6, 7, 0, 0], [9, 3, 0, 0, 0]])  # pad id 0
+    keep = tokens != 0
+    head = torch.nn.Linear(8, 20)
+    hidden = torch.randn(int(keep.sum()), 8)
+    loss, scores = score(hidden, head, tokens, keep)
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(head(hidden), tokens[keep]))
+    assert (scores.tokens, scores.sequences) == (5, 2)
+
+    # A head that reads one-hot rows back: right on every real token, whatever sits at the pads.
+    echo = torch.nn.Linear(20, 20)
+    with torch.no_grad():
+        echo.weight.copy_(torch.eye(20) * 10)
+        echo.bias.zero_()
+    right = torch.nn.functional.one_hot(tokens[keep], 20).float()
+    _, scores = score(right, echo, tokens, keep)
+    assert (scores.token_accuracy, scores.sequence_accuracy) == (1.0, 1.0)
+    right[3] = torch.nn.functional.one_hot(torch.tensor(4), 20)  # second sequence's first token wrong
+    _, scores = score(right, echo, tokens, keep)
+    assert (scores.token_accuracy, scores.sequence_accuracy) == (0.8, 0.5)
+
+
+def test_model_loss_ignores_what_sits_at_pad_positions(tiny_config):
+    from seqae_core.model import ReducingAutoencoder
+    from seqae_core.train import batch_scores
+
+    torch.manual_seed(0)
+    model = ReducingAutoencoder(tiny_config(), 50).eval()
+    tokens = torch.randint(1, 50, (2, 16))
+    tokens[0, 10:] = 0
+    with torch.no_grad():
+        loss, scores = batch_scores(model, tokens, pad_id=0)
+        logits = model(tokens)
+    keep = tokens != 0
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits[keep], tokens[keep]))
+    assert scores.tokens == 16 + 10
+
+
+def test_cache_hit_miss_and_corruption(tiny_config, tmp_path, caplog):
+    config = tiny_config(**{"data.max_pages": 3}).data
+    entry = data.prepare(config, tmp_path)
+    manifest = json.loads((entry / "manifest.json").read_text())
+    built_at = (entry / "manifest.json").stat().st_mtime_ns
+
+    # hit: the same entry, not rebuilt
+    assert data.prepare(config, tmp_path) == entry
+    assert (entry / "manifest.json").stat().st_mtime_ns == built_at
+
+    # miss: anything that changes the samples gives another entry
+    other = data.prepare(tiny_config(**{"data.max_pages": 3, "data.input_len": 8}).data, tmp_path)
+    assert other != entry and other.exists()
+
+    # corruption: a flipped byte is detected and the entry rebuilt, never used
+    tokens_file = entry / "tokens.npy"
+    raw = bytearray(tokens_file.read_bytes())
+    raw[-1] ^= 0xFF
+    tokens_file.write_bytes(bytes(raw))
+    assert data.check_entry(entry, manifest["key"]) == "tokens.npy does not match its checksum"
+    with caplog.at_level(logging.WARNING, logger="seqae_core.data"):
+        assert data.prepare(config, tmp_path) == entry
+    assert "tokens.npy does not match its checksum" in caplog.text
+    assert data.check_entry(entry, manifest["key"]) is None
+
+    # partial: an entry without its manifest (a build that died) is rebuilt
+    (entry / "manifest.json").unlink()
+    data.prepare(config, tmp_path)
+    assert data.check_entry(entry, manifest["key"]) is None
+    # truncated file
+    with open(entry / "pages.npy", "r+b") as f:
+        f.truncate(10)
+    assert "pages.npy has 10 bytes" in data.check_entry(entry, manifest["key"])
+    assert data.load(config, tmp_path).tokens.shape[0] == manifest["samples"]
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".building")]
+
+
+def test_bad_dataset_settings_name_the_key(tiny_config, tmp_path):
+    with pytest.raises(ConfigError, match="data.text_column='body'"):
+        data.prepare(tiny_config(**{"data.text_column": "body"}).data, tmp_path)
+    with pytest.raises(ConfigError, match="data.path="):
+        data.prepare(tiny_config(**{"data.path": str(tmp_path / "nowhere")}).data, tmp_path)

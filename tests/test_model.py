@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqae_core.loss import linear_cross_entropy, reference_cross_entropy
+from seqae_core.model import (
+    ReducingAttention,
+    ReducingAutoencoder,
+    attention,
+    init_scaling,
+    length_schedule,
+    reference_attention,
+)
+
+VOCAB = 101
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param({"model.block": "paper"}, id="paper"),
+        pytest.param({"model.block": "transformer"}, id="transformer"),
+        pytest.param({"model.block": "transformer", "model.layers": 3}, id="transformer-3-gradual"),
+        pytest.param({"model.block": "paper", "model.layers": 2, "model.reduction": "once"}, id="paper-2-once"),
+        pytest.param({"model.pos_encoding": "sinusoidal"}, id="sinusoidal"),
+        pytest.param({"model.pos_encoding": "none", "model.latent_fraction": 0.25}, id="no-pos-quarter"),
+    ],
+)
+def test_shapes_and_scaling_matrices(tiny_config, overrides):
+    config = tiny_config(**overrides)
+    model = ReducingAutoencoder(config, VOCAB)
+    t, s = config.data.input_len, config.latent_len
+    tokens = torch.randint(0, VOCAB, (3, t))
+    latent = model.encode(tokens)
+    assert latent.shape == (3, s, config.model.d_model)
+    assert model.decode(latent).shape == (3, t, config.model.d_model)
+    assert model(tokens).shape == (3, t, VOCAB)
+    # W_S of each encoder block maps n_in -> n_out tokens: (n_out, n_in); the decoder mirrors it.
+    lengths = length_schedule(t, s, config.model.layers, config.model.reduction)
+    enc = [tuple(b.attn.w_s.shape) for b in model.encoder]
+    dec = [tuple(b.attn.w_s.shape) for b in model.decoder]
+    assert enc == [(n_out, n_in) for n_in, n_out in zip(lengths, lengths[1:])]
+    assert dec == [(n_in, n_out) for n_in, n_out in reversed(list(zip(lengths, lengths[1:])))]
+    assert enc[-1][0] == s and dec[-1][0] == t
+
+
+def test_length_schedule_shrinks_step_by_step():
+    assert length_schedule(64, 16, 3, "gradual") == [64, 48, 32, 16]
+    assert length_schedule(64, 16, 3, "once") == [64, 16, 16, 16]
+    assert length_schedule(32, 16, 1, "gradual") == [32, 16]
+
+
+def test_sdpa_matches_the_plain_formula():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 4, 11, 8), torch.randn(2, 4, 11, 8)
+    torch.testing.assert_close(attention(q, k, v), reference_attention(q, k, v))
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_reducing_attention_is_the_papers_formula(heads):
+    """softmax(Q K^T / sqrt(d)) V with Q = W_S (X W_Q), computed literally, per head."""
+    torch.manual_seed(0)
+    n_in, n_out, d, a = 12, 5, 16, 32
+    layer = ReducingAttention(n_in, n_out, d, a, heads, dropout=0.0)
+    torch.nn.init.normal_(layer.w_s)  # not the interpolation start: any W_S must work
+    x = torch.randn(3, n_in, d)
+    q = layer.w_s @ (x @ layer.w_q.weight.T)  # (b, s, a): W_S (X W_Q), in the paper's order
+    k, v = x @ layer.w_k.weight.T, x @ layer.w_v.weight.T  # (b, t, a)
+    split = lambda m: m.view(3, -1, heads, a // heads).transpose(1, 2)  # noqa: E731  (b, h, n, e)
+    expected = reference_attention(split(q), split(k), split(v)).transpose(1, 2).reshape(3, n_out, a)
+    torch.testing.assert_close(layer(x), expected @ layer.w_o.weight.T)
+
+
+def test_scaling_matrix_starts_as_interpolation():
+    w = init_scaling(4, 8)  # output token i averages the inputs around position 2i + 0.5
+    torch.testing.assert_close(w.sum(dim=1), torch.ones(4))
+    centers = (w * torch.arange(8.0)).sum(dim=1)
+    torch.testing.assert_close(centers[1:3], torch.tensor([2.5, 4.5]))  # rows away from the edges
+    torch.testing.assert_close(init_scaling(6, 6), torch.eye(6))
+    up = init_scaling(8, 4)  # expanding: each output interpolates its two nearest inputs
+    assert ((up > 0).sum(dim=1) <= 2).all()
+
+
+def test_fused_cross_entropy_matches_plain_pytorch():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(24, 700)
+    hidden = torch.randn(300, 24, requires_grad=True)  # 300 rows: several chunks and a partial one
+    targets = torch.randint(0, 700, (300,))
+    grads = []
+    for fn in (linear_cross_entropy, reference_cross_entropy):
+        hidden.grad, head.weight.grad, head.bias.grad = None, None, None
+        loss, predicted = fn(hidden, head, targets)
+        (loss / 300).backward()
+        grads.append((loss.detach(), predicted, hidden.grad, head.weight.grad, head.bias.grad))
+    (loss_a, pred_a, *grad_a), (loss_b, pred_b, *grad_b) = grads
+    torch.testing.assert_close(loss_a, loss_b)
+    assert torch.equal(pred_a, pred_b)
+    for a, b in zip(grad_a, grad_b):
+        torch.testing.assert_close(a, b)
+
+
+def test_fused_cross_entropy_under_bf16_autocast():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(32, 500)
+    hidden = torch.randn(200, 32, requires_grad=True)
+    targets = torch.randint(0, 500, (200,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = linear_cross_entropy(hidden, head, targets)
+    reference, _ = reference_cross_entropy(hidden, head, targets)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, reference.detach(), rtol=2e-2, atol=0)
+    loss.backward()
+    assert hidden.grad is not None and hidden.grad.dtype == torch.float32

@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqae_core import metrics as M
+from seqae_core.checkpoint import CheckpointStore
+from seqae_core.config import TrainConfig
+from seqae_core.model import ReducingAutoencoder
+from seqae_core.train import (
+    EarlyStopping,
+    NonFiniteLossError,
+    batch_scores,
+    lr_factor,
+    resume_state,
+    save_checkpoint,
+    train,
+)
+
+TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS}
+
+
+def without_timing(history):
+    return [{k: v for k, v in h.items() if k not in TIMING} for h in history]
+
+
+def test_overfits_one_batch_at_half_length(tiny_config, data_cache):
+    """A transformer-block model memorizes one real batch through a latent half as long."""
+    from seqae_core import data
+
+    config = tiny_config(**{"model.d_model": 64, "model.d_attn": 64, "model.d_ffn": 128})
+    splits = data.load(config.data, data_cache)
+    tokens = splits.batch(splits.train[:16])  # (16, 16), real Wikipedia windows
+    assert config.latent_len == 8
+    torch.manual_seed(0)
+    model = ReducingAutoencoder(config, splits.vocab_size)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        loss, scores = batch_scores(model, tokens, splits.pad_id)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if scores.token_accuracy == 1.0:
+            break
+    model.eval()
+    with torch.no_grad():
+        _, scores = batch_scores(model, tokens, splits.pad_id)
+    assert scores.token_accuracy == 1.0
+    assert scores.sequence_accuracy == 1.0
+
+
+def test_reports_every_epoch_and_returns_the_best(tiny_config, data_cache):
+    reports = []
+    final = train(tiny_config(**{"train.epochs": 3}), lambda m, c: reports.append((m, c)), cache_dir=data_cache)
+    assert [m[M.EPOCH] for m, _ in reports] == [1, 2, 3]
+    assert set(M.PER_EPOCH) <= set(reports[0][0])
+    best = max(reports, key=lambda r: r[0][M.VAL_TOKEN_ACCURACY])[0]
+    assert final[M.VAL_TOKEN_ACCURACY] == best[M.VAL_TOKEN_ACCURACY]
+    assert final[M.BEST_EPOCH] == best[M.EPOCH]
+    assert final[M.EPOCHS_RUN] == 3 and final[M.STOPPED_EARLY] is False
+    assert final[M.LATENT_FRACTION] == 0.5
+    assert reports[-1][1]["finished"] is True and reports[0][1]["finished"] is False
+    for key in ("model", "optimizer", "scheduler", "early_stopping", "rng", "history", "epoch"):
+        assert key in reports[0][1]
+
+
+def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, data_cache, tmp_path):
+    config = tiny_config(**{"train.epochs": 4, "model.dropout": 0.1})
+    full = []
+    expected = train(config, lambda m, c: full.append(m), cache_dir=data_cache)
+
+    class Stop(Exception):
+        pass
+
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+
+    def stop_after_two(metrics, checkpoint):
+        save_checkpoint(store, metrics, checkpoint)
+        if metrics[M.EPOCH] == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        train(config, stop_after_two, cache_dir=data_cache)
+    state, skipped = resume_state(store)
+    assert state["epoch"] == 2 and skipped == []
+    resumed = []
+    final = train(config, lambda m, c: resumed.append(m), resume=state, cache_dir=data_cache)
+    assert [m[M.EPOCH] for m in resumed] == [3, 4]
+    assert without_timing(resumed) == without_timing(full[2:])
+    assert {k: v for k, v in final.items() if k not in {M.TOKENS_PER_S, M.TRAIN_SECONDS, M.DATA_SECONDS}} == {
+        k: v for k, v in expected.items() if k not in {M.TOKENS_PER_S, M.TRAIN_SECONDS, M.DATA_SECONDS}
+    }
+
+
+def test_resume_refuses_a_checkpoint_of_another_config(tiny_config, data_cache):
+    states = []
+    train(tiny_config(**{"train.epochs": 1}), lambda m, c: states.append(c), cache_dir=data_cache)
+    with pytest.raises(ValueError, match="another config"):
+        train(tiny_config(**{"train.epochs": 1, "train.lr": 0.01}), resume=states[0], cache_dir=data_cache)
+
+
+def test_non_finite_loss_names_epoch_and_step(tiny_config, data_cache):
+    # AdamW moves every weight by about lr per step: at 1e30 the logits overflow at once.
+    with pytest.raises(NonFiniteLossError, match=r"at epoch 1, step [0-9]+"):
+        train(tiny_config(**{"train.lr": 1e30, "train.lr_schedule": "constant"}), cache_dir=data_cache)
+
+
+def test_learning_rate_schedules():
+    for schedule, input_len in (("linear", 512), ("paper", 256)):
+        linear = lr_factor(TrainConfig(lr=1e-3, lr_final=1e-4, lr_schedule=schedule), 10, input_len)
+        assert [round(linear(s) * 1e-3, 10) for s in (0, 25, 50, 80)] == [1e-3, 5.5e-4, 1e-4, 1e-4]
+    static = lr_factor(TrainConfig(lr=1e-3, lr_final=1e-4, lr_schedule="paper"), 10, input_len=512)
+    assert round(static(0) * 1e-3, 10) == round(static(80) * 1e-3, 10) == 1e-4  # above 256 tokens
+    constant = lr_factor(TrainConfig(lr=1e-4, lr_schedule="constant"), 10, 64)
+    assert constant(0) == constant(1000) == 1.0
+
+
+def test_early_stopping_patience():
+    stopper = EarlyStopping(patience=2)
+    assert stopper.update(0.5, 1) and not stopper.should_stop
+    assert not stopper.update(0.5, 2)  # equal is not better
+    assert not stopper.update(0.4, 3) and stopper.should_stop
+    assert (stopper.best, stopper.best_epoch) == (0.5, 1)
+
+
+def test_stops_early_with_patience(tiny_config, data_cache):
+    # With lr 0 nothing improves after epoch 1, so patience 2 stops after epoch 3.
+    final = train(
+        tiny_config(**{"train.epochs": 10, "train.patience": 2, "train.lr": 1e-12, "train.lr_final": 1e-12}),
+        cache_dir=data_cache,
+    )
+    assert final[M.EPOCHS_RUN] == 3 and final[M.STOPPED_EARLY] is True and final[M.BEST_EPOCH] == 1
+
+
+def test_checkpoint_store_falls_back_past_a_damaged_record(tmp_path):
+    store = CheckpointStore(str(tmp_path), keep=3)
+    for epoch in (1, 2, 3):
+        store.save_epoch(epoch, {"epoch": epoch, "w": torch.full((4,), float(epoch))})
+    state_file = tmp_path / "epoch-000003" / "state.pt"
+    state_file.write_bytes(state_file.read_bytes()[:-7])  # truncated
+    (tmp_path / "epoch-000002" / "manifest.json").unlink()  # never finished
+    loaded = store.latest()
+    assert loaded.epoch == 1 and loaded.state("state.pt")["w"].tolist() == [1.0] * 4
+    assert [s.split(":")[0] for s in loaded.skipped] == ["epoch-000003", "epoch-000002"]
+    store.save_epoch(2, {"epoch": 2})  # a resumed run rewrites epoch 2 whole
+    assert store.latest().epoch == 2
