@@ -1,0 +1,209 @@
+"""The ``seqae`` command line. Each command imports what it needs when it runs, so that
+``seqae train`` never loads Ray or MLflow."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from seqae_core.config import ConfigError
+
+EXIT_USAGE = 2  # bad input: the same code argparse uses
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        return int(args.handler(args) or 0)
+    except ConfigError as exc:
+        print(f"seqae: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="seqae", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train one model on a config")
+    train.add_argument("--config", help="YAML file with data/model/train sections")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key, e.g. --set model.latent_len=16 (repeatable)")
+    train.add_argument("--json", action="store_true", help="print the final metrics as JSON on the last line")
+    train.add_argument("--checkpoint-dir", help="save a checkpoint every epoch (folder or URI)")
+    train.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint")
+    train.add_argument("--cache-dir", help="tokenized data cache (default: $SEQAE_CACHE_DIR or ~/.cache/seqae/data)")
+    train.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: CUDA when present)")
+    train.set_defaults(handler=cmd_train)
+
+    sweep = commands.add_parser("sweep", help="run and manage sweeps")
+    sweeps = sweep.add_subparsers(dest="sweep_command", required=True)
+
+    def with_workspace(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--workspace", help="folder for sweeps, runs and studies (default: $SEQAE_WORKSPACE or "
+                                           "./seqae-runs)")
+        return p
+
+    run = with_workspace(sweeps.add_parser("run", help="start a sweep from a sweep file"))
+    run.add_argument("file", help="sweep file, e.g. sweeps/studies/quickstart.yaml")
+    run.add_argument("--name", help="the sweep's name (default: the file's name without .yaml)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config key (pins it: it leaves the grid and search) or a sweep setting, "
+                          "e.g. --set trials.total=4 (repeatable)")
+    for flag, env, what in (("--storage", "SEQAE_STORAGE", "checkpoints and Tune state: a path every node reaches, "
+                             "or a URI such as s3://bucket/prefix"),
+                            ("--mlflow-uri", "SEQAE_MLFLOW_TRACKING_URI", "MLflow tracking URI"),
+                            ("--optuna-storage", "SEQAE_OPTUNA_STORAGE", "Optuna storage URL")):
+        run.add_argument(flag, help=f"{what} (default: ${env}, else inside the workspace)")
+    run.set_defaults(handler=cmd_sweep_run)
+
+    resume = with_workspace(sweeps.add_parser("resume", help="continue an interrupted sweep"))
+    resume.add_argument("name")
+    resume.set_defaults(handler=cmd_sweep_resume)
+
+    extend = with_workspace(sweeps.add_parser("extend", help="add trials to a sweep, using what it learned so far"))
+    extend.add_argument("name")
+    extend.add_argument("--trials", type=int, required=True, help="how many trials to add")
+    extend.set_defaults(handler=cmd_sweep_extend)
+
+    status = with_workspace(sweeps.add_parser("status", help="trials by state, the best so far, where things are"))
+    status.add_argument("name")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.set_defaults(handler=cmd_sweep_status)
+
+    listing = with_workspace(sweeps.add_parser("list", help="the sweeps in a workspace"))
+    listing.set_defaults(handler=cmd_sweep_list)
+
+    bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
+    bench.add_argument("suites", nargs="*", metavar="SUITE", help="which to run (default: all): throughput")
+    bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
+    bench.add_argument("--shapes", default="64:32,512:256", help="throughput: input:latent lengths")
+    bench.add_argument("--steps", type=int, default=5, help="throughput: timed steps per measurement")
+    bench.set_defaults(handler=cmd_bench)
+    return parser
+
+
+def _workspace(args: argparse.Namespace) -> Any:
+    from sweeps.workspace import Workspace
+
+    return Workspace(args.workspace)
+
+
+def cmd_sweep_run(args: argparse.Namespace) -> int:
+    from sweeps import service
+
+    workspace = _workspace(args)
+    overrides = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
+    name = service.create(workspace, args.file, args.name, args.set, overrides)
+    return service.drive(workspace, name, check_file=False)
+
+
+def cmd_sweep_resume(args: argparse.Namespace) -> int:
+    from sweeps import service
+
+    return service.drive(_workspace(args), args.name)
+
+
+def cmd_sweep_extend(args: argparse.Namespace) -> int:
+    from sweeps import service
+
+    workspace = _workspace(args)
+    service.extend(workspace, args.name, args.trials)
+    return service.drive(workspace, args.name)
+
+
+def cmd_sweep_status(args: argparse.Namespace) -> int:
+    from sweeps import service
+
+    info = service.status(_workspace(args), args.name)
+    if args.json:
+        print(json.dumps(info))
+        return 0
+    print(f"sweep {info['name']} ({info['outcome']}) in {info['workspace']}")
+    print(f"  trials: {info['trials_total']} planned; " + ", ".join(f"{k} {v}" for k, v in info["trials_by_state"].items()))
+    best = info["best"]
+    for entry in best if isinstance(best, list) else [best] if best else []:
+        values = ", ".join(f"{k} {v:.4f}" for k, v in entry["values"].items())
+        print(f"  best: trial {entry['trial']}: {values}")
+        for key, value in sorted(entry["params"].items()):
+            print(f"        {key} = {value}")
+    print(f"  MLflow: {info['mlflow_tracking_uri']} experiment {info['mlflow_experiment_id']}, "
+          f"sweep run {info['mlflow_parent_run_id']}")
+    print(f"  Optuna: {info['optuna_storage']} study {info['optuna_study_name']}")
+    return 0
+
+
+def cmd_sweep_list(args: argparse.Namespace) -> int:
+    from sweeps import service
+
+    rows = service.listing(_workspace(args))
+    if not rows:
+        print("no sweeps in this workspace")
+    for row in rows:
+        states = ", ".join(f"{k} {v}" for k, v in row["by_state"].items())
+        print(f"{row['name']:24s} {row['outcome']:12s} {row['trials']:4d} trials  {states}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from benchmarks.run import SUITES, main as run_benchmarks
+
+    unknown = [s for s in args.suites if s not in SUITES]
+    if unknown:
+        raise ConfigError(f"unknown benchmark suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
+    run_benchmarks(args.suites, Path(args.out), {"shapes": args.shapes, "steps": args.steps})
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from seqae_core import config as config_lib
+    from seqae_core import train as train_lib
+    from seqae_core.checkpoint import CheckpointStore
+
+    config = config_lib.load(args.config, args.set)
+    store, resume = None, None
+    if args.resume and not args.checkpoint_dir:
+        raise ConfigError("--resume needs --checkpoint-dir")
+    if args.checkpoint_dir:
+        store = CheckpointStore(args.checkpoint_dir)
+        resume, skipped = train_lib.resume_state(store)
+        for note in skipped:
+            print(f"seqae: skipped checkpoint {note}", file=sys.stderr)
+        if resume is not None and not args.resume:
+            raise ConfigError(
+                f"--checkpoint-dir {args.checkpoint_dir} already holds a run (epoch {resume['epoch']}); "
+                "pass --resume to continue it, or choose another folder"
+            )
+        if args.resume:
+            print(f"seqae: resuming after epoch {resume['epoch']}" if resume else
+                  "seqae: no valid checkpoint found; starting from epoch 1", file=sys.stderr)
+
+    def report(metrics: dict[str, Any], checkpoint: dict[str, Any]) -> None:
+        if store is not None:
+            train_lib.save_checkpoint(store, metrics, checkpoint)
+        print(
+            f"epoch {metrics['epoch']}: train_loss {metrics['train_loss']:.4f}  val_loss {metrics['val_loss']:.4f}  "
+            f"val_token_accuracy {metrics['val_token_accuracy']:.4f}  "
+            f"val_sequence_accuracy {metrics['val_sequence_accuracy']:.4f}  "
+            f"{metrics['tokens_per_s']:.0f} tokens/s",
+            flush=True,
+        )
+
+    final = train_lib.train(
+        config, report, resume=resume, device=args.device, cache_dir=args.cache_dir, progress=True
+    )
+    if args.json:
+        print(json.dumps(final))
+    else:
+        print("final: " + "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in final.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

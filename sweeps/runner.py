@@ -1,0 +1,170 @@
+"""Ray Tune for a sweep: the trial function, the searcher and the tracking callback.
+
+This is the one module that imports ``ray.tune``. Its adapters are thin: the searcher asks
+:class:`~sweeps.search.SweepStudy` for trials and tells it outcomes, the callback hands events to
+the MLflow :class:`~sweeps.tracking.Writer`, and the trial function calls
+``seqae_core.train.train`` with a report that saves a checkpoint and forwards to ``tune.report``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import ray
+import torch
+from ray import tune
+from ray.tune.search import Searcher
+
+from seqae_core import metrics as M
+from seqae_core.config import build
+from seqae_core.train import resume_state, save_checkpoint, train
+from sweeps.search import SweepStudy
+from sweeps.spec import SweepSpec, trial_layers
+from sweeps.tracking import Tracker, Writer, trial_store
+
+log = logging.getLogger(__name__)
+
+
+def run_trial(config: dict[str, Any], runtime: dict[str, Any]) -> None:
+    """A Tune function trainable: one sweep trial, continued from its newest valid checkpoint."""
+    number = config["trial"]
+    trial_config = build(trial_layers(runtime["source"], config["base"], config["params"]))
+    cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
+    torch.set_num_threads(max(1, int(cpus)))
+    store = trial_store(runtime["storage"], number)
+    with store.exclusive():
+        _train_trial(number, trial_config, store, runtime["cache_dir"])
+
+
+def _train_trial(number: int, trial_config: Any, store: Any, cache_dir: str) -> None:
+    resume, skipped = resume_state(store)
+    for note in skipped:
+        print(f"seqae: trial {number}: skipped damaged checkpoint {note}", flush=True)
+    if resume is not None:
+        print(f"seqae: trial {number}: continuing after epoch {resume['epoch']}", flush=True)
+    elif skipped:
+        print(f"seqae: trial {number}: no valid checkpoint left; starting from epoch 1", flush=True)
+    device = "cuda" if ray.get_gpu_ids() else "cpu"  # only the GPUs Ray assigned are visible
+    node_id = ray.get_runtime_context().get_node_id()
+
+    def report(metrics: dict[str, Any], checkpoint: dict[str, Any]) -> None:
+        save_checkpoint(store, metrics, checkpoint)
+        tune.report({**metrics, "trial": number, "node_id": node_id, "finished": checkpoint["finished"]})
+
+    train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir)
+
+
+class StudySearcher(Searcher):
+    """Asks the sweep's Optuna study for trials and tells it how they ended."""
+
+    def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str) -> None:
+        objective = spec.objectives[0]
+        super().__init__(metric=objective.metric, mode=objective.mode)
+        self.spec, self.study, self.storage = spec, study, storage
+        self.plans: dict[str, Any] = {}
+
+    # Each session starts a fresh Tuner and the study holds the state, so Tune's own copies
+    # (tuner.pkl, searcher checkpoints) carry nothing: the live handles cannot be pickled anyway.
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "w") as f:
+            f.write("the searcher's state is the sweep's Optuna study\n")
+
+    def restore(self, checkpoint_path: str) -> None:
+        pass
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        plan = self.study.next_plan()
+        if plan is None:
+            return Searcher.FINISHED
+        self.plans[trial_id] = plan
+        self.study.note_tune_trial(plan.number, trial_id)
+        return {"trial": plan.number, "base": self.spec.base, "params": plan.params, "continued": plan.continued}
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self.study.report(self.plans[trial_id].number, int(result[M.EPOCH]), result)
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        number = self.plans[trial_id].number
+        latest = trial_store(self.storage, number).newest_meta("epoch") or {}
+        history = latest.get("history", [])
+        if error or not history:
+            self.study.fail(number)
+        elif latest.get("finished"):
+            self.study.complete(number, history)
+        else:
+            self.study.prune(number)  # stopped by the scheduler before it finished
+
+
+class TrackingCallback(tune.Callback):
+    """Hands Tune's trial events to the MLflow writer."""
+
+    def __init__(self, tracker: Tracker, writer: Writer, study: SweepStudy) -> None:
+        self.tracker, self.writer, self.study = tracker, writer, study
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # see StudySearcher.__getstate__
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        number, params, continued = trial.config["trial"], trial.config["params"], trial.config["continued"]
+        all_params = {**trial.config["base"], **params}
+        self.writer.submit(f"starting trial {number}",
+                           lambda: self.tracker.trial_started(number, all_params, trial.trial_id, continued))
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any) -> None:
+        number, kept = trial.config["trial"], dict(result)
+        self.writer.submit(f"logging trial {number}", lambda: self.tracker.trial_result(number, kept))
+
+    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        number = trial.config["trial"]
+        log.warning("trial %d failed on %s; retrying from its checkpoint", number, trial.location)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._ended(trial, None)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self._ended(trial, trial.error_message or "the trial failed")
+
+    def _ended(self, trial: Any, error: str | None) -> None:
+        number = trial.config["trial"]
+        state = self.study.state(number).name
+        self.writer.submit(f"closing trial {number}", lambda: self.tracker.trial_ended(number, state, error))
+
+
+def run_session(
+    spec: SweepSpec, study: SweepStudy, tracker: Tracker, writer: Writer, *, storage: str, cache_dir: str,
+    session: int, epochs: int,
+) -> None:
+    """One Tuner run over the trials the study still has to run."""
+    searcher = StudySearcher(spec, study, storage)
+    objective = spec.objectives[0]
+    scheduler = None
+    if spec.scheduler == "asha":
+        scheduler = tune.schedulers.ASHAScheduler(
+            time_attr=M.EPOCH, max_t=epochs, grace_period=spec.grace_period, reduction_factor=spec.reduction_factor
+        )
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, runtime={"source": spec.source, "storage": storage, "cache_dir": cache_dir}),
+        {"cpu": spec.cpu, "gpu": spec.gpu},
+    )
+    tuner = tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            metric=objective.metric, mode=objective.mode, search_alg=searcher, scheduler=scheduler,
+            num_samples=study.remaining(), max_concurrent_trials=spec.max_concurrent,
+            trial_name_creator=lambda t: f"trial-{t.config['trial']:04d}",
+            trial_dirname_creator=lambda t: f"trial-{t.config['trial']:04d}",
+        ),
+        run_config=tune.RunConfig(
+            name=f"session-{session:03d}-{time.strftime('%Y%m%d-%H%M%S')}",
+            storage_path=f"{storage.rstrip('/')}/tune",
+            failure_config=tune.FailureConfig(max_failures=spec.retries),
+            callbacks=[TrackingCallback(tracker, writer, study)],
+            verbose=1,
+        ),
+    )
+    tuner.fit()

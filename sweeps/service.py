@@ -1,0 +1,290 @@
+"""The sweep service: run, resume, extend, status and list.
+
+Everything is checked before anything is created: the sweep file, the name, the workspace and
+the backends. A sweep's durable state is its Optuna study (which trials exist and how they
+ended), its trials' checkpoint stores (how far each trial got, with its metric history) and its
+MLflow runs (found by tags). A driver that starts, for a new sweep or an interrupted one, first
+reconciles MLflow with the study and the checkpoints, then runs the trials that are left.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from seqae_core import data as data_lib
+from seqae_core.config import ConfigError, build
+from sweeps import spec as spec_lib
+from sweeps.workspace import Backends, DriverLock, SweepState, Workspace, check_name, redact
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_INTERRUPTED = 0, 130
+MLFLOW_DRAIN_SECONDS = float(os.environ.get("SEQAE_MLFLOW_DRAIN_SECONDS", "300"))
+
+
+def resolve_backends(workspace: Workspace, name: str, overrides: dict[str, str | None]) -> Backends:
+    """Flags, then ``SEQAE_*`` environment variables, then the workspace's embedded defaults."""
+    defaults = workspace.default_backends(name)
+    chosen = Backends(
+        mlflow_tracking_uri=overrides.get("mlflow_tracking_uri") or os.environ.get("SEQAE_MLFLOW_TRACKING_URI")
+        or defaults.mlflow_tracking_uri,
+        optuna_storage=overrides.get("optuna_storage") or os.environ.get("SEQAE_OPTUNA_STORAGE")
+        or defaults.optuna_storage,
+        storage=overrides.get("storage") or os.environ.get("SEQAE_STORAGE") or defaults.storage,
+    )
+    for label, uri in (("the MLflow tracking URI", chosen.mlflow_tracking_uri),
+                       ("the Optuna storage", chosen.optuna_storage), ("the storage", chosen.storage)):
+        if redact(uri) != uri:
+            raise ConfigError(f"{label} {redact(uri)} carries a password; give it through the environment "
+                              "(PGPASSWORD or ~/.pgpass for PostgreSQL, MLFLOW_TRACKING_PASSWORD for MLflow)")
+    if chosen.storage != defaults.storage and "://" not in chosen.storage:
+        chosen.storage = str(Path(chosen.storage).expanduser().resolve() / name)
+    elif "://" in chosen.storage and chosen.storage != defaults.storage:
+        chosen.storage = f"{chosen.storage.rstrip('/')}/{name}"
+    return chosen
+
+
+def check_cluster(backends: Backends) -> None:
+    """Refuse SQLite backends when the Ray cluster has more than one node."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if len(nodes) > 1 and backends.local:
+        raise ConfigError(
+            f"this Ray cluster has {len(nodes)} nodes, but the sweep would keep MLflow or Optuna in SQLite files "
+            "on the driver's disk: trials on other nodes could not be tracked, and SQLite locks under concurrent "
+            "writers. Start an MLflow server and a PostgreSQL database (`seqae cluster up` does both) and set "
+            "SEQAE_MLFLOW_TRACKING_URI and SEQAE_OPTUNA_STORAGE."
+        )
+
+
+def connect_ray() -> None:
+    """Join the cluster named by RAY_ADDRESS, or start a local one that lives with this process."""
+    import ray
+
+    os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], logging_level=logging.WARNING)
+    else:
+        ray.init(include_dashboard=False, logging_level=logging.WARNING)
+
+
+def create(workspace: Workspace, file: str, name: str | None, sets: list[str], overrides: dict[str, str | None]) -> str:
+    """Validate a sweep file and record a new sweep; returns its name. Nothing is created on error."""
+    spec = spec_lib.load(file, sets)
+    name = check_name(name or Path(file).stem)
+    workspace.sweep_dir(name)
+    if workspace.exists(name):
+        state = workspace.read(name)
+        raise ConfigError(
+            f"a sweep named {name!r} already exists in {workspace.root} ({len(state.sessions)} sessions); "
+            f"continue it with `seqae sweep resume {name}`, add trials with `seqae sweep extend {name}`, "
+            "or pick another --name"
+        )
+    backends = resolve_backends(workspace, name, overrides)
+    if os.environ.get("RAY_ADDRESS"):
+        connect_ray()
+        check_cluster(backends)
+    workspace.check_writable()
+    from sweeps.search import study_exists
+
+    if study_exists(backends.optuna_storage, name):
+        raise ConfigError(f"the Optuna storage {redact(backends.optuna_storage)} already has a study named "
+                          f"{name!r}; pick another --name")
+    state = SweepState(
+        name=name, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=str(Path(file).resolve()),
+        sets=list(sets), planned_trials=spec.planned_trials(), backends=asdict(backends), study_name=name,
+    )
+    with DriverLock(workspace.root / ".create.lock"):
+        if workspace.exists(name):
+            raise ConfigError(f"a sweep named {name!r} was created by another command just now")
+        workspace.write(state)
+    return name
+
+
+def load_spec(state: SweepState, check_file: bool) -> spec_lib.SweepSpec:
+    """The stored spec; with ``check_file``, refuse if the sweep file now says something else."""
+    stored = spec_lib.parse(state.spec, state.file)
+    if check_file and Path(state.file).exists():
+        current = spec_lib.load(state.file, state.sets)
+        changes = spec_lib.diff(stored, current)
+        if changes:
+            raise ConfigError(
+                f"{state.file} changed since sweep {state.name!r} started, so resuming would mix two sweeps:\n"
+                f"{changes}\nrestore the file, or run the new version under another --name"
+            )
+    return stored
+
+
+def extend(workspace: Workspace, name: str, trials: int) -> None:
+    if trials <= 0:
+        raise ConfigError(f"--trials={trials} must be positive")
+    with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
+        state = workspace.read(name)
+        state.extra_trials += trials
+        workspace.write(state)
+
+
+def drive(workspace: Workspace, name: str, *, check_file: bool = True) -> int:
+    """Run what is left of a sweep: reconcile, run the trials, close the books."""
+    from sweeps import runner
+    from sweeps.search import SweepStudy
+    from sweeps.tracking import Tracker, Writer, trial_store
+
+    workspace.check_writable()
+    with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
+        state = workspace.read(name)
+        spec = load_spec(state, check_file)
+        backends = Backends(**state.backends)
+        if os.environ.get("RAY_ADDRESS"):
+            connect_ray()
+            check_cluster(backends)
+
+        started = time.time()
+        cache_dir = str(workspace.cache_dir)
+        epochs = prepare_data(spec, cache_dir)
+        data_seconds = time.time() - started
+
+        study = SweepStudy(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
+        tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage,
+                          workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None)
+        tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, sweep_params(spec, state))
+        state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
+
+        def finished_history(number: int) -> list[dict[str, Any]] | None:
+            meta = trial_store(backends.storage, number).newest_meta("epoch") or {}
+            return meta.get("history") if meta.get("finished") else None
+
+        notes = study.reconcile(finished_history)
+        notes += tracker.reconcile({t.number: t.state.name for t in study.trials()})
+        for note in notes:
+            print(f"seqae: {note}", flush=True)
+
+        session = {"started": started, "pid": os.getpid(), "host": socket.gethostname(), "outcome": "running",
+                   "job": os.environ.get("RAY_JOB_ID")}
+        state.sessions.append(session)
+        workspace.write(state)
+
+        writer = Writer(tracker)
+        interrupted = False
+        todo = study.remaining()
+        print(f"seqae: sweep {name}: {state.total_trials} trials planned, {todo} to run "
+              f"(data ready in {data_seconds:.1f} s)", flush=True)
+        if todo:
+            connect_ray()
+            try:
+                runner.run_session(spec, study, tracker, writer, storage=backends.storage, cache_dir=cache_dir,
+                                   session=len(state.sessions), epochs=epochs)
+            except KeyboardInterrupt:
+                interrupted = True
+        counts = study.counts()
+        complete = study.remaining() == 0
+        interrupted = interrupted or not complete
+        for trial in study.trials():
+            if trial.state.name == "RUNNING":  # stopped mid-way: continued by the next resume
+                writer.submit(f"pausing trial {trial.number}",
+                              lambda n=trial.number: tracker.trial_ended(n, "RUNNING"))
+        if complete:
+            writer.submit("registering the best model", lambda: register_best(study, tracker, name))
+        writer.submit("closing the sweep run", lambda: tracker.finish_parent("FINISHED" if complete else "KILLED"))
+        left = writer.close(MLFLOW_DRAIN_SECONDS)
+
+        session.update(ended=time.time(), outcome="complete" if complete else "interrupted", trials=counts,
+                       mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
+                       mlflow_writes_failed=len(writer.failed))
+        workspace.write(state)
+    print(f"seqae: sweep {name}: {'complete' if complete else 'interrupted'}; trials by state: {counts}", flush=True)
+    if left:
+        print(f"seqae: warning: MLflow did not take {left} writes before the sweep ended; the data is safe in the "
+              f"trials' checkpoints and `seqae sweep resume {name}` delivers it", flush=True)
+    if not complete:
+        print(f"seqae: continue it with `seqae sweep resume {name}`", flush=True)
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+def prepare_data(spec: spec_lib.SweepSpec, cache_dir: str) -> int:
+    """Tokenize, once, the data of every grid cell; returns the most epochs any trial may run."""
+    configs = [build(spec_lib.trial_layers(spec.source, spec.base, cell)) for cell in spec.cells()]
+    for data_config in {c.data for c in configs}:
+        data_lib.prepare(data_config, Path(cache_dir))
+    return max(c.train.epochs for c in configs)
+
+
+def register_best(study: Any, tracker: Any, name: str) -> None:
+    best = study.best()
+    if not best:
+        return
+    trial = max(best, key=lambda t: t.values[0] * (1 if study.spec.objectives[0].mode == "max" else -1))
+    version = tracker.register_best(trial.number, name)
+    if version:
+        print(f"seqae: registered the model of trial {trial.number} as {name!r} version {version}", flush=True)
+
+
+def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:
+    """The parent run's params: the sweep's settings and its base config."""
+    params: dict[str, Any] = {
+        "sweep.file": state.file, "sweep.fingerprint": state.fingerprint, "sweep.trials": state.planned_trials,
+        "sweep.sampler": spec.sampler, "sweep.seed": spec.seed, "sweep.scheduler": spec.scheduler,
+        "sweep.objective": ",".join(f"{o.metric}:{o.mode}" for o in spec.objectives),
+        "sweep.grid": ",".join(spec.grid) or "-", "sweep.search": ",".join(spec.search) or "-",
+        "sweep.resources": f"cpu={spec.cpu},gpu={spec.gpu}", "sweep.max_concurrent": spec.max_concurrent,
+        "sweep.retries": spec.retries,
+    }
+    params.update({f"config.{k}": v for k, v in spec.base.items()})
+    return params
+
+
+def status(workspace: Workspace, name: str) -> dict[str, Any]:
+    """Trials by state, the best so far, and where the runs and the study live."""
+    from sweeps.search import SweepStudy
+
+    state = workspace.read(name)
+    spec = spec_lib.parse(state.spec, state.file)
+    backends = Backends(**state.backends)
+    study = SweepStudy(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
+    by_state = study.counts()
+    created = sum(by_state.values())
+    if created < state.total_trials:
+        by_state["NOT_STARTED"] = state.total_trials - created
+    best = [
+        {"trial": t.number, "values": dict(zip((o.metric for o in spec.objectives), t.values)), "params": t.params}
+        for t in study.best()
+    ]
+    last = state.sessions[-1] if state.sessions else {}
+    return {
+        "name": name,
+        "workspace": str(workspace.root),
+        "outcome": last.get("outcome", "not started"),
+        "trials_total": state.total_trials,
+        "trials_by_state": by_state,
+        "best": best[0] if len(best) == 1 else best or None,
+        "objectives": [f"{o.metric} ({o.mode})" for o in spec.objectives],
+        "mlflow_tracking_uri": redact(backends.mlflow_tracking_uri),
+        "mlflow_experiment_id": state.mlflow_experiment_id,
+        "mlflow_parent_run_id": state.mlflow_parent_run_id,
+        "optuna_storage": redact(backends.optuna_storage),
+        "optuna_study_name": state.study_name,
+        "storage": backends.storage,
+        "sessions": len(state.sessions),
+        "job": state.job,
+    }
+
+
+def listing(workspace: Workspace) -> list[dict[str, Any]]:
+    rows = []
+    for name in workspace.names():
+        state = workspace.read(name)
+        last = state.sessions[-1] if state.sessions else {}
+        rows.append({
+            "name": name, "trials": state.total_trials, "outcome": last.get("outcome", "not started"),
+            "by_state": last.get("trials", {}), "file": state.file,
+        })
+    return rows

@@ -1,0 +1,325 @@
+"""MLflow for a sweep: one experiment, a parent run, and one nested child run per trial.
+
+Runs are found by tags, never kept only in memory: a child run carries ``seqae.trial`` (the
+Optuna trial number), so a restarted driver reattaches the run of a continued trial instead of
+opening a second one, and closes the runs a dead driver left RUNNING.
+
+The driver logs through :class:`Writer`, one background thread: Tune's loop never waits on
+MLflow, and SQLite only ever sees one writer. If the server is unreachable, the writer keeps the
+pending writes in order, retries, and on recovery delivers them and records the outage on the
+parent run. Every write is idempotent (metrics are logged once per epoch), and
+:meth:`Tracker.sync_trial` can rebuild a child run from the trial's checkpoint store, which holds
+the full metric history.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+# A failed request should come back to the writer's own retry loop quickly, not block for minutes.
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+from mlflow.entities import Metric, Param, RunTag  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+from seqae_core import metrics as M  # noqa: E402
+from seqae_core.checkpoint import CheckpointStore  # noqa: E402
+from seqae_core.config import ConfigError, from_flat, to_yaml  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+LOGGED_METRICS = tuple(m for m in M.PER_EPOCH if m != M.EPOCH)
+STATUS_OF = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED", "RUNNING": "KILLED"}
+
+
+def trial_store(storage: str, number: int) -> CheckpointStore:
+    """Where trial ``number`` of a sweep keeps its checkpoints."""
+    return CheckpointStore(f"{storage.rstrip('/')}/trials/{number:04d}")
+
+
+@dataclass
+class _RunCache:
+    run_id: str
+    logged_steps: set[int] = field(default_factory=set)
+    artifacts_epoch: int | None = None
+
+
+class Tracker:
+    """Synchronous MLflow operations of one sweep; :class:`Writer` runs them off the driver's loop."""
+
+    def __init__(self, tracking_uri: str, sweep: str, storage: str, artifact_root: Path | None = None) -> None:
+        self.uri, self.sweep, self.storage = tracking_uri, sweep, storage
+        self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+        self.artifact_root = artifact_root
+        self.experiment_id: str | None = None
+        self.parent_run_id: str | None = None
+        self._runs: dict[int, _RunCache] = {}
+
+    # -- experiment and parent run ----------------------------------------------------------
+    def open(self, fingerprint: str, experiment_id: str | None, parent_run_id: str | None, params: dict[str, Any]) -> None:
+        """Find or create the sweep's experiment and parent run (set RUNNING)."""
+        experiment = self.client.get_experiment_by_name(self.sweep)
+        if experiment is not None and experiment.tags.get("seqae.fingerprint") != fingerprint:
+            raise ConfigError(f"MLflow at {self.uri} already has an experiment named {self.sweep!r} that is not "
+                              "this sweep's; choose another --name")
+        if experiment is None:
+            location = None if self.artifact_root is None else (self.artifact_root / self.sweep).as_uri()
+            self.experiment_id = self.client.create_experiment(
+                self.sweep, artifact_location=location, tags={"seqae.fingerprint": fingerprint, "seqae.sweep": self.sweep}
+            )
+        else:
+            self.experiment_id = experiment.experiment_id
+        if experiment_id is not None and experiment_id != self.experiment_id:
+            raise ConfigError(f"the MLflow experiment of sweep {self.sweep!r} changed id ({experiment_id} -> "
+                              f"{self.experiment_id}); was it deleted and recreated?")
+        if parent_run_id is None:
+            run = self.client.create_run(
+                self.experiment_id, run_name=self.sweep,
+                tags={"seqae.sweep": self.sweep, "seqae.role": "sweep"},
+            )
+            self.parent_run_id = run.info.run_id
+            self.client.log_batch(self.parent_run_id, params=[Param(k, _text(v)) for k, v in params.items()])
+        else:
+            self.parent_run_id = parent_run_id
+            self.client.update_run(parent_run_id, status="RUNNING")
+
+    def finish_parent(self, status: str) -> None:
+        assert self.parent_run_id is not None
+        self.client.set_terminated(self.parent_run_id, status)
+
+    # -- child runs --------------------------------------------------------------------------
+    def child_run(self, number: int, params: dict[str, Any] | None = None) -> str:
+        """The run of trial ``number``, created (with its params) if it has none yet."""
+        cached = self._runs.get(number)
+        if cached is not None:
+            return cached.run_id
+        found = self.client.search_runs(
+            [self.experiment_id], filter_string=f"tags.`seqae.trial` = '{number}'", max_results=2
+        )
+        if found:
+            run_id = found[0].info.run_id
+            steps = {m.step for m in self.client.get_metric_history(run_id, M.VAL_TOKEN_ACCURACY)}
+            art = found[0].data.tags.get("seqae.artifacts_epoch")
+            self._runs[number] = _RunCache(run_id, steps, int(art) if art else None)
+            return run_id
+        if params is None:
+            raise KeyError(f"trial {number} has no MLflow run")
+        run = self.client.create_run(
+            self.experiment_id, run_name=f"trial-{number:04d}",
+            tags={"mlflow.parentRunId": self.parent_run_id, "seqae.sweep": self.sweep, "seqae.trial": str(number),
+                  "optuna.trial_number": str(number)},
+        )
+        config = from_flat(params)
+        flat = {**config.flat(), "model.latent_len": config.latent_len, "model.latent_fraction": config.latent_fraction}
+        self.client.log_batch(run.info.run_id, params=[Param(k, _text(v)) for k, v in sorted(flat.items())])
+        self._runs[number] = _RunCache(run.info.run_id)
+        return run.info.run_id
+
+    def trial_started(self, number: int, params: dict[str, Any], tune_trial_id: str, continued: bool) -> None:
+        run_id = self.child_run(number, params)
+        self.client.update_run(run_id, status="RUNNING")
+        tags = {"ray.tune_trial_id": tune_trial_id}
+        if continued:
+            tags["seqae.continued"] = "true"
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
+    def trial_result(self, number: int, result: dict[str, Any]) -> None:
+        run_id = self.child_run(number)
+        cache = self._runs[number]
+        epoch = int(result[M.EPOCH])
+        tags = [RunTag(f"ray.{k}", str(result[k])) for k in ("node_id", "node_ip", "hostname") if k in result]
+        if epoch in cache.logged_steps:
+            self.client.log_batch(run_id, tags=tags)
+            return
+        self.client.log_batch(run_id, metrics=_metrics(result), tags=tags)
+        cache.logged_steps.add(epoch)
+
+    def trial_ended(self, number: int, state: str, error: str | None = None) -> None:
+        """Make the run whole from the checkpoint store, then set its final status."""
+        self.sync_trial(number)
+        run_id = self.child_run(number)
+        tags = [RunTag("optuna.state", state)]
+        if error:
+            tags.append(RunTag("seqae.error", error[-4000:]))
+        self.client.log_batch(run_id, tags=tags)
+        self.client.set_terminated(run_id, STATUS_OF[state])
+
+    def sync_trial(self, number: int) -> None:
+        """Log the epochs and artifacts the run is missing, from the trial's checkpoint store."""
+        run_id = self.child_run(number)
+        cache = self._runs[number]
+        store = trial_store(self.storage, number)
+        latest = store.newest_meta("epoch")
+        missing = [h for h in (latest or {}).get("history", []) if int(h[M.EPOCH]) not in cache.logged_steps]
+        for start in range(0, len(missing), 100):
+            self.client.log_batch(run_id, metrics=[m for h in missing[start:start + 100] for m in _metrics(h)])
+        cache.logged_steps.update(int(h[M.EPOCH]) for h in missing)
+        newest = store.newest_meta("best")
+        if newest is None or newest["epoch"] == cache.artifacts_epoch:
+            return
+        best = store.latest("best")
+        if best.epoch is not None and best.epoch != cache.artifacts_epoch:
+            self._log_best(run_id, best.files)
+            self.client.set_tag(run_id, "seqae.artifacts_epoch", str(best.epoch))
+            cache.artifacts_epoch = best.epoch
+
+    def _log_best(self, run_id: str, files: dict[str, bytes]) -> None:
+        saved = json.loads(files["metrics.json"])
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            (folder / "checkpoint").mkdir()
+            (folder / "checkpoint" / "model.pt").write_bytes(files["model.pt"])
+            (folder / "samples.txt").write_bytes(files["samples.txt"])
+            (folder / "samples.json").write_bytes(files["samples.json"])
+            (folder / "best_metrics.json").write_text(json.dumps(saved, indent=1))
+            import torch
+
+            state = torch.load(folder / "checkpoint" / "model.pt", map_location="cpu", weights_only=True)
+            (folder / "config.yaml").write_text(to_yaml(from_flat(state["config"])))
+            self.client.log_artifacts(run_id, str(folder))
+
+    def reconcile(self, states: dict[int, str]) -> list[str]:
+        """Close what a dead driver left open: child runs of finished trials get their final
+        status and missing data; runs of interrupted trials are marked KILLED until continued."""
+        notes = []
+        open_runs = self.client.search_runs(
+            [self.experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=10_000
+        )
+        for run in open_runs:
+            trial = run.data.tags.get("seqae.trial")
+            if trial is None:
+                continue  # the parent run; the caller reopens it
+            number = int(trial)
+            state = states.get(number, "FAIL")
+            if state == "RUNNING":
+                self.sync_trial(number)
+                self.client.set_terminated(run.info.run_id, "KILLED")
+                notes.append(f"MLflow run of trial {number} closed as KILLED until the trial continues")
+            else:
+                self.trial_ended(number, state)
+                notes.append(f"MLflow run of trial {number} closed as {STATUS_OF[state]}")
+        return notes
+
+    def note_outage(self, seconds: float) -> None:
+        if self.parent_run_id:
+            self.client.log_metric(self.parent_run_id, "mlflow_outage_seconds", seconds)
+
+    def register_best(self, number: int, model_name: str) -> str | None:
+        """Log the best trial's model as an MLflow model and register it; returns the version."""
+        import mlflow
+        import torch
+
+        from seqae_core.model import ReducingAutoencoder
+
+        best = trial_store(self.storage, number).latest("best")
+        if best.epoch is None:
+            return None
+        saved = best.state("model.pt")
+        config = from_flat(saved["config"])
+        model = ReducingAutoencoder(config, saved["model"]["embed.weight"].shape[0])
+        model.load_state_dict(saved["model"])
+        mlflow.set_tracking_uri(self.uri)
+        mlflow.set_registry_uri(self.uri)
+        run_id = self.child_run(number)
+        status = self.client.get_run(run_id).info.status
+        with mlflow.start_run(run_id=run_id):
+            info = mlflow.pytorch.log_model(
+                model, name="model", registered_model_name=model_name, serialization_format="pickle",
+                code_paths=[str(Path(__file__).resolve().parents[1] / "seqae_core")],
+                pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
+            )
+        self.client.set_terminated(run_id, status)
+        return str(info.registered_model_version)
+
+
+def _metrics(result: dict[str, Any]) -> list[Metric]:
+    now = int(time.time() * 1000)
+    epoch = int(result[M.EPOCH])
+    return [Metric(k, float(result[k]), now, epoch) for k in LOGGED_METRICS if k in result]
+
+
+def _text(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether a failed write may succeed later: the server or database is away, not a bug."""
+    import requests
+    import sqlalchemy.exc
+    from mlflow.exceptions import MlflowException
+
+    return isinstance(exc, (MlflowException, OSError, requests.RequestException, sqlalchemy.exc.OperationalError))
+
+
+class Writer:
+    """Runs :class:`Tracker` calls in order on one thread, retrying through MLflow outages."""
+
+    def __init__(self, tracker: Tracker, retry_seconds: float = 2.0) -> None:
+        self.tracker = tracker
+        self.retry_seconds = retry_seconds
+        self._queue: queue.Queue[tuple[str, Callable[[], Any]] | None] = queue.Queue()
+        self.outage_since: float | None = None
+        self.outages: list[float] = []
+        self.failed: list[str] = []  # writes dropped because they raised a non-connection error
+        self._thread = threading.Thread(target=self._run, name="seqae-mlflow-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, what: str, call: Callable[[], Any]) -> None:
+        self._queue.put((what, call))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                self._queue.task_done()
+                return
+            what, call = item
+            try:
+                self._deliver(what, call)
+            finally:
+                self._queue.task_done()
+
+    def _deliver(self, what: str, call: Callable[[], Any]) -> None:
+        while True:
+            try:
+                call()
+                break
+            except Exception as exc:  # noqa: BLE001 - sorted below into retry or report
+                if not _unreachable(exc):
+                    log.exception("MLflow write failed while %s", what)
+                    self.failed.append(f"{what}: {exc}")
+                    return
+                if self.outage_since is None:
+                    self.outage_since = time.time()
+                    log.warning("MLflow unreachable while %s (%s); keeping the writes until it answers", what,
+                                str(exc).splitlines()[0][:200])
+                time.sleep(self.retry_seconds)
+        if self.outage_since is not None:
+            seconds = time.time() - self.outage_since
+            self.outages.append(seconds)
+            self.outage_since = None
+            log.warning("MLflow answers again after %.0f s; delivering the writes kept meanwhile", seconds)
+            self.submit("recording the outage", lambda: self.tracker.note_outage(seconds))
+
+    def close(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for every write to land; returns how many did not."""
+        deadline = time.time() + timeout
+        while self._queue.unfinished_tasks and time.time() < deadline:
+            time.sleep(0.1)
+        left = self._queue.unfinished_tasks
+        self._queue.put(None)
+        if left == 0:
+            self._thread.join(timeout=5)
+        return left

@@ -1,0 +1,215 @@
+"""The workspace folder: where a sweep's state, its backends' files and its checkpoints live.
+
+    <workspace>/                        default ./seqae-runs
+      mlflow.db  mlartifacts/           MLflow on SQLite with a local artifact root (local runs)
+      optuna.db                         Optuna on SQLite (local runs)
+      cache/                            tokenized data, shared by every trial and sweep
+      sweeps/<name>/sweep.json          what the sweep is and where its runs and study live
+      sweeps/<name>/driver.lock         held by the one driver running the sweep
+      sweeps/<name>/trials/<n>/         checkpoints of trial n (unless --storage puts them elsewhere)
+      sweeps/<name>/tune/               Ray Tune's experiment folders, one per session
+
+Names and paths are checked before anything is written: a sweep name is a plain file name, and
+no path the service writes may leave the workspace, through ``..`` or a symbolic link.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import socket
+import time
+import unicodedata
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+from seqae_core.config import ConfigError
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+DEFAULT_WORKSPACE = "seqae-runs"
+
+
+def check_name(name: str) -> str:
+    """A sweep name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit."""
+    if not isinstance(name, str) or not NAME.match(name) or ".." in name:
+        shown = name.encode("unicode_escape").decode() if isinstance(name, str) else repr(name)
+        problems = []
+        if isinstance(name, str):
+            if len(name) > 64:
+                problems.append(f"{len(name)} characters (at most 64)")
+            if any(unicodedata.category(c) in ("Cf", "Cc") for c in name):
+                problems.append("control or direction characters")
+            if "/" in name or "\\" in name or ".." in name:
+                problems.append("a path")
+        reason = f" ({'; '.join(problems)})" if problems else ""
+        raise ConfigError(
+            f"sweep name {shown!r} is not allowed{reason}: use 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def redact(uri: str) -> str:
+    """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db``."""
+    parts = urlsplit(uri)
+    if parts.password is None:
+        return uri
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@dataclass
+class Backends:
+    """Where a sweep's tracking, study and checkpoints live."""
+
+    mlflow_tracking_uri: str
+    optuna_storage: str
+    storage: str  # checkpoints and Tune state: a path, or a URI through pyarrow's filesystems
+
+    @property
+    def local(self) -> bool:
+        return self.mlflow_tracking_uri.startswith("sqlite:") or self.optuna_storage.startswith("sqlite:")
+
+
+@dataclass
+class SweepState:
+    """The contents of ``sweep.json``."""
+
+    name: str
+    spec: dict[str, Any]  # the canonical sweep (spec.SweepSpec.to_dict)
+    fingerprint: str
+    file: str  # the sweep file it came from
+    sets: list[str]  # the --set overrides it was started with
+    planned_trials: int
+    backends: dict[str, str]
+    study_name: str
+    created: float = field(default_factory=time.time)
+    extra_trials: int = 0  # added by `seqae sweep extend`
+    mlflow_experiment_id: str | None = None
+    mlflow_parent_run_id: str | None = None
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+    job: dict[str, Any] | None = None  # set when the sweep was submitted to a cluster
+
+    @property
+    def total_trials(self) -> int:
+        return self.planned_trials + self.extra_trials
+
+
+class Workspace:
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        given = Path(root or os.environ.get("SEQAE_WORKSPACE", DEFAULT_WORKSPACE)).expanduser()
+        if "\x00" in str(given):
+            raise ConfigError("--workspace contains a NUL byte")
+        self.root = given.resolve()
+
+    # -- paths --------------------------------------------------------------------------------
+    def inside(self, *parts: str) -> Path:
+        """``root/parts``, refusing anything that resolves outside the workspace."""
+        path = self.root.joinpath(*parts)
+        real = Path(os.path.realpath(path))
+        if real != self.root and self.root not in real.parents:
+            raise ConfigError(f"{path} leads outside the workspace {self.root} (to {real}); refusing to write there")
+        return path
+
+    def sweep_dir(self, name: str) -> Path:
+        return self.inside("sweeps", check_name(name))
+
+    def default_backends(self, name: str) -> Backends:
+        return Backends(
+            mlflow_tracking_uri=f"sqlite:///{self.inside('mlflow.db')}",
+            optuna_storage=f"sqlite:///{self.inside('optuna.db')}",
+            storage=str(self.sweep_dir(name)),
+        )
+
+    @property
+    def artifact_root(self) -> Path:
+        return self.inside("mlartifacts")
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.inside("cache")
+
+    def check_writable(self) -> None:
+        """Fail early, and clearly, on a read-only or full workspace."""
+        probe = self.root / f".write-probe-{os.getpid()}"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with open(probe, "wb") as f:
+                f.write(b"\0" * 4096)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise ConfigError(f"the workspace {self.root} is not writable: {exc.strerror or exc}") from None
+        finally:
+            probe.unlink(missing_ok=True)
+
+    # -- sweeps -------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        folder = self.root / "sweeps"
+        return sorted(p.name for p in folder.iterdir() if (p / "sweep.json").exists()) if folder.exists() else []
+
+    def exists(self, name: str) -> bool:
+        return (self.sweep_dir(name) / "sweep.json").exists()
+
+    def read(self, name: str) -> SweepState:
+        path = self.sweep_dir(name) / "sweep.json"
+        if not path.exists():
+            known = ", ".join(self.names()) or "none"
+            raise ConfigError(f"no sweep named {name!r} in {self.root} (sweeps there: {known})")
+        return SweepState(**json.loads(path.read_text()))
+
+    def write(self, state: SweepState) -> None:
+        """Atomically replace ``sweep.json``."""
+        folder = self.sweep_dir(state.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".sweep.json.{os.getpid()}"
+        tmp.write_text(json.dumps(asdict(state), indent=1))
+        os.replace(tmp, folder / "sweep.json")
+
+
+class SweepLocked(ConfigError):
+    """Another driver holds the sweep."""
+
+
+@dataclass
+class DriverLock:
+    """An exclusive lock on a sweep, held by the one process that drives it. The kernel drops it
+    when that process dies, however it dies, so a crash never leaves the sweep locked."""
+
+    path: Path
+    _fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise SweepLocked(f"sweep {self.path.parent.name!r} is already running ({holder}); "
+                              "only one run or resume may drive it at a time") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> DriverLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def iter_states(workspace: Workspace) -> Iterator[SweepState]:
+    for name in workspace.names():
+        yield workspace.read(name)

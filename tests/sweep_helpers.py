@@ -1,0 +1,95 @@
+"""Running the real `seqae sweep` commands on tiny settings, and reading what they left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import REPO, WIKI_MINI
+
+STUDIES = REPO / "sweeps" / "studies"
+
+# Tiny sizes for any study: a few real pages, a small model, two epochs, two trials at once.
+SMOKE = [
+    f"data.path={WIKI_MINI}", "data.max_pages=6", "data.samples=windows",
+    "model.d_model=16", "model.d_attn=16", "model.d_ffn=32", "train.epochs=2", "train.batch_size=64",
+    "resources.cpu=1", "max_concurrent=2",
+]
+
+
+def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sweeps.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO)
+
+
+def start(*args: str, log: Path) -> subprocess.Popen:
+    """A `seqae` command in the background, in its own process group, output to ``log``."""
+    return subprocess.Popen([sys.executable, "-m", "sweeps.cli", *args], stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+
+
+def sets(*items: str) -> list[str]:
+    return [a for item in items for a in ("--set", item)]
+
+
+def status(name: str, workspace: Path) -> dict[str, Any]:
+    run = seqae("sweep", "status", name, "--json", "--workspace", str(workspace))
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def wait_for(predicate, timeout: float, what: str, every: float = 0.5) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def kill_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def mlflow_runs(workspace: Path, experiment: str, tracking_uri: str | None = None) -> list:
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri or f"sqlite:///{workspace / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    assert exp is not None, f"no MLflow experiment {experiment}"
+    return client.search_runs([exp.experiment_id], run_view_type=ViewType.ALL, max_results=10_000)
+
+
+def metric_steps(run_id: str, key: str, workspace: Path, tracking_uri: str | None = None) -> list[int]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri or f"sqlite:///{workspace / 'mlflow.db'}")
+    return [m.step for m in client.get_metric_history(run_id, key)]
+
+
+def optuna_trials(workspace: Path, name: str, storage: str | None = None) -> list:
+    import optuna
+
+    study = optuna.load_study(study_name=name, storage=storage or f"sqlite:///{workspace / 'optuna.db'}")
+    return study.get_trials(deepcopy=False)
+
+
+def tune_results(workspace: Path, name: str) -> dict[str, list[list[int]]]:
+    """Epochs each trial reported to Tune, per Tune session, in order: {"trial-0001": [[1, 2], [3]]}."""
+    sessions = sorted((workspace / "sweeps" / name / "tune").glob("session-*"))
+    out: dict[str, list[list[int]]] = {}
+    for session in sessions:
+        for trial_dir in sorted(session.glob("trial-*")):
+            lines = (trial_dir / "result.json").read_text().splitlines() if (trial_dir / "result.json").exists() else []
+            out.setdefault(trial_dir.name, []).append([int(json.loads(line)["epoch"]) for line in lines])
+    return out

@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from seqae_core.config import Config, from_flat, load, to_yaml
+from sweeps.cli import main
+from tests.conftest import TINY, sets
+
+
+def test_defaults_are_the_papers_recipe():
+    c = Config()
+    assert (c.model.d_model, c.model.d_attn, c.train.batch_size) == (256, 512, 16)
+    assert (c.train.lr, c.train.lr_final, c.train.lr_decay_epochs) == (1e-3, 1e-4, 5)
+    assert c.train.lr_schedule == "paper"  # linear up to 256 tokens, static 1e-4 above
+    assert (c.train.epochs, c.train.patience, c.data.val_fraction) == (20, 5, 0.2)
+    assert (c.data.path, c.data.name, c.data.tokenizer) == ("wikimedia/wikipedia", "20231101.en", "bert-base-uncased")
+    assert c.latent_len == 256  # half of 512 unless told otherwise
+
+
+def test_latent_fraction_resolves_against_the_input_length():
+    assert from_flat({"data.input_len": 64, "model.latent_fraction": 0.25}).latent_len == 16
+    assert from_flat({"data.input_len": 128, "model.latent_len": 72}).latent_fraction == 72 / 128
+
+
+def test_yaml_round_trip(tmp_path):
+    config = from_flat(TINY)
+    path = tmp_path / "c.yaml"
+    path.write_text(to_yaml(config))
+    assert load(path) == config
+    assert from_flat(config.flat()) == config
+
+
+def test_set_values_are_typed():
+    config = load(None, ["train.lr=1e-3", "data.max_pages=null", "model.dropout=0", "train.seed=7"])
+    assert config.train.lr == 0.001 and config.data.max_pages is None
+    assert config.model.dropout == 0.0 and config.train.seed == 7
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        pytest.param(["model.d_modle=64"], "unknown key 'model.d_modle'", id="unknown-key"),
+        pytest.param(["model.d_model=big"], "model.d_model='big' must be an integer", id="wrong-type"),
+        pytest.param(["train.epochs=2.5"], "train.epochs=2.5 must be an integer", id="float-for-int"),
+        pytest.param(["model.block=lstm"], "model.block='lstm' must be one of 'paper', 'transformer'", id="bad-choice"),
+        pytest.param(["train.lr=nan"], "train.lr=nan must be a finite number", id="nan"),
+        pytest.param(["data.input_len=32", "model.latent_len=33"], "model.latent_len=33 must be in 1..data.input_len=32",
+                     id="latent-longer-than-input"),
+        pytest.param(["model.d_model=0"], "model.d_model=0 must be positive", id="zero-size"),
+        pytest.param(["train.batch_size=-4"], "train.batch_size=-4 must be positive", id="negative-size"),
+        pytest.param(["model.d_attn=100", "model.heads=3"], "model.d_attn=100 must be divisible by model.heads=3",
+                     id="heads"),
+        pytest.param(["model.latent_len=8", "model.latent_fraction=0.5"], "not both", id="latent-twice"),
+        pytest.param(["train.lr"], "expected key=value", id="no-equals"),
+    ],
+)
+def test_cli_rejects_bad_input_before_loading_data(bad, message, capsys):
+    # data.path points nowhere: the error must come from the config, before any data loads.
+    code = main(["train", "--set", "data.path=/nonexistent", *[a for s in bad for a in ("--set", s)]])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_config_file_errors_name_the_file_and_key(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  d_model: 64\n  colour: red\n")
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "unknown key 'model.colour'" in err
+
+
+def test_train_command_prints_json_last(data_cache, tmp_path):
+    """The real console script, end to end on the tiny config."""
+    run = subprocess.run(
+        [sys.executable, "-m", "sweeps.cli", "train", "--json", "--cache-dir", str(data_cache),
+         "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(TINY) for a in ("--set", s)]],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    final = json.loads(run.stdout.strip().splitlines()[-1])
+    for key in ("val_token_accuracy", "val_loss", "val_sequence_accuracy", "best_epoch", "epochs_run",
+                "stopped_early", "tokens_per_s", "train_seconds", "data_seconds"):
+        assert key in final
+    assert final["epochs_run"] == 2
+    assert (tmp_path / "ckpt" / "epoch-000002" / "manifest.json").exists()
+    best = next((tmp_path / "ckpt").glob("best-*"))
+    assert "reconstructed:" in (best / "samples.txt").read_text()
+    # the folder now holds a run: reusing it without --resume is refused, nothing overwritten
+    again = subprocess.run(
+        [sys.executable, "-m", "sweeps.cli", "train", "--cache-dir", str(data_cache),
+         "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(TINY) for a in ("--set", s)]],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert again.returncode == 2 and "pass --resume" in again.stderr

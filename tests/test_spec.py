@@ -1,0 +1,122 @@
+"""Sweep files: every study parses, and malformed ones are refused before anything is created."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from seqae_core.config import ConfigError
+from sweeps import spec as spec_lib
+from sweeps.cli import main
+
+STUDIES = sorted((Path(__file__).resolve().parents[1] / "sweeps" / "studies").glob("*.yaml"))
+
+GOOD = {
+    "config": {"data": {"input_len": 32}, "model": {"block": "transformer"}},
+    "grid": {"model.latent_fraction": [1.0, 0.5]},
+    "search": {"train.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+    "objective": {"metric": "val_token_accuracy", "mode": "max"},
+    "trials": {"per_cell": 2},
+}
+
+
+def write(tmp_path: Path, doc: object, name: str = "sweep.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=[p.stem for p in STUDIES])
+def test_every_study_parses_and_comments_every_setting(path):
+    spec = spec_lib.load(path)
+    assert spec.planned_trials() >= 1
+    assert spec_lib.parse(spec.to_dict(), str(path)) == spec  # the stored form reloads identically
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        code = line.split("#", 1)[0]
+        if code.strip() and not code.strip().startswith("-") and ":" in code and not code.rstrip().endswith(":"):
+            assert "#" in line, f"{path.name}:{number} has a setting without a comment: {line.strip()}"
+
+
+def test_grid_cells_and_trial_count():
+    spec = spec_lib.parse(GOOD, "good")
+    assert spec.cells() == [{"model.latent_fraction": 1.0}, {"model.latent_fraction": 0.5}]
+    assert spec.planned_trials() == 4
+    assert spec.sampler == "tpe" and not spec.multi_objective
+
+
+def test_multi_objective_defaults_to_nsga2():
+    doc = {**GOOD, "objective": [{"metric": "val_token_accuracy", "mode": "max"},
+                                 {"metric": "latent_fraction", "mode": "min"}]}
+    spec = spec_lib.parse(doc, "mo")
+    assert spec.multi_objective and spec.sampler == "nsga2"
+
+
+def test_set_pins_a_key_out_of_the_search_and_addresses_sweep_settings(tmp_path):
+    path = write(tmp_path, GOOD)
+    spec = spec_lib.load(path, ["train.lr=0.001", "trials.per_cell=1", "grid.data.input_len=[16, 32]"])
+    assert "train.lr" not in spec.search and spec.base["train.lr"] == 0.001
+    assert spec.grid["data.input_len"] == (16, 32) and spec.planned_trials() == 4
+
+
+BAD = [
+    pytest.param({**GOOD, "colour": "red"}, "unknown key 'colour'", id="unknown-top-key"),
+    pytest.param({**GOOD, "config": {"model": {"d_modle": 3}}}, "unknown key 'model.d_modle'", id="unknown-config-key"),
+    pytest.param({**GOOD, "config": {"model": {"d_model": "wide"}}}, "model.d_model='wide' must be an integer",
+                 id="wrong-type"),
+    pytest.param({**GOOD, "search": {"train.lr": {"type": "loguniform", "low": float("nan"), "high": 1.0}}},
+                 "search.train.lr.low=nan must be finite", id="nan-bound"),
+    pytest.param({**GOOD, "search": {"train.lr": {"type": "uniform", "low": 0.0, "high": float("inf")}}},
+                 "search.train.lr.high=inf must be finite", id="inf-bound"),
+    pytest.param({**GOOD, "search": {"train.lr": {"type": "uniform", "low": 0.1, "high": 0.01}}},
+                 "low=0.1 is greater than high=0.01", id="low-above-high"),
+    pytest.param({**GOOD, "search": {"train.lr": {"type": "loguniform", "low": 0.0, "high": 0.01}}},
+                 "low=0.0 must be positive on a log scale", id="log-low-zero"),
+    pytest.param({**GOOD, "search": {"model.d_model": {"type": "categorical", "choices": []}}},
+                 "search.model.d_model.choices=[] must be a non-empty list", id="empty-choices"),
+    pytest.param({**GOOD, "search": {"model.latent_fraction": {"type": "uniform", "low": 0.1, "high": 0.9}}},
+                 "model.latent_fraction is in both grid and search", id="grid-and-search"),
+    pytest.param({**GOOD, "trials": {"total": 0}}, "trials.total=0 must be positive", id="zero-trials"),
+    pytest.param({**GOOD, "trials": {"per_cell": -3}}, "trials.per_cell=-3 must be positive", id="negative-trials"),
+    pytest.param({**GOOD, "objective": {"metric": "bleu", "mode": "max"}}, "objective.metric='bleu' is not reported",
+                 id="unknown-metric"),
+    pytest.param({**GOOD, "objective": {"metric": "val_loss", "mode": "lowest"}},
+                 "objective.mode='lowest' must be 'min' or 'max'", id="bad-mode"),
+    pytest.param({**GOOD, "scheduler": {"type": "hyperband"}}, "scheduler.type='hyperband'", id="bad-scheduler"),
+    pytest.param({**GOOD, "resources": {"cpu": 0}}, "resources.cpu=0 must be above 0", id="zero-cpu"),
+    pytest.param({**GOOD, "grid": {"model.latent_len": [8, 64]}, "config": {"data": {"input_len": 32}}},
+                 "model.latent_len=64 must be in 1..data.input_len=32", id="grid-cell-invalid"),
+    pytest.param({**GOOD, "search": {"model.d_model": {"type": "uniform", "low": 16, "high": 64}}},
+                 "model.d_model is an integer", id="float-search-on-int"),
+]
+
+
+@pytest.mark.parametrize("doc, message", BAD)
+def test_bad_sweep_files_are_rejected_naming_file_and_key(tmp_path, doc, message):
+    path = write(tmp_path, doc)
+    with pytest.raises(ConfigError) as error:
+        spec_lib.load(path)
+    assert message in str(error.value)
+    assert str(path) in str(error.value)
+
+
+def test_yaml_bomb_and_huge_files_are_refused(tmp_path):
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(8)
+    )
+    with pytest.raises(ConfigError, match="aliases are not allowed"):
+        spec_lib.load(write(tmp_path, bomb, "bomb.yaml"))
+    huge = write(tmp_path, "description: " + "x" * (3 * 1024 * 1024), "huge.yaml")
+    with pytest.raises(ConfigError, match="too large for a sweep file"):
+        spec_lib.load(huge)
+
+
+@pytest.mark.parametrize("doc, message", BAD[:4] + BAD[8:10])
+def test_cli_refuses_bad_files_with_exit_2_and_creates_nothing(tmp_path, doc, message, capsys):
+    path = write(tmp_path, doc)
+    workspace = tmp_path / "ws"
+    assert main(["sweep", "run", str(path), "--workspace", str(workspace)]) == 2
+    assert message in capsys.readouterr().err
+    assert not workspace.exists()  # no workspace entry, so no MLflow experiment and no Optuna study either
