@@ -12,13 +12,14 @@ store falls back to the newest valid record and says which one it skipped and wh
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import pyarrow.fs as pafs
 import torch
@@ -79,6 +80,34 @@ class CheckpointStore:
         for note in loaded.skipped:
             log.warning("checkpoint %s/%s skipped", self.uri, note)
         return loaded
+
+    @contextlib.contextmanager
+    def exclusive(self, timeout: float = 120.0) -> Iterator[None]:
+        """Hold the store alone, waiting for an older writer to exit first (a worker that
+        outlived its driver, say). The kernel releases the lock when its holder dies. Object
+        stores have no such lock: there, the caller must make sure old workers are gone."""
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            yield
+            return
+        import fcntl
+        import time
+        from pathlib import Path
+
+        Path(self.root).mkdir(parents=True, exist_ok=True)
+        with open(f"{self.root}/.writer.lock", "w") as handle:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{self.root} is still held by another process after {timeout:.0f} s")
+                    time.sleep(0.2)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def newest_meta(self, kind: str = "epoch") -> dict[str, Any] | None:
         """The metadata of the newest record of ``kind`` with a readable manifest, without
