@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"seqae: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # `seqae sweep status x | head`: the reader has what it wanted
+        sys.stderr.close()
+        return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = with_workspace(sweeps.add_parser("run", help="start a sweep from a sweep file"))
     run.add_argument("file", help="sweep file, e.g. sweeps/studies/quickstart.yaml")
     run.add_argument("--name", help="the sweep's name (default: the file's name without .yaml)")
+    run.add_argument("--or-resume", action="store_true",
+                     help="if the sweep exists and the file still describes it, resume it")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key (pins it: it leaves the grid and search) or a sweep setting, "
                           "e.g. --set trials.total=4 (repeatable)")
@@ -61,7 +66,22 @@ def build_parser() -> argparse.ArgumentParser:
         run.add_argument(flag, help=f"{what} (default: ${env}, else inside the workspace)")
     run.set_defaults(handler=cmd_sweep_run)
 
-    resume = with_workspace(sweeps.add_parser("resume", help="continue an interrupted sweep"))
+    submit = with_workspace(sweeps.add_parser("submit", help="run a sweep on a Ray cluster, as a Ray Job"))
+    submit.add_argument("file", help="sweep file inside the current directory, which is packaged for the cluster")
+    submit.add_argument("--address", help="the cluster's dashboard URL, e.g. http://HEAD:8265 "
+                                          "(default: $SEQAE_RAY_ADDRESS)")
+    submit.add_argument("--name", help="the sweep's name (default: the file's name without .yaml)")
+    submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as for `sweep run`")
+    submit.set_defaults(handler=cmd_sweep_submit)
+
+    for verb, text in (("logs", "the driver's output of a submitted sweep"),
+                       ("cancel", "stop a submitted sweep (resume continues it)")):
+        sub = with_workspace(sweeps.add_parser(verb, help=text))
+        sub.add_argument("name")
+        sub.set_defaults(handler=cmd_sweep_logs if verb == "logs" else cmd_sweep_cancel)
+
+    resume = with_workspace(sweeps.add_parser("resume", help="continue an interrupted sweep (resubmits a "
+                                                             "submitted one)"))
     resume.add_argument("name")
     resume.set_defaults(handler=cmd_sweep_resume)
 
@@ -77,6 +97,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     listing = with_workspace(sweeps.add_parser("list", help="the sweeps in a workspace"))
     listing.set_defaults(handler=cmd_sweep_list)
+
+    cluster = commands.add_parser("cluster", help="a local multi-node Ray cluster with PostgreSQL and MLflow")
+    clusters = cluster.add_subparsers(dest="cluster_command", required=True)
+    for verb, text in (("up", "start a head and worker raylets on loopback, PostgreSQL and an MLflow server"),
+                       ("services", "start only PostgreSQL and an MLflow server (beside a launcher's Ray head)"),
+                       ("down", "stop what `up` started (the data stays)"), ("status", "what is running")):
+        sub = clusters.add_parser(verb, help=text)
+        sub.add_argument("--dir", default=".seqae-cluster", help="the cluster's folder (default: ./.seqae-cluster)")
+        if verb == "up":
+            sub.add_argument("--workers", type=int, default=2, help="worker nodes (default: 2)")
+            sub.add_argument("--cpus-per-worker", type=int, default=1, help="CPUs each worker offers (default: 1)")
+            sub.add_argument("--head-cpus", type=int, default=0, help="CPUs the head offers to trials (default: 0)")
+        if verb == "services":
+            sub.add_argument("--storage", help="shared storage for checkpoints and artifacts, e.g. s3://bucket/prefix")
+        handlers = {"up": cmd_cluster_up, "services": cmd_cluster_up, "down": cmd_cluster_down,
+                    "status": cmd_cluster_status}
+        sub.set_defaults(handler=handlers[verb])
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE", help="which to run (default: all): throughput")
@@ -98,14 +135,97 @@ def cmd_sweep_run(args: argparse.Namespace) -> int:
 
     workspace = _workspace(args)
     overrides = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
-    name = service.create(workspace, args.file, args.name, args.set, overrides)
+    name = service.create(workspace, args.file, args.name, args.set, overrides, or_resume=args.or_resume)
     return service.drive(workspace, name, check_file=False)
 
 
 def cmd_sweep_resume(args: argparse.Namespace) -> int:
-    from sweeps import service
+    from sweeps import service, submit
 
-    return service.drive(_workspace(args), args.name)
+    workspace = _workspace(args)
+    record = submit.read_record(workspace, args.name)
+    if record is not None:
+        submit.resubmit(workspace, record)
+        print(submit.describe(record))
+        return 0
+    return service.drive(workspace, args.name)
+
+
+def _record(args: argparse.Namespace) -> dict[str, Any]:
+    from sweeps import submit
+
+    record = submit.read_record(_workspace(args), args.name)
+    if record is None:
+        raise ConfigError(f"sweep {args.name!r} was not submitted to a cluster from this workspace")
+    return record
+
+
+def cmd_sweep_submit(args: argparse.Namespace) -> int:
+    from sweeps import submit
+
+    record = submit.submit(_workspace(args), args.file, args.name, args.set, args.address)
+    print(submit.describe(record))
+    return 0
+
+
+def cmd_sweep_logs(args: argparse.Namespace) -> int:
+    from sweeps import submit
+
+    print(submit.logs(_record(args)), end="")
+    return 0
+
+
+def cmd_sweep_cancel(args: argparse.Namespace) -> int:
+    from sweeps import submit
+
+    record = _record(args)
+    stopped = submit.cancel(record)
+    print(f"job {record['jobs'][-1]}: {'stop requested' if stopped else 'already finished'}; "
+          f"`seqae sweep resume {args.name}` continues it")
+    return 0
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cluster import local
+
+    root = Path(args.dir)
+    if args.cluster_command == "services":
+        print(f"starting PostgreSQL and MLflow in {root.resolve()} ...", flush=True)
+        state = local.up(root, ray=False, storage=args.storage)
+    else:
+        print(f"starting a Ray head and {args.workers} workers, PostgreSQL and MLflow in {root.resolve()} ...",
+              flush=True)
+        state = local.up(root, args.workers, args.cpus_per_worker, args.head_cpus)
+    env = local.environment(state)
+    if state["ray"]:
+        print(f"Ray dashboard   {env['SEQAE_RAY_ADDRESS']}  (token in {state['token_file']})")
+    print(f"MLflow          {env['SEQAE_MLFLOW_TRACKING_URI']}")
+    print(f"Optuna          {env['SEQAE_OPTUNA_STORAGE']}  (password in {env['PGPASSFILE']})")
+    print(f"storage         {env['SEQAE_STORAGE']}")
+    print(f"\nto submit sweeps to it, export:\n  source {root.resolve() / 'env.sh'}")
+    return 0
+
+
+def cmd_cluster_down(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cluster import local
+
+    stopped = local.down(Path(args.dir))
+    print("stopped: " + (", ".join(stopped) or "nothing was running"))
+    return 0
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from cluster import local
+
+    info = local.status(Path(args.dir))
+    print(json.dumps(info, indent=1))
+    return 0 if all(info["services"].values()) else 1
 
 
 def cmd_sweep_extend(args: argparse.Namespace) -> int:
@@ -117,9 +237,19 @@ def cmd_sweep_extend(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep_status(args: argparse.Namespace) -> int:
-    from sweeps import service
+    from sweeps import service, submit
 
-    info = service.status(_workspace(args), args.name)
+    workspace = _workspace(args)
+    record = submit.read_record(workspace, args.name)
+    if record is not None and not workspace.exists(args.name):
+        # submitted, and its driver has not written its state where this machine can see it (yet)
+        info = {"name": args.name, "job": submit.job_info(record)}
+        print(json.dumps(info) if args.json else f"sweep {args.name}: job {info['job']['id']} is "
+              f"{info['job']['status']} (its state lives on the cluster, in {record['workspace']})")
+        return 0
+    info = service.status(workspace, args.name)
+    if record is not None:
+        info["job"] = submit.job_info(record)
     if args.json:
         print(json.dumps(info))
         return 0
@@ -134,6 +264,8 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     print(f"  MLflow: {info['mlflow_tracking_uri']} experiment {info['mlflow_experiment_id']}, "
           f"sweep run {info['mlflow_parent_run_id']}")
     print(f"  Optuna: {info['optuna_storage']} study {info['optuna_study_name']}")
+    if info.get("job"):
+        print(f"  job: {info['job']['id']} {info['job']['status']} ({info['job']['dashboard']})")
     return 0
 
 

@@ -120,8 +120,8 @@ class TrackingCallback(tune.Callback):
         self.writer.submit(f"logging trial {number}", lambda: self.tracker.trial_result(number, kept))
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        number = trial.config["trial"]
-        log.warning("trial %d failed on %s; retrying from its checkpoint", number, trial.location)
+        log.warning("trial %d lost its worker (failure %d); it continues from its checkpoint",
+                    trial.config["trial"], trial.num_failures)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._ended(trial, None)
@@ -131,7 +131,11 @@ class TrackingCallback(tune.Callback):
 
     def _ended(self, trial: Any, error: str | None) -> None:
         number = trial.config["trial"]
-        state = self.study.state(number).name
+        try:
+            state = self.study.state(number).name
+        except Exception:  # noqa: BLE001 - tracking must never stop the sweep; the next resume reconciles
+            log.exception("cannot read the Optuna state of trial %d; MLflow will be reconciled on resume", number)
+            return
         self.writer.submit(f"closing trial {number}", lambda: self.tracker.trial_ended(number, state, error))
 
 

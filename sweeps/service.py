@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import time
 from dataclasses import asdict
@@ -64,8 +65,12 @@ def check_cluster(backends: Backends) -> None:
         )
 
 
-def connect_ray() -> None:
-    """Join the cluster named by RAY_ADDRESS, or start a local one that lives with this process."""
+def connect_ray(home: Path) -> None:
+    """Join the cluster named by RAY_ADDRESS, or start a local one that lives with this process.
+
+    In a cluster the driver then works from ``home`` (the workspace): the node may unpack a Ray
+    Job's package again, at the same path, whenever a runtime env is set up, which leaves a
+    driver inside it in a deleted folder. Paths are absolute by then."""
     import ray
 
     os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
@@ -73,15 +78,24 @@ def connect_ray() -> None:
         return
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], logging_level=logging.WARNING)
+        home.mkdir(parents=True, exist_ok=True)
+        os.chdir(home)
     else:
         ray.init(include_dashboard=False, logging_level=logging.WARNING)
 
 
-def create(workspace: Workspace, file: str, name: str | None, sets: list[str], overrides: dict[str, str | None]) -> str:
-    """Validate a sweep file and record a new sweep; returns its name. Nothing is created on error."""
+def create(workspace: Workspace, file: str, name: str | None, sets: list[str], overrides: dict[str, str | None],
+           or_resume: bool = False) -> str:
+    """Validate a sweep file and record a new sweep; returns its name. Nothing is created on error.
+
+    With ``or_resume``, an existing sweep of that name is accepted if the file still describes it."""
+    file = str(Path(file).resolve())
     spec = spec_lib.load(file, sets)
     name = check_name(name or Path(file).stem)
     workspace.sweep_dir(name)
+    if or_resume and workspace.exists(name):
+        load_spec(workspace.read(name), check_file=True)
+        return name
     if workspace.exists(name):
         state = workspace.read(name)
         raise ConfigError(
@@ -91,7 +105,7 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
         )
     backends = resolve_backends(workspace, name, overrides)
     if os.environ.get("RAY_ADDRESS"):
-        connect_ray()
+        connect_ray(workspace.root)
         check_cluster(backends)
     workspace.check_writable()
     from sweeps.search import study_exists
@@ -100,7 +114,7 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
         raise ConfigError(f"the Optuna storage {redact(backends.optuna_storage)} already has a study named "
                           f"{name!r}; pick another --name")
     state = SweepState(
-        name=name, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=str(Path(file).resolve()),
+        name=name, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=file,
         sets=list(sets), planned_trials=spec.planned_trials(), backends=asdict(backends), study_name=name,
     )
     with DriverLock(workspace.root / ".create.lock"):
@@ -140,12 +154,14 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True) -> int:
     from sweeps.tracking import Tracker, Writer, trial_store
 
     workspace.check_writable()
+    # `ray job stop` and service managers send SIGTERM: stop as gracefully as on Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
         state = workspace.read(name)
         spec = load_spec(state, check_file)
         backends = Backends(**state.backends)
         if os.environ.get("RAY_ADDRESS"):
-            connect_ray()
+            connect_ray(workspace.root)
             check_cluster(backends)
 
         started = time.time()
@@ -179,7 +195,7 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True) -> int:
         print(f"seqae: sweep {name}: {state.total_trials} trials planned, {todo} to run "
               f"(data ready in {data_seconds:.1f} s)", flush=True)
         if todo:
-            connect_ray()
+            connect_ray(workspace.root)
             try:
                 runner.run_session(spec, study, tracker, writer, storage=backends.storage, cache_dir=cache_dir,
                                    session=len(state.sessions), epochs=epochs)
@@ -281,6 +297,9 @@ def status(workspace: Workspace, name: str) -> dict[str, Any]:
 def listing(workspace: Workspace) -> list[dict[str, Any]]:
     rows = []
     for name in workspace.names():
+        if not workspace.exists(name):  # submitted; its state lives on the cluster
+            rows.append({"name": name, "trials": 0, "outcome": "submitted", "by_state": {}, "file": ""})
+            continue
         state = workspace.read(name)
         last = state.sessions[-1] if state.sessions else {}
         rows.append({

@@ -150,7 +150,9 @@ class Workspace:
     # -- sweeps -------------------------------------------------------------------------------
     def names(self) -> list[str]:
         folder = self.root / "sweeps"
-        return sorted(p.name for p in folder.iterdir() if (p / "sweep.json").exists()) if folder.exists() else []
+        if not folder.exists():
+            return []
+        return sorted(p.name for p in folder.iterdir() if (p / "sweep.json").exists() or (p / "submission.json").exists())
 
     def exists(self, name: str) -> bool:
         return (self.sweep_dir(name) / "sweep.json").exists()

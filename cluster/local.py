@@ -1,0 +1,291 @@
+"""``seqae cluster up/down/status``: a real multi-node Ray cluster on one machine, with the
+PostgreSQL and MLflow server a multi-node sweep needs.
+
+``up`` starts a Ray head and N worker raylets, each its own node on its own loopback address
+(127.0.0.2, 127.0.0.3, ...), with token authentication on and the dashboard bound to 127.0.0.1;
+a PostgreSQL server on 127.0.0.1 with databases for MLflow and Optuna; an MLflow server on
+127.0.0.1 backed by it; and a shared storage folder for checkpoints, Tune state and artifacts.
+It writes ``env.sh`` with what a user exports to submit sweeps to it. Secrets (the Ray token, the
+database password) live in ``secrets/`` (mode 700) and are never printed.
+
+``down`` stops only what ``up`` started (the processes it recorded, and the Ray processes under
+its own temporary folder) and keeps the data: a later ``up`` on the same folder brings the same
+database, storage and ports back, so an interrupted sweep can be resumed on the fresh cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from cluster import mlflow_server, postgres
+from cluster.procs import alive_group, free_port, free_port_block, http_ok, stop_group, wait_until
+from seqae_core.config import ConfigError
+
+STATE = "cluster.json"
+NODE_PORTS = 50  # ports reserved per Ray node: its servers and its worker processes
+# A lost node is noticed in about 3 s instead of about 15 s (what the tests and users wait for).
+FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
+                      "RAY_health_check_failure_threshold": "3"}
+
+
+def _ray_bin() -> str:
+    candidate = Path(sys.executable).parent / "ray"
+    return str(candidate) if candidate.exists() else "ray"
+
+
+def _ray_env(state: dict[str, Any]) -> dict[str, str]:
+    return {
+        **FAST_HEALTH_CHECKS,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": state["token_file"],
+        "RAY_USAGE_STATS_ENABLED": "0",
+        # the job driver and the trials find this venv's python first
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PGPASSFILE": state["postgres"]["pgpass"],
+    }
+
+
+def _node_args(ip: str, base: int, cpus: int) -> list[str]:
+    """A node's own ports, all in [base, base + NODE_PORTS): several nodes share the machine."""
+    return [
+        f"--node-ip-address={ip}", f"--num-cpus={cpus}", f"--node-manager-port={base}",
+        f"--object-manager-port={base + 1}", f"--dashboard-agent-listen-port={base + 2}",
+        f"--dashboard-agent-grpc-port={base + 3}", f"--runtime-env-agent-port={base + 4}",
+        f"--metrics-export-port={base + 5}", f"--min-worker-port={base + 10}",
+        f"--max-worker-port={base + NODE_PORTS - 2}", "--disable-usage-stats",
+    ]
+
+
+def read_state(root: Path) -> dict[str, Any] | None:
+    path = root / STATE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _write_state(root: Path, state: dict[str, Any]) -> None:
+    tmp = root / f".{STATE}.tmp"
+    tmp.write_text(json.dumps(state, indent=1))
+    os.replace(tmp, root / STATE)
+
+
+def environment(state: dict[str, Any]) -> dict[str, str]:
+    """What a user exports to submit sweeps to this cluster."""
+    ray = {
+        "SEQAE_RAY_ADDRESS": f"http://127.0.0.1:{state['dashboard_port']}",
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": state["token_file"],
+    } if state["ray"] else {}
+    return {
+        **ray,
+        "SEQAE_MLFLOW_TRACKING_URI": f"http://127.0.0.1:{state['mlflow']['port']}",
+        "SEQAE_OPTUNA_STORAGE": postgres.Postgres(**state["postgres"]).url("optuna"),
+        "PGPASSFILE": state["postgres"]["pgpass"],
+        "SEQAE_STORAGE": state["storage"],
+        "SEQAE_WORKSPACE": state["workspace"],
+    }
+
+
+def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 0, ray: bool = True,
+       storage: str | None = None) -> dict[str, Any]:
+    """Start the cluster in ``root`` (reusing its database and ports if it ran there before).
+
+    Without ``ray``, only PostgreSQL and the MLflow server start: for a head node whose Ray is
+    started by a cluster launcher (see ``aws.yaml``)."""
+    root = root.resolve()
+    previous = read_state(root)
+    if previous and any(alive for alive in _liveness(previous).values()):
+        raise ConfigError(f"a cluster is already running from {root}; `seqae cluster down --dir {root}` first")
+    if ray and workers < 1:
+        raise ConfigError(f"--workers={workers} must be at least 1 (a head and workers make a multi-node cluster)")
+    secrets_dir = root / "secrets"
+    secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(secrets_dir, 0o700)
+    token_file = secrets_dir / "ray_token"
+    if not token_file.exists():
+        token_file.write_text(secrets.token_urlsafe(32))
+        token_file.chmod(0o600)
+
+    if previous:
+        state = previous
+        state.update(workers=workers, cpus_per_worker=cpus_per_worker, head_cpus=head_cpus, pids={})
+    else:
+        pg_port = free_port()
+        state = {
+            "root": str(root), "token_file": str(token_file), "workers": workers,
+            "cpus_per_worker": cpus_per_worker, "head_cpus": head_cpus,
+            "gcs_port": free_port(), "dashboard_port": free_port(),
+            "node_ports": free_port_block(NODE_PORTS * (workers + 1)),
+            "mlflow": {"port": free_port()},
+            "postgres": postgres.create(secrets_dir, pg_port).to_dict(),
+            "storage": storage or str(root / "storage"), "workspace": str(root / "workspace"), "pids": {},
+        }
+    state["ray"] = ray
+    state["ray_temp_dir"] = tempfile.mkdtemp(prefix="seqae-ray-")  # short: Ray's socket paths are limited
+    _write_state(root, state)
+    logs = root / "logs"
+    logs.mkdir(exist_ok=True)
+    for folder in (state["storage"], state["workspace"]):
+        if "://" not in folder:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+
+    pg = postgres.Postgres(**state["postgres"])
+    postgres.start(pg, logs / "postgres.log")
+
+    state["pids"]["mlflow"] = mlflow_server.start(
+        pg.url("mlflow"), str(Path(state["storage"]) / "mlartifacts"), state["mlflow"]["port"],
+        logs / "mlflow.log", env={"PGPASSFILE": pg.pgpass},
+    )
+    _write_state(root, state)
+
+    if ray:
+        _start_ray(state, logs)
+    state["started"] = time.time()
+    _write_state(root, state)
+    (root / "env.sh").write_text("".join(f"export {k}={v}\n" for k, v in environment(state).items()))
+    return state
+
+
+def _start_ray(state: dict[str, Any], logs: Path) -> None:
+    """A head on 127.0.0.2 and worker raylets on 127.0.0.3, 127.0.0.4, ...: one node each."""
+    workers, head_cpus, cpus_per_worker = state["workers"], state["head_cpus"], state["cpus_per_worker"]
+    env = {**os.environ, **_ray_env(state)}
+    head = [_ray_bin(), "start", "--head", f"--port={state['gcs_port']}", "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={state['dashboard_port']}", f"--temp-dir={state['ray_temp_dir']}",
+            f"--ray-client-server-port={state['node_ports'] + NODE_PORTS - 1}",
+            *_node_args("127.0.0.2", state["node_ports"], head_cpus)]
+    _ray_start(head, env, logs / "ray-head.log")
+    for i in range(1, workers + 1):
+        worker = [_ray_bin(), "start", f"--address=127.0.0.2:{state['gcs_port']}",
+                  f"--temp-dir={state['ray_temp_dir']}",
+                  *_node_args(f"127.0.0.{2 + i}", state["node_ports"] + NODE_PORTS * i, cpus_per_worker)]
+        _ray_start(worker, env, logs / f"ray-worker-{i}.log")
+    wait_until(lambda: http_ok(f"http://127.0.0.1:{state['dashboard_port']}/api/gcs_healthz"), 60,
+               "the Ray dashboard", logs / "ray-head.log")
+
+
+def _ray_start(argv: list[str], env: dict[str, str], log: Path) -> None:
+    with open(log, "ab") as out:
+        result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=180)
+    if result.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise RuntimeError(f"`ray start` failed ({log}):\n{tail}")
+
+
+def ray_processes(state: dict[str, Any]) -> list[int]:
+    """Pids of this cluster's Ray processes: those that name its own temporary folder."""
+    pids = []
+    marker = state.get("ray_temp_dir")
+    if not marker:
+        return pids
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in cmdline or marker.encode() in environ:
+            pids.append(int(proc.name))
+    return [p for p in pids if p != os.getpid()]
+
+
+def worker_raylets(state: dict[str, Any]) -> dict[str, int]:
+    """``{node ip: raylet pid}`` of the worker nodes (for killing exactly one, in tests)."""
+    raylets = {}
+    for pid in ray_processes(state):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmdline and cmdline[0].endswith(b"raylet"):
+            for arg in cmdline:
+                if arg.startswith(b"--node_ip_address="):
+                    ip = arg.split(b"=", 1)[1].decode()
+                    if ip != "127.0.0.2":
+                        raylets[ip] = pid
+    return raylets
+
+
+def down(root: Path) -> list[str]:
+    """Stop what ``up`` started in ``root``; the data stays."""
+    root = root.resolve()
+    state = read_state(root)
+    if state is None:
+        raise ConfigError(f"no cluster was started from {root}")
+    stopped = []
+    pids = ray_processes(state)
+    for pid in pids:
+        try:
+            os.kill(pid, 15)
+        except ProcessLookupError:
+            pass
+    deadline = time.time() + 15
+    while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+        time.sleep(0.2)
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    if pids:
+        stopped.append(f"Ray ({len(pids)} processes)")
+    mlflow_pid = state["pids"].get("mlflow")
+    if isinstance(mlflow_pid, int) and alive_group(mlflow_pid):
+        stop_group(mlflow_pid)
+        stopped.append("MLflow server")
+    pg = postgres.Postgres(**state["postgres"])
+    if postgres.running(pg):
+        postgres.stop(pg)
+        stopped.append("PostgreSQL")
+    shutil.rmtree(state.get("ray_temp_dir") or "/nonexistent", ignore_errors=True)
+    state["pids"] = {}
+    _write_state(root, state)
+    return stopped
+
+
+def _liveness(state: dict[str, Any]) -> dict[str, bool]:
+    mlflow_pid = state.get("pids", {}).get("mlflow")
+    return {
+        "ray": state.get("ray", True) and http_ok(f"http://127.0.0.1:{state['dashboard_port']}/api/gcs_healthz"),
+        "mlflow": isinstance(mlflow_pid, int) and http_ok(f"http://127.0.0.1:{state['mlflow']['port']}/health"),
+        "postgres": postgres.running(postgres.Postgres(**state["postgres"])),
+    }
+
+
+def status(root: Path) -> dict[str, Any]:
+    root = root.resolve()
+    state = read_state(root)
+    if state is None:
+        raise ConfigError(f"no cluster was started from {root}")
+    alive = _liveness(state)
+    if not state["ray"]:
+        del alive["ray"]
+    info: dict[str, Any] = {"root": str(root), "services": alive, "environment": environment(state)}
+    if alive.get("ray"):
+        info["nodes"] = _nodes(state)
+    return info
+
+
+def _nodes(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Alive nodes, through the dashboard's API (with the token)."""
+    import urllib.request
+
+    token = Path(state["token_file"]).read_text().strip()
+    request = urllib.request.Request(f"http://127.0.0.1:{state['dashboard_port']}/nodes?view=summary",
+                                     headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            summary = json.loads(response.read())["data"]["summary"]
+    except (OSError, ValueError, KeyError):
+        return []
+    return [{"ip": n.get("ip"), "state": n.get("raylet", {}).get("state"), "node_id": n.get("raylet", {}).get("nodeId")}
+            for n in summary]

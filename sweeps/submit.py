@@ -1,0 +1,163 @@
+"""Submitting sweeps to a Ray cluster as Ray Jobs, and following them.
+
+``seqae sweep submit`` packages the current directory (the repository, with the sweep file in it)
+as the job's working directory and runs ``seqae sweep run`` as the job's driver on the cluster.
+The job gets the ``SEQAE_*`` and Hugging Face settings of this shell, never a secret: database
+passwords stay in a pgpass file named by ``PGPASSFILE``, the Ray token in the caller's
+environment. Ray's token authentication is honored through the ``Authorization`` header.
+
+A record of each submission (job ids, the address) is kept in the workspace, so ``status``,
+``logs``, ``cancel`` and ``resume`` work by sweep name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from seqae_core.config import ConfigError
+from sweeps import spec as spec_lib
+from sweeps.workspace import Workspace, check_name, redact
+
+PASSED_PREFIXES = ("SEQAE_", "HF_HUB_", "HF_DATASETS_", "TOKENIZERS_")
+PASSED_NAMES = ("PGPASSFILE",)
+NEVER_PASSED = ("SEQAE_RAY_ADDRESS",)
+EXCLUDES = [".venv", ".git", "seqae-runs", "bench-results", "**/__pycache__", "*.db", ".pytest_cache"]
+RECORD = "submission.json"
+
+
+def address(given: str | None) -> str:
+    chosen = given or os.environ.get("SEQAE_RAY_ADDRESS")
+    if not chosen:
+        raise ConfigError("no cluster address: pass --address http://HEAD:8265 or set SEQAE_RAY_ADDRESS")
+    if not chosen.startswith(("http://", "https://")):
+        raise ConfigError(f"--address {chosen!r} must be the dashboard's URL, e.g. http://127.0.0.1:8265")
+    return chosen
+
+
+def auth_headers() -> dict[str, str]:
+    """The Ray token, from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (Ray's order)."""
+    token = os.environ.get("RAY_AUTH_TOKEN")
+    if not token:
+        path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token")).expanduser()
+        token = path.read_text().strip() if path.exists() else None
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def client(url: str) -> Any:
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(url, headers=auth_headers())
+    except Exception as exc:  # noqa: BLE001 - connection and authentication errors alike
+        raise ConfigError(f"cannot reach the Ray Jobs API at {url}: {str(exc).splitlines()[0]}") from None
+
+
+def job_env() -> dict[str, str]:
+    return {
+        k: v for k, v in os.environ.items()
+        if (k.startswith(PASSED_PREFIXES) or k in PASSED_NAMES) and k not in NEVER_PASSED
+    }
+
+
+def _record_path(workspace: Workspace, name: str) -> Path:
+    return workspace.sweep_dir(name) / RECORD
+
+
+def read_record(workspace: Workspace, name: str) -> dict[str, Any] | None:
+    path = _record_path(workspace, name)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _write_record(workspace: Workspace, name: str, record: dict[str, Any]) -> None:
+    path = _record_path(workspace, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, path)
+
+
+def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], url: str | None) -> dict[str, Any]:
+    """Validate here, then submit ``seqae sweep run`` as a Ray Job; returns the submission record."""
+    # A local data folder given on the command line is made absolute: the job runs elsewhere.
+    sets = [f"data.path={Path(v).resolve()}" if k == "data.path" and Path(v).exists() else f"{k}={v}"
+            for k, _, v in (s.partition("=") for s in sets)]
+    spec_lib.load(file, sets)  # a bad file fails here, before the cluster sees anything
+    name = check_name(name or Path(file).stem)
+    url = address(url)
+    if workspace.exists(name) or read_record(workspace, name):
+        raise ConfigError(f"a sweep named {name!r} already exists; `seqae sweep resume {name}` continues it")
+    env = job_env()
+    for key, default in (("SEQAE_MLFLOW_TRACKING_URI", "MLflow"), ("SEQAE_OPTUNA_STORAGE", "Optuna")):
+        value = env.get(key, "")
+        if not value or value.startswith("sqlite:"):
+            raise ConfigError(
+                f"{key} is {value or 'unset'}: a submitted sweep runs on several nodes, where SQLite files on the "
+                f"driver's disk cannot serve every trial (and lock under concurrent writers). Point {default} at a "
+                "server: `seqae cluster up` starts both and prints what to export"
+            )
+    working_dir = Path.cwd()
+    try:
+        relative = Path(file).resolve().relative_to(working_dir)
+    except ValueError:
+        raise ConfigError(f"{file} is outside {working_dir}, the directory that is packaged for the cluster; "
+                          "run from the repository root") from None
+    record = {"name": name, "address": url, "file": str(relative), "sets": sets,
+              "workspace": env.get("SEQAE_WORKSPACE", str(workspace.root)), "working_dir": str(working_dir),
+              "jobs": []}
+    _submit(workspace, record, env)
+    return record
+
+
+def resubmit(workspace: Workspace, record: dict[str, Any]) -> dict[str, Any]:
+    """Resume a submitted sweep: a new job whose driver restores from the shared state."""
+    current = client(record["address"]).get_job_status(record["jobs"][-1]) if record["jobs"] else None
+    if current is not None and not current.is_terminal():
+        raise ConfigError(f"sweep {record['name']!r} is still running as job {record['jobs'][-1]} ({current.value})")
+    _submit(workspace, record, job_env())
+    return record
+
+
+def _submit(workspace: Workspace, record: dict[str, Any], env: dict[str, str]) -> None:
+    """Every job of a sweep runs the same command: it creates the sweep, or resumes it."""
+    entrypoint = shlex.join(["python", "-m", "sweeps.cli", "sweep", "run", record["file"], "--or-resume",
+                             "--name", record["name"], "--workspace", record["workspace"],
+                             *[a for s in record["sets"] for a in ("--set", s)]])
+    jobs = client(record["address"])
+    job_id = f"seqae-{record['name']}-{time.strftime('%Y%m%d-%H%M%S')}"
+    jobs.submit_job(
+        entrypoint=entrypoint, submission_id=job_id, metadata={"seqae_sweep": record["name"]},
+        runtime_env={"working_dir": record["working_dir"], "excludes": EXCLUDES, "env_vars": env},
+    )
+    record["jobs"].append(job_id)
+    _write_record(workspace, record["name"], record)
+
+
+def job_info(record: dict[str, Any]) -> dict[str, Any]:
+    job_id = record["jobs"][-1]
+    try:
+        state = client(record["address"]).get_job_status(job_id).value
+    except ConfigError as exc:
+        state = f"unknown ({exc})"
+    return {"id": job_id, "status": state, "address": record["address"], "jobs": record["jobs"],
+            "dashboard": f"{record['address']}/#/jobs/{job_id}"}
+
+
+def logs(record: dict[str, Any]) -> str:
+    return str(client(record["address"]).get_job_logs(record["jobs"][-1]))
+
+
+def cancel(record: dict[str, Any]) -> bool:
+    return bool(client(record["address"]).stop_job(record["jobs"][-1]))
+
+
+def describe(record: dict[str, Any]) -> str:
+    info = job_info(record)
+    return (f"submitted sweep {record['name']!r} as job {info['id']} to {redact(record['address'])}\n"
+            f"  watch:  {info['dashboard']}\n"
+            f"  logs:   seqae sweep logs {record['name']}\n"
+            f"  status: seqae sweep status {record['name']}")

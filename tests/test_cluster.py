@@ -1,0 +1,268 @@
+"""A real local cluster: a Ray head and two worker raylets on loopback with token auth,
+PostgreSQL and an MLflow server; sweeps submitted through the Jobs API."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+from tests.sweep_helpers import SMOKE, STUDIES, mlflow_runs, optuna_trials, seqae, sets, wait_for
+
+pytestmark = pytest.mark.slow
+
+SWEEP = [*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=4", "retries=2"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cluster")
+    up = seqae("cluster", "up", "--dir", str(root), "--workers", "2", timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    from cluster import local
+
+    state = local.read_state(root)
+    env = local.environment(state)
+    try:
+        yield {"root": root, "state": state, "env": env}
+    finally:
+        down = seqae("cluster", "down", "--dir", str(root), timeout=120)
+        assert down.returncode == 0, down.stderr
+        assert local.ray_processes(state) == []
+
+
+def submit(cluster, name: str, *extra: str) -> str:
+    run = seqae("sweep", "submit", str(STUDIES / "quickstart.yaml"), "--name", name,
+                "--workspace", cluster["env"]["SEQAE_WORKSPACE"], *sets(*SWEEP, *extra), env=cluster["env"])
+    assert run.returncode == 0, run.stdout + run.stderr
+    return re.search(r"as job (\S+)", run.stdout).group(1)
+
+
+def job_status(cluster, name: str) -> dict:
+    run = seqae("sweep", "status", name, "--json", "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"])
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def wait_job(cluster, name: str, timeout: float = 600) -> dict:
+    def done():
+        info = job_status(cluster, name)
+        return info["job"]["status"] in ("SUCCEEDED", "FAILED", "STOPPED")
+
+    wait_for(done, timeout, f"job of sweep {name}", every=3)
+    return job_status(cluster, name)
+
+
+def dashboard(cluster) -> str:
+    return cluster["env"]["SEQAE_RAY_ADDRESS"]
+
+
+def test_cluster_is_three_nodes_with_loopback_services(cluster):
+    run = seqae("cluster", "status", "--dir", str(cluster["root"]))
+    info = json.loads(run.stdout)
+    assert run.returncode == 0 and all(info["services"].values())
+    assert sorted(n["ip"] for n in info["nodes"]) == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    assert all(n["state"] == "ALIVE" for n in info["nodes"])
+    env = (cluster["root"] / "env.sh").read_text()
+    secret = Path(cluster["state"]["token_file"]).read_text().strip()
+    password = Path(cluster["env"]["PGPASSFILE"]).read_text().split(":")[-1].strip()
+    for text in (env, run.stdout):
+        assert secret not in text and password not in text  # secrets stay in their files
+    assert oct(Path(cluster["env"]["PGPASSFILE"]).stat().st_mode)[-3:] == "600"
+
+
+def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
+    submit(cluster, "spread")
+    info = wait_job(cluster, "spread")
+    assert info["job"]["status"] == "SUCCEEDED", seqae("sweep", "logs", "spread", "--workspace",
+                                                       cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"]).stdout[-4000:]
+    assert info["trials_by_state"] == {"COMPLETE": 4}
+
+    runs = mlflow_runs(None, "spread", tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
+    parents = [r for r in runs if r.data.tags.get("seqae.role") == "sweep"]
+    children = [r for r in runs if "seqae.trial" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 4
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    nodes = {r.data.tags["ray.node_id"] for r in children}
+    assert len(nodes) > 1, nodes  # the trials ran on more than one node
+    assert {r.data.tags["ray.node_ip"] for r in children} <= {"127.0.0.3", "127.0.0.4"}
+
+    storage = cluster["env"]["SEQAE_OPTUNA_STORAGE"]
+    assert storage.startswith("postgresql://")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGPASSFILE", cluster["env"]["PGPASSFILE"])
+        trials = optuna_trials(None, "spread", storage=storage)
+    assert len(trials) == 4 and {t.state.name for t in trials} == {"COMPLETE"}
+
+    # no secret reached the runs' params or the job's output
+    token = Path(cluster["state"]["token_file"]).read_text().strip()
+    password = Path(cluster["env"]["PGPASSFILE"]).read_text().split(":")[-1].strip()
+    logs = seqae("sweep", "logs", "spread", "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"]).stdout
+    for run in runs:
+        values = " ".join(f"{k}={v}" for k, v in {**run.data.params, **run.data.tags}.items())
+        assert token not in values and password not in values
+    assert token not in logs and password not in logs
+
+
+def test_jobs_api_refuses_requests_without_the_token(cluster):
+    url = f"{dashboard(cluster)}/api/jobs/"
+    token = Path(cluster["state"]["token_file"]).read_text().strip()
+
+    def job_ids() -> set[str]:
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return {j["submission_id"] for j in json.loads(response.read())}
+
+    before = job_ids()
+    body = json.dumps({"entrypoint": "echo pwned", "submission_id": "intruder"}).encode()
+    codes = {}
+    for label, headers in (("none", {}), ("wrong", {"Authorization": "Bearer not-the-token"})):
+        request = urllib.request.Request(url, data=body, method="POST",
+                                         headers={"Content-Type": "application/json", **headers})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        codes[label] = refused.value.code
+    # Ray answers 401 when the token is missing and 403 when it is wrong: both are refusals.
+    assert codes == {"none": 401, "wrong": 403}
+    assert job_ids() == before and "intruder" not in job_ids()
+
+
+def test_dashboard_and_mlflow_listen_on_loopback_only(cluster):
+    addresses = _non_loopback_addresses()
+    assert addresses, "this machine should have a non-loopback address to test against"
+    ports = {"dashboard": int(dashboard(cluster).rsplit(":", 1)[1]),
+             "mlflow": int(cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"].rsplit(":", 1)[1]),
+             "postgres": cluster["state"]["postgres"]["port"]}
+    import socket
+
+    for name, port in ports.items():
+        with socket.create_connection(("127.0.0.1", port), timeout=3):
+            pass  # reachable on loopback
+        for address in addresses:
+            with pytest.raises(OSError):
+                socket.create_connection((address, port), timeout=3).close()
+
+
+def _non_loopback_addresses() -> list[str]:
+    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+    return [m for m in re.findall(r"inet (\d+\.\d+\.\d+\.\d+)", out) if not m.startswith("127.")]
+
+
+def test_sqlite_backends_are_refused_for_multi_node_sweeps(cluster, tmp_path):
+    env = {**cluster["env"], "SEQAE_MLFLOW_TRACKING_URI": "", "SEQAE_OPTUNA_STORAGE": ""}
+    run = seqae("sweep", "submit", str(STUDIES / "quickstart.yaml"), "--name", "lite",
+                "--workspace", str(tmp_path / "ws"), *sets(*SWEEP), env=env)
+    assert run.returncode == 2 and "SQLite" in run.stderr
+    assert not (tmp_path / "ws").exists()
+    # A driver that joins the cluster itself refuses too, before creating anything.
+    gcs = f"127.0.0.2:{cluster['state']['gcs_port']}"
+    run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "lite", "--workspace",
+                str(tmp_path / "ws2"), *sets(*SWEEP),
+                env={"RAY_ADDRESS": gcs, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": cluster["state"]["token_file"],
+                     "SEQAE_MLFLOW_TRACKING_URI": "", "SEQAE_OPTUNA_STORAGE": ""})
+    assert run.returncode == 2 and "3 nodes" in run.stderr and "SQLite" in run.stderr, run.stderr[-2000:]
+    assert not (tmp_path / "ws2" / "sweeps").exists()
+
+
+def test_killed_worker_trials_continue_on_the_survivor(cluster):
+    """Runs last in this module: it leaves the cluster with one worker."""
+    from cluster import local
+
+    name = "survive"
+    submit(cluster, name, "data.max_pages=20", "train.epochs=6", "trials.total=2")
+    trials = Path(cluster["env"]["SEQAE_STORAGE"]) / name / "trials"
+
+    def victim():
+        for trial in trials.glob("*"):
+            metas = sorted(trial.glob("epoch-*/manifest.json"))
+            if metas and 2 <= json.loads(metas[-1].read_text())["meta"]["epoch"] < 6:
+                return trial
+        return None
+
+    wait_for(lambda: victim() is not None, 300, "a trial past epoch 2")
+    trial = victim()
+    node_ip = _trial_node_ip(cluster, name, int(trial.name))
+    raylets = local.worker_raylets(cluster["state"])
+    os.kill(raylets[node_ip], signal.SIGKILL)  # the worker node dies with the trial on it
+
+    info = wait_job(cluster, name)
+    logs = seqae("sweep", "logs", name, "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"]).stdout
+    assert info["job"]["status"] == "SUCCEEDED", logs[-4000:]
+    assert info["trials_by_state"] == {"COMPLETE": 2}
+    resumed = re.search(rf"trial {int(trial.name)}: continuing after epoch (\d+)", logs)
+    assert resumed and int(resumed.group(1)) >= 2, logs[-4000:]  # from its checkpoint, not from epoch 1
+    runs = mlflow_runs(None, name, tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
+    child = next(r for r in runs if r.data.tags.get("seqae.trial") == trial.name.lstrip("0") or
+                 r.data.tags.get("seqae.trial") == str(int(trial.name)))
+    assert child.info.status == "FINISHED" and child.data.tags["ray.node_ip"] != node_ip  # finished elsewhere
+
+
+def _trial_node_ip(cluster, name: str, number: int) -> str:
+    def tagged():
+        runs = mlflow_runs(None, name, tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
+        return next((r.data.tags.get("ray.node_ip") for r in runs if r.data.tags.get("seqae.trial") == str(number)),
+                    None)
+
+    wait_for(lambda: tagged() is not None, 60, f"the node of trial {number}")
+    return tagged()
+
+
+def test_cluster_launcher_yaml_matches_rays_schema():
+    import jsonschema
+    import ray.autoscaler
+
+    schema = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+    config = yaml.safe_load((REPO / "cluster" / "aws.yaml").read_text())
+    jsonschema.validate(config, schema)
+    types = config["available_node_types"]
+    assert types[config["head_node_type"]]["resources"] == {"CPU": 0}
+    assert any("g5" in t["node_config"]["InstanceType"] for t in types.values())  # a GPU worker group
+    started = " ".join(config["head_start_ray_commands"])
+    assert "RAY_AUTH_MODE=token" in started and "--dashboard-host=127.0.0.1" in started
+    assert "seqae cluster services" in started
+
+
+def test_kuberay_manifests_set_what_the_code_reads():
+    manifests = {p.stem: yaml.safe_load(p.read_text()) for p in (REPO / "cluster" / "kuberay").glob("*.yaml")}
+    cluster_spec = manifests["raycluster"]["spec"]
+    head = cluster_spec["headGroupSpec"]["template"]["spec"]["containers"][0]
+    worker = cluster_spec["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    read_by_code = _env_names_read_by_code()
+    for container in (head, worker):
+        names = {e["name"] for e in container["env"]}
+        assert {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "SEQAE_STORAGE"} <= names
+        assert {n for n in names if n.startswith("SEQAE_")} <= read_by_code
+        token = next(e for e in container["env"] if e["name"] == "RAY_AUTH_TOKEN")
+        assert "secretKeyRef" in token["valueFrom"]  # never a literal secret
+    head_env = {e["name"]: e.get("value") for e in head["env"]}
+    assert head_env["SEQAE_OPTUNA_STORAGE"].startswith("postgresql://") and "@" in head_env["SEQAE_OPTUNA_STORAGE"]
+    assert ":" not in head_env["SEQAE_OPTUNA_STORAGE"].split("//")[1].split("@")[0]  # no password in the URL
+    assert head_env["SEQAE_STORAGE"].startswith("s3://")
+    # the RayJob's entrypoint is a valid seqae command on a sweep file that exists
+    job = manifests["rayjob"]["spec"]
+    argv = shlex.split(job["entrypoint"])
+    assert argv[:3] == ["python", "-m", "sweeps.cli"]
+    from sweeps.cli import build_parser
+
+    args = build_parser().parse_args(argv[3:])
+    assert args.or_resume and (REPO / args.file).exists()
+    assert job["clusterSelector"]["ray.io/cluster"] == manifests["raycluster"]["metadata"]["name"]
+
+
+def _env_names_read_by_code() -> set[str]:
+    names = set()
+    for path in list((REPO / "sweeps").glob("*.py")) + list((REPO / "seqae_core").glob("*.py")):
+        names.update(re.findall(r"\"(SEQAE_[A-Z_]+)\"", path.read_text()))
+    return names
