@@ -120,10 +120,18 @@ class CheckpointStore:
                 continue
         return None
 
-    def clear(self) -> None:
-        """Remove every record (for a run that starts over)."""
-        if self.fs.get_file_info(self.root).type != pafs.FileType.NotFound:
-            self.fs.delete_dir_contents(self.root, missing_dir_ok=True)
+    def record_verdict(self, error: str) -> None:
+        """Mark the run as failed for a reason that would repeat if it were run again."""
+        with self.fs.open_output_stream(f"{self.root}/failed.txt") as out:
+            out.write(error.encode())
+
+    def verdict(self) -> str | None:
+        """The recorded reason this run cannot succeed, if any."""
+        try:
+            with self.fs.open_input_stream(f"{self.root}/failed.txt") as f:
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return None
 
     def _epochs(self, kind: str) -> list[int]:
         if self.fs.get_file_info(self.root).type == pafs.FileType.NotFound:

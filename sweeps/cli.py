@@ -98,6 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
     listing = with_workspace(sweeps.add_parser("list", help="the sweeps in a workspace"))
     listing.set_defaults(handler=cmd_sweep_list)
 
+    report = with_workspace(commands.add_parser("report", help="build a sweep's HTML report and log it to MLflow"))
+    report.add_argument("name")
+    report.set_defaults(handler=cmd_report)
+
+    ui = with_workspace(commands.add_parser("ui", help="the MLflow UI and optuna-dashboard on a workspace"))
+    ui.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
+    ui.add_argument("--mlflow-port", type=int, default=5000, help="MLflow UI port (default: 5000)")
+    ui.add_argument("--optuna-port", type=int, default=8080, help="optuna-dashboard port (default: 8080)")
+    ui.set_defaults(handler=cmd_ui)
+
     cluster = commands.add_parser("cluster", help="a local multi-node Ray cluster with PostgreSQL and MLflow")
     clusters = cluster.add_subparsers(dest="cluster_command", required=True)
     for verb, text in (("up", "start a head and worker raylets on loopback, PostgreSQL and an MLflow server"),
@@ -182,6 +192,35 @@ def cmd_sweep_cancel(args: argparse.Namespace) -> int:
     stopped = submit.cancel(record)
     print(f"job {record['jobs'][-1]}: {'stop requested' if stopped else 'already finished'}; "
           f"`seqae sweep resume {args.name}` continues it")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from dashboards import report
+
+    workspace = _workspace(args)
+    try:
+        index = report.build(workspace.read(args.name), workspace)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    print(f"report: {index}  (also logged to the sweep's MLflow run, under report/)")
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    import os
+
+    from dashboards import ui
+
+    workspace = _workspace(args)
+    if not (workspace.root / "mlflow.db").exists():
+        raise ConfigError(f"no sweeps have run in {workspace.root} yet (no mlflow.db)")
+    ui.serve(
+        os.environ.get("SEQAE_MLFLOW_TRACKING_URI", f"sqlite:///{workspace.root / 'mlflow.db'}"),
+        str(workspace.artifact_root),
+        os.environ.get("SEQAE_OPTUNA_STORAGE", f"sqlite:///{workspace.root / 'optuna.db'}"),
+        args.host, args.mlflow_port, args.optuna_port, workspace.root / "logs",
+    )
     return 0
 
 

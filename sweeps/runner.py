@@ -18,8 +18,8 @@ from ray import tune
 from ray.tune.search import Searcher
 
 from seqae_core import metrics as M
-from seqae_core.config import build
-from seqae_core.train import resume_state, save_checkpoint, train
+from seqae_core.config import ConfigError, build
+from seqae_core.train import NonFiniteLossError, resume_state, save_checkpoint, train
 from sweeps.search import SweepStudy
 from sweeps.spec import SweepSpec, trial_layers
 from sweeps.tracking import Tracker, Writer, trial_store
@@ -30,22 +30,33 @@ log = logging.getLogger(__name__)
 def run_trial(config: dict[str, Any], runtime: dict[str, Any]) -> None:
     """A Tune function trainable: one sweep trial, continued from its newest valid checkpoint."""
     number = config["trial"]
-    trial_config = build(trial_layers(runtime["source"], config["base"], config["params"]))
+    store = trial_store(runtime["storage"], number)
     cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
     torch.set_num_threads(max(1, int(cpus)))
-    store = trial_store(runtime["storage"], number)
     with store.exclusive():
-        _train_trial(number, trial_config, store, runtime["cache_dir"])
+        verdict = store.verdict()
+        if verdict is not None:  # Tune's retries are for lost workers; this error would only repeat
+            raise TrialFailed(f"trial {number} already failed in a way a retry cannot fix: {verdict}")
+        try:
+            trial_config = build(trial_layers(runtime["source"], config["base"], config["params"]))
+            _train_trial(number, trial_config, store, runtime["cache_dir"], config.get("continued", False))
+        except (ConfigError, NonFiniteLossError) as exc:
+            store.record_verdict(f"{type(exc).__name__}: {exc}")
+            raise
 
 
-def _train_trial(number: int, trial_config: Any, store: Any, cache_dir: str) -> None:
+class TrialFailed(RuntimeError):
+    """A trial that failed for a reason that repeats: its config, or its loss diverging."""
+
+
+def _train_trial(number: int, trial_config: Any, store: Any, cache_dir: str, continued: bool) -> None:
     resume, skipped = resume_state(store)
     for note in skipped:
         print(f"seqae: trial {number}: skipped damaged checkpoint {note}", flush=True)
     if resume is not None:
         print(f"seqae: trial {number}: continuing after epoch {resume['epoch']}", flush=True)
-    elif skipped:
-        print(f"seqae: trial {number}: no valid checkpoint left; starting from epoch 1", flush=True)
+    elif skipped or continued:
+        print(f"seqae: trial {number}: no valid checkpoint left; starting over from epoch 1", flush=True)
     device = "cuda" if ray.get_gpu_ids() else "cpu"  # only the GPUs Ray assigned are visible
     node_id = ray.get_runtime_context().get_node_id()
 
@@ -127,7 +138,9 @@ class TrackingCallback(tune.Callback):
         self._ended(trial, None)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self._ended(trial, trial.error_message or "the trial failed")
+        error = trial.get_pickled_error()
+        lines = [line for line in str(error or "the trial failed").splitlines() if line.strip()]
+        self._ended(trial, lines[-1] if lines else "the trial failed")
 
     def _ended(self, trial: Any, error: str | None) -> None:
         number = trial.config["trial"]

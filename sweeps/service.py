@@ -217,6 +217,8 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True) -> int:
                        mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
                        mlflow_writes_failed=len(writer.failed))
         workspace.write(state)
+        if not left:
+            rebuild_report(state, workspace)
     print(f"seqae: sweep {name}: {'complete' if complete else 'interrupted'}; trials by state: {counts}", flush=True)
     if left:
         print(f"seqae: warning: MLflow did not take {left} writes before the sweep ended; the data is safe in the "
@@ -224,6 +226,17 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True) -> int:
     if not complete:
         print(f"seqae: continue it with `seqae sweep resume {name}`", flush=True)
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+def rebuild_report(state: SweepState, workspace: Workspace) -> None:
+    """The HTML report, rebuilt at the end of every session; a failure here never fails the sweep."""
+    from dashboards import report
+
+    try:
+        index = report.build(state, workspace)
+        print(f"seqae: report: {index}", flush=True)
+    except Exception as exc:  # noqa: BLE001 - `seqae report NAME` rebuilds it later
+        log.warning("the report could not be built (%s); `seqae report %s` retries", exc, state.name)
 
 
 def prepare_data(spec: spec_lib.SweepSpec, cache_dir: str) -> int:

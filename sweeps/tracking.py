@@ -25,11 +25,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-# A failed request should come back to the writer's own retry loop quickly, not block for minutes.
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+
+def mlflow_defaults() -> None:
+    """seqae's MLflow client settings, unless the user set them: a failed request comes back to
+    the writer's own retry loop quickly instead of blocking for minutes; no telemetry, no
+    progress bars."""
+    for key, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+                       ("MLFLOW_HTTP_REQUEST_TIMEOUT", "20"), ("MLFLOW_DISABLE_TELEMETRY", "true"),
+                       ("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")):
+        os.environ.setdefault(key, value)
+
+
+mlflow_defaults()
 
 from mlflow.entities import Metric, Param, RunTag  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402

@@ -55,3 +55,21 @@ def tiny_config():
         return from_flat({**TINY, **overrides}, "tiny config")
 
     return make
+
+
+SCREENSHOTS: list[str] = []
+
+
+@pytest.fixture
+def screenshot_dir() -> Path:
+    """Where browser tests save screenshots; the test summary lists every file saved there."""
+    folder = Path(os.environ.get("SEQAE_SCREENSHOTS", REPO / "test-screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's hook signature
+    if SCREENSHOTS:
+        terminalreporter.write_sep("-", "screenshots saved")
+        for path in SCREENSHOTS:
+            terminalreporter.write_line(path)

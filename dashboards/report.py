@@ -1,0 +1,414 @@
+"""``seqae report NAME``: the paper's figures and the search's story, from a sweep's MLflow runs.
+
+The report is one self-contained HTML file (figures embedded as PNG data) plus the PNGs beside
+it, written to ``<workspace>/sweeps/<name>/report/`` and logged as artifacts of the sweep's
+parent run under ``report/``. Each figure appears when the sweep has the data for it:
+
+    fig2_epochs_by_latent.png      validation token accuracy over epochs, a line per latent length
+    fig3_accuracy_by_fraction.png  best accuracy against latent length as % of input, a line per input length
+    seeds_bands.png, seeds_boxes.png   mean +- standard error and box plots over seeds, per epoch
+    losses.png                     train and validation loss per trial
+    optuna_*.png                   optimization history, parameter importances, parallel
+                                   coordinates, or the Pareto front of a multi-objective sweep
+
+Then a sortable table of every trial, failed and running ones included, and validation samples
+at each latent ratio with the reconstruction's wrong tokens highlighted.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import logging
+import math
+import tempfile
+import time
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from seqae_core import metrics as M  # noqa: E402
+from sweeps.tracking import mlflow_defaults  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+CURVES = (M.VAL_TOKEN_ACCURACY, M.TRAIN_LOSS, M.VAL_LOSS)
+STATE_OF_STATUS = {"FINISHED": "COMPLETE", "FAILED": "FAIL", "KILLED": "PRUNED", "RUNNING": "RUNNING"}
+
+
+@dataclass
+class Trial:
+    number: int
+    run_id: str
+    status: str  # the MLflow run's status
+    state: str  # COMPLETE, PRUNED, FAIL or RUNNING
+    params: dict[str, Any]
+    curves: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    duration: float = 0.0
+    node: str = ""
+    samples: list[dict[str, list[str]]] = field(default_factory=list)
+
+    @property
+    def input_len(self) -> int:
+        return int(self.params.get("data.input_len", 0))
+
+    @property
+    def latent_len(self) -> int:
+        return int(self.params.get("model.latent_len", 0))
+
+    @property
+    def fraction(self) -> float:
+        return self.latent_len / self.input_len if self.input_len else 0.0
+
+    @property
+    def accuracy(self) -> list[tuple[int, float]]:
+        return self.curves.get(M.VAL_TOKEN_ACCURACY, [])
+
+    @property
+    def best(self) -> float | None:
+        return max((v for _, v in self.accuracy), default=None)
+
+    @property
+    def epochs(self) -> int:
+        return len(self.accuracy)
+
+    @property
+    def stopped_early(self) -> bool:
+        return self.state == "COMPLETE" and self.epochs < int(self.params.get("train.epochs", 0))
+
+
+def _value(text: str) -> Any:
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return text
+
+
+def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
+    """The parent run and every child run of a sweep, with their metric histories and samples."""
+    from mlflow.tracking import MlflowClient
+
+    mlflow_defaults()
+    client = MlflowClient(tracking_uri)
+    runs = client.search_runs([experiment_id], max_results=10_000)
+    parent = next((r for r in runs if r.data.tags.get("seqae.role") == "sweep"), None)
+    trials = []
+    now = time.time() * 1000
+    for run in runs:
+        tags = run.data.tags
+        if "seqae.trial" not in tags:
+            continue
+        state = tags.get("optuna.state") or STATE_OF_STATUS.get(run.info.status, run.info.status)
+        if run.info.status == "RUNNING":
+            state = "RUNNING"
+        trial = Trial(
+            number=int(tags["seqae.trial"]), run_id=run.info.run_id, status=run.info.status, state=state,
+            params={k: _value(v) for k, v in run.data.params.items()},
+            duration=((run.info.end_time or now) - run.info.start_time) / 1000,
+            node=tags.get("ray.node_ip", "") + (f" ({tags['ray.node_id'][:8]})" if "ray.node_id" in tags else ""),
+        )
+        for key in CURVES:
+            if key in run.data.metrics:
+                trial.curves[key] = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+        if tags.get("seqae.artifacts_epoch"):
+            with tempfile.TemporaryDirectory() as tmp:
+                try:
+                    trial.samples = json.loads(Path(client.download_artifacts(run.info.run_id, "samples.json", tmp))
+                                               .read_text())
+                except Exception:  # noqa: BLE001 - a missing artifact only drops the samples
+                    log.warning("no samples for trial %d", trial.number)
+        trials.append(trial)
+    return parent, sorted(trials, key=lambda t: t.number)
+
+
+# -- figures ---------------------------------------------------------------------------------
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _mean_curve(trials: list[Trial], key: str = M.VAL_TOKEN_ACCURACY) -> tuple[list[int], list[float]]:
+    by_epoch: dict[int, list[float]] = defaultdict(list)
+    for trial in trials:
+        for step, value in trial.curves.get(key, []):
+            by_epoch[step].append(value)
+    epochs = sorted(by_epoch)
+    return epochs, [sum(by_epoch[e]) / len(by_epoch[e]) for e in epochs]
+
+
+def fig2(trials: list[Trial], out: Path) -> Path | None:
+    """Accuracy over epochs, a line per latent length, at the input length with most latents."""
+    latents: dict[int, set[int]] = defaultdict(set)
+    for t in trials:
+        if t.accuracy:
+            latents[t.input_len].add(t.latent_len)
+    if not latents or max(len(v) for v in latents.values()) < 2:
+        return None
+    input_len = max(latents, key=lambda n: (len(latents[n]), n))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for latent in sorted(latents[input_len], reverse=True):
+        group = [t for t in trials if t.input_len == input_len and t.latent_len == latent and t.accuracy]
+        epochs, mean = _mean_curve(group)
+        ax.plot(epochs, mean, marker="o", label=f"{input_len}to{latent}")
+    ax.set(xlabel="epoch", ylabel="validation token accuracy",
+           title=f"Accuracy over epochs at input length {input_len} (cf. paper Fig. 2)")
+    ax.grid(alpha=0.3)
+    ax.legend(title="input to latent", fontsize=8)
+    return _save(fig, out / "fig2_epochs_by_latent.png")
+
+
+def fig3(trials: list[Trial], out: Path) -> tuple[Path | None, dict[int, list[tuple[float, float]]]]:
+    """Best accuracy against the latent fraction, a line per input length; also returns the points."""
+    points: dict[int, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for t in trials:
+        if t.best is not None and t.state in ("COMPLETE", "PRUNED"):
+            points[t.input_len][round(100 * t.fraction, 2)].append(t.best)
+    series = {n: sorted((f, sum(v) / len(v)) for f, v in by_f.items()) for n, by_f in points.items()}
+    if not series or max(len(s) for s in series.values()) < 2:
+        return None, series
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for input_len in sorted(series):
+        xs, ys = zip(*series[input_len])
+        ax.plot(xs, ys, marker="o", label=str(input_len))
+    ax.set(xlabel="latent length, % of input length", ylabel="best validation token accuracy",
+           title="Accuracy against reduction (cf. paper Fig. 3)")
+    ax.grid(alpha=0.3)
+    ax.legend(title="input length")
+    return _save(fig, out / "fig3_accuracy_by_fraction.png"), series
+
+
+def seed_groups(trials: list[Trial]) -> dict[str, list[Trial]]:
+    """Trials that differ only in ``train.seed``, for groups of at least two seeds."""
+    groups: dict[str, list[Trial]] = defaultdict(list)
+    for t in trials:
+        if t.accuracy and "train.seed" in t.params:
+            key = {k: v for k, v in t.params.items() if k != "train.seed"}
+            label = f"{t.input_len}to{t.latent_len}, lr {key.get('train.lr')} {key.get('train.lr_schedule', '')}"
+            groups[json.dumps(key, sort_keys=True) + "\0" + label].append(t)
+    return {k.split("\0")[1]: v for k, v in groups.items() if len({t.params["train.seed"] for t in v}) >= 2}
+
+
+def seeds_figures(trials: list[Trial], out: Path) -> list[Path]:
+    groups = seed_groups(trials)
+    if not groups:
+        return []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, group in groups.items():
+        by_epoch: dict[int, list[float]] = defaultdict(list)
+        for t in group:
+            for step, value in t.accuracy:
+                by_epoch[step].append(value)
+        epochs = sorted(by_epoch)
+        mean = [sum(by_epoch[e]) / len(by_epoch[e]) for e in epochs]
+        se = [_stderr(by_epoch[e]) for e in epochs]
+        ax.plot(epochs, mean, linewidth=2, label=f"{label} ({len(group)} seeds)")
+        ax.fill_between(epochs, [m - s for m, s in zip(mean, se)], [m + s for m, s in zip(mean, se)], alpha=0.25)
+    ax.set(xlabel="epoch", ylabel="validation token accuracy",
+           title="Mean and standard error over seeds (cf. paper Fig. 4)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    paths = [_save(fig, out / "seeds_bands.png")]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(7, 3 * len(groups)), squeeze=False)
+    for ax, (label, group) in zip(axes[:, 0], groups.items()):
+        by_epoch = defaultdict(list)
+        for t in group:
+            for step, value in t.accuracy:
+                by_epoch[step].append(value)
+        epochs = sorted(by_epoch)
+        ax.boxplot([by_epoch[e] for e in epochs], positions=epochs, widths=0.6)
+        ax.set(xlabel="epoch", ylabel="accuracy", title=f"{label}: spread over {len(group)} seeds (cf. paper Fig. 5)")
+        ax.grid(alpha=0.3)
+    paths.append(_save(fig, out / "seeds_boxes.png"))
+    return paths
+
+
+def _stderr(values: list[float]) -> float:
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) / math.sqrt(len(values))
+
+
+def losses(trials: list[Trial], out: Path) -> Path | None:
+    with_data = [t for t in trials if t.curves.get(M.TRAIN_LOSS)]
+    if not with_data:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for t in with_data:
+        for ax, key in zip(axes, (M.TRAIN_LOSS, M.VAL_LOSS)):
+            if t.curves.get(key):
+                steps, values = zip(*t.curves[key])
+                ax.plot(steps, values, marker=".", label=f"trial {t.number}")
+    for ax, key in zip(axes, ("train loss", "validation loss")):
+        ax.set(xlabel="epoch", title=key)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("cross-entropy per token")
+    if len(with_data) <= 12:
+        axes[1].legend(fontsize=7)
+    return _save(fig, out / "losses.png")
+
+
+def optuna_figures(storage: str, study_name: str, out: Path) -> tuple[list[Path], list[str]]:
+    """Optuna's own plots; returns the figures and notes on the ones the study cannot have yet."""
+    import optuna
+    from optuna.visualization import matplotlib as ovm
+
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+    plots = ([("optuna_pareto_front.png", "Pareto front", lambda: ovm.plot_pareto_front(study))]
+             if len(study.directions) > 1 else
+             [("optuna_history.png", "optimization history", lambda: ovm.plot_optimization_history(study)),
+              ("optuna_importances.png", "parameter importances", lambda: ovm.plot_param_importances(study)),
+              ("optuna_parallel.png", "parallel coordinates", lambda: ovm.plot_parallel_coordinate(study))])
+    paths, notes = [], []
+    for file_name, label, draw in plots:
+        if len(complete) < 2:
+            notes.append(f"Optuna {label}: needs two completed trials, the study has {len(complete)}")
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the matplotlib backend is marked experimental
+                axes = draw()
+            fig = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
+            fig.set_size_inches(8, 4.8)
+            paths.append(_save(fig, out / file_name))
+        except (ValueError, RuntimeError) as exc:  # e.g. importances when no parameter varies
+            notes.append(f"Optuna {label}: {exc}")
+            plt.close("all")
+    return paths, notes
+
+
+# -- the page ----------------------------------------------------------------------------------
+def _img(path: Path, caption: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(caption)} ({path.name})</figcaption></figure>")
+
+
+def _varying(trials: list[Trial]) -> list[str]:
+    keys = sorted({k for t in trials for k in t.params})
+    return [k for k in keys if len({str(t.params.get(k)) for t in trials}) > 1]
+
+
+def _short(value: Any) -> Any:
+    return f"{value:.4g}" if isinstance(value, float) else value
+
+
+def _table(trials: list[Trial]) -> str:
+    varying = _varying(trials)
+    head = ["trial", "state", *varying, "best accuracy", "epochs", "stopped early", "duration (s)", "node"]
+    rows = []
+    for t in trials:
+        cells = [t.number, t.state, *[_short(t.params.get(k, "")) for k in varying],
+                 "" if t.best is None else f"{t.best:.4f}", t.epochs, "yes" if t.stopped_early else "no",
+                 f"{t.duration:.1f}", t.node]
+        rows.append(f'<tr class="{t.state.lower()}">' + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
+                    + "</tr>")
+    return ('<table id="trials"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
+            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+
+
+def _samples(trials: list[Trial], per_ratio: int = 2) -> str:
+    by_ratio: dict[tuple[int, int], list[Trial]] = defaultdict(list)
+    for t in trials:
+        if t.samples:
+            by_ratio[(t.input_len, t.latent_len)].append(t)
+    blocks = []
+    for (input_len, latent), group in sorted(by_ratio.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+        best = max(group, key=lambda t: t.best or 0.0)
+        items = []
+        for sample in best.samples[:per_ratio]:
+            original = " ".join(html.escape(tok) for tok in sample["original"])
+            rebuilt = " ".join(html.escape(r) if r == o else f'<span class="wrong" title="{html.escape(o)}">'
+                               f"{html.escape(r)}</span>" for o, r in zip(sample["original"], sample["reconstruction"]))
+            items.append(f'<div class="pair"><div><b>original</b><p>{original}</p></div>'
+                         f"<div><b>reconstruction</b><p>{rebuilt}</p></div></div>")
+        blocks.append(f"<h3>{input_len} to {latent} tokens ({100 * latent / input_len:.0f}%), trial {best.number}</h3>"
+                      + "".join(items))
+    return "".join(blocks) or "<p>No trial has logged samples yet.</p>"
+
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+figure{display:inline-block;margin:0.5em;vertical-align:top} img{max-width:560px;border:1px solid #ddd}
+figcaption{font-size:0.85em;color:#555} table{border-collapse:collapse;font-size:0.85em}
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:right} th{cursor:pointer;background:#f3f3f3}
+tr.fail td{background:#fde2e2} tr.running td{background:#fff6d5} tr.pruned td{background:#eee}
+.pair{display:grid;grid-template-columns:1fr 1fr;gap:1em;font-family:monospace;font-size:0.8em}
+.wrong{background:#f8b4b4;text-decoration:underline} .note{color:#777}"""
+
+SORT = """document.querySelectorAll('#trials th').forEach((th, i) => th.addEventListener('click', () => {
+  const body = th.closest('table').tBodies[0];
+  const rows = Array.from(body.rows);
+  const up = th.dataset.order !== 'asc';
+  th.dataset.order = up ? 'asc' : 'desc';
+  const value = r => { const t = r.cells[i].textContent; const n = parseFloat(t); return isNaN(n) ? t : n; };
+  rows.sort((a, b) => (value(a) > value(b) ? 1 : value(a) < value(b) ? -1 : 0) * (up ? 1 : -1));
+  rows.forEach(r => body.appendChild(r));
+}));"""
+
+
+def build(state: Any, workspace: Any, log_to_mlflow: bool = True) -> Path:
+    """Write the report of sweep ``state`` (a ``SweepState``) and log it to the parent run."""
+    from mlflow.tracking import MlflowClient
+
+    backends = state.backends
+    if not state.mlflow_experiment_id:
+        raise ValueError(f"sweep {state.name!r} has not started yet: it has no MLflow runs")
+    out = workspace.sweep_dir(state.name) / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.png"):
+        old.unlink()
+    parent, trials = collect(backends["mlflow_tracking_uri"], state.mlflow_experiment_id)
+    figures: list[tuple[Path, str]] = []
+    notes: list[str] = []
+    if (path := fig2(trials, out)) is not None:
+        figures.append((path, "Validation token accuracy over epochs, one line per latent length"))
+    path, fig3_points = fig3(trials, out)
+    if path is not None:
+        figures.append((path, "Best accuracy against the latent length as a percentage of the input"))
+    figures += [(p, "Accuracy over seeds, per epoch") for p in seeds_figures(trials, out)]
+    if (path := losses(trials, out)) is not None:
+        figures.append((path, "Train and validation loss per trial"))
+    try:
+        paths, optuna_notes = optuna_figures(backends["optuna_storage"], state.study_name, out)
+        figures += [(p, p.stem.replace("_", " ")) for p in paths]
+        notes += optuna_notes
+    except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
+        notes.append(f"Optuna plots unavailable: {exc}")
+    (out / "fig3_points.json").write_text(json.dumps({str(k): v for k, v in fig3_points.items()}, indent=1))
+
+    counts: dict[str, int] = defaultdict(int)
+    for t in trials:
+        counts[t.state] += 1
+    summary = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no trials yet"
+    page = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
+<title>seqae sweep {html.escape(state.name)}</title><style>{STYLE}</style></head><body>
+<h1>Sweep {html.escape(state.name)}</h1>
+<p>{len(trials)} of {state.total_trials} trials: {summary}. Built {time.strftime('%Y-%m-%d %H:%M:%S')}
+from MLflow experiment {html.escape(str(state.mlflow_experiment_id))}
+(sweep run {html.escape(parent.info.run_id if parent else '-')}).</p>
+<h2>Figures</h2>{''.join(_img(p, c) for p, c in figures) or '<p>No figure has data yet.</p>'}
+{''.join(f'<p class="note">{html.escape(n)}</p>' for n in notes)}
+<h2>Trials</h2><p class="note">Click a column to sort. Failed trials are red, running ones yellow.</p>
+{_table(trials)}
+<h2>Reconstructions</h2><p class="note">Wrong tokens are highlighted; hover to see the original.</p>
+{_samples(trials)}
+<script>{SORT}</script></body></html>"""
+    index = out / "index.html"
+    index.write_text(page)
+    if log_to_mlflow and parent is not None:
+        MlflowClient(backends["mlflow_tracking_uri"]).log_artifacts(parent.info.run_id, str(out), artifact_path="report")
+    return index

@@ -1,0 +1,40 @@
+"""``seqae ui``: the MLflow UI on a workspace's tracking store and optuna-dashboard on its study
+storage, both on 127.0.0.1 by default, stopped together on Ctrl-C."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import optuna
+
+from cluster import mlflow_server
+from cluster.procs import http_ok, spawn, stop_group, wait_until
+
+
+def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflow_port: int, optuna_port: int,
+          logs: Path, until: float | None = None) -> None:
+    """Start both UIs, print their URLs, and stop both on Ctrl-C (or after ``until`` seconds)."""
+    optuna.storages.RDBStorage(optuna_storage)  # optuna-dashboard refuses a file without tables
+    logs.mkdir(parents=True, exist_ok=True)
+    pids = []
+    try:
+        pids.append(mlflow_server.start(mlflow_uri, artifacts, mlflow_port, logs / "mlflow-ui.log", host=host))
+        dashboard = str(Path(sys.executable).parent / "optuna-dashboard")
+        pids.append(spawn([dashboard, optuna_storage, "--host", host, "--port", str(optuna_port)],
+                          logs / "optuna-dashboard.log"))
+        wait_until(lambda: http_ok(f"http://127.0.0.1:{optuna_port}/api/studies"), 60, "optuna-dashboard",
+                   logs / "optuna-dashboard.log")
+        print(f"MLflow UI         http://{host}:{mlflow_port}", flush=True)
+        print(f"optuna-dashboard  http://{host}:{optuna_port}", flush=True)
+        print("Ctrl-C stops both.", flush=True)
+        deadline = None if until is None else time.time() + until
+        while deadline is None or time.time() < deadline:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for pid in pids:
+            stop_group(pid)
+        print("stopped the MLflow UI and optuna-dashboard", flush=True)

@@ -1,0 +1,174 @@
+"""The report and `seqae ui`, checked in real headless Chromium (Debian's chromium and chromedriver)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import socket
+
+import pytest
+
+from tests.conftest import SCREENSHOTS
+from tests.sweep_helpers import SMOKE, STUDIES, kill_group, seqae, sets, start, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver):
+        pytest.fail("Debian's chromium and chromium-driver are needed (apt-get install chromium chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1400,1100"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(tmp_path_factory):
+    workspace = tmp_path_factory.mktemp("dash") / "ws"
+    run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace),
+                *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=3"))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "seqae: report:" in run.stdout  # rebuilt at the end of the sweep
+    return workspace
+
+
+def save(driver, folder, name: str) -> None:
+    path = folder / name
+    driver.save_screenshot(str(path))
+    SCREENSHOTS.append(str(path))
+
+
+def test_report_renders_every_figure_without_console_errors(finished_sweep, screenshot_dir):
+    index = finished_sweep / "sweeps" / "quickstart" / "report" / "index.html"
+    pngs = sorted(p.name for p in index.parent.glob("*.png"))
+    assert {"losses.png", "optuna_history.png", "optuna_parallel.png"} <= set(pngs)
+    driver = browser()
+    try:
+        driver.get(index.as_uri())
+        wait_for(lambda: driver.execute_script("return document.readyState") == "complete", 30, "the report")
+        images = driver.execute_script(
+            "return Array.from(document.images).map(i => [i.alt, i.complete && i.naturalWidth > 0])")
+        assert len(images) == len(pngs) and all(ok for _, ok in images), images
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert errors == []
+        # the trials table sorts by a clicked column
+        rows = lambda: [r.split()[0] for r in driver.execute_script(  # noqa: E731
+            "return Array.from(document.querySelectorAll('#trials tbody tr')).map(r => r.innerText)")]
+        assert rows() == ["0", "1", "2"]
+        driver.execute_script("document.querySelector('#trials th').click()")
+        driver.execute_script("document.querySelector('#trials th').click()")
+        assert rows() == ["2", "1", "0"]
+        assert driver.execute_script("return document.querySelectorAll('.wrong').length") > 0  # highlighted tokens
+        save(driver, screenshot_dir, "report.png")
+    finally:
+        driver.quit()
+    # and the report is an artifact of the sweep's parent run
+    from mlflow.tracking import MlflowClient
+
+    info = json.loads(seqae("sweep", "status", "quickstart", "--json", "--workspace", str(finished_sweep)).stdout)
+    client = MlflowClient(f"sqlite:///{finished_sweep / 'mlflow.db'}")
+    logged = {a.path for a in client.list_artifacts(info["mlflow_parent_run_id"], "report")}
+    assert "report/index.html" in logged and "report/losses.png" in logged
+
+
+def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, screenshot_dir, tmp_path):
+    mlflow_port, optuna_port = free_port(), free_port()
+    ui = start("ui", "--workspace", str(finished_sweep), "--mlflow-port", str(mlflow_port),
+               "--optuna-port", str(optuna_port), log=tmp_path / "ui.log")
+    try:
+        wait_for(lambda: "Ctrl-C stops both" in (tmp_path / "ui.log").read_text(), 120, "seqae ui")
+        log = (tmp_path / "ui.log").read_text()
+        assert f"http://127.0.0.1:{mlflow_port}" in log and f"http://127.0.0.1:{optuna_port}" in log
+        info = json.loads(seqae("sweep", "status", "quickstart", "--json", "--workspace", str(finished_sweep)).stdout)
+        driver = browser()
+        try:
+            from selenium.webdriver.common.by import By
+
+            driver.get(f"http://127.0.0.1:{mlflow_port}/#/experiments")
+            wait_for(lambda: "quickstart" in driver.find_element(By.TAG_NAME, "body").text, 60, "the experiment list")
+            save(driver, screenshot_dir, "mlflow-experiments.png")
+
+            driver.get(f"http://127.0.0.1:{mlflow_port}/#/experiments/{info['mlflow_experiment_id']}/runs")
+            links = lambda: [a for a in driver.find_elements(By.CSS_SELECTOR, ".ag-root a")]  # noqa: E731
+            wait_for(lambda: any(a.text == "quickstart" for a in links()), 60, "the sweep's parent run")
+            body = driver.find_element(By.TAG_NAME, "body").text
+            assert "4 matching runs" in body  # the parent and its three trials
+            parent = next(a for a in links() if a.text == "quickstart")
+            cell = parent.find_element(By.XPATH, "./ancestor::span[contains(@class,'ag-cell-value')][1]")
+            cell.find_element(By.CSS_SELECTOR, "button").click()  # expand the nested child runs
+            wait_for(lambda: {"trial-0000", "trial-0001", "trial-0002"} <= {a.text for a in links()}, 30,
+                     "the child runs")
+            save(driver, screenshot_dir, "mlflow-runs.png")
+
+            driver.get(f"http://127.0.0.1:{optuna_port}/dashboard")
+            wait_for(lambda: "quickstart" in driver.find_element(By.TAG_NAME, "body").text, 60, "optuna-dashboard")
+            save(driver, screenshot_dir, "optuna-dashboard.png")
+        finally:
+            driver.quit()
+    finally:
+        ui.send_signal(signal.SIGINT)  # Ctrl-C
+        try:
+            assert ui.wait(timeout=60) == 0
+        finally:
+            kill_group(ui)
+    assert "stopped the MLflow UI and optuna-dashboard" in (tmp_path / "ui.log").read_text()
+    for port in (mlflow_port, optuna_port):
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_fig3_accuracy_falls_as_the_latent_shrinks(tmp_path):
+    """A small real sweep over latent fractions at one input length."""
+    workspace = tmp_path / "ws"
+    run = seqae("sweep", "run", str(STUDIES / "paper_fig3.yaml"), "--name", "fractions", "--workspace", str(workspace),
+                *sets(f"data.path={SMOKE[0].split('=', 1)[1]}", "data.samples=windows", "data.max_pages=30",
+                      "grid.data.input_len=[16]", "grid.model.latent_fraction=[1.0, 0.5, 0.25, 0.125]",
+                      "model.block=transformer", "model.d_model=64", "model.d_attn=64", "model.heads=4",
+                      "model.d_ffn=128", "train.epochs=3", "train.batch_size=32", "train.lr=0.003",
+                      "resources.cpu=1", "max_concurrent=2"), timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = workspace / "sweeps" / "fractions" / "report"
+    assert (report / "fig3_accuracy_by_fraction.png").exists()
+    points = json.loads((report / "fig3_points.json").read_text())["16"]
+    fractions, accuracy = zip(*points)
+    assert fractions == (12.5, 25.0, 50.0, 100.0)
+    assert list(accuracy) == sorted(accuracy), points  # less latent, less accuracy
+    assert accuracy[-1] - accuracy[0] > 0.1, points
+
+
+def test_report_shows_failed_and_running_trials(tmp_path):
+    workspace, name = tmp_path / "ws", "mixed"
+    # lr 1e30 makes the first trial's loss NaN at once; the second trains for a while
+    sweep = start("sweep", "run", str(STUDIES / "paper_fig3.yaml"), "--name", name, "--workspace", str(workspace),
+                  *sets(*SMOKE, "data.max_pages=20", "grid.data.input_len=[16]", "grid.model.latent_fraction=[0.5]",
+                        "grid.train.lr=[1e30, 0.001]", "train.lr_schedule=constant", "model.block=transformer",
+                        "train.epochs=30", "train.patience=30", "max_concurrent=1"), log=tmp_path / "sweep.log")
+    try:
+        trials = workspace / "sweeps" / name / "trials"
+        wait_for(lambda: len(list(trials.glob("*/epoch-*"))) >= 1, 300, "the second trial to train")
+        built = seqae("report", name, "--workspace", str(workspace))
+        assert built.returncode == 0, built.stderr[-3000:]
+        page = (workspace / "sweeps" / name / "report" / "index.html").read_text()
+        rows = {number: state for state, number in re.findall(r'<tr class="(\w+)"><td>(\d+)</td>', page)}
+        assert rows == {"0": "fail", "1": "running"}, rows
+        assert "1 fail" in page and "1 running" in page
+    finally:
+        kill_group(sweep, signal.SIGINT)
+        sweep.wait(timeout=120)
