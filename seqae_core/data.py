@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 FORMAT = 1  # bump when the layout of an entry changes
 FILES = ("tokens.npy", "pages.npy", "vocab.json")
 PAGE_BATCH = 512  # pages per tokenizer call
-CHARS_PER_TOKEN = 8  # first guess of the prefix a page needs; English Wikipedia averages about 5
+CHARS_PER_TOKEN = 5.0  # characters tokenized per token still needed; English averages about 4.5
 
 
 def default_cache_dir() -> Path:
@@ -225,19 +225,34 @@ def prefix_at_whitespace(text: str, chars: int) -> tuple[str, bool]:
 
 
 def first_tokens(tokenizer: Any, texts: list[str], n: int) -> list[list[int]]:
-    """The first ``n`` token ids of each text, tokenizing only a prefix of it."""
+    """The first ``n`` token ids of each text, tokenizing only about as much text as they need.
+
+    Each round tokenizes, from where the last one stopped, a piece cut at whitespace and sized
+    for the tokens still missing; pieces cut at whitespace tokenize to exactly the tokens the
+    whole text has there, so the result equals ``tokenizer(text)[:n]``."""
     result: list[list[int]] = [[] for _ in texts]
-    pending, chars = list(range(len(texts))), n * CHARS_PER_TOKEN
+    start = [0] * len(texts)
+    pending = list(range(len(texts)))
     while pending:
-        cuts = [prefix_at_whitespace(texts[i], chars) for i in pending]
-        ids = tokenizer([c[0] for c in cuts], add_special_tokens=False)["input_ids"]
+        pieces = []
+        for i in pending:
+            budget = int((n - len(result[i])) * CHARS_PER_TOKEN) + 32
+            # budget + 1 characters are enough to know whether more text follows the piece
+            piece, truncated = prefix_at_whitespace(texts[i][start[i] : start[i] + budget + 1], budget)
+            while truncated and not piece:  # one word longer than the budget
+                budget *= 4
+                piece, truncated = prefix_at_whitespace(texts[i][start[i] : start[i] + budget + 1], budget)
+            pieces.append((i, piece, truncated))
+        ids = tokenizer([piece for _, piece, _ in pieces], add_special_tokens=False)["input_ids"]
         retry = []
-        for i, (_, truncated), tokens in zip(pending, cuts, ids):
-            if len(tokens) >= n or not truncated:
-                result[i] = tokens[:n]
+        for (i, piece, truncated), tokens in zip(pieces, ids):
+            result[i].extend(tokens)
+            start[i] += len(piece)
+            if len(result[i]) >= n or not truncated:
+                result[i] = result[i][:n]
             else:
                 retry.append(i)
-        pending, chars = retry, chars * 4
+        pending = retry
     return result
 
 
