@@ -26,8 +26,40 @@ def _throughput(options: dict[str, Any]) -> list[dict[str, Any]]:
     from benchmarks import throughput
 
     shapes = [tuple(int(n) for n in s.split(":")) for s in options["shapes"].split(",")]
-    precisions = ["fp32"] + (["bf16"] if torch.ops.mkldnn._is_mkldnn_bf16_supported() else [])
-    return throughput.run(shapes, ["paper", "transformer"], precisions, options["steps"])  # type: ignore[arg-type]
+    if torch.cuda.is_available():
+        precisions = ["bf16"]
+    else:
+        precisions = ["fp32"] + (["bf16"] if torch.ops.mkldnn._is_mkldnn_bf16_supported() else [])
+    return throughput.run(options["data"], shapes, ["paper", "transformer"], precisions,  # type: ignore[arg-type]
+                          options["steps"])
+
+
+@suite("overhead")
+def _overhead(options: dict[str, Any]) -> list[dict[str, Any]]:
+    from benchmarks import sweep_overhead
+
+    return sweep_overhead.run(options["data"])
+
+
+@suite("data")
+def _data(options: dict[str, Any]) -> list[dict[str, Any]]:
+    from benchmarks import data_prep
+
+    return data_prep.prefix_vs_whole(options["data"]) + data_prep.cache_hit(options["data"])
+
+
+@suite("search")
+def _search(options: dict[str, Any]) -> list[dict[str, Any]]:
+    from benchmarks import search_efficiency
+
+    return search_efficiency.run(options["data"], seeds=options["seeds"])
+
+
+@suite("gpu")
+def _gpu(options: dict[str, Any]) -> list[dict[str, Any]]:
+    from benchmarks import gpu_packing
+
+    return gpu_packing.run(options["data"])
 
 
 def machine() -> dict[str, Any]:
@@ -51,7 +83,7 @@ def machine() -> dict[str, Any]:
 def table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "(no rows)"
-    columns = list(rows[0])
+    columns = list(dict.fromkeys(c for row in rows for c in row))
     widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
     lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
     lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]

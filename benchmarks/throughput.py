@@ -77,12 +77,15 @@ def _config(case: Case, batch_size: int) -> Config:
 
 def _timed(step: Callable[[], None], steps: int) -> float:
     """Median seconds per step after two warm-up steps."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     for _ in range(2):
         step()
     times = []
     for _ in range(steps):
+        sync()
         start = time.perf_counter()
         step()
+        sync()
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
 
@@ -90,10 +93,12 @@ def _timed(step: Callable[[], None], steps: int) -> float:
 def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, steps: int) -> dict[str, Any]:
     """tokens/s of both implementations on the same batches (n, b, t)."""
     config = _config(case, batches.shape[1])
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=case.precision == "bf16")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=case.precision == "bf16")
+    batches = batches.to(device)
     torch.manual_seed(0)
-    seqae = ReducingAutoencoder(config, vocab_size)
-    baseline = BaselineAutoencoder(config, vocab_size)
+    seqae = ReducingAutoencoder(config, vocab_size).to(device)
+    baseline = BaselineAutoencoder(config, vocab_size).to(device)
     baseline.model.load_state_dict(seqae.state_dict())
     opt_seqae = torch.optim.AdamW(seqae.parameters(), lr=1e-4, fused=True)
     opt_base = torch.optim.AdamW(baseline.parameters(), lr=1e-4)
@@ -135,28 +140,48 @@ def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, ste
         "baseline_tokens_per_s": round(base_tps, 1),
         "speedup": round(seqae_tps / base_tps, 3),
         "head_share": round(head_share(config, vocab_size), 3),
+        "mfu": None if (m := mfu(config, vocab_size, seqae_tps)) is None else round(m, 3),
     }
 
 
-def head_share(config: Config, vocab_size: int) -> float:
-    """Fraction of a training step's matmul FLOPs spent in the vocabulary head (forward + backward)."""
+def forward_flops(config: Config, vocab_size: int) -> tuple[float, float]:
+    """Matmul FLOPs of one sample's forward pass: (vocabulary head, everything else)."""
     t, s, d, a, f = (config.data.input_len, config.latent_len, config.model.d_model, config.model.d_attn,
                      config.model.d_ffn)
     head = 2 * t * d * vocab_size
     lengths = length_schedule(t, s, config.model.layers, config.model.reduction)
     body = 0
     for n_in, n_out in list(zip(lengths, lengths[1:])) + list(zip(lengths[::-1], lengths[::-1][1:])):
+        # W_S x, Q, K and V, scores, weighted values, W_O
         body += 2 * (n_out * n_in * d + n_out * d * a + 2 * n_in * d * a + 2 * n_out * n_in * a + n_out * a * d)
         if config.model.block == "transformer":
-            body += 2 * n_out * n_in * d + 4 * n_out * d * f
+            body += 2 * n_out * n_in * d + 4 * n_out * d * f  # the resampled residual, the FFN
+    return float(head), float(body)
+
+
+def head_share(config: Config, vocab_size: int) -> float:
+    """Fraction of a training step's matmul FLOPs spent in the vocabulary head."""
+    head, body = forward_flops(config, vocab_size)
     return head / (head + body)
 
 
-def real_batches(input_len: int, batch_size: int, count: int) -> tuple[torch.Tensor, int, int]:
-    """``count`` batches of real Wikipedia windows from the offline corpus (or the Hub)."""
-    import os
+PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 FLOP/s
 
-    path = os.environ.get("SEQAE_BENCH_DATA", "wikimedia/wikipedia")
+
+def mfu(config: Config, vocab_size: int, tokens_per_s: float) -> float | None:
+    """Model FLOPs utilization on this GPU (forward + backward = 3x forward), if its peak is known."""
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(0)
+    peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
+    if peak is None:
+        return None
+    head, body = forward_flops(config, vocab_size)
+    return 3 * (head + body) * tokens_per_s / config.data.input_len / peak
+
+
+def real_batches(path: str, input_len: int, batch_size: int, count: int) -> tuple[torch.Tensor, int, int]:
+    """``count`` batches of real Wikipedia windows."""
     config = from_flat({"data.path": path, "data.samples": "windows", "data.input_len": input_len,
                         "data.max_pages": 200})
     splits = data_lib.load(config.data)
@@ -165,10 +190,11 @@ def real_batches(input_len: int, batch_size: int, count: int) -> tuple[torch.Ten
     return tokens, splits.pad_id, splits.vocab_size
 
 
-def run(shapes: list[tuple[int, int]], blocks: list[str], precisions: list[str], steps: int) -> list[dict[str, Any]]:
+def run(path: str, shapes: list[tuple[int, int]], blocks: list[str], precisions: list[str],
+        steps: int) -> list[dict[str, Any]]:
     rows = []
     for input_len, latent_len in shapes:
-        batches, pad_id, vocab_size = real_batches(input_len, 16, 8)
+        batches, pad_id, vocab_size = real_batches(path, input_len, 16, 8)
         for block in blocks:
             for precision in precisions:
                 rows.append(measure(Case(input_len, latent_len, block, precision), batches, pad_id, vocab_size, steps))

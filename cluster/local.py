@@ -155,7 +155,7 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
 
 def _start_ray(state: dict[str, Any], logs: Path) -> None:
     """A head on 127.0.0.2 and worker raylets on 127.0.0.3, 127.0.0.4, ...: one node each."""
-    workers, head_cpus, cpus_per_worker = state["workers"], state["head_cpus"], state["cpus_per_worker"]
+    workers, head_cpus = state["workers"], state["head_cpus"]
     env = {**os.environ, **_ray_env(state)}
     head = [_ray_bin(), "start", "--head", f"--port={state['gcs_port']}", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={state['dashboard_port']}", f"--temp-dir={state['ray_temp_dir']}",
@@ -163,12 +163,16 @@ def _start_ray(state: dict[str, Any], logs: Path) -> None:
             *_node_args("127.0.0.2", state["node_ports"], head_cpus)]
     _ray_start(head, env, logs / "ray-head.log")
     for i in range(1, workers + 1):
-        worker = [_ray_bin(), "start", f"--address=127.0.0.2:{state['gcs_port']}",
-                  f"--temp-dir={state['ray_temp_dir']}",
-                  *_node_args(f"127.0.0.{2 + i}", state["node_ports"] + NODE_PORTS * i, cpus_per_worker)]
-        _ray_start(worker, env, logs / f"ray-worker-{i}.log")
+        start_worker(state, i)
     wait_until(lambda: http_ok(f"http://127.0.0.1:{state['dashboard_port']}/api/gcs_healthz"), 60,
                "the Ray dashboard", logs / "ray-head.log")
+
+
+def start_worker(state: dict[str, Any], i: int) -> None:
+    """Start worker node ``i`` (1-based) on 127.0.0.<2 + i>: again, after it was lost."""
+    worker = [_ray_bin(), "start", f"--address=127.0.0.2:{state['gcs_port']}", f"--temp-dir={state['ray_temp_dir']}",
+              *_node_args(f"127.0.0.{2 + i}", state["node_ports"] + NODE_PORTS * i, state["cpus_per_worker"])]
+    _ray_start(worker, {**os.environ, **_ray_env(state)}, Path(state["root"]) / "logs" / f"ray-worker-{i}.log")
 
 
 def _ray_start(argv: list[str], env: dict[str, str], log: Path) -> None:

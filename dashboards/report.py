@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import html
-import io
 import json
 import logging
 import math

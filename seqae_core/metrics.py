@@ -17,15 +17,16 @@ LATENT_FRACTION = "latent_fraction"  # latent_len / input_len, constant per tria
 BEST_EPOCH = "best_epoch"
 BEST_VAL_TOKEN_ACCURACY = "best_val_token_accuracy"
 
+DATA_SECONDS = "data_seconds"  # this process's data start-up: a cache hit takes well under a second
+
 # Summaries in the trainer's final result.
 EPOCHS_RUN = "epochs_run"
 STOPPED_EARLY = "stopped_early"
 TRAIN_SECONDS = "train_seconds"
-DATA_SECONDS = "data_seconds"
 
 PER_EPOCH: tuple[str, ...] = (
     EPOCH, TRAIN_LOSS, VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY, LEARNING_RATE, TOKENS_PER_S,
-    EPOCH_SECONDS, LATENT_FRACTION, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY,
+    EPOCH_SECONDS, LATENT_FRACTION, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY, DATA_SECONDS,
 )
 # What a sweep may optimize, and the direction that makes sense for each.
 OBJECTIVES: dict[str, tuple[str, ...]] = {

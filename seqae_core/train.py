@@ -228,6 +228,7 @@ def train(
             M.LATENT_FRACTION: config.latent_fraction,
             M.BEST_EPOCH: stopper.best_epoch,
             M.BEST_VAL_TOKEN_ACCURACY: stopper.best,
+            M.DATA_SECONDS: data_seconds,
         }
         history.append(metrics)
         if report is not None:

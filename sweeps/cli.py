@@ -126,10 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handlers[verb])
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
-    bench.add_argument("suites", nargs="*", metavar="SUITE", help="which to run (default: all): throughput")
+    bench.add_argument("suites", nargs="*", metavar="SUITE",
+                       help="which to run (default: all): throughput, overhead, data, search, gpu")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
+    bench.add_argument("--data", default=None, help="dataset path (default: $SEQAE_BENCH_DATA, else the "
+                                                    "offline corpus in ../shared, else wikimedia/wikipedia)")
     bench.add_argument("--shapes", default="64:32,512:256", help="throughput: input:latent lengths")
     bench.add_argument("--steps", type=int, default=5, help="throughput: timed steps per measurement")
+    bench.add_argument("--seeds", type=int, default=3, help="search: seeds per strategy")
     bench.set_defaults(handler=cmd_bench)
     return parser
 
@@ -321,6 +325,7 @@ def cmd_sweep_list(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    import os
     from pathlib import Path
 
     from benchmarks.run import SUITES, main as run_benchmarks
@@ -328,7 +333,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
         raise ConfigError(f"unknown benchmark suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
-    run_benchmarks(args.suites, Path(args.out), {"shapes": args.shapes, "steps": args.steps})
+    data = args.data or os.environ.get("SEQAE_BENCH_DATA")
+    if data is None:
+        offline = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "wikipedia-mini"
+        data = str(offline) if offline.exists() else "wikimedia/wikipedia"
+    run_benchmarks(args.suites, Path(args.out),
+                   {"shapes": args.shapes, "steps": args.steps, "seeds": args.seeds, "data": data})
     return 0
 
 

@@ -62,6 +62,19 @@ def best_epoch_values(spec: SweepSpec, history: list[dict[str, Any]]) -> list[fl
     return [float(best[o.metric]) for o in spec.objectives]
 
 
+def read_only(spec: SweepSpec, url: str, name: str) -> SweepStudy:
+    """A sweep's study, for reading (status, reports): loaded without writing anything, so a
+    read-only workspace still shows what it holds. Before the sweep starts, it is empty."""
+    view = SweepStudy.__new__(SweepStudy)
+    view.spec, view.total, view._issued = spec, 0, set()
+    try:
+        view.study = optuna.load_study(study_name=name, storage=storage(url))
+    except KeyError:  # the sweep was recorded but its driver has not created the study yet
+        view.study = optuna.create_study(directions=["maximize" if o.mode == "max" else "minimize"
+                                                     for o in spec.objectives])
+    return view
+
+
 class SweepStudy:
     def __init__(self, spec: SweepSpec, url: str, name: str, total: int, fingerprint: str) -> None:
         self.spec, self.total = spec, total

@@ -92,7 +92,7 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
     file = str(Path(file).resolve())
     spec = spec_lib.load(file, sets)
     name = check_name(name or Path(file).stem)
-    workspace.sweep_dir(name)
+    workspace.check_paths(name)
     if or_resume and workspace.exists(name):
         load_spec(workspace.read(name), check_file=True)
         return name
@@ -273,12 +273,12 @@ def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:
 
 def status(workspace: Workspace, name: str) -> dict[str, Any]:
     """Trials by state, the best so far, and where the runs and the study live."""
-    from sweeps.search import SweepStudy
+    from sweeps.search import read_only
 
     state = workspace.read(name)
     spec = spec_lib.parse(state.spec, state.file)
     backends = Backends(**state.backends)
-    study = SweepStudy(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
+    study = read_only(spec, backends.optuna_storage, state.study_name)
     by_state = study.counts()
     created = sum(by_state.values())
     if created < state.total_trials:

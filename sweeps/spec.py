@@ -285,23 +285,20 @@ def trial_layers(source: str, base: dict[str, Any], params: dict[str, Any]) -> l
 
 
 def _check_trial_configs(spec: SweepSpec) -> None:
-    """Every grid cell, at the edges of the search space, must give a valid config."""
-    probes = [{}] if not spec.search else [
-        {k: _edge(d, i) for k, d in spec.search.items()} for i in (0, 1)
-    ]
+    """Every grid cell must give a valid config, alone and with each searched value (each
+    categorical choice, each numeric bound) set on it. Combinations of several searched values
+    are not tried: a trial whose combination is invalid fails on its own, and the sweep goes on."""
+    probes: list[dict[str, Any]] = [{}]
+    for key, dist in spec.search.items():
+        values = dist.choices if dist.kind == "categorical" else (dist.low, dist.high)
+        probes += [{key: v} for v in values]
     for cell in spec.cells():
         for probe in probes:
             try:
                 build(trial_layers(spec.source, spec.base, {**cell, **probe}))
             except ConfigError as exc:
-                where = f"grid cell {cell}" if cell else "the base config"
-                raise ConfigError(f"{exc} (in {where})") from None
-
-
-def _edge(d: Distribution, i: int) -> Any:
-    if d.kind == "categorical":
-        return d.choices[0]
-    return d.low if i == 0 else d.high
+                where = " and ".join(f"{k}={v!r}" for k, v in {**cell, **probe}.items()) or "the base config"
+                raise ConfigError(f"{exc} (with {where})") from None
 
 
 def _grid(grid: Any, source: str) -> dict[str, tuple[Any, ...]]:

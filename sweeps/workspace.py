@@ -15,6 +15,7 @@ no path the service writes may leave the workspace, through ``..`` or a symbolic
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -133,6 +134,12 @@ class Workspace:
     def cache_dir(self) -> Path:
         return self.inside("cache")
 
+    def check_paths(self, name: str) -> None:
+        """Every path a sweep writes, checked before the first write: none may leave the workspace."""
+        for parts in (("sweeps", check_name(name)), ("mlflow.db",), ("optuna.db",), ("mlartifacts",), ("cache",),
+                      ("logs",)):
+            self.inside(*parts)
+
     def check_writable(self) -> None:
         """Fail early, and clearly, on a read-only or full workspace."""
         probe = self.root / f".write-probe-{os.getpid()}"
@@ -145,7 +152,8 @@ class Workspace:
         except OSError as exc:
             raise ConfigError(f"the workspace {self.root} is not writable: {exc.strerror or exc}") from None
         finally:
-            probe.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # on a read-only filesystem even this fails (EROFS)
+                probe.unlink(missing_ok=True)
 
     # -- sweeps -------------------------------------------------------------------------------
     def names(self) -> list[str]:

@@ -28,10 +28,29 @@ def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -
                           timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO)
 
 
-def start(*args: str, log: Path) -> subprocess.Popen:
+def start(*args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A `seqae` command in the background, in its own process group, output to ``log``."""
     return subprocess.Popen([sys.executable, "-m", "sweeps.cli", *args], stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+                            stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+                            env={**os.environ, **(env or {})})
+
+
+def trial_metas(storage: Path) -> dict[int, dict[str, Any]]:
+    """The newest checkpoint manifest of each trial under a sweep's storage: {trial: meta}."""
+    metas = {}
+    for trial in sorted((storage / "trials").glob("*")):
+        manifests = sorted(trial.glob("epoch-*/manifest.json"))
+        for manifest in reversed(manifests):
+            try:
+                metas[int(trial.name)] = json.loads(manifest.read_text())["meta"]
+                break
+            except (OSError, ValueError):
+                continue
+    return metas
+
+
+def finished(storage: Path) -> set[int]:
+    return {n for n, meta in trial_metas(storage).items() if meta["finished"]}
 
 
 def sets(*items: str) -> list[str]:

@@ -9,8 +9,6 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,7 +17,9 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.sweep_helpers import SMOKE, STUDIES, mlflow_runs, optuna_trials, seqae, sets, wait_for
+from tests.sweep_helpers import (
+    SMOKE, STUDIES, finished, mlflow_runs, optuna_trials, seqae, sets, trial_metas, wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def cluster(tmp_path_factory):
     finally:
         down = seqae("cluster", "down", "--dir", str(root), timeout=120)
         assert down.returncode == 0, down.stderr
-        assert local.ray_processes(state) == []
+        assert local.ray_processes(local.read_state(root)) == []
 
 
 def submit(cluster, name: str, *extra: str) -> str:
@@ -176,37 +176,94 @@ def test_sqlite_backends_are_refused_for_multi_node_sweeps(cluster, tmp_path):
     assert not (tmp_path / "ws2" / "sweeps").exists()
 
 
-def test_killed_worker_trials_continue_on_the_survivor(cluster):
-    """Runs last in this module: it leaves the cluster with one worker."""
+def kill_worker_of(cluster, name: str, number: int) -> str:
+    """SIGKILL the raylet of the worker node that runs trial ``number``; returns the node's IP."""
     from cluster import local
 
+    node_ip = _trial_node_ip(cluster, name, number)
+    os.kill(local.worker_raylets(cluster["state"])[node_ip], signal.SIGKILL)
+    return node_ip
+
+
+def restore_worker(cluster, node_ip: str) -> None:
+    from cluster import local
+
+    local.start_worker(cluster["state"], int(node_ip.rsplit(".", 1)[1]) - 2)
+    wait_for(lambda: node_ip in local.worker_raylets(cluster["state"]), 60, f"worker {node_ip} to come back")
+
+
+def test_lost_worker_with_no_retries_left_fails_its_trial_everywhere(cluster):
+    """Scenario 3, retries exhausted: the trial is FAILED in Tune, Optuna and MLflow; the rest finish."""
+    name = "noretry"
+    submit(cluster, name, "data.max_pages=20", "train.epochs=6", "trials.total=3", "retries=0")
+    storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
+    wait_for(lambda: any(2 <= m["epoch"] < 6 for m in trial_metas(storage).values()), 300, "a trial past epoch 2")
+    number = next(n for n, m in trial_metas(storage).items() if 2 <= m["epoch"] < 6)
+    node_ip = kill_worker_of(cluster, name, number)
+    try:
+        info = wait_job(cluster, name)
+        logs = seqae("sweep", "logs", name, "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"]).stdout
+        assert info["job"]["status"] == "SUCCEEDED", logs[-4000:]  # the sweep finished the rest
+        assert info["trials_by_state"] == {"COMPLETE": 2, "FAIL": 1}, info
+        assert re.search(rf"Trial trial-{number:04d} errored", logs)  # ERROR in Tune
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PGPASSFILE", cluster["env"]["PGPASSFILE"])
+            states = {t.number: t.state.name for t in optuna_trials(None, name, cluster["env"]["SEQAE_OPTUNA_STORAGE"])}
+        assert states[number] == "FAIL"
+        runs = mlflow_runs(None, name, tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
+        lost = next(r for r in runs if r.data.tags.get("seqae.trial") == str(number))
+        assert lost.info.status == "FAILED" and "died" in lost.data.tags["seqae.error"].lower()
+    finally:
+        restore_worker(cluster, node_ip)
+
+
+def test_killed_worker_trials_continue_on_the_survivor(cluster):
+    """Scenario 3, with retries: the trial continues from its checkpoint on another node."""
     name = "survive"
     submit(cluster, name, "data.max_pages=20", "train.epochs=6", "trials.total=2")
-    trials = Path(cluster["env"]["SEQAE_STORAGE"]) / name / "trials"
-
-    def victim():
-        for trial in trials.glob("*"):
-            metas = sorted(trial.glob("epoch-*/manifest.json"))
-            if metas and 2 <= json.loads(metas[-1].read_text())["meta"]["epoch"] < 6:
-                return trial
-        return None
-
-    wait_for(lambda: victim() is not None, 300, "a trial past epoch 2")
-    trial = victim()
-    node_ip = _trial_node_ip(cluster, name, int(trial.name))
-    raylets = local.worker_raylets(cluster["state"])
-    os.kill(raylets[node_ip], signal.SIGKILL)  # the worker node dies with the trial on it
-
-    info = wait_job(cluster, name)
+    storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
+    wait_for(lambda: any(2 <= m["epoch"] < 6 for m in trial_metas(storage).values()), 300, "a trial past epoch 2")
+    number = next(n for n, m in trial_metas(storage).items() if 2 <= m["epoch"] < 6)
+    node_ip = kill_worker_of(cluster, name, number)  # the worker node dies with the trial on it
+    try:
+        info = wait_job(cluster, name)
+    finally:
+        restore_worker(cluster, node_ip)
     logs = seqae("sweep", "logs", name, "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"]).stdout
     assert info["job"]["status"] == "SUCCEEDED", logs[-4000:]
     assert info["trials_by_state"] == {"COMPLETE": 2}
-    resumed = re.search(rf"trial {int(trial.name)}: continuing after epoch (\d+)", logs)
+    resumed = re.search(rf"trial {number}: continuing after epoch (\d+)", logs)
     assert resumed and int(resumed.group(1)) >= 2, logs[-4000:]  # from its checkpoint, not from epoch 1
     runs = mlflow_runs(None, name, tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
-    child = next(r for r in runs if r.data.tags.get("seqae.trial") == trial.name.lstrip("0") or
-                 r.data.tags.get("seqae.trial") == str(int(trial.name)))
-    assert child.info.status == "FINISHED" and child.data.tags["ray.node_ip"] != node_ip  # finished elsewhere
+    moved = next(r for r in runs if r.data.tags.get("seqae.trial") == str(number))
+    assert moved.info.status == "FINISHED" and moved.data.tags["ray.node_ip"] != node_ip  # finished elsewhere
+
+
+def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster):
+    """Scenario 5: head included. Ray forgets the job; `seqae sweep resume` resubmits it and the new
+    driver carries on from the study, the checkpoints and the runs in the shared storage."""
+    from cluster import local
+
+    name = "phoenix"
+    submit(cluster, name, "data.max_pages=20", "train.epochs=4", "trials.total=4")
+    storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
+    wait_for(lambda: finished(storage) and any(not m["finished"] for m in trial_metas(storage).values()), 400,
+             "one trial finished and another under way")
+    down = seqae("cluster", "down", "--dir", str(cluster["root"]), timeout=120)
+    assert down.returncode == 0 and "Ray" in down.stdout, down.stderr
+    up = seqae("cluster", "up", "--dir", str(cluster["root"]), "--workers", "2", timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    cluster["state"] = local.read_state(cluster["root"])
+    assert local.environment(cluster["state"]) == cluster["env"]  # the same addresses, database and storage
+
+    resumed = seqae("sweep", "resume", name, "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"])
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    info = wait_job(cluster, name)
+    assert info["job"]["status"] == "SUCCEEDED"
+    assert info["trials_by_state"] == {"COMPLETE": 4} and len(info["job"]["jobs"]) == 2
+    runs = mlflow_runs(None, name, tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    assert sorted(int(r.data.tags["seqae.trial"]) for r in runs if "seqae.trial" in r.data.tags) == [0, 1, 2, 3]
 
 
 def _trial_node_ip(cluster, name: str, number: int) -> str:

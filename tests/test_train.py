@@ -17,7 +17,7 @@ from seqae_core.train import (
     train,
 )
 
-TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS}
+TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.DATA_SECONDS}
 
 
 def without_timing(history):

@@ -1,0 +1,66 @@
+"""Data preparation: tokenizing only each page's first N tokens against tokenizing whole pages,
+and the start-up of a later trial that finds the tokenized data in the cache."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seqae_core import data
+from seqae_core.config import DataConfig
+
+
+def _best(fn: Any, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def prefix_vs_whole(path: str, n: int = 512) -> list[dict[str, Any]]:
+    """Per page-length band and overall: the whole-page baseline is ``tokenizer(pages)[:n]``."""
+    tokenizer = data.load_tokenizer("bert-base-uncased")
+    pages = list(data.iter_texts(DataConfig(path=path)))
+    lengths = np.array([len(t) for t in tokenizer(pages, add_special_tokens=False)["input_ids"]])
+    assert data.first_tokens(tokenizer, pages, n) == [
+        t[:n] for t in tokenizer(pages, add_special_tokens=False)["input_ids"]], "prefix tokenization must be exact"
+    bands = [("all pages", np.ones(len(pages), bool))]
+    edges = np.quantile(lengths, [0, 0.5, 1.0])
+    bands += [(f"{int(lo)}-{int(hi)} tokens", (lengths >= lo) & (lengths <= hi)) for lo, hi in zip(edges, edges[1:])]
+    rows = []
+    for label, mask in bands:
+        chosen = [p for p, keep in zip(pages, mask) if keep]
+        whole = _best(lambda: tokenizer(chosen, add_special_tokens=False, truncation=True, max_length=n))
+        prefix = _best(lambda: data.first_tokens(tokenizer, chosen, n))
+        rows.append({"pages": label, "count": len(chosen), "mean_tokens": int(lengths[mask].mean()),
+                     "whole_s": round(whole, 4), "prefix_s": round(prefix, 4), "speedup": round(whole / prefix, 1)})
+    return rows
+
+
+def cache_hit(path: str) -> list[dict[str, Any]]:
+    """A fresh process (as a trial is) loading data whose cache entry exists."""
+    config = {"path": path, "samples": "windows", "input_len": 512, "max_pages": 200}
+    with tempfile.TemporaryDirectory() as cache:
+        script = (
+            "import time, json; t0 = time.perf_counter(); from seqae_core import data; "
+            "from seqae_core.config import DataConfig; t1 = time.perf_counter(); "
+            f"s = data.load(DataConfig(**{config!r}), {cache!r}); t2 = time.perf_counter(); "
+            "print(json.dumps([t1 - t0, t2 - t1, int(s.tokens.shape[0])]))"
+        )
+        build = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+        hit = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+        entries = [p for p in Path(cache).iterdir() if p.is_dir()]
+    _, miss_s, samples = json.loads(build.stdout.strip().splitlines()[-1])
+    import_s, hit_s, _ = json.loads(hit.stdout.strip().splitlines()[-1])
+    return [{"case": "cache miss (tokenize and write)", "load_s": round(miss_s, 3), "samples": samples},
+            {"case": "cache hit (later trial)", "load_s": round(hit_s, 3), "samples": samples,
+             "import_s": round(import_s, 3), "entries": len(entries)}]

@@ -1,0 +1,47 @@
+"""How many concurrent 128 -> 64 trials one GPU holds with fractional GPU resources, and their
+aggregate training tokens/s against one trial alone. Needs a GPU; reports a skip without one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seqae_core import metrics as M
+
+STUDY = Path(__file__).resolve().parents[1] / "sweeps" / "studies" / "quickstart.yaml"
+
+
+def run(data_path: str, packings: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict[str, Any]]:
+    if not torch.cuda.is_available():
+        return [{"status": "skipped: no GPU on this machine"}]
+    from mlflow.tracking import MlflowClient
+
+    rows, alone = [], None
+    for k in packings:
+        with tempfile.TemporaryDirectory() as tmp:
+            workspace = Path(tmp) / "ws"
+            sets = [f"data.path={data_path}", "data.samples=first", "data.input_len=128", "model.latent_len=64",
+                    "model.d_model=256", "model.d_attn=512", "model.heads=8", "train.epochs=2",
+                    f"trials.total={k}", f"max_concurrent={k}", f"resources.gpu={1 / k:.4f}", "resources.cpu=1",
+                    "search.model.d_model={type: categorical, choices: [256]}"]
+            run = subprocess.run([sys.executable, "-m", "sweeps.cli", "sweep", "run", str(STUDY), "--name",
+                                  f"pack{k}", "--workspace", str(workspace), *[a for s in sets for a in ("--set", s)]],
+                                 capture_output=True, text=True, env=os.environ.copy())
+            if run.returncode != 0:
+                rows.append({"trials_per_gpu": k, "status": "failed (out of memory?)", "tail": run.stdout[-300:]})
+                break
+            client = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
+            experiment = client.get_experiment_by_name(f"pack{k}")
+            runs = [r for r in client.search_runs([experiment.experiment_id]) if "seqae.trial" in r.data.tags]
+            total = sum(r.data.metrics[M.TOKENS_PER_S] for r in runs)
+            alone = alone or total
+            rows.append({"trials_per_gpu": k, "gpu_per_trial": round(1 / k, 4), "aggregate_tokens_per_s": round(total),
+                         "vs_one_trial": round(total / alone, 2),
+                         "peak_gpu_mem_gib": round(torch.cuda.mem_get_info()[1] / 2**30, 1)})
+    return rows

@@ -1,0 +1,385 @@
+"""Faults and bad input, on real components: local Ray, SQLite, MLflow servers, real trials.
+Each test is one scenario of RESILIENCE.md; the multi-node ones live in test_cluster.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sweeps.cli import main
+from tests.conftest import REPO
+from tests.sweep_helpers import (
+    SMOKE,
+    STUDIES,
+    finished,
+    kill_group,
+    metric_steps,
+    mlflow_runs,
+    optuna_trials,
+    seqae,
+    sets,
+    start,
+    trial_metas,
+    tune_results,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+TINY = [*SMOKE, "data.max_pages=10", "data.input_len=16", "model.latent_len=8"]
+
+
+def run_args(workspace: Path, name: str, *extra: str, study: Path = STUDIES / "quickstart.yaml") -> list[str]:
+    return ["sweep", "run", str(study), "--name", name, "--workspace", str(workspace), *sets(*TINY, *extra)]
+
+
+def children(runs: list) -> list:
+    return [r for r in runs if "seqae.trial" in r.data.tags]
+
+
+def assert_books_balanced(workspace: Path, name: str, n: int, epochs: int | None = None) -> None:
+    """n trials, each one FINISHED child run and one COMPLETE Optuna trial; nothing RUNNING."""
+    trials = optuna_trials(workspace, name)
+    assert len(trials) == n and {t.state.name for t in trials} == {"COMPLETE"}, [t.state.name for t in trials]
+    runs = mlflow_runs(workspace, name)
+    kids = children(runs)
+    assert sorted(int(r.data.tags["seqae.trial"]) for r in kids) == list(range(n))  # one run per trial
+    assert {r.info.status for r in runs} == {"FINISHED"}, [(r.info.run_name, r.info.status) for r in runs]
+    for kid in kids:
+        steps = metric_steps(kid.info.run_id, "val_token_accuracy", workspace)
+        assert steps == sorted(set(steps)) and steps[0] == 1, steps  # every epoch once
+        if epochs is not None:
+            assert steps == list(range(1, epochs + 1)), steps
+
+
+# 1 and 8 ---------------------------------------------------------------------------------------
+def test_driver_sigkill_after_three_of_eight_then_resume(tmp_path):
+    """Scenario 1 (and 8: the stale state a crash leaves is reconciled before new trials start)."""
+    workspace, name = tmp_path / "ws", "kill8"
+    storage = workspace / "sweeps" / name
+    driver = start(*run_args(workspace, name, "trials.total=8", "train.epochs=3"), log=tmp_path / "driver.log")
+    wait_for(lambda: len(finished(storage)) >= 3, 400, "three finished trials")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    time.sleep(3)  # a worker may finish the epoch it was in; the resumed trial waits for it anyway
+    done_before = finished(storage)
+    assert 3 <= len(done_before) < 8
+
+    # the crash left stale state behind: RUNNING trials in Optuna, RUNNING runs in MLflow
+    assert "RUNNING" in {t.state.name for t in optuna_trials(workspace, name)}
+    assert "RUNNING" in {r.info.status for r in mlflow_runs(workspace, name)}
+
+    resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    lines = resumed.stdout.splitlines()
+    reconciled = [i for i, line in enumerate(lines) if "closed as" in line or "was interrupted" in line]
+    planned = next(i for i, line in enumerate(lines) if "trials planned" in line)
+    assert reconciled and max(reconciled) < planned  # reconciled before any new trial starts
+
+    assert_books_balanced(workspace, name, 8, epochs=3)
+    ids = [r.data.tags["ray.tune_trial_id"] for r in children(mlflow_runs(workspace, name))]
+    assert len(set(ids)) == 8  # each Tune trial id maps to exactly one run
+    reported = tune_results(workspace, name)
+    for number in done_before:  # a finished trial never trained again
+        assert len(reported[f"trial-{number:04d}"]) == 1, (number, reported[f"trial-{number:04d}"])
+    # the interrupted trials continued from their checkpoints: no epoch trained or reported twice
+    continued = {int(n): int(e) for n, e in re.findall(r"trial (\d+): continuing after epoch (\d+)", resumed.stdout)}
+    assert continued, resumed.stdout[-3000:]
+    for number, epoch in continued.items():
+        sessions = reported[f"trial-{number:04d}"]
+        assert len(sessions) == 2 and sessions[1][0] == epoch + 1, (number, sessions, epoch)
+        flat = [e for s in sessions for e in s]
+        assert flat == sorted(set(flat))
+
+
+# 2 -----------------------------------------------------------------------------------------
+def test_ctrl_c_stops_cleanly_and_resume_goes_on(tmp_path):
+    workspace, name = tmp_path / "ws", "ctrlc"
+    storage = workspace / "sweeps" / name
+    driver = start(*run_args(workspace, name, "trials.total=4", "train.epochs=4"), log=tmp_path / "driver.log")
+    wait_for(lambda: any(1 <= m["epoch"] < 4 for m in trial_metas(storage).values()), 300, "a trial midway")
+    os.kill(driver.pid, signal.SIGINT)  # Ctrl-C
+    assert driver.wait(timeout=180) == 130
+    log = (tmp_path / "driver.log").read_text()
+    assert "interrupted" in log and f"seqae sweep resume {name}" in log
+    runs = mlflow_runs(workspace, name)
+    assert "RUNNING" not in {r.info.status for r in runs}  # a clean stop leaves nothing open
+    assert next(r for r in runs if r.data.tags.get("seqae.role") == "sweep").info.status == "KILLED"
+    done_before = finished(storage)
+
+    resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert_books_balanced(workspace, name, 4, epochs=4)
+    for trial, sessions in tune_results(workspace, name).items():
+        epochs = [e for s in sessions for e in s]
+        assert epochs == sorted(set(epochs)), (trial, sessions)  # no reported epoch goes backwards
+        if int(trial.split("-")[1]) in done_before:
+            assert len(sessions) == 1
+
+
+# 4 -----------------------------------------------------------------------------------------
+def test_damaged_newest_checkpoints_are_skipped_and_said(tmp_path):
+    workspace, name = tmp_path / "ws", "damaged"
+    storage = workspace / "sweeps" / name
+    driver = start(*run_args(workspace, name, "trials.total=2", "train.epochs=6"), log=tmp_path / "driver.log")
+    wait_for(lambda: len([m for m in trial_metas(storage).values() if 3 <= m["epoch"] < 6]) == 2, 300,
+             "two trials past epoch 3")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    time.sleep(3)
+    a, b = sorted(trial_metas(storage))
+    newest_a = sorted((storage / "trials" / f"{a:04d}").glob("epoch-*"))[-1]
+    state = newest_a / "state.pt"
+    state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # truncated
+    for record in (storage / "trials" / f"{b:04d}").glob("epoch-*"):
+        (record / "manifest.json").write_text("{not json")  # every record of b garbled
+
+    resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
+    out = resumed.stdout
+    assert resumed.returncode == 0, out[-3000:] + resumed.stderr[-3000:]
+    epoch_a = int(newest_a.name.split("-")[1])
+    assert f"trial {a}: skipped damaged checkpoint {newest_a.name}: state.pt has" in out
+    assert f"trial {a}: continuing after epoch {epoch_a - 1}" in out
+    assert f"trial {b}: skipped damaged checkpoint" in out and "unreadable" in out
+    assert f"trial {b}: no valid checkpoint left; starting over from epoch 1" in out
+    assert_books_balanced(workspace, name, 2, epochs=6)
+
+
+# 6 -----------------------------------------------------------------------------------------
+def test_a_raising_trial_and_a_nan_trial_fail_everywhere_and_the_sweep_goes_on(tmp_path):
+    workspace, name = tmp_path / "ws", "failing"
+    # lr 1e30 drives the loss to NaN; d_attn 24 with 16 heads is a combination no config allows
+    extra = ["train.lr=0.001", "grid.train.lr=[1e30, 0.003]", "train.lr_schedule=constant", "trials={per_cell: 4}",
+             "search.model.d_attn={type: categorical, choices: [16, 24]}",
+             "search.model.heads={type: categorical, choices: [1, 16]}", "sampler.type=random", "sampler.seed=3"]
+    run = seqae(*run_args(workspace, name, *extra))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]  # the sweep completes
+    trials = optuna_trials(workspace, name)
+    assert len(trials) == 8  # Optuna kept sampling after failures
+    runs = {int(r.data.tags["seqae.trial"]): r for r in children(mlflow_runs(workspace, name))}
+    kinds = set()
+    for trial in trials:
+        p = trial.params
+        invalid = p["model.d_attn"] % p["model.heads"] != 0
+        expected = "invalid" if invalid else ("nan" if p["train.lr"] > 1 else "ok")
+        kinds.add(expected)
+        run_ = runs[trial.number]
+        if expected == "ok":
+            assert trial.state.name == "COMPLETE" and run_.info.status == "FINISHED"
+            continue
+        assert trial.state.name == "FAIL", (trial.number, p)
+        assert run_.info.status == "FAILED" and run_.data.tags["optuna.state"] == "FAIL"
+        error = run_.data.tags["seqae.error"]
+        assert ("divisible by model.heads" in error) if invalid else ("NonFiniteLossError" in error), error
+        tune_dir = next((workspace / "sweeps" / name / "tune").glob(f"session-*/trial-{trial.number:04d}"))
+        assert (tune_dir / "error.txt").exists()  # ERROR in Tune too
+    assert kinds == {"invalid", "nan", "ok"}, f"seed 3 should sample every outcome: {kinds}"
+    report = (workspace / "sweeps" / name / "report" / "index.html").read_text()
+    assert '<tr class="fail">' in report
+
+
+# 7 -----------------------------------------------------------------------------------------
+def test_two_drivers_of_one_sweep_cannot_both_run(tmp_path):
+    workspace, name = tmp_path / "ws", "twice"
+    args = run_args(workspace, name, "trials.total=2", "train.epochs=4", "data.max_pages=20")
+    first = start(*args, log=tmp_path / "first.log")
+    wait_for(lambda: (workspace / "sweeps" / name / "sweep.json").exists(), 120, "the first driver to start")
+    second = seqae(*args)  # the same run again
+    assert second.returncode == 2 and "already exists" in second.stderr, second.stderr
+    wait_for(lambda: "trials planned" in (tmp_path / "first.log").read_text(), 120, "the first driver to hold it")
+    third = seqae("sweep", "resume", name, "--workspace", str(workspace))
+    assert third.returncode == 2 and "already running" in third.stderr, third.stderr
+    assert first.wait(timeout=600) == 0
+    assert_books_balanced(workspace, name, 2, epochs=4)
+
+
+# 9 -----------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_mlflow_outage_delays_tracking_but_loses_nothing(tmp_path):
+    from cluster import mlflow_server
+    from cluster.procs import stop_group
+
+    workspace, name, port = tmp_path / "ws", "outage", free_port()
+    backend, artifacts = f"sqlite:///{tmp_path / 'server.db'}", str(tmp_path / "server-artifacts")
+    server = mlflow_server.start(backend, artifacts, port, tmp_path / "server.log")
+    env = {"SEQAE_MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"}
+    storage = workspace / "sweeps" / name
+    driver = start(*run_args(workspace, name, "trials.total=2", "train.epochs=6", "data.max_pages=20"),
+                   log=tmp_path / "driver.log", env=env)
+    try:
+        wait_for(lambda: any(m["epoch"] >= 1 for m in trial_metas(storage).values()), 300, "training to start")
+        stop_group(server)  # MLflow goes away
+        down_at = time.time()
+        epochs_at_outage = sum(m["epoch"] for m in trial_metas(storage).values())
+        wait_for(lambda: sum(m["epoch"] for m in trial_metas(storage).values()) >= epochs_at_outage + 2, 300,
+                 "training to go on without MLflow")
+        time.sleep(max(0.0, 10 - (time.time() - down_at)))
+        server = mlflow_server.start(backend, artifacts, port, tmp_path / "server.log")  # back, same place
+        assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    finally:
+        kill_group(driver)
+        stop_group(server)
+    server = mlflow_server.start(backend, artifacts, port, tmp_path / "server.log")
+    try:
+        uri = f"http://127.0.0.1:{port}"
+        runs = mlflow_runs(None, name, tracking_uri=uri)
+        assert {r.info.status for r in runs} == {"FINISHED"} and len(children(runs)) == 2
+        for kid in children(runs):
+            assert metric_steps(kid.info.run_id, "val_token_accuracy", None, tracking_uri=uri) == [1, 2, 3, 4, 5, 6]
+        parent = next(r for r in runs if r.data.tags.get("seqae.role") == "sweep")
+        assert parent.data.metrics["mlflow_outage_seconds"] >= 5  # the gap is on record
+        session = json.loads((storage / "sweep.json").read_text())["sessions"][-1]
+        assert session["mlflow_outage_seconds"] >= 5 and session["mlflow_writes_pending"] == 0
+    finally:
+        stop_group(server)
+
+
+# 10 (more in test_spec.py) ------------------------------------------------------------------
+def test_bad_sweep_files_create_nothing(tmp_path, capsys):
+    from tests.test_spec import BAD, write
+
+    for param in BAD:
+        doc, message = param.values
+        path = write(tmp_path, doc)
+        assert main(["sweep", "run", str(path), "--workspace", str(tmp_path / "ws")]) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "ws").exists()  # no workspace entry, MLflow experiment or Optuna study
+
+
+# 11 ----------------------------------------------------------------------------------------
+def test_resume_of_a_changed_sweep_file_is_refused_with_the_difference(tmp_path):
+    workspace, study = tmp_path / "ws", tmp_path / "mine.yaml"
+    shutil.copy(STUDIES / "quickstart.yaml", study)
+    first = seqae(*run_args(workspace, "mine", "trials.total=1", "train.epochs=1", study=study))
+    assert first.returncode == 0, first.stderr[-3000:]
+    doc = yaml.safe_load(study.read_text())
+    doc["sampler"]["seed"] = 7
+    study.write_text(yaml.safe_dump(doc))
+    resumed = seqae("sweep", "resume", "mine", "--workspace", str(workspace))
+    assert resumed.returncode == 2
+    assert "changed since sweep 'mine' started" in resumed.stderr
+    assert re.search(r"^-\s+seed: 0$", resumed.stderr, re.M) and re.search(r"^\+\s+seed: 7$", resumed.stderr, re.M)
+
+
+# 12 ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["../x", "a/b", "%2e%2e%2f", "x" * 300, "abc\u202edef", "..", "-rf"])
+def test_sweep_names_that_could_escape_are_refused(tmp_path, bad, capsys):
+    workspace = tmp_path / "ws"
+    assert main(["sweep", "run", str(STUDIES / "quickstart.yaml"), f"--name={bad}", "--workspace", str(workspace)]) == 2
+    assert "is not allowed" in capsys.readouterr().err
+    assert not workspace.exists()
+
+
+def test_nul_bytes_and_symlinks_out_of_the_workspace_are_refused(tmp_path, capsys):
+    from seqae_core.config import ConfigError
+    from sweeps.workspace import Workspace, check_name
+
+    with pytest.raises(ConfigError):
+        check_name("a\x00b")
+    with pytest.raises(ConfigError):
+        Workspace(str(tmp_path / "ws\x00"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for link in ("sweeps", "mlflow.db", "cache"):
+        workspace = tmp_path / f"ws-{link}"
+        workspace.mkdir()
+        (workspace / link).symlink_to(outside / link)
+        code = main(["sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace), *sets(*TINY)])
+        assert code == 2 and "leads outside the workspace" in capsys.readouterr().err
+        assert list(outside.iterdir()) == []  # nothing written outside
+        assert sorted(p.name for p in workspace.iterdir()) == [link]
+
+
+# 14 ----------------------------------------------------------------------------------------
+def test_mlflow_server_refuses_foreign_hosts_and_cross_origin_writes(tmp_path):
+    from cluster import mlflow_server
+    from cluster.procs import stop_group
+
+    port = free_port()
+    server = mlflow_server.start(f"sqlite:///{tmp_path / 'db'}", str(tmp_path / "art"), port, tmp_path / "log")
+    url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments"
+
+    def status(path: str, headers: dict[str, str], body: dict | None = None) -> int:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"{url}/{path}", data=data, headers={"Content-Type": "application/json",
+                                                                              **headers})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    try:
+        assert status("search?max_results=1", {}) == 200
+        assert status("search?max_results=1", {"Host": "evil.example"}) == 403  # DNS rebinding
+        assert status("search?max_results=1", {"Host": f"192.0.2.1:{port}"}) == 403
+        assert status("create", {"Origin": "http://evil.example"}, {"name": "x"}) == 403  # cross-origin write
+        assert status("create", {"Origin": f"http://127.0.0.1:{port}"}, {"name": "ok"}) == 200
+        assert status("search?max_results=5", {}) == 200
+    finally:
+        stop_group(server)
+
+
+# 15 ----------------------------------------------------------------------------------------
+@pytest.fixture
+def small_filesystem(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small filesystem needs root (CI runs as root)")
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=120m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_or_read_only_workspace_fails_clearly_and_keeps_data_readable(small_filesystem, tmp_path):
+    workspace = small_filesystem / "ws"
+    first = seqae(*run_args(workspace, "before", "trials.total=1", "train.epochs=1"))
+    assert first.returncode == 0, first.stderr[-3000:]
+
+    def still_readable() -> None:
+        info = seqae("sweep", "status", "before", "--json", "--workspace", str(workspace))
+        assert info.returncode == 0, info.stderr
+        assert json.loads(info.stdout)["trials_by_state"] == {"COMPLETE": 1}
+        # a separate process, as a user's next command is: this one must hold no file open there
+        read = subprocess.run([sys.executable, "-c", (
+            "import json, sys; from tests.sweep_helpers import mlflow_runs, optuna_trials; from pathlib import Path; "
+            "w = Path(sys.argv[1]); print(json.dumps([sorted(r.info.status for r in mlflow_runs(w, 'before')), "
+            "[t.state.name for t in optuna_trials(w, 'before')]]))"), str(workspace)],
+            capture_output=True, text=True, cwd=REPO)
+        assert read.returncode == 0, read.stderr[-2000:]
+        assert json.loads(read.stdout.strip().splitlines()[-1]) == [["FINISHED", "FINISHED"], ["COMPLETE"]]
+
+    filler = small_filesystem / "filler"
+    with open(filler, "wb") as f, pytest.raises(OSError):
+        while True:
+            f.write(b"\0" * (1 << 20))
+    full = seqae(*run_args(workspace, "after", "trials.total=1"))
+    assert full.returncode == 2 and "is not writable" in full.stderr and "No space left" in full.stderr, full.stderr
+    still_readable()
+
+    filler.unlink()
+    subprocess.run(["mount", "-o", "remount,ro", str(small_filesystem)], check=True)
+    read_only = seqae(*run_args(workspace, "after", "trials.total=1"))
+    assert read_only.returncode == 2 and "Read-only file system" in read_only.stderr, read_only.stderr
+    still_readable()
