@@ -38,6 +38,7 @@ def run(data_path: str, packings: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict[s
                 break
             client = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
             experiment = client.get_experiment_by_name(f"pack{k}")
+            assert experiment is not None, "the sweep created no MLflow experiment"
             runs = [r for r in client.search_runs([experiment.experiment_id]) if "seqae.trial" in r.data.tags]
             total = sum(r.data.metrics[M.TOKENS_PER_S] for r in runs)
             alone = alone or total

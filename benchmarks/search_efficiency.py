@@ -27,7 +27,7 @@ import yaml
 
 from seqae_core import metrics as M
 
-LRS = [3e-4, 1e-3, 3e-3, 1e-2]
+LRS = [1e-3, 3e-3, 1e-2]
 D_MODELS = [16, 32, 64]
 LAYERS = [1, 2]
 
@@ -36,7 +36,7 @@ def _document(data_path: str, epochs: int, strategy: str, seed: int, trials: int
     doc: dict[str, Any] = {
         "description": f"search-efficiency benchmark: {strategy}",
         "config": {
-            "data": {"path": data_path, "samples": "windows", "input_len": 32, "max_pages": 12},
+            "data": {"path": data_path, "samples": "windows", "input_len": 32, "max_pages": 8},
             "model": {"block": "transformer", "latent_len": 8, "d_attn": 32, "heads": 4, "d_ffn": 64},
             "train": {"epochs": epochs, "patience": epochs, "batch_size": 32, "lr_schedule": "constant",
                       "precision": "bf16"},
@@ -74,6 +74,7 @@ def _sweep(folder: Path, name: str, doc: dict[str, Any]) -> list[tuple[float, in
         raise RuntimeError(f"sweep {name} failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
     client = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
     experiment = client.get_experiment_by_name(name)
+    assert experiment is not None, "the sweep created no MLflow experiment"
     events = []
     for r in client.search_runs([experiment.experiment_id]):
         if "seqae.trial" in r.data.tags:
@@ -100,7 +101,7 @@ def _grid_in_order(curves: dict[int, list[float]], order: list[int], target: flo
     return spent
 
 
-def run(data_path: str, seeds: int = 3, epochs: int = 4, trials: int = 16) -> list[dict[str, Any]]:
+def run(data_path: str, seeds: int = 3, epochs: int = 3, trials: int = 12) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         grid_events = _sweep(folder, "grid", _document(data_path, epochs, "grid", 0, trials))

@@ -40,6 +40,7 @@ def run(data_path: str, trials: int = 8, parallel: int = 2, epochs: int = 3) -> 
             raise RuntimeError(f"the benchmark sweep failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
         client = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
         experiment = client.get_experiment_by_name("overhead")
+        assert experiment is not None, "the sweep created no MLflow experiment"
         children = [r for r in client.search_runs([experiment.experiment_id]) if "seqae.trial" in r.data.tags]
         own = [sum(m.value for m in client.get_metric_history(r.info.run_id, M.EPOCH_SECONDS)) for r in children]
         data_seconds = [r.data.metrics.get(M.DATA_SECONDS, float("nan")) for r in children]

@@ -31,7 +31,7 @@ class BaselineAutoencoder(nn.Module):
         self.block = config.model.block
         self.model = ReducingAutoencoder(config, vocab_size)  # used only as a container of parameters
 
-    def attention(self, attn: nn.Module, x: torch.Tensor, x_kv: torch.Tensor) -> torch.Tensor:
+    def attention(self, attn: Any, x: torch.Tensor, x_kv: torch.Tensor) -> torch.Tensor:
         b, t, _ = x_kv.shape
         h = attn.heads
         q = attn.w_s @ (x @ attn.w_q.weight.T)  # (b, s, a): W_S (X W_Q), literally
@@ -42,7 +42,7 @@ class BaselineAutoencoder(nn.Module):
         weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
         return (weights @ v).transpose(1, 2).reshape(b, s, -1) @ attn.w_o.weight.T
 
-    def run_block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def run_block(self, block: Any, x: torch.Tensor) -> torch.Tensor:
         if self.block == "paper":
             return self.attention(block.attn, x, x)
         normed = block.norm_attn(x)

@@ -185,7 +185,7 @@ def _ray_start(argv: list[str], env: dict[str, str], log: Path) -> None:
 
 def ray_processes(state: dict[str, Any]) -> list[int]:
     """Pids of this cluster's Ray processes: those that name its own temporary folder."""
-    pids = []
+    pids: list[int] = []
     marker = state.get("ray_temp_dir")
     if not marker:
         return pids

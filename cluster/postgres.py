@@ -29,7 +29,8 @@ class Postgres:
     run_as: str | None  # the OS user the server runs as (None: the current one)
 
     def url(self, database: str) -> str:
-        return f"postgresql://{ROLE}@127.0.0.1:{self.port}/{database}"
+        # The driver named: SQLAlchemy 2.0 defaults to psycopg2 and 2.1 to psycopg (3).
+        return f"postgresql+psycopg://{ROLE}@127.0.0.1:{self.port}/{database}"
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -280,8 +280,8 @@ def optuna_figures(storage: str, study_name: str, out: Path) -> tuple[list[Path]
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the matplotlib backend is marked experimental
-                axes = draw()
-            fig = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
+                draw()
+            fig = plt.gcf()  # Optuna draws into a new current figure
             fig.set_size_inches(8, 4.8)
             paths.append(_save(fig, out / file_name))
         except (ValueError, RuntimeError) as exc:  # e.g. importances when no parameter varies

@@ -82,12 +82,18 @@ def pick_device(device: str | None) -> torch.device:
     return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
-def autocast(config: Config, device: torch.device) -> Any:
-    """bf16 autocast on CUDA (``train.precision`` auto or bf16), full precision otherwise."""
+def autocast_dtype(config: Config, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for ``train.precision`` on ``device``: bf16 on CUDA under ``auto``,
+    bf16 anywhere under ``bf16``, and None (full fp32) otherwise."""
     precision = config.train.precision
     if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return nullcontext()
+        return torch.bfloat16
+    return None
+
+
+def autocast(config: Config, device: torch.device) -> Any:
+    dtype = autocast_dtype(config, device)
+    return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
 def batch_scores(model: ReducingAutoencoder, tokens: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, M.Scores]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -88,10 +89,10 @@ class StudySearcher(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         pass
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
         plan = self.study.next_plan()
         if plan is None:
-            return Searcher.FINISHED
+            return Searcher.FINISHED  # type: ignore[return-value]  # Tune's own sentinel, a str
         self.plans[trial_id] = plan
         self.study.note_tune_trial(plan.number, trial_id)
         return {"trial": plan.number, "base": self.spec.base, "params": plan.params, "continued": plan.continued}
@@ -138,9 +139,7 @@ class TrackingCallback(tune.Callback):
         self._ended(trial, None)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        error = trial.get_pickled_error()
-        lines = [line for line in str(error or "the trial failed").splitlines() if line.strip()]
-        self._ended(trial, lines[-1] if lines else "the trial failed")
+        self._ended(trial, last_error(trial))
 
     def _ended(self, trial: Any, error: str | None) -> None:
         number = trial.config["trial"]
@@ -150,6 +149,16 @@ class TrackingCallback(tune.Callback):
             log.exception("cannot read the Optuna state of trial %d; MLflow will be reconciled on resume", number)
             return
         self.writer.submit(f"closing trial {number}", lambda: self.tracker.trial_ended(number, state, error))
+
+
+def last_error(trial: Any) -> str:
+    """The last line of the trial's latest error ("NonFiniteLossError: ..."), read from the
+    trial's local error file: Tune writes it before calling back, whereas the copy in the
+    storage path may not be synced yet."""
+    path = trial.error_file
+    text = Path(path).read_text(errors="replace") if path and Path(path).exists() else ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "the trial failed (Tune recorded no error text)"
 
 
 def run_session(

@@ -78,7 +78,7 @@ def read_only(spec: SweepSpec, url: str, name: str) -> SweepStudy:
 class SweepStudy:
     def __init__(self, spec: SweepSpec, url: str, name: str, total: int, fingerprint: str) -> None:
         self.spec, self.total = spec, total
-        directions = ["maximize" if o.mode == "max" else "minimize" for o in spec.objectives]
+        directions: list[Any] = ["maximize" if o.mode == "max" else "minimize" for o in spec.objectives]
         self.study = optuna.create_study(
             storage=storage(url), study_name=name, directions=directions, sampler=sampler(spec, total),
             load_if_exists=True,
@@ -135,10 +135,10 @@ class SweepStudy:
         cell = self._emptiest_cell(trials)
         if cell:
             self.study.enqueue_trial(cell)
-        trial = self.study.ask()
-        params = self._suggest(trial)
-        self._issued.add(trial.number)
-        return TrialPlan(trial.number, params)
+        asked = self.study.ask()
+        params = self._suggest(asked)
+        self._issued.add(asked.number)
+        return TrialPlan(asked.number, params)
 
     def remaining(self) -> int:
         """How many trials a session still has to run: unfinished ones plus those not yet created."""
@@ -208,6 +208,7 @@ class SweepStudy:
 def _suggest_one(trial: optuna.Trial, key: str, dist: Distribution) -> Any:
     if dist.kind == "categorical":
         return trial.suggest_categorical(key, list(dist.choices))
+    assert dist.low is not None and dist.high is not None  # numeric distributions have bounds
     if dist.kind == "int":
         return trial.suggest_int(key, int(dist.low), int(dist.high), step=dist.step or 1, log=dist.log)
     return trial.suggest_float(key, float(dist.low), float(dist.high), log=dist.log)

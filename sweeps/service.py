@@ -15,6 +15,7 @@ import signal
 import socket
 import time
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,25 @@ def check_cluster(backends: Backends) -> None:
         )
 
 
+def check_resources(spec: spec_lib.SweepSpec, cpus: float, gpus: float) -> None:
+    """Refuse a trial that asks for more than the cluster (or this machine) has: Ray would wait
+    for such resources forever."""
+    if spec.gpu > gpus:
+        raise ConfigError(f"{spec.source}: resources.gpu={spec.gpu} per trial, but "
+                          f"{'no GPU is' if not gpus else f'only {gpus:g} GPUs are'} available; set resources.gpu=0 "
+                          "to train on CPUs")
+    if spec.cpu > cpus:
+        raise ConfigError(f"{spec.source}: resources.cpu={spec.cpu} per trial, but only {cpus:g} CPUs are available")
+
+
+def cluster_capacity() -> tuple[float, float]:
+    """(CPUs, GPUs) of the largest alive node of the connected Ray cluster: what one trial can get."""
+    import ray
+
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    return max(n.get("CPU", 0.0) for n in nodes), max(n.get("GPU", 0.0) for n in nodes)
+
+
 def connect_ray(home: Path) -> None:
     """Join the cluster named by RAY_ADDRESS, or start a local one that lives with this process.
 
@@ -107,6 +127,11 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
     if os.environ.get("RAY_ADDRESS"):
         connect_ray(workspace.root)
         check_cluster(backends)
+        check_resources(spec, *cluster_capacity())
+    else:
+        import torch
+
+        check_resources(spec, float(os.cpu_count() or 1), float(torch.cuda.device_count()))
     workspace.check_writable()
     from sweeps.search import study_exists
 
@@ -196,6 +221,7 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True) -> int:
               f"(data ready in {data_seconds:.1f} s)", flush=True)
         if todo:
             connect_ray(workspace.root)
+            check_resources(spec, *cluster_capacity())
             try:
                 runner.run_session(spec, study, tracker, writer, storage=backends.storage, cache_dir=cache_dir,
                                    session=len(state.sessions), epochs=epochs)
@@ -206,8 +232,7 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True) -> int:
         interrupted = interrupted or not complete
         for trial in study.trials():
             if trial.state.name == "RUNNING":  # stopped mid-way: continued by the next resume
-                writer.submit(f"pausing trial {trial.number}",
-                              lambda n=trial.number: tracker.trial_ended(n, "RUNNING"))
+                writer.submit(f"pausing trial {trial.number}", partial(tracker.trial_ended, trial.number, "RUNNING"))
         if complete:
             writer.submit("registering the best model", lambda: register_best(study, tracker, name))
         writer.submit("closing the sweep run", lambda: tracker.finish_parent("FINISHED" if complete else "KILLED"))

@@ -358,6 +358,7 @@ def _search(search: Any, source: str) -> dict[str, Distribution]:
                 _int(value, f"{where}.{name}", source)
             else:
                 _number(value, f"{where}.{name}", source)
+        assert low is not None and high is not None  # checked just above
         if low > high:
             raise ConfigError(f"{source}: {where}: low={low} is greater than high={high}")
         log = kind == "loguniform" or bool(spec.get("log", False))

@@ -103,6 +103,11 @@ class Tracker:
             self.parent_run_id = parent_run_id
             self.client.update_run(parent_run_id, status="RUNNING")
 
+    @property
+    def _experiment(self) -> str:
+        assert self.experiment_id is not None, "open() first"
+        return self.experiment_id
+
     def finish_parent(self, status: str) -> None:
         assert self.parent_run_id is not None
         self.client.set_terminated(self.parent_run_id, status)
@@ -114,7 +119,7 @@ class Tracker:
         if cached is not None:
             return cached.run_id
         found = self.client.search_runs(
-            [self.experiment_id], filter_string=f"tags.`seqae.trial` = '{number}'", max_results=2
+            [self._experiment], filter_string=f"tags.`seqae.trial` = '{number}'", max_results=2
         )
         if found:
             run_id = found[0].info.run_id
@@ -125,7 +130,7 @@ class Tracker:
         if params is None:
             raise KeyError(f"trial {number} has no MLflow run")
         run = self.client.create_run(
-            self.experiment_id, run_name=f"trial-{number:04d}",
+            self._experiment, run_name=f"trial-{number:04d}",
             tags={"mlflow.parentRunId": self.parent_run_id, "seqae.sweep": self.sweep, "seqae.trial": str(number),
                   "optuna.trial_number": str(number)},
         )
@@ -203,7 +208,7 @@ class Tracker:
         status and missing data; runs of interrupted trials are marked KILLED until continued."""
         notes = []
         open_runs = self.client.search_runs(
-            [self.experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=10_000
+            [self._experiment], filter_string="attributes.status = 'RUNNING'", max_results=10_000
         )
         for run in open_runs:
             trial = run.data.tags.get("seqae.trial")

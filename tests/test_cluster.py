@@ -100,7 +100,7 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
     assert {r.data.tags["ray.node_ip"] for r in children} <= {"127.0.0.3", "127.0.0.4"}
 
     storage = cluster["env"]["SEQAE_OPTUNA_STORAGE"]
-    assert storage.startswith("postgresql://")
+    assert storage.startswith("postgresql+psycopg://")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PGPASSFILE", cluster["env"]["PGPASSFILE"])
         trials = optuna_trials(None, "spread", storage=storage)
@@ -304,7 +304,7 @@ def test_kuberay_manifests_set_what_the_code_reads():
         token = next(e for e in container["env"] if e["name"] == "RAY_AUTH_TOKEN")
         assert "secretKeyRef" in token["valueFrom"]  # never a literal secret
     head_env = {e["name"]: e.get("value") for e in head["env"]}
-    assert head_env["SEQAE_OPTUNA_STORAGE"].startswith("postgresql://") and "@" in head_env["SEQAE_OPTUNA_STORAGE"]
+    assert head_env["SEQAE_OPTUNA_STORAGE"].startswith("postgresql+psycopg://") and "@" in head_env["SEQAE_OPTUNA_STORAGE"]
     assert ":" not in head_env["SEQAE_OPTUNA_STORAGE"].split("//")[1].split("@")[0]  # no password in the URL
     assert head_env["SEQAE_STORAGE"].startswith("s3://")
     # the RayJob's entrypoint is a valid seqae command on a sweep file that exists

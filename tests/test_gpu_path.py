@@ -1,0 +1,72 @@
+"""The GPU path's logic, on CPU: precision choice, bf16 training and attention, the FLOP count
+behind MFU, and fractional GPU resources (no GPU is needed to check what is asked of one)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.throughput import forward_flops, head_share
+from seqae_core.model import attention, reference_attention
+from seqae_core.train import autocast_dtype, train
+from sweeps import spec as spec_lib
+from sweeps.cli import main
+from tests.sweep_helpers import SMOKE, STUDIES
+
+
+@pytest.mark.parametrize(
+    "precision, device, expected",
+    [
+        pytest.param("auto", "cuda", torch.bfloat16, id="auto-on-cuda-is-bf16"),
+        pytest.param("auto", "cpu", None, id="auto-on-cpu-is-fp32"),
+        pytest.param("bf16", "cpu", torch.bfloat16, id="bf16-asked-on-cpu"),
+        pytest.param("fp32", "cuda", None, id="fp32-asked-on-cuda"),
+    ],
+)
+def test_precision_follows_the_device(tiny_config, precision, device, expected):
+    assert autocast_dtype(tiny_config(**{"train.precision": precision}), torch.device(device)) is expected
+
+
+def test_bf16_training_runs_and_learns_on_cpu(tiny_config, data_cache):
+    """The CPU twin of the GPU path: the same autocast, the same fused head, in bf16."""
+    reports = []
+    train(tiny_config(**{"train.precision": "bf16", "train.epochs": 2, "train.lr": 0.003}),
+          lambda m, c: reports.append(m), cache_dir=data_cache)
+    assert reports[-1]["train_loss"] < reports[0]["train_loss"]
+    assert reports[-1]["val_token_accuracy"] > 0.0
+
+
+def test_fused_attention_in_bf16_matches_fp32_reference():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 8, 16), torch.randn(2, 4, 20, 16), torch.randn(2, 4, 20, 16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = attention(q.bfloat16(), k.bfloat16(), v.bfloat16())
+    assert fused.dtype == torch.bfloat16
+    torch.testing.assert_close(fused.float(), reference_attention(q, k, v), rtol=3e-2, atol=3e-2)
+
+
+def test_flop_count_behind_mfu(tiny_config):
+    config = tiny_config(**{"model.block": "paper", "model.layers": 1, "data.input_len": 16,
+                            "model.latent_len": 8, "model.d_model": 32, "model.d_attn": 32})
+    head, body = forward_flops(config, 100)
+    assert head == 2 * 16 * 32 * 100
+    # encoder 16 -> 8 and decoder 8 -> 16: W_S x, Q, K and V, scores, weighted values, W_O
+    enc = 2 * (8 * 16 * 32 + 8 * 32 * 32 + 2 * 16 * 32 * 32 + 2 * 8 * 16 * 32 + 8 * 32 * 32)
+    dec = 2 * (16 * 8 * 32 + 16 * 32 * 32 + 2 * 8 * 32 * 32 + 2 * 16 * 8 * 32 + 16 * 32 * 32)
+    assert body == enc + dec
+    assert head_share(config, 100) == head / (head + body)
+
+
+def test_fractional_gpus_are_valid_and_a_gpu_sweep_without_gpus_is_refused(tmp_path, capsys):
+    spec = spec_lib.load(STUDIES / "quickstart.yaml", ["resources.gpu=0.25"])
+    assert spec.gpu == 0.25  # four trials share one GPU
+    with pytest.raises(Exception, match="whole number"):
+        spec_lib.load(STUDIES / "quickstart.yaml", ["resources.gpu=1.5"])
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the refusal is for machines without one")
+    workspace = tmp_path / "ws"
+    code = main(["sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace),
+                 *[a for s in [*SMOKE, "resources.gpu=0.25"] for a in ("--set", s)]])
+    assert code == 2
+    assert "resources.gpu=0.25 per trial, but no GPU is available" in capsys.readouterr().err
+    assert not workspace.exists()  # refused before anything was created
