@@ -115,7 +115,7 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
 
 def resubmit(workspace: Workspace, record: dict[str, Any]) -> dict[str, Any]:
     """Resume a submitted sweep: a new job whose driver restores from the shared state."""
-    current = client(record["address"]).get_job_status(record["jobs"][-1]) if record["jobs"] else None
+    current = _status(record) if record["jobs"] else None
     if current is not None and not current.is_terminal():
         raise ConfigError(f"sweep {record['name']!r} is still running as job {record['jobs'][-1]} ({current.value})")
     _submit(workspace, record, job_env())
@@ -137,10 +137,22 @@ def _submit(workspace: Workspace, record: dict[str, Any], env: dict[str, str]) -
     _write_record(workspace, record["name"], record)
 
 
+def _status(record: dict[str, Any]) -> Any:
+    """The state of the sweep's latest job, or None where the cluster does not know it: a head
+    that restarted has forgotten every job (Ray does not persist them without an external GCS)."""
+    try:
+        return client(record["address"]).get_job_status(record["jobs"][-1])
+    except RuntimeError as exc:
+        if "status code 404" in str(exc):
+            return None
+        raise
+
+
 def job_info(record: dict[str, Any]) -> dict[str, Any]:
     job_id = record["jobs"][-1]
     try:
-        state = client(record["address"]).get_job_status(job_id).value
+        current = _status(record)
+        state = current.value if current is not None else "UNKNOWN (the cluster no longer knows it: resume resubmits)"
     except ConfigError as exc:
         state = f"unknown ({exc})"
     return {"id": job_id, "status": state, "address": record["address"], "jobs": record["jobs"],
