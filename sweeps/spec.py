@@ -211,6 +211,14 @@ def load(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> SweepSpec:
     return parse(apply_sets(read_document(path), sets, source), source)
 
 
+def local_path(value: str) -> str:
+    """A relative ``data.path`` naming something here, made absolute: trials run in Ray's own
+    working directory or on another node, where the user's relative path means nothing. A name
+    that is not a local path (a Hub dataset such as ``wikimedia/wikipedia``) stays as it is."""
+    path = Path(value).expanduser()
+    return str(path.resolve()) if not path.is_absolute() and path.exists() else value
+
+
 def parse(doc: dict[str, Any], source: str) -> SweepSpec:
     """Validate a sweep document (the mapping in a file, or :meth:`SweepSpec.to_dict`)."""
     for key in doc:
@@ -218,6 +226,8 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
             raise ConfigError(f"{source}: unknown key {key!r}; a sweep file has {', '.join(TOP_KEYS)}")
 
     base = {k: coerce(k, v, f"{source}: config") for k, v in flatten(doc.get("config") or {}, f"{source}: config").items()}
+    if isinstance(base.get("data.path"), str):
+        base["data.path"] = local_path(base["data.path"])
     grid = _grid(doc.get("grid") or {}, source)
     search = _search(doc.get("search") or {}, source)
     grid_keys = [k for axis in grid for k in axis.split(",")]

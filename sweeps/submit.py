@@ -84,7 +84,7 @@ def _write_record(workspace: Workspace, name: str, record: dict[str, Any]) -> No
 def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], url: str | None) -> dict[str, Any]:
     """Validate here, then submit ``seqae sweep run`` as a Ray Job; returns the submission record."""
     # A local data folder given on the command line is made absolute: the job runs elsewhere.
-    sets = [f"data.path={Path(v).resolve()}" if k == "data.path" and Path(v).exists() else f"{k}={v}"
+    sets = [f"data.path={spec_lib.local_path(v)}" if k == "data.path" else f"{k}={v}"
             for k, _, v in (s.partition("=") for s in sets)]
     spec_lib.load(file, sets)  # a bad file fails here, before the cluster sees anything
     name = check_name(name or Path(file).stem)

@@ -60,6 +60,14 @@ def test_set_pins_a_key_out_of_the_search_and_addresses_sweep_settings(tmp_path)
     assert spec.grid["data.input_len"] == (16, 32) and spec.planned_trials() == 4
 
 
+def test_a_relative_local_data_path_becomes_absolute_and_a_hub_name_stays(tmp_path, monkeypatch):
+    path = write(tmp_path, GOOD)
+    (tmp_path / "pages").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert spec_lib.load(path, ["data.path=pages"]).base["data.path"] == str(tmp_path / "pages")
+    assert spec_lib.load(path, ["data.path=wikimedia/wikipedia"]).base["data.path"] == "wikimedia/wikipedia"
+
+
 BAD = [
     pytest.param({**GOOD, "colour": "red"}, "unknown key 'colour'", id="unknown-top-key"),
     pytest.param({**GOOD, "config": {"model": {"d_modle": 3}}}, "unknown key 'model.d_modle'", id="unknown-config-key"),

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from tests.conftest import REPO, WIKI_MINI
 from tests.sweep_helpers import SMOKE, STUDIES, metric_steps, mlflow_runs, optuna_trials, seqae, sets, status
 
 pytestmark = pytest.mark.slow
@@ -39,7 +42,9 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     workspace = tmp_path / "ws"
     n = 3
     run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace),
-                *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", f"trials.total={n}"))
+                *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", f"trials.total={n}",
+                      # relative, as the README writes it: trials run in Ray's working directory, not here
+                      f"data.path={os.path.relpath(WIKI_MINI, REPO)}"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
     runs = mlflow_runs(workspace, "quickstart")
@@ -57,6 +62,7 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
         assert tags["optuna.trial_number"] == tags["seqae.trial"]
         assert tags["ray.tune_trial_id"] and tags["ray.node_id"]
         assert params["model.d_model"] == "16" and params["data.input_len"] == "16" and "train.lr" in params
+        assert params["data.path"] == str(WIKI_MINI.resolve())
         assert metric_steps(child.info.run_id, "val_token_accuracy", workspace) == [1, 2]
         artifacts = {a.path for a in client.list_artifacts(child.info.run_id)}
         assert {"config.yaml", "checkpoint", "samples.txt"} <= artifacts
