@@ -28,6 +28,8 @@ PASSED_NAMES = ("PGPASSFILE",)
 NEVER_PASSED = ("SEQAE_RAY_ADDRESS",)
 EXCLUDES = [".venv", ".git", "seqae-runs", "bench-results", "**/__pycache__", "*.db", ".pytest_cache"]
 RECORD = "submission.json"
+# Files a cluster's state may hold (secrets, a database, checkpoints): never packaged with the job.
+STATE_PATHS = ("RAY_AUTH_TOKEN_PATH", "PGPASSFILE", "SEQAE_STORAGE", "SEQAE_WORKSPACE")
 
 
 def address(given: str | None) -> str:
@@ -122,6 +124,24 @@ def resubmit(workspace: Workspace, record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def excludes(working_dir: Path) -> list[str]:
+    """What the job's package leaves out: build and run outputs, and the whole top-level folder of
+    any cluster state inside the working directory (`seqae cluster up --dir .seqae-cluster` keeps
+    the token, the pgpass file and PostgreSQL's data there)."""
+    state = []
+    for key in STATE_PATHS:
+        value = os.environ.get(key)
+        if not value:
+            continue
+        try:
+            inside = Path(value).expanduser().resolve().relative_to(working_dir.resolve())
+        except ValueError:
+            continue
+        if inside.parts:
+            state.append(f"/{inside.parts[0]}")
+    return EXCLUDES + sorted(set(state))
+
+
 def _submit(workspace: Workspace, record: dict[str, Any], env: dict[str, str]) -> None:
     """Every job of a sweep runs the same command: it creates the sweep, or resumes it."""
     entrypoint = shlex.join(["python", "-m", "sweeps.cli", "sweep", "run", record["file"], "--or-resume",
@@ -131,7 +151,8 @@ def _submit(workspace: Workspace, record: dict[str, Any], env: dict[str, str]) -
     job_id = f"seqae-{record['name']}-{time.strftime('%Y%m%d-%H%M%S')}"
     jobs.submit_job(
         entrypoint=entrypoint, submission_id=job_id, metadata={"seqae_sweep": record["name"]},
-        runtime_env={"working_dir": record["working_dir"], "excludes": EXCLUDES, "env_vars": env},
+        runtime_env={"working_dir": record["working_dir"], "excludes": excludes(Path(record["working_dir"])),
+                     "env_vars": env},
     )
     record["jobs"].append(job_id)
     _write_record(workspace, record["name"], record)

@@ -324,3 +324,21 @@ def _env_names_read_by_code() -> set[str]:
     for path in list((REPO / "sweeps").glob("*.py")) + list((REPO / "seqae_core").glob("*.py")):
         names.update(re.findall(r"\"(SEQAE_[A-Z_]+)\"", path.read_text()))
     return names
+
+
+def test_cluster_state_inside_the_working_directory_is_never_packaged(tmp_path, monkeypatch):
+    """`seqae cluster up --dir .seqae-cluster` in the repository keeps the token, the pgpass file
+    and PostgreSQL's data there; a submitted job's package must leave all of it out."""
+    from ray._private.runtime_env.packaging import _get_excludes
+
+    from sweeps.submit import excludes
+
+    state = tmp_path / ".seqae-cluster"
+    monkeypatch.setenv("PGPASSFILE", str(state / "secrets" / "pgpass"))
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(state / "secrets" / "ray_token"))
+    monkeypatch.setenv("SEQAE_STORAGE", "/elsewhere/storage")  # outside: nothing to exclude
+    patterns = excludes(tmp_path)
+    assert "/.seqae-cluster" in patterns and not any("elsewhere" in p for p in patterns)
+    skipped = _get_excludes(tmp_path, patterns)  # Ray's own matcher for runtime_env excludes
+    assert skipped(state / "postgres" / "PG_VERSION") and skipped(state / "secrets" / "pgpass")
+    assert not skipped(tmp_path / "sweeps" / "studies" / "quickstart.yaml")
