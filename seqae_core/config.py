@@ -30,6 +30,9 @@ class DataConfig:
     tokenizer: str = "bert-base-uncased"
     input_len: int = 512
     samples: Literal["first", "windows"] = "first"  # first: one sample per page (the paper)
+    # tokenizer: the tokenizer's ids (the paper); corpus: only the ids that occur in the data,
+    # renumbered, so the vocabulary head is smaller (see seqae_core.data)
+    vocab: Literal["tokenizer", "corpus"] = "tokenizer"
     max_pages: int | None = None  # None: every page; the paper used the first 30%
     val_fraction: float = 0.2
     split_seed: int = 0
@@ -67,7 +70,7 @@ class TrainConfig:
     patience: int = 5  # epochs without a better val_token_accuracy before stopping
     batch_size: int = 16
     seed: int = 0
-    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
+    precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA and bf16-native CPUs
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,13 @@ through the same call. Pages are streamed, so ``data.max_pages`` reads only what
            (the paper). Only a prefix of each page is tokenized.
   windows  consecutive non-overlapping ``input_len``-token windows of each page; the last one padded.
 
+``data.vocab``:
+  tokenizer  token ids are the tokenizer's (BERT: 30,522), the paper's recipe.
+  corpus     ids are renumbered over the tokens that occur in the prepared pages (and the pad
+             token), so the vocabulary head scores only those: the 60 quickstart pages use about
+             12,000 of BERT's ids, which makes a training step about 2.5x cheaper on a CPU.
+             ``token_ids.npy`` maps each corpus id back to the tokenizer's id.
+
 The tokenized samples are cached under ``cache_dir/<key>/``, keyed by everything that changes
 them. An entry is built in a temporary folder and renamed into place, and a manifest holds the
 size and SHA-256 of each file, so a partial or corrupted entry is detected and rebuilt. The
@@ -18,6 +25,7 @@ validation split is drawn by page afterwards, so trials with other split setting
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -34,8 +42,8 @@ from seqae_core.config import ConfigError, DataConfig
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bump when the layout of an entry changes
-FILES = ("tokens.npy", "pages.npy", "vocab.json")
+FORMAT = 2  # bump when the layout of an entry changes
+FILES = ("tokens.npy", "pages.npy", "vocab.json", "token_ids.npy")
 PAGE_BATCH = 512  # pages per tokenizer call
 CHARS_PER_TOKEN = 5.0  # characters tokenized per token still needed; English averages about 4.5
 
@@ -55,6 +63,7 @@ class Splits:
     pad_id: int
     vocab_size: int
     entry: Path
+    token_ids: np.ndarray  # (vocab_size,) the tokenizer's id of each id in ``tokens``
 
     def batch(self, rows: np.ndarray) -> torch.Tensor:
         """Rows of ``tokens`` as a (b, t) int64 tensor."""
@@ -102,6 +111,7 @@ def load(config: DataConfig, cache_dir: Path | None = None) -> Splits:
     is_val[order[:n_val]] = True
     rows_val = is_val[pages]
     return Splits(
+        token_ids=np.load(entry / "token_ids.npy"),
         tokens=tokens,
         train=np.flatnonzero(~rows_val),
         val=np.flatnonzero(rows_val),
@@ -186,11 +196,15 @@ def iter_texts(config: DataConfig) -> Iterator[str]:
     import datasets
 
     args = (config.path,) if config.name is None else (config.path, config.name)
+    # Streaming opens the source lazily: an unreachable Hub or a missing file can surface at the
+    # first page as well as at load_dataset, so both sit inside the same guard.
+    unloadable = (OSError, ValueError, datasets.exceptions.DatasetNotFoundError)  # ConnectionError is an OSError
     try:
-        pages = datasets.load_dataset(*args, split=config.split, streaming=True)
-    except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as exc:
-        raise ConfigError(f"data.path={config.path!r} (data.name={config.name!r}) cannot be loaded: {exc}") from None
-    for i, page in enumerate(pages):
+        pages = iter(datasets.load_dataset(*args, split=config.split, streaming=True))
+        first = next(pages, None)
+    except unloadable as exc:
+        raise ConfigError(cannot_load(config, exc)) from None
+    for i, page in enumerate(pages if first is None else itertools.chain([first], pages)):
         if config.max_pages is not None and i >= config.max_pages:
             return
         if config.text_column not in page:
@@ -199,6 +213,28 @@ def iter_texts(config: DataConfig) -> Iterator[str]:
                 f"columns: {', '.join(page)}"
             )
         yield page[config.text_column]
+
+
+def cannot_load(config: DataConfig, exc: BaseException) -> str:
+    """One line naming data.path, why it did not load, and what to do."""
+    reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+    local = Path(config.path).expanduser()
+    if local.is_absolute() or config.path.startswith((".", "~")) or local.exists():
+        hint = ("set data.path to a folder in the wikimedia/wikipedia layout (e.g. "
+                "--set data.path=../shared/data/wikipedia-mini)")
+        where = "is not a loadable dataset folder" if local.exists() else f"does not exist ({local.resolve()})"
+        return f"data.path={config.path!r} {where}: {reason}; {hint}"
+    return (f"data.path={config.path!r} (data.name={config.name!r}) cannot be loaded from the Hugging Face Hub: "
+            f"{reason}. Offline? Set data.path to a local folder in the wikimedia/wikipedia layout (e.g. "
+            "--set data.path=../shared/data/wikipedia-mini), or go online")
+
+
+def check_source(config: DataConfig) -> None:
+    """Raise :class:`ConfigError`, naming the key, unless the tokenizer loads and the dataset
+    yields a first page with the text column. Cheap: one page is read, nothing is written."""
+    load_tokenizer(config.tokenizer)
+    if next(iter_texts(config), None) is None:
+        raise ConfigError(f"data.path={config.path!r} has no pages in split {config.split!r}")
 
 
 def _batches(texts: Iterator[str], size: int) -> Iterator[list[str]]:
@@ -291,9 +327,16 @@ def build(config: DataConfig, key: dict[str, Any], out: Path) -> None:
             n_pages += 1
     if n_pages < 2:
         raise ConfigError(f"data.path={config.path!r} gave {n_pages} non-empty pages; at least 2 are needed")
-    np.save(out / "tokens.npy", np.stack(rows))
+    tokens = np.stack(rows)  # (n, t) tokenizer ids
+    token_ids = np.arange(vocab_size, dtype=np.int64)  # (v,) tokenizer id of each id in tokens.npy
+    if config.vocab == "corpus":
+        token_ids = np.union1d(tokens, [pad_id]).astype(np.int64)  # sorted and unique: searchsorted renumbers
+        tokens = np.searchsorted(token_ids, tokens).astype(dtype)
+        pad_id, vocab_size = int(np.searchsorted(token_ids, pad_id)), len(token_ids)
+    np.save(out / "tokens.npy", tokens)
     np.save(out / "pages.npy", np.asarray(pages, dtype=np.int64))
-    vocab = tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
+    np.save(out / "token_ids.npy", token_ids)
+    vocab = tokenizer.convert_ids_to_tokens(token_ids.tolist())
     (out / "vocab.json").write_text(json.dumps(vocab))
     manifest = {
         "format": FORMAT,

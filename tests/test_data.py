@@ -58,6 +58,22 @@ def test_first_vs_windows(tiny_config, data_cache):
         assert pad_at[-1] == t - 1 and np.all(np.diff(pad_at) == 1)
 
 
+def test_corpus_vocabulary_renumbers_the_ids_the_pages_use_and_maps_back(tiny_config, data_cache, tokenizer):
+    full = data.load(tiny_config().data, data_cache)
+    corpus = data.load(tiny_config(**{"data.vocab": "corpus"}).data, data_cache)
+    assert full.entry != corpus.entry  # the vocabulary is part of the cache key
+    used = np.unique(np.asarray(full.tokens))
+    # every id the pages use, and the pad token, in the tokenizer's order
+    assert np.array_equal(corpus.token_ids, np.union1d(used, [full.pad_id]))
+    assert corpus.vocab_size == len(corpus.token_ids) < full.vocab_size == len(tokenizer)
+    assert corpus.token_ids[corpus.pad_id] == full.pad_id
+    # mapping back gives exactly the tokenizer's samples, pads included, with the same split
+    assert np.array_equal(corpus.token_ids[np.asarray(corpus.tokens)], np.asarray(full.tokens))
+    assert np.array_equal(corpus.train, full.train) and np.array_equal(corpus.val, full.val)
+    assert corpus.vocab() == tokenizer.convert_ids_to_tokens(corpus.token_ids.tolist())
+    assert np.array_equal(full.token_ids, np.arange(full.vocab_size))
+
+
 def test_split_is_by_page_and_seeded(tiny_config, data_cache):
     splits = data.load(tiny_config().data, data_cache)
     pages = np.load(splits.entry / "pages.npy")

@@ -8,23 +8,40 @@ import torch
 
 from benchmarks.throughput import forward_flops, head_share
 from seqae_core.model import attention, reference_attention
-from seqae_core.train import autocast_dtype, train
+from seqae_core import train as train_lib
+from seqae_core.train import autocast_dtype, describe_precision, train
 from sweeps import spec as spec_lib
 from sweeps.cli import main
 from tests.sweep_helpers import SMOKE, STUDIES
 
 
 @pytest.mark.parametrize(
-    "precision, device, expected",
+    "precision, device, cpu_flags, expected, said",
     [
-        pytest.param("auto", "cuda", torch.bfloat16, id="auto-on-cuda-is-bf16"),
-        pytest.param("auto", "cpu", None, id="auto-on-cpu-is-fp32"),
-        pytest.param("bf16", "cpu", torch.bfloat16, id="bf16-asked-on-cpu"),
-        pytest.param("fp32", "cuda", None, id="fp32-asked-on-cuda"),
+        pytest.param("auto", "cuda", [], torch.bfloat16, "bf16 autocast (CUDA)", id="auto-on-cuda-is-bf16"),
+        pytest.param("auto", "cpu", [], None, "fp32 (this CPU has no native bf16)", id="auto-on-plain-cpu-is-fp32"),
+        pytest.param("auto", "cpu", ["avx512_bf16"], torch.bfloat16, "bf16 autocast (this CPU has avx512_bf16)",
+                     id="auto-on-bf16-cpu-is-bf16"),
+        pytest.param("bf16", "cpu", [], torch.bfloat16, "bf16 autocast", id="bf16-asked-on-cpu"),
+        pytest.param("fp32", "cuda", [], None, "fp32", id="fp32-asked-on-cuda"),
+        pytest.param("fp32", "cpu", ["amx_bf16"], None, "fp32", id="fp32-asked-on-bf16-cpu"),
     ],
 )
-def test_precision_follows_the_device(tiny_config, precision, device, expected):
-    assert autocast_dtype(tiny_config(**{"train.precision": precision}), torch.device(device)) is expected
+def test_precision_follows_the_device(tiny_config, monkeypatch, precision, device, cpu_flags, expected, said):
+    monkeypatch.setattr(train_lib, "native_bf16_flags", lambda: cpu_flags)
+    config = tiny_config(**{"train.precision": precision})
+    assert autocast_dtype(config, torch.device(device)) is expected
+    assert describe_precision(config, torch.device(device)) == said
+
+
+def test_native_bf16_flags_read_this_machine():
+    """On Linux the flags come from /proc/cpuinfo; the answer agrees with oneDNN's own check."""
+    flags = train_lib.native_bf16_flags()
+    assert set(flags) <= {"avx512_bf16", "amx_bf16"}
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN to compare with")
+    if flags:
+        assert torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def test_bf16_training_runs_and_learns_on_cpu(tiny_config, data_cache):
