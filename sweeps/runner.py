@@ -9,6 +9,7 @@ the MLflow :class:`~sweeps.tracking.Writer`, and the trial function calls
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from ray.tune.search import Searcher
 from seqae_core import metrics as M
 from seqae_core.config import ConfigError, build
 from seqae_core.train import NonFiniteLossError, resume_state, save_checkpoint, train
+from sweeps.progress import Progress
 from sweeps.search import SweepStudy
 from sweeps.spec import SweepSpec, trial_layers
 from sweeps.tracking import Tracker, Writer, trial_store
@@ -102,6 +104,10 @@ class StudySearcher(Searcher):
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         number = self.plans[trial_id].number
+        if result and M.EPOCH in result and not error:
+            # Tune hands a trial's last result (and one its scheduler stopped it on) only to this
+            # hook, not to on_trial_result: without this, Optuna would miss that epoch's value.
+            self.study.report(number, int(result[M.EPOCH]), result)
         latest = trial_store(self.storage, number).newest_meta("epoch") or {}
         history = latest.get("history", [])
         if error or not history:
@@ -151,6 +157,30 @@ class TrackingCallback(tune.Callback):
         self.writer.submit(f"closing trial {number}", lambda: self.tracker.trial_ended(number, state, error))
 
 
+class ProgressCallback(tune.Callback):
+    """Hands Tune's trial events to the sweep's :class:`~sweeps.progress.Progress` lines."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # see StudySearcher.__getstate__
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any) -> None:
+        self.progress.result(trial.config["trial"], trial.config["params"], result)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        finished = (trial.last_result or {}).get("finished", False)
+        self.progress.ended(trial.config["trial"], _epochs(trial), "finished" if finished else "stopped by the scheduler")
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        self.progress.ended(trial.config["trial"], _epochs(trial), f"failed: {last_error(trial)}")
+
+
+def _epochs(trial: Any) -> int:
+    return int((trial.last_result or {}).get(M.EPOCH, 0))
+
+
 def last_error(trial: Any) -> str:
     """The last line of the trial's latest error ("NonFiniteLossError: ..."), read from the
     trial's local error file: Tune writes it before calling back, whereas the copy in the
@@ -163,9 +193,10 @@ def last_error(trial: Any) -> str:
 
 def run_session(
     spec: SweepSpec, study: SweepStudy, tracker: Tracker, writer: Writer, *, storage: str, cache_dir: str,
-    session: int, epochs: int,
+    session: int, epochs: int, verbose: bool = False,
 ) -> None:
-    """One Tuner run over the trials the study still has to run."""
+    """One Tuner run over the trials the study still has to run. Progress shows a line per
+    trial result; ``verbose`` brings back Ray Tune's own status tables."""
     searcher = StudySearcher(spec, study, storage)
     objective = spec.objectives[0]
     scheduler = None
@@ -173,6 +204,12 @@ def run_session(
         scheduler = tune.schedulers.ASHAScheduler(
             time_attr=M.EPOCH, max_t=epochs, grace_period=spec.grace_period, reduction_factor=spec.reduction_factor
         )
+    # Tune's newer console output prints a config box, a results path and a TensorBoard hint
+    # whatever the verbosity; its classic reporter at verbosity 0 prints nothing.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "1" if verbose else "0")
+    best = study.best()
+    progress = Progress(study.study.study_name, objective, study.remaining() * epochs, epochs,
+                        (best[0].values[0], best[0].number) if len(best) == 1 else None)
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, runtime={"source": spec.source, "storage": storage, "cache_dir": cache_dir}),
         {"cpu": spec.cpu, "gpu": spec.gpu},
@@ -189,8 +226,11 @@ def run_session(
             name=f"session-{session:03d}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=f"{storage.rstrip('/')}/tune",
             failure_config=tune.FailureConfig(max_failures=spec.retries),
-            callbacks=[TrackingCallback(tracker, writer, study)],
-            verbose=1,
+            callbacks=[TrackingCallback(tracker, writer, study), ProgressCallback(progress)],
+            verbose=1 if verbose else 0,
         ),
     )
-    tuner.fit()
+    try:
+        tuner.fit()
+    finally:
+        progress.close()

@@ -253,7 +253,7 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
     _int(seed, "sampler.seed", source)
 
     scheduler = _mapping(doc.get("scheduler", {}), "scheduler", source, ("type", "grace_period", "reduction_factor"))
-    scheduler_type = scheduler.get("type", "none")
+    scheduler_type = scheduler.get("type") or "none"  # `--set scheduler.type=none` arrives as None
     if scheduler_type not in SCHEDULERS:
         raise ConfigError(f"{source}: scheduler.type={scheduler_type!r} must be one of {', '.join(SCHEDULERS)}")
     grace = scheduler.get("grace_period", 1)

@@ -1,0 +1,111 @@
+"""What a person sees while a sweep runs: one line per trial result, a bar for the whole sweep,
+and a table of every trial at the end.
+
+    trial 3  epoch 2/3  lr=1.9e-03 d_model=128 d_attn=64  val_token_accuracy 0.9712  best 0.9750 (trial 1)  1:23 elapsed  ~2:10 left
+
+The bar is tqdm's (it draws only on a terminal; in a log file the lines stand alone). The time
+left is the sweep's remaining trial-epochs at the rate seen so far, so early stops and pruning
+only ever make it shorter.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tqdm import tqdm
+
+from sweeps.spec import Objective
+
+
+def short(params: dict[str, Any]) -> str:
+    """``{"train.lr": 0.00186, "model.d_model": 128}`` -> ``lr=1.9e-03 d_model=128``."""
+    parts = []
+    for key, value in params.items():
+        if isinstance(value, float) and value != 0 and not 0.01 <= abs(value) < 1000:
+            value = f"{value:.1e}"
+        elif isinstance(value, float):
+            value = f"{value:.3g}"
+        parts.append(f"{key.split('.')[-1]}={value}")
+    return " ".join(parts)
+
+
+def clock(seconds: float) -> str:
+    """1:23 or 1:02:03."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class Progress:
+    """Lines and a bar for one session of a sweep; ``work`` is its trial-epochs still to run."""
+
+    def __init__(self, name: str, objective: Objective, work: int, epochs: int,
+                 best: tuple[float, int] | None = None) -> None:
+        self.objective, self.epochs, self.best = objective, epochs, best
+        self.started = time.monotonic()
+        self.done = 0
+        self.work = max(work, 1)
+        self.bar = tqdm(total=self.work, desc=f"sweep {name}", unit="epoch", disable=None, leave=False,
+                        dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+                                                       "trial-epochs [{elapsed}<{remaining}]")
+
+    def _better(self, value: float) -> bool:
+        if self.best is None:
+            return True
+        return value > self.best[0] if self.objective.mode == "max" else value < self.best[0]
+
+    def left(self) -> float | None:
+        """Seconds the remaining trial-epochs take at the rate seen so far (None before the first)."""
+        if not self.done:
+            return None
+        return (self.work - self.done) * (time.monotonic() - self.started) / self.done
+
+    def result(self, number: int, params: dict[str, Any], metrics: dict[str, Any]) -> str:
+        """Record an epoch's result and print its line; returns the line."""
+        self.done = min(self.done + 1, self.work)
+        self.bar.update(1)
+        value = float(metrics[self.objective.metric])
+        if self._better(value):
+            self.best = (value, number)
+        assert self.best is not None
+        left = self.left()
+        line = (f"trial {number}  epoch {int(metrics['epoch'])}/{self.epochs}  {short(params)}  "
+                f"{self.objective.metric} {value:.4f}  best {self.best[0]:.4f} (trial {self.best[1]})  "
+                f"{clock(time.monotonic() - self.started)} elapsed"
+                + (f"  ~{clock(left)} left" if left is not None else ""))
+        self.say(line)
+        return line
+
+    def ended(self, number: int, epochs_run: int, how: str) -> None:
+        """A trial ended (``how``: finished, stopped by the scheduler, failed: ...): the epochs it
+        will not run leave the sweep's remaining work."""
+        self.work = max(self.work - max(self.epochs - epochs_run, 0), self.done, 1)
+        self.bar.total = self.work
+        self.bar.refresh()
+        self.say(f"trial {number}  {how} after {epochs_run} epoch{'s' if epochs_run != 1 else ''}")
+
+    def say(self, line: str) -> None:
+        self.bar.write(line)  # above the bar on a terminal, a plain line elsewhere
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def summary(trials: list[Any], objectives: tuple[Objective, ...]) -> str:
+    """A table of every trial of the study, best first: trial, state, epochs (reported to Optuna;
+    "-" for multi-objective sweeps, which report none), objective values and parameters.
+    ``trials`` are Optuna FrozenTrials."""
+    first = objectives[0]
+    sign = -1.0 if first.mode == "max" else 1.0
+
+    def order(trial: Any) -> tuple[float, int]:
+        return (sign * trial.values[0] if trial.values else float("inf"), trial.number)
+
+    header = ["trial", "state", "epochs", *(o.metric for o in objectives), "params"]
+    rows = [[str(t.number), t.state.name, str(len(t.intermediate_values) or "-"),
+             *([f"{v:.4f}" for v in t.values] if t.values else ["-"] * len(objectives)), short(t.params)]
+            for t in sorted(trials, key=order)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
+    return "\n".join(lines)
