@@ -1,8 +1,10 @@
 """``seqae ui``: the MLflow UI on a workspace's tracking store and optuna-dashboard on its study
-storage, both on 127.0.0.1 by default, stopped together on Ctrl-C."""
+storage, both on 127.0.0.1 by default, stopped together on Ctrl-C, SIGTERM (a process manager)
+or SIGHUP (a closed terminal)."""
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -15,8 +17,13 @@ from cluster.procs import http_ok, spawn, stop_group, wait_until
 
 def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflow_port: int, optuna_port: int,
           logs: Path, until: float | None = None) -> None:
-    """Start both UIs, print their URLs, and stop both on Ctrl-C (or after ``until`` seconds)."""
+    """Start both UIs, print their URLs, and stop both on Ctrl-C, SIGTERM or SIGHUP (or after
+    ``until`` seconds)."""
     optuna.storages.RDBStorage(optuna_storage)  # optuna-dashboard refuses a file without tables
+    # The servers run in process groups of their own (so a Ctrl-C reaches them only through us);
+    # every way of being told to stop must therefore come through the same cleanup.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     logs.mkdir(parents=True, exist_ok=True)
     pids = []
     try:
@@ -38,3 +45,7 @@ def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflo
         for pid in pids:
             stop_group(pid)
         print("stopped the MLflow UI and optuna-dashboard", flush=True)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)

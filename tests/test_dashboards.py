@@ -172,3 +172,23 @@ def test_report_shows_failed_and_running_trials(tmp_path):
     finally:
         kill_group(sweep, signal.SIGINT)
         sweep.wait(timeout=120)
+
+
+@pytest.mark.parametrize("signum", [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGHUP, id="SIGHUP")])
+def test_seqae_ui_stops_both_servers_on_sigterm_and_sighup(finished_sweep, tmp_path, signum):
+    """A process manager's SIGTERM and a closed terminal's SIGHUP stop both servers, as Ctrl-C does."""
+    mlflow_port, optuna_port = free_port(), free_port()
+    ui = start("ui", "--workspace", str(finished_sweep), "--mlflow-port", str(mlflow_port),
+               "--optuna-port", str(optuna_port), log=tmp_path / "ui.log")
+    try:
+        wait_for(lambda: "Ctrl-C stops both" in (tmp_path / "ui.log").read_text(), 120, "seqae ui")
+        for port in (mlflow_port, optuna_port):  # both really serve before the signal
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        ui.send_signal(signum)
+        assert ui.wait(timeout=60) == 0
+    finally:
+        kill_group(ui)
+    assert "stopped the MLflow UI and optuna-dashboard" in (tmp_path / "ui.log").read_text()
+    for port in (mlflow_port, optuna_port):
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
