@@ -64,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                             ("--mlflow-uri", "SEQAE_MLFLOW_TRACKING_URI", "MLflow tracking URI"),
                             ("--optuna-storage", "SEQAE_OPTUNA_STORAGE", "Optuna storage URL")):
         run.add_argument(flag, help=f"{what} (default: ${env}, else inside the workspace)")
+    run.add_argument("--verbose", action="store_true", help="also show Ray Tune's own status tables")
     run.set_defaults(handler=cmd_sweep_run)
 
     submit = with_workspace(sweeps.add_parser("submit", help="run a sweep on a Ray cluster, as a Ray Job"))
@@ -83,11 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     resume = with_workspace(sweeps.add_parser("resume", help="continue an interrupted sweep (resubmits a "
                                                              "submitted one)"))
     resume.add_argument("name")
+    resume.add_argument("--verbose", action="store_true", help="also show Ray Tune's own status tables")
     resume.set_defaults(handler=cmd_sweep_resume)
 
     extend = with_workspace(sweeps.add_parser("extend", help="add trials to a sweep, using what it learned so far"))
     extend.add_argument("name")
     extend.add_argument("--trials", type=int, required=True, help="how many trials to add")
+    extend.add_argument("--verbose", action="store_true", help="also show Ray Tune's own status tables")
     extend.set_defaults(handler=cmd_sweep_extend)
 
     status = with_workspace(sweeps.add_parser("status", help="trials by state, the best so far, where things are"))
@@ -150,7 +153,7 @@ def cmd_sweep_run(args: argparse.Namespace) -> int:
     workspace = _workspace(args)
     overrides = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
     name = service.create(workspace, args.file, args.name, args.set, overrides, or_resume=args.or_resume)
-    return service.drive(workspace, name, check_file=False)
+    return service.drive(workspace, name, check_file=False, verbose=args.verbose)
 
 
 def cmd_sweep_resume(args: argparse.Namespace) -> int:
@@ -162,7 +165,7 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int:
         submit.resubmit(workspace, record)
         print(submit.describe(record))
         return 0
-    return service.drive(workspace, args.name)
+    return service.drive(workspace, args.name, verbose=args.verbose)
 
 
 def _record(args: argparse.Namespace) -> dict[str, Any]:
@@ -276,7 +279,7 @@ def cmd_sweep_extend(args: argparse.Namespace) -> int:
 
     workspace = _workspace(args)
     service.extend(workspace, args.name, args.trials)
-    return service.drive(workspace, args.name)
+    return service.drive(workspace, args.name, verbose=args.verbose)
 
 
 def cmd_sweep_status(args: argparse.Namespace) -> int:

@@ -14,13 +14,13 @@ import os
 import signal
 import socket
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from seqae_core import data as data_lib
-from seqae_core.config import ConfigError, build
+from seqae_core.config import Config, ConfigError, build
 from sweeps import spec as spec_lib
 from sweeps.workspace import Backends, DriverLock, SweepState, Workspace, check_name, redact
 
@@ -132,6 +132,7 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
         import torch
 
         check_resources(spec, float(os.cpu_count() or 1), float(torch.cuda.device_count()))
+    check_data(spec)
     workspace.check_writable()
     from sweeps.search import study_exists
 
@@ -172,12 +173,13 @@ def extend(workspace: Workspace, name: str, trials: int) -> None:
         workspace.write(state)
 
 
-def drive(workspace: Workspace, name: str, *, check_file: bool = True) -> int:
+def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: bool = False) -> int:
     """Run what is left of a sweep: reconcile, run the trials, close the books."""
-    from sweeps import runner
+    from sweeps import progress, runner
     from sweeps.search import SweepStudy
     from sweeps.tracking import Tracker, Writer, trial_store
 
+    workspace.read(name)  # an unknown sweep is refused before anything is written
     workspace.check_writable()
     # `ray job stop` and service managers send SIGTERM: stop as gracefully as on Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
@@ -218,15 +220,16 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True) -> int:
         interrupted = False
         todo = study.remaining()
         print(f"seqae: sweep {name}: {state.total_trials} trials planned, {todo} to run "
-              f"(data ready in {data_seconds:.1f} s)", flush=True)
+              f"(data ready in {data_seconds:.1f} s; training in {training_precision(spec)})", flush=True)
         if todo:
             connect_ray(workspace.root)
             check_resources(spec, *cluster_capacity())
             try:
                 runner.run_session(spec, study, tracker, writer, storage=backends.storage, cache_dir=cache_dir,
-                                   session=len(state.sessions), epochs=epochs)
+                                   session=len(state.sessions), epochs=epochs, verbose=verbose)
             except KeyboardInterrupt:
                 interrupted = True
+            print(f"\n{progress.summary(study.trials(), spec.objectives)}\n", flush=True)
         counts = study.counts()
         complete = study.remaining() == 0
         interrupted = interrupted or not complete
@@ -264,12 +267,35 @@ def rebuild_report(state: SweepState, workspace: Workspace) -> None:
         log.warning("the report could not be built (%s); `seqae report %s` retries", exc, state.name)
 
 
+def cell_configs(spec: spec_lib.SweepSpec) -> list[Config]:
+    """The config of every grid cell (searched keys at their base values)."""
+    return [build(spec_lib.trial_layers(spec.source, spec.base, cell)) for cell in spec.cells()]
+
+
+def check_data(spec: spec_lib.SweepSpec) -> None:
+    """Every data source the sweep reads loads (its tokenizer, and a first page with the text
+    column), so that an unreachable Hub or a missing folder fails before anything is created."""
+    sources = {replace(c.data, input_len=1, samples="first", max_pages=1, vocab="tokenizer")
+               for c in cell_configs(spec)}
+    for source in sources:
+        data_lib.check_source(source)
+
+
 def prepare_data(spec: spec_lib.SweepSpec, cache_dir: str) -> int:
     """Tokenize, once, the data of every grid cell; returns the most epochs any trial may run."""
-    configs = [build(spec_lib.trial_layers(spec.source, spec.base, cell)) for cell in spec.cells()]
+    configs = cell_configs(spec)
     for data_config in {c.data for c in configs}:
         data_lib.prepare(data_config, Path(cache_dir))
     return max(c.train.epochs for c in configs)
+
+
+def training_precision(spec: spec_lib.SweepSpec) -> str:
+    """What the base config's ``train.precision`` means on the devices the trials get."""
+    import torch
+
+    from seqae_core.train import describe_precision
+
+    return describe_precision(cell_configs(spec)[0], torch.device("cuda" if spec.gpu else "cpu"))
 
 
 def register_best(study: Any, tracker: Any, name: str) -> None:

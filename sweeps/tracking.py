@@ -30,10 +30,10 @@ from typing import Any, Callable
 def mlflow_defaults() -> None:
     """seqae's MLflow client settings, unless the user set them: a failed request comes back to
     the writer's own retry loop quickly instead of blocking for minutes; no telemetry, no
-    progress bars."""
+    progress bars, no INFO chatter between the sweep's progress lines."""
     for key, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
                        ("MLFLOW_HTTP_REQUEST_TIMEOUT", "20"), ("MLFLOW_DISABLE_TELEMETRY", "true"),
-                       ("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")):
+                       ("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"), ("MLFLOW_LOGGING_LEVEL", "WARNING")):
         os.environ.setdefault(key, value)
 
 
@@ -247,10 +247,14 @@ class Tracker:
         mlflow.set_registry_uri(self.uri)
         run_id = self.child_run(number)
         status = self.client.get_run(run_id).info.status
-        with mlflow.start_run(run_id=run_id):
+        with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
+            # The model's ids are the data's: with data.vocab=corpus, token_ids.json maps each back
+            # to the tokenizer's id (identity otherwise).
+            ids = Path(tmp) / "token_ids.json"
+            ids.write_text(json.dumps({"tokenizer": config.data.tokenizer, "token_ids": saved["token_ids"].tolist()}))
             info = mlflow.pytorch.log_model(
                 model, name="model", registered_model_name=model_name, serialization_format="pickle",
-                code_paths=[str(Path(__file__).resolve().parents[1] / "seqae_core")],
+                code_paths=[str(Path(__file__).resolve().parents[1] / "seqae_core")], extra_files=[str(ids)],
                 pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
             )
         self.client.set_terminated(run_id, status)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+from pathlib import Path
 
 import pytest
 
@@ -43,9 +46,19 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     n = 3
     run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace),
                 *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", f"trials.total={n}",
+                      "scheduler.type=none",  # every trial runs its epochs: the checks below count them
                       # relative, as the README writes it: trials run in Ray's working directory, not here
                       f"data.path={os.path.relpath(WIKI_MINI, REPO)}"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # Progress a person can read: a line per trial result, a table at the end, no Tune boxes.
+    lines = run.stdout.splitlines()
+    for number in range(n):
+        assert any(re.match(rf"trial {number}  epoch 2/2  lr=\d\.\de-0\d  val_token_accuracy 0\.\d{{4}}  "
+                            r"best 0\.\d{4} \(trial \d\)  \d+:\d\d elapsed  ~\d+:\d\d left$", line)
+                   for line in lines), run.stdout
+    header = lines.index(next(line for line in lines if line.startswith("trial  state")))
+    assert [line.split()[1] for line in lines[header + 1: header + 1 + n]] == ["COMPLETE"] * n
+    assert "Configuration for experiment" not in run.stdout and "TensorBoard" not in run.stdout
 
     runs = mlflow_runs(workspace, "quickstart")
     parents = [r for r in runs if r.data.tags.get("seqae.role") == "sweep"]
@@ -71,6 +84,7 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
 
     trials = optuna_trials(workspace, "quickstart")
     assert [t.state.name for t in trials] == ["COMPLETE"] * n
+    assert [sorted(t.intermediate_values) for t in trials] == [[1, 2]] * n  # the last epoch's value too
     assert len({t.params["train.lr"] for t in trials}) == n  # the search sampled, not repeated
 
     info = status("quickstart", workspace)
@@ -81,3 +95,16 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     versions = client.search_model_versions("name='quickstart'")
     assert len(versions) == 1 and versions[0].run_id == next(
         c.info.run_id for c in children if int(c.data.tags["seqae.trial"]) == info["best"]["trial"])
+    # The quickstart's corpus vocabulary: the registered model maps its ids back to BERT's.
+    from transformers import AutoTokenizer
+
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{workspace / 'mlflow.db'}")
+    folder = mlflow.artifacts.download_artifacts(f"models:/quickstart/{versions[0].version}", dst_path=str(tmp_path))
+    ids = json.loads(next(Path(folder).rglob("token_ids.json")).read_text())
+    model = mlflow.pytorch.load_model(f"models:/quickstart/{versions[0].version}")
+    assert ids["tokenizer"] == "bert-base-uncased"
+    assert len(ids["token_ids"]) == model.embed.weight.shape[0] < 30522
+    tokenizer = AutoTokenizer.from_pretrained("bert-base-uncased")
+    assert tokenizer.convert_ids_to_tokens(ids["token_ids"][:1]) == ["[PAD]"]

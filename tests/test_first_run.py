@@ -1,0 +1,65 @@
+"""A new user's first minutes: the README's commands offline, bad data sources and read-only
+commands. Whatever fails, fails before anything is created, so the next command just works."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.conftest import REPO, WIKI_MINI
+from tests.sweep_helpers import SMOKE, STUDIES, seqae, sets, status
+
+QUICKSTART = str(STUDIES / "quickstart.yaml")
+# the README's offline command, with the path as it writes it (relative to the repository)
+OFFLINE = f"data.path={os.path.relpath(WIKI_MINI, REPO)}"
+TINY = [s for s in SMOKE if not s.startswith("data.path=")] + ["data.input_len=16", "model.latent_len=8",
+                                                                 "trials.total=2"]
+
+
+@pytest.mark.slow
+def test_readme_first_command_offline_then_the_offline_command_succeeds(tmp_path):
+    workspace = tmp_path / "seqae-runs"
+    # `seqae sweep run sweeps/studies/quickstart.yaml`, with no Hub (HF_HUB_OFFLINE=1 in conftest)
+    first = seqae("sweep", "run", QUICKSTART, "--workspace", str(workspace), env={"HF_HUB_OFFLINE": "1"})
+    assert first.returncode == 2, first.stdout[-2000:] + first.stderr[-2000:]
+    message = first.stderr.strip().splitlines()[-1]
+    assert "data.path='wikimedia/wikipedia'" in message and "Offline?" in message and "data.path=" in message
+    assert "Traceback" not in first.stderr
+    assert not workspace.exists()
+
+    second = seqae("sweep", "run", QUICKSTART, "--workspace", str(workspace), *sets(OFFLINE, *TINY))
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    by_state = status("quickstart", workspace)["trials_by_state"]
+    assert by_state.get("COMPLETE", 0) + by_state.get("PRUNED", 0) == 2 and by_state["COMPLETE"] >= 1, by_state
+
+
+@pytest.mark.parametrize("bad, named", [
+    pytest.param("data.path=../shared/data/no-such-folder", "data.path='../shared/data/no-such-folder' does not exist",
+                 id="missing-folder"),
+    pytest.param("data.text_column=body", "data.text_column='body' is not a column", id="no-text-column"),
+    pytest.param("data.tokenizer=no-such/tokenizer", "data.tokenizer='no-such/tokenizer' cannot be loaded",
+                 id="unknown-tokenizer"),
+])
+def test_a_data_source_that_does_not_load_is_named_and_creates_nothing(tmp_path, bad, named):
+    workspace = tmp_path / "seqae-runs"
+    run = seqae("sweep", "run", QUICKSTART, "--workspace", str(workspace), *sets(OFFLINE, *TINY, bad))
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    assert named in run.stderr and "Traceback" not in run.stderr
+    assert not workspace.exists()
+
+
+@pytest.mark.parametrize("command", [
+    pytest.param(["sweep", "status", "nosuch"], id="status"),
+    pytest.param(["sweep", "status", "nosuch", "--json"], id="status-json"),
+    pytest.param(["sweep", "list"], id="list"),
+    pytest.param(["report", "nosuch"], id="report"),
+    pytest.param(["sweep", "resume", "nosuch"], id="resume"),
+])
+def test_read_only_and_unknown_sweep_commands_create_nothing(tmp_path, command):
+    workspace = tmp_path / "seqae-runs"
+    run = seqae(*command, "--workspace", str(workspace))
+    assert run.returncode in (0, 2) and "Traceback" not in run.stderr, run.stderr
+    if run.returncode == 2:
+        assert "no sweep named 'nosuch'" in run.stderr
+    assert not workspace.exists()
