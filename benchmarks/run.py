@@ -26,12 +26,15 @@ def _throughput(options: dict[str, Any]) -> list[dict[str, Any]]:
     from benchmarks import throughput
 
     shapes = [tuple(int(n) for n in s.split(":")) for s in options["shapes"].split(",")]
+    from seqae_core.train import native_bf16_flags
+
     if torch.cuda.is_available():
         precisions = ["bf16"]
     else:
-        precisions = ["fp32"] + (["bf16"] if torch.ops.mkldnn._is_mkldnn_bf16_supported() else [])
-    return throughput.run(options["data"], shapes, ["paper", "transformer"], precisions,  # type: ignore[arg-type]
+        precisions = ["fp32"] + (["bf16"] if native_bf16_flags() else [])
+    rows = throughput.run(options["data"], shapes, ["paper", "transformer"], precisions,  # type: ignore[arg-type]
                           options["steps"])
+    return rows + ([] if torch.cuda.is_available() else throughput.quickstart_paths(options["data"]))
 
 
 @suite("overhead")

@@ -1,4 +1,5 @@
-"""Training tokens/s of seqae against a plain PyTorch implementation of the same math.
+"""Training tokens/s of seqae against a plain PyTorch implementation of the same math, and the
+quickstart's settings against the path main had before them.
 
 The baseline below is what one writes straight from the paper: ``Q = W_S (X W_Q)`` in that
 order, the attention as an explicit softmax, the full (b, t, v) logits into
@@ -11,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -20,7 +22,7 @@ from torch import nn
 from seqae_core import data as data_lib
 from seqae_core.config import Config, from_flat
 from seqae_core.model import ReducingAutoencoder, length_schedule
-from seqae_core.train import batch_scores
+from seqae_core.train import batch_scores, describe_precision, train
 
 
 class BaselineAutoencoder(nn.Module):
@@ -198,4 +200,39 @@ def run(path: str, shapes: list[tuple[int, int]], blocks: list[str], precisions:
         for block in blocks:
             for precision in precisions:
                 rows.append(measure(Case(input_len, latent_len, block, precision), batches, pad_id, vocab_size, steps))
+    return rows
+
+
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "sweeps" / "studies" / "quickstart.yaml"
+# Its best trial's widths; the learning rate stays at the default, the same on both paths.
+PINNED = ["model.d_model=128", "model.d_attn=64"]
+# main before the quickstart opted into its levers: full fp32, the tokenizer's whole vocabulary, d_ffn 1024.
+BEFORE = ["train.precision=fp32", "data.vocab=tokenizer", "model.d_ffn=1024"]
+
+
+def quickstart_paths(path: str, cache_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Train the quickstart's trial (its sweep file's base config) for its 3 epochs as the file
+    sets it and as main trained it before, one thread each as a sweep trial gets (resources.cpu:
+    1), and compare training tokens/s and accuracy."""
+    from sweeps import spec as spec_lib
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    rows = []
+    try:
+        for label, levers in (("before (fp32, bert vocab)", BEFORE), ("quickstart (its sweep file)", [])):
+            spec = spec_lib.load(QUICKSTART, [f"data.path={path}", *PINNED, *levers])
+            config = from_flat(spec.base)
+            result = train(config, cache_dir=cache_dir, device="cpu")
+            rows.append({"config": "64->32 quickstart", "path": label,
+                         "precision": describe_precision(config, torch.device("cpu")),
+                         "vocab": len(data_lib.load(config.data, cache_dir).token_ids), "d_ffn": config.model.d_ffn,
+                         "tokens_per_s": round(result["tokens_per_s"], 1),
+                         "val_token_accuracy_3_epochs": round(result["val_token_accuracy"], 4)})
+    finally:
+        torch.set_num_threads(threads)
+    before = rows[0]["tokens_per_s"]
+    for row in rows:
+        row["speedup_vs_before"] = round(row["tokens_per_s"] / before, 2)
     return rows
