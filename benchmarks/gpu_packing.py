@@ -29,7 +29,7 @@ def run(data_path: str, packings: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict[s
             sets = [f"data.path={data_path}", "data.samples=first", "data.input_len=128", "model.latent_len=64",
                     "model.d_model=256", "model.d_attn=512", "model.heads=8", "train.epochs=2",
                     f"trials.total={k}", f"max_concurrent={k}", f"resources.gpu={1 / k:.4f}", "resources.cpu=1",
-                    "search.model.d_model={type: categorical, choices: [256]}"]
+                    "search.model.d_model={type: categorical, choices: [256]}", "scheduler.type=none"]
             run = subprocess.run([sys.executable, "-m", "sweeps.cli", "sweep", "run", str(STUDY), "--name",
                                   f"pack{k}", "--workspace", str(workspace), *[a for s in sets for a in ("--set", s)]],
                                  capture_output=True, text=True, env=os.environ.copy())

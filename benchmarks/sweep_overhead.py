@@ -30,7 +30,7 @@ def run(data_path: str, trials: int = 8, parallel: int = 2, epochs: int = 3) -> 
         sets = [f"data.path={data_path}", "data.samples=windows", "data.max_pages=30", "data.input_len=32",
                 "model.latent_len=16", "model.d_model=64", "model.d_attn=64", "model.d_ffn=128",
                 f"train.epochs={epochs}", "train.batch_size=32", f"trials.total={trials}",
-                f"max_concurrent={parallel}", "resources.cpu=1"]
+                f"max_concurrent={parallel}", "resources.cpu=1", "scheduler.type=none"]  # every trial its epochs
         start = time.time()
         run = subprocess.run([sys.executable, "-m", "sweeps.cli", "sweep", "run", str(STUDY), "--name", "overhead",
                               "--workspace", str(workspace), *[a for s in sets for a in ("--set", s)]],

@@ -88,12 +88,35 @@ def test_report_renders_every_figure_without_console_errors(finished_sweep, scre
     assert "report/index.html" in logged and "report/losses.png" in logged
 
 
-def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, screenshot_dir, tmp_path):
+def start_ui(workspace, log):
+    """`seqae ui` on two free ports, once it says both serve: (process, mlflow_port, optuna_port)."""
     mlflow_port, optuna_port = free_port(), free_port()
-    ui = start("ui", "--workspace", str(finished_sweep), "--mlflow-port", str(mlflow_port),
-               "--optuna-port", str(optuna_port), log=tmp_path / "ui.log")
+    ui = start("ui", "--workspace", str(workspace), "--mlflow-port", str(mlflow_port),
+               "--optuna-port", str(optuna_port), log=log)
     try:
-        wait_for(lambda: "Ctrl-C stops both" in (tmp_path / "ui.log").read_text(), 120, "seqae ui")
+        wait_for(lambda: "Ctrl-C stops both" in log.read_text(), 120, "seqae ui")
+    except BaseException:
+        kill_group(ui)
+        raise
+    return ui, mlflow_port, optuna_port
+
+
+def stop_ui(ui, signum, log, ports) -> None:
+    """Send ``signum`` to `seqae ui` alone; it exits cleanly and neither port answers any more."""
+    ui.send_signal(signum)
+    try:
+        assert ui.wait(timeout=60) == 0
+    finally:
+        kill_group(ui)
+    assert "stopped the MLflow UI and optuna-dashboard" in log.read_text()
+    for port in ports:
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, screenshot_dir, tmp_path):
+    ui, mlflow_port, optuna_port = start_ui(finished_sweep, tmp_path / "ui.log")
+    try:
         log = (tmp_path / "ui.log").read_text()
         assert f"http://127.0.0.1:{mlflow_port}" in log and f"http://127.0.0.1:{optuna_port}" in log
         info = json.loads(seqae("sweep", "status", "quickstart", "--json", "--workspace", str(finished_sweep)).stdout)
@@ -123,15 +146,7 @@ def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, s
         finally:
             driver.quit()
     finally:
-        ui.send_signal(signal.SIGINT)  # Ctrl-C
-        try:
-            assert ui.wait(timeout=60) == 0
-        finally:
-            kill_group(ui)
-    assert "stopped the MLflow UI and optuna-dashboard" in (tmp_path / "ui.log").read_text()
-    for port in (mlflow_port, optuna_port):
-        with pytest.raises(OSError):
-            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        stop_ui(ui, signal.SIGINT, tmp_path / "ui.log", (mlflow_port, optuna_port))  # Ctrl-C
 
 
 def test_fig3_accuracy_falls_as_the_latent_shrinks(tmp_path):
@@ -177,18 +192,11 @@ def test_report_shows_failed_and_running_trials(tmp_path):
 @pytest.mark.parametrize("signum", [pytest.param(signal.SIGTERM, id="SIGTERM"), pytest.param(signal.SIGHUP, id="SIGHUP")])
 def test_seqae_ui_stops_both_servers_on_sigterm_and_sighup(finished_sweep, tmp_path, signum):
     """A process manager's SIGTERM and a closed terminal's SIGHUP stop both servers, as Ctrl-C does."""
-    mlflow_port, optuna_port = free_port(), free_port()
-    ui = start("ui", "--workspace", str(finished_sweep), "--mlflow-port", str(mlflow_port),
-               "--optuna-port", str(optuna_port), log=tmp_path / "ui.log")
+    ui, mlflow_port, optuna_port = start_ui(finished_sweep, tmp_path / "ui.log")
     try:
-        wait_for(lambda: "Ctrl-C stops both" in (tmp_path / "ui.log").read_text(), 120, "seqae ui")
         for port in (mlflow_port, optuna_port):  # both really serve before the signal
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
-        ui.send_signal(signum)
-        assert ui.wait(timeout=60) == 0
-    finally:
+    except BaseException:
         kill_group(ui)
-    assert "stopped the MLflow UI and optuna-dashboard" in (tmp_path / "ui.log").read_text()
-    for port in (mlflow_port, optuna_port):
-        with pytest.raises(OSError):
-            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        raise
+    stop_ui(ui, signum, tmp_path / "ui.log", (mlflow_port, optuna_port))
