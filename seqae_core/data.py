@@ -186,7 +186,8 @@ def load_tokenizer(name: str) -> Any:
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
     except OSError as exc:
-        raise ConfigError(f"data.tokenizer={name!r} cannot be loaded: {exc}") from None
+        raise ConfigError(f"data.tokenizer={name!r} cannot be loaded: {one_line(exc).rstrip('.')}. Offline? Point HF_HUB_CACHE "
+                          "at a hub cache that holds it and set HF_HUB_OFFLINE=1") from None
     tokenizer.model_max_length = 1 << 30  # pages are long on purpose; silence the length warning
     return tokenizer
 
@@ -215,9 +216,14 @@ def iter_texts(config: DataConfig) -> Iterator[str]:
         yield page[config.text_column]
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception's text folded onto one line of at most 300 characters."""
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
 def cannot_load(config: DataConfig, exc: BaseException) -> str:
     """One line naming data.path, why it did not load, and what to do."""
-    reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+    reason = one_line(exc)
     local = Path(config.path).expanduser()
     if local.is_absolute() or config.path.startswith((".", "~")) or local.exists():
         hint = ("set data.path to a folder in the wikimedia/wikipedia layout (e.g. "
@@ -225,7 +231,7 @@ def cannot_load(config: DataConfig, exc: BaseException) -> str:
         where = "is not a loadable dataset folder" if local.exists() else f"does not exist ({local.resolve()})"
         return f"data.path={config.path!r} {where}: {reason}; {hint}"
     return (f"data.path={config.path!r} (data.name={config.name!r}) cannot be loaded from the Hugging Face Hub: "
-            f"{reason}. Offline? Set data.path to a local folder in the wikimedia/wikipedia layout (e.g. "
+            f"{reason.rstrip('.')}. Offline? Set data.path to a local folder in the wikimedia/wikipedia layout (e.g. "
             "--set data.path=../shared/data/wikipedia-mini), or go online")
 
 
