@@ -77,13 +77,14 @@ class Progress:
         self.say(line)
         return line
 
-    def ended(self, number: int, epochs_run: int, how: str) -> None:
-        """A trial ended (``how``: finished, stopped by the scheduler, failed: ...): the epochs it
-        will not run leave the sweep's remaining work."""
+    def ended(self, number: int, epochs_run: int, how: str, why: str | None = None) -> None:
+        """A trial ended (``how``: finished, stopped by the scheduler, failed; ``why``: the error):
+        the epochs it will not run leave the sweep's remaining work."""
         self.work = max(self.work - max(self.epochs - epochs_run, 0), self.done, 1)
         self.bar.total = self.work
         self.bar.refresh()
-        self.say(f"trial {number}  {how} after {epochs_run} epoch{'s' if epochs_run != 1 else ''}")
+        self.say(f"trial {number}  {how} after {epochs_run} epoch{'s' if epochs_run != 1 else ''}"
+                 + (f": {why}" if why else ""))
 
     def say(self, line: str) -> None:
         self.bar.write(line)  # above the bar on a terminal, a plain line elsewhere

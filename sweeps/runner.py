@@ -174,7 +174,7 @@ class ProgressCallback(tune.Callback):
         self.progress.ended(trial.config["trial"], _epochs(trial), "finished" if finished else "stopped by the scheduler")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.progress.ended(trial.config["trial"], _epochs(trial), f"failed: {last_error(trial)}")
+        self.progress.ended(trial.config["trial"], _epochs(trial), "failed", last_error(trial))
 
 
 def _epochs(trial: Any) -> int:
