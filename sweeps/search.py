@@ -169,7 +169,8 @@ class SweepStudy:
         if self.spec.multi_objective:
             return
         trial = self._running(number)
-        if trial is not None:
+        # Tune may hand a trial's last result to both of the searcher's hooks: report it once.
+        if trial is not None and epoch not in trial.intermediate_values:
             optuna.trial.Trial(self.study, trial._trial_id).report(float(metrics[self.spec.objectives[0].metric]), epoch)
 
     def complete(self, number: int, history: list[dict[str, Any]]) -> None:
