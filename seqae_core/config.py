@@ -46,7 +46,7 @@ class ModelConfig:
     latent_fraction: float | None = None
     d_model: int = 256  # embedding width (paper: 256)
     d_attn: int = 512  # width of Q, K, V (paper: 512)
-    heads: int = 1  # transformer blocks only; the paper block is single-head
+    heads: int = 1  # attention heads (the paper: 1)
     d_ffn: int = 1024  # FFN hidden width, transformer blocks only
     dropout: float = 0.0
     pos_encoding: Literal["learned", "sinusoidal", "none"] = "learned"
@@ -55,6 +55,13 @@ class ModelConfig:
     # training can still be reconstructed: its embedding reaches the head unchanged.
     tie_embeddings: bool = True
     reduction: Literal["gradual", "once"] = "gradual"  # with layers > 1: shrink step by step, or in block 1
+    # The paper block's options, all off in the paper (the transformer block always has both a
+    # residual and a LayerNorm): a residual path resampled by the block's own W_S, ``W_S X +
+    # attention(X)``, which the laptop-scale ablation found to be what the block needs to learn;
+    # and a LayerNorm before the attention.
+    residual: bool = False
+    norm: bool = False
+    w_s_init: Literal["interpolate", "random"] = "interpolate"  # W_S's start: linear interpolation, or N(0, 1/n_in)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ Reducing scaled dot-product attention takes its queries from a trainable scaling
 the input tokens.
 
 Two block kinds (``model.block``):
-  paper        the paper's attention alone: single head, no residual, no FFN.
+  paper        the paper's attention alone: single head, no residual, no FFN. Options, off by
+               default: ``model.residual`` adds ``W_S X`` (the same ``W_S``) to the attention's
+               output, ``model.norm`` a LayerNorm before it, ``model.heads`` several heads.
   transformer  pre-LayerNorm multi-head reducing attention plus a residual path resampled by
                ``W_S``, then a pre-LayerNorm FFN with its own residual.
 
@@ -45,9 +47,12 @@ def resample(w_s: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.einsum("st,btd->bsd", w_s, x)
 
 
-def init_scaling(n_out: int, n_in: int) -> torch.Tensor:
+def init_scaling(n_out: int, n_in: int, kind: str = "interpolate") -> torch.Tensor:
     """``W_S`` starts as linear interpolation between the two lengths, so that output token i
-    first looks at the input tokens around position ``i * n_in / n_out``; training reshapes it."""
+    first looks at the input tokens around position ``i * n_in / n_out``; training reshapes it.
+    ``random`` draws it from N(0, 1/n_in) instead (an ablation)."""
+    if kind == "random":
+        return torch.randn(n_out, n_in) / math.sqrt(n_in)
     positions = (torch.arange(n_out, dtype=torch.float64) + 0.5) * n_in / n_out - 0.5  # (s,)
     distance = (positions[:, None] - torch.arange(n_in, dtype=torch.float64)[None, :]).abs()  # (s, t)
     width = max(1.0, n_in / n_out)
@@ -58,11 +63,12 @@ def init_scaling(n_out: int, n_in: int) -> torch.Tensor:
 class ReducingAttention(nn.Module):
     """Multi-head reducing attention: ``n_in`` tokens in, ``n_out`` tokens out."""
 
-    def __init__(self, n_in: int, n_out: int, d_model: int, d_attn: int, heads: int, dropout: float) -> None:
+    def __init__(self, n_in: int, n_out: int, d_model: int, d_attn: int, heads: int, dropout: float,
+                 w_s_init: str = "interpolate") -> None:
         super().__init__()
         assert d_attn % heads == 0, "checked by the config"
         self.heads, self.dropout = heads, dropout
-        self.w_s = nn.Parameter(init_scaling(n_out, n_in))  # (s, t)
+        self.w_s = nn.Parameter(init_scaling(n_out, n_in, w_s_init))  # (s, t)
         self.w_q = nn.Linear(d_model, d_attn, bias=False)
         self.w_k = nn.Linear(d_model, d_attn, bias=False)
         self.w_v = nn.Linear(d_model, d_attn, bias=False)
@@ -84,15 +90,23 @@ class ReducingAttention(nn.Module):
 
 
 class PaperBlock(nn.Module):
-    """The paper's reducing attention alone: single head, no residual, no FFN."""
+    """The paper's reducing attention (``model.heads`` heads, 1 in the paper), optionally after a
+    LayerNorm and with a residual path resampled by the same ``W_S``; no FFN."""
 
     def __init__(self, n_in: int, n_out: int, config: Config) -> None:
         super().__init__()
         m = config.model
-        self.attn = ReducingAttention(n_in, n_out, m.d_model, m.d_attn, 1, m.dropout)
+        self.attn = ReducingAttention(n_in, n_out, m.d_model, m.d_attn, m.heads, m.dropout, m.w_s_init)
+        self.norm = nn.LayerNorm(m.d_model) if m.norm else None
+        self.residual = m.residual
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (b, t, d) -> (b, s, d)
-        return self.attn(x)
+        if self.norm is not None:
+            y = self.attn(self.norm(x))
+            return y + resample(self.attn.w_s, x) if self.residual else y
+        x_s = resample(self.attn.w_s, x)  # (b, s, d): the queries' input, and the residual
+        y = self.attn(x, x_s)
+        return y + x_s if self.residual else y
 
 
 class TransformerBlock(nn.Module):
@@ -102,7 +116,7 @@ class TransformerBlock(nn.Module):
         super().__init__()
         m = config.model
         self.norm_attn = nn.LayerNorm(m.d_model)
-        self.attn = ReducingAttention(n_in, n_out, m.d_model, m.d_attn, m.heads, m.dropout)
+        self.attn = ReducingAttention(n_in, n_out, m.d_model, m.d_attn, m.heads, m.dropout, m.w_s_init)
         self.norm_ffn = nn.LayerNorm(m.d_model)
         self.ffn = nn.Sequential(
             nn.Linear(m.d_model, m.d_ffn), nn.GELU(), nn.Linear(m.d_ffn, m.d_model), nn.Dropout(m.dropout)

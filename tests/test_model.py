@@ -25,6 +25,8 @@ VOCAB = 101
         pytest.param({"model.block": "paper", "model.layers": 2, "model.reduction": "once"}, id="paper-2-once"),
         pytest.param({"model.pos_encoding": "sinusoidal"}, id="sinusoidal"),
         pytest.param({"model.pos_encoding": "none", "model.latent_fraction": 0.25}, id="no-pos-quarter"),
+        pytest.param({"model.block": "paper", "model.residual": True, "model.norm": True, "model.heads": 2,
+                      "model.w_s_init": "random"}, id="paper-with-every-option"),
     ],
 )
 def test_shapes_and_scaling_matrices(tiny_config, overrides):
@@ -43,6 +45,19 @@ def test_shapes_and_scaling_matrices(tiny_config, overrides):
     assert enc == [(n_out, n_in) for n_in, n_out in zip(lengths, lengths[1:])]
     assert dec == [(n_in, n_out) for n_in, n_out in reversed(list(zip(lengths, lengths[1:])))]
     assert enc[-1][0] == s and dec[-1][0] == t
+
+
+@pytest.mark.parametrize("norm", [False, True])
+def test_paper_block_residual_adds_the_resampled_input(tiny_config, norm):
+    """``model.residual``: the block's output is ``W_S X + attention(X)``, with the attention's own W_S."""
+    torch.manual_seed(0)
+    plain = ReducingAutoencoder(tiny_config(**{"model.block": "paper", "model.norm": norm}), VOCAB)
+    with_residual = ReducingAutoencoder(tiny_config(**{"model.block": "paper", "model.norm": norm,
+                                                       "model.residual": True}), VOCAB)
+    with_residual.load_state_dict(plain.state_dict())
+    x = torch.randn(3, 16, 32)
+    block, twin = plain.encoder[0], with_residual.encoder[0]
+    torch.testing.assert_close(twin(x), block(x) + torch.einsum("st,btd->bsd", block.attn.w_s, x))
 
 
 def test_length_schedule_shrinks_step_by_step():
