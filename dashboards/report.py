@@ -35,6 +35,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from dashboards import claims  # noqa: E402
 from seqae_core import metrics as M  # noqa: E402
 from sweeps.tracking import mlflow_defaults  # noqa: E402
 
@@ -162,6 +163,11 @@ def fig2(trials: list[Trial], out: Path) -> Path | None:
         group = [t for t in trials if t.input_len == input_len and t.latent_len == latent and t.accuracy]
         epochs, mean = _mean_curve(group)
         ax.plot(epochs, mean, marker="o", label=f"{input_len}to{latent}")
+    for pct, acc, text in claims.PAPER_512:  # the paper's final values at these fractions of 512 tokens
+        if any(abs(100 * latent / input_len - pct) < 1e-6 for latent in latents[input_len]):
+            ax.axhline(acc, color="black", linestyle=":", linewidth=1)
+            ax.annotate(f"paper: {text}", (0, acc), xycoords=("axes fraction", "data"), xytext=(4, 3),
+                        textcoords="offset points", fontsize=7)
     ax.set(xlabel="epoch", ylabel="validation token accuracy",
            title=f"Accuracy over epochs at input length {input_len} (cf. paper Fig. 2)")
     ax.grid(alpha=0.3)
@@ -182,6 +188,9 @@ def fig3(trials: list[Trial], out: Path) -> tuple[Path | None, dict[int, list[tu
     for input_len in sorted(series):
         xs, ys = zip(*series[input_len])
         ax.plot(xs, ys, marker="o", label=str(input_len))
+    for pct, acc, text in claims.PAPER_512:
+        ax.plot([pct], [acc], marker="*", markersize=12, color="black", linestyle="none")
+        ax.annotate(f"paper: {text}", (pct, acc), textcoords="offset points", xytext=(6, -12), fontsize=7)
     ax.set(xlabel="latent length, % of input length", ylabel="best validation token accuracy",
            title="Accuracy against reduction (cf. paper Fig. 3)")
     ax.grid(alpha=0.3)
@@ -232,6 +241,64 @@ def seeds_figures(trials: list[Trial], out: Path) -> list[Path]:
         ax.grid(alpha=0.3)
     paths.append(_save(fig, out / "seeds_boxes.png"))
     return paths
+
+
+def seed_spreads(trials: list[Trial]) -> claims.Spreads:
+    """Final accuracy per seed, by (input length, latent length, static or warm-start lr)."""
+    spreads: claims.Spreads = defaultdict(list)
+    for group in seed_groups(trials).values():
+        for t in group:
+            lr, final = float(t.params.get("train.lr", 0)), float(t.params.get("train.lr_final", 0))
+            static = t.params.get("train.lr_schedule") == "constant" or lr == final
+            spreads[(t.input_len, t.latent_len, "static" if static else "warm")].append(t.accuracy[-1][1])
+    return dict(spreads)
+
+
+def grid_table(trials: list[Trial], grid: dict[str, Any]) -> str:
+    """Best accuracy per grid cell: a column per value of the file's first grid axis, a row per
+    combination of the others (e.g. the ablation's variants by latent length). A row is labelled
+    by what differs from the first row."""
+    axes = [axis.split(",") for axis in grid]
+    if len(axes) < 2:
+        return ""
+    col_keys, row_keys = axes[0], [k for axis in axes[1:] for k in axis]
+    cells: dict[tuple[str, tuple[str, ...]], list[float]] = defaultdict(list)
+    cols: dict[str, None] = {}
+    rows: dict[tuple[str, ...], None] = {}
+    for t in trials:
+        if t.best is None:
+            continue
+        col = ", ".join(str(t.params.get(k)) for k in col_keys)
+        row = tuple(str(t.params.get(k)) for k in row_keys)
+        cols.setdefault(col)
+        rows.setdefault(row)
+        cells[(col, row)].append(t.best)
+    if not rows:
+        return ""
+    names = [k.split(".", 1)[1] for k in row_keys]
+    first = next(iter(rows))
+
+    def label(row: tuple[str, ...]) -> str:
+        changed = [f"{n}={v}" for n, v, f in zip(names, row, first) if v != f or row == first]
+        return ", ".join(changed)
+
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = ""
+    for row in rows:
+        values = [cells.get((c, row)) for c in cols]
+        body += (f"<tr><td>{html.escape(label(row))}</td>"
+                 + "".join(f"<td>{sum(v) / len(v):.4f}</td>" if v else "<td></td>" for v in values) + "</tr>")
+    caption = f"best val_token_accuracy; columns: {', '.join(col_keys)}"
+    return (f'<table id="grid"><caption>{html.escape(caption)}</caption><thead><tr><th></th>{head}</tr></thead>'
+            f"<tbody>{body}</tbody></table>")
+
+
+def _claims(verdicts: list[claims.Verdict]) -> str:
+    rows = "".join(f'<tr class="{html.escape(v.verdict.replace(" ", "-"))}"><td>{v.claim}</td>'
+                   f"<td>{html.escape(v.text)}</td><td>{html.escape(v.measured)}</td><td>{v.verdict}</td></tr>"
+                   for v in verdicts)
+    return ('<table id="claims"><thead><tr><th>claim</th><th>the paper says</th><th>seqae measured</th>'
+            f"<th>verdict</th></tr></thead><tbody>{rows}</tbody></table>")
 
 
 def _stderr(values: list[float]) -> float:
@@ -344,7 +411,7 @@ STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;col
 figure{display:inline-block;margin:0.5em;vertical-align:top} img{max-width:560px;border:1px solid #ddd}
 figcaption{font-size:0.85em;color:#555} table{border-collapse:collapse;font-size:0.85em}
 th,td{border:1px solid #ccc;padding:3px 6px;text-align:right} th{cursor:pointer;background:#f3f3f3}
-tr.fail td{background:#fde2e2} tr.running td{background:#fff6d5} tr.pruned td{background:#eee}
+tr.fail td,tr.not-reproduced td{background:#fde2e2} tr.reproduced td{background:#e2f5e2} tr.running td{background:#fff6d5} tr.pruned td{background:#eee}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:1em;font-family:monospace;font-size:0.8em}
 .wrong{background:#f8b4b4;text-decoration:underline} .note{color:#777}"""
 
@@ -388,6 +455,8 @@ def build(state: Any, workspace: Any, log_to_mlflow: bool = True) -> Path:
     except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
         notes.append(f"Optuna plots unavailable: {exc}")
     (out / "fig3_points.json").write_text(json.dumps({str(k): v for k, v in fig3_points.items()}, indent=1))
+    verdicts = claims.check(fig3_points, seed_spreads(trials))
+    (out / "claims.json").write_text(json.dumps([v.__dict__ for v in verdicts], indent=1))
 
     counts: dict[str, int] = defaultdict(int)
     for t in trials:
@@ -399,8 +468,12 @@ def build(state: Any, workspace: Any, log_to_mlflow: bool = True) -> Path:
 <p>{len(trials)} of {state.total_trials} trials: {summary}. Built {time.strftime('%Y-%m-%d %H:%M:%S')}
 from MLflow experiment {html.escape(str(state.mlflow_experiment_id))}
 (sweep run {html.escape(parent.info.run_id if parent else '-')}).</p>
+<h2>The paper's claims</h2><p class="note">Best accuracy per trial; the paper's own values are
+the black stars in the Fig. 3 analog. A claim is checked only where the sweep has its data.</p>
+{_claims(verdicts)}
 <h2>Figures</h2>{''.join(_img(p, c) for p, c in figures) or '<p>No figure has data yet.</p>'}
 {''.join(f'<p class="note">{html.escape(n)}</p>' for n in notes)}
+<h2>The grid</h2>{grid_table(trials, state.spec.get("grid") or {}) or '<p>No grid of two or more axes.</p>'}
 <h2>Trials</h2><p class="note">Click a column to sort. Failed trials are red, running ones yellow.</p>
 {_table(trials)}
 <h2>Reconstructions</h2><p class="note">Wrong tokens are highlighted; hover to see the original.</p>

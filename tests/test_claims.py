@@ -1,0 +1,74 @@
+"""The paper's claims on synthetic sweeps whose answer is known."""
+
+from __future__ import annotations
+
+from dashboards import claims
+
+# Fig. 3 as the paper draws it: near-perfect at 50%, falling with the fraction, short inputs worst.
+PAPER_LIKE = {
+    16: [(100.0, 1.0), (50.0, 0.975), (25.0, 0.60), (12.5, 0.30)],
+    64: [(100.0, 1.0), (50.0, 0.99), (25.0, 0.80), (12.5, 0.50)],
+    512: [(100.0, 1.0), (50.0, 1.0), (25.0, 0.90), (12.5, 0.70)],
+}
+# Not monotone (64 rises from 50% to 25%), below 0.97 at 50% for 64, long inputs worse at 25%.
+BROKEN = {
+    16: [(100.0, 1.0), (50.0, 0.98), (25.0, 0.95)],
+    64: [(100.0, 0.99), (50.0, 0.80), (25.0, 0.90)],
+}
+
+
+def test_a_paper_like_sweep_reproduces_c1_to_c3():
+    verdicts = {v.claim: v for v in claims.check(PAPER_LIKE, {})}
+    assert [verdicts[c].verdict for c in ("C1", "C2", "C3")] == [claims.REPRODUCED] * 3
+    assert "16: 0.9750" in verdicts["C1"].measured and "512: 1.0000" in verdicts["C1"].measured
+    assert "12.5%: 16: 0.3000 < 64: 0.5000 < 512: 0.7000" in verdicts["C3"].measured
+    assert verdicts["C4"].verdict == claims.NO_DATA
+
+
+def test_a_non_monotone_sweep_is_not_reproduced_and_says_where():
+    verdicts = {v.claim: v for v in claims.check(BROKEN, {})}
+    assert verdicts["C1"].verdict == claims.NOT_REPRODUCED and "64: 0.8000" in verdicts["C1"].measured
+    assert verdicts["C2"].verdict == claims.NOT_REPRODUCED
+    assert verdicts["C2"].measured == "rises where it should fall: 64: 0.8000 at 50% -> 0.9000 at 25%"
+    assert verdicts["C3"].verdict == claims.NOT_REPRODUCED and "(no)" in verdicts["C3"].measured
+
+
+def test_noise_below_the_tolerance_is_no_rise():
+    flat = {32: [(100.0, 0.99), (50.0, 0.985), (25.0, 0.988)]}
+    assert claims.monotone_in_fraction(flat).verdict == claims.REPRODUCED
+    assert claims.monotone_in_fraction(flat, tolerance=0.0).verdict == claims.NOT_REPRODUCED
+
+
+def test_claims_without_their_data_say_so():
+    verdicts = claims.check({32: [(75.0, 0.99)]}, {})
+    assert [v.verdict for v in verdicts] == [claims.NO_DATA] * 4
+
+
+def test_seed_spread_wider_for_short_inputs_and_narrowed_by_warm_start():
+    spreads = {
+        (32, 16, "static"): [0.50, 0.70, 0.90], (32, 16, "warm"): [0.88, 0.90, 0.92],
+        (128, 64, "static"): [0.80, 0.85, 0.90], (128, 64, "warm"): [0.89, 0.90, 0.91],
+    }
+    verdict = claims.seed_spread(spreads)
+    assert verdict.verdict == claims.REPRODUCED, verdict
+    assert verdict.measured.startswith("32to16: sd 0.2000 static, 0.0200 warm")
+    spreads[(32, 16, "warm")] = [0.40, 0.70, 0.99]  # the warm start widens the short input's spread
+    assert claims.seed_spread(spreads).verdict == claims.NOT_REPRODUCED
+
+
+def test_the_grid_table_labels_each_variant_by_what_it_changes():
+    from dashboards.report import Trial, grid_table
+
+    grid = {"model.latent_len": [16, 8], "train.lr,model.residual": [[1e-3, False], [1e-3, True]]}
+    trials = []
+    for number, (latent, residual, acc) in enumerate([(16, False, 0.16), (16, True, 0.97), (8, False, 0.12),
+                                                      (8, True, 0.90)]):
+        trial = Trial(number, f"run{number}", "FINISHED", "COMPLETE",
+                      {"model.latent_len": latent, "train.lr": 1e-3, "model.residual": residual})
+        trial.curves["val_token_accuracy"] = [(1, acc / 2), (2, acc)]
+        trials.append(trial)
+    table = grid_table(trials, grid)
+    assert "<th>16</th><th>8</th>" in table
+    assert "<tr><td>lr=0.001, residual=False</td><td>0.1600</td><td>0.1200</td></tr>" in table
+    assert "<tr><td>residual=True</td><td>0.9700</td><td>0.9000</td></tr>" in table
+    assert grid_table(trials, {"model.latent_len": [16, 8]}) == ""
