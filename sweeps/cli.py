@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key (pins it: it leaves the grid and search) or a sweep setting, "
                           "e.g. --set trials.total=4 (repeatable)")
+    run.add_argument("--profile", help="apply the file's profile of that name first, e.g. --profile laptop")
     for flag, env, what in (("--storage", "SEQAE_STORAGE", "checkpoints and Tune state: a path every node reaches, "
                              "or a URI such as s3://bucket/prefix"),
                             ("--mlflow-uri", "SEQAE_MLFLOW_TRACKING_URI", "MLflow tracking URI"),
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "(default: $SEQAE_RAY_ADDRESS)")
     submit.add_argument("--name", help="the sweep's name (default: the file's name without .yaml)")
     submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as for `sweep run`")
+    submit.add_argument("--profile", help="as for `sweep run`")
     submit.set_defaults(handler=cmd_sweep_submit)
 
     for verb, text in (("logs", "the driver's output of a submitted sweep"),
@@ -147,12 +149,17 @@ def _workspace(args: argparse.Namespace) -> Any:
     return Workspace(args.workspace)
 
 
+def _sets(args: argparse.Namespace) -> list[str]:
+    """``--profile NAME`` is the first override, so every ``--set`` applies on top of the profile."""
+    return ([f"profile={args.profile}"] if args.profile else []) + args.set
+
+
 def cmd_sweep_run(args: argparse.Namespace) -> int:
     from sweeps import service
 
     workspace = _workspace(args)
     overrides = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
-    name = service.create(workspace, args.file, args.name, args.set, overrides, or_resume=args.or_resume)
+    name = service.create(workspace, args.file, args.name, _sets(args), overrides, or_resume=args.or_resume)
     return service.drive(workspace, name, check_file=False, verbose=args.verbose)
 
 
@@ -180,7 +187,7 @@ def _record(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_sweep_submit(args: argparse.Namespace) -> int:
     from sweeps import submit
 
-    record = submit.submit(_workspace(args), args.file, args.name, args.set, args.address)
+    record = submit.submit(_workspace(args), args.file, args.name, _sets(args), args.address)
     print(submit.describe(record))
     return 0
 
@@ -300,6 +307,8 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         print(json.dumps(info))
         return 0
     print(f"sweep {info['name']} ({info['outcome']}) in {info['workspace']}")
+    if info["profile"]:
+        print(f"  profile: {info['profile']}: {info['description']}")
     print(f"  trials: {info['trials_total']} planned; " + ", ".join(f"{k} {v}" for k, v in info["trials_by_state"].items()))
     best = info["best"]
     for entry in best if isinstance(best, list) else [best] if best else []:

@@ -219,7 +219,8 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
         writer = Writer(tracker)
         interrupted = False
         todo = study.remaining()
-        print(f"seqae: sweep {name}: {state.total_trials} trials planned, {todo} to run "
+        print(f"seqae: sweep {name}{f' (profile {spec.profile})' if spec.profile else ''}: "
+              f"{state.total_trials} trials planned, {todo} to run "
               f"(data ready in {data_seconds:.1f} s; training in {training_precision(spec)})", flush=True)
         if todo:
             connect_ray(workspace.root)
@@ -316,7 +317,7 @@ def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:
         "sweep.objective": ",".join(f"{o.metric}:{o.mode}" for o in spec.objectives),
         "sweep.grid": ",".join(spec.grid) or "-", "sweep.search": ",".join(spec.search) or "-",
         "sweep.resources": f"cpu={spec.cpu},gpu={spec.gpu}", "sweep.max_concurrent": spec.max_concurrent,
-        "sweep.retries": spec.retries,
+        "sweep.retries": spec.retries, "sweep.profile": spec.profile or "-",
     }
     params.update({f"config.{k}": v for k, v in spec.base.items()})
     return params
@@ -343,6 +344,8 @@ def status(workspace: Workspace, name: str) -> dict[str, Any]:
         "name": name,
         "workspace": str(workspace.root),
         "outcome": last.get("outcome", "not started"),
+        "profile": spec.profile,
+        "description": spec.description,
         "trials_total": state.total_trials,
         "trials_by_state": by_state,
         "best": best[0] if len(best) == 1 else best or None,

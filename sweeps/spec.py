@@ -12,6 +12,8 @@ A sweep file is YAML with these top-level keys (every study in ``sweeps/studies`
     scheduler    ``{type: none|asha, grace_period, reduction_factor}``
     resources    ``{cpu, gpu}`` per trial; fractional GPUs are allowed
     max_concurrent, retries
+    profiles     named blocks of overrides, e.g. ``{laptop: {description, data.max_pages: 300, ...}}``:
+                 ``--profile laptop`` (or ``--set profile=laptop``) applies one before any ``--set``
 
 Every error is a :class:`~seqae_core.config.ConfigError` naming the file, the key and the value.
 """
@@ -35,7 +37,7 @@ from seqae_core.config import KEYS, ConfigError, accepts_float, build, coerce, f
 
 MAX_FILE_BYTES = 256 * 1024  # sweep files are documents, not data
 TOP_KEYS = ("description", "config", "grid", "search", "objective", "trials", "sampler", "scheduler",
-            "resources", "max_concurrent", "retries")
+            "resources", "max_concurrent", "retries", "profiles", "profile")
 DISTRIBUTIONS = {
     "loguniform": ("low", "high"),
     "uniform": ("low", "high"),
@@ -101,6 +103,7 @@ class SweepSpec:
     max_concurrent: int = 1
     retries: int = 0
     description: str = ""
+    profile: str | None = None  # the profile applied, if any
 
     @property
     def multi_objective(self) -> bool:
@@ -131,7 +134,7 @@ class SweepSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical form stored with a sweep: it reloads to the same spec and is diffed on resume."""
-        return {
+        return ({"profile": self.profile} if self.profile else {}) | {
             "description": self.description,
             "config": dict(sorted(self.base.items())),
             "grid": {k: [list(x) if isinstance(x, tuple) else x for x in v] for k, v in self.grid.items()},
@@ -173,11 +176,19 @@ def apply_sets(document: dict[str, Any], sets: list[str] | tuple[str, ...], sour
 
     ``data.* / model.* / train.*`` pin a config key: it is set in ``config`` and leaves the grid
     and the search. Other keys address the document itself: ``trials.total=2``,
-    ``max_concurrent=2``, ``grid.data.input_len=[16,32]``, ``search.train.lr={...}``."""
+    ``max_concurrent=2``, ``grid.data.input_len=[16,32]``, ``search.train.lr={...}``, and
+    ``profile=laptop`` applies the file's profile of that name (the CLI's ``--profile``)."""
+    return _override(document, parse_sets(sets), source, "--set ")
+
+
+def _override(document: dict[str, Any], overrides: dict[str, Any], source: str, label: str) -> dict[str, Any]:
     doc = copy.deepcopy(document)
-    for key, value in parse_sets(sets).items():
+    for key, value in overrides.items():
+        where = f"{label}{key}"
         section = key.split(".", 1)[0]
-        if key in KEYS or section in ("data", "model", "train"):
+        if key == "profile":
+            doc = _apply_profile(doc, value, source)
+        elif key in KEYS or section in ("data", "model", "train"):
             doc.setdefault("config", {})
             if not isinstance(doc["config"], dict):
                 raise ConfigError(f"{source}: config must be a mapping")
@@ -187,8 +198,8 @@ def apply_sets(document: dict[str, Any], sets: list[str] | tuple[str, ...], sour
                     doc[axis].pop(key, None)
                     zipped = [a for a in doc[axis] if key in str(a).split(",")]
                     if zipped:
-                        raise ConfigError(f"--set {key}: {key} is part of the zipped grid axis {zipped[0]!r} in "
-                                          f"{source}; set the whole axis with --set grid.{zipped[0]}=[[...]]")
+                        raise ConfigError(f"{where}: {key} is part of the zipped grid axis {zipped[0]!r} in "
+                                          f"{source}; set the whole axis with grid.{zipped[0]}=[[...]]")
         elif section in ("grid", "search") and "." in key:
             doc.setdefault(section, {})
             if not isinstance(doc[section], dict):
@@ -200,8 +211,29 @@ def apply_sets(document: dict[str, Any], sets: list[str] | tuple[str, ...], sour
             for name in parents:
                 node = node.setdefault(name, {})
                 if not isinstance(node, dict):
-                    raise ConfigError(f"--set {key}: {name} is not a mapping in {source}")
+                    raise ConfigError(f"{where}: {name} is not a mapping in {source}")
             node[last] = value
+    return doc
+
+
+def _apply_profile(doc: dict[str, Any], name: Any, source: str) -> dict[str, Any]:
+    """The document with its profile ``name`` applied: the profile's keys are overrides of the same
+    form as ``--set``; its ``description`` is added to the sweep's."""
+    profiles = doc.pop("profiles", None) or {}
+    if not isinstance(profiles, dict):
+        raise ConfigError(f"{source}: profiles must map names to blocks of overrides, got {profiles!r}")
+    if doc.get("profile"):
+        raise ConfigError(f"{source}: profile={name!r}: profile {doc['profile']!r} is already applied; one at a time")
+    if name not in profiles:
+        raise ConfigError(f"{source}: profile={name!r} is not defined; this file's profiles: "
+                          f"{', '.join(map(str, profiles)) or 'none'}")
+    overrides = dict(_mapping(profiles[name], f"profiles.{name}", source, None))
+    note = overrides.pop("description", "")
+    if not isinstance(note, str):
+        raise ConfigError(f"{source}: profiles.{name}.description must be text")
+    doc = _override(doc, overrides, source, f"{source}: profiles.{name}.")
+    doc["profile"] = name
+    doc["description"] = f"{doc.get('description', '')} [profile {name}: {note}]" if note else doc.get("description", "")
     return doc
 
 
@@ -225,6 +257,12 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
         if key not in TOP_KEYS:
             raise ConfigError(f"{source}: unknown key {key!r}; a sweep file has {', '.join(TOP_KEYS)}")
 
+    profile = doc.get("profile")
+    if profile is not None and not isinstance(profile, str):
+        raise ConfigError(f"{source}: profile={profile!r} must be the name of a profile")
+    if doc.get("profiles") is not None:  # every profile must give a valid sweep, whichever is run
+        for name in _mapping(doc["profiles"], "profiles", source, None):
+            parse(_apply_profile(copy.deepcopy(doc), name, source), source)
     base = {k: coerce(k, v, f"{source}: config") for k, v in flatten(doc.get("config") or {}, f"{source}: config").items()}
     if isinstance(base.get("data.path"), str):
         base["data.path"] = local_path(base["data.path"])
@@ -284,6 +322,7 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
         per_cell=count if trials_key == "per_cell" else None, total=count if trials_key == "total" else None,
         sampler=sampler_type, seed=seed, scheduler=scheduler_type, grace_period=grace, reduction_factor=reduction,
         cpu=float(cpu), gpu=float(gpu), max_concurrent=max_concurrent, retries=retries, description=description,
+        profile=profile,
     )
     _check_trial_configs(spec)
     return spec
@@ -409,11 +448,13 @@ def _objectives(value: Any, source: str) -> tuple[Objective, ...]:
     return tuple(out)
 
 
-def _mapping(value: Any, where: str, source: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+def _mapping(value: Any, where: str, source: str, allowed: tuple[str, ...] | None) -> dict[str, Any]:
+    """``value`` as a mapping whose keys are all ``allowed`` (any keys when None)."""
     if not isinstance(value, dict):
-        raise ConfigError(f"{source}: {where} must be a mapping with keys {', '.join(allowed)}; got {value!r}")
+        keys = f" with keys {', '.join(allowed)}" if allowed else ""
+        raise ConfigError(f"{source}: {where} must be a mapping{keys}; got {value!r}")
     for key in value:
-        if key not in allowed:
+        if allowed is not None and key not in allowed:
             raise ConfigError(f"{source}: unknown key {where}.{key}; allowed: {', '.join(allowed)}")
     return value
 

@@ -128,3 +128,34 @@ def test_cli_refuses_bad_files_with_exit_2_and_creates_nothing(tmp_path, doc, me
     assert main(["sweep", "run", str(path), "--workspace", str(workspace)]) == 2
     assert message in capsys.readouterr().err
     assert not workspace.exists()  # no workspace entry, so no MLflow experiment and no Optuna study either
+
+
+PROFILED = {**GOOD, "profiles": {"laptop": {"description": "small", "data.input_len": 16,
+                                            "grid.model.latent_fraction": [0.5], "trials.per_cell": 1}}}
+
+
+def test_a_profile_applies_its_overrides_before_any_set(tmp_path):
+    path = write(tmp_path, PROFILED)
+    plain = spec_lib.load(path)
+    assert plain.profile is None and plain.base["data.input_len"] == 32 and plain.planned_trials() == 4
+    laptop = spec_lib.load(path, ["profile=laptop", "trials.per_cell=3"])
+    assert laptop.profile == "laptop" and laptop.base["data.input_len"] == 16
+    assert laptop.grid == {"model.latent_fraction": (0.5,)} and laptop.planned_trials() == 3  # the --set wins
+    assert laptop.description.endswith("[profile laptop: small]")
+    assert spec_lib.parse(laptop.to_dict(), str(path)) == laptop  # the stored form keeps the profile
+    assert spec_lib.diff(plain, laptop)  # resuming with another profile is a change
+
+
+@pytest.mark.parametrize("doc, sets, message", [
+    pytest.param(PROFILED, ["profile=desktop"], "profile='desktop' is not defined; this file's profiles: laptop",
+                 id="unknown-profile"),
+    pytest.param(GOOD, ["profile=laptop"], "profile='laptop' is not defined; this file's profiles: none",
+                 id="no-profiles"),
+    pytest.param({**GOOD, "profiles": {"laptop": {"model.d_attn": 100, "model.heads": 3}}}, [],
+                 "model.d_attn=100 must be divisible by model.heads=3", id="a-broken-profile-fails-any-load"),
+    pytest.param({**GOOD, "profiles": {"laptop": ["data.input_len=16"]}}, [],
+                 "profiles.laptop must be a mapping", id="not-a-mapping"),
+])
+def test_bad_profiles_are_named(tmp_path, doc, sets, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        spec_lib.load(write(tmp_path, doc), sets)

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import REPO, WIKI_MINI
 from tests.sweep_helpers import SMOKE, STUDIES, metric_steps, mlflow_runs, optuna_trials, seqae, sets, status
@@ -23,6 +24,7 @@ STUDY_SMOKE = {
     "search_lr_dims": ["data.input_len=16", "model.latent_len=8", "trials.total=3", "search.model.layers={type: int, low: 1, high: 2}",
                        "scheduler.type=asha"],
     "frontier": ["data.input_len=16", "trials.total=3"],
+    "ablation_paper_block": ["data.input_len=16", "grid.model.latent_len=[8]"],
 }
 
 
@@ -30,13 +32,19 @@ def test_every_study_has_a_smoke_setting():
     assert sorted(STUDY_SMOKE) == sorted(p.stem for p in STUDIES.glob("*.yaml"))
 
 
-@pytest.mark.parametrize("study", sorted(STUDY_SMOKE))
-def test_study_runs_in_smoke_mode(study, tmp_path):
+def _profiles(study: str) -> list[str]:
+    return list(yaml.safe_load((STUDIES / f"{study}.yaml").read_text()).get("profiles") or {})
+
+
+@pytest.mark.parametrize("study, profile", [pytest.param(s, p, id=f"{s}-{p or 'as-written'}")
+                                            for s in sorted(STUDY_SMOKE) for p in [None, *_profiles(s)]])
+def test_study_runs_in_smoke_mode(study, profile, tmp_path):
     workspace = tmp_path / "ws"
     run = seqae("sweep", "run", str(STUDIES / f"{study}.yaml"), "--workspace", str(workspace),
-                *sets(*SMOKE, *STUDY_SMOKE[study]))
+                *(["--profile", profile] if profile else []), *sets(*SMOKE, *STUDY_SMOKE[study]))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     info = status(study, workspace)
+    assert info["profile"] == profile
     done = sum(info["trials_by_state"].get(s, 0) for s in ("COMPLETE", "PRUNED"))
     assert done == info["trials_total"] >= 2, info
     assert info["best"], info
