@@ -79,7 +79,8 @@ def short_inputs_lose_more(points: Points, tolerance: float = TOLERANCE, at_most
         lengths = sorted(accs)
         holds = all(accs[b] >= accs[a] - tolerance for a, b in zip(lengths, lengths[1:]))
         ok &= holds
-        parts.append(f"{pct:g}%: " + " < ".join(f"{n}: {accs[n]:.4f}" for n in lengths) + ("" if holds else " (no)"))
+        parts.append(f"{pct:g}%: " + ", ".join(f"{n}: {accs[n]:.4f}" for n in lengths)
+                     + (" (rises with length)" if holds else " (does not rise with length)"))
     return Verdict("C3", text, "; ".join(parts), REPRODUCED if ok else NOT_REPRODUCED)
 
 
@@ -96,6 +97,8 @@ def seed_spread(spreads: Spreads) -> Verdict:
     narrowed = all(warm < cold for _, _, cold, warm in pairs)
     measured = "; ".join(f"{n}to{s}: sd {cold:.4f} static, {warm:.4f} warm" for n, s, cold, warm in pairs)
     measured += "".join(f"; {n}to{s}: sd {v:.4f} static" for n, s, v in static if (n, s, "warm") not in sd)
+    measured += (f". The static spread {'shrinks' if wider_when_short else 'does not shrink'} with the input length; "
+                 f"the warm start {'narrows it at every setting' if narrowed else 'does not narrow it everywhere'}")
     return Verdict("C4", text, measured, REPRODUCED if wider_when_short and narrowed else NOT_REPRODUCED)
 
 

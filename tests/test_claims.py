@@ -21,7 +21,7 @@ def test_a_paper_like_sweep_reproduces_c1_to_c3():
     verdicts = {v.claim: v for v in claims.check(PAPER_LIKE, {})}
     assert [verdicts[c].verdict for c in ("C1", "C2", "C3")] == [claims.REPRODUCED] * 3
     assert "16: 0.9750" in verdicts["C1"].measured and "512: 1.0000" in verdicts["C1"].measured
-    assert "12.5%: 16: 0.3000 < 64: 0.5000 < 512: 0.7000" in verdicts["C3"].measured
+    assert "12.5%: 16: 0.3000, 64: 0.5000, 512: 0.7000 (rises with length)" in verdicts["C3"].measured
     assert verdicts["C4"].verdict == claims.NO_DATA
 
 
@@ -30,7 +30,7 @@ def test_a_non_monotone_sweep_is_not_reproduced_and_says_where():
     assert verdicts["C1"].verdict == claims.NOT_REPRODUCED and "64: 0.8000" in verdicts["C1"].measured
     assert verdicts["C2"].verdict == claims.NOT_REPRODUCED
     assert verdicts["C2"].measured == "rises where it should fall: 64: 0.8000 at 50% -> 0.9000 at 25%"
-    assert verdicts["C3"].verdict == claims.NOT_REPRODUCED and "(no)" in verdicts["C3"].measured
+    assert verdicts["C3"].verdict == claims.NOT_REPRODUCED and "(does not rise with length)" in verdicts["C3"].measured
 
 
 def test_noise_below_the_tolerance_is_no_rise():
@@ -72,3 +72,12 @@ def test_the_grid_table_labels_each_variant_by_what_it_changes():
     assert "<tr><td>lr=0.001, residual=False</td><td>0.1600</td><td>0.1200</td></tr>" in table
     assert "<tr><td>residual=True</td><td>0.9700</td><td>0.9000</td></tr>" in table
     assert grid_table(trials, {"model.latent_len": [16, 8]}) == ""
+
+
+def test_seed_spread_says_which_half_of_the_claim_fails():
+    spreads = {(16, 8, "static"): [0.91, 0.92], (16, 8, "warm"): [0.97, 0.971],
+               (128, 72, "static"): [0.85, 0.87], (128, 72, "warm"): [0.95, 0.955]}
+    verdict = claims.seed_spread(spreads)
+    assert verdict.verdict == claims.NOT_REPRODUCED
+    assert verdict.measured.endswith("The static spread does not shrink with the input length; "
+                                     "the warm start narrows it at every setting")
