@@ -61,7 +61,7 @@ def _document(data_path: str, epochs: int, strategy: str, seed: int, trials: int
     return doc
 
 
-def _sweep(folder: Path, name: str, doc: dict[str, Any]) -> list[tuple[float, int, int, float]]:
+def sweep_events(folder: Path, name: str, doc: dict[str, Any]) -> list[tuple[float, int, int, float]]:
     """Run a sweep; its results as (logged at, trial, epoch, accuracy), in the order they arrived."""
     from mlflow.tracking import MlflowClient
 
@@ -104,7 +104,7 @@ def _grid_in_order(curves: dict[int, list[float]], order: list[int], target: flo
 def run(data_path: str, seeds: int = 3, epochs: int = 3, trials: int = 12) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        grid_events = _sweep(folder, "grid", _document(data_path, epochs, "grid", 0, trials))
+        grid_events = sweep_events(folder, "grid", _document(data_path, epochs, "grid", 0, trials))
         curves: dict[int, list[float]] = {}
         for _, trial, _, accuracy in grid_events:
             curves.setdefault(trial, []).append(accuracy)
@@ -117,7 +117,7 @@ def run(data_path: str, seeds: int = 3, epochs: int = 3, trials: int = 12) -> li
             costs["grid"].append((_grid_in_order(curves, order, target), True))
             for strategy in ("random", "asha+tpe"):
                 name = f"{strategy.replace('+', '-')}-{seed}"
-                events = _sweep(folder, name, _document(data_path, epochs, strategy, seed, trials))
+                events = sweep_events(folder, name, _document(data_path, epochs, strategy, seed, trials))
                 costs[strategy].append(_epochs_to_target(events, target))
     grid_mean = statistics.mean(c for c, _ in costs["grid"])
     rows = []

@@ -95,8 +95,8 @@ def seed_spread(spreads: Spreads) -> Verdict:
                        NO_DATA)
     wider_when_short = all(a >= b for (_, _, a), (_, _, b) in zip(static, static[1:]))
     narrowed = all(warm < cold for _, _, cold, warm in pairs)
-    measured = "; ".join(f"{n}to{s}: sd {cold:.4f} static, {warm:.4f} warm" for n, s, cold, warm in pairs)
-    measured += "".join(f"; {n}to{s}: sd {v:.4f} static" for n, s, v in static if (n, s, "warm") not in sd)
+    measured = "; ".join(f"{n}->{s}: sd {cold:.4f} static, {warm:.4f} warm" for n, s, cold, warm in pairs)
+    measured += "".join(f"; {n}->{s}: sd {v:.4f} static" for n, s, v in static if (n, s, "warm") not in sd)
     measured += (f". The static spread {'shrinks' if wider_when_short else 'does not shrink'} with the input length; "
                  f"the warm start {'narrows it at every setting' if narrowed else 'does not narrow it everywhere'}")
     return Verdict("C4", text, measured, REPRODUCED if wider_when_short and narrowed else NOT_REPRODUCED)

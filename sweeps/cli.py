@@ -132,13 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",
-                       help="which to run (default: all): throughput, overhead, data, search, gpu")
+                       help="which to run (default: all): throughput, overhead, data, search, recipe, defaults, gpu")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
     bench.add_argument("--data", default=None, help="dataset path (default: $SEQAE_BENCH_DATA, else the "
                                                     "offline corpus in ../shared, else wikimedia/wikipedia)")
     bench.add_argument("--shapes", default="64:32,512:256", help="throughput: input:latent lengths")
     bench.add_argument("--steps", type=int, default=5, help="throughput: timed steps per measurement")
-    bench.add_argument("--seeds", type=int, default=3, help="search: seeds per strategy")
+    bench.add_argument("--seeds", type=int, default=3, help="search: seeds per strategy; recipe: seeds per arm")
     bench.set_defaults(handler=cmd_bench)
     return parser
 

@@ -51,7 +51,7 @@ def test_seed_spread_wider_for_short_inputs_and_narrowed_by_warm_start():
     }
     verdict = claims.seed_spread(spreads)
     assert verdict.verdict == claims.REPRODUCED, verdict
-    assert verdict.measured.startswith("32to16: sd 0.2000 static, 0.0200 warm")
+    assert verdict.measured.startswith("32->16: sd 0.2000 static, 0.0200 warm")
     spreads[(32, 16, "warm")] = [0.40, 0.70, 0.99]  # the warm start widens the short input's spread
     assert claims.seed_spread(spreads).verdict == claims.NOT_REPRODUCED
 
