@@ -65,13 +65,6 @@ def _recipe(options: dict[str, Any]) -> list[dict[str, Any]]:
     return recipe.run(options["data"], seeds=options["seeds"])
 
 
-@suite("defaults")
-def _defaults(options: dict[str, Any]) -> list[dict[str, Any]]:
-    from benchmarks import transformer_defaults
-
-    return transformer_defaults.run(options["data"])
-
-
 @suite("gpu")
 def _gpu(options: dict[str, Any]) -> list[dict[str, Any]]:
     from benchmarks import gpu_packing
