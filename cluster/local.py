@@ -28,7 +28,7 @@ from typing import Any
 
 from cluster import mlflow_server, postgres
 from cluster.procs import alive_group, free_port, free_port_block, http_ok, stop_group, wait_until
-from seqae_core.config import ConfigError
+from seqae_errors import ConfigError
 
 STATE = "cluster.json"
 NODE_PORTS = 50  # ports reserved per Ray node: its servers and its worker processes

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from seqae_core.config import ConfigError
+from seqae_errors import ConfigError
 
 ROLE = "seqae"
 DATABASES = ("mlflow", "optuna")

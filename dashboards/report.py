@@ -28,7 +28,7 @@ import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import matplotlib
 
@@ -37,12 +37,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from dashboards import claims  # noqa: E402
 from seqae_core import metrics as M  # noqa: E402
-from sweeps.tracking import mlflow_defaults  # noqa: E402
 
 log = logging.getLogger(__name__)
 
 CURVES = (M.VAL_TOKEN_ACCURACY, M.TRAIN_LOSS, M.VAL_LOSS)
-STATE_OF_STATUS = {"FINISHED": "COMPLETE", "FAILED": "FAIL", "KILLED": "PRUNED", "RUNNING": "RUNNING"}
 
 
 @dataclass
@@ -99,7 +97,6 @@ def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
     """The parent run and every child run of a sweep, with their metric histories and samples."""
     from mlflow.tracking import MlflowClient
 
-    mlflow_defaults()
     client = MlflowClient(tracking_uri)
     runs = client.search_runs([experiment_id], max_results=10_000)
     parent = next((r for r in runs if r.data.tags.get("seqae.role") == "sweep"), None)
@@ -109,7 +106,7 @@ def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
         tags = run.data.tags
         if "seqae.trial" not in tags:
             continue
-        state = tags.get("optuna.state") or STATE_OF_STATUS.get(run.info.status, run.info.status)
+        state = tags.get("optuna.state", "RUNNING")  # set by the sweep whenever it closes the run
         if run.info.status == "RUNNING":
             state = "RUNNING"
         trial = Trial(
@@ -425,14 +422,30 @@ SORT = """document.querySelectorAll('#trials th').forEach((th, i) => th.addEvent
 }));"""
 
 
-def build(state: Any, workspace: Any, log_to_mlflow: bool = True) -> Path:
-    """Write the report of sweep ``state`` (a ``SweepState``) and log it to the parent run."""
+class SweepRecord(Protocol):
+    """What the report reads of a sweep's record (the sweeps package's ``SweepState``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def spec(self) -> dict[str, Any]: ...  # the canonical sweep file: its grid labels the grid table
+    @property
+    def backends(self) -> dict[str, str]: ...  # mlflow_tracking_uri, optuna_storage
+    @property
+    def study_name(self) -> str: ...
+    @property
+    def mlflow_experiment_id(self) -> str | None: ...
+    @property
+    def total_trials(self) -> int: ...
+
+
+def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
+    """Write the report of sweep ``state`` into the folder ``out`` and log it to the parent run."""
     from mlflow.tracking import MlflowClient
 
     backends = state.backends
     if not state.mlflow_experiment_id:
         raise ValueError(f"sweep {state.name!r} has not started yet: it has no MLflow runs")
-    out = workspace.sweep_dir(state.name) / "report"
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.png"):
         old.unlink()

@@ -1,10 +1,16 @@
-"""Training checkpoints in a local folder or an object store (through pyarrow's filesystems).
+"""A training run's records (a sweep trial's, or ``seqae train --checkpoint-dir``'s) in a local
+folder or an object store (through pyarrow's filesystems). This module is the one place that
+knows where a trial's records live, their file names and what their manifests hold.
 
 A store holds records, each a folder of files plus a ``manifest.json`` written last with the
-size and SHA-256 of every file:
+size and SHA-256 of every file, and the record's :class:`Progress` (epoch records) or metrics
+(best records):
 
     epoch-000003/state.pt      everything needed to continue exactly (see ``seqae_core.train``)
-    best-000002/model.pt       the best model so far, its config, metrics and sample reconstructions
+    best-000002/model.pt       the best model so far: its config, weights and token ids
+    best-000002/samples.*      sample reconstructions (JSON, and text with wrong tokens marked)
+    best-000002/metrics.json   the metrics of that epoch
+    failed.txt                 why the run cannot succeed, if it failed in a way that repeats
 
 A record whose manifest is missing, or whose files do not match it, is never loaded: the
 store falls back to the newest valid record and says which one it skipped and why.
@@ -24,7 +30,11 @@ from typing import Any, Iterator
 import pyarrow.fs as pafs
 import torch
 
+from seqae_core import data as data_lib
+
 log = logging.getLogger(__name__)
+
+STATE, MODEL, SAMPLES_JSON, SAMPLES_TXT, METRICS = "state.pt", "model.pt", "samples.json", "samples.txt", "metrics.json"
 
 _RECORD = re.compile(r"^(epoch|best)-(\d{6})$")
 
@@ -51,6 +61,15 @@ class Loaded:
         return torch.load(io.BytesIO(self.files[name]), map_location="cpu", weights_only=True)
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What the newest epoch record says of its run, read from the manifest alone."""
+
+    epoch: int
+    history: list[dict[str, Any]]  # every epoch's metrics so far
+    finished: bool  # trained to its last epoch or stopped early: nothing left to run
+
+
 class CheckpointStore:
     """Epoch and best-model records of one training run under ``uri``."""
 
@@ -59,8 +78,47 @@ class CheckpointStore:
         self.fs, self.root = filesystem(uri)
         self.keep = keep
 
+    @classmethod
+    def of_trial(cls, storage: str, number: int) -> CheckpointStore:
+        """The records of trial ``number`` of a sweep that keeps its checkpoints in ``storage``."""
+        return cls(f"{storage.rstrip('/')}/trials/{number:04d}")
+
+    # -- what training asks: save this epoch, and what to resume from --------------------------
+    def save(self, metrics: dict[str, Any], checkpoint: dict[str, Any]) -> None:
+        """An epoch's checkpoint (``seqae_core.train``'s report), and the best-model record when
+        the epoch is a new best (its checkpoint then carries sample reconstructions)."""
+        epoch = checkpoint["epoch"]
+        self.save_epoch(epoch, checkpoint, {"history": checkpoint["history"], "finished": checkpoint["finished"]})
+        samples = checkpoint["samples"]
+        if samples is not None:
+            self.save_best(epoch, {
+                MODEL: tensor_bytes({"config": checkpoint["config"], "model": checkpoint["model"],
+                                     "token_ids": checkpoint["token_ids"]}),
+                SAMPLES_JSON: json.dumps(samples).encode(),
+                SAMPLES_TXT: samples_text(samples).encode(),
+                METRICS: json.dumps(metrics, indent=1).encode(),
+            }, {"metrics": metrics})
+
+    def resume(self) -> tuple[dict[str, Any] | None, list[str]]:
+        """The newest valid checkpoint (or None) and notes on the records skipped for it."""
+        loaded = self.latest("epoch")
+        return (None if loaded.epoch is None else loaded.state(STATE)), loaded.skipped
+
+    # -- what the sweep reads ------------------------------------------------------------------
+    def progress(self) -> Progress | None:
+        """How far the run got, without loading a checkpoint; None before its first epoch."""
+        meta = self.newest_meta("epoch")
+        if meta is None:
+            return None
+        return Progress(int(meta["epoch"]), list(meta.get("history", [])), bool(meta.get("finished")))
+
+    def best_epoch(self) -> int | None:
+        """The epoch of the newest best-model record, without reading its files."""
+        meta = self.newest_meta("best")
+        return None if meta is None else int(meta["epoch"])
+
     def save_epoch(self, epoch: int, state: dict[str, Any], meta: dict[str, Any] | None = None) -> None:
-        self._write(f"epoch-{epoch:06d}", {"state.pt": tensor_bytes(state)}, {"epoch": epoch, **(meta or {})})
+        self._write(f"epoch-{epoch:06d}", {STATE: tensor_bytes(state)}, {"epoch": epoch, **(meta or {})})
         self._prune("epoch", self.keep)
 
     def save_best(self, epoch: int, files: dict[str, bytes], meta: dict[str, Any]) -> None:
@@ -188,3 +246,20 @@ def tensor_bytes(obj: Any) -> bytes:
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     return buffer.getvalue()
+
+
+def samples_text(samples: list[dict[str, list[str]]]) -> str:
+    """Originals and reconstructions, one pair per sample; wrong tokens are marked ``[[like this]]``."""
+    lines = []
+    for n, sample in enumerate(samples, 1):
+        marked = [
+            r if r == o else f"[[{r}]]" for o, r in zip(sample["original"], sample["reconstruction"])
+        ]
+        wrong = sum(o != r for o, r in zip(sample["original"], sample["reconstruction"]))
+        lines += [
+            f"# sample {n}: {len(marked) - wrong}/{len(marked)} tokens right",
+            "original:      " + data_lib.detokenize(sample["original"]),
+            "reconstructed: " + data_lib.detokenize(marked),
+            "",
+        ]
+    return "\n".join(lines)

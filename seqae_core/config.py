@@ -16,9 +16,7 @@ from typing import Any, Literal, Union
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A user mistake in a config file or a ``--set`` override."""
+from seqae_errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from seqae_core.config import ConfigError, DataConfig
+from seqae_core.config import DataConfig
+from seqae_errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ drawn from ``(train.seed, epoch)``, so a resumed run sees the batches an uninter
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from contextlib import nullcontext
@@ -22,7 +21,6 @@ from tqdm import tqdm
 
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
-from seqae_core.checkpoint import CheckpointStore, tensor_bytes
 from seqae_core.config import Config, TrainConfig, from_flat
 from seqae_core.loss import score
 from seqae_core.model import ReducingAutoencoder
@@ -157,23 +155,6 @@ def reconstruct(model: ReducingAutoencoder, splits: data_lib.Splits, device: tor
     return samples
 
 
-def samples_text(samples: list[dict[str, list[str]]]) -> str:
-    """Originals and reconstructions, one pair per sample; wrong tokens are marked ``[[like this]]``."""
-    lines = []
-    for n, sample in enumerate(samples, 1):
-        marked = [
-            r if r == o else f"[[{r}]]" for o, r in zip(sample["original"], sample["reconstruction"])
-        ]
-        wrong = sum(o != r for o, r in zip(sample["original"], sample["reconstruction"]))
-        lines += [
-            f"# sample {n}: {len(marked) - wrong}/{len(marked)} tokens right",
-            "original:      " + data_lib.detokenize(sample["original"]),
-            "reconstructed: " + data_lib.detokenize(marked),
-            "",
-        ]
-    return "\n".join(lines)
-
-
 def train(
     config: Config,
     report: Report | None = None,
@@ -299,30 +280,3 @@ def summary(history: list[dict[str, Any]], stopper: EarlyStopping, epochs: int, 
         M.TRAIN_SECONDS: train_seconds,
         M.DATA_SECONDS: data_seconds,
     }
-
-
-def save_checkpoint(store: CheckpointStore, metrics: dict[str, Any], checkpoint: dict[str, Any]) -> None:
-    """Persist an epoch's checkpoint, and the best-model record when the epoch is a new best."""
-    epoch = checkpoint["epoch"]
-    store.save_epoch(epoch, checkpoint, {"history": checkpoint["history"], "finished": checkpoint["finished"]})
-    if checkpoint["samples"] is not None:
-        samples = checkpoint["samples"]
-        store.save_best(
-            epoch,
-            {
-                "model.pt": tensor_bytes({"config": checkpoint["config"], "model": checkpoint["model"],
-                                          "token_ids": checkpoint["token_ids"]}),
-                "samples.json": json.dumps(samples).encode(),
-                "samples.txt": samples_text(samples).encode(),
-                "metrics.json": json.dumps(metrics, indent=1).encode(),
-            },
-            {"metrics": metrics},
-        )
-
-
-def resume_state(store: CheckpointStore) -> tuple[dict[str, Any] | None, list[str]]:
-    """The newest valid checkpoint in ``store`` (or None) and notes on records skipped for it."""
-    loaded = store.latest("epoch")
-    if loaded.epoch is None:
-        return None, loaded.skipped
-    return loaded.state("state.pt"), loaded.skipped

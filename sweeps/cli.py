@@ -6,15 +6,34 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import signal
 import sys
 from typing import Any
 
-from seqae_core.config import ConfigError
+from seqae_errors import ConfigError
 
 EXIT_USAGE = 2  # bad input: the same code argparse uses
 
 
+def mlflow_environment() -> None:
+    """seqae's MLflow client settings, unless the user set them, in the environment before
+    anything imports MLflow (it reads its logging level at import) and before Ray starts (its
+    workers inherit it): a failed request comes back to the writer's own retry loop quickly
+    instead of blocking for minutes; no telemetry, no progress bars, no INFO chatter between the
+    sweep's progress lines."""
+    for key, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+                       ("MLFLOW_HTTP_REQUEST_TIMEOUT", "20"), ("MLFLOW_DISABLE_TELEMETRY", "true"),
+                       ("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"), ("MLFLOW_LOGGING_LEVEL", "WARNING")):
+        os.environ.setdefault(key, value)
+
+
 def main(argv: list[str] | None = None) -> int:
+    # A shell that starts a command in the background makes it ignore SIGINT, and Python then
+    # installs no KeyboardInterrupt for it; a sweep driver and `seqae ui` stop cleanly on SIGINT
+    # (and SIGTERM, which they turn into one), wherever they were started from.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    mlflow_environment()
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -214,7 +233,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     workspace = _workspace(args)
     try:
-        index = report.build(workspace.read(args.name), workspace)
+        index = report.build(workspace.read(args.name), workspace.report_dir(args.name))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     print(f"report: {index}  (also logged to the sweep's MLflow run, under report/)")
@@ -222,8 +241,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    import os
-
     from dashboards import ui
 
     workspace = _workspace(args)
@@ -337,7 +354,6 @@ def cmd_sweep_list(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    import os
     from pathlib import Path
 
     from benchmarks.run import SUITES, main as run_benchmarks
@@ -365,7 +381,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError("--resume needs --checkpoint-dir")
     if args.checkpoint_dir:
         store = CheckpointStore(args.checkpoint_dir)
-        resume, skipped = train_lib.resume_state(store)
+        resume, skipped = store.resume()
         for note in skipped:
             print(f"seqae: skipped checkpoint {note}", file=sys.stderr)
         if resume is not None and not args.resume:
@@ -379,7 +395,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     def report(metrics: dict[str, Any], checkpoint: dict[str, Any]) -> None:
         if store is not None:
-            train_lib.save_checkpoint(store, metrics, checkpoint)
+            store.save(metrics, checkpoint)
         print(
             f"epoch {metrics['epoch']}: train_loss {metrics['train_loss']:.4f}  val_loss {metrics['val_loss']:.4f}  "
             f"val_token_accuracy {metrics['val_token_accuracy']:.4f}  "

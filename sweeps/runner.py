@@ -1,8 +1,9 @@
 """Ray Tune for a sweep: the trial function, the searcher and the tracking callback.
 
 This is the one module that imports ``ray.tune``. Its adapters are thin: the searcher asks
-:class:`~sweeps.search.SweepStudy` for trials and tells it outcomes, the callback hands events to
-the MLflow :class:`~sweeps.tracking.Writer`, and the trial function calls
+:class:`~sweeps.search.SweepStudy` for trials (a :class:`~sweeps.search.TrialSpec` crosses into
+Tune) and records their outcomes as :mod:`sweeps.ledger` decides them, the callback hands events
+to the MLflow :class:`~sweeps.writer.Writer`, and the trial function calls
 ``seqae_core.train.train`` with a report that saves a checkpoint and forwards to ``tune.report``.
 """
 
@@ -20,29 +21,34 @@ from ray import tune
 from ray.tune.search import Searcher
 
 from seqae_core import metrics as M
-from seqae_core.config import ConfigError, build
-from seqae_core.train import NonFiniteLossError, resume_state, save_checkpoint, train
+from seqae_core.checkpoint import CheckpointStore
+from seqae_core.config import Config
+from seqae_core.train import NonFiniteLossError, train
+from seqae_errors import ConfigError
+from sweeps import ledger
 from sweeps.progress import Progress
-from sweeps.search import SweepStudy
-from sweeps.spec import SweepSpec, trial_layers
-from sweeps.tracking import Tracker, Writer, trial_store
+from sweeps.search import SweepStudy, TrialSpec
+from sweeps.spec import SweepSpec
+from sweeps.tracking import Tracker
+from sweeps.writer import Writer
 
 log = logging.getLogger(__name__)
 
 
 def run_trial(config: dict[str, Any], runtime: dict[str, Any]) -> None:
     """A Tune function trainable: one sweep trial, continued from its newest valid checkpoint."""
-    number = config["trial"]
-    store = trial_store(runtime["storage"], number)
+    trial: TrialSpec = config["trial"]
+    store = CheckpointStore.of_trial(runtime["storage"], trial.number)
     cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
     torch.set_num_threads(max(1, int(cpus)))
     with store.exclusive():
         verdict = store.verdict()
         if verdict is not None:  # Tune's retries are for lost workers; this error would only repeat
-            raise TrialFailed(f"trial {number} already failed in a way a retry cannot fix: {verdict}")
+            raise TrialFailed(f"trial {trial.number} already failed in a way a retry cannot fix: {verdict}")
         try:
-            trial_config = build(trial_layers(runtime["source"], config["base"], config["params"]))
-            _train_trial(number, trial_config, store, runtime["cache_dir"], config.get("continued", False))
+            if trial.config is None:
+                raise ConfigError(trial.error or "the trial has no config")
+            _train_trial(trial.number, trial.config, store, runtime["cache_dir"], trial.continued)
         except (ConfigError, NonFiniteLossError) as exc:
             store.record_verdict(f"{type(exc).__name__}: {exc}")
             raise
@@ -52,8 +58,8 @@ class TrialFailed(RuntimeError):
     """A trial that failed for a reason that repeats: its config, or its loss diverging."""
 
 
-def _train_trial(number: int, trial_config: Any, store: Any, cache_dir: str, continued: bool) -> None:
-    resume, skipped = resume_state(store)
+def _train_trial(number: int, trial_config: Config, store: CheckpointStore, cache_dir: str, continued: bool) -> None:
+    resume, skipped = store.resume()
     for note in skipped:
         print(f"seqae: trial {number}: skipped damaged checkpoint {note}", flush=True)
     if resume is not None:
@@ -64,7 +70,7 @@ def _train_trial(number: int, trial_config: Any, store: Any, cache_dir: str, con
     node_id = ray.get_runtime_context().get_node_id()
 
     def report(metrics: dict[str, Any], checkpoint: dict[str, Any]) -> None:
-        save_checkpoint(store, metrics, checkpoint)
+        store.save(metrics, checkpoint)
         tune.report({**metrics, "trial": number, "node_id": node_id, "finished": checkpoint["finished"]})
 
     train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir)
@@ -77,7 +83,7 @@ class StudySearcher(Searcher):
         objective = spec.objectives[0]
         super().__init__(metric=objective.metric, mode=objective.mode)
         self.spec, self.study, self.storage = spec, study, storage
-        self.plans: dict[str, Any] = {}
+        self.plans: dict[str, TrialSpec] = {}
 
     # Each session starts a fresh Tuner and the study holds the state, so Tune's own copies
     # (tuner.pkl, searcher checkpoints) carry nothing: the live handles cannot be pickled anyway.
@@ -92,12 +98,12 @@ class StudySearcher(Searcher):
         pass
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
-        plan = self.study.next_plan()
-        if plan is None:
+        trial = self.study.next_trial()
+        if trial is None:
             return Searcher.FINISHED  # type: ignore[return-value]  # Tune's own sentinel, a str
-        self.plans[trial_id] = plan
-        self.study.note_tune_trial(plan.number, trial_id)
-        return {"trial": plan.number, "base": self.spec.base, "params": plan.params, "continued": plan.continued}
+        self.plans[trial_id] = trial
+        self.study.note_tune_trial(trial.number, trial_id)
+        return {"trial": trial}
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         self.study.report(self.plans[trial_id].number, int(result[M.EPOCH]), result)
@@ -108,14 +114,8 @@ class StudySearcher(Searcher):
             # Tune hands a trial's last result (and one its scheduler stopped it on) only to this
             # hook, not to on_trial_result: without this, Optuna would miss that epoch's value.
             self.study.report(number, int(result[M.EPOCH]), result)
-        latest = trial_store(self.storage, number).newest_meta("epoch") or {}
-        history = latest.get("history", [])
-        if error or not history:
-            self.study.fail(number)
-        elif latest.get("finished"):
-            self.study.complete(number, history)
-        else:
-            self.study.prune(number)  # stopped by the scheduler before it finished
+        progress = CheckpointStore.of_trial(self.storage, number).progress()
+        ledger.settle(self.study, number, ledger.decide(progress, error), progress)
 
 
 class TrackingCallback(tune.Callback):
@@ -128,18 +128,17 @@ class TrackingCallback(tune.Callback):
         return {}  # see StudySearcher.__getstate__
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        number, params, continued = trial.config["trial"], trial.config["params"], trial.config["continued"]
-        all_params = {**trial.config["base"], **params}
-        self.writer.submit(f"starting trial {number}",
-                           lambda: self.tracker.trial_started(number, all_params, trial.trial_id, continued))
+        spec: TrialSpec = trial.config["trial"]
+        self.writer.submit(f"starting trial {spec.number}", lambda: self.tracker.trial_started(
+            spec.number, spec.logged_params, trial.trial_id, spec.continued))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any) -> None:
-        number, kept = trial.config["trial"], dict(result)
+        number, kept = trial.config["trial"].number, dict(result)
         self.writer.submit(f"logging trial {number}", lambda: self.tracker.trial_result(number, kept))
 
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         log.warning("trial %d lost its worker (failure %d); it continues from its checkpoint",
-                    trial.config["trial"], trial.num_failures)
+                    trial.config["trial"].number, trial.num_failures)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         self._ended(trial, None)
@@ -148,13 +147,13 @@ class TrackingCallback(tune.Callback):
         self._ended(trial, last_error(trial))
 
     def _ended(self, trial: Any, error: str | None) -> None:
-        number = trial.config["trial"]
+        number = trial.config["trial"].number
         try:
-            state = self.study.state(number).name
+            outcome = ledger.Outcome(self.study.state(number).name)
         except Exception:  # noqa: BLE001 - tracking must never stop the sweep; the next resume reconciles
             log.exception("cannot read the Optuna state of trial %d; MLflow will be reconciled on resume", number)
             return
-        self.writer.submit(f"closing trial {number}", lambda: self.tracker.trial_ended(number, state, error))
+        self.writer.submit(f"closing trial {number}", lambda: self.tracker.trial_ended(number, outcome, error))
 
 
 class ProgressCallback(tune.Callback):
@@ -167,14 +166,15 @@ class ProgressCallback(tune.Callback):
         return {}  # see StudySearcher.__getstate__
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any) -> None:
-        self.progress.result(trial.config["trial"], trial.config["params"], result)
+        self.progress.result(trial.config["trial"].number, trial.config["trial"].params, result)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         finished = (trial.last_result or {}).get("finished", False)
-        self.progress.ended(trial.config["trial"], _epochs(trial), "finished" if finished else "stopped by the scheduler")
+        self.progress.ended(trial.config["trial"].number, _epochs(trial),
+                            "finished" if finished else "stopped by the scheduler")
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.progress.ended(trial.config["trial"], _epochs(trial), "failed", last_error(trial))
+        self.progress.ended(trial.config["trial"].number, _epochs(trial), "failed", last_error(trial))
 
 
 def _epochs(trial: Any) -> int:
@@ -211,7 +211,7 @@ def run_session(
     progress = Progress(study.study.study_name, objective, study.remaining() * epochs, epochs,
                         (best[0].values[0], best[0].number) if len(best) == 1 else None)
     trainable = tune.with_resources(
-        tune.with_parameters(run_trial, runtime={"source": spec.source, "storage": storage, "cache_dir": cache_dir}),
+        tune.with_parameters(run_trial, runtime={"storage": storage, "cache_dir": cache_dir}),
         {"cpu": spec.cpu, "gpu": spec.gpu},
     )
     tuner = tune.Tuner(
@@ -219,8 +219,8 @@ def run_session(
         tune_config=tune.TuneConfig(
             metric=objective.metric, mode=objective.mode, search_alg=searcher, scheduler=scheduler,
             num_samples=study.remaining(), max_concurrent_trials=spec.max_concurrent,
-            trial_name_creator=lambda t: f"trial-{t.config['trial']:04d}",
-            trial_dirname_creator=lambda t: f"trial-{t.config['trial']:04d}",
+            trial_name_creator=lambda t: f"trial-{t.config['trial'].number:04d}",
+            trial_dirname_creator=lambda t: f"trial-{t.config['trial'].number:04d}",
         ),
         run_config=tune.RunConfig(
             name=f"session-{session:03d}-{time.strftime('%Y%m%d-%H%M%S')}",

@@ -7,21 +7,23 @@ from it: trials that finished are never re-run, interrupted ones (still RUNNING)
 from their checkpoints, and new ones are asked for until the planned total is reached.
 
 Only the one driver that holds the sweep's lock writes to the study, which also keeps SQLite
-out of concurrent-writer trouble.
+out of concurrent-writer trouble. Trials are addressed by number through Optuna's public
+storage interface (``BaseStorage``), never through its private attributes.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from seqae_core import metrics as M
-from seqae_core.config import ConfigError
-from sweeps.spec import Distribution, SweepSpec
+from seqae_core.config import Config, build
+from seqae_errors import ConfigError
+from sweeps.spec import Distribution, SweepSpec, trial_layers
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -30,12 +32,25 @@ FINAL = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 @dataclass(frozen=True)
-class TrialPlan:
-    """A trial to run: its number and the config values it sets."""
+class TrialSpec:
+    """A trial as it crosses into Tune: its number, the values its grid cell and the search set,
+    and its config, built once, here. A config that cannot be built (an invalid combination of
+    searched values) travels as its error: the trial fails with it, and the sweep goes on."""
 
     number: int
     params: dict[str, Any]
+    config: Config | None
+    error: str | None = None
     continued: bool = False  # an interrupted trial, to continue from its checkpoint
+
+    @property
+    def logged_params(self) -> dict[str, Any]:
+        """Every config key, with the latent length and fraction resolved; the bare values
+        when the config could not be built."""
+        if self.config is None:
+            return dict(self.params)
+        return {**self.config.flat(), "model.latent_len": self.config.latent_len,
+                "model.latent_fraction": self.config.latent_fraction}
 
 
 def storage(url: str) -> optuna.storages.BaseStorage:
@@ -62,34 +77,46 @@ def best_epoch_values(spec: SweepSpec, history: list[dict[str, Any]]) -> list[fl
     return [float(best[o.metric]) for o in spec.objectives]
 
 
+def _directions(spec: SweepSpec) -> list[optuna.study.StudyDirection]:
+    return [optuna.study.StudyDirection.MAXIMIZE if o.mode == "max" else optuna.study.StudyDirection.MINIMIZE
+            for o in spec.objectives]
+
+
 def read_only(spec: SweepSpec, url: str, name: str) -> SweepStudy:
     """A sweep's study, for reading (status, reports): loaded without writing anything, so a
     read-only workspace still shows what it holds. Before the sweep starts, it is empty."""
-    view = SweepStudy.__new__(SweepStudy)
-    view.spec, view.total, view._issued = spec, 0, set()
+    backend = storage(url)
     try:
-        view.study = optuna.load_study(study_name=name, storage=storage(url))
+        study = optuna.load_study(study_name=name, storage=backend)
     except KeyError:  # the sweep was recorded but its driver has not created the study yet
-        view.study = optuna.create_study(directions=["maximize" if o.mode == "max" else "minimize"
-                                                     for o in spec.objectives])
-    return view
+        backend = optuna.storages.InMemoryStorage()
+        study = optuna.create_study(storage=backend, study_name=name, directions=_directions(spec))
+    return SweepStudy(spec, study, backend, total=0)
+
+
+def open_study(spec: SweepSpec, url: str, name: str, total: int, fingerprint: str) -> SweepStudy:
+    """The sweep's study for its driver, created on first use; refused if another sweep owns it."""
+    backend = storage(url)
+    study = optuna.create_study(storage=backend, study_name=name, directions=_directions(spec),
+                                sampler=sampler(spec, total), load_if_exists=True)
+    owner = study.user_attrs.get("seqae.fingerprint")
+    if owner is None:
+        study.set_user_attr("seqae.fingerprint", fingerprint)
+    elif owner != fingerprint:
+        raise ConfigError(f"the Optuna study {name!r} belongs to another sweep (fingerprint {owner}); "
+                          "choose another --name")
+    return SweepStudy(spec, study, backend, total)
 
 
 class SweepStudy:
-    def __init__(self, spec: SweepSpec, url: str, name: str, total: int, fingerprint: str) -> None:
-        self.spec, self.total = spec, total
-        directions: list[Any] = ["maximize" if o.mode == "max" else "minimize" for o in spec.objectives]
-        self.study = optuna.create_study(
-            storage=storage(url), study_name=name, directions=directions, sampler=sampler(spec, total),
-            load_if_exists=True,
-        )
-        owner = self.study.user_attrs.get("seqae.fingerprint")
-        if owner is None:
-            self.study.set_user_attr("seqae.fingerprint", fingerprint)
-        elif owner != fingerprint:
-            raise ConfigError(f"the Optuna study {name!r} belongs to another sweep (fingerprint {owner}); "
-                              "choose another --name")
+    def __init__(self, spec: SweepSpec, study: optuna.Study, backend: optuna.storages.BaseStorage,
+                 total: int) -> None:
+        self.spec, self.study, self.storage, self.total = spec, study, backend, total
+        self.study_id = backend.get_study_id_from_name(study.study_name)
         self._issued: set[int] = set()
+
+    def _trial_id(self, number: int) -> int:
+        return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
 
     # -- the trials --------------------------------------------------------------------------
     def trials(self) -> list[optuna.trial.FrozenTrial]:
@@ -101,35 +128,16 @@ class SweepStudy:
             counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
         return counts
 
-    def reconcile(self, finished_history: Callable[[int], list[dict[str, Any]] | None]) -> list[str]:
-        """Bring the study up to date after a driver died, before any new trial starts.
+    def numbers(self, state: TrialState) -> list[int]:
+        return [t.number for t in self.trials() if t.state == state]
 
-        ``finished_history(n)`` returns the metric history of trial n if its checkpoints say it
-        finished training. Such trials are completed in place; other RUNNING trials are left
-        RUNNING, to be continued; WAITING ones (enqueued, never started) get their parameters."""
-        notes = []
-        for trial in self.trials():
-            if trial.state == TrialState.WAITING:
-                self._start_waiting()
-                notes.append(f"trial {trial.number}: enqueued before the driver stopped; it will run now")
-        for trial in self.trials():
-            if trial.state != TrialState.RUNNING:
-                continue
-            history = finished_history(trial.number)
-            if history:
-                self.study.tell(trial.number, best_epoch_values(self.spec, history), skip_if_finished=True)
-                notes.append(f"trial {trial.number}: had finished training; recorded as complete")
-            else:
-                notes.append(f"trial {trial.number}: was interrupted; it will continue from its checkpoint")
-        return notes
-
-    def next_plan(self) -> TrialPlan | None:
+    def next_trial(self) -> TrialSpec | None:
         """An interrupted trial to continue, else a new trial while the budget lasts, else None."""
         trials = self.trials()
         for trial in trials:
             if trial.state == TrialState.RUNNING and trial.number not in self._issued:
                 self._issued.add(trial.number)
-                return TrialPlan(trial.number, dict(trial.params), continued=True)
+                return self._spec(trial.number, dict(trial.params), continued=True)
         if len(trials) >= self.total:
             return None
         cell = self._emptiest_cell(trials)
@@ -138,7 +146,14 @@ class SweepStudy:
         asked = self.study.ask()
         params = self._suggest(asked)
         self._issued.add(asked.number)
-        return TrialPlan(asked.number, params)
+        return self._spec(asked.number, params)
+
+    def _spec(self, number: int, params: dict[str, Any], continued: bool = False) -> TrialSpec:
+        try:
+            config = build(trial_layers(self.spec.source, self.spec.base, params))
+        except ConfigError as exc:
+            return TrialSpec(number, params, None, str(exc), continued)
+        return TrialSpec(number, params, config, None, continued)
 
     def remaining(self) -> int:
         """How many trials a session still has to run: unfinished ones plus those not yet created."""
@@ -146,9 +161,15 @@ class SweepStudy:
         unfinished = sum(t.state not in FINAL for t in trials)
         return unfinished + max(0, self.total - len(trials))
 
-    def _start_waiting(self) -> None:
-        trial = self.study.ask()  # pops the oldest WAITING trial, with its fixed parameters
-        self._suggest(trial)
+    def start_waiting(self) -> list[int]:
+        """Give the WAITING trials (enqueued by a driver that died before starting them) their
+        parameters; they run as interrupted ones. Returns their numbers."""
+        started = []
+        for _ in self.numbers(TrialState.WAITING):
+            trial = self.study.ask()  # pops the oldest WAITING trial, with its fixed parameters
+            self._suggest(trial)
+            started.append(trial.number)
+        return started
 
     def _emptiest_cell(self, trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any]:
         cells = self.spec.cells()
@@ -171,27 +192,25 @@ class SweepStudy:
         trial = self._running(number)
         # Tune may hand a trial's last result to both of the searcher's hooks: report it once.
         if trial is not None and epoch not in trial.intermediate_values:
-            optuna.trial.Trial(self.study, trial._trial_id).report(float(metrics[self.spec.objectives[0].metric]), epoch)
+            value = float(metrics[self.spec.objectives[0].metric])
+            self.storage.set_trial_intermediate_value(self._trial_id(number), epoch, value)
 
     def complete(self, number: int, history: list[dict[str, Any]]) -> None:
         self.study.tell(number, best_epoch_values(self.spec, history), skip_if_finished=True)
 
-    def prune(self, number: int) -> None:
-        self.study.tell(number, state=TrialState.PRUNED, skip_if_finished=True)
-
-    def fail(self, number: int) -> None:
-        self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+    def tell(self, number: int, state: TrialState) -> None:
+        """End a trial without values (pruned or failed)."""
+        self.study.tell(number, state=state, skip_if_finished=True)
 
     def note_tune_trial(self, number: int, tune_trial_id: str) -> None:
         trial = self._running(number)
         if trial is not None:
             ids = list(trial.user_attrs.get("seqae.tune_trial_ids", []))
             if tune_trial_id not in ids:
-                self.study._storage.set_trial_user_attr(trial._trial_id, "seqae.tune_trial_ids", ids + [tune_trial_id])
+                self.storage.set_trial_user_attr(self._trial_id(number), "seqae.tune_trial_ids", ids + [tune_trial_id])
 
     def state(self, number: int) -> TrialState:
-        return self.study._storage.get_trial(self.study._storage.get_trial_id_from_study_id_trial_number(
-            self.study._study_id, number)).state
+        return self.storage.get_trial(self._trial_id(number)).state
 
     def _running(self, number: int) -> optuna.trial.FrozenTrial | None:
         for trial in self.trials():

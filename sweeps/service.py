@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from seqae_core import data as data_lib
-from seqae_core.config import Config, ConfigError, build
+from seqae_core.config import Config, build
+from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.workspace import Backends, DriverLock, SweepState, Workspace, check_name, redact
 
@@ -175,9 +176,10 @@ def extend(workspace: Workspace, name: str, trials: int) -> None:
 
 def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: bool = False) -> int:
     """Run what is left of a sweep: reconcile, run the trials, close the books."""
-    from sweeps import progress, runner
-    from sweeps.search import SweepStudy
-    from sweeps.tracking import Tracker, Writer, trial_store
+    from sweeps import ledger, progress, runner
+    from sweeps.search import open_study
+    from sweeps.tracking import Tracker, unreachable
+    from sweeps.writer import Writer
 
     workspace.read(name)  # an unknown sweep is refused before anything is written
     workspace.check_writable()
@@ -196,19 +198,13 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
         epochs = prepare_data(spec, cache_dir)
         data_seconds = time.time() - started
 
-        study = SweepStudy(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
+        study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
         tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage,
                           workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None)
         tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, sweep_params(spec, state))
         state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
 
-        def finished_history(number: int) -> list[dict[str, Any]] | None:
-            meta = trial_store(backends.storage, number).newest_meta("epoch") or {}
-            return meta.get("history") if meta.get("finished") else None
-
-        notes = study.reconcile(finished_history)
-        notes += tracker.reconcile({t.number: t.state.name for t in study.trials()})
-        for note in notes:
+        for note in ledger.reconcile(study, backends.storage, tracker):
             print(f"seqae: {note}", flush=True)
 
         session = {"started": started, "pid": os.getpid(), "host": socket.gethostname(), "outcome": "running",
@@ -216,7 +212,7 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
         state.sessions.append(session)
         workspace.write(state)
 
-        writer = Writer(tracker)
+        writer = Writer(unreachable, tracker.note_outage)
         interrupted = False
         todo = study.remaining()
         print(f"seqae: sweep {name}{f' (profile {spec.profile})' if spec.profile else ''}: "
@@ -236,7 +232,8 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
         interrupted = interrupted or not complete
         for trial in study.trials():
             if trial.state.name == "RUNNING":  # stopped mid-way: continued by the next resume
-                writer.submit(f"pausing trial {trial.number}", partial(tracker.trial_ended, trial.number, "RUNNING"))
+                writer.submit(f"pausing trial {trial.number}",
+                              partial(tracker.trial_ended, trial.number, ledger.Outcome.RUNNING))
         if complete:
             writer.submit("registering the best model", lambda: register_best(study, tracker, name))
         writer.submit("closing the sweep run", lambda: tracker.finish_parent("FINISHED" if complete else "KILLED"))
@@ -262,7 +259,7 @@ def rebuild_report(state: SweepState, workspace: Workspace) -> None:
     from dashboards import report
 
     try:
-        index = report.build(state, workspace)
+        index = report.build(state, workspace.report_dir(state.name))
         print(f"seqae: report: {index}", flush=True)
     except Exception as exc:  # noqa: BLE001 - `seqae report NAME` rebuilds it later
         log.warning("the report could not be built (%s); `seqae report %s` retries", exc, state.name)

@@ -15,7 +15,7 @@ A sweep file is YAML with these top-level keys (every study in ``sweeps/studies`
     profiles     named blocks of overrides, e.g. ``{laptop: {description, data.max_pages: 300, ...}}``:
                  ``--profile laptop`` (or ``--set profile=laptop``) applies one before any ``--set``
 
-Every error is a :class:`~seqae_core.config.ConfigError` naming the file, the key and the value.
+Every error is a :class:`~seqae_errors.ConfigError` naming the file, the key and the value.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from typing import Any
 import yaml
 
 from seqae_core import metrics as M
-from seqae_core.config import KEYS, ConfigError, accepts_float, build, coerce, flatten, parse_sets
+from seqae_core.config import KEYS, accepts_float, build, coerce, flatten, parse_sets
+from seqae_errors import ConfigError
 
 MAX_FILE_BYTES = 256 * 1024  # sweep files are documents, not data
 TOP_KEYS = ("description", "config", "grid", "search", "objective", "trials", "sampler", "scheduler",

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from seqae_core.config import ConfigError
+from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.workspace import Workspace, check_name, redact
 

@@ -4,57 +4,35 @@ Runs are found by tags, never kept only in memory: a child run carries ``seqae.t
 Optuna trial number), so a restarted driver reattaches the run of a continued trial instead of
 opening a second one, and closes the runs a dead driver left RUNNING.
 
-The driver logs through :class:`Writer`, one background thread: Tune's loop never waits on
-MLflow, and SQLite only ever sees one writer. If the server is unreachable, the writer keeps the
-pending writes in order, retries, and on recovery delivers them and records the outage on the
-parent run. Every write is idempotent (metrics are logged once per epoch), and
-:meth:`Tracker.sync_trial` can rebuild a child run from the trial's checkpoint store, which holds
-the full metric history.
+The driver calls the :class:`Tracker` through :class:`sweeps.writer.Writer`, one background
+thread, so Tune's loop never waits on MLflow and SQLite only ever sees one writer; what counts
+as an outage to wait out is :func:`unreachable`. Every write is idempotent (metrics are logged
+once per epoch), and :meth:`Tracker.sync_trial` can rebuild a child run from the trial's
+checkpoint store, which holds the full metric history.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import queue
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
 
-
-def mlflow_defaults() -> None:
-    """seqae's MLflow client settings, unless the user set them: a failed request comes back to
-    the writer's own retry loop quickly instead of blocking for minutes; no telemetry, no
-    progress bars, no INFO chatter between the sweep's progress lines."""
-    for key, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
-                       ("MLFLOW_HTTP_REQUEST_TIMEOUT", "20"), ("MLFLOW_DISABLE_TELEMETRY", "true"),
-                       ("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"), ("MLFLOW_LOGGING_LEVEL", "WARNING")):
-        os.environ.setdefault(key, value)
-
-
-mlflow_defaults()
-
-from mlflow.entities import Metric, Param, RunTag  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
-
-from seqae_core import metrics as M  # noqa: E402
-from seqae_core.checkpoint import CheckpointStore  # noqa: E402
-from seqae_core.config import ConfigError, from_flat, to_yaml  # noqa: E402
+from seqae_core import metrics as M
+from seqae_core.checkpoint import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, CheckpointStore
+from seqae_core.config import from_flat, to_yaml
+from seqae_errors import ConfigError
+from sweeps.ledger import Outcome
 
 log = logging.getLogger(__name__)
 
 LOGGED_METRICS = tuple(m for m in M.PER_EPOCH if m != M.EPOCH)
-STATUS_OF = {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED", "RUNNING": "KILLED"}
-
-
-def trial_store(storage: str, number: int) -> CheckpointStore:
-    """Where trial ``number`` of a sweep keeps its checkpoints."""
-    return CheckpointStore(f"{storage.rstrip('/')}/trials/{number:04d}")
 
 
 @dataclass
@@ -65,7 +43,7 @@ class _RunCache:
 
 
 class Tracker:
-    """Synchronous MLflow operations of one sweep; :class:`Writer` runs them off the driver's loop."""
+    """Synchronous MLflow operations of one sweep; :class:`sweeps.writer.Writer` runs them off the driver's loop."""
 
     def __init__(self, tracking_uri: str, sweep: str, storage: str, artifact_root: Path | None = None) -> None:
         self.uri, self.sweep, self.storage = tracking_uri, sweep, storage
@@ -114,7 +92,7 @@ class Tracker:
 
     # -- child runs --------------------------------------------------------------------------
     def child_run(self, number: int, params: dict[str, Any] | None = None) -> str:
-        """The run of trial ``number``, created (with its params) if it has none yet."""
+        """The run of trial ``number``, created (with ``params``, every config key) if it has none yet."""
         cached = self._runs.get(number)
         if cached is not None:
             return cached.run_id
@@ -134,9 +112,7 @@ class Tracker:
             tags={"mlflow.parentRunId": self.parent_run_id, "seqae.sweep": self.sweep, "seqae.trial": str(number),
                   "optuna.trial_number": str(number)},
         )
-        config = from_flat(params)
-        flat = {**config.flat(), "model.latent_len": config.latent_len, "model.latent_fraction": config.latent_fraction}
-        self.client.log_batch(run.info.run_id, params=[Param(k, _text(v)) for k, v in sorted(flat.items())])
+        self.client.log_batch(run.info.run_id, params=[Param(k, _text(v)) for k, v in sorted(params.items())])
         self._runs[number] = _RunCache(run.info.run_id)
         return run.info.run_id
 
@@ -159,28 +135,27 @@ class Tracker:
         self.client.log_batch(run_id, metrics=_metrics(result), tags=tags)
         cache.logged_steps.add(epoch)
 
-    def trial_ended(self, number: int, state: str, error: str | None = None) -> None:
-        """Make the run whole from the checkpoint store, then set its final status."""
+    def trial_ended(self, number: int, outcome: Outcome, error: str | None = None) -> None:
+        """Make the run whole from the checkpoint store, then set the status of ``outcome``."""
         self.sync_trial(number)
         run_id = self.child_run(number)
-        tags = [RunTag("optuna.state", state)]
+        tags = [RunTag("optuna.state", outcome.value)]
         if error:
             tags.append(RunTag("seqae.error", error[-4000:]))
         self.client.log_batch(run_id, tags=tags)
-        self.client.set_terminated(run_id, STATUS_OF[state])
+        self.client.set_terminated(run_id, outcome.mlflow_status)
 
     def sync_trial(self, number: int) -> None:
         """Log the epochs and artifacts the run is missing, from the trial's checkpoint store."""
         run_id = self.child_run(number)
         cache = self._runs[number]
-        store = trial_store(self.storage, number)
-        latest = store.newest_meta("epoch")
-        missing = [h for h in (latest or {}).get("history", []) if int(h[M.EPOCH]) not in cache.logged_steps]
+        store = CheckpointStore.of_trial(self.storage, number)
+        progress = store.progress()
+        missing = [h for h in (progress.history if progress else []) if int(h[M.EPOCH]) not in cache.logged_steps]
         for start in range(0, len(missing), 100):
             self.client.log_batch(run_id, metrics=[m for h in missing[start:start + 100] for m in _metrics(h)])
         cache.logged_steps.update(int(h[M.EPOCH]) for h in missing)
-        newest = store.newest_meta("best")
-        if newest is None or newest["epoch"] == cache.artifacts_epoch:
+        if store.best_epoch() in (None, cache.artifacts_epoch):
             return
         best = store.latest("best")
         if best.epoch is not None and best.epoch != cache.artifacts_epoch:
@@ -189,13 +164,13 @@ class Tracker:
             cache.artifacts_epoch = best.epoch
 
     def _log_best(self, run_id: str, files: dict[str, bytes]) -> None:
-        saved = json.loads(files["metrics.json"])
+        saved = json.loads(files[METRICS])
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             (folder / "checkpoint").mkdir()
-            (folder / "checkpoint" / "model.pt").write_bytes(files["model.pt"])
-            (folder / "samples.txt").write_bytes(files["samples.txt"])
-            (folder / "samples.json").write_bytes(files["samples.json"])
+            (folder / "checkpoint" / "model.pt").write_bytes(files[MODEL])
+            (folder / "samples.txt").write_bytes(files[SAMPLES_TXT])
+            (folder / "samples.json").write_bytes(files[SAMPLES_JSON])
             (folder / "best_metrics.json").write_text(json.dumps(saved, indent=1))
             import torch
 
@@ -203,27 +178,11 @@ class Tracker:
             (folder / "config.yaml").write_text(to_yaml(from_flat(state["config"])))
             self.client.log_artifacts(run_id, str(folder))
 
-    def reconcile(self, states: dict[int, str]) -> list[str]:
-        """Close what a dead driver left open: child runs of finished trials get their final
-        status and missing data; runs of interrupted trials are marked KILLED until continued."""
-        notes = []
-        open_runs = self.client.search_runs(
-            [self._experiment], filter_string="attributes.status = 'RUNNING'", max_results=10_000
-        )
-        for run in open_runs:
-            trial = run.data.tags.get("seqae.trial")
-            if trial is None:
-                continue  # the parent run; the caller reopens it
-            number = int(trial)
-            state = states.get(number, "FAIL")
-            if state == "RUNNING":
-                self.sync_trial(number)
-                self.client.set_terminated(run.info.run_id, "KILLED")
-                notes.append(f"MLflow run of trial {number} closed as KILLED until the trial continues")
-            else:
-                self.trial_ended(number, state)
-                notes.append(f"MLflow run of trial {number} closed as {STATUS_OF[state]}")
-        return notes
+    def open_trial_runs(self) -> list[int]:
+        """The trials whose MLflow runs are RUNNING: what a dead driver left open."""
+        runs = self.client.search_runs([self._experiment], filter_string="attributes.status = 'RUNNING'",
+                                       max_results=10_000)
+        return [int(r.data.tags["seqae.trial"]) for r in runs if "seqae.trial" in r.data.tags]
 
     def note_outage(self, seconds: float) -> None:
         if self.parent_run_id:
@@ -236,10 +195,10 @@ class Tracker:
 
         from seqae_core.model import ReducingAutoencoder
 
-        best = trial_store(self.storage, number).latest("best")
+        best = CheckpointStore.of_trial(self.storage, number).latest("best")
         if best.epoch is None:
             return None
-        saved = best.state("model.pt")
+        saved = best.state(MODEL)
         config = from_flat(saved["config"])
         model = ReducingAutoencoder(config, saved["model"]["embed.weight"].shape[0])
         model.load_state_dict(saved["model"])
@@ -271,72 +230,10 @@ def _text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def _unreachable(exc: BaseException) -> bool:
+def unreachable(exc: BaseException) -> bool:
     """Whether a failed write may succeed later: the server or database is away, not a bug."""
     import requests
     import sqlalchemy.exc
     from mlflow.exceptions import MlflowException
 
     return isinstance(exc, (MlflowException, OSError, requests.RequestException, sqlalchemy.exc.OperationalError))
-
-
-class Writer:
-    """Runs :class:`Tracker` calls in order on one thread, retrying through MLflow outages."""
-
-    def __init__(self, tracker: Tracker, retry_seconds: float = 2.0) -> None:
-        self.tracker = tracker
-        self.retry_seconds = retry_seconds
-        self._queue: queue.Queue[tuple[str, Callable[[], Any]] | None] = queue.Queue()
-        self.outage_since: float | None = None
-        self.outages: list[float] = []
-        self.failed: list[str] = []  # writes dropped because they raised a non-connection error
-        self._thread = threading.Thread(target=self._run, name="seqae-mlflow-writer", daemon=True)
-        self._thread.start()
-
-    def submit(self, what: str, call: Callable[[], Any]) -> None:
-        self._queue.put((what, call))
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                self._queue.task_done()
-                return
-            what, call = item
-            try:
-                self._deliver(what, call)
-            finally:
-                self._queue.task_done()
-
-    def _deliver(self, what: str, call: Callable[[], Any]) -> None:
-        while True:
-            try:
-                call()
-                break
-            except Exception as exc:  # noqa: BLE001 - sorted below into retry or report
-                if not _unreachable(exc):
-                    log.exception("MLflow write failed while %s", what)
-                    self.failed.append(f"{what}: {exc}")
-                    return
-                if self.outage_since is None:
-                    self.outage_since = time.time()
-                    log.warning("MLflow unreachable while %s (%s); keeping the writes until it answers", what,
-                                str(exc).splitlines()[0][:200])
-                time.sleep(self.retry_seconds)
-        if self.outage_since is not None:
-            seconds = time.time() - self.outage_since
-            self.outages.append(seconds)
-            self.outage_since = None
-            log.warning("MLflow answers again after %.0f s; delivering the writes kept meanwhile", seconds)
-            self.submit("recording the outage", lambda: self.tracker.note_outage(seconds))
-
-    def close(self, timeout: float) -> int:
-        """Wait up to ``timeout`` seconds for every write to land; returns how many did not."""
-        deadline = time.time() + timeout
-        while self._queue.unfinished_tasks and time.time() < deadline:
-            time.sleep(0.1)
-        left = self._queue.unfinished_tasks
-        self._queue.put(None)
-        if left == 0:
-            self._thread.join(timeout=5)
-        return left

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
-from seqae_core.config import ConfigError
+from seqae_errors import ConfigError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 DEFAULT_WORKSPACE = "seqae-runs"
@@ -118,6 +118,9 @@ class Workspace:
 
     def sweep_dir(self, name: str) -> Path:
         return self.inside("sweeps", check_name(name))
+
+    def report_dir(self, name: str) -> Path:
+        return self.sweep_dir(name) / "report"
 
     def default_backends(self, name: str) -> Backends:
         return Backends(

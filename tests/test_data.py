@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from seqae_core import data
-from seqae_core.config import ConfigError
 from seqae_core.loss import score
+from seqae_errors import ConfigError
 from tests.conftest import WIKI_MINI
 
 

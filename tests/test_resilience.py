@@ -297,7 +297,7 @@ def test_sweep_names_that_could_escape_are_refused(tmp_path, bad, capsys):
 
 
 def test_nul_bytes_and_symlinks_out_of_the_workspace_are_refused(tmp_path, capsys):
-    from seqae_core.config import ConfigError
+    from seqae_errors import ConfigError
     from sweeps.workspace import Workspace, check_name
 
     with pytest.raises(ConfigError):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from seqae_core.config import ConfigError
+from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.cli import main
 

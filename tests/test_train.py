@@ -12,8 +12,6 @@ from seqae_core.train import (
     NonFiniteLossError,
     batch_scores,
     lr_factor,
-    resume_state,
-    save_checkpoint,
     train,
 )
 
@@ -75,13 +73,13 @@ def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, 
     store = CheckpointStore(str(tmp_path / "ckpt"))
 
     def stop_after_two(metrics, checkpoint):
-        save_checkpoint(store, metrics, checkpoint)
+        store.save(metrics, checkpoint)
         if metrics[M.EPOCH] == 2:
             raise Stop
 
     with pytest.raises(Stop):
         train(config, stop_after_two, cache_dir=data_cache)
-    state, skipped = resume_state(store)
+    state, skipped = store.resume()
     assert state["epoch"] == 2 and skipped == []
     resumed = []
     final = train(config, lambda m, c: resumed.append(m), resume=state, cache_dir=data_cache)

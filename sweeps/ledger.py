@@ -1,0 +1,79 @@
+"""A trial's outcome and what a sweep does about it: the one home of the rules in RESILIENCE.md.
+
+Three stores hold a sweep (RESILIENCE.md): the Optuna study says which trials exist and how each
+ended, each trial's checkpoint records say how far it got, MLflow shows it. This module decides:
+
+- :class:`Outcome`: how a trial ended, and what Optuna and MLflow call that;
+- :func:`decide`: the outcome of a trial Tune let go of, read from its checkpoint records;
+- :func:`reconcile`: what a new driver does before any trial starts, after a crash or a stop.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from optuna.trial import TrialState
+
+from seqae_core.checkpoint import CheckpointStore, Progress
+from sweeps.search import SweepStudy
+
+
+class Outcome(str, enum.Enum):
+    COMPLETE = "COMPLETE"  # trained to its last epoch, or stopped early by its patience
+    PRUNED = "PRUNED"  # stopped by the scheduler (ASHA) before it finished
+    FAIL = "FAIL"  # raised, or ended before its first epoch
+    RUNNING = "RUNNING"  # interrupted with its driver: the next session continues it
+
+    @property
+    def optuna_state(self) -> TrialState:
+        return TrialState[self.value]
+
+    @property
+    def mlflow_status(self) -> str:
+        """An interrupted trial's run is KILLED until its trial continues, then reopened."""
+        return {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED", "RUNNING": "KILLED"}[self.value]
+
+
+def decide(progress: Progress | None, error: bool) -> Outcome:
+    """How a trial ended when Tune lets go of it: an error or no epoch is a failure; records that
+    say it finished make it complete; otherwise the scheduler stopped it."""
+    if error or progress is None or not progress.history:
+        return Outcome.FAIL
+    return Outcome.COMPLETE if progress.finished else Outcome.PRUNED
+
+
+def settle(study: SweepStudy, number: int, outcome: Outcome, progress: Progress | None) -> None:
+    """Record a trial's outcome in the study (a finished trial once: later calls change nothing)."""
+    if outcome is Outcome.COMPLETE:
+        assert progress is not None
+        study.complete(number, progress.history)
+    elif outcome is not Outcome.RUNNING:
+        study.tell(number, outcome.optuna_state)
+
+
+def reconcile(study: SweepStudy, storage: str, tracker: Any) -> list[str]:
+    """Bring the study and MLflow up to date after a driver died, before any new trial starts:
+
+    1. RUNNING trials whose records say they finished are completed in place;
+    2. other RUNNING trials stay RUNNING, to be continued from their newest valid checkpoint;
+       WAITING ones (enqueued, never started) get their parameters and run now;
+    3. MLflow runs left RUNNING are closed: with their trial's outcome if it ended, else as KILLED
+       until the trial continues (then the same run is reopened).
+
+    Returns a note per change, for the driver to print."""
+    notes = [f"trial {n}: enqueued before the driver stopped; it will run now" for n in study.start_waiting()]
+    for number in study.numbers(TrialState.RUNNING):
+        progress = CheckpointStore.of_trial(storage, number).progress()
+        if progress is not None and progress.finished:
+            settle(study, number, Outcome.COMPLETE, progress)
+            notes.append(f"trial {number}: had finished training; recorded as complete")
+        else:
+            notes.append(f"trial {number}: was interrupted; it will continue from its checkpoint")
+    outcomes = {t.number: Outcome(t.state.name) for t in study.trials()}
+    for number in tracker.open_trial_runs():
+        outcome = outcomes.get(number, Outcome.FAIL)  # a run without an Optuna trial never trained
+        tracker.trial_ended(number, outcome)
+        notes.append(f"MLflow run of trial {number} closed as {outcome.mlflow_status}"
+                     + (" until the trial continues" if outcome is Outcome.RUNNING else ""))
+    return notes

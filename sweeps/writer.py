@@ -1,0 +1,80 @@
+"""Calls run in order on one background thread, waiting out outages of the service they write to.
+
+The sweep's driver hands every MLflow write to a :class:`Writer`: Tune's loop never waits on the
+server, and writes keep their order. While ``retryable`` says an error is the service being away
+(not a bug), the writer keeps the pending calls and retries; on recovery it delivers them and
+reports how long the outage lasted.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+
+class Writer:
+    """Runs calls in order on one thread, retrying through outages of the service they write to."""
+
+    def __init__(self, retryable: Callable[[BaseException], bool], recovered: Callable[[float], None],
+                 retry_seconds: float = 2.0) -> None:
+        self.retryable, self.recovered = retryable, recovered
+        self.retry_seconds = retry_seconds
+        self._queue: queue.Queue[tuple[str, Callable[[], Any]] | None] = queue.Queue()
+        self.outage_since: float | None = None
+        self.outages: list[float] = []
+        self.failed: list[str] = []  # writes dropped because they raised a non-connection error
+        self._thread = threading.Thread(target=self._run, name="seqae-mlflow-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, what: str, call: Callable[[], Any]) -> None:
+        self._queue.put((what, call))
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                self._queue.task_done()
+                return
+            what, call = item
+            try:
+                self._deliver(what, call)
+            finally:
+                self._queue.task_done()
+
+    def _deliver(self, what: str, call: Callable[[], Any]) -> None:
+        while True:
+            try:
+                call()
+                break
+            except Exception as exc:  # noqa: BLE001 - sorted below into retry or report
+                if not self.retryable(exc):
+                    log.exception("write failed while %s", what)
+                    self.failed.append(f"{what}: {exc}")
+                    return
+                if self.outage_since is None:
+                    self.outage_since = time.time()
+                    log.warning("MLflow unreachable while %s (%s); keeping the writes until it answers", what,
+                                str(exc).splitlines()[0][:200])
+                time.sleep(self.retry_seconds)
+        if self.outage_since is not None:
+            seconds = time.time() - self.outage_since
+            self.outages.append(seconds)
+            self.outage_since = None
+            log.warning("MLflow answers again after %.0f s; delivering the writes kept meanwhile", seconds)
+            self.submit("recording the outage", lambda: self.recovered(seconds))
+
+    def close(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for every write to land; returns how many did not."""
+        deadline = time.time() + timeout
+        while self._queue.unfinished_tasks and time.time() < deadline:
+            time.sleep(0.1)
+        left = self._queue.unfinished_tasks
+        self._queue.put(None)
+        if left == 0:
+            self._thread.join(timeout=5)
+        return left
