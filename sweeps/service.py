@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -174,84 +174,117 @@ def extend(workspace: Workspace, name: str, trials: int) -> None:
         workspace.write(state)
 
 
+@dataclass
+class Session:
+    """What one driver holds while it runs a sweep."""
+
+    state: SweepState
+    spec: spec_lib.SweepSpec
+    backends: Backends
+    study: Any  # sweeps.search.SweepStudy
+    tracker: Any  # sweeps.tracking.Tracker
+    epochs: int  # the most any trial may run
+    data_seconds: float
+    record: dict[str, Any]  # this session's entry in sweep.json
+
+
 def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: bool = False) -> int:
-    """Run what is left of a sweep: reconcile, run the trials, close the books."""
-    from sweeps import ledger, progress, runner
-    from sweeps.search import open_study
-    from sweeps.tracking import Tracker, unreachable
-    from sweeps.writer import Writer
+    """Run what is left of a sweep: open its stores, reconcile them, run the trials, close the books."""
+    from sweeps import ledger
 
     workspace.read(name)  # an unknown sweep is refused before anything is written
     workspace.check_writable()
     # `ray job stop` and service managers send SIGTERM: stop as gracefully as on Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
-        state = workspace.read(name)
-        spec = load_spec(state, check_file)
-        backends = Backends(**state.backends)
-        if os.environ.get("RAY_ADDRESS"):
-            connect_ray(workspace.root)
-            check_cluster(backends)
-
-        started = time.time()
-        cache_dir = str(workspace.cache_dir)
-        epochs = prepare_data(spec, cache_dir)
-        data_seconds = time.time() - started
-
-        study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
-        tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage,
-                          workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None)
-        tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, sweep_params(spec, state))
-        state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
-
-        for note in ledger.reconcile(study, backends.storage, tracker):
+        session = open_session(workspace, name, check_file)
+        for note in ledger.reconcile(session.study, session.backends.storage, session.tracker):
             print(f"seqae: {note}", flush=True)
-
-        session = {"started": started, "pid": os.getpid(), "host": socket.gethostname(), "outcome": "running",
-                   "job": os.environ.get("RAY_JOB_ID")}
-        state.sessions.append(session)
-        workspace.write(state)
-
-        writer = Writer(unreachable, tracker.note_outage)
-        interrupted = False
-        todo = study.remaining()
-        print(f"seqae: sweep {name}{f' (profile {spec.profile})' if spec.profile else ''}: "
-              f"{state.total_trials} trials planned, {todo} to run "
-              f"(data ready in {data_seconds:.1f} s; training in {training_precision(spec)})", flush=True)
-        if todo:
-            connect_ray(workspace.root)
-            check_resources(spec, *cluster_capacity())
-            try:
-                runner.run_session(spec, study, tracker, writer, storage=backends.storage, cache_dir=cache_dir,
-                                   session=len(state.sessions), epochs=epochs, verbose=verbose)
-            except KeyboardInterrupt:
-                interrupted = True
-            print(f"\n{progress.summary(study.trials(), spec.objectives)}\n", flush=True)
-        counts = study.counts()
-        complete = study.remaining() == 0
-        interrupted = interrupted or not complete
-        for trial in study.trials():
-            if trial.state.name == "RUNNING":  # stopped mid-way: continued by the next resume
-                writer.submit(f"pausing trial {trial.number}",
-                              partial(tracker.trial_ended, trial.number, ledger.Outcome.RUNNING))
-        if complete:
-            writer.submit("registering the best model", lambda: register_best(study, tracker, name))
-        writer.submit("closing the sweep run", lambda: tracker.finish_parent("FINISHED" if complete else "KILLED"))
-        left = writer.close(MLFLOW_DRAIN_SECONDS)
-
-        session.update(ended=time.time(), outcome="complete" if complete else "interrupted", trials=counts,
-                       mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
-                       mlflow_writes_failed=len(writer.failed))
-        workspace.write(state)
-        if not left:
-            rebuild_report(state, workspace)
-    print(f"seqae: sweep {name}: {'complete' if complete else 'interrupted'}; trials by state: {counts}", flush=True)
+        writer = run(workspace, session, verbose)
+        left = close(workspace, session, writer)
+    complete = session.record["outcome"] == "complete"
+    print(f"seqae: sweep {name}: {session.record['outcome']}; trials by state: {session.record['trials']}", flush=True)
     if left:
         print(f"seqae: warning: MLflow did not take {left} writes before the sweep ended; the data is safe in the "
               f"trials' checkpoints and `seqae sweep resume {name}` delivers it", flush=True)
     if not complete:
         print(f"seqae: continue it with `seqae sweep resume {name}`", flush=True)
-    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+    return EXIT_OK if complete and not session.record["interrupted"] else EXIT_INTERRUPTED
+
+
+def open_session(workspace: Workspace, name: str, check_file: bool) -> Session:
+    """The sweep's record, its data (prepared once), its Optuna study and its MLflow runs."""
+    from sweeps.search import open_study
+    from sweeps.tracking import Tracker
+
+    state = workspace.read(name)
+    spec = load_spec(state, check_file)
+    backends = Backends(**state.backends)
+    if os.environ.get("RAY_ADDRESS"):
+        connect_ray(workspace.root)
+        check_cluster(backends)
+    started = time.time()
+    epochs = prepare_data(spec, str(workspace.cache_dir))
+    data_seconds = time.time() - started
+    study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
+    tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage,
+                      workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None)
+    tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, sweep_params(spec, state))
+    state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
+    record = {"started": started, "pid": os.getpid(), "host": socket.gethostname(), "outcome": "running",
+              "job": os.environ.get("RAY_JOB_ID")}
+    return Session(state, spec, backends, study, tracker, epochs, data_seconds, record)
+
+
+def run(workspace: Workspace, session: Session, verbose: bool) -> Any:
+    """Run the trials the study still has to run; returns the MLflow writer, still delivering."""
+    from sweeps import progress, runner
+    from sweeps.tracking import unreachable
+    from sweeps.writer import Writer
+
+    state, spec, study = session.state, session.spec, session.study
+    state.sessions.append(session.record)
+    workspace.write(state)
+    writer = Writer(unreachable, session.tracker.note_outage)
+    todo = study.remaining()
+    print(f"seqae: sweep {state.name}{f' (profile {spec.profile})' if spec.profile else ''}: "
+          f"{state.total_trials} trials planned, {todo} to run "
+          f"(data ready in {session.data_seconds:.1f} s; training in {training_precision(spec)})", flush=True)
+    session.record["interrupted"] = False
+    if todo:
+        connect_ray(workspace.root)
+        check_resources(spec, *cluster_capacity())
+        try:
+            runner.run_session(spec, study, session.tracker, writer, storage=session.backends.storage,
+                               cache_dir=str(workspace.cache_dir), session=len(state.sessions),
+                               epochs=session.epochs, verbose=verbose)
+        except KeyboardInterrupt:
+            session.record["interrupted"] = True
+        print(f"\n{progress.summary(study.trials(), spec.objectives)}\n", flush=True)
+    return writer
+
+
+def close(workspace: Workspace, session: Session, writer: Any) -> int:
+    """Pause the trials left unfinished, register the best model once the sweep is complete, let
+    MLflow take the writes, record the session and rebuild the report. Returns the writes MLflow
+    did not take in time (they are safe in the checkpoints; the next session delivers them)."""
+    from sweeps import ledger
+
+    study, tracker, name = session.study, session.tracker, session.state.name
+    complete = study.remaining() == 0
+    for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):  # continued by the next session
+        writer.submit(f"pausing trial {number}", partial(tracker.trial_ended, number, ledger.Outcome.RUNNING))
+    if complete:
+        writer.submit("registering the best model", lambda: register_best(study, tracker, name))
+    writer.submit("closing the sweep run", lambda: tracker.finish_parent("FINISHED" if complete else "KILLED"))
+    left = writer.close(MLFLOW_DRAIN_SECONDS)
+    session.record.update(ended=time.time(), outcome="complete" if complete else "interrupted", trials=study.counts(),
+                          mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
+                          mlflow_writes_failed=len(writer.failed))
+    workspace.write(session.state)
+    if not left:
+        rebuild_report(session.state, workspace)
+    return int(left)
 
 
 def rebuild_report(state: SweepState, workspace: Workspace) -> None:

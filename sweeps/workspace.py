@@ -25,7 +25,7 @@ import time
 import unicodedata
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from seqae_errors import ConfigError
@@ -222,7 +222,3 @@ class DriverLock:
     def __exit__(self, *exc: Any) -> None:
         self.release()
 
-
-def iter_states(workspace: Workspace) -> Iterator[SweepState]:
-    for name in workspace.names():
-        yield workspace.read(name)
