@@ -425,16 +425,12 @@ SORT = """document.querySelectorAll('#trials th').forEach((th, i) => th.addEvent
 class SweepRecord(Protocol):
     """What the report reads of a sweep's record (the sweeps package's ``SweepState``)."""
 
-    @property
-    def name(self) -> str: ...
-    @property
-    def spec(self) -> dict[str, Any]: ...  # the canonical sweep file: its grid labels the grid table
-    @property
-    def backends(self) -> dict[str, str]: ...  # mlflow_tracking_uri, optuna_storage
-    @property
-    def study_name(self) -> str: ...
-    @property
-    def mlflow_experiment_id(self) -> str | None: ...
+    name: str
+    spec: dict[str, Any]  # the canonical sweep file: its grid labels the grid table
+    backends: dict[str, str]  # mlflow_tracking_uri, optuna_storage
+    study_name: str
+    mlflow_experiment_id: str | None
+
     @property
     def total_trials(self) -> int: ...
 
