@@ -103,12 +103,14 @@ def test_driver_sigkill_after_three_of_eight_then_resume(tmp_path):
     reported = tune_results(workspace, name)
     for number in done_before:  # a finished trial never trained again
         assert len(reported[f"trial-{number:04d}"]) == 1, (number, reported[f"trial-{number:04d}"])
-    # the interrupted trials continued from their checkpoints: no epoch trained or reported twice
+    # the interrupted trials continued from their checkpoints: no epoch trained or reported twice.
+    # (The killed driver may not have written a continued trial's first results to Tune's files:
+    # the worker checkpoints an epoch before the driver hears of it.)
     continued = {int(n): int(e) for n, e in re.findall(r"trial (\d+): continuing after epoch (\d+)", resumed.stdout)}
     assert continued, resumed.stdout[-3000:]
     for number, epoch in continued.items():
         sessions = reported[f"trial-{number:04d}"]
-        assert len(sessions) == 2 and sessions[1][0] == epoch + 1, (number, sessions, epoch)
+        assert sessions[-1][0] == epoch + 1, (number, sessions, epoch)
         flat = [e for s in sessions for e in s]
         assert flat == sorted(set(flat))
 
@@ -225,18 +227,19 @@ def test_mlflow_outage_delays_tracking_but_loses_nothing(tmp_path):
     from cluster import mlflow_server
     from cluster.procs import stop_group
 
+    epochs = 12  # about 2 s each here: training must outlast the outage's start by a few epochs
     workspace, name, port = tmp_path / "ws", "outage", free_port()
     backend, artifacts = f"sqlite:///{tmp_path / 'server.db'}", str(tmp_path / "server-artifacts")
     server = mlflow_server.start(backend, artifacts, port, tmp_path / "server.log")
     env = {"SEQAE_MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"}
     storage = workspace / "sweeps" / name
-    driver = start(*run_args(workspace, name, "trials.total=2", "train.epochs=6", "data.max_pages=20"),
+    driver = start(*run_args(workspace, name, "trials.total=2", f"train.epochs={epochs}", "data.max_pages=20"),
                    log=tmp_path / "driver.log", env=env)
     try:
         wait_for(lambda: any(m["epoch"] >= 1 for m in trial_metas(storage).values()), 300, "training to start")
-        stop_group(server)  # MLflow goes away
-        down_at = time.time()
         epochs_at_outage = sum(m["epoch"] for m in trial_metas(storage).values())
+        down_at = time.time()
+        stop_group(server)  # MLflow goes away (at once; the wait for its process group may take seconds)
         wait_for(lambda: sum(m["epoch"] for m in trial_metas(storage).values()) >= epochs_at_outage + 2, 300,
                  "training to go on without MLflow")
         time.sleep(max(0.0, 10 - (time.time() - down_at)))
@@ -251,7 +254,8 @@ def test_mlflow_outage_delays_tracking_but_loses_nothing(tmp_path):
         runs = mlflow_runs(None, name, tracking_uri=uri)
         assert {r.info.status for r in runs} == {"FINISHED"} and len(children(runs)) == 2
         for kid in children(runs):
-            assert metric_steps(kid.info.run_id, "val_token_accuracy", None, tracking_uri=uri) == [1, 2, 3, 4, 5, 6]
+            steps = metric_steps(kid.info.run_id, "val_token_accuracy", None, tracking_uri=uri)
+            assert steps == list(range(1, epochs + 1)), steps
         parent = next(r for r in runs if r.data.tags.get("seqae.role") == "sweep")
         assert parent.data.metrics["mlflow_outage_seconds"] >= 5  # the gap is on record
         session = json.loads((storage / "sweep.json").read_text())["sessions"][-1]
