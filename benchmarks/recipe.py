@@ -29,7 +29,8 @@ FRACTIONS = (0.5, 0.25, 0.125)
 INPUT_LEN = 32
 
 PAPER = {  # the paper's Table I at the laptop profiles' scale
-    "block": "paper", "residual": True, "d_model": 128, "d_attn": 256, "heads": 1, "layers": 1, "dropout": 0.0,
+    "model.block": "paper", "model.residual": True, "model.d_model": 128, "model.d_attn": 256, "model.heads": 1,
+    "model.layers": 1, "model.dropout": 0.0,
 }
 
 SPACE = {
@@ -62,7 +63,7 @@ def _base(data_path: str, epochs: int) -> dict[str, Any]:
 def _seeded(data_path: str, epochs: int, seeds: list[int], fixed: dict[str, Any], fractions: list[float]) -> dict:
     doc = _base(data_path, epochs)
     for key, value in fixed.items():
-        section, name = key.split(".", 1) if "." in key else ("model", key)
+        section, name = key.split(".", 1)
         doc["config"][section][name] = value
     doc["description"] = "recipe benchmark: fixed hyperparameters, several seeds"
     doc["grid"] = {"model.latent_fraction": fractions, "train.seed": seeds}
@@ -92,6 +93,11 @@ def _values(study: optuna.Study, fraction: float) -> list[float]:
     return [t.value for t in sorted(done, key=lambda t: t.params["train.seed"])]  # type: ignore[misc]
 
 
+def _short(config: dict[str, Any]) -> dict[str, Any]:
+    """``{"model.d_model": 128}`` -> ``{"d_model": 128}``, floats rounded, for the table."""
+    return {k.split(".", 1)[1]: (round(v, 5) if isinstance(v, float) else v) for k, v in config.items()}
+
+
 def _spread(values: list[float]) -> dict[str, Any]:
     return {"mean": round(statistics.mean(values), 4),
             "sd": round(statistics.stdev(values), 4) if len(values) > 1 else 0.0,
@@ -105,8 +111,9 @@ def run(data_path: str, seeds: int = 3, epochs: int = 3, search_trials: int = 6)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         sweep_events(folder, "paper", _seeded(data_path, epochs, seed_list, PAPER, list(FRACTIONS)))
+        paper = _study(folder, "paper")
         for fraction in FRACTIONS:
-            paper_values = _values(_study(folder, "paper"), fraction)
+            paper_values = _values(paper, fraction)
             name = f"search-{int(fraction * 1000)}"
             events = sweep_events(folder, name, _search(data_path, epochs, fraction, search_trials))
             study = _study(folder, name)
@@ -119,10 +126,9 @@ def run(data_path: str, seeds: int = 3, epochs: int = 3, search_trials: int = 6)
             best_values = _values(_study(folder, rerun), fraction)
             gain = statistics.mean(best_values) - statistics.mean(paper_values)
             rows.append({"latent": f"{INPUT_LEN}->{round(fraction * INPUT_LEN)}", "arm": "paper",
-                         "trial_epochs": budget, **_spread(paper_values), "config": PAPER})
+                         "trial_epochs": budget, **_spread(paper_values), "config": _short(PAPER)})
             rows.append({"latent": f"{INPUT_LEN}->{round(fraction * INPUT_LEN)}", "arm": "search best",
                          "trial_epochs": len(events), **_spread(best_values),
                          "gain_points": round(100 * gain, 1), "search_best_seed0": round(study.best_value, 4),
-                         "config": {k.split(".", 1)[1]: (round(v, 5) if isinstance(v, float) else v)
-                                    for k, v in best.items()}})
+                         "config": _short(best)})
     return rows
