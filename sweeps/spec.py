@@ -25,28 +25,19 @@ import difflib
 import hashlib
 import itertools
 import json
-import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from seqae_core import metrics as M
 from seqae_core.config import KEYS, accepts_float, build, coerce, flatten, parse_sets
 from seqae_errors import ConfigError
 
 MAX_FILE_BYTES = 256 * 1024  # sweep files are documents, not data
-TOP_KEYS = ("description", "config", "grid", "search", "objective", "trials", "sampler", "scheduler",
-            "resources", "max_concurrent", "retries", "profiles", "profile")
-DISTRIBUTIONS = {
-    "loguniform": ("low", "high"),
-    "uniform": ("low", "high"),
-    "int": ("low", "high", "step", "log"),
-    "categorical": ("choices",),
-}
-SAMPLERS = ("tpe", "random", "nsga2")
-SCHEDULERS = ("none", "asha")
 
 
 class _NoAliasLoader(yaml.SafeLoader):
@@ -59,28 +50,117 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-@dataclass(frozen=True)
-class Distribution:
-    kind: str
-    low: float | int | None = None
-    high: float | int | None = None
-    step: int | None = None
-    log: bool = False
-    choices: tuple[Any, ...] = ()
+class _Section(BaseModel):
+    """A part of a sweep file: exact types (``true`` is not 1), finite numbers, no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+
+class Distribution(_Section):
+    """What Optuna samples for one config key."""
+
+    type: Literal["loguniform", "uniform", "int", "categorical"]
+    low: float | None = None
+    high: float | None = None
+    step: int | None = Field(default=None, gt=0)  # int only
+    log: bool = False  # int only (loguniform is always on a log scale)
+    choices: tuple[Any, ...] = Field(default=(), strict=False)  # categorical only
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Distribution:
+        allowed = {"categorical": {"choices"}, "int": {"low", "high", "step", "log"}}.get(self.type, {"low", "high"})
+        extra = sorted(self.model_fields_set - allowed - {"type"})
+        if extra:
+            raise ValueError(f"{extra[0]!r} does not apply to type {self.type!r}")
+        if self.type == "categorical":
+            if not self.choices or len(set(map(repr, self.choices))) != len(self.choices):
+                raise ValueError(f"choices={list(self.choices)!r} must be a non-empty list without repeats")
+            return self
+        if self.low is None or self.high is None:
+            raise ValueError(f"type {self.type!r} needs low and high")
+        if self.type == "int" and not (self.low.is_integer() and self.high.is_integer()):
+            raise ValueError(f"low={self.low} and high={self.high} must be whole numbers for type 'int'")
+        if self.low > self.high:
+            raise ValueError(f"low={self.low} is greater than high={self.high}")
+        if (self.log or self.type == "loguniform") and self.low <= 0:
+            raise ValueError(f"low={self.low} must be positive on a log scale")
+        if self.log and (self.step or 1) != 1:
+            raise ValueError(f"step={self.step} cannot be combined with log: true")
+        return self
 
     def to_dict(self) -> dict[str, Any]:
-        if self.kind == "categorical":
-            return {"type": "categorical", "choices": list(self.choices)}
-        out: dict[str, Any] = {"type": self.kind, "low": self.low, "high": self.high}
-        if self.kind == "int":
-            out.update(step=self.step, log=self.log)
-        return out
+        out = self.model_dump(mode="json", exclude_defaults=True) | {"type": self.type}
+        return out | ({"low": int(self.low or 0), "high": int(self.high or 0)} if self.type == "int" else {})
 
 
-@dataclass(frozen=True)
-class Objective:
+class Objective(_Section):
     metric: str
-    mode: str
+    mode: Literal["min", "max"]
+
+    @model_validator(mode="after")
+    def _reported(self) -> Objective:
+        if self.metric not in M.OBJECTIVES:
+            raise ValueError(f"metric={self.metric!r} is not reported by the trainer; choose from "
+                             f"{', '.join(M.OBJECTIVES)}")
+        if self.mode not in M.OBJECTIVES[self.metric]:
+            raise ValueError(f"mode={self.mode!r} for {self.metric} optimizes in the wrong direction")
+        return self
+
+
+class _Trials(_Section):
+    per_cell: int | None = Field(default=None, gt=0)  # trials in each grid cell
+    total: int | None = Field(default=None, gt=0)  # trials in the whole sweep
+
+    @model_validator(mode="after")
+    def _one(self) -> _Trials:
+        if len(self.model_fields_set) != 1:
+            raise ValueError("trials must have exactly one of per_cell or total")
+        return self
+
+
+class _Sampler(_Section):
+    type: Literal["tpe", "random", "nsga2"] | None = None  # TPE, or NSGA-II for several objectives
+    seed: int = 0
+
+
+class _Scheduler(_Section):
+    type: Literal["none", "asha"] = "none"
+    grace_period: int = Field(default=1, gt=0)
+    reduction_factor: int = Field(default=2, ge=2)
+
+
+class _Resources(_Section):
+    cpu: float = Field(default=1.0, gt=0)
+    gpu: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _whole(self) -> _Resources:
+        if self.gpu > 1 and not self.gpu.is_integer():
+            raise ValueError(f"gpu={self.gpu}: above 1, GPUs per trial must be a whole number")
+        return self
+
+
+def _listed(value: Any) -> Any:
+    return value if isinstance(value, list) else [value]
+
+
+class _Document(_Section):
+    """A sweep file's top level; ``config``, ``grid`` and ``profiles`` are checked against the config keys."""
+
+    description: str = ""
+    config: Any = None
+    grid: Any = None
+    search: dict[str, Distribution] | None = None
+    objective: Annotated[list[Objective], BeforeValidator(_listed), Field(min_length=1)] = [
+        Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max")]
+    trials: _Trials = _Trials(per_cell=1)
+    sampler: _Sampler = _Sampler()
+    scheduler: _Scheduler = _Scheduler()
+    resources: _Resources = _Resources()
+    max_concurrent: int = Field(default=1, gt=0)
+    retries: int = Field(default=0, ge=0)
+    profiles: Any = None
+    profile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -91,7 +171,7 @@ class SweepSpec:
     base: dict[str, Any]
     grid: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     search: dict[str, Distribution] = field(default_factory=dict)
-    objectives: tuple[Objective, ...] = (Objective(M.VAL_TOKEN_ACCURACY, "max"),)
+    objectives: tuple[Objective, ...] = (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"),)
     per_cell: int | None = None
     total: int | None = None
     sampler: str = "tpe"
@@ -168,7 +248,7 @@ def read_document(path: str | Path) -> dict[str, Any]:
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not a valid sweep file: {exc}") from None
     if not isinstance(document, dict):
-        raise ConfigError(f"{path}: a sweep file is a mapping of {', '.join(TOP_KEYS)}; got {type(document).__name__}")
+        raise ConfigError(f"{path}: a sweep file is a mapping of {', '.join(_Document.model_fields)}; got {type(document).__name__}")
     return document
 
 
@@ -228,7 +308,7 @@ def _apply_profile(doc: dict[str, Any], name: Any, source: str) -> dict[str, Any
     if name not in profiles:
         raise ConfigError(f"{source}: profile={name!r} is not defined; this file's profiles: "
                           f"{', '.join(map(str, profiles)) or 'none'}")
-    overrides = dict(_mapping(profiles[name], f"profiles.{name}", source, None))
+    overrides = dict(_mapping(profiles[name], f"profiles.{name}", source))
     note = overrides.pop("description", "")
     if not isinstance(note, str):
         raise ConfigError(f"{source}: profiles.{name}.description must be text")
@@ -254,79 +334,53 @@ def local_path(value: str) -> str:
 
 def parse(doc: dict[str, Any], source: str) -> SweepSpec:
     """Validate a sweep document (the mapping in a file, or :meth:`SweepSpec.to_dict`)."""
-    for key in doc:
-        if key not in TOP_KEYS:
-            raise ConfigError(f"{source}: unknown key {key!r}; a sweep file has {', '.join(TOP_KEYS)}")
-
-    profile = doc.get("profile")
-    if profile is not None and not isinstance(profile, str):
-        raise ConfigError(f"{source}: profile={profile!r} must be the name of a profile")
-    if doc.get("profiles") is not None:  # every profile must give a valid sweep, whichever is run
-        for name in _mapping(doc["profiles"], "profiles", source, None):
+    if isinstance(doc.get("scheduler"), dict) and doc["scheduler"].get("type", "none") is None:
+        doc = {**doc, "scheduler": {**doc["scheduler"], "type": "none"}}  # `--set scheduler.type=none`
+    try:
+        top = _Document.model_validate(doc)
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: {_reason(exc)}") from None
+    if top.profiles is not None:  # every profile must give a valid sweep, whichever is run
+        for name in _mapping(top.profiles, "profiles", source):
             parse(_apply_profile(copy.deepcopy(doc), name, source), source)
-    base = {k: coerce(k, v, f"{source}: config") for k, v in flatten(doc.get("config") or {}, f"{source}: config").items()}
+    base = {k: coerce(k, v, f"{source}: config") for k, v in flatten(top.config or {}, f"{source}: config").items()}
     if isinstance(base.get("data.path"), str):
         base["data.path"] = local_path(base["data.path"])
-    grid = _grid(doc.get("grid") or {}, source)
-    search = _search(doc.get("search") or {}, source)
+    grid = _grid(top.grid or {}, source)
+    search = _search(top.search or {}, source)
     grid_keys = [k for axis in grid for k in axis.split(",")]
     if len(set(grid_keys)) != len(grid_keys):
         raise ConfigError(f"{source}: a config key appears in two grid axes: {grid_keys}")
     both = sorted(set(grid_keys) & set(search))
     if both:
         raise ConfigError(f"{source}: {both[0]} is in both grid and search; a key is either a grid axis or searched")
-
-    objectives = _objectives(doc.get("objective", {"metric": M.VAL_TOKEN_ACCURACY, "mode": "max"}), source)
-    trials = _mapping(doc.get("trials", {"per_cell": 1}), "trials", source, ("per_cell", "total"))
-    if len(trials) != 1:
-        raise ConfigError(f"{source}: trials must have exactly one of per_cell or total, got {trials!r}")
-    (trials_key, count), = trials.items()
-    _positive_int(count, f"trials.{trials_key}", source)
-
-    default_sampler = "nsga2" if len(objectives) > 1 else "tpe"
-    sampler = _mapping(doc.get("sampler", {}), "sampler", source, ("type", "seed"))
-    sampler_type = sampler.get("type", default_sampler)
-    if sampler_type not in SAMPLERS:
-        raise ConfigError(f"{source}: sampler.type={sampler_type!r} must be one of {', '.join(SAMPLERS)}")
-    seed = sampler.get("seed", 0)
-    _int(seed, "sampler.seed", source)
-
-    scheduler = _mapping(doc.get("scheduler", {}), "scheduler", source, ("type", "grace_period", "reduction_factor"))
-    scheduler_type = scheduler.get("type") or "none"  # `--set scheduler.type=none` arrives as None
-    if scheduler_type not in SCHEDULERS:
-        raise ConfigError(f"{source}: scheduler.type={scheduler_type!r} must be one of {', '.join(SCHEDULERS)}")
-    grace = scheduler.get("grace_period", 1)
-    reduction = scheduler.get("reduction_factor", 2)
-    _positive_int(grace, "scheduler.grace_period", source)
-    _positive_int(reduction, "scheduler.reduction_factor", source)
-    if reduction < 2:
-        raise ConfigError(f"{source}: scheduler.reduction_factor={reduction} must be at least 2")
-    if scheduler_type == "asha" and len(objectives) > 1:
+    objectives = tuple(top.objective)
+    if len({o.metric for o in objectives}) != len(objectives):
+        raise ConfigError(f"{source}: objective names a metric twice")
+    if top.scheduler.type == "asha" and len(objectives) > 1:
         raise ConfigError(f"{source}: scheduler.type='asha' needs one objective; this sweep has {len(objectives)}")
-
-    resources = _mapping(doc.get("resources", {}), "resources", source, ("cpu", "gpu"))
-    cpu, gpu = resources.get("cpu", 1), resources.get("gpu", 0)
-    _number(cpu, "resources.cpu", source, minimum=0.0, inclusive=False)
-    _number(gpu, "resources.gpu", source, minimum=0.0, inclusive=True)
-    if gpu > 1 and not float(gpu).is_integer():
-        raise ConfigError(f"{source}: resources.gpu={gpu}: above 1, GPUs per trial must be a whole number")
-    max_concurrent = doc.get("max_concurrent", 1)
-    retries = doc.get("retries", 0)
-    _positive_int(max_concurrent, "max_concurrent", source)
-    _int(retries, "retries", source, minimum=0)
-    description = doc.get("description", "")
-    if not isinstance(description, str):
-        raise ConfigError(f"{source}: description must be text")
-
     spec = SweepSpec(
         source=source, base=base, grid=grid, search=search, objectives=objectives,
-        per_cell=count if trials_key == "per_cell" else None, total=count if trials_key == "total" else None,
-        sampler=sampler_type, seed=seed, scheduler=scheduler_type, grace_period=grace, reduction_factor=reduction,
-        cpu=float(cpu), gpu=float(gpu), max_concurrent=max_concurrent, retries=retries, description=description,
-        profile=profile,
+        per_cell=top.trials.per_cell, total=top.trials.total,
+        sampler=top.sampler.type or ("nsga2" if len(objectives) > 1 else "tpe"), seed=top.sampler.seed,
+        scheduler=top.scheduler.type, grace_period=top.scheduler.grace_period,
+        reduction_factor=top.scheduler.reduction_factor, cpu=top.resources.cpu, gpu=top.resources.gpu,
+        max_concurrent=top.max_concurrent, retries=top.retries, description=top.description, profile=top.profile,
     )
     _check_trial_configs(spec)
     return spec
+
+
+def _reason(exc: ValidationError) -> str:
+    """The first problem pydantic found, as ``key=value must be ...`` with the key's full path."""
+    error = exc.errors()[0]
+    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
+    if error["type"] == "extra_forbidden":
+        return f"unknown key {where.rsplit('.', 1)[-1]!r}" + (f" in {where.rsplit('.', 1)[0]}" if "." in where else "")
+    message = re.sub(r"^Value error, |(?<= or) instance of \w+", "", error["msg"])
+    message = message.replace("Input should be", "must be").replace("Value should", "must").replace(
+        "a valid dictionary or", "a mapping")
+    return f"{where}: {message}" if error["type"] == "value_error" else f"{where}={error['input']!r} {message}"
 
 
 def trial_layers(source: str, base: dict[str, Any], params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -340,7 +394,7 @@ def _check_trial_configs(spec: SweepSpec) -> None:
     are not tried: a trial whose combination is invalid fails on its own, and the sweep goes on."""
     probes: list[dict[str, Any]] = [{}]
     for key, dist in spec.search.items():
-        values = dist.choices if dist.kind == "categorical" else (dist.low, dist.high)
+        values = dist.choices or (dist.low, dist.high)
         probes += [{key: v} for v in values]
     for cell in spec.cells():
         for probe in probes:
@@ -375,111 +429,23 @@ def _grid(grid: Any, source: str) -> dict[str, tuple[Any, ...]]:
     return axes
 
 
-def _search(search: Any, source: str) -> dict[str, Distribution]:
-    if not isinstance(search, dict):
-        raise ConfigError(f"{source}: search must map config keys to distributions, got {search!r}")
-    out = {}
-    for key, spec in search.items():
-        where = f"search.{key}"
+def _search(search: dict[str, Distribution], source: str) -> dict[str, Distribution]:
+    """The distributions, checked against the types of the keys they sample."""
+    for key, dist in search.items():
+        where = f"{source}: search.{key}"
         if key not in KEYS:
             raise ConfigError(f"{source}: search: unknown config key {key!r}")
-        spec = _mapping(spec, where, source, ("type", "low", "high", "step", "log", "choices"))
-        kind = spec.get("type")
-        if kind not in DISTRIBUTIONS:
-            raise ConfigError(f"{source}: {where}.type={kind!r} must be one of {', '.join(DISTRIBUTIONS)}")
-        extra = set(spec) - {"type", *DISTRIBUTIONS[kind]}
-        if extra:
-            raise ConfigError(f"{source}: {where}: {sorted(extra)[0]!r} does not apply to type {kind!r}")
-        if kind == "categorical":
-            choices = spec.get("choices")
-            if not isinstance(choices, list) or not choices:
-                raise ConfigError(f"{source}: {where}.choices={choices!r} must be a non-empty list")
-            values = tuple(coerce(key, c, f"{source}: {where}.choices") for c in choices)
-            if len(set(map(repr, values))) != len(values):
-                raise ConfigError(f"{source}: {where}.choices={choices!r} repeats a value")
-            out[key] = Distribution("categorical", choices=values)
-            continue
-        if kind != "int" and not accepts_float(key):
-            raise ConfigError(f"{source}: {where}.type={kind!r} samples fractions, but {key} is an integer; "
-                              "use type: int")
-        low, high = spec.get("low"), spec.get("high")
-        for name, value in (("low", low), ("high", high)):
-            if kind == "int":
-                _int(value, f"{where}.{name}", source)
-            else:
-                _number(value, f"{where}.{name}", source)
-        assert low is not None and high is not None  # checked just above
-        if low > high:
-            raise ConfigError(f"{source}: {where}: low={low} is greater than high={high}")
-        log = kind == "loguniform" or bool(spec.get("log", False))
-        if log and low <= 0:
-            raise ConfigError(f"{source}: {where}: low={low} must be positive on a log scale")
-        step = spec.get("step", 1) if kind == "int" else None
-        if kind == "int":
-            _positive_int(step, f"{where}.step", source)
-            if not isinstance(spec.get("log", False), bool):
-                raise ConfigError(f"{source}: {where}.log={spec.get('log')!r} must be true or false")
-            if log and step != 1:
-                raise ConfigError(f"{source}: {where}: step={step} cannot be combined with log: true")
-        coerce(key, low, f"{source}: {where}.low")
-        coerce(key, high, f"{source}: {where}.high")
-        out[key] = Distribution(kind, low=low, high=high, step=step, log=log)
-    return out
+        if dist.type in ("uniform", "loguniform") and not accepts_float(key):
+            raise ConfigError(f"{where}.type={dist.type!r} samples fractions, but {key} is an integer; use type: int")
+        for value in dist.choices or (dist.low, dist.high):
+            coerce(key, value, where)
+    return search
 
 
-def _objectives(value: Any, source: str) -> tuple[Objective, ...]:
-    items = value if isinstance(value, list) else [value]
-    if not items:
-        raise ConfigError(f"{source}: objective must name at least one metric")
-    out = []
-    for i, item in enumerate(items):
-        where = "objective" if not isinstance(value, list) else f"objective[{i}]"
-        item = _mapping(item, where, source, ("metric", "mode"))
-        metric, mode = item.get("metric"), item.get("mode")
-        if metric not in M.OBJECTIVES:
-            raise ConfigError(f"{source}: {where}.metric={metric!r} is not reported by the trainer; "
-                              f"choose from {', '.join(M.OBJECTIVES)}")
-        if mode not in ("min", "max"):
-            raise ConfigError(f"{source}: {where}.mode={mode!r} must be 'min' or 'max'")
-        if mode not in M.OBJECTIVES[metric]:
-            raise ConfigError(f"{source}: {where}: mode={mode!r} for {metric} optimizes in the wrong direction")
-        out.append(Objective(metric, mode))
-    if len({o.metric for o in out}) != len(out):
-        raise ConfigError(f"{source}: objective names a metric twice")
-    return tuple(out)
-
-
-def _mapping(value: Any, where: str, source: str, allowed: tuple[str, ...] | None) -> dict[str, Any]:
-    """``value`` as a mapping whose keys are all ``allowed`` (any keys when None)."""
+def _mapping(value: Any, where: str, source: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        keys = f" with keys {', '.join(allowed)}" if allowed else ""
-        raise ConfigError(f"{source}: {where} must be a mapping{keys}; got {value!r}")
-    for key in value:
-        if allowed is not None and key not in allowed:
-            raise ConfigError(f"{source}: unknown key {where}.{key}; allowed: {', '.join(allowed)}")
+        raise ConfigError(f"{source}: {where} must be a mapping; got {value!r}")
     return value
-
-
-def _int(value: Any, where: str, source: str, minimum: int | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{source}: {where}={value!r} must be an integer")
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{source}: {where}={value} must be at least {minimum}")
-
-
-def _positive_int(value: Any, where: str, source: str) -> None:
-    _int(value, where, source)
-    if value <= 0:
-        raise ConfigError(f"{source}: {where}={value} must be positive")
-
-
-def _number(value: Any, where: str, source: str, minimum: float | None = None, inclusive: bool = True) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{source}: {where}={value!r} must be a number")
-    if not math.isfinite(value):
-        raise ConfigError(f"{source}: {where}={value} must be finite")
-    if minimum is not None and (value < minimum or (not inclusive and value == minimum)):
-        raise ConfigError(f"{source}: {where}={value} must be {'at least' if inclusive else 'above'} {minimum}")
 
 
 def diff(stored: SweepSpec, current: SweepSpec) -> str:
