@@ -15,6 +15,7 @@ database, storage and ports back, so an interrupted sweep can be resumed on the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -25,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from cluster import mlflow_server, postgres
 from cluster.procs import alive_group, free_port, free_port_block, http_ok, stop_group, wait_until
@@ -183,39 +186,21 @@ def _ray_start(argv: list[str], env: dict[str, str], log: Path) -> None:
         raise RuntimeError(f"`ray start` failed ({log}):\n{tail}")
 
 
-def ray_processes(state: dict[str, Any]) -> list[int]:
-    """Pids of this cluster's Ray processes: those that name its own temporary folder."""
-    pids: list[int] = []
+def ray_processes(state: dict[str, Any]) -> list[psutil.Process]:
+    """This cluster's Ray processes: those that name its own temporary folder."""
     marker = state.get("ray_temp_dir")
-    if not marker:
-        return pids
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            environ = (proc / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker in cmdline or marker.encode() in environ:
-            pids.append(int(proc.name))
-    return [p for p in pids if p != os.getpid()]
+    return [p for p in psutil.process_iter(["cmdline", "environ"]) if marker and p.pid != os.getpid() and (
+        marker in " ".join(p.info["cmdline"] or ()) or any(marker in v for v in (p.info["environ"] or {}).values()))]
 
 
 def worker_raylets(state: dict[str, Any]) -> dict[str, int]:
     """``{node ip: raylet pid}`` of the worker nodes (for killing exactly one, in tests)."""
     raylets = {}
-    for pid in ray_processes(state):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmdline and cmdline[0].endswith(b"raylet"):
-            for arg in cmdline:
-                if arg.startswith(b"--node_ip_address="):
-                    ip = arg.split(b"=", 1)[1].decode()
-                    if ip != "127.0.0.2":
-                        raylets[ip] = pid
+    for proc in ray_processes(state):
+        cmdline = proc.info["cmdline"] or [""]
+        ips = [a.split("=", 1)[1] for a in cmdline if a.startswith("--node_ip_address=")]
+        if cmdline[0].endswith("raylet") and ips and ips[0] != "127.0.0.2":
+            raylets[ips[0]] = proc.pid
     return raylets
 
 
@@ -226,22 +211,14 @@ def down(root: Path) -> list[str]:
     if state is None:
         raise ConfigError(f"no cluster was started from {root}")
     stopped = []
-    pids = ray_processes(state)
-    for pid in pids:
-        try:
-            os.kill(pid, 15)
-        except ProcessLookupError:
-            pass
-    deadline = time.time() + 15
-    while time.time() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
-        time.sleep(0.2)
-    for pid in pids:
-        try:
-            os.kill(pid, 9)
-        except ProcessLookupError:
-            pass
-    if pids:
-        stopped.append(f"Ray ({len(pids)} processes)")
+    procs = found = ray_processes(state)
+    for signal in ("terminate", "kill"):  # SIGTERM; SIGKILL for what is left after 15 s
+        for proc in procs:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                getattr(proc, signal)()
+        procs = psutil.wait_procs(procs, timeout=15)[1]
+    if found:
+        stopped.append(f"Ray ({len(found)} processes)")
     mlflow_pid = state["pids"].get("mlflow")
     if isinstance(mlflow_pid, int) and alive_group(mlflow_pid):
         stop_group(mlflow_pid)
