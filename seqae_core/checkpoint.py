@@ -147,25 +147,11 @@ class CheckpointStore:
         if not isinstance(self.fs, pafs.LocalFileSystem):
             yield
             return
-        import fcntl
-        import time
-        from pathlib import Path
+        from filelock import FileLock
 
-        Path(self.root).mkdir(parents=True, exist_ok=True)
-        with open(f"{self.root}/.writer.lock", "w") as handle:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{self.root} is still held by another process after {timeout:.0f} s")
-                    time.sleep(0.2)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        self.fs.create_dir(self.root, recursive=True)
+        with FileLock(f"{self.root}/.writer.lock", timeout=timeout):  # raises Timeout, a TimeoutError
+            yield
 
     def newest_meta(self, kind: str = "epoch") -> dict[str, Any] | None:
         """The metadata of the newest record of ``kind`` with a readable manifest, without
