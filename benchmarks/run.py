@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import platform
 import time
@@ -10,66 +11,32 @@ from typing import Any, Callable
 
 import torch
 
-SUITES: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {}
+Suite = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 
-def suite(name: str) -> Callable[[Callable[[dict[str, Any]], list[dict[str, Any]]]], Any]:
-    def register(fn: Callable[[dict[str, Any]], list[dict[str, Any]]]) -> Any:
-        SUITES[name] = fn
-        return fn
-
-    return register
+def _module(name: str) -> Any:
+    """A benchmark module, imported when its suite runs (the GPU one needs no data, for example)."""
+    return importlib.import_module(f"benchmarks.{name}")
 
 
-@suite("throughput")
 def _throughput(options: dict[str, Any]) -> list[dict[str, Any]]:
-    from benchmarks import throughput
-
-    shapes = [tuple(int(n) for n in s.split(":")) for s in options["shapes"].split(",")]
     from seqae_core.train import native_bf16_flags
 
-    if torch.cuda.is_available():
-        precisions = ["bf16"]
-    else:
-        precisions = ["fp32"] + (["bf16"] if native_bf16_flags() else [])
-    rows = throughput.run(options["data"], shapes, ["paper", "transformer"], precisions,  # type: ignore[arg-type]
-                          options["steps"])
+    throughput = _module("throughput")
+    shapes = [tuple(int(n) for n in s.split(":")) for s in options["shapes"].split(",")]
+    precisions = ["bf16"] if torch.cuda.is_available() else ["fp32"] + (["bf16"] if native_bf16_flags() else [])
+    rows = throughput.run(options["data"], shapes, ["paper", "transformer"], precisions, options["steps"])
     return rows + ([] if torch.cuda.is_available() else throughput.quickstart_paths(options["data"]))
 
 
-@suite("overhead")
-def _overhead(options: dict[str, Any]) -> list[dict[str, Any]]:
-    from benchmarks import sweep_overhead
-
-    return sweep_overhead.run(options["data"])
-
-
-@suite("data")
-def _data(options: dict[str, Any]) -> list[dict[str, Any]]:
-    from benchmarks import data_prep
-
-    return data_prep.prefix_vs_whole(options["data"]) + data_prep.cache_hit(options["data"])
-
-
-@suite("search")
-def _search(options: dict[str, Any]) -> list[dict[str, Any]]:
-    from benchmarks import search_efficiency
-
-    return search_efficiency.run(options["data"], seeds=options["seeds"])
-
-
-@suite("recipe")
-def _recipe(options: dict[str, Any]) -> list[dict[str, Any]]:
-    from benchmarks import recipe
-
-    return recipe.run(options["data"], seeds=options["seeds"])
-
-
-@suite("gpu")
-def _gpu(options: dict[str, Any]) -> list[dict[str, Any]]:
-    from benchmarks import gpu_packing
-
-    return gpu_packing.run(options["data"])
+SUITES: dict[str, Suite] = {
+    "throughput": _throughput,
+    "overhead": lambda o: _module("sweep_overhead").run(o["data"]),
+    "data": lambda o: _module("data_prep").prefix_vs_whole(o["data"]) + _module("data_prep").cache_hit(o["data"]),
+    "search": lambda o: _module("search_efficiency").run(o["data"], seeds=o["seeds"]),
+    "recipe": lambda o: _module("recipe").run(o["data"], seeds=o["seeds"]),
+    "gpu": lambda o: _module("gpu_packing").run(o["data"]),
+}
 
 
 def machine() -> dict[str, Any]:

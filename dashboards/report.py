@@ -22,10 +22,11 @@ import html
 import json
 import logging
 import math
+import statistics
 import tempfile
 import time
 import warnings
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -37,6 +38,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from dashboards import claims  # noqa: E402
 from seqae_core import metrics as M  # noqa: E402
+from seqae_core.config import parse_scalar  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -84,15 +86,6 @@ class Trial:
         return self.state == "COMPLETE" and self.epochs < int(self.params.get("train.epochs", 0))
 
 
-def _value(text: str) -> Any:
-    for convert in (int, float):
-        try:
-            return convert(text)
-        except ValueError:
-            pass
-    return text
-
-
 def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
     """The parent run and every child run of a sweep, with their metric histories and samples."""
     from mlflow.tracking import MlflowClient
@@ -111,7 +104,7 @@ def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
             state = "RUNNING"
         trial = Trial(
             number=int(tags["seqae.trial"]), run_id=run.info.run_id, status=run.info.status, state=state,
-            params={k: _value(v) for k, v in run.data.params.items()},
+            params={k: parse_scalar(v) for k, v in run.data.params.items()},
             duration=((run.info.end_time or now) - run.info.start_time) / 1000,
             node=tags.get("ray.node_ip", "") + (f" ({tags['ray.node_id'][:8]})" if "ray.node_id" in tags else ""),
         )
@@ -137,13 +130,13 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def _mean_curve(trials: list[Trial], key: str = M.VAL_TOKEN_ACCURACY) -> tuple[list[int], list[float]]:
+def _by_epoch(trials: list[Trial], key: str = M.VAL_TOKEN_ACCURACY) -> dict[int, list[float]]:
+    """Each epoch's values of ``key`` over ``trials``, in epoch order."""
     by_epoch: dict[int, list[float]] = defaultdict(list)
     for trial in trials:
         for step, value in trial.curves.get(key, []):
             by_epoch[step].append(value)
-    epochs = sorted(by_epoch)
-    return epochs, [sum(by_epoch[e]) / len(by_epoch[e]) for e in epochs]
+    return dict(sorted(by_epoch.items()))
 
 
 def fig2(trials: list[Trial], out: Path) -> Path | None:
@@ -158,8 +151,9 @@ def fig2(trials: list[Trial], out: Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for latent in sorted(latents[input_len], reverse=True):
         group = [t for t in trials if t.input_len == input_len and t.latent_len == latent and t.accuracy]
-        epochs, mean = _mean_curve(group)
-        ax.plot(epochs, mean, marker="o", label=f"{input_len}to{latent}")
+        by_epoch = _by_epoch(group)
+        ax.plot(list(by_epoch), [statistics.fmean(v) for v in by_epoch.values()], marker="o",
+                label=f"{input_len}to{latent}")
     for pct, acc, text in claims.PAPER_512:  # the paper's final values at these fractions of 512 tokens
         if any(abs(100 * latent / input_len - pct) < 1e-6 for latent in latents[input_len]):
             ax.axhline(acc, color="black", linestyle=":", linewidth=1)
@@ -211,13 +205,9 @@ def seeds_figures(trials: list[Trial], out: Path) -> list[Path]:
         return []
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, group in groups.items():
-        by_epoch: dict[int, list[float]] = defaultdict(list)
-        for t in group:
-            for step, value in t.accuracy:
-                by_epoch[step].append(value)
-        epochs = sorted(by_epoch)
-        mean = [sum(by_epoch[e]) / len(by_epoch[e]) for e in epochs]
-        se = [_stderr(by_epoch[e]) for e in epochs]
+        by_epoch = _by_epoch(group)
+        epochs, mean = list(by_epoch), [statistics.fmean(v) for v in by_epoch.values()]
+        se = [statistics.stdev(v) / math.sqrt(len(v)) if len(v) > 1 else 0.0 for v in by_epoch.values()]
         ax.plot(epochs, mean, linewidth=2, label=f"{label} ({len(group)} seeds)")
         ax.fill_between(epochs, [m - s for m, s in zip(mean, se)], [m + s for m, s in zip(mean, se)], alpha=0.25)
     ax.set(xlabel="epoch", ylabel="validation token accuracy",
@@ -227,12 +217,8 @@ def seeds_figures(trials: list[Trial], out: Path) -> list[Path]:
     paths = [_save(fig, out / "seeds_bands.png")]
     fig, axes = plt.subplots(len(groups), 1, figsize=(7, 3 * len(groups)), squeeze=False)
     for ax, (label, group) in zip(axes[:, 0], groups.items()):
-        by_epoch = defaultdict(list)
-        for t in group:
-            for step, value in t.accuracy:
-                by_epoch[step].append(value)
-        epochs = sorted(by_epoch)
-        ax.boxplot([by_epoch[e] for e in epochs], positions=epochs, widths=0.6)
+        by_epoch = _by_epoch(group)
+        ax.boxplot(list(by_epoch.values()), positions=list(by_epoch), widths=0.6)
         ax.set(xlabel="epoch", ylabel="accuracy", title=f"{label}: spread over {len(group)} seeds (cf. paper Fig. 5)")
         ax.grid(alpha=0.3)
     paths.append(_save(fig, out / "seeds_boxes.png"))
@@ -295,13 +281,6 @@ def _claims(verdicts: list[claims.Verdict]) -> str:
                    for v in verdicts)
     return ('<table id="claims"><thead><tr><th>claim</th><th>the paper says</th><th>seqae measured</th>'
             f"<th>verdict</th></tr></thead><tbody>{rows}</tbody></table>")
-
-
-def _stderr(values: list[float]) -> float:
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) / math.sqrt(len(values))
 
 
 def losses(trials: list[Trial], out: Path) -> Path | None:
@@ -466,9 +445,7 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
     verdicts = claims.check(fig3_points, seed_spreads(trials))
     (out / "claims.json").write_text(json.dumps([v.__dict__ for v in verdicts], indent=1))
 
-    counts: dict[str, int] = defaultdict(int)
-    for t in trials:
-        counts[t.state] += 1
+    counts = Counter(t.state for t in trials)
     summary = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no trials yet"
     page = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>seqae sweep {html.escape(state.name)}</title><style>{STYLE}</style></head><body>

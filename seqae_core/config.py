@@ -274,15 +274,9 @@ def validate(config: Config, origin: dict[str, str] | None = None) -> None:
         where = origin.get(key, "config")
         raise ConfigError(f"{where}: {message}")
 
-    positive = [
-        "data.input_len", "model.d_model", "model.d_attn", "model.heads", "model.d_ffn", "model.layers",
-        "train.epochs", "train.patience", "train.batch_size",
-    ]
     flat = config.flat()
-    for key in positive:
-        if flat[key] <= 0:
-            fail(key, f"{key}={flat[key]} must be positive")
-    for key in ("train.lr", "train.lr_final"):
+    for key in ("data.input_len", "model.d_model", "model.d_attn", "model.heads", "model.d_ffn", "model.layers",
+                "train.epochs", "train.patience", "train.batch_size", "train.lr", "train.lr_final"):
         if flat[key] <= 0:
             fail(key, f"{key}={flat[key]} must be positive")
     if config.train.lr_decay_epochs < 0:

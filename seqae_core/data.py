@@ -361,12 +361,7 @@ def build(config: DataConfig, key: dict[str, Any], out: Path) -> None:
 
 def decode(vocab: list[str], ids: list[int], pad_id: int) -> list[str]:
     """Token strings of ``ids``, stopping at padding."""
-    out = []
-    for i in ids:
-        if i == pad_id:
-            break
-        out.append(vocab[i])
-    return out
+    return [vocab[i] for i in itertools.takewhile(lambda i: i != pad_id, ids)]
 
 
 def detokenize(tokens: list[str]) -> str:

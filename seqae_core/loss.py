@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from seqae_core.metrics import Scores
 
@@ -84,14 +83,6 @@ def linear_cross_entropy(
     dtype = _compute_dtype(hidden.device, head.weight.dtype)
     with_grad = torch.is_grad_enabled() and (hidden.requires_grad or head.weight.requires_grad)
     return _LinearCrossEntropy.apply(hidden, head.weight, head.bias, targets, dtype, with_grad)
-
-
-def reference_cross_entropy(
-    hidden: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The plain-PyTorch twin of :func:`linear_cross_entropy`, for tests and baselines."""
-    logits = head(hidden).float()  # (n, v)
-    return F.cross_entropy(logits, targets, reduction="sum"), logits.argmax(dim=-1)
 
 
 def score(hidden: torch.Tensor, head: torch.nn.Linear, tokens: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, Scores]:

@@ -36,12 +36,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: floa
     return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
 
 
-def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """The plain formula, kept readable so tests can compare the fused path against it."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (b, h, s, t)
-    return scores.softmax(dim=-1) @ v  # (b, h, s, e)
-
-
 def resample(w_s: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``W_S x`` along the token axis.  w_s: (s, t), x: (b, t, d) -> (b, s, d)."""
     return torch.einsum("st,btd->bsd", w_s, x)

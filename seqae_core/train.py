@@ -66,14 +66,8 @@ def lr_factor(train: TrainConfig, steps_per_epoch: int, input_len: int) -> Calla
         return lambda step: 1.0
     if train.lr_schedule == "paper" and input_len > 256:
         return lambda step: end
-    decay_steps = train.lr_decay_epochs * steps_per_epoch
-
-    def factor(step: int) -> float:
-        if decay_steps == 0:
-            return end
-        return 1.0 + (end - 1.0) * min(step / decay_steps, 1.0)
-
-    return factor
+    decay_steps = train.lr_decay_epochs * steps_per_epoch  # 0: lr_final from the start
+    return lambda step: 1.0 + (end - 1.0) * (min(step / decay_steps, 1.0) if decay_steps else 1.0)
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -268,11 +262,7 @@ def summary(history: list[dict[str, Any]], stopper: EarlyStopping, epochs: int, 
     best = history[stopper.best_epoch - 1]
     train_seconds = sum(h[M.EPOCH_SECONDS] for h in history)
     return {
-        M.VAL_TOKEN_ACCURACY: best[M.VAL_TOKEN_ACCURACY],
-        M.VAL_LOSS: best[M.VAL_LOSS],
-        M.VAL_SEQUENCE_ACCURACY: best[M.VAL_SEQUENCE_ACCURACY],
-        M.TRAIN_LOSS: best[M.TRAIN_LOSS],
-        M.LATENT_FRACTION: best[M.LATENT_FRACTION],
+        **{k: best[k] for k in (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.VAL_SEQUENCE_ACCURACY, M.TRAIN_LOSS, M.LATENT_FRACTION)},
         M.BEST_EPOCH: stopper.best_epoch,
         M.EPOCHS_RUN: len(history),
         M.STOPPED_EARLY: len(history) < epochs,

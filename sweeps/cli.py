@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from seqae_errors import ConfigError
@@ -65,12 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = commands.add_parser("sweep", help="run and manage sweeps")
     sweeps = sweep.add_subparsers(dest="sweep_command", required=True)
 
-    def with_workspace(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    def with_workspace(p: argparse.ArgumentParser, verbose: bool = False) -> argparse.ArgumentParser:
         p.add_argument("--workspace", help="folder for sweeps, runs and studies (default: $SEQAE_WORKSPACE or "
                                            "./seqae-runs)")
+        if verbose:
+            p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own status tables")
         return p
 
-    run = with_workspace(sweeps.add_parser("run", help="start a sweep from a sweep file"))
+    run = with_workspace(sweeps.add_parser("run", help="start a sweep from a sweep file"), verbose=True)
     run.add_argument("file", help="sweep file, e.g. sweeps/studies/quickstart.yaml")
     run.add_argument("--name", help="the sweep's name (default: the file's name without .yaml)")
     run.add_argument("--or-resume", action="store_true",
@@ -84,7 +87,6 @@ def build_parser() -> argparse.ArgumentParser:
                             ("--mlflow-uri", "SEQAE_MLFLOW_TRACKING_URI", "MLflow tracking URI"),
                             ("--optuna-storage", "SEQAE_OPTUNA_STORAGE", "Optuna storage URL")):
         run.add_argument(flag, help=f"{what} (default: ${env}, else inside the workspace)")
-    run.add_argument("--verbose", action="store_true", help="also show Ray Tune's own status tables")
     run.set_defaults(handler=cmd_sweep_run)
 
     submit = with_workspace(sweeps.add_parser("submit", help="run a sweep on a Ray cluster, as a Ray Job"))
@@ -103,15 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=cmd_sweep_logs if verb == "logs" else cmd_sweep_cancel)
 
     resume = with_workspace(sweeps.add_parser("resume", help="continue an interrupted sweep (resubmits a "
-                                                             "submitted one)"))
+                                                             "submitted one)"), verbose=True)
     resume.add_argument("name")
-    resume.add_argument("--verbose", action="store_true", help="also show Ray Tune's own status tables")
     resume.set_defaults(handler=cmd_sweep_resume)
 
-    extend = with_workspace(sweeps.add_parser("extend", help="add trials to a sweep, using what it learned so far"))
+    extend = with_workspace(sweeps.add_parser("extend", help="add trials to a sweep, using what it learned so far"),
+                            verbose=True)
     extend.add_argument("name")
     extend.add_argument("--trials", type=int, required=True, help="how many trials to add")
-    extend.add_argument("--verbose", action="store_true", help="also show Ray Tune's own status tables")
     extend.set_defaults(handler=cmd_sweep_extend)
 
     status = with_workspace(sweeps.add_parser("status", help="trials by state, the best so far, where things are"))
@@ -256,8 +257,6 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_up(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from cluster import local
 
     root = Path(args.dir)
@@ -279,8 +278,6 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_down(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from cluster import local
 
     stopped = local.down(Path(args.dir))
@@ -289,8 +286,6 @@ def cmd_cluster_down(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster_status(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from cluster import local
 
     info = local.status(Path(args.dir))
@@ -354,9 +349,8 @@ def cmd_sweep_list(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from benchmarks.run import SUITES, main as run_benchmarks
+    from benchmarks.run import SUITES
+    from benchmarks.run import main as run_benchmarks
 
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:

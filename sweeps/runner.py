@@ -76,7 +76,15 @@ def _train_trial(number: int, trial_config: Config, store: CheckpointStore, cach
     train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir)
 
 
-class StudySearcher(Searcher):
+class _DriverOnly:
+    """Each session starts a fresh Tuner and the study holds the state, so Tune's own copies
+    (tuner.pkl, searcher checkpoints) carry nothing: the live handles cannot be pickled anyway."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+
+class StudySearcher(_DriverOnly, Searcher):
     """Asks the sweep's Optuna study for trials and tells it how they ended."""
 
     def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str) -> None:
@@ -84,11 +92,6 @@ class StudySearcher(Searcher):
         super().__init__(metric=objective.metric, mode=objective.mode)
         self.spec, self.study, self.storage = spec, study, storage
         self.plans: dict[str, TrialSpec] = {}
-
-    # Each session starts a fresh Tuner and the study holds the state, so Tune's own copies
-    # (tuner.pkl, searcher checkpoints) carry nothing: the live handles cannot be pickled anyway.
-    def __getstate__(self) -> dict[str, Any]:
-        return {}
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "w") as f:
@@ -118,14 +121,11 @@ class StudySearcher(Searcher):
         ledger.settle(self.study, number, ledger.decide(progress, error), progress)
 
 
-class TrackingCallback(tune.Callback):
+class TrackingCallback(_DriverOnly, tune.Callback):
     """Hands Tune's trial events to the MLflow writer."""
 
     def __init__(self, tracker: Tracker, writer: Writer, study: SweepStudy) -> None:
         self.tracker, self.writer, self.study = tracker, writer, study
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}  # see StudySearcher.__getstate__
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         spec: TrialSpec = trial.config["trial"]
@@ -156,14 +156,11 @@ class TrackingCallback(tune.Callback):
         self.writer.submit(f"closing trial {number}", lambda: self.tracker.trial_ended(number, outcome, error))
 
 
-class ProgressCallback(tune.Callback):
+class ProgressCallback(_DriverOnly, tune.Callback):
     """Hands Tune's trial events to the sweep's :class:`~sweeps.progress.Progress` lines."""
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}  # see StudySearcher.__getstate__
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any) -> None:
         self.progress.result(trial.config["trial"].number, trial.config["trial"].params, result)

@@ -14,6 +14,7 @@ storage interface (``BaseStorage``), never through its private attributes.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,10 +124,7 @@ class SweepStudy:
         return self.study.get_trials(deepcopy=False)
 
     def counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for trial in self.trials():
-            counts[trial.state.name] = counts.get(trial.state.name, 0) + 1
-        return counts
+        return dict(Counter(trial.state.name for trial in self.trials()))
 
     def numbers(self, state: TrialState) -> list[int]:
         return [t.number for t in self.trials() if t.state == state]
@@ -213,10 +211,8 @@ class SweepStudy:
         return self.storage.get_trial(self._trial_id(number)).state
 
     def _running(self, number: int) -> optuna.trial.FrozenTrial | None:
-        for trial in self.trials():
-            if trial.number == number:
-                return trial if trial.state == TrialState.RUNNING else None
-        return None
+        trial = self.storage.get_trial(self._trial_id(number))
+        return trial if trial.state == TrialState.RUNNING else None
 
     def best(self) -> list[optuna.trial.FrozenTrial]:
         """The best trial, or the Pareto front of a multi-objective sweep."""
@@ -226,9 +222,9 @@ class SweepStudy:
 
 
 def _suggest_one(trial: optuna.Trial, key: str, dist: Distribution) -> Any:
-    if dist.kind == "categorical":
+    if dist.type == "categorical":
         return trial.suggest_categorical(key, list(dist.choices))
     assert dist.low is not None and dist.high is not None  # numeric distributions have bounds
-    if dist.kind == "int":
+    if dist.type == "int":
         return trial.suggest_int(key, int(dist.low), int(dist.high), step=dist.step or 1, log=dist.log)
-    return trial.suggest_float(key, float(dist.low), float(dist.high), log=dist.log)
+    return trial.suggest_float(key, dist.low, dist.high, log=dist.type == "loguniform")

@@ -21,7 +21,7 @@ from typing import Any
 
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
-from sweeps.workspace import Workspace, check_name, redact
+from sweeps.workspace import Workspace, check_name, redact, write_json
 
 PASSED_PREFIXES = ("SEQAE_", "HF_HUB_", "HF_DATASETS_", "TOKENIZERS_")
 PASSED_NAMES = ("PGPASSFILE",)
@@ -73,14 +73,6 @@ def _record_path(workspace: Workspace, name: str) -> Path:
 def read_record(workspace: Workspace, name: str) -> dict[str, Any] | None:
     path = _record_path(workspace, name)
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def _write_record(workspace: Workspace, name: str, record: dict[str, Any]) -> None:
-    path = _record_path(workspace, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1))
-    os.replace(tmp, path)
 
 
 def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], url: str | None) -> dict[str, Any]:
@@ -155,7 +147,7 @@ def _submit(workspace: Workspace, record: dict[str, Any], env: dict[str, str]) -
                      "env_vars": env},
     )
     record["jobs"].append(job_id)
-    _write_record(workspace, record["name"], record)
+    write_json(_record_path(workspace, record["name"]), record)
 
 
 def _status(record: dict[str, Any]) -> Any:

@@ -176,12 +176,15 @@ class Workspace:
         return SweepState(**json.loads(path.read_text()))
 
     def write(self, state: SweepState) -> None:
-        """Atomically replace ``sweep.json``."""
-        folder = self.sweep_dir(state.name)
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".sweep.json.{os.getpid()}"
-        tmp.write_text(json.dumps(asdict(state), indent=1))
-        os.replace(tmp, folder / "sweep.json")
+        write_json(self.sweep_dir(state.name) / "sweep.json", asdict(state))
+
+
+def write_json(path: Path, document: Any) -> None:
+    """Atomically replace ``path`` (readers see the old file or the new one, never half of one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(document, indent=1))
+    os.replace(tmp, path)
 
 
 class SweepLocked(ConfigError):
