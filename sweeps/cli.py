@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,16 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("name")
         sub.set_defaults(handler=cmd_sweep_logs if verb == "logs" else cmd_sweep_cancel)
 
+    stop = with_workspace(sweeps.add_parser("stop", help="start no new trials; running ones finish (resume "
+                                                         "continues the sweep later)"))
+    stop.add_argument("name")
+    stop.set_defaults(handler=cmd_sweep_stop)
+
+    setting = with_workspace(sweeps.add_parser("set", help="change a running sweep: max_concurrent=N"))
+    setting.add_argument("name")
+    setting.add_argument("change", metavar="KEY=VALUE", help="max_concurrent=N: trials running at once from now on")
+    setting.set_defaults(handler=cmd_sweep_set)
+
     resume = with_workspace(sweeps.add_parser("resume", help="continue an interrupted sweep (resubmits a "
                                                              "submitted one)"), verbose=True)
     resume.add_argument("name")
@@ -152,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",
-                       help="which to run (default: all): throughput, overhead, data, search, recipe, gpu")
+                       help="which to run (default: all): throughput, overhead, data, search, recipe, defaults, gpu")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
     bench.add_argument("--data", default=None, help="dataset path (default: $SEQAE_BENCH_DATA, else the "
                                                     "offline corpus in ../shared, else wikimedia/wikipedia)")
@@ -226,6 +237,28 @@ def cmd_sweep_cancel(args: argparse.Namespace) -> int:
     stopped = submit.cancel(record)
     print(f"job {record['jobs'][-1]}: {'stop requested' if stopped else 'already finished'}; "
           f"`seqae sweep resume {args.name}` continues it")
+    return 0
+
+
+def cmd_sweep_stop(args: argparse.Namespace) -> int:
+    from sweeps import service
+
+    service.control(_workspace(args), args.name, drain=f"stopped by `seqae sweep stop` on {socket.gethostname()}")
+    print(f"sweep {args.name}: no new trials start; the running ones finish. `seqae sweep resume {args.name}` "
+          "continues it later")
+    return 0
+
+
+def cmd_sweep_set(args: argparse.Namespace) -> int:
+    from sweeps import service
+
+    key, _, text = args.change.partition("=")
+    if key != "max_concurrent":
+        raise ConfigError(f"{args.change!r}: a running sweep can change max_concurrent=N only")
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"max_concurrent={text!r} must be a whole number of at least 1")
+    service.control(_workspace(args), args.name, max_concurrent=int(text))
+    print(f"sweep {args.name}: max_concurrent={text} from its next trial on (recorded in its study)")
     return 0
 
 
@@ -321,6 +354,12 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     print(f"sweep {info['name']} ({info['outcome']}) in {info['workspace']}")
     if info["profile"]:
         print(f"  profile: {info['profile']}: {info['description']}")
+    control = info["control"]
+    if control.get("drain"):
+        print(f"  {'stopping' if info['outcome'] == 'running' else 'stopped'}: no new trials ({control['drain']})")
+    if control.get("max_concurrent"):
+        when = next(e["at"] for e in reversed(control["log"]) if "max_concurrent" in e)
+        print(f"  max_concurrent: {control['max_concurrent']} (set {when})")
     print(f"  trials: {info['trials_total']} planned; " + ", ".join(f"{k} {v}" for k, v in info["trials_by_state"].items()))
     best = info["best"]
     for entry in best if isinstance(best, list) else [best] if best else []:

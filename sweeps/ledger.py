@@ -59,10 +59,16 @@ def reconcile(study: SweepStudy, storage: str, tracker: Any) -> list[str]:
     2. other RUNNING trials stay RUNNING, to be continued from their newest valid checkpoint;
        WAITING ones (enqueued, never started) get their parameters and run now;
     3. MLflow runs left RUNNING are closed: with their trial's outcome if it ended, else as KILLED
-       until the trial continues (then the same run is reopened).
+       until the trial continues (then the same run is reopened);
+    4. a drain left by an earlier session (`seqae sweep stop`, a reached target) is lifted: a
+       resume asks for the trials that are left.
 
     Returns a note per change, for the driver to print."""
     notes = [f"trial {n}: enqueued before the driver stopped; it will run now" for n in study.start_waiting()]
+    drain = study.control().get("drain")
+    if drain:
+        study.set_control(drain=None)
+        notes.append(f"the sweep had stopped starting trials ({drain}); resuming lifts that")
     for number in study.numbers(TrialState.RUNNING):
         progress = CheckpointStore.of_trial(storage, number).progress()
         if progress is not None and progress.finished:

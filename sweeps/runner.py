@@ -92,6 +92,9 @@ class StudySearcher(_DriverOnly, Searcher):
         super().__init__(metric=objective.metric, mode=objective.mode)
         self.spec, self.study, self.storage = spec, study, storage
         self.plans: dict[str, TrialSpec] = {}
+        self.live: set[str] = set()  # Tune trials started and not yet ended
+        self.limit = spec.max_concurrent
+        self.draining = False
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "w") as f:
@@ -101,22 +104,48 @@ class StudySearcher(_DriverOnly, Searcher):
         pass
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        """The next trial; None while ``max_concurrent`` trials run (the study's control record
+        may change it at any time); Tune's FINISHED once the sweep drains or has no trial left."""
+        control = self.study.control()
+        if control.get("drain"):
+            if not self.draining:
+                self.draining = True
+                print(f"seqae: draining ({control['drain']}): no new trials; {len(self.live)} running ones finish",
+                      flush=True)
+            return Searcher.FINISHED  # type: ignore[return-value]  # Tune's own sentinel, a str
+        limit = int(control.get("max_concurrent") or self.spec.max_concurrent)
+        if limit != self.limit:
+            print(f"seqae: max_concurrent {self.limit} -> {limit}", flush=True)
+            self.limit = limit
+        if len(self.live) >= limit:
+            return None
         trial = self.study.next_trial()
         if trial is None:
-            return Searcher.FINISHED  # type: ignore[return-value]  # Tune's own sentinel, a str
+            return Searcher.FINISHED  # type: ignore[return-value]
         self.plans[trial_id] = trial
+        self.live.add(trial_id)
         self.study.note_tune_trial(trial.number, trial_id)
         return {"trial": trial}
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        self.study.report(self.plans[trial_id].number, int(result[M.EPOCH]), result)
+        self._result(self.plans[trial_id].number, result)
+
+    def _result(self, number: int, result: dict[str, Any]) -> None:
+        """An epoch's value to Optuna; the sweep drains once it reaches the objective's target."""
+        self.study.report(number, int(result[M.EPOCH]), result)
+        objective = self.spec.objectives[0]
+        value = float(result[objective.metric])
+        if objective.reached(value) and not self.study.control().get("drain"):
+            self.study.set_control(drain=f"trial {number} reached {objective.metric} {value:.4f}, "
+                                         f"the target {objective.target}")
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        self.live.discard(trial_id)
         number = self.plans[trial_id].number
         if result and M.EPOCH in result and not error:
             # Tune hands a trial's last result (and one its scheduler stopped it on) only to this
             # hook, not to on_trial_result: without this, Optuna would miss that epoch's value.
-            self.study.report(number, int(result[M.EPOCH]), result)
+            self._result(number, result)
         progress = CheckpointStore.of_trial(self.storage, number).progress()
         ledger.settle(self.study, number, ledger.decide(progress, error), progress)
 
@@ -215,7 +244,7 @@ def run_session(
         trainable,
         tune_config=tune.TuneConfig(
             metric=objective.metric, mode=objective.mode, search_alg=searcher, scheduler=scheduler,
-            num_samples=study.remaining(), max_concurrent_trials=spec.max_concurrent,
+            num_samples=study.remaining(),  # StudySearcher keeps to max_concurrent, which may change
             trial_name_creator=lambda t: f"trial-{t.config['trial'].number:04d}",
             trial_dirname_creator=lambda t: f"trial-{t.config['trial'].number:04d}",
         ),

@@ -14,6 +14,7 @@ storage interface (``BaseStorage``), never through its private attributes.
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 FINAL = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+CONTROL = "seqae.control"  # the study's user attribute that holds SweepStudy.control()
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,20 @@ class SweepStudy:
 
     def _trial_id(self, number: int) -> int:
         return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
+
+    # -- what users ask of a running sweep: `seqae sweep stop|set`, the objective's target ------
+    def control(self) -> dict[str, Any]:
+        """``{"drain": why no new trial starts (None: they do), "max_concurrent": n, "log": [...]}``,
+        kept in the study, where the driver and a user's command on another machine both reach it."""
+        return dict(self.storage.get_study_user_attrs(self.study_id).get(CONTROL, {}))
+
+    def set_control(self, **changes: Any) -> dict[str, Any]:
+        """Merge ``changes`` into the control record, and log them with the time."""
+        control = self.control()
+        control.update(changes)
+        control["log"] = [*control.get("log", []), {"at": time.strftime("%Y-%m-%d %H:%M:%S"), **changes}]
+        self.storage.set_study_user_attr(self.study_id, CONTROL, control)
+        return control
 
     # -- the trials --------------------------------------------------------------------------
     def trials(self) -> list[optuna.trial.FrozenTrial]:

@@ -202,14 +202,14 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
             print(f"seqae: {note}", flush=True)
         writer = run(workspace, session, verbose)
         left = close(workspace, session, writer)
-    complete = session.record["outcome"] == "complete"
-    print(f"seqae: sweep {name}: {session.record['outcome']}; trials by state: {session.record['trials']}", flush=True)
+    outcome = session.record["outcome"]
+    print(f"seqae: sweep {name}: {outcome}; trials by state: {session.record['trials']}", flush=True)
     if left:
         print(f"seqae: warning: MLflow did not take {left} writes before the sweep ended; the data is safe in the "
               f"trials' checkpoints and `seqae sweep resume {name}` delivers it", flush=True)
-    if not complete:
+    if outcome != "complete":
         print(f"seqae: continue it with `seqae sweep resume {name}`", flush=True)
-    return EXIT_OK if complete and not session.record["interrupted"] else EXIT_INTERRUPTED
+    return EXIT_OK if outcome in ("complete", "stopped") and not session.record["interrupted"] else EXIT_INTERRUPTED
 
 
 def open_session(workspace: Workspace, name: str, check_file: bool) -> Session:
@@ -278,7 +278,9 @@ def close(workspace: Workspace, session: Session, writer: Any) -> int:
         writer.submit("registering the best model", lambda: register_best(study, tracker, name))
     writer.submit("closing the sweep run", lambda: tracker.finish_parent("FINISHED" if complete else "KILLED"))
     left = writer.close(MLFLOW_DRAIN_SECONDS)
-    session.record.update(ended=time.time(), outcome="complete" if complete else "interrupted", trials=study.counts(),
+    control = study.control()
+    outcome = "complete" if complete else "stopped" if control.get("drain") else "interrupted"
+    session.record.update(ended=time.time(), outcome=outcome, control=control, trials=study.counts(),
                           mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
                           mlflow_writes_failed=len(writer.failed))
     workspace.write(session.state)
@@ -388,7 +390,27 @@ def status(workspace: Workspace, name: str) -> dict[str, Any]:
         "storage": backends.storage,
         "sessions": len(state.sessions),
         "job": state.job,
+        "control": study.control(),
     }
+
+
+def control(workspace: Workspace, name: str, **changes: Any) -> dict[str, Any]:
+    """``seqae sweep stop|set``: record in the sweep's study what its driver is asked to do, where
+    a driver on this machine or on a cluster (a submitted sweep) reads it before each new trial."""
+    from sweeps import submit
+    from sweeps.search import read_only, study_exists
+
+    if workspace.exists(name):
+        state = workspace.read(name)
+        spec, url = spec_lib.parse(state.spec, state.file), Backends(**state.backends).optuna_storage
+    elif (record := submit.read_record(workspace, name)) is not None:
+        spec, url = spec_lib.load(record["file"], record["sets"]), os.environ.get("SEQAE_OPTUNA_STORAGE", "")
+    else:
+        workspace.read(name)  # raises: no such sweep
+    if not url or not study_exists(url, name):
+        raise ConfigError(f"sweep {name!r} has not started yet (no Optuna study {name!r} at "
+                          f"{redact(url) or 'SEQAE_OPTUNA_STORAGE, which is unset'})")
+    return read_only(spec, url, name).set_control(**changes)
 
 
 def listing(workspace: Workspace) -> list[dict[str, Any]]:

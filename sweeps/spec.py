@@ -6,7 +6,8 @@ A sweep file is YAML with these top-level keys (every study in ``sweeps/studies`
     config       the base config, with the same keys as ``seqae train --config``
     grid         cartesian axes: ``{config key: [values]}``; ``{"key_a,key_b": [[a, b], ...]}`` zips keys
     search       Optuna distributions: ``{config key: {type: loguniform|uniform|int|categorical, ...}}``
-    objective    ``{metric, mode}``, or a list of them for a multi-objective sweep
+    objective    ``{metric, mode, target}``, or a list of them for a multi-objective sweep; once a trial
+                 reaches the ``target`` (optional, one objective only), the sweep starts no new trials
     trials       ``{per_cell: N}`` (N trials in each grid cell) or ``{total: N}``
     sampler      ``{type: tpe|random|nsga2, seed}``; TPE by default, NSGA-II for multi-objective
     scheduler    ``{type: none|asha, grace_period, reduction_factor}``
@@ -96,6 +97,10 @@ class Distribution(_Section):
 class Objective(_Section):
     metric: str
     mode: Literal["min", "max"]
+    target: float | None = None  # once a trial reaches it, the sweep starts no new trials
+
+    def reached(self, value: float) -> bool:
+        return self.target is not None and (value >= self.target if self.mode == "max" else value <= self.target)
 
     @model_validator(mode="after")
     def _reported(self) -> Objective:
@@ -220,7 +225,7 @@ class SweepSpec:
             "config": dict(sorted(self.base.items())),
             "grid": {k: [list(x) if isinstance(x, tuple) else x for x in v] for k, v in self.grid.items()},
             "search": {k: d.to_dict() for k, d in self.search.items()},
-            "objective": [{"metric": o.metric, "mode": o.mode} for o in self.objectives],
+            "objective": [o.model_dump(exclude_none=True) for o in self.objectives],
             "trials": {"per_cell": self.per_cell} if self.total is None else {"total": self.total},
             "sampler": {"type": self.sampler, "seed": self.seed},
             "scheduler": {"type": self.scheduler, "grace_period": self.grace_period,
@@ -357,6 +362,8 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
     objectives = tuple(top.objective)
     if len({o.metric for o in objectives}) != len(objectives):
         raise ConfigError(f"{source}: objective names a metric twice")
+    if len(objectives) > 1 and any(o.target is not None for o in objectives):
+        raise ConfigError(f"{source}: objective.target needs one objective; this sweep has {len(objectives)}")
     if top.scheduler.type == "asha" and len(objectives) > 1:
         raise ConfigError(f"{source}: scheduler.type='asha' needs one objective; this sweep has {len(objectives)}")
     spec = SweepSpec(

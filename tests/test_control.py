@@ -1,0 +1,84 @@
+"""Steering a running sweep on real components (local Ray, SQLite, real trials): `seqae sweep stop`,
+`seqae sweep set NAME max_concurrent=N`, and an objective's target."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.sweep_helpers import SMOKE, STUDIES, mlflow_runs, optuna_trials, seqae, sets, start, status, wait_for
+
+pytestmark = pytest.mark.slow
+
+TINY = [*SMOKE, "data.max_pages=10", "data.input_len=16", "model.latent_len=8"]
+
+
+def run_args(workspace, name, *extra):
+    return ["sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", name, "--workspace", str(workspace),
+            *sets(*TINY, *extra)]
+
+
+def trials(workspace, name) -> list:
+    """The study's trials; none before the driver has created the study."""
+    if not (workspace / "optuna.db").exists():
+        return []
+    try:
+        return optuna_trials(workspace, name)
+    except KeyError:
+        return []
+
+
+def states(workspace, name) -> list[str]:
+    return [t.state.name for t in trials(workspace, name)]
+
+
+def test_set_max_concurrent_then_stop_drains_and_resume_finishes(tmp_path):
+    workspace, name = tmp_path / "ws", "steer"
+    driver = start(*run_args(workspace, name, "trials.total=4", "max_concurrent=1", "train.epochs=20",
+                             "train.patience=20"), log=tmp_path / "driver.log")
+    try:
+        wait_for(lambda: any(t.intermediate_values for t in trials(workspace, name)), 180,
+                 "the first trial's first epoch")
+        assert states(workspace, name) == ["RUNNING"]  # max_concurrent=1 from the file
+        raised = seqae("sweep", "set", name, "max_concurrent=2", "--workspace", str(workspace))
+        assert raised.returncode == 0, raised.stderr
+        wait_for(lambda: states(workspace, name).count("RUNNING") == 2, 180, "two trials running at once")
+        stopped = seqae("sweep", "stop", name, "--workspace", str(workspace))
+        assert stopped.returncode == 0, stopped.stderr
+        assert driver.wait(timeout=300) == 0
+    finally:
+        driver.kill()
+    log = (tmp_path / "driver.log").read_text()
+    assert "max_concurrent 1 -> 2" in log and "draining (stopped by `seqae sweep stop`" in log, log[-3000:]
+    # The two running trials trained to their end; no third one started.
+    assert states(workspace, name) == ["COMPLETE", "COMPLETE"]
+    info = status(name, workspace)
+    assert info["outcome"] == "stopped" and info["trials_by_state"] == {"COMPLETE": 2, "NOT_STARTED": 2}
+    assert info["control"]["max_concurrent"] == 2 and "seqae sweep stop" in info["control"]["drain"]
+    assert not [r.info.run_name for r in mlflow_runs(workspace, name) if r.info.status == "RUNNING"]
+
+    resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "resuming lifts that" in resumed.stdout
+    assert states(workspace, name) == ["COMPLETE"] * 4
+    info = status(name, workspace)
+    assert info["outcome"] == "complete" and not info["control"].get("drain")
+    assert [e for e in info["control"]["log"] if "max_concurrent" in e][0]["max_concurrent"] == 2  # recorded
+
+
+def test_a_reached_target_drains_the_sweep(tmp_path):
+    workspace, name = tmp_path / "ws", "goal"
+    run = seqae(*run_args(workspace, name, "trials.total=6", "train.epochs=3", "objective.target=0.0"))
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "draining (trial " in run.stdout and "reached val_token_accuracy" in run.stdout
+    finished = states(workspace, name)
+    assert 1 <= len(finished) <= 2 and set(finished) == {"COMPLETE"}  # only those started before the first result
+    info = status(name, workspace)
+    assert info["outcome"] == "stopped" and "the target 0.0" in info["control"]["drain"]
+
+
+def test_set_refuses_what_it_cannot_change(tmp_path):
+    for change, message in (("retries=2", "max_concurrent=N only"), ("max_concurrent=0", "at least 1")):
+        run = seqae("sweep", "set", "nothing", change, "--workspace", str(tmp_path / "ws"))
+        assert run.returncode == 2 and message in run.stderr, run.stderr
+    run = seqae("sweep", "stop", "nothing", "--workspace", str(tmp_path / "ws"))
+    assert run.returncode == 2 and "no sweep named 'nothing'" in run.stderr, run.stderr
