@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,48 @@ class ProgressCallback(_DriverOnly, tune.Callback):
         self.progress.ended(trial.config["trial"].number, _epochs(trial), "failed", last_error(trial))
 
 
+class ResumableASHA(tune.schedulers.ASHAScheduler):
+    """Ray's ASHA, whose rungs live in the driver's memory only (ray-project/ray#30838), rebuilt
+    from the trials' checkpoint records when a session starts: each trial of an earlier session
+    counts at every rung it reached, and a continued trial keeps its place in them, so it is
+    promoted or stopped as it would have been had the driver not died. (With trials running
+    concurrently, which trials reached a rung before another is not recorded; the rebuilt rungs
+    hold them all.)"""
+
+    def __init__(self, history: dict[int, dict[int, float]], sign: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.bracket = self._brackets[0]  # one bracket: ASHA's default
+        for number, values in history.items():
+            for milestone, recorded in self.bracket._rungs:
+                if int(milestone) in values:
+                    recorded[f"past-{number}"] = sign * values[int(milestone)]
+
+    def stops(self, number: int) -> bool:
+        """Whether a continued trial falls below a cutoff at a rung it passed before the crash."""
+        for _, recorded in reversed(self.bracket._rungs):  # lowest rung first
+            mine = recorded.get(f"past-{number}")
+            cutoff = self.bracket.cutoff({k: v for k, v in recorded.items() if k != f"past-{number}"})
+            if mine is not None and cutoff is not None and mine < cutoff:
+                return True
+        return False
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        super().on_trial_add(tune_controller, trial)
+        for _, recorded in self.bracket._rungs:  # a continued trial's rungs passed are its own again
+            if (value := recorded.pop(f"past-{trial.config['trial'].number}", None)) is not None:
+                recorded[trial.trial_id] = value
+
+
+def _histories(study: SweepStudy, storage: str, metric: str) -> dict[int, dict[int, float]]:
+    """``{trial: {epoch: metric}}`` from the checkpoint records of every trial that trained."""
+    histories = {}
+    for number in {t.number for t in study.trials() if t.state.name in ("COMPLETE", "PRUNED", "RUNNING")}:
+        progress = CheckpointStore.of_trial(storage, number).progress()
+        if progress is not None:
+            histories[number] = {int(h[M.EPOCH]): float(h[metric]) for h in progress.history}
+    return histories
+
+
 def _epochs(trial: Any) -> int:
     return int((trial.last_result or {}).get(M.EPOCH, 0))
 
@@ -227,9 +270,15 @@ def run_session(
     objective = spec.objectives[0]
     scheduler = None
     if spec.scheduler == "asha":
-        scheduler = tune.schedulers.ASHAScheduler(
-            time_attr=M.EPOCH, max_t=epochs, grace_period=spec.grace_period, reduction_factor=spec.reduction_factor
+        scheduler = ResumableASHA(
+            _histories(study, storage, objective.metric), 1.0 if objective.mode == "max" else -1.0,
+            time_attr=M.EPOCH, max_t=epochs, grace_period=spec.grace_period, reduction_factor=spec.reduction_factor,
         )
+        for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):
+            if scheduler.stops(number):  # the rungs it passed before the driver died stop it
+                print(f"seqae: trial {number}: ASHA's rungs, rebuilt from the trials' records, stop it", flush=True)
+                ledger.settle(study, number, ledger.Outcome.PRUNED, None)
+                writer.submit(f"closing trial {number}", partial(tracker.trial_ended, number, ledger.Outcome.PRUNED))
     # Tune's newer console output prints a config box, a results path and a TensorBoard hint
     # whatever the verbosity; its classic reporter at verbosity 0 prints nothing.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "1" if verbose else "0")

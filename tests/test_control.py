@@ -5,7 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sweep_helpers import SMOKE, STUDIES, mlflow_runs, optuna_trials, seqae, sets, start, status, wait_for
+from tests.sweep_helpers import (
+    SMOKE,
+    STUDIES,
+    kill_group,
+    mlflow_runs,
+    optuna_trials,
+    seqae,
+    sets,
+    start,
+    status,
+    trial_metas,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -82,3 +94,36 @@ def test_set_refuses_what_it_cannot_change(tmp_path):
         assert run.returncode == 2 and message in run.stderr, run.stderr
     run = seqae("sweep", "stop", "nothing", "--workspace", str(tmp_path / "ws"))
     assert run.returncode == 2 and "no sweep named 'nothing'" in run.stderr, run.stderr
+
+
+ASHA = ["scheduler.type=asha", "scheduler.grace_period=1", "scheduler.reduction_factor=2", "max_concurrent=1",
+        "train.epochs=4", "train.patience=4", "train.lr_schedule=constant", "search={}",
+        "grid.train.lr=[0.03, 0.0001, 0.01, 0.00003, 0.003, 0.001]"]
+
+
+def outcomes(workspace, name) -> dict[int, tuple]:
+    return {t.number: (t.state.name, t.value) for t in trials(workspace, name)}
+
+
+def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path):
+    """Ray's ASHA forgets its rungs with its driver; seqae rebuilds them from the trials' records,
+    so a sweep killed mid-trial and resumed prunes exactly the trials an uninterrupted one does."""
+    workspace = tmp_path / "ws"
+    plain = seqae(*run_args(workspace, "plain", *ASHA))
+    assert plain.returncode == 0, plain.stdout[-3000:]
+    expected = outcomes(workspace, "plain")
+    states_seen = [state for state, _ in expected.values()]
+    assert len(expected) == 6 and "PRUNED" in states_seen and "COMPLETE" in states_seen, expected  # not vacuous
+
+    driver = start(*run_args(workspace, "killed", *ASHA), log=tmp_path / "driver.log")
+    storage = workspace / "sweeps" / "killed"
+    try:  # kill the driver while a trial past the first rung is still training
+        wait_for(lambda: any(meta["epoch"] >= 1 and not meta["finished"] and number >= 2
+                             for number, meta in trial_metas(storage).items()), 300, "trial 2 or later mid-training")
+    finally:
+        kill_group(driver)
+        driver.wait(timeout=60)
+    assert len(outcomes(workspace, "killed")) < 6  # the kill came before the end
+    resumed = seqae("sweep", "resume", "killed", "--workspace", str(workspace))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert outcomes(workspace, "killed") == expected
