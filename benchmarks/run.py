@@ -35,6 +35,7 @@ SUITES: dict[str, Suite] = {
     "data": lambda o: _module("data_prep").prefix_vs_whole(o["data"]) + _module("data_prep").cache_hit(o["data"]),
     "search": lambda o: _module("search_efficiency").run(o["data"], seeds=o["seeds"]),
     "recipe": lambda o: _module("recipe").run(o["data"], seeds=o["seeds"]),
+    "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
     "gpu": lambda o: _module("gpu_packing").run(o["data"]),
 }
 

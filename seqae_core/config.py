@@ -101,6 +101,14 @@ class Config:
         return {key: getattr(getattr(self, key.split(".")[0]), key.split(".")[1]) for key in KEYS}
 
 
+# Each block's defaults where they differ from the paper's (the dataclasses' defaults, which the
+# paper block keeps). A key set anywhere (config file, sweep file, grid, search, --set) wins.
+# The transformer's were found by the laptop probes and checked on another split and a second
+# corpus by `seqae bench defaults` (README, "The transformer block's defaults").
+BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "transformer": {},
+}
+
 _SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
 KEYS: tuple[str, ...] = tuple(f"{s}.{f.name}" for s, cls in _SECTIONS.items() for f in dataclasses.fields(cls))
 
@@ -243,6 +251,10 @@ def build(layers: list[tuple[str, dict[str, Any]]]) -> Config:
         for key, value in layer.items():
             values[key] = coerce(key, value, source)
             origin[key] = source
+    block = values.get("model.block", ModelConfig.block)
+    for key, value in BLOCK_DEFAULTS.get(block, {}).items():
+        if key not in values:
+            values[key], origin[key] = value, f"the {block} block's defaults"
     sections = {
         name: cls(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(name + ".")})
         for name, cls in _SECTIONS.items()

@@ -210,7 +210,8 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
     counts at every rung it reached, and a continued trial keeps its place in them, so it is
     promoted or stopped as it would have been had the driver not died. (With trials running
     concurrently, which trials reached a rung before another is not recorded; the rebuilt rungs
-    hold them all.)"""
+    hold them all.) It reads Ray's private ``_brackets`` and ``_Bracket._rungs``; the ASHA test in
+    tests/test_control.py fails if a Ray upgrade changes them."""
 
     def __init__(self, history: dict[int, dict[int, float]], sign: float, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -166,3 +166,13 @@ def test_bad_dataset_settings_name_the_key(tiny_config, tmp_path):
     with pytest.raises(ConfigError, match="data.path="):
         data.prepare(tiny_config(**{"data.path": str(tmp_path / "nowhere")}).data, tmp_path)
 
+
+
+def test_package_readmes_load_as_a_second_corpus(tmp_path):
+    from benchmarks.corpora import package_descriptions
+    from seqae_core.config import DataConfig
+
+    folder = package_descriptions(tmp_path / "packages")
+    texts = list(data.iter_texts(DataConfig(path=str(folder), max_pages=3)))
+    assert len(texts) == 3 and all(len(t) >= 2000 for t in texts)
+    assert not any(t.startswith("Homarus gammarus") for t in texts)
