@@ -200,3 +200,41 @@ def test_seqae_ui_stops_both_servers_on_sigterm_and_sighup(finished_sweep, tmp_p
         kill_group(ui)
         raise
     stop_ui(ui, signum, tmp_path / "ui.log", (mlflow_port, optuna_port))
+
+
+def test_the_ui_beside_a_running_sweep_never_fails_it(tmp_path):
+    """optuna-dashboard on the same SQLite file as a running study has crashed studies with
+    "database is locked" (optuna/optuna-dashboard#545): here both UIs serve, and Chromium loads
+    their pages over and over, for the whole life of a sweep, which must end with every trial
+    COMPLETE."""
+    from selenium.webdriver.common.by import By
+
+    from tests.sweep_helpers import optuna_trials
+
+    workspace, log = tmp_path / "ws", tmp_path / "sweep.log"
+    sweep = start("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "busy", "--workspace", str(workspace),
+                  *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=6", "train.epochs=4"),
+                  log=log)
+    try:
+        wait_for(lambda: "trial 0  epoch 1/" in log.read_text() or "trial 1  epoch 1/" in log.read_text(), 300,
+                 "the sweep's first result")
+        ui, mlflow_port, optuna_port = start_ui(workspace, tmp_path / "ui.log")
+        try:
+            driver = browser()
+            loads = 0
+            try:
+                while sweep.poll() is None:
+                    for url in (f"http://127.0.0.1:{mlflow_port}/#/experiments",
+                                f"http://127.0.0.1:{optuna_port}/dashboard"):
+                        driver.get(url)
+                        wait_for(lambda: "busy" in driver.find_element(By.TAG_NAME, "body").text, 60, url)
+                        loads += 1
+            finally:
+                driver.quit()
+        finally:
+            stop_ui(ui, signal.SIGINT, tmp_path / "ui.log", (mlflow_port, optuna_port))
+        assert sweep.wait(timeout=600) == 0, log.read_text()[-3000:]
+    finally:
+        kill_group(sweep)
+    assert loads >= 4  # the pages were really read while the sweep wrote
+    assert [t.state.name for t in optuna_trials(workspace, "busy")] == ["COMPLETE"] * 6
