@@ -56,6 +56,8 @@ class Trial:
     duration: float = 0.0
     node: str = ""
     samples: list[dict[str, list[str]]] = field(default_factory=list)
+    cost: float | None = None  # resource-seconds: training wall time x the CPUs or GPU fraction held
+    resource: str = "cpu"
 
     @property
     def input_len(self) -> int:
@@ -107,6 +109,7 @@ def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
             params={k: parse_scalar(v) for k, v in run.data.params.items()},
             duration=((run.info.end_time or now) - run.info.start_time) / 1000,
             node=tags.get("ray.node_ip", "") + (f" ({tags['ray.node_id'][:8]})" if "ray.node_id" in tags else ""),
+            cost=run.data.metrics.get(M.RESOURCE_SECONDS), resource=tags.get("seqae.resource", "cpu"),
         )
         for key in CURVES:
             if key in run.data.metrics:
@@ -350,12 +353,15 @@ def _short(value: Any) -> Any:
 
 def _table(trials: list[Trial]) -> str:
     varying = _varying(trials)
-    head = ["trial", "state", *varying, "best accuracy", "epochs", "stopped early", "duration (s)", "node"]
+    unit = trials[0].resource if trials else "cpu"
+    head = ["trial", "state", *varying, "best accuracy", "epochs", "stopped early", "duration (s)",
+            f"cost ({unit}-s)", f"accuracy per {unit}-hour", "node"]
     rows = []
     for t in trials:
         cells = [t.number, t.state, *[_short(t.params.get(k, "")) for k in varying],
                  "" if t.best is None else f"{t.best:.4f}", t.epochs, "yes" if t.stopped_early else "no",
-                 f"{t.duration:.1f}", t.node]
+                 f"{t.duration:.1f}", "" if t.cost is None else f"{t.cost:.1f}",
+                 f"{3600 * t.best / t.cost:.1f}" if t.cost and t.best is not None else "", t.node]
         rows.append(f'<tr class="{t.state.lower()}">' + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
                     + "</tr>")
     return ('<table id="trials"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)

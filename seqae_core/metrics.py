@@ -13,6 +13,7 @@ VAL_SEQUENCE_ACCURACY = "val_sequence_accuracy"
 LEARNING_RATE = "lr"
 TOKENS_PER_S = "tokens_per_s"
 EPOCH_SECONDS = "epoch_seconds"
+RESOURCE_SECONDS = "resource_seconds"  # a sweep trial's training wall time x the CPUs or GPU fraction it held
 LATENT_FRACTION = "latent_fraction"  # latent_len / input_len, constant per trial
 BEST_EPOCH = "best_epoch"
 BEST_VAL_TOKEN_ACCURACY = "best_val_token_accuracy"

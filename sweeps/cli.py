@@ -361,6 +361,8 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         when = next(e["at"] for e in reversed(control["log"]) if "max_concurrent" in e)
         print(f"  max_concurrent: {control['max_concurrent']} (set {when})")
     print(f"  trials: {info['trials_total']} planned; " + ", ".join(f"{k} {v}" for k, v in info["trials_by_state"].items()))
+    cost = info["cost"]
+    print(f"  cost: {cost['hours']:.4f} {cost['unit']}" + (f" of a budget of {cost['budget']:g}" if cost["budget"] else ""))
     best = info["best"]
     for entry in best if isinstance(best, list) else [best] if best else []:
         values = ", ".join(f"{k} {v:.4f}" for k, v in entry["values"].items())

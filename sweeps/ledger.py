@@ -15,6 +15,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore, Progress
 from sweeps.search import SweepStudy
 
@@ -33,6 +34,12 @@ class Outcome(str, enum.Enum):
     def mlflow_status(self) -> str:
         """An interrupted trial's run is KILLED until its trial continues, then reopened."""
         return {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED", "RUNNING": "KILLED"}[self.value]
+
+
+def resource_seconds(share: float, progress: Progress | None) -> float:
+    """What a trial cost: its training wall time (every epoch it ran, over all sessions) times the
+    CPUs or the GPU fraction it held (``SweepSpec.share``)."""
+    return share * sum(float(h[M.EPOCH_SECONDS]) for h in (progress.history if progress else []))
 
 
 def decide(progress: Progress | None, error: bool) -> Outcome:

@@ -23,6 +23,7 @@ from ray.tune.search import Searcher
 
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
+from seqae_core.checkpoint import Progress as CheckpointProgress
 from seqae_core.config import Config
 from seqae_core.train import NonFiniteLossError, train
 from seqae_errors import ConfigError
@@ -88,10 +89,12 @@ class _DriverOnly:
 class StudySearcher(_DriverOnly, Searcher):
     """Asks the sweep's Optuna study for trials and tells it how they ended."""
 
-    def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str) -> None:
+    def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str, spent: float = 0.0) -> None:
         objective = spec.objectives[0]
         super().__init__(metric=objective.metric, mode=objective.mode)
         self.spec, self.study, self.storage = spec, study, storage
+        self.spent = spent  # resource-seconds of every epoch trained so far, all sessions
+        self.counted: set[tuple[int, int]] = set()
         self.plans: dict[str, TrialSpec] = {}
         self.live: set[str] = set()  # Tune trials started and not yet ended
         self.limit = spec.max_concurrent
@@ -132,13 +135,21 @@ class StudySearcher(_DriverOnly, Searcher):
         self._result(self.plans[trial_id].number, result)
 
     def _result(self, number: int, result: dict[str, Any]) -> None:
-        """An epoch's value to Optuna; the sweep drains once it reaches the objective's target."""
+        """An epoch's value to Optuna; the sweep drains once it reaches the objective's target, or
+        once its trials have spent its budget."""
         self.study.report(number, int(result[M.EPOCH]), result)
-        objective = self.spec.objectives[0]
+        if (number, int(result[M.EPOCH])) not in self.counted:
+            self.counted.add((number, int(result[M.EPOCH])))
+            self.spent += self.spec.share[1] * float(result[M.EPOCH_SECONDS])
+        objective, budget = self.spec.objectives[0], self.spec.budget
         value = float(result[objective.metric])
-        if objective.reached(value) and not self.study.control().get("drain"):
-            self.study.set_control(drain=f"trial {number} reached {objective.metric} {value:.4f}, "
-                                         f"the target {objective.target}")
+        why = None
+        if objective.reached(value):
+            why = f"trial {number} reached {objective.metric} {value:.4f}, the target {objective.target}"
+        elif budget and self.spent >= budget[1] * 3600:
+            why = f"the budget of {budget[1]:g} {budget[0]}-hours is spent ({self.spent / 3600:.4f})"
+        if why and not self.study.control().get("drain"):
+            self.study.set_control(drain=why)
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
         self.live.discard(trial_id)
@@ -237,14 +248,11 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
                 recorded[trial.trial_id] = value
 
 
-def _histories(study: SweepStudy, storage: str, metric: str) -> dict[int, dict[int, float]]:
-    """``{trial: {epoch: metric}}`` from the checkpoint records of every trial that trained."""
-    histories = {}
-    for number in {t.number for t in study.trials() if t.state.name in ("COMPLETE", "PRUNED", "RUNNING")}:
-        progress = CheckpointStore.of_trial(storage, number).progress()
-        if progress is not None:
-            histories[number] = {int(h[M.EPOCH]): float(h[metric]) for h in progress.history}
-    return histories
+def _progresses(study: SweepStudy, storage: str) -> dict[int, CheckpointProgress]:
+    """How far each trial that trained got, from its checkpoint records."""
+    found = {t.number: CheckpointStore.of_trial(storage, t.number).progress() for t in study.trials()
+             if t.state.name in ("COMPLETE", "PRUNED", "RUNNING")}
+    return {number: progress for number, progress in found.items() if progress is not None}
 
 
 def _epochs(trial: Any) -> int:
@@ -267,12 +275,14 @@ def run_session(
 ) -> None:
     """One Tuner run over the trials the study still has to run. Progress shows a line per
     trial result; ``verbose`` brings back Ray Tune's own status tables."""
-    searcher = StudySearcher(spec, study, storage)
+    progresses = _progresses(study, storage)
+    searcher = StudySearcher(spec, study, storage, sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values()))
     objective = spec.objectives[0]
     scheduler = None
     if spec.scheduler == "asha":
         scheduler = ResumableASHA(
-            _histories(study, storage, objective.metric), 1.0 if objective.mode == "max" else -1.0,
+            {n: {int(h[M.EPOCH]): float(h[objective.metric]) for h in p.history} for n, p in progresses.items()},
+            1.0 if objective.mode == "max" else -1.0,
             time_attr=M.EPOCH, max_t=epochs, grace_period=spec.grace_period, reduction_factor=spec.reduction_factor,
         )
         for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):

@@ -228,7 +228,7 @@ def open_session(workspace: Workspace, name: str, check_file: bool) -> Session:
     data_seconds = time.time() - started
     study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
     tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage,
-                      workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None)
+                      workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None, spec.share)
     tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, sweep_params(spec, state))
     state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
     record = {"started": started, "pid": os.getpid(), "host": socket.gethostname(), "outcome": "running",
@@ -391,7 +391,20 @@ def status(workspace: Workspace, name: str) -> dict[str, Any]:
         "sessions": len(state.sessions),
         "job": state.job,
         "control": study.control(),
+        "cost": cost(spec, backends.storage, study),
     }
+
+
+def cost(spec: spec_lib.SweepSpec, storage: str, study: Any) -> dict[str, Any]:
+    """Resource-hours spent per trial and in all, against the budget (``ledger.resource_seconds``)."""
+    from seqae_core.checkpoint import CheckpointStore
+    from sweeps.ledger import resource_seconds
+
+    per_trial = {t.number: resource_seconds(spec.share[1], CheckpointStore.of_trial(storage, t.number).progress())
+                 for t in study.trials()}
+    return {"unit": f"{spec.share[0]}-hours", "hours": round(sum(per_trial.values()) / 3600, 6),
+            "budget": spec.budget[1] if spec.budget else None,
+            "per_trial_seconds": {str(n): round(s, 2) for n, s in per_trial.items()}}
 
 
 def control(workspace: Workspace, name: str, **changes: Any) -> dict[str, Any]:

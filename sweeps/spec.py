@@ -13,6 +13,7 @@ A sweep file is YAML with these top-level keys (every study in ``sweeps/studies`
     scheduler    ``{type: none|asha, grace_period, reduction_factor}``
     resources    ``{cpu, gpu}`` per trial; fractional GPUs are allowed
     max_concurrent, retries
+    budget       ``{cpu_hours: X}`` or ``{gpu_hours: X}``: the sweep drains once its trials have spent it
     profiles     named blocks of overrides, e.g. ``{laptop: {description, data.max_pages: 300, ...}}``:
                  ``--profile laptop`` (or ``--set profile=laptop``) applies one before any ``--set``
 
@@ -145,6 +146,17 @@ class _Resources(_Section):
         return self
 
 
+class _Budget(_Section):
+    cpu_hours: float | None = Field(default=None, gt=0)  # training wall time x CPUs per trial, summed
+    gpu_hours: float | None = Field(default=None, gt=0)  # training wall time x GPU fraction per trial, summed
+
+    @model_validator(mode="after")
+    def _one(self) -> _Budget:
+        if len(self.model_fields_set) != 1:
+            raise ValueError("budget must have exactly one of cpu_hours or gpu_hours")
+        return self
+
+
 def _listed(value: Any) -> Any:
     return value if isinstance(value, list) else [value]
 
@@ -164,6 +176,7 @@ class _Document(_Section):
     resources: _Resources = _Resources()
     max_concurrent: int = Field(default=1, gt=0)
     retries: int = Field(default=0, ge=0)
+    budget: _Budget | None = None
     profiles: Any = None
     profile: str | None = None
 
@@ -190,6 +203,12 @@ class SweepSpec:
     retries: int = 0
     description: str = ""
     profile: str | None = None  # the profile applied, if any
+    budget: tuple[str, float] | None = None  # ("cpu" or "gpu", hours): the sweep drains once spent
+
+    @property
+    def share(self) -> tuple[str, float]:
+        """What one trial holds, as its cost counts it: ("gpu", its GPU fraction) or ("cpu", its CPUs)."""
+        return ("gpu", self.gpu) if self.gpu else ("cpu", self.cpu)
 
     @property
     def multi_objective(self) -> bool:
@@ -233,7 +252,7 @@ class SweepSpec:
             "resources": {"cpu": self.cpu, "gpu": self.gpu},
             "max_concurrent": self.max_concurrent,
             "retries": self.retries,
-        }
+        } | ({"budget": {f"{self.budget[0]}_hours": self.budget[1]}} if self.budget else {})
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
@@ -366,6 +385,13 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
         raise ConfigError(f"{source}: objective.target needs one objective; this sweep has {len(objectives)}")
     if top.scheduler.type == "asha" and len(objectives) > 1:
         raise ConfigError(f"{source}: scheduler.type='asha' needs one objective; this sweep has {len(objectives)}")
+    budget = None
+    if top.budget is not None:
+        budget = ("gpu", top.budget.gpu_hours) if top.budget.gpu_hours else ("cpu", top.budget.cpu_hours)
+        unit = "gpu" if top.resources.gpu else "cpu"
+        if budget[0] != unit:
+            raise ConfigError(f"{source}: budget.{budget[0]}_hours, but trials are counted in {unit}-hours here "
+                              f"(resources.gpu={top.resources.gpu}); use budget.{unit}_hours")
     spec = SweepSpec(
         source=source, base=base, grid=grid, search=search, objectives=objectives,
         per_cell=top.trials.per_cell, total=top.trials.total,
@@ -373,6 +399,7 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
         scheduler=top.scheduler.type, grace_period=top.scheduler.grace_period,
         reduction_factor=top.scheduler.reduction_factor, cpu=top.resources.cpu, gpu=top.resources.gpu,
         max_concurrent=top.max_concurrent, retries=top.retries, description=top.description, profile=top.profile,
+        budget=budget,  # type: ignore[arg-type]  # hours are set: _Budget has exactly one
     )
     _check_trial_configs(spec)
     return spec

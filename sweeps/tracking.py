@@ -25,10 +25,10 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from seqae_core import metrics as M
-from seqae_core.checkpoint import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, CheckpointStore
+from seqae_core.checkpoint import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, CheckpointStore, Progress
 from seqae_core.config import from_flat, to_yaml
 from seqae_errors import ConfigError
-from sweeps.ledger import Outcome
+from sweeps.ledger import Outcome, resource_seconds
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,10 @@ class _RunCache:
 class Tracker:
     """Synchronous MLflow operations of one sweep; :class:`sweeps.writer.Writer` runs them off the driver's loop."""
 
-    def __init__(self, tracking_uri: str, sweep: str, storage: str, artifact_root: Path | None = None) -> None:
+    def __init__(self, tracking_uri: str, sweep: str, storage: str, artifact_root: Path | None = None,
+                 share: tuple[str, float] = ("cpu", 1.0)) -> None:
         self.uri, self.sweep, self.storage = tracking_uri, sweep, storage
+        self.share = share  # what a trial holds, as its cost counts it (SweepSpec.share)
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
         self.artifact_root = artifact_root
         self.experiment_id: str | None = None
@@ -137,16 +139,20 @@ class Tracker:
 
     def trial_ended(self, number: int, outcome: Outcome, error: str | None = None) -> None:
         """Make the run whole from the checkpoint store, then set the status of ``outcome``."""
-        self.sync_trial(number)
+        progress = self.sync_trial(number)
         run_id = self.child_run(number)
-        tags = [RunTag("optuna.state", outcome.value)]
+        tags = [RunTag("optuna.state", outcome.value), RunTag("seqae.resource", self.share[0])]
         if error:
             tags.append(RunTag("seqae.error", error[-4000:]))
-        self.client.log_batch(run_id, tags=tags)
+        cost = resource_seconds(self.share[1], progress)
+        epochs = len(progress.history) if progress else 0
+        self.client.log_batch(run_id, metrics=[Metric(M.RESOURCE_SECONDS, cost, int(time.time() * 1000), epochs)],
+                              tags=tags)
         self.client.set_terminated(run_id, outcome.mlflow_status)
 
-    def sync_trial(self, number: int) -> None:
-        """Log the epochs and artifacts the run is missing, from the trial's checkpoint store."""
+    def sync_trial(self, number: int) -> Progress | None:
+        """Log the epochs and artifacts the run is missing, from the trial's checkpoint store;
+        returns the store's progress."""
         run_id = self.child_run(number)
         cache = self._runs[number]
         store = CheckpointStore.of_trial(self.storage, number)
@@ -156,12 +162,13 @@ class Tracker:
             self.client.log_batch(run_id, metrics=[m for h in missing[start:start + 100] for m in _metrics(h)])
         cache.logged_steps.update(int(h[M.EPOCH]) for h in missing)
         if store.best_epoch() in (None, cache.artifacts_epoch):
-            return
+            return progress
         best = store.latest("best")
         if best.epoch is not None and best.epoch != cache.artifacts_epoch:
             self._log_best(run_id, best.files)
             self.client.set_tag(run_id, "seqae.artifacts_epoch", str(best.epoch))
             cache.artifacts_epoch = best.epoch
+        return progress
 
     def _log_best(self, run_id: str, files: dict[str, bytes]) -> None:
         saved = json.loads(files[METRICS])

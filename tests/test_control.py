@@ -127,3 +127,21 @@ def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path):
     resumed = seqae("sweep", "resume", "killed", "--workspace", str(workspace))
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert outcomes(workspace, "killed") == expected
+
+
+def test_a_spent_budget_drains_the_sweep_and_every_trial_shows_its_cost(tmp_path):
+    workspace, name = tmp_path / "ws", "budget"
+    run = seqae(*run_args(workspace, name, "trials.total=6", "max_concurrent=1", "train.epochs=2",
+                          "budget.cpu_hours=0.0001"))
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "the budget of 0.0001 cpu-hours is spent" in run.stdout
+    info = status(name, workspace)
+    assert info["outcome"] == "stopped" and 1 <= len(trials(workspace, name)) < 6
+    cost = info["cost"]
+    assert cost["unit"] == "cpu-hours" and cost["budget"] == 0.0001 and cost["hours"] >= 0.0001
+    children = {r.data.tags["seqae.trial"]: r for r in mlflow_runs(workspace, name) if "seqae.trial" in r.data.tags}
+    assert set(children) == set(cost["per_trial_seconds"])
+    for number, seconds in cost["per_trial_seconds"].items():  # resources.cpu=1: cost = training wall time
+        assert seconds > 0 and abs(children[number].data.metrics["resource_seconds"] - seconds) < 0.01
+    page = (workspace / "sweeps" / name / "report" / "index.html").read_text()
+    assert "cost (cpu-s)" in page and "accuracy per cpu-hour" in page
