@@ -44,5 +44,6 @@ def run(data_path: str, packings: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict[s
             alone = alone or total
             rows.append({"trials_per_gpu": k, "gpu_per_trial": round(1 / k, 4), "aggregate_tokens_per_s": round(total),
                          "vs_one_trial": round(total / alone, 2),
-                         "peak_gpu_mem_gib": round(torch.cuda.mem_get_info()[1] / 2**30, 1)})
+                         # each trial's own peak (torch's max_memory_allocated), summed: the packed GPU's need
+                         "peak_gpu_mem_gib": round(sum(r.data.metrics.get(M.GPU_MEMORY_GIB, 0.0) for r in runs), 1)})
     return rows

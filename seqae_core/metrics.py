@@ -19,6 +19,7 @@ BEST_EPOCH = "best_epoch"
 BEST_VAL_TOKEN_ACCURACY = "best_val_token_accuracy"
 
 DATA_SECONDS = "data_seconds"  # this process's data start-up: a cache hit takes well under a second
+GPU_MEMORY_GIB = "gpu_memory_gib"  # on CUDA: the most GPU memory this trial's tensors held so far
 
 # Summaries in the trainer's final result.
 EPOCHS_RUN = "epochs_run"
@@ -27,7 +28,7 @@ TRAIN_SECONDS = "train_seconds"
 
 PER_EPOCH: tuple[str, ...] = (
     EPOCH, TRAIN_LOSS, VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY, LEARNING_RATE, TOKENS_PER_S,
-    EPOCH_SECONDS, LATENT_FRACTION, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY, DATA_SECONDS,
+    EPOCH_SECONDS, LATENT_FRACTION, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY, DATA_SECONDS, GPU_MEMORY_GIB,
 )
 # What a sweep may optimize, and the direction that makes sense for each.
 OBJECTIVES: dict[str, tuple[str, ...]] = {
