@@ -28,8 +28,9 @@ TRAIN_SECONDS = "train_seconds"
 
 PER_EPOCH: tuple[str, ...] = (
     EPOCH, TRAIN_LOSS, VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY, LEARNING_RATE, TOKENS_PER_S,
-    EPOCH_SECONDS, LATENT_FRACTION, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY, DATA_SECONDS, GPU_MEMORY_GIB,
+    EPOCH_SECONDS, LATENT_FRACTION, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY, DATA_SECONDS,
 )
+CUDA_PER_EPOCH: tuple[str, ...] = (GPU_MEMORY_GIB,)  # reported besides those on CUDA only
 # What a sweep may optimize, and the direction that makes sense for each.
 OBJECTIVES: dict[str, tuple[str, ...]] = {
     VAL_TOKEN_ACCURACY: ("max",),

@@ -32,7 +32,7 @@ from sweeps.ledger import Outcome, resource_seconds
 
 log = logging.getLogger(__name__)
 
-LOGGED_METRICS = tuple(m for m in M.PER_EPOCH if m != M.EPOCH)
+LOGGED_METRICS = tuple(m for m in M.PER_EPOCH + M.CUDA_PER_EPOCH if m != M.EPOCH)
 
 
 @dataclass
