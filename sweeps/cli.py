@@ -105,6 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("name")
         sub.set_defaults(handler=cmd_sweep_logs if verb == "logs" else cmd_sweep_cancel)
 
+    forking = with_workspace(sweeps.add_parser("fork", help="a new sweep that starts from another's finished "
+                                                            "trials that fit its space"), verbose=True)
+    forking.add_argument("origin", help="the sweep whose finished trials seed the new one")
+    forking.add_argument("--file", required=True, help="the new sweep's file (e.g. the origin's, narrowed)")
+    forking.add_argument("--name", required=True, help="the new sweep's name")
+    forking.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as for `sweep run`")
+    forking.add_argument("--profile", help="as for `sweep run`")
+    forking.set_defaults(handler=cmd_sweep_fork)
+
     stop = with_workspace(sweeps.add_parser("stop", help="start no new trials; running ones finish (resume "
                                                          "continues the sweep later)"))
     stop.add_argument("name")
@@ -240,6 +249,14 @@ def cmd_sweep_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep_fork(args: argparse.Namespace) -> int:
+    from sweeps import service
+
+    workspace = _workspace(args)
+    name = service.fork(workspace, args.origin, args.file, args.name, _sets(args), {})
+    return service.drive(workspace, name, check_file=False, verbose=args.verbose)
+
+
 def cmd_sweep_stop(args: argparse.Namespace) -> int:
     from sweeps import service
 
@@ -360,6 +377,8 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     if control.get("max_concurrent"):
         when = next(e["at"] for e in reversed(control["log"]) if "max_concurrent" in e)
         print(f"  max_concurrent: {control['max_concurrent']} (set {when})")
+    if info["forked_from"]:
+        print(f"  forked from {info['forked_from']}: {info['seeded_trials']} of its trials seeded the study")
     print(f"  trials: {info['trials_total']} planned; " + ", ".join(f"{k} {v}" for k, v in info["trials_by_state"].items()))
     cost = info["cost"]
     print(f"  cost: {cost['hours']:.4f} {cost['unit']}" + (f" of a budget of {cost['budget']:g}" if cost["budget"] else ""))

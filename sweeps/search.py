@@ -32,6 +32,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 FINAL = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 CONTROL = "seqae.control"  # the study's user attribute that holds SweepStudy.control()
+FORKED = "seqae.forked_from"  # a seeded trial's user attribute: "<origin sweep>#<its trial number>"
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,39 @@ class SweepStudy:
 
     # -- the trials --------------------------------------------------------------------------
     def trials(self) -> list[optuna.trial.FrozenTrial]:
-        return self.study.get_trials(deepcopy=False)
+        """The sweep's own trials (not those a fork seeded the study with)."""
+        return [t for t in self.study.get_trials(deepcopy=False) if FORKED not in t.user_attrs]
+
+    def forked(self) -> list[optuna.trial.FrozenTrial]:
+        """Finished trials of another sweep that `seqae sweep fork` seeded the study with."""
+        return [t for t in self.study.get_trials(deepcopy=False) if FORKED in t.user_attrs]
+
+    def seed_from(self, origin: SweepStudy) -> list[str]:
+        """Add ``origin``'s complete trials that fit this sweep's space as finished trials, which
+        TPE learns from (they never count toward this sweep's trials); returns a note per trial.
+        A parameter this sweep no longer searches is dropped (said when its value differed); a
+        trial with a value outside this sweep's space is left out. Both sweeps have the same
+        objectives (``service.fork`` checks)."""
+        space = {k: Distribution(type="categorical", choices=v) for k, v in self.spec.grid_keys().items()}
+        space |= self.spec.search
+        notes = []
+        for trial in origin.trials():
+            if trial.state != TrialState.COMPLETE:
+                continue
+            old = build(trial_layers(origin.spec.source, origin.spec.base, trial.params)).flat()
+            params = {key: trial.params.get(key, old[key]) for key in space}
+            outside = [f"{k}={v!r}" for k, v in params.items() if not space[k].contains(v)]
+            if outside:
+                notes.append(f"trial {trial.number}: left out, {', '.join(outside)} outside the new space")
+                continue
+            new = build(trial_layers(self.spec.source, self.spec.base, params)).flat()
+            dropped = [f"{k}={v!r} (now {new[k]!r})" for k, v in trial.params.items() if k not in space and new[k] != v]
+            self.study.add_trial(optuna.trial.create_trial(
+                params=params, distributions={k: _distribution(d) for k, d in space.items()}, values=trial.values,
+                intermediate_values=trial.intermediate_values,
+                user_attrs={FORKED: f"{origin.study.study_name}#{trial.number}"}))
+            notes.append(f"trial {trial.number}: seeded" + (f"; dropped {', '.join(dropped)}" if dropped else ""))
+        return notes
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(trial.state.name for trial in self.trials()))
@@ -231,10 +264,22 @@ class SweepStudy:
         return trial if trial.state == TrialState.RUNNING else None
 
     def best(self) -> list[optuna.trial.FrozenTrial]:
-        """The best trial, or the Pareto front of a multi-objective sweep."""
-        if not any(t.state == TrialState.COMPLETE for t in self.trials()):
-            return []
-        return self.study.best_trials if self.spec.multi_objective else [self.study.best_trial]
+        """The best trial, or the Pareto front of a multi-objective sweep (of its own trials)."""
+        own = [t for t in self.trials() if t.state == TrialState.COMPLETE]
+        if not own or self.spec.multi_objective:
+            return [t for t in self.study.best_trials if t.number in {o.number for o in own}] if own else []
+        sign = 1.0 if self.spec.objectives[0].mode == "max" else -1.0
+        return [max(own, key=lambda t: (sign * t.values[0], -t.number))]
+
+
+def _distribution(dist: Distribution) -> optuna.distributions.BaseDistribution:
+    """The Optuna distribution ``_suggest_one`` samples from."""
+    if dist.type == "categorical":
+        return optuna.distributions.CategoricalDistribution(list(dist.choices))
+    assert dist.low is not None and dist.high is not None  # numeric distributions have bounds
+    if dist.type == "int":
+        return optuna.distributions.IntDistribution(int(dist.low), int(dist.high), log=dist.log, step=dist.step or 1)
+    return optuna.distributions.FloatDistribution(dist.low, dist.high, log=dist.type == "loguniform")
 
 
 def _suggest_one(trial: optuna.Trial, key: str, dist: Distribution) -> Any:

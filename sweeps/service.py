@@ -151,6 +151,30 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
     return name
 
 
+def fork(workspace: Workspace, origin: str, file: str, name: str | None, sets: list[str],
+         overrides: dict[str, str | None]) -> str:
+    """A new sweep from ``file`` whose study starts with ``origin``'s finished trials that fit its
+    space (``SweepStudy.seed_from``); returns its name. Nothing is created if either is refused."""
+    from sweeps.search import open_study, read_only
+
+    source = workspace.read(origin)
+    source_spec = spec_lib.parse(source.spec, source.file)
+    objectives = [(o.metric, o.mode) for o in source_spec.objectives]
+    if [(o.metric, o.mode) for o in spec_lib.load(file, sets).objectives] != objectives:
+        raise ConfigError(f"{file} optimizes something else than sweep {origin!r} ({objectives}); a fork keeps "
+                          "the objectives, or the seeded values would mean something else")
+    name = create(workspace, file, name, sets, overrides)
+    state = workspace.read(name)
+    state.forked_from = origin
+    workspace.write(state)
+    spec = spec_lib.parse(state.spec, state.file)
+    study = open_study(spec, state.backends["optuna_storage"], name, state.total_trials, state.fingerprint)
+    origin_study = read_only(source_spec, Backends(**source.backends).optuna_storage, source.study_name)
+    for note in study.seed_from(origin_study):
+        print(f"seqae: fork of {origin}: {note}", flush=True)
+    return name
+
+
 def load_spec(state: SweepState, check_file: bool) -> spec_lib.SweepSpec:
     """The stored spec; with ``check_file``, refuse if the sweep file now says something else."""
     stored = spec_lib.parse(state.spec, state.file)
@@ -349,7 +373,7 @@ def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:
         "sweep.objective": ",".join(f"{o.metric}:{o.mode}" for o in spec.objectives),
         "sweep.grid": ",".join(spec.grid) or "-", "sweep.search": ",".join(spec.search) or "-",
         "sweep.resources": f"cpu={spec.cpu},gpu={spec.gpu}", "sweep.max_concurrent": spec.max_concurrent,
-        "sweep.retries": spec.retries, "sweep.profile": spec.profile or "-",
+        "sweep.retries": spec.retries, "sweep.profile": spec.profile or "-", "sweep.forked_from": state.forked_from or "-",
     }
     params.update({f"config.{k}": v for k, v in spec.base.items()})
     return params
@@ -392,6 +416,8 @@ def status(workspace: Workspace, name: str) -> dict[str, Any]:
         "job": state.job,
         "control": study.control(),
         "cost": cost(spec, backends.storage, study),
+        "forked_from": state.forked_from,
+        "seeded_trials": len(study.forked()),
     }
 
 

@@ -90,6 +90,13 @@ class Distribution(_Section):
             raise ValueError(f"step={self.step} cannot be combined with log: true")
         return self
 
+    def contains(self, value: Any) -> bool:
+        if self.type == "categorical":
+            return value in self.choices
+        assert self.low is not None and self.high is not None
+        return (isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
+                and (self.type != "int" or float(value).is_integer()))
+
     def to_dict(self) -> dict[str, Any]:
         out = self.model_dump(mode="json", exclude_defaults=True) | {"type": self.type}
         return out | ({"low": int(self.low or 0), "high": int(self.high or 0)} if self.type == "int" else {})

@@ -94,6 +94,7 @@ class SweepState:
     mlflow_parent_run_id: str | None = None
     sessions: list[dict[str, Any]] = field(default_factory=list)
     job: dict[str, Any] | None = None  # set when the sweep was submitted to a cluster
+    forked_from: str | None = None  # the sweep whose finished trials seeded this one's study
 
     @property
     def total_trials(self) -> int:

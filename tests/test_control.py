@@ -145,3 +145,29 @@ def test_a_spent_budget_drains_the_sweep_and_every_trial_shows_its_cost(tmp_path
         assert seconds > 0 and abs(children[number].data.metrics["resource_seconds"] - seconds) < 0.01
     page = (workspace / "sweeps" / name / "report" / "index.html").read_text()
     assert "cost (cpu-s)" in page and "accuracy per cpu-hour" in page
+
+
+def test_fork_seeds_a_new_study_with_the_finished_trials_that_fit(tmp_path):
+    workspace = tmp_path / "ws"
+    wide = seqae(*run_args(workspace, "wide", "trials.total=4", "train.epochs=2"))  # TPE over train.lr only
+    assert wide.returncode == 0, wide.stdout[-3000:]
+    lrs = sorted(t.params["train.lr"] for t in trials(workspace, "wide"))
+    narrowed = f"search.train.lr={{type: loguniform, low: {lrs[2]!r}, high: 3.0e-3}}"  # two of the four fit
+    fork = seqae("sweep", "fork", "wide", "--file", str(STUDIES / "quickstart.yaml"), "--name", "narrow",
+                 "--workspace", str(workspace), *sets(*TINY, "trials.total=2", "train.epochs=2", narrowed))
+    assert fork.returncode == 0, fork.stdout[-3000:]
+    assert fork.stdout.count(": seeded") == 2 and fork.stdout.count("outside the new space") == 2, fork.stdout
+
+    import optuna
+
+    study = optuna.load_study(study_name="narrow", storage=f"sqlite:///{workspace / 'optuna.db'}")
+    seeded = [t for t in study.trials if "seqae.forked_from" in t.user_attrs]
+    assert sorted(t.params["train.lr"] for t in seeded) == lrs[2:]
+    assert {t.user_attrs["seqae.forked_from"].split("#")[0] for t in seeded} == {"wide"}
+    assert all(t.state.name == "COMPLETE" and t.value is not None for t in seeded)
+    info = status("narrow", workspace)  # the seeded trials are not the sweep's own: two of its own ran
+    assert info["trials_by_state"] == {"COMPLETE": 2} and info["seeded_trials"] == 2 and info["forked_from"] == "wide"
+    own = [t for t in study.trials if "seqae.forked_from" not in t.user_attrs]
+    assert all(lrs[2] <= t.params["train.lr"] <= 3.0e-3 for t in own)
+    parent = next(r for r in mlflow_runs(workspace, "narrow") if r.data.tags.get("seqae.role") == "sweep")
+    assert parent.data.params["sweep.forked_from"] == "wide"
