@@ -114,8 +114,8 @@ class StudySearcher(_DriverOnly, Searcher):
         if control.get("drain"):
             if not self.draining:
                 self.draining = True
-                print(f"seqae: draining ({control['drain']}): no new trials; {len(self.live)} running ones finish",
-                      flush=True)
+                print(f"seqae: draining ({control['drain']}): no new trials start; the running ones "
+                      f"({len(self.live)}) finish", flush=True)
             return Searcher.FINISHED  # type: ignore[return-value]  # Tune's own sentinel, a str
         limit = int(control.get("max_concurrent") or self.spec.max_concurrent)
         if limit != self.limit:
