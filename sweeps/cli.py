@@ -381,7 +381,8 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         print(f"  forked from {info['forked_from']}: {info['seeded_trials']} of its trials seeded the study")
     print(f"  trials: {info['trials_total']} planned; " + ", ".join(f"{k} {v}" for k, v in info["trials_by_state"].items()))
     cost = info["cost"]
-    print(f"  cost: {cost['hours']:.4f} {cost['unit']}" + (f" of a budget of {cost['budget']:g}" if cost["budget"] else ""))
+    budget = f" of a budget of {cost['budget']:g}" if cost["budget"] else ""
+    print(f"  cost: {cost['hours']:.4f} {cost['unit']}{budget}")
     best = info["best"]
     for entry in best if isinstance(best, list) else [best] if best else []:
         values = ", ".join(f"{k} {v:.4f}" for k, v in entry["values"].items())

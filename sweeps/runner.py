@@ -276,7 +276,8 @@ def run_session(
     """One Tuner run over the trials the study still has to run. Progress shows a line per
     trial result; ``verbose`` brings back Ray Tune's own status tables."""
     progresses = _progresses(study, storage)
-    searcher = StudySearcher(spec, study, storage, sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values()))
+    spent = sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values())
+    searcher = StudySearcher(spec, study, storage, spent)
     objective = spec.objectives[0]
     scheduler = None
     if spec.scheduler == "asha":

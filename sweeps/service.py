@@ -252,7 +252,8 @@ def open_session(workspace: Workspace, name: str, check_file: bool) -> Session:
     data_seconds = time.time() - started
     study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
     tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage,
-                      workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None, spec.share)
+                      workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None,
+                      spec.share)
     tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, sweep_params(spec, state))
     state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
     record = {"started": started, "pid": os.getpid(), "host": socket.gethostname(), "outcome": "running",
@@ -373,7 +374,8 @@ def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:
         "sweep.objective": ",".join(f"{o.metric}:{o.mode}" for o in spec.objectives),
         "sweep.grid": ",".join(spec.grid) or "-", "sweep.search": ",".join(spec.search) or "-",
         "sweep.resources": f"cpu={spec.cpu},gpu={spec.gpu}", "sweep.max_concurrent": spec.max_concurrent,
-        "sweep.retries": spec.retries, "sweep.profile": spec.profile or "-", "sweep.forked_from": state.forked_from or "-",
+        "sweep.retries": spec.retries, "sweep.profile": spec.profile or "-",
+        "sweep.forked_from": state.forked_from or "-",
     }
     params.update({f"config.{k}": v for k, v in spec.base.items()})
     return params

@@ -279,7 +279,8 @@ def read_document(path: str | Path) -> dict[str, Any]:
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not a valid sweep file: {exc}") from None
     if not isinstance(document, dict):
-        raise ConfigError(f"{path}: a sweep file is a mapping of {', '.join(_Document.model_fields)}; got {type(document).__name__}")
+        raise ConfigError(f"{path}: a sweep file is a mapping of {', '.join(_Document.model_fields)}; "
+                          f"got {type(document).__name__}")
     return document
 
 
