@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from seqae_core.config import Config, from_flat, load, to_yaml
+from seqae_errors import ConfigError
 from sweeps.cli import main
 from tests.conftest import TINY, sets
 
@@ -96,3 +97,16 @@ def test_train_command_prints_json_last(data_cache, tmp_path):
         capture_output=True, text=True, timeout=300,
     )
     assert again.returncode == 2 and "pass --resume" in again.stderr
+
+
+def test_the_transformer_block_has_defaults_of_its_own_and_a_set_key_wins():
+    from seqae_core.config import from_flat
+
+    transformer = from_flat({"model.block": "transformer"})
+    assert (transformer.model.heads, transformer.model.dropout, transformer.train.lr) == (8, 0.1, 2e-3)
+    paper = from_flat({})  # the paper block keeps the paper's
+    assert (paper.model.block, paper.model.heads, paper.model.dropout, paper.train.lr) == ("paper", 1, 0.0, 1e-3)
+    pinned = from_flat({"model.block": "transformer", "model.heads": 2, "train.lr": 1e-3})
+    assert (pinned.model.heads, pinned.model.dropout, pinned.train.lr) == (2, 0.1, 1e-3)
+    with pytest.raises(ConfigError, match="model.d_attn=100 must be divisible by model.heads=8"):
+        from_flat({"model.block": "transformer", "model.d_attn": 100})
