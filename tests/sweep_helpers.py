@@ -24,6 +24,15 @@ SMOKE = [
 ]
 
 
+# Smaller still: ten pages of 16 tokens, halved to 8.
+TINY = [*SMOKE, "data.max_pages=10", "data.input_len=16", "model.latent_len=8"]
+
+
+def run_args(workspace: Path, name: str, *extra: str, study: Path = STUDIES / "quickstart.yaml") -> list[str]:
+    """`seqae sweep run` of ``study`` on TINY settings, plus ``extra`` overrides."""
+    return ["sweep", "run", str(study), "--name", name, "--workspace", str(workspace), *sets(*TINY, *extra)]
+
+
 def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sweeps.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO)

@@ -1,32 +1,16 @@
-"""Steering a running sweep on real components (local Ray, SQLite, real trials): `seqae sweep stop`,
-`seqae sweep set NAME max_concurrent=N`, and an objective's target."""
+"""Steering sweeps on real components (local Ray, SQLite, real trials): `seqae sweep stop`, `seqae
+sweep set NAME max_concurrent=N`, an objective's target, a budget, ASHA across a driver kill, and
+`seqae sweep fork`."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.sweep_helpers import (
-    SMOKE,
-    STUDIES,
-    kill_group,
-    mlflow_runs,
-    optuna_trials,
-    seqae,
-    sets,
-    start,
-    status,
-    trial_metas,
-    wait_for,
-)
+from tests import sweep_helpers as helpers
+from tests.sweep_helpers import STUDIES, TINY, optuna_trials, run_args, seqae, start, status, trial_metas, wait_for
 
 pytestmark = pytest.mark.slow
 
-TINY = [*SMOKE, "data.max_pages=10", "data.input_len=16", "model.latent_len=8"]
-
-
-def run_args(workspace, name, *extra):
-    return ["sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", name, "--workspace", str(workspace),
-            *sets(*TINY, *extra)]
 
 
 def trials(workspace, name) -> list:
@@ -66,7 +50,7 @@ def test_set_max_concurrent_then_stop_drains_and_resume_finishes(tmp_path):
     info = status(name, workspace)
     assert info["outcome"] == "stopped" and info["trials_by_state"] == {"COMPLETE": 2, "NOT_STARTED": 2}
     assert info["control"]["max_concurrent"] == 2 and "seqae sweep stop" in info["control"]["drain"]
-    assert not [r.info.run_name for r in mlflow_runs(workspace, name) if r.info.status == "RUNNING"]
+    assert not [r.info.run_name for r in helpers.mlflow_runs(workspace, name) if r.info.status == "RUNNING"]
 
     resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
     assert resumed.returncode == 0, resumed.stdout[-3000:]
@@ -121,7 +105,7 @@ def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path):
         wait_for(lambda: any(meta["epoch"] >= 1 and not meta["finished"] and number >= 2
                              for number, meta in trial_metas(storage).items()), 300, "trial 2 or later mid-training")
     finally:
-        kill_group(driver)
+        helpers.kill_group(driver)
         driver.wait(timeout=60)
     assert len(outcomes(workspace, "killed")) < 6  # the kill came before the end
     resumed = seqae("sweep", "resume", "killed", "--workspace", str(workspace))
@@ -139,7 +123,7 @@ def test_a_spent_budget_drains_the_sweep_and_every_trial_shows_its_cost(tmp_path
     assert info["outcome"] == "stopped" and 1 <= len(trials(workspace, name)) < 6
     cost = info["cost"]
     assert cost["unit"] == "cpu-hours" and cost["budget"] == 0.0001 and cost["hours"] >= 0.0001
-    children = {r.data.tags["seqae.trial"]: r for r in mlflow_runs(workspace, name) if "seqae.trial" in r.data.tags}
+    children = {r.data.tags["seqae.trial"]: r for r in helpers.mlflow_runs(workspace, name) if "seqae.trial" in r.data.tags}
     assert set(children) == set(cost["per_trial_seconds"])
     for number, seconds in cost["per_trial_seconds"].items():  # resources.cpu=1: cost = training wall time
         assert seconds > 0 and abs(children[number].data.metrics["resource_seconds"] - seconds) < 0.01
@@ -154,7 +138,7 @@ def test_fork_seeds_a_new_study_with_the_finished_trials_that_fit(tmp_path):
     lrs = sorted(t.params["train.lr"] for t in trials(workspace, "wide"))
     narrowed = f"search.train.lr={{type: loguniform, low: {lrs[2]!r}, high: 3.0e-3}}"  # two of the four fit
     fork = seqae("sweep", "fork", "wide", "--file", str(STUDIES / "quickstart.yaml"), "--name", "narrow",
-                 "--workspace", str(workspace), *sets(*TINY, "trials.total=2", "train.epochs=2", narrowed))
+                 "--workspace", str(workspace), *helpers.sets(*TINY, "trials.total=2", "train.epochs=2", narrowed))
     assert fork.returncode == 0, fork.stdout[-3000:]
     assert fork.stdout.count(": seeded") == 2 and fork.stdout.count("outside the new space") == 2, fork.stdout
 
@@ -169,5 +153,5 @@ def test_fork_seeds_a_new_study_with_the_finished_trials_that_fit(tmp_path):
     assert info["trials_by_state"] == {"COMPLETE": 2} and info["seeded_trials"] == 2 and info["forked_from"] == "wide"
     own = [t for t in study.trials if "seqae.forked_from" not in t.user_attrs]
     assert all(lrs[2] <= t.params["train.lr"] <= 3.0e-3 for t in own)
-    parent = next(r for r in mlflow_runs(workspace, "narrow") if r.data.tags.get("seqae.role") == "sweep")
+    parent = next(r for r in helpers.mlflow_runs(workspace, "narrow") if r.data.tags.get("seqae.role") == "sweep")
     assert parent.data.params["sweep.forked_from"] == "wide"

@@ -22,13 +22,14 @@ import yaml
 from sweeps.cli import main
 from tests.conftest import REPO
 from tests.sweep_helpers import (
-    SMOKE,
     STUDIES,
+    TINY,
     finished,
     kill_group,
     metric_steps,
     mlflow_runs,
     optuna_trials,
+    run_args,
     seqae,
     sets,
     start,
@@ -39,11 +40,6 @@ from tests.sweep_helpers import (
 
 pytestmark = pytest.mark.slow
 
-TINY = [*SMOKE, "data.max_pages=10", "data.input_len=16", "model.latent_len=8"]
-
-
-def run_args(workspace: Path, name: str, *extra: str, study: Path = STUDIES / "quickstart.yaml") -> list[str]:
-    return ["sweep", "run", str(study), "--name", name, "--workspace", str(workspace), *sets(*TINY, *extra)]
 
 
 def children(runs: list) -> list:
