@@ -305,7 +305,11 @@ def run_session(
         trainable,
         tune_config=tune.TuneConfig(
             metric=objective.metric, mode=objective.mode, search_alg=searcher, scheduler=scheduler,
-            num_samples=study.remaining(),  # StudySearcher keeps to max_concurrent, which may change
+            num_samples=study.remaining(),
+            # StudySearcher keeps to max_concurrent, which may change while the sweep runs; Tune's
+            # own limit is only an upper bound, and lets that many trials wait for workers at once
+            # (with none, Tune starts a custom searcher's trials one after another).
+            max_concurrent_trials=max(1, study.remaining()),
             trial_name_creator=lambda t: f"trial-{t.config['trial'].number:04d}",
             trial_dirname_creator=lambda t: f"trial-{t.config['trial'].number:04d}",
         ),

@@ -31,9 +31,8 @@ def test_set_max_concurrent_then_stop_drains_and_resume_finishes(tmp_path):
     workspace, name = tmp_path / "ws", "steer"
     driver = start(*run_args(workspace, name, "trials.total=4", "max_concurrent=1", "train.epochs=20",
                              "train.patience=20"), log=tmp_path / "driver.log")
-    try:
-        wait_for(lambda: any(t.intermediate_values for t in trials(workspace, name)), 180,
-                 "the first trial's first epoch")
+    try:  # the driver has created the study (reading it sooner would race its schema creation)
+        wait_for(lambda: "trial 0  epoch 1/" in (tmp_path / "driver.log").read_text(), 180, "the first epoch")
         assert states(workspace, name) == ["RUNNING"]  # max_concurrent=1 from the file
         raised = seqae("sweep", "set", name, "max_concurrent=2", "--workspace", str(workspace))
         assert raised.returncode == 0, raised.stderr
@@ -45,10 +44,13 @@ def test_set_max_concurrent_then_stop_drains_and_resume_finishes(tmp_path):
         driver.kill()
     log = (tmp_path / "driver.log").read_text()
     assert "max_concurrent 1 -> 2" in log and "draining (stopped by `seqae sweep stop`" in log, log[-3000:]
-    # The two running trials trained to their end; no third one started.
-    assert states(workspace, name) == ["COMPLETE", "COMPLETE"]
+    # The running trials trained to their end (a trial may have ended, and the next started,
+    # while the stop was on its way); the sweep stopped before its last trial.
+    started = states(workspace, name)
+    assert 2 <= len(started) < 4 and set(started) == {"COMPLETE"}, started
     info = status(name, workspace)
-    assert info["outcome"] == "stopped" and info["trials_by_state"] == {"COMPLETE": 2, "NOT_STARTED": 2}
+    assert info["outcome"] == "stopped"
+    assert info["trials_by_state"] == {"COMPLETE": len(started), "NOT_STARTED": 4 - len(started)}
     assert info["control"]["max_concurrent"] == 2 and "seqae sweep stop" in info["control"]["drain"]
     assert not [r.info.run_name for r in helpers.mlflow_runs(workspace, name) if r.info.status == "RUNNING"]
 
@@ -86,7 +88,10 @@ ASHA = ["scheduler.type=asha", "scheduler.grace_period=1", "scheduler.reduction_
 
 
 def outcomes(workspace, name) -> dict[int, tuple]:
-    return {t.number: (t.state.name, t.value) for t in trials(workspace, name)}
+    """Each trial's state, and a complete trial's value. (A pruned trial's value is its last epoch's,
+    and Tune may let a trial train one epoch past ASHA's stop while the decision travels.)"""
+    return {t.number: (t.state.name, t.value if t.state.name == "COMPLETE" else None)
+            for t in trials(workspace, name)}
 
 
 def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path):
