@@ -68,6 +68,12 @@ class Progress:
     epoch: int
     history: list[dict[str, Any]]  # every epoch's metrics so far
     finished: bool  # trained to its last epoch or stopped early: nothing left to run
+    patience_spent: bool = False  # stopped early: more epochs would not train it on
+
+    def done(self, epochs: int | None = None) -> bool:
+        """Nothing left to run; with ``epochs``, a limit raised since (``seqae sweep extend``), also
+        that it reached that limit or its patience ran out."""
+        return self.finished and (epochs is None or self.epoch >= epochs or self.patience_spent)
 
 
 class CheckpointStore:
@@ -88,7 +94,7 @@ class CheckpointStore:
         """An epoch's checkpoint (``seqae_core.train``'s report), and the best-model record when
         the epoch is a new best (its checkpoint then carries sample reconstructions)."""
         epoch = checkpoint["epoch"]
-        self.save_epoch(epoch, checkpoint, {"history": checkpoint["history"], "finished": checkpoint["finished"]})
+        self.save_epoch(epoch, checkpoint, {key: checkpoint[key] for key in ("history", "finished", "patience_spent")})
         samples = checkpoint["samples"]
         if samples is not None:
             self.save_best(epoch, {
@@ -110,7 +116,8 @@ class CheckpointStore:
         meta = self.newest_meta("epoch")
         if meta is None:
             return None
-        return Progress(int(meta["epoch"]), list(meta.get("history", [])), bool(meta.get("finished")))
+        return Progress(int(meta["epoch"]), list(meta.get("history", [])), bool(meta.get("finished")),
+                        bool(meta.get("patience_spent")))
 
     def best_epoch(self) -> int | None:
         """The epoch of the newest best-model record, without reading its files."""

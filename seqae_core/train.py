@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -160,7 +160,10 @@ def train(
 ) -> dict[str, Any]:
     """Train and return the final metrics (those of the best epoch, plus a summary).
 
-    ``resume`` is a checkpoint dict from ``report``; training continues after its epoch.
+    ``resume`` is a checkpoint dict from ``report``; training continues after its epoch. Its
+    config must be ``config`` but for ``train.epochs``: a run that reached its last epoch, given
+    more, trains on (with its optimizer, schedule and patience as they were); one whose patience
+    ran out stays stopped.
     Raises :class:`NonFiniteLossError` naming the epoch and step if the loss is not finite.
     """
     started = time.perf_counter()
@@ -179,8 +182,11 @@ def train(
     history: list[dict[str, Any]] = []
     first_epoch = 1
     if resume is not None:
-        if resume.get("format") != STATE_FORMAT or from_flat(resume["config"]) != config:
-            raise ValueError("the checkpoint was written for another config or format; start a new run")
+        saved = from_flat(resume["config"])
+        same_but_epochs = replace(saved, train=replace(saved.train, epochs=config.train.epochs)) == config
+        if resume.get("format") != STATE_FORMAT or not same_but_epochs:
+            raise ValueError("the checkpoint was written for another config or format (only train.epochs may "
+                             "change, to train on); start a new run")
         model.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
         scheduler.load_state_dict(resume["scheduler"])
@@ -190,7 +196,7 @@ def train(
             torch.cuda.set_rng_state_all(resume["rng"]["cuda"])
         history = list(resume["history"])
         first_epoch = resume["epoch"] + 1
-        if resume["finished"]:
+        if resume["finished"] and (stopper.should_stop or resume["epoch"] >= config.train.epochs):
             return summary(history, stopper, config.train.epochs, data_seconds)
 
     for epoch in range(first_epoch, config.train.epochs + 1):
@@ -249,6 +255,7 @@ def train(
                         "cuda": torch.cuda.get_rng_state_all() if dev.type == "cuda" else []},
                 "history": history,
                 "finished": stop,
+                "patience_spent": stopper.should_stop,
                 "token_ids": torch.from_numpy(splits.token_ids),
                 "samples": reconstruct(model, splits, dev) if improved else None,
             }

@@ -129,10 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("name")
     resume.set_defaults(handler=cmd_sweep_resume)
 
-    extend = with_workspace(sweeps.add_parser("extend", help="add trials to a sweep, using what it learned so far"),
+    extend = with_workspace(sweeps.add_parser("extend", help="add trials to a sweep, using what it learned so far; "
+                                                             "or, with --epochs, train finished trials on"),
                             verbose=True)
     extend.add_argument("name")
-    extend.add_argument("--trials", type=int, required=True, help="how many trials to add")
+    extend.add_argument("--trials", help="how many trials to add; with --epochs, which trials train on: best:K "
+                                         "(default best:1) or numbers, e.g. 3,5")
+    extend.add_argument("--epochs", type=int, help="train the chosen finished trials on, from their last "
+                                                   "checkpoint, to this many epochs")
     extend.set_defaults(handler=cmd_sweep_extend)
 
     status = with_workspace(sweeps.add_parser("status", help="trials by state, the best so far, where things are"))
@@ -347,7 +351,14 @@ def cmd_sweep_extend(args: argparse.Namespace) -> int:
     from sweeps import service
 
     workspace = _workspace(args)
-    service.extend(workspace, args.name, args.trials)
+    if args.epochs is not None:
+        for note in service.extend_epochs(workspace, args.name, args.epochs, args.trials or "best:1"):
+            print(f"seqae: {note}", flush=True)
+        return service.drive(workspace, args.name, verbose=args.verbose, extending=True)
+    if args.trials is None or not args.trials.isdigit():
+        raise ConfigError(f"--trials={args.trials!r}: give how many trials to add (or --epochs N to train finished "
+                          "trials on)")
+    service.extend(workspace, args.name, int(args.trials))
     return service.drive(workspace, args.name, verbose=args.verbose)
 
 

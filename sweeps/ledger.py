@@ -42,12 +42,13 @@ def resource_seconds(share: float, progress: Progress | None) -> float:
     return share * sum(float(h[M.EPOCH_SECONDS]) for h in (progress.history if progress else []))
 
 
-def decide(progress: Progress | None, error: bool) -> Outcome:
+def decide(progress: Progress | None, error: bool, epochs: int | None = None) -> Outcome:
     """How a trial ended when Tune lets go of it: an error or no epoch is a failure; records that
-    say it finished make it complete; otherwise the scheduler stopped it."""
+    say it finished (to ``epochs``, if `seqae sweep extend` raised its limit) make it complete;
+    otherwise the scheduler stopped it."""
     if error or progress is None or not progress.history:
         return Outcome.FAIL
-    return Outcome.COMPLETE if progress.finished else Outcome.PRUNED
+    return Outcome.COMPLETE if progress.done(epochs) else Outcome.PRUNED
 
 
 def settle(study: SweepStudy, number: int, outcome: Outcome, progress: Progress | None) -> None:
@@ -59,7 +60,7 @@ def settle(study: SweepStudy, number: int, outcome: Outcome, progress: Progress 
         study.tell(number, outcome.optuna_state)
 
 
-def reconcile(study: SweepStudy, storage: str, tracker: Any) -> list[str]:
+def reconcile(study: SweepStudy, storage: str, tracker: Any, lift_drain: bool = True) -> list[str]:
     """Bring the study and MLflow up to date after a driver died, before any new trial starts:
 
     1. RUNNING trials whose records say they finished are completed in place;
@@ -68,20 +69,21 @@ def reconcile(study: SweepStudy, storage: str, tracker: Any) -> list[str]:
     3. MLflow runs left RUNNING are closed: with their trial's outcome if it ended, else as KILLED
        until the trial continues (then the same run is reopened);
     4. a drain left by an earlier session (`seqae sweep stop`, a reached target) is lifted: a
-       resume asks for the trials that are left.
+       resume asks for the trials that are left (`seqae sweep extend --epochs` keeps it: it
+       trains on chosen trials only).
 
     Returns a note per change, for the driver to print."""
     notes = [f"trial {n}: enqueued before the driver stopped; it will run now" for n in study.start_waiting()]
     drain = study.control().get("drain")
-    if drain:
+    if drain and lift_drain:
         study.set_control(drain=None)
         notes.append(f"the sweep had stopped starting trials ({drain}); resuming lifts that")
     for number in study.numbers(TrialState.RUNNING):
-        progress = CheckpointStore.of_trial(storage, number).progress()
-        if progress is not None and progress.finished:
+        progress, epochs = CheckpointStore.of_trial(storage, number).progress(), study.epochs(number)
+        if progress is not None and progress.done(epochs):
             settle(study, number, Outcome.COMPLETE, progress)
             notes.append(f"trial {number}: had finished training; recorded as complete")
-        else:
+        elif epochs is None:  # `seqae sweep extend` says what it reopened
             notes.append(f"trial {number}: was interrupted; it will continue from its checkpoint")
     outcomes = {t.number: Outcome(t.state.name) for t in study.trials()}
     for number in tracker.open_trial_runs():

@@ -109,23 +109,22 @@ class StudySearcher(_DriverOnly, Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         """The next trial; None while ``max_concurrent`` trials run (the study's control record
-        may change it at any time); Tune's FINISHED once the sweep drains or has no trial left."""
+        may change it at any time); Tune's FINISHED once the sweep has no trial left, or none but
+        new ones while it drains."""
         control = self.study.control()
-        if control.get("drain"):
-            if not self.draining:
-                self.draining = True
-                print(f"seqae: draining ({control['drain']}): no new trials start; the running ones "
-                      f"({len(self.live)}) finish", flush=True)
-            return Searcher.FINISHED  # type: ignore[return-value]  # Tune's own sentinel, a str
+        if control.get("drain") and not self.draining:
+            self.draining = True
+            print(f"seqae: draining ({control['drain']}): no new trials start; the running ones "
+                  f"({len(self.live)}) finish", flush=True)
         limit = int(control.get("max_concurrent") or self.spec.max_concurrent)
         if limit != self.limit:
             print(f"seqae: max_concurrent {self.limit} -> {limit}", flush=True)
             self.limit = limit
         if len(self.live) >= limit:
             return None
-        trial = self.study.next_trial()
+        trial = self.study.next_trial(new=not self.draining)
         if trial is None:
-            return Searcher.FINISHED  # type: ignore[return-value]
+            return Searcher.FINISHED  # type: ignore[return-value]  # Tune's own sentinel, a str
         self.plans[trial_id] = trial
         self.live.add(trial_id)
         self.study.note_tune_trial(trial.number, trial_id)
@@ -159,7 +158,7 @@ class StudySearcher(_DriverOnly, Searcher):
             # hook, not to on_trial_result: without this, Optuna would miss that epoch's value.
             self._result(number, result)
         progress = CheckpointStore.of_trial(self.storage, number).progress()
-        ledger.settle(self.study, number, ledger.decide(progress, error), progress)
+        ledger.settle(self.study, number, ledger.decide(progress, error, self.study.epochs(number)), progress)
 
 
 class TrackingCallback(_DriverOnly, tune.Callback):
@@ -280,7 +279,13 @@ def run_session(
     searcher = StudySearcher(spec, study, storage, spent)
     objective = spec.objectives[0]
     scheduler = None
-    if spec.scheduler == "asha":
+    continuing = study.continuing()
+    if continuing:  # trials `seqae sweep extend` reopened train on past max_t, to limits of their own
+        epochs = max(epochs, *(study.epochs(n) or 0 for n in continuing))
+        if spec.scheduler == "asha":
+            print(f"seqae: trials {continuing} train on to their new epoch limit; ASHA stops no trial this session",
+                  flush=True)
+    elif spec.scheduler == "asha":
         scheduler = ResumableASHA(
             {n: {int(h[M.EPOCH]): float(h[objective.metric]) for h in p.history} for n, p in progresses.items()},
             1.0 if objective.mode == "max" else -1.0,

@@ -1,7 +1,10 @@
 """The sweep's Optuna study: the durable record of which trials exist and how they ended.
 
 A sweep trial *is* an Optuna trial; its number is the trial's identity everywhere (checkpoint
-folder, MLflow run, Tune trial name). Grid cells are enqueued as fixed parameters, searched keys
+folder, MLflow run, Tune trial name). A finished Optuna trial cannot change its values, so a trial
+that `seqae sweep extend --epochs` trains on is recorded by a new Optuna trial that continues it
+(user attribute ``seqae.continues``); :class:`SweepStudy` shows each sweep trial once, under its
+own number, as its newest record. Grid cells are enqueued as fixed parameters, searched keys
 are sampled. Because the study lives in persistent storage, a new driver rebuilds everything
 from it: trials that finished are never re-run, interrupted ones (still RUNNING) are continued
 from their checkpoints, and new ones are asked for until the planned total is reached.
@@ -13,6 +16,7 @@ storage interface (``BaseStorage``), never through its private attributes.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections import Counter
@@ -33,6 +37,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 FINAL = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 CONTROL = "seqae.control"  # the study's user attribute that holds SweepStudy.control()
 FORKED = "seqae.forked_from"  # a seeded trial's user attribute: "<origin sweep>#<its trial number>"
+CONTINUES = "seqae.continues"  # the user attribute of a trial's newer record: the sweep trial's number
+EPOCHS = "seqae.epochs"  # ... and the epoch limit it trains on to
 
 
 @dataclass(frozen=True)
@@ -118,9 +124,12 @@ class SweepStudy:
         self.spec, self.study, self.storage, self.total = spec, study, backend, total
         self.study_id = backend.get_study_id_from_name(study.study_name)
         self._issued: set[int] = set()
+        self._records = {t.user_attrs[CONTINUES]: t.number for t in study.get_trials(deepcopy=False)
+                         if CONTINUES in t.user_attrs}  # sweep trial -> its newest Optuna trial, if not itself
 
     def _trial_id(self, number: int) -> int:
-        return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, number)
+        """The storage's id of sweep trial ``number``'s newest record."""
+        return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, self._records.get(number, number))
 
     # -- what users ask of a running sweep: `seqae sweep stop|set`, the objective's target ------
     def control(self) -> dict[str, Any]:
@@ -138,8 +147,36 @@ class SweepStudy:
 
     # -- the trials --------------------------------------------------------------------------
     def trials(self) -> list[optuna.trial.FrozenTrial]:
-        """The sweep's own trials (not those a fork seeded the study with)."""
-        return [t for t in self.study.get_trials(deepcopy=False) if FORKED not in t.user_attrs]
+        """The sweep's own trials (not those a fork seeded the study with), each once, under its
+        own number: a trial that was continued, as its newest record."""
+        latest: dict[int, optuna.trial.FrozenTrial] = {}
+        for trial in self.study.get_trials(deepcopy=False):  # in number order: newer records last
+            if FORKED in trial.user_attrs:
+                continue
+            number = trial.user_attrs.get(CONTINUES, trial.number)
+            if number != trial.number:
+                trial = copy.copy(trial)
+                trial.number = number
+            latest[number] = trial
+        return list(latest.values())
+
+    def continue_trial(self, number: int, epochs: int) -> None:
+        """Reopen finished trial ``number`` to train on to ``epochs`` (`seqae sweep extend`): a new
+        RUNNING record with its parameters and values per epoch takes its place."""
+        old = self.storage.get_trial(self._trial_id(number))
+        trial_id = self.storage.create_new_trial(self.study_id, template_trial=optuna.trial.create_trial(
+            state=TrialState.RUNNING, params=old.params, distributions=old.distributions,
+            intermediate_values=old.intermediate_values,
+            user_attrs={**old.user_attrs, CONTINUES: number, EPOCHS: epochs}))
+        self._records[number] = self.storage.get_trial_number_from_id(trial_id)
+
+    def epochs(self, number: int) -> int | None:
+        """The epoch limit `seqae sweep extend` raised trial ``number``'s to, if it did."""
+        return self.storage.get_trial(self._trial_id(number)).user_attrs.get(EPOCHS)
+
+    def continuing(self) -> list[int]:
+        """The trials `seqae sweep extend` reopened that have not trained to their new limit yet."""
+        return [t.number for t in self.trials() if t.state == TrialState.RUNNING and EPOCHS in t.user_attrs]
 
     def forked(self) -> list[optuna.trial.FrozenTrial]:
         """Finished trials of another sweep that `seqae sweep fork` seeded the study with."""
@@ -178,14 +215,15 @@ class SweepStudy:
     def numbers(self, state: TrialState) -> list[int]:
         return [t.number for t in self.trials() if t.state == state]
 
-    def next_trial(self) -> TrialSpec | None:
-        """An interrupted trial to continue, else a new trial while the budget lasts, else None."""
+    def next_trial(self, new: bool = True) -> TrialSpec | None:
+        """An interrupted trial to continue, else (if ``new``) a new trial while the budget lasts,
+        else None."""
         trials = self.trials()
         for trial in trials:
             if trial.state == TrialState.RUNNING and trial.number not in self._issued:
                 self._issued.add(trial.number)
-                return self._spec(trial.number, dict(trial.params), continued=True)
-        if len(trials) >= self.total:
+                return self._spec(trial.number, dict(trial.params), continued=True, epochs=trial.user_attrs.get(EPOCHS))
+        if not new or len(trials) >= self.total:
             return None
         cell = self._emptiest_cell(trials)
         if cell:
@@ -195,9 +233,11 @@ class SweepStudy:
         self._issued.add(asked.number)
         return self._spec(asked.number, params)
 
-    def _spec(self, number: int, params: dict[str, Any], continued: bool = False) -> TrialSpec:
+    def _spec(self, number: int, params: dict[str, Any], continued: bool = False,
+              epochs: int | None = None) -> TrialSpec:
+        limit = {"train.epochs": epochs} if epochs else {}  # raised by `seqae sweep extend`
         try:
-            config = build(trial_layers(self.spec.source, self.spec.base, params))
+            config = build(trial_layers(self.spec.source, self.spec.base, params | limit))
         except ConfigError as exc:
             return TrialSpec(number, params, None, str(exc), continued)
         return TrialSpec(number, params, config, None, continued)
@@ -243,11 +283,11 @@ class SweepStudy:
             self.storage.set_trial_intermediate_value(self._trial_id(number), epoch, value)
 
     def complete(self, number: int, history: list[dict[str, Any]]) -> None:
-        self.study.tell(number, best_epoch_values(self.spec, history), skip_if_finished=True)
+        self.study.tell(self._records.get(number, number), best_epoch_values(self.spec, history), skip_if_finished=True)
 
     def tell(self, number: int, state: TrialState) -> None:
         """End a trial without values (pruned or failed)."""
-        self.study.tell(number, state=state, skip_if_finished=True)
+        self.study.tell(self._records.get(number, number), state=state, skip_if_finished=True)
 
     def note_tune_trial(self, number: int, tune_trial_id: str) -> None:
         trial = self._running(number)

@@ -198,6 +198,74 @@ def extend(workspace: Workspace, name: str, trials: int) -> None:
         workspace.write(state)
 
 
+def extend_epochs(workspace: Workspace, name: str, epochs: int, which: str) -> list[str]:
+    """`seqae sweep extend NAME --epochs N --trials best:K|3,5`: reopen the chosen finished trials
+    to train on from their last checkpoint to ``epochs`` (``SweepStudy.continue_trial``); the next
+    driver runs them, and only them. Returns a note per trial; nothing is reopened on error.
+    Trials an earlier extend reopened and a driver left unfinished are continued as they are."""
+    from seqae_core.checkpoint import CheckpointStore
+    from sweeps.search import open_study, study_exists
+
+    if epochs < 1:
+        raise ConfigError(f"--epochs={epochs} must be positive")
+    state = workspace.read(name)
+    spec = load_spec(state, check_file=True)
+    if spec.multi_objective:
+        raise ConfigError(f"sweep {name!r} has several objectives; `extend --epochs` trains on single-objective "
+                          "sweeps' trials")
+    backends = Backends(**state.backends)
+    if not study_exists(backends.optuna_storage, state.study_name):
+        raise ConfigError(f"sweep {name!r} has not run yet; nothing to extend")
+    with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
+        study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
+        if study.continuing():
+            return [f"trial {n}: still training on to {study.epochs(n)} epochs (an earlier extend); it continues"
+                    for n in study.continuing()]
+        if study.remaining() and not study.control().get("drain"):
+            raise ConfigError(f"sweep {name!r} still has {study.remaining()} trials to run; `seqae sweep resume "
+                              f"{name}` (or `seqae sweep stop {name}`) first, then extend its finished trials")
+        notes, chosen = [], []
+        for number in chosen_trials(study, which):
+            progress = CheckpointStore.of_trial(backends.storage, number).progress()
+            if progress is None:
+                notes.append(f"trial {number}: left as it is: it has no checkpoint")
+            elif progress.patience_spent:
+                notes.append(f"trial {number}: left as it is: its patience ran out at epoch {progress.epoch}")
+            elif progress.epoch >= epochs:
+                notes.append(f"trial {number}: left as it is: it already trained {progress.epoch} epochs")
+            else:
+                chosen.append(number)
+                notes.append(f"trial {number}: trains on from epoch {progress.epoch} to {epochs}")
+        if not chosen:
+            raise ConfigError(f"--epochs={epochs} gives none of the chosen trials more to train:\n" + "\n".join(notes))
+        for number in chosen:
+            study.continue_trial(number, epochs)
+    return notes
+
+
+def chosen_trials(study: Any, which: str) -> list[int]:
+    """``best:K``: the K best complete trials; ``3,5``: those trials (complete or pruned)."""
+    from optuna.trial import TrialState
+
+    trials = {t.number: t for t in study.trials()}
+    if which.startswith("best:"):
+        k = which.removeprefix("best:")
+        if not k.isdigit() or int(k) < 1:
+            raise ConfigError(f"--trials={which!r}: best:K needs a positive count K")
+        sign = 1.0 if study.spec.objectives[0].mode == "max" else -1.0
+        complete = [t for t in trials.values() if t.state == TrialState.COMPLETE]
+        return [t.number for t in sorted(complete, key=lambda t: (-sign * t.values[0], t.number))[: int(k)]]
+    numbers = [n.strip() for n in which.split(",")]
+    if not all(n.isdigit() for n in numbers):
+        raise ConfigError(f"--trials={which!r}: give best:K or trial numbers separated by commas")
+    for n in map(int, numbers):
+        if n not in trials or trials[n].state not in (TrialState.COMPLETE, TrialState.PRUNED):
+            raise ConfigError(f"--trials={which!r}: trial {n} is "
+                              f"{trials[n].state.name if n in trials else 'not in the sweep'}; only complete or "
+                              "pruned trials train on")
+    return list(map(int, numbers))
+
+
 @dataclass
 class Session:
     """What one driver holds while it runs a sweep."""
@@ -212,8 +280,11 @@ class Session:
     record: dict[str, Any]  # this session's entry in sweep.json
 
 
-def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: bool = False) -> int:
-    """Run what is left of a sweep: open its stores, reconcile them, run the trials, close the books."""
+def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: bool = False,
+          extending: bool = False) -> int:
+    """Run what is left of a sweep: open its stores, reconcile them, run the trials, close the books.
+    ``extending`` (`seqae sweep extend --epochs`) keeps a stopped sweep stopped: only the trials
+    it reopened run."""
     from sweeps import ledger
 
     workspace.read(name)  # an unknown sweep is refused before anything is written
@@ -222,7 +293,7 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
     signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
         session = open_session(workspace, name, check_file)
-        for note in ledger.reconcile(session.study, session.backends.storage, session.tracker):
+        for note in ledger.reconcile(session.study, session.backends.storage, session.tracker, not extending):
             print(f"seqae: {note}", flush=True)
         writer = run(workspace, session, verbose)
         left = close(workspace, session, writer)

@@ -63,7 +63,7 @@ def test_set_max_concurrent_then_stop_drains_and_resume_finishes(tmp_path):
     assert [e for e in info["control"]["log"] if "max_concurrent" in e][0]["max_concurrent"] == 2  # recorded
 
 
-def test_a_reached_target_drains_the_sweep(tmp_path):
+def test_a_reached_target_drains_the_sweep_and_extend_trains_its_best_trial_on(tmp_path):
     workspace, name = tmp_path / "ws", "goal"
     run = seqae(*run_args(workspace, name, "trials.total=6", "train.epochs=3", "objective.target=0.0"))
     assert run.returncode == 0, run.stdout[-3000:]
@@ -72,6 +72,29 @@ def test_a_reached_target_drains_the_sweep(tmp_path):
     assert 1 <= len(finished) <= 2 and set(finished) == {"COMPLETE"}  # only those started before the first result
     info = status(name, workspace)
     assert info["outcome"] == "stopped" and "the target 0.0" in info["control"]["drain"]
+
+    ws = ["--workspace", str(workspace)]
+    for args, message in ((["--epochs", "3"], "already trained 3 epochs"), (["--epochs", "5", "--trials", "7"],
+                                                                              "trial 7 is not in the sweep")):
+        refused = seqae("sweep", "extend", name, *args, *ws)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+    best = info["best"]["trial"]
+    extended = seqae("sweep", "extend", name, "--epochs", "5", *ws)
+    assert extended.returncode == 0, extended.stdout[-3000:]
+    assert f"trial {best}: trains on from epoch 3 to 5" in extended.stdout
+    history = trial_metas(workspace / "sweeps" / name)[best]["history"]
+    assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5]
+    after = status(name, workspace)  # still stopped: only the chosen trial trained; no new trial started
+    assert after["outcome"] == "stopped" and after["trials_by_state"] == info["trials_by_state"]
+    top = max(history, key=lambda h: (h["val_token_accuracy"], -h["epoch"]))
+    assert after["best"]["trial"] == best and after["best"]["values"]["val_token_accuracy"] == top["val_token_accuracy"]
+    record = trials(workspace, name)[-1]  # the Optuna trial that continues it, with every epoch's value
+    assert record.user_attrs["seqae.continues"] == best and record.state.name == "COMPLETE"
+    assert sorted(record.intermediate_values) == [1, 2, 3, 4, 5]
+    run_ids = [r.info.run_id for r in helpers.mlflow_runs(workspace, name)
+               if r.data.tags.get("seqae.trial") == str(best)]
+    assert len(run_ids) == 1  # the same MLflow run, now with five epochs
+    assert sorted(helpers.metric_steps(run_ids[0], "val_token_accuracy", workspace)) == [1, 2, 3, 4, 5]
 
 
 def test_set_refuses_what_it_cannot_change(tmp_path):

@@ -90,6 +90,25 @@ def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, 
     }
 
 
+def test_a_finished_run_given_more_epochs_trains_on_as_if_it_had_had_them(tiny_config, data_cache, tmp_path):
+    """`seqae sweep extend --epochs`: the run that stopped at its last epoch, 2, continues to 4
+    with the metrics of a run given 4 epochs from the start; its records say when it is done."""
+    config = tiny_config(**{"train.epochs": 4, "train.patience": 5})
+    full = []
+    train(config, lambda m, c: full.append(m), cache_dir=data_cache)
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+    short = tiny_config(**{"train.epochs": 2, "train.patience": 5})
+    train(short, store.save, cache_dir=data_cache)
+    assert store.progress().done() and not store.progress().done(epochs=4)
+    state, _ = store.resume()
+    assert train(short, resume=state, cache_dir=data_cache)[M.EPOCHS_RUN] == 2  # nothing left at its own limit
+    longer = []
+    train(config, lambda m, c: (longer.append(m), store.save(m, c)), resume=state, cache_dir=data_cache)
+    assert [m[M.EPOCH] for m in longer] == [3, 4]
+    assert without_timing(longer) == without_timing(full[2:])
+    assert store.progress().done(epochs=4) and [h[M.EPOCH] for h in store.progress().history] == [1, 2, 3, 4]
+
+
 def test_resume_refuses_a_checkpoint_of_another_config(tiny_config, data_cache):
     states = []
     train(tiny_config(**{"train.epochs": 1}), lambda m, c: states.append(c), cache_dir=data_cache)
