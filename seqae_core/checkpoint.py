@@ -31,21 +31,13 @@ import pyarrow.fs as pafs
 import torch
 
 from seqae_core import data as data_lib
+from seqae_core.storage import filesystem
 
 log = logging.getLogger(__name__)
 
 STATE, MODEL, SAMPLES_JSON, SAMPLES_TXT, METRICS = "state.pt", "model.pt", "samples.json", "samples.txt", "metrics.json"
 
 _RECORD = re.compile(r"^(epoch|best)-(\d{6})$")
-
-
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """``(filesystem, path)`` for a local path or a URI such as ``s3://bucket/prefix``."""
-    if "://" in uri:
-        return pafs.FileSystem.from_uri(uri)
-    from pathlib import Path
-
-    return pafs.LocalFileSystem(), str(Path(uri).expanduser().resolve())
 
 
 @dataclass

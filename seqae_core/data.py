@@ -20,25 +20,34 @@ The tokenized samples are cached under ``cache_dir/<key>/``, keyed by everything
 them. An entry is built in a temporary folder and renamed into place, and a manifest holds the
 size and SHA-256 of each file, so a partial or corrupted entry is detected and rebuilt. The
 validation split is drawn by page afterwards, so trials with other split settings share an entry.
+
+On a cluster, the driver prepares an entry once and :func:`publish` es it where every node reaches
+(a shared folder, or an object store); :func:`prepare` given that ``published`` location fetches
+it once per node into the node's own cache (under the same lock, checksums verified), and never
+tokenizes or reads the source. ``fetched.json`` in the entry says from where, how many bytes, how long.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
 import logging
 import os
 import shutil
+import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
+import pyarrow.fs as pafs
 import torch
 
 from seqae_core.config import DataConfig
+from seqae_core.storage import filesystem
 from seqae_errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -94,9 +103,9 @@ def entry_name(key: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def load(config: DataConfig, cache_dir: Path | None = None) -> Splits:
-    """Prepare (or reuse) the cache entry for ``config`` and split it by page."""
-    entry = prepare(config, cache_dir)
+def load(config: DataConfig, cache_dir: Path | None = None, published: str | None = None) -> Splits:
+    """Prepare (or reuse, or fetch) the cache entry for ``config`` and split it by page."""
+    entry = prepare(config, cache_dir, published)
     manifest = json.loads((entry / "manifest.json").read_text())
     tokens = np.load(entry / "tokens.npy", mmap_mode="r")
     pages = np.load(entry / "pages.npy", mmap_mode="r")
@@ -122,16 +131,19 @@ def load(config: DataConfig, cache_dir: Path | None = None) -> Splits:
     )
 
 
-def prepare(config: DataConfig, cache_dir: Path | None = None) -> Path:
-    """The path of a valid cache entry for ``config``, building it if needed.
+def prepare(config: DataConfig, cache_dir: Path | None = None, published: str | None = None) -> Path:
+    """The path of a valid cache entry for ``config``, building it if needed; or, given the URI of
+    the entry a driver published for ``config`` (:func:`publish`), fetching it: the entry keeps
+    the driver's name and key, since this node may not see the source the key describes.
 
-    Concurrent callers (the trials of a sweep) wait on a lock instead of tokenizing twice."""
+    Concurrent callers (the trials of a sweep on one node) wait on a lock instead of tokenizing
+    or fetching twice."""
     from filelock import FileLock
 
     cache_dir = Path(cache_dir or default_cache_dir())
     cache_dir.mkdir(parents=True, exist_ok=True)
-    key = cache_key(config)
-    name = entry_name(key)
+    key = cache_key(config) if published is None else None
+    name = entry_name(key) if key is not None else str(published).rstrip("/").rsplit("/", 1)[-1]
     entry = cache_dir / name
     with FileLock(str(cache_dir / f"{name}.lock")):
         problem = check_entry(entry, key)
@@ -144,22 +156,29 @@ def prepare(config: DataConfig, cache_dir: Path | None = None) -> Path:
         shutil.rmtree(building, ignore_errors=True)
         building.mkdir()
         try:
-            build(config, key, building)
+            if key is not None:
+                build(config, key, building)
+            else:
+                fetch(str(published), building)
+                problem = check_entry(building, key)
+                if problem is not None:
+                    raise RuntimeError(f"the data entry published at {published} is unusable: {problem}")
             os.replace(building, entry)
         finally:
             shutil.rmtree(building, ignore_errors=True)
     return entry
 
 
-def check_entry(entry: Path, key: dict[str, Any]) -> str | None:
-    """None if ``entry`` is complete and intact, else what is wrong with it."""
+def check_entry(entry: Path, key: dict[str, Any] | None) -> str | None:
+    """None if ``entry`` is complete and intact (and made for ``key``, if given), else what is wrong
+    with it."""
     if not entry.exists():
         return "missing"
     try:
         manifest = json.loads((entry / "manifest.json").read_text())
     except (OSError, ValueError) as exc:
         return f"no readable manifest ({exc})"
-    if manifest.get("key") != key:
+    if key is not None and manifest.get("key") != key:
         return "manifest is for other settings"
     for name in FILES:
         expected = manifest.get("files", {}).get(name)
@@ -171,6 +190,51 @@ def check_entry(entry: Path, key: dict[str, Any]) -> str | None:
         if sha256(path) != expected["sha256"]:
             return f"{name} does not match its checksum"
     return None
+
+
+def shared_settings(config: DataConfig) -> DataConfig:
+    """``config`` without its split settings: the configs that share one entry."""
+    return replace(config, val_fraction=0.5, split_seed=0)
+
+
+def publish(entry: Path, uri: str) -> int:
+    """Copy a valid entry to ``uri/<entry name>``, its manifest last, so that a reader never sees a
+    partial one; an entry published whole already stays. Returns the bytes copied."""
+    fs, root = filesystem(uri)
+    target = f"{root}/{entry.name}"
+    manifest = (entry / "manifest.json").read_bytes()
+    with contextlib.suppress(FileNotFoundError, OSError):
+        with fs.open_input_stream(f"{target}/manifest.json") as f:
+            if f.read() == manifest:
+                return 0
+    fs.create_dir(target)
+    local = pafs.LocalFileSystem()
+    for name in FILES:
+        pafs.copy_files(str(entry / name), f"{target}/{name}", local, fs)
+    with fs.open_output_stream(f"{target}/manifest.json") as f:
+        f.write(manifest)
+    return sum((entry / name).stat().st_size for name in FILES) + len(manifest)
+
+
+def fetch(uri: str, out: Path) -> None:
+    """Copy the entry published at ``uri`` into the empty folder ``out``, and say so in
+    ``out/fetched.json``; the caller checks it against its manifest."""
+    fs, root = filesystem(uri)
+    started = time.perf_counter()
+    try:
+        with fs.open_input_stream(f"{root}/manifest.json") as f:
+            manifest = f.read()
+    except (FileNotFoundError, OSError) as exc:
+        raise RuntimeError(f"no data entry is published at {uri} ({one_line(exc)})") from exc
+    local = pafs.LocalFileSystem()
+    for file in FILES:
+        pafs.copy_files(f"{root}/{file}", str(out / file), fs, local)
+    (out / "manifest.json").write_bytes(manifest)
+    moved = sum((out / file).stat().st_size for file in FILES) + len(manifest)
+    (out / "fetched.json").write_text(json.dumps({
+        "from": uri, "bytes": moved, "seconds": round(time.perf_counter() - started, 3),
+        "host": socket.gethostname(), "pid": os.getpid()}))
+    log.info("fetched data entry %s (%d bytes)", uri, moved)
 
 
 def sha256(path: Path) -> str:
@@ -353,6 +417,7 @@ def build(config: DataConfig, key: dict[str, Any], out: Path) -> None:
         "samples": len(rows),
         "pages": n_pages,
         "seconds": round(time.perf_counter() - start, 3),
+        "built_by": {"host": socket.gethostname(), "pid": os.getpid()},
         "files": {name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)} for name in FILES},
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))

@@ -156,6 +156,7 @@ def train(
     resume: dict[str, Any] | None = None,
     device: str | None = None,
     cache_dir: Any = None,
+    published: str | None = None,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Train and return the final metrics (those of the best epoch, plus a summary).
@@ -163,11 +164,13 @@ def train(
     ``resume`` is a checkpoint dict from ``report``; training continues after its epoch. Its
     config must be ``config`` but for ``train.epochs``: a run that reached its last epoch, given
     more, trains on (with its optimizer, schedule and patience as they were); one whose patience
-    ran out stays stopped.
+    ran out stays stopped. ``published``: where a sweep's driver published the data
+    (``seqae_core.data.publish``), to fetch it into ``cache_dir`` rather than tokenize it.
+
     Raises :class:`NonFiniteLossError` naming the epoch and step if the loss is not finite.
     """
     started = time.perf_counter()
-    splits = data_lib.load(config.data, cache_dir)
+    splits = data_lib.load(config.data, cache_dir, published)
     data_seconds = time.perf_counter() - started
     dev = pick_device(device)
     torch.manual_seed(config.train.seed)

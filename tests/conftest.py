@@ -73,3 +73,24 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest'
         terminalreporter.write_sep("-", "screenshots saved")
         for path in SCREENSHOTS:
             terminalreporter.write_line(path)
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A real S3-compatible server (moto's) on loopback, with a bucket ``seqae``: yields the
+    environment that points pyarrow's and boto3's S3 clients at it."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "seqae-test",
+           "AWS_SECRET_ACCESS_KEY": "seqae-test", "AWS_DEFAULT_REGION": "us-east-1"}
+    import boto3
+
+    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="seqae-test",
+                 aws_secret_access_key="seqae-test", region_name="us-east-1").create_bucket(Bucket="seqae")
+    try:
+        yield env
+    finally:
+        server.stop()

@@ -176,3 +176,44 @@ def test_package_readmes_load_as_a_second_corpus(tmp_path):
     texts = list(data.iter_texts(DataConfig(path=str(folder), max_pages=3)))
     assert len(texts) == 3 and all(len(t) >= 2000 for t in texts)
     assert not any(t.startswith("Homarus gammarus") for t in texts)
+
+
+@pytest.mark.parametrize("where", ["folder", "s3"])
+def test_published_entry_is_fetched_once_per_node_and_never_tokenized_there(where, tiny_config, tmp_path,
+                                                                           monkeypatch, request):
+    """A driver publishes its entry to a shared folder or a real S3 server; a node with an empty
+    cache fetches it (checksums verified), a second trial on that node reuses the node's copy, and
+    neither touches the source or the tokenizer. A damaged published file is refused."""
+    if where == "s3":
+        for key, value in request.getfixturevalue("s3").items():
+            monkeypatch.setenv(key, value)
+    uri = f"s3://seqae/{tmp_path.name}/data" if where == "s3" else str(tmp_path / "shared" / "data")
+    config = tiny_config(**{"data.max_pages": 3}).data
+    entry = data.prepare(config, tmp_path / "driver")
+    moved = data.publish(entry, uri)
+    assert moved == sum(f.stat().st_size for f in entry.iterdir())
+    assert data.publish(entry, uri) == 0  # published whole already: nothing copied again
+
+    def never(*args, **kwargs):
+        raise AssertionError("a node with published data read the source")
+
+    monkeypatch.setattr(data, "iter_texts", never)
+    monkeypatch.setattr(data, "load_tokenizer", never)
+    node = tmp_path / "node"
+    fetched = data.prepare(config, node, published=f"{uri}/{entry.name}")
+    record = json.loads((fetched / "fetched.json").read_text())
+    assert fetched.name == entry.name and record["bytes"] == moved and record["from"] == f"{uri}/{entry.name}"
+    assert all((fetched / f).read_bytes() == (entry / f).read_bytes() for f in (*data.FILES, "manifest.json"))
+    stamp = (fetched / "fetched.json").stat().st_mtime_ns
+    assert data.load(config, node, published=f"{uri}/{entry.name}").tokens.shape == data.load(config, tmp_path / "driver").tokens.shape
+    assert (fetched / "fetched.json").stat().st_mtime_ns == stamp  # the second trial reused the node's copy
+
+    from seqae_core.storage import filesystem
+
+    fs, root = filesystem(uri)
+    with fs.open_output_stream(f"{root}/{entry.name}/pages.npy") as f:
+        f.write(b"damaged")
+    with pytest.raises(RuntimeError, match="unusable: pages.npy has 7 bytes"):
+        data.prepare(config, tmp_path / "node2", published=f"{uri}/{entry.name}")
+    with pytest.raises(RuntimeError, match="no data entry is published at"):
+        data.prepare(config, tmp_path / "node3", published=f"{uri}/elsewhere")
