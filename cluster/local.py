@@ -45,8 +45,15 @@ def _ray_bin() -> str:
     return str(candidate) if candidate.exists() else "ray"
 
 
-def _ray_env(state: dict[str, Any]) -> dict[str, str]:
+def node_cache(state: dict[str, Any], ip: str) -> Path:
+    """Node ``ip``'s own data cache: as on machines that share no disk, each node fetches the data
+    a sweep's driver published into its own cache (``seqae_core.data``)."""
+    return Path(state["root"]) / "nodes" / ip / "cache"
+
+
+def _ray_env(state: dict[str, Any], ip: str) -> dict[str, str]:
     return {
+        "SEQAE_CACHE_DIR": str(node_cache(state, ip)),
         **FAST_HEALTH_CHECKS,
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN_PATH": state["token_file"],
@@ -118,7 +125,7 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
 
     if previous:
         state = previous
-        state.update(workers=workers, cpus_per_worker=cpus_per_worker, head_cpus=head_cpus, pids={})
+        state.update(workers=workers, cpus_per_worker=cpus_per_worker, head_cpus=head_cpus, pids={}, ray_sessions=[])
     else:
         pg_port = free_port()
         state = {
@@ -159,12 +166,12 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
 def _start_ray(state: dict[str, Any], logs: Path) -> None:
     """A head on 127.0.0.2 and worker raylets on 127.0.0.3, 127.0.0.4, ...: one node each."""
     workers, head_cpus = state["workers"], state["head_cpus"]
-    env = {**os.environ, **_ray_env(state)}
+    env = {**os.environ, **_ray_env(state, "127.0.0.2")}
     head = [_ray_bin(), "start", "--head", f"--port={state['gcs_port']}", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={state['dashboard_port']}", f"--temp-dir={state['ray_temp_dir']}",
             f"--ray-client-server-port={state['node_ports'] + NODE_PORTS - 1}",
             *_node_args("127.0.0.2", state["node_ports"], head_cpus)]
-    _ray_start(head, env, logs / "ray-head.log")
+    _ray_start(state, head, env, logs / "ray-head.log")
     for i in range(1, workers + 1):
         start_worker(state, i)
     wait_until(lambda: http_ok(f"http://127.0.0.1:{state['dashboard_port']}/api/gcs_healthz"), 60,
@@ -173,24 +180,40 @@ def _start_ray(state: dict[str, Any], logs: Path) -> None:
 
 def start_worker(state: dict[str, Any], i: int) -> None:
     """Start worker node ``i`` (1-based) on 127.0.0.<2 + i>: again, after it was lost."""
+    ip = f"127.0.0.{2 + i}"
     worker = [_ray_bin(), "start", f"--address=127.0.0.2:{state['gcs_port']}", f"--temp-dir={state['ray_temp_dir']}",
-              *_node_args(f"127.0.0.{2 + i}", state["node_ports"] + NODE_PORTS * i, state["cpus_per_worker"])]
-    _ray_start(worker, {**os.environ, **_ray_env(state)}, Path(state["root"]) / "logs" / f"ray-worker-{i}.log")
+              *_node_args(ip, state["node_ports"] + NODE_PORTS * i, state["cpus_per_worker"])]
+    log = Path(state["root"]) / "logs" / f"ray-worker-{i}.log"
+    _ray_start(state, worker, {**os.environ, **_ray_env(state, ip)}, log)
 
 
-def _ray_start(argv: list[str], env: dict[str, str], log: Path) -> None:
+def _ray_start(state: dict[str, Any], argv: list[str], env: dict[str, str], log: Path) -> None:
+    """Run `ray start` in a session of its own, recorded in the state: whatever Ray starts under
+    it stays in that session, where ``down`` finds it."""
     with open(log, "ab") as out:
-        result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=180)
-    if result.returncode != 0:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    state.setdefault("ray_sessions", []).append(proc.pid)
+    _write_state(Path(state["root"]), state)
+    if proc.wait(timeout=180) != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise RuntimeError(f"`ray start` failed ({log}):\n{tail}")
 
 
 def ray_processes(state: dict[str, Any]) -> list[psutil.Process]:
-    """This cluster's Ray processes: those that name its own temporary folder."""
-    marker = state.get("ray_temp_dir")
+    """This cluster's Ray processes: those in the sessions of its `ray start` commands, whatever
+    Ray started under them (a ray.util.client.server, agents that renamed themselves), and those
+    that name its own temporary folder."""
+    marker, sessions = state.get("ray_temp_dir"), set(state.get("ray_sessions", []))
     return [p for p in psutil.process_iter(["cmdline", "environ"]) if marker and p.pid != os.getpid() and (
-        marker in " ".join(p.info["cmdline"] or ()) or any(marker in v for v in (p.info["environ"] or {}).values()))]
+        _session(p.pid) in sessions or marker in " ".join(p.info["cmdline"] or ())
+        or any(marker in v for v in (p.info["environ"] or {}).values()))]
+
+
+def _session(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:  # gone meanwhile
+        return None
 
 
 def worker_raylets(state: dict[str, Any]) -> dict[str, int]:
@@ -228,7 +251,7 @@ def down(root: Path) -> list[str]:
         postgres.stop(pg)
         stopped.append("PostgreSQL")
     shutil.rmtree(state.get("ray_temp_dir") or "/nonexistent", ignore_errors=True)
-    state["pids"] = {}
+    state["pids"], state["ray_sessions"] = {}, []
     _write_state(root, state)
     return stopped
 

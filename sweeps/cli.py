@@ -368,14 +368,21 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     workspace = _workspace(args)
     record = submit.read_record(workspace, args.name)
     if record is not None and not workspace.exists(args.name):
-        # submitted, and its driver has not written its state where this machine can see it (yet)
-        info = {"name": args.name, "job": submit.job_info(record)}
-        print(json.dumps(info) if args.json else f"sweep {args.name}: job {info['job']['id']} is "
-              f"{info['job']['status']} (its state lives on the cluster, in {record['workspace']})")
-        return 0
-    info = service.status(workspace, args.name)
-    if record is not None:
-        info["job"] = submit.job_info(record)
+        # submitted, and its driver keeps its state in the cluster's workspace: read its trials
+        # from the backends the submission named, once its driver has created the study
+        from sweeps.search import study_exists
+
+        if record.get("backends") and study_exists(record["backends"]["optuna_storage"], args.name):
+            info = service.submitted_status(record)
+        else:
+            info = {"name": args.name, "job": submit.job_info(record)}
+            print(json.dumps(info) if args.json else f"sweep {args.name}: job {info['job']['id']} is "
+                  f"{info['job']['status']} (its driver has not started its trials yet)")
+            return 0
+    else:
+        info = service.status(workspace, args.name)
+        if record is not None:
+            info["job"] = submit.job_info(record)
     if args.json:
         print(json.dumps(info))
         return 0

@@ -25,6 +25,7 @@ from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
 from seqae_core.checkpoint import Progress as CheckpointProgress
 from seqae_core.config import Config
+from seqae_core.data import shared_settings
 from seqae_core.train import NonFiniteLossError, train
 from seqae_errors import ConfigError
 from sweeps import ledger
@@ -50,7 +51,7 @@ def run_trial(config: dict[str, Any], runtime: dict[str, Any]) -> None:
         try:
             if trial.config is None:
                 raise ConfigError(trial.error or "the trial has no config")
-            _train_trial(trial.number, trial.config, store, runtime["cache_dir"], trial.continued)
+            _train_trial(trial.number, trial.config, store, runtime, trial.continued)
         except (ConfigError, NonFiniteLossError) as exc:
             store.record_verdict(f"{type(exc).__name__}: {exc}")
             raise
@@ -60,7 +61,8 @@ class TrialFailed(RuntimeError):
     """A trial that failed for a reason that repeats: its config, or its loss diverging."""
 
 
-def _train_trial(number: int, trial_config: Config, store: CheckpointStore, cache_dir: str, continued: bool) -> None:
+def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runtime: dict[str, Any],
+                 continued: bool) -> None:
     resume, skipped = store.resume()
     for note in skipped:
         print(f"seqae: trial {number}: skipped damaged checkpoint {note}", flush=True)
@@ -75,7 +77,10 @@ def _train_trial(number: int, trial_config: Config, store: CheckpointStore, cach
         store.save(metrics, checkpoint)
         tune.report({**metrics, "trial": number, "node_id": node_id, "finished": checkpoint["finished"]})
 
-    train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir)
+    # Data the driver published is fetched into this node's own cache (SEQAE_CACHE_DIR), once per node.
+    published = runtime["published"].get(shared_settings(trial_config.data))
+    cache_dir = None if published else runtime["cache_dir"]
+    train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir, published=published)
 
 
 class _DriverOnly:
@@ -270,7 +275,7 @@ def last_error(trial: Any) -> str:
 
 def run_session(
     spec: SweepSpec, study: SweepStudy, tracker: Tracker, writer: Writer, *, storage: str, cache_dir: str,
-    session: int, epochs: int, verbose: bool = False,
+    published: dict[Any, str], session: int, epochs: int, verbose: bool = False,
 ) -> None:
     """One Tuner run over the trials the study still has to run. Progress shows a line per
     trial result; ``verbose`` brings back Ray Tune's own status tables."""
@@ -303,7 +308,7 @@ def run_session(
     progress = Progress(study.study.study_name, objective, study.remaining() * epochs, epochs,
                         (best[0].values[0], best[0].number) if len(best) == 1 else None)
     trainable = tune.with_resources(
-        tune.with_parameters(run_trial, runtime={"storage": storage, "cache_dir": cache_dir}),
+        tune.with_parameters(run_trial, runtime={"storage": storage, "cache_dir": cache_dir, "published": published}),
         {"cpu": spec.cpu, "gpu": spec.gpu},
     )
     tuner = tune.Tuner(

@@ -277,6 +277,7 @@ class Session:
     tracker: Any  # sweeps.tracking.Tracker
     epochs: int  # the most any trial may run
     data_seconds: float
+    published: dict[Any, str]  # the data entries published for the trials' nodes (none: they read the driver's cache)
     record: dict[str, Any]  # this session's entry in sweep.json
 
 
@@ -319,7 +320,7 @@ def open_session(workspace: Workspace, name: str, check_file: bool) -> Session:
         connect_ray(workspace.root)
         check_cluster(backends)
     started = time.time()
-    epochs = prepare_data(spec, str(workspace.cache_dir))
+    epochs, published = prepare_data(spec, str(workspace.cache_dir), published_data(workspace, backends.storage))
     data_seconds = time.time() - started
     study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
     tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage,
@@ -329,7 +330,7 @@ def open_session(workspace: Workspace, name: str, check_file: bool) -> Session:
     state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
     record = {"started": started, "pid": os.getpid(), "host": socket.gethostname(), "outcome": "running",
               "job": os.environ.get("RAY_JOB_ID")}
-    return Session(state, spec, backends, study, tracker, epochs, data_seconds, record)
+    return Session(state, spec, backends, study, tracker, epochs, data_seconds, published, record)
 
 
 def run(workspace: Workspace, session: Session, verbose: bool) -> Any:
@@ -352,7 +353,8 @@ def run(workspace: Workspace, session: Session, verbose: bool) -> Any:
         check_resources(spec, *cluster_capacity())
         try:
             runner.run_session(spec, study, session.tracker, writer, storage=session.backends.storage,
-                               cache_dir=str(workspace.cache_dir), session=len(state.sessions),
+                               cache_dir=str(workspace.cache_dir), published=session.published,
+                               session=len(state.sessions),
                                epochs=session.epochs, verbose=verbose)
         except KeyboardInterrupt:
             session.record["interrupted"] = True
@@ -410,12 +412,29 @@ def check_data(spec: spec_lib.SweepSpec) -> None:
         data_lib.check_source(source)
 
 
-def prepare_data(spec: spec_lib.SweepSpec, cache_dir: str) -> int:
-    """Tokenize, once, the data of every grid cell; returns the most epochs any trial may run."""
+def published_data(workspace: Workspace, storage: str) -> str | None:
+    """Where the driver publishes the prepared data for the trials' nodes: beside the checkpoints,
+    when they go to an object store or to a folder outside the workspace (shared by a cluster's
+    nodes). None when they stay in the workspace: the trials then read the driver's cache."""
+    if "://" in storage or not Path(storage).resolve().is_relative_to(workspace.root.resolve()):
+        return f"{storage.rstrip('/')}/data"
+    return None
+
+
+def prepare_data(spec: spec_lib.SweepSpec, cache_dir: str, data_uri: str | None) -> tuple[int, dict[Any, str]]:
+    """Tokenize, once, the data of every grid cell, and publish it to ``data_uri`` if given.
+    Returns the most epochs any trial may run, and the URI of each published entry by its data
+    settings (``seqae_core.data.shared_settings``)."""
     configs = cell_configs(spec)
-    for data_config in {c.data for c in configs}:
-        data_lib.prepare(data_config, Path(cache_dir))
-    return max(c.train.epochs for c in configs)
+    published = {}
+    for data_config in {data_lib.shared_settings(c.data) for c in configs}:
+        entry = data_lib.prepare(data_config, Path(cache_dir))
+        if data_uri:
+            moved = data_lib.publish(entry, data_uri)
+            published[data_config] = f"{data_uri}/{entry.name}"
+            print(f"seqae: data entry {entry.name} published to {data_uri}"
+                  + (f" ({moved / 2**20:.1f} MiB)" if moved else " (already there)"), flush=True)
+    return max(c.train.epochs for c in configs), published
 
 
 def training_precision(spec: spec_lib.SweepSpec) -> str:
@@ -454,42 +473,78 @@ def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:
 
 def status(workspace: Workspace, name: str) -> dict[str, Any]:
     """Trials by state, the best so far, and where the runs and the study live."""
-    from sweeps.search import read_only
-
     state = workspace.read(name)
     spec = spec_lib.parse(state.spec, state.file)
     backends = Backends(**state.backends)
-    study = read_only(spec, backends.optuna_storage, state.study_name)
-    by_state = study.counts()
-    created = sum(by_state.values())
-    if created < state.total_trials:
-        by_state["NOT_STARTED"] = state.total_trials - created
-    best = [
-        {"trial": t.number, "values": dict(zip((o.metric for o in spec.objectives), t.values)), "params": t.params}
-        for t in study.best()
-    ]
     last = state.sessions[-1] if state.sessions else {}
     return {
         "name": name,
         "workspace": str(workspace.root),
         "outcome": last.get("outcome", "not started"),
+        **trials_view(spec, backends, state.study_name, state.total_trials),
+        "mlflow_experiment_id": state.mlflow_experiment_id,
+        "mlflow_parent_run_id": state.mlflow_parent_run_id,
+        "sessions": len(state.sessions),
+        "job": state.job,
+        "forked_from": state.forked_from,
+    }
+
+
+def submitted_status(record: dict[str, Any]) -> dict[str, Any]:
+    """The status of a sweep submitted from this workspace whose state lives in the cluster's
+    (``record["workspace"]``): its trials, best and cost, read from the backends the submission
+    named (its Optuna study, MLflow experiment and storage), beside its job's state."""
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.submit import job_info
+
+    spec = spec_lib.load(str(Path(record["working_dir"]) / record["file"]), record["sets"])
+    backends = Backends(**record["backends"])
+    view = trials_view(spec, backends, record["name"], spec.planned_trials())
+    job = job_info(record)
+    by_state = view["trials_by_state"]
+    complete = not by_state.get("NOT_STARTED") and set(by_state) <= {"COMPLETE", "PRUNED", "FAIL"}
+    experiment = MlflowClient(backends.mlflow_tracking_uri).get_experiment_by_name(record["name"])
+    return {
+        "name": record["name"],
+        "workspace": record["workspace"],
+        "outcome": "complete" if complete and by_state else f"job {job['status']}",
+        **view,
+        "mlflow_experiment_id": experiment.experiment_id if experiment else None,
+        "mlflow_parent_run_id": None,
+        "sessions": len(record["jobs"]),
+        "job": job,
+        "forked_from": None,
+    }
+
+
+def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, total: int) -> dict[str, Any]:
+    """What a sweep's Optuna study and trial stores say: trials by state, the best, the control
+    record, the cost; and where the runs and the study live."""
+    from sweeps.search import read_only
+
+    study = read_only(spec, backends.optuna_storage, study_name)
+    by_state = study.counts()
+    created = sum(by_state.values())
+    if created < total:
+        by_state["NOT_STARTED"] = total - created
+    best = [
+        {"trial": t.number, "values": dict(zip((o.metric for o in spec.objectives), t.values)), "params": t.params}
+        for t in study.best()
+    ]
+    return {
         "profile": spec.profile,
         "description": spec.description,
-        "trials_total": state.total_trials,
+        "trials_total": total,
         "trials_by_state": by_state,
         "best": best[0] if len(best) == 1 else best or None,
         "objectives": [f"{o.metric} ({o.mode})" for o in spec.objectives],
         "mlflow_tracking_uri": redact(backends.mlflow_tracking_uri),
-        "mlflow_experiment_id": state.mlflow_experiment_id,
-        "mlflow_parent_run_id": state.mlflow_parent_run_id,
         "optuna_storage": redact(backends.optuna_storage),
-        "optuna_study_name": state.study_name,
+        "optuna_study_name": study_name,
         "storage": backends.storage,
-        "sessions": len(state.sessions),
-        "job": state.job,
         "control": study.control(),
         "cost": cost(spec, backends.storage, study),
-        "forked_from": state.forked_from,
         "seeded_trials": len(study.forked()),
     }
 

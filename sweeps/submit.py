@@ -25,7 +25,7 @@ from sweeps.workspace import Workspace, check_name, redact, write_json
 
 PASSED_PREFIXES = ("SEQAE_", "HF_HUB_", "HF_DATASETS_", "TOKENIZERS_")
 PASSED_NAMES = ("PGPASSFILE",)
-NEVER_PASSED = ("SEQAE_RAY_ADDRESS",)
+NEVER_PASSED = ("SEQAE_RAY_ADDRESS", "SEQAE_CACHE_DIR")  # the job's own address; each node's own data cache
 EXCLUDES = [".venv", ".git", "seqae-runs", "bench-results", "**/__pycache__", "*.db", ".pytest_cache"]
 RECORD = "submission.json"
 # Files a cluster's state may hold (secrets, a database, checkpoints): never packaged with the job.
@@ -86,6 +86,10 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
     if workspace.exists(name) or read_record(workspace, name):
         raise ConfigError(f"a sweep named {name!r} already exists; `seqae sweep resume {name}` continues it")
     env = job_env()
+    for key in ("SEQAE_MLFLOW_TRACKING_URI", "SEQAE_OPTUNA_STORAGE"):
+        if redact(env.get(key, "")) != env.get(key, ""):
+            raise ConfigError(f"{key} carries a password; give it through the environment (PGPASSFILE or "
+                              "~/.pgpass for PostgreSQL, MLFLOW_TRACKING_PASSWORD for MLflow)")
     for key, default in (("SEQAE_MLFLOW_TRACKING_URI", "MLflow"), ("SEQAE_OPTUNA_STORAGE", "Optuna")):
         value = env.get(key, "")
         if not value or value.startswith("sqlite:"):
@@ -100,9 +104,14 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
     except ValueError:
         raise ConfigError(f"{file} is outside {working_dir}, the directory that is packaged for the cluster; "
                           "run from the repository root") from None
+    storage = env.get("SEQAE_STORAGE")
     record = {"name": name, "address": url, "file": str(relative), "sets": sets,
               "workspace": env.get("SEQAE_WORKSPACE", str(workspace.root)), "working_dir": str(working_dir),
-              "jobs": []}
+              "jobs": [],
+              # where the driver keeps the sweep (as `service.resolve_backends` picks them), for `status` here
+              "backends": {"mlflow_tracking_uri": env["SEQAE_MLFLOW_TRACKING_URI"],
+                           "optuna_storage": env["SEQAE_OPTUNA_STORAGE"],
+                           "storage": f"{storage.rstrip('/')}/{name}" if storage else None}}
     _submit(workspace, record, env)
     return record
 

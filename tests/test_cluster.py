@@ -27,9 +27,10 @@ SWEEP = [*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=4", "r
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, s3):
+    """Three nodes, each with its own data cache; every node reaches the S3 server (``s3``)."""
     root = tmp_path_factory.mktemp("cluster")
-    up = seqae("cluster", "up", "--dir", str(root), "--workers", "2", timeout=300)
+    up = seqae("cluster", "up", "--dir", str(root), "--workers", "2", timeout=300, env=s3)
     assert up.returncode == 0, up.stdout + up.stderr
     from cluster import local
 
@@ -40,29 +41,39 @@ def cluster(tmp_path_factory):
     finally:
         down = seqae("cluster", "down", "--dir", str(root), timeout=120)
         assert down.returncode == 0, down.stderr
-        assert local.ray_processes(local.read_state(root)) == []
+        state = local.read_state(root)
+        assert local.ray_processes(state) == []
+        ports = {state["gcs_port"], state["dashboard_port"], state["mlflow"]["port"], state["postgres"]["port"],
+                 *range(state["node_ports"], state["node_ports"] + local.NODE_PORTS * (state["workers"] + 1))}
+        import psutil
+
+        listening = [c for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.laddr.port in ports]
+        assert listening == [], listening  # nothing of the cluster's is left listening, whatever Ray started
 
 
-def submit(cluster, name: str, *extra: str) -> str:
+def submit(cluster, name: str, *extra: str, env: dict[str, str] | None = None,
+           workspace: str | None = None) -> str:
     run = seqae("sweep", "submit", str(STUDIES / "quickstart.yaml"), "--name", name,
-                "--workspace", cluster["env"]["SEQAE_WORKSPACE"], *sets(*SWEEP, *extra), env=cluster["env"])
+                "--workspace", workspace or cluster["env"]["SEQAE_WORKSPACE"], *sets(*SWEEP, *extra),
+                env={**cluster["env"], **(env or {})})
     assert run.returncode == 0, run.stdout + run.stderr
     return re.search(r"as job (\S+)", run.stdout).group(1)
 
 
-def job_status(cluster, name: str) -> dict:
-    run = seqae("sweep", "status", name, "--json", "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"])
+def job_status(cluster, name: str, workspace: str | None = None) -> dict:
+    run = seqae("sweep", "status", name, "--json", "--workspace", workspace or cluster["env"]["SEQAE_WORKSPACE"],
+                env=cluster["env"])
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
 
 
-def wait_job(cluster, name: str, timeout: float = 600) -> dict:
+def wait_job(cluster, name: str, timeout: float = 600, workspace: str | None = None) -> dict:
     def done():
-        info = job_status(cluster, name)
+        info = job_status(cluster, name, workspace)
         return info["job"]["status"] in ("SUCCEEDED", "FAILED", "STOPPED")
 
     wait_for(done, timeout, f"job of sweep {name}", every=3)
-    return job_status(cluster, name)
+    return job_status(cluster, name, workspace)
 
 
 def dashboard(cluster) -> str:
@@ -84,11 +95,18 @@ def test_cluster_is_three_nodes_with_loopback_services(cluster):
 
 
 def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
-    submit(cluster, "spread")
-    info = wait_job(cluster, "spread")
-    assert info["job"]["status"] == "SUCCEEDED", seqae("sweep", "logs", "spread", "--workspace",
-                                                       cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"]).stdout[-4000:]
-    assert info["trials_by_state"] == {"COMPLETE": 4}
+    """Submitted from a laptop's own workspace: `status` there shows the job and the trials, which
+    the driver keeps in the cluster's workspace and backends."""
+    laptop = str(cluster["root"] / "laptop")
+    submit(cluster, "spread", workspace=laptop)
+    info = wait_job(cluster, "spread", workspace=laptop)
+    assert info["job"]["status"] == "SUCCEEDED", seqae("sweep", "logs", "spread", "--workspace", laptop,
+                                                       env=cluster["env"]).stdout[-4000:]
+    assert info["trials_by_state"] == {"COMPLETE": 4} and info["outcome"] == "complete"
+    assert info["best"]["trial"] in range(4) and info["mlflow_experiment_id"] is not None
+    assert set(info["cost"]["per_trial_seconds"]) == {"0", "1", "2", "3"}
+    text = seqae("sweep", "status", "spread", "--workspace", laptop, env=cluster["env"]).stdout
+    assert "COMPLETE 4" in text and "job: " in text and "SUCCEEDED" in text, text
 
     runs = mlflow_runs(None, "spread", tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
     parents = [r for r in runs if r.data.tags.get("seqae.role") == "sweep"]
@@ -109,7 +127,7 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
     # no secret reached the runs' params or the job's output
     token = Path(cluster["state"]["token_file"]).read_text().strip()
     password = Path(cluster["env"]["PGPASSFILE"]).read_text().split(":")[-1].strip()
-    logs = seqae("sweep", "logs", "spread", "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"]).stdout
+    logs = seqae("sweep", "logs", "spread", "--workspace", laptop, env=cluster["env"]).stdout
     for run in runs:
         values = " ".join(f"{k}={v}" for k, v in {**run.data.params, **run.data.tags}.items())
         assert token not in values and password not in values
@@ -218,13 +236,23 @@ def test_lost_worker_with_no_retries_left_fails_its_trial_everywhere(cluster):
         restore_worker(cluster, node_ip)
 
 
-def test_killed_worker_trials_continue_on_the_survivor(cluster):
-    """Scenario 3, with retries: the trial continues from its checkpoint on another node."""
-    name = "survive"
-    submit(cluster, name, "data.max_pages=20", "train.epochs=6", "trials.total=2")
-    storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
-    wait_for(lambda: any(2 <= m["epoch"] < 6 for m in trial_metas(storage).values()), 300, "a trial past epoch 2")
-    number = next(n for n, m in trial_metas(storage).items() if 2 <= m["epoch"] < 6)
+def test_killed_worker_trials_continue_on_the_survivor_through_an_object_store(cluster, s3, monkeypatch):
+    """Scenario 3, with retries, and checkpoints and data in S3, which no node shares a disk with:
+    the driver tokenizes the data once and publishes it; each node that runs a trial fetches it
+    once into its own cache; the trial whose node dies continues from its S3 checkpoint on the other."""
+    from seqae_core.checkpoint import CheckpointStore
+
+    for key, value in s3.items():
+        monkeypatch.setenv(key, value)
+    name, storage = "survive", f"s3://seqae/{cluster['root'].name}"
+    submit(cluster, name, "data.max_pages=20", "train.epochs=6", "trials.total=2", env={"SEQAE_STORAGE": storage})
+
+    def epochs() -> dict[int, int]:
+        found = {n: CheckpointStore.of_trial(f"{storage}/{name}", n).progress() for n in range(2)}
+        return {n: p.epoch for n, p in found.items() if p is not None}
+
+    wait_for(lambda: any(2 <= e < 6 for e in epochs().values()), 300, "a trial past epoch 2")
+    number = next(n for n, e in epochs().items() if 2 <= e < 6)
     node_ip = kill_worker_of(cluster, name, number)  # the worker node dies with the trial on it
     try:
         info = wait_job(cluster, name)
@@ -235,12 +263,28 @@ def test_killed_worker_trials_continue_on_the_survivor(cluster):
     assert info["trials_by_state"] == {"COMPLETE": 2}
     resumed = re.search(rf"trial {number}: continuing after epoch (\d+)", logs)
     assert resumed and int(resumed.group(1)) >= 2, logs[-4000:]  # from its checkpoint, not from epoch 1
+    assert epochs() == {0: 6, 1: 6}
     runs = mlflow_runs(None, name, tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
     moved = next(r for r in runs if r.data.tags.get("seqae.trial") == str(number))
     assert moved.info.status == "FINISHED" and moved.data.tags["ray.node_ip"] != node_ip  # finished elsewhere
 
+    # The data: tokenized once, by the driver (its workspace cache); fetched at most once per node.
+    cache = Path(cluster["env"]["SEQAE_WORKSPACE"]) / "cache"
+    built = [json.loads(m.read_text()) for m in cache.glob("*/manifest.json")]
+    entry = next(m for m in built if m["key"]["max_pages"] == 20)
+    assert f"published to {storage}/{name}/data" in logs
+    fetched = {ip: [json.loads(f.read_text()) for f in (cluster["root"] / "nodes" / ip / "cache").glob("*/fetched.json")
+                    if json.loads((f.parent / "manifest.json").read_text())["key"] == entry["key"]]
+               for ip in ("127.0.0.3", "127.0.0.4")}
+    assert all(len(records) == 1 for records in fetched.values()), fetched  # both nodes ran it; one fetch each
+    for ip, (record,) in fetched.items():
+        assert record["from"].startswith(f"{storage}/{name}/data/") and record["bytes"] > 0
+        manifest = json.loads((cluster["root"] / "nodes" / ip / "cache" / record["from"].rsplit("/", 1)[1]
+                               / "manifest.json").read_text())
+        assert manifest["built_by"] == entry["built_by"]  # the driver's tokenization, not the node's
 
-def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster):
+
+def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster, s3):
     """Scenario 5: head included. Ray forgets the job; `seqae sweep resume` resubmits it and the new
     driver carries on from the study, the checkpoints and the runs in the shared storage."""
     from cluster import local
@@ -252,7 +296,7 @@ def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster):
              "one trial finished and another under way")
     down = seqae("cluster", "down", "--dir", str(cluster["root"]), timeout=120)
     assert down.returncode == 0 and "Ray" in down.stdout, down.stderr
-    up = seqae("cluster", "up", "--dir", str(cluster["root"]), "--workers", "2", timeout=300)
+    up = seqae("cluster", "up", "--dir", str(cluster["root"]), "--workers", "2", timeout=300, env=s3)
     assert up.returncode == 0, up.stdout + up.stderr
     cluster["state"] = local.read_state(cluster["root"])
     assert local.environment(cluster["state"]) == cluster["env"]  # the same addresses, database and storage
