@@ -79,8 +79,11 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest'
 def s3():
     """A real S3-compatible server (moto's) on loopback, with a bucket ``seqae``: yields the
     environment that points pyarrow's and boto3's S3 clients at it."""
+    import logging
+
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request in a failure's report
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

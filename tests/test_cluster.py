@@ -28,9 +28,17 @@ SWEEP = [*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=4", "r
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, s3):
-    """Three nodes, each with its own data cache; every node reaches the S3 server (``s3``)."""
+    """Three nodes, each with its own data cache; every node, including a worker a test restarts,
+    and this process reach the S3 server (``s3``) through the environment."""
     root = tmp_path_factory.mktemp("cluster")
-    up = seqae("cluster", "up", "--dir", str(root), "--workers", "2", timeout=300, env=s3)
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in s3.items():
+            mp.setenv(key, value)
+        yield from _cluster(root)
+
+
+def _cluster(root):
+    up = seqae("cluster", "up", "--dir", str(root), "--workers", "2", timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     from cluster import local
 
@@ -236,16 +244,15 @@ def test_lost_worker_with_no_retries_left_fails_its_trial_everywhere(cluster):
         restore_worker(cluster, node_ip)
 
 
-def test_killed_worker_trials_continue_on_the_survivor_through_an_object_store(cluster, s3, monkeypatch):
+def test_killed_worker_trials_continue_on_the_survivor_through_an_object_store(cluster):
     """Scenario 3, with retries, and checkpoints and data in S3, which no node shares a disk with:
     the driver tokenizes the data once and publishes it; each node that runs a trial fetches it
     once into its own cache; the trial whose node dies continues from its S3 checkpoint on the other."""
     from seqae_core.checkpoint import CheckpointStore
 
-    for key, value in s3.items():
-        monkeypatch.setenv(key, value)
     name, storage = "survive", f"s3://seqae/{cluster['root'].name}"
-    submit(cluster, name, "data.max_pages=20", "train.epochs=6", "trials.total=2", env={"SEQAE_STORAGE": storage})
+    # 21 pages: data no other test's sweep prepared, so the nodes' caches start without it
+    submit(cluster, name, "data.max_pages=21", "train.epochs=6", "trials.total=2", env={"SEQAE_STORAGE": storage})
 
     def epochs() -> dict[int, int]:
         found = {n: CheckpointStore.of_trial(f"{storage}/{name}", n).progress() for n in range(2)}
@@ -271,7 +278,7 @@ def test_killed_worker_trials_continue_on_the_survivor_through_an_object_store(c
     # The data: tokenized once, by the driver (its workspace cache); fetched at most once per node.
     cache = Path(cluster["env"]["SEQAE_WORKSPACE"]) / "cache"
     built = [json.loads(m.read_text()) for m in cache.glob("*/manifest.json")]
-    entry = next(m for m in built if m["key"]["max_pages"] == 20)
+    entry = next(m for m in built if m["key"]["max_pages"] == 21)
     assert f"published to {storage}/{name}/data" in logs
     fetched = {ip: [json.loads(f.read_text()) for f in (cluster["root"] / "nodes" / ip / "cache").glob("*/fetched.json")
                     if json.loads((f.parent / "manifest.json").read_text())["key"] == entry["key"]]
@@ -284,7 +291,7 @@ def test_killed_worker_trials_continue_on_the_survivor_through_an_object_store(c
         assert manifest["built_by"] == entry["built_by"]  # the driver's tokenization, not the node's
 
 
-def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster, s3):
+def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster):
     """Scenario 5: head included. Ray forgets the job; `seqae sweep resume` resubmits it and the new
     driver carries on from the study, the checkpoints and the runs in the shared storage."""
     from cluster import local
@@ -296,7 +303,7 @@ def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster, 
              "one trial finished and another under way")
     down = seqae("cluster", "down", "--dir", str(cluster["root"]), timeout=120)
     assert down.returncode == 0 and "Ray" in down.stdout, down.stderr
-    up = seqae("cluster", "up", "--dir", str(cluster["root"]), "--workers", "2", timeout=300, env=s3)
+    up = seqae("cluster", "up", "--dir", str(cluster["root"]), "--workers", "2", timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     cluster["state"] = local.read_state(cluster["root"])
     assert local.environment(cluster["state"]) == cluster["env"]  # the same addresses, database and storage
