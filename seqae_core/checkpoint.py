@@ -11,6 +11,7 @@ size and SHA-256 of every file, and the record's :class:`Progress` (epoch record
     best-000002/samples.*      sample reconstructions (JSON, and text with wrong tokens marked)
     best-000002/metrics.json   the metrics of that epoch
     failed.txt                 why the run cannot succeed, if it failed in a way that repeats
+    lease.json                 on an object store: which writer holds the store now
 
 A record whose manifest is missing, or whose files do not match it, is never loaded: the
 store falls back to the newest valid record and says which one it skipped and why.
@@ -23,7 +24,11 @@ import hashlib
 import io
 import json
 import logging
+import os
 import re
+import socket
+import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -37,7 +42,13 @@ log = logging.getLogger(__name__)
 
 STATE, MODEL, SAMPLES_JSON, SAMPLES_TXT, METRICS = "state.pt", "model.pt", "samples.json", "samples.txt", "metrics.json"
 
+LEASE = "lease.json"  # an object store's writer lease (see ``CheckpointStore.exclusive``)
+
 _RECORD = re.compile(r"^(epoch|best)-(\d{6})$")
+
+
+class LeaseLost(RuntimeError):
+    """A newer writer (the trial resumed elsewhere) took the store's lease: this one must stop."""
 
 
 @dataclass
@@ -75,6 +86,7 @@ class CheckpointStore:
         self.uri = uri
         self.fs, self.root = filesystem(uri)
         self.keep = keep
+        self.lease: str | None = None  # this writer's lease on an object store (see ``exclusive``)
 
     @classmethod
     def of_trial(cls, storage: str, number: int) -> CheckpointStore:
@@ -140,11 +152,21 @@ class CheckpointStore:
 
     @contextlib.contextmanager
     def exclusive(self, timeout: float = 120.0) -> Iterator[None]:
-        """Hold the store alone, waiting for an older writer to exit first (a worker that
-        outlived its driver, say). The kernel releases the lock when its holder dies. Object
-        stores have no such lock: there, the caller must make sure old workers are gone."""
+        """Hold the store alone. On a local or shared path, wait for an older writer to exit
+        first (a worker that outlived its driver, say); the kernel releases the lock when its
+        holder dies. An object store has no such lock: this writer takes the store's lease
+        (``lease.json``) instead, and an older writer, which checks the lease before each record,
+        stops with :class:`LeaseLost` rather than write beside it."""
         if not isinstance(self.fs, pafs.LocalFileSystem):
-            yield
+            self.lease = uuid.uuid4().hex
+            self.fs.create_dir(self.root, recursive=True)
+            with self.fs.open_output_stream(f"{self.root}/{LEASE}") as out:
+                out.write(json.dumps({"holder": self.lease, "host": socket.gethostname(), "pid": os.getpid(),
+                                      "at": time.time()}).encode())
+            try:
+                yield
+            finally:
+                self.lease = None
             return
         from filelock import FileLock
 
@@ -165,6 +187,7 @@ class CheckpointStore:
 
     def record_verdict(self, error: str) -> None:
         """Mark the run as failed for a reason that would repeat if it were run again."""
+        self._check_lease()
         with self.fs.open_output_stream(f"{self.root}/failed.txt") as out:
             out.write(error.encode())
 
@@ -186,7 +209,23 @@ class CheckpointStore:
                 found.append(int(match.group(2)))
         return found
 
+    def _check_lease(self) -> None:
+        """Raise :class:`LeaseLost` if a newer writer took this object store's lease. (Between this
+        check and the record's manifest, a few seconds, a stale writer can still finish the one
+        record it had begun; the newer writer's records of the same epochs replace it.)"""
+        if self.lease is None:
+            return
+        try:
+            with self.fs.open_input_stream(f"{self.root}/{LEASE}") as f:
+                holder = json.loads(f.read())
+        except (OSError, ValueError) as exc:
+            raise LeaseLost(f"{self.uri}: the lease is gone ({exc})") from exc
+        if holder.get("holder") != self.lease:
+            raise LeaseLost(f"{self.uri}: a newer writer ({holder.get('host')}, pid {holder.get('pid')}) took the "
+                            "lease; this one stops without writing")
+
     def _write(self, name: str, files: dict[str, bytes], meta: dict[str, Any]) -> None:
+        self._check_lease()
         folder = f"{self.root}/{name}"
         self.fs.create_dir(folder, recursive=True)
         self.fs.delete_dir_contents(folder)  # a record rewritten after a resume starts empty

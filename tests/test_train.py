@@ -161,3 +161,25 @@ def test_checkpoint_store_falls_back_past_a_damaged_record(tmp_path):
     assert [s.split(":")[0] for s in loaded.skipped] == ["epoch-000003", "epoch-000002"]
     store.save_epoch(2, {"epoch": 2})  # a resumed run rewrites epoch 2 whole
     assert store.latest().epoch == 2
+
+
+def test_an_object_store_lease_stops_a_stale_writer_before_it_writes(s3, monkeypatch, tmp_path):
+    """On a real S3 server: a trial resumed elsewhere takes its store's lease; the writer that
+    outlived its driver then fails its next record with LeaseLost, and writes nothing."""
+    from seqae_core.checkpoint import LeaseLost
+
+    for key, value in s3.items():
+        monkeypatch.setenv(key, value)
+    uri = f"s3://seqae/{tmp_path.name}/trials/0000"
+    stale, resumed = CheckpointStore(uri), CheckpointStore(uri)
+    with stale.exclusive():
+        stale.save_epoch(1, {"epoch": 1})
+        with resumed.exclusive():
+            resumed.save_epoch(2, {"epoch": 2})
+            with pytest.raises(LeaseLost, match="a newer writer"):
+                stale.save_epoch(3, {"epoch": 3})
+            with pytest.raises(LeaseLost):
+                stale.record_verdict("would repeat")
+            resumed.save_epoch(3, {"epoch": 3})
+    assert resumed.latest().state("state.pt") == {"epoch": 3} and resumed.verdict() is None
+    assert sorted(resumed._epochs("epoch")) == [2, 3]  # keep=2; epoch 3 is the resumed writer's own
