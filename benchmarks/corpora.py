@@ -32,3 +32,17 @@ def package_descriptions(folder: Path, min_chars: int = 2000) -> Path:
     (folder / "README.md").write_text(f"---\nconfigs:\n- config_name: {NAME}\n  data_files:\n  - split: train\n"
                                       f"    path: {NAME}/train-*\n---\n# {len(names)} installed packages' descriptions\n")
     return folder
+
+
+def repeated(source: Path, folder: Path, copies: int) -> Path:
+    """``source`` (a folder in the layout of ``wikimedia/wikipedia``) with its pages repeated
+    ``copies`` times, each copy with its own ids: a large input for measuring data preparation."""
+    table = pq.read_table(next((source / NAME).glob("*.parquet")))
+    (folder / NAME).mkdir(parents=True, exist_ok=True)
+    for copy in range(copies):
+        ids = pa.array([f"{copy}-{i}" for i in table.column("id").to_pylist()])
+        pq.write_table(table.set_column(table.schema.get_field_index("id"), "id", ids),
+                       folder / NAME / f"train-{copy:05d}-of-{copies:05d}.parquet")
+    (folder / "README.md").write_text(f"---\nconfigs:\n- config_name: {NAME}\n  data_files:\n  - split: train\n"
+                                      f"    path: {NAME}/train-*\n---\n# {copies} copies of {source}\n")
+    return folder

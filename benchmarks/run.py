@@ -32,7 +32,8 @@ def _throughput(options: dict[str, Any]) -> list[dict[str, Any]]:
 SUITES: dict[str, Suite] = {
     "throughput": _throughput,
     "overhead": lambda o: _module("sweep_overhead").run(o["data"]),
-    "data": lambda o: _module("data_prep").prefix_vs_whole(o["data"]) + _module("data_prep").cache_hit(o["data"]),
+    "data": lambda o: (_module("data_prep").prefix_vs_whole(o["data"]) + _module("data_prep").cache_hit(o["data"])
+                       + _module("data_prep").parallel(o["data"])),
     "search": lambda o: _module("search_efficiency").run(o["data"], seeds=o["seeds"]),
     "recipe": lambda o: _module("recipe").run(o["data"], seeds=o["seeds"]),
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),

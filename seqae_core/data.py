@@ -29,6 +29,7 @@ tokenizes or reads the source. ``fetched.json`` in the entry says from where, ho
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import itertools
@@ -369,8 +370,14 @@ def window_tokens(tokenizer: Any, texts: list[str], n: int) -> list[list[list[in
     return [[tokens[i : i + n] for i in range(0, len(tokens), n)] for tokens in ids]
 
 
-def build(config: DataConfig, key: dict[str, Any], out: Path) -> None:
-    """Tokenize the dataset into ``out``: tokens.npy (n, t), pages.npy (n,), vocab.json, manifest.json."""
+def build(config: DataConfig, key: dict[str, Any], out: Path, workers: int | None = None) -> None:
+    """Tokenize the dataset into ``out``: tokens.npy (n, t), pages.npy (n,), vocab.json, manifest.json.
+
+    Pages stream in batches of ``PAGE_BATCH``; ``workers`` processes (default: ``SEQAE_DATA_WORKERS``,
+    else 1, this process) tokenize batches in parallel, in order, a few batches ahead at most.
+    Each batch's rows are appended to a file on disk as they come, so memory stays bounded by a
+    few batches whatever the number of pages; ``tokens.npy`` is then written from that file in
+    blocks (renumbered on the way for ``data.vocab: corpus``)."""
     start = time.perf_counter()
     tokenizer = load_tokenizer(config.tokenizer)
     pad_id = tokenizer.pad_token_id
@@ -378,34 +385,34 @@ def build(config: DataConfig, key: dict[str, Any], out: Path) -> None:
         raise ConfigError(f"data.tokenizer={config.tokenizer!r} has no pad token")
     vocab_size = len(tokenizer)
     dtype = np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
-    n = config.input_len
-    rows: list[np.ndarray] = []
-    pages: list[int] = []
-    n_pages = 0
-    for texts in _batches(iter_texts(config), PAGE_BATCH):
-        if config.samples == "first":
-            per_page = [[t] if t else [] for t in first_tokens(tokenizer, texts, n)]
-        else:
-            per_page = window_tokens(tokenizer, texts, n)
-        for windows in per_page:
-            if not windows:
-                continue  # an empty page gives no sample
-            for window in windows:
-                row = np.full(n, pad_id, dtype=dtype)
-                row[: len(window)] = window
-                rows.append(row)
-                pages.append(n_pages)
-            n_pages += 1
+    seen = np.zeros(vocab_size, dtype=bool)  # which ids occur (data.vocab: corpus)
+    seen[pad_id] = True
+    n_rows = n_pages = 0
+    workers = workers or int(os.environ.get("SEQAE_DATA_WORKERS", "1"))
+    with open(out / "tokens.raw", "wb") as raw_tokens, open(out / "pages.raw", "wb") as raw_pages:
+        for rows, page_of_row in _tokenized(config, tokenizer, workers, pad_id, dtype):
+            seen[rows] = True
+            raw_tokens.write(rows.tobytes())
+            raw_pages.write((page_of_row + n_pages).astype(np.int64).tobytes())
+            n_rows += len(rows)
+            n_pages += int(page_of_row[-1]) + 1 if len(page_of_row) else 0
     if n_pages < 2:
         raise ConfigError(f"data.path={config.path!r} gave {n_pages} non-empty pages; at least 2 are needed")
-    tokens = np.stack(rows)  # (n, t) tokenizer ids
     token_ids = np.arange(vocab_size, dtype=np.int64)  # (v,) tokenizer id of each id in tokens.npy
+    renumber = None
     if config.vocab == "corpus":
-        token_ids = np.union1d(tokens, [pad_id]).astype(np.int64)  # sorted and unique: searchsorted renumbers
-        tokens = np.searchsorted(token_ids, tokens).astype(dtype)
-        pad_id, vocab_size = int(np.searchsorted(token_ids, pad_id)), len(token_ids)
-    np.save(out / "tokens.npy", tokens)
-    np.save(out / "pages.npy", np.asarray(pages, dtype=np.int64))
+        token_ids = np.flatnonzero(seen).astype(np.int64)  # sorted: an id's rank among them is its new id
+        renumber = (np.cumsum(seen) - 1).astype(dtype)
+        pad_id, vocab_size = int(renumber[pad_id]), len(token_ids)
+    raw = np.memmap(out / "tokens.raw", dtype=dtype, mode="r", shape=(n_rows, config.input_len))
+    tokens = np.lib.format.open_memmap(out / "tokens.npy", mode="w+", dtype=dtype, shape=raw.shape)
+    for i in range(0, n_rows, 1 << 16):  # blocks of 65,536 rows: 64 MiB at N=512
+        tokens[i : i + (1 << 16)] = raw[i : i + (1 << 16)] if renumber is None else renumber[raw[i : i + (1 << 16)]]
+    tokens.flush()
+    del tokens, raw
+    (out / "tokens.raw").unlink()
+    np.save(out / "pages.npy", np.fromfile(out / "pages.raw", dtype=np.int64))
+    (out / "pages.raw").unlink()
     np.save(out / "token_ids.npy", token_ids)
     vocab = tokenizer.convert_ids_to_tokens(token_ids.tolist())
     (out / "vocab.json").write_text(json.dumps(vocab))
@@ -414,14 +421,68 @@ def build(config: DataConfig, key: dict[str, Any], out: Path) -> None:
         "key": key,
         "pad_id": pad_id,
         "vocab_size": vocab_size,
-        "samples": len(rows),
+        "samples": n_rows,
         "pages": n_pages,
         "seconds": round(time.perf_counter() - start, 3),
+        "workers": workers,
         "built_by": {"host": socket.gethostname(), "pid": os.getpid()},
         "files": {name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)} for name in FILES},
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    log.info("tokenized %d pages into %d samples in %.1fs", n_pages, len(rows), manifest["seconds"])
+    log.info("tokenized %d pages into %d samples in %.1fs", n_pages, n_rows, manifest["seconds"])
+
+
+def _tokenized(config: DataConfig, tokenizer: Any, workers: int, pad_id: int,
+               dtype: Any) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """``(rows, page of each row within the batch)`` per batch of pages, in dataset order."""
+    batches = _batches(iter_texts(config), PAGE_BATCH)
+    settings = (config.samples, config.input_len, pad_id, np.dtype(dtype).str)
+    if workers <= 1:
+        for texts in batches:
+            yield _rows(tokenizer, texts, *settings)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(workers, initializer=_load_worker_tokenizer, initargs=(config.tokenizer,)) as pool:
+        ahead: collections.deque = collections.deque()
+        for texts in batches:
+            ahead.append(pool.submit(_rows_in_worker, texts, *settings))
+            if len(ahead) >= 2 * workers:  # bounded: a few batches in flight
+                yield ahead.popleft().result()
+        while ahead:
+            yield ahead.popleft().result()
+
+
+_WORKER_TOKENIZER: Any = None
+
+
+def _load_worker_tokenizer(name: str) -> None:
+    global _WORKER_TOKENIZER
+    _WORKER_TOKENIZER = load_tokenizer(name)
+
+
+def _rows_in_worker(texts: list[str], *settings: Any) -> tuple[np.ndarray, np.ndarray]:
+    return _rows(_WORKER_TOKENIZER, texts, *settings)
+
+
+def _rows(tokenizer: Any, texts: list[str], samples: str, n: int, pad_id: int,
+          dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """One batch of pages as padded rows, and the page (0, 1, ... within the batch, empty pages
+    skipped) each row belongs to."""
+    if samples == "first":
+        per_page = [[t] if t else [] for t in first_tokens(tokenizer, texts, n)]
+    else:
+        per_page = window_tokens(tokenizer, texts, n)
+    per_page = [windows for windows in per_page if windows]  # an empty page gives no sample
+    rows = np.full((sum(len(w) for w in per_page), n), pad_id, dtype=np.dtype(dtype))
+    pages = np.empty(len(rows), dtype=np.int64)
+    i = 0
+    for page, windows in enumerate(per_page):
+        for window in windows:
+            rows[i, : len(window)] = window
+            pages[i] = page
+            i += 1
+    return rows, pages
 
 
 def decode(vocab: list[str], ids: list[int], pad_id: int) -> list[str]:

@@ -217,3 +217,17 @@ def test_published_entry_is_fetched_once_per_node_and_never_tokenized_there(wher
         data.prepare(config, tmp_path / "node2", published=f"{uri}/{entry.name}")
     with pytest.raises(RuntimeError, match="no data entry is published at"):
         data.prepare(config, tmp_path / "node3", published=f"{uri}/elsewhere")
+
+
+@pytest.mark.parametrize("samples,vocab", [("first", "tokenizer"), ("windows", "corpus")])
+def test_parallel_preparation_writes_the_same_entry(samples, vocab, tiny_config, tmp_path, monkeypatch):
+    """Two worker processes, batches of 8 pages: byte for byte the entry one process writes."""
+    monkeypatch.setattr(data, "PAGE_BATCH", 8)
+    config = tiny_config(**{"data.max_pages": 40, "data.samples": samples, "data.vocab": vocab}).data
+    key = data.cache_key(config)
+    for workers in (1, 2):
+        (tmp_path / str(workers)).mkdir()
+        data.build(config, key, tmp_path / str(workers), workers=workers)
+    for name in data.FILES:
+        assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes(), name
+    assert sorted(p.name for p in (tmp_path / "2").iterdir()) == sorted([*data.FILES, "manifest.json"])  # no .raw left
