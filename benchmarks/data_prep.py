@@ -81,12 +81,13 @@ def parallel(path: str, copies: int = 82, n: int = 512) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         big = repeated(Path(path), Path(tmp) / "big", copies)
-        for workers, cores in ((1, "0"), (1, "0,1"), (2, "0,1")):  # the 2nd: the tokenizer's own threads only
+        runs = ((1, "0"), (1, "0,1"), (2, "0,1"))  # the 2nd: only the tokenizer's own threads use core 1
+        for run_index, (workers, cores) in enumerate(runs):
             script = (
                 "import json, resource, time; from pathlib import Path; from seqae_core import data; "
                 "from seqae_core.config import DataConfig; t = time.perf_counter(); "
                 f"e = data.prepare(DataConfig(path={str(big)!r}, samples='first', input_len={n}), "
-                f"Path({tmp!r}) / 'cache-{workers}'); s = time.perf_counter() - t; "
+                f"Path({tmp!r}) / 'cache-{run_index}'); s = time.perf_counter() - t; "
                 "m = json.loads((e / 'manifest.json').read_text()); "
                 "print(json.dumps([s, m['pages'], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
                 "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))"
