@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import hashlib
 import itertools
 import json
@@ -246,14 +247,35 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+@functools.cache
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face Hub cannot be reached (None if it can, or if HF_HUB_OFFLINE is set):
+    one TCP connection to its endpoint, so that an offline machine hears it at once instead of
+    after the Hub client's retries (five per file, with backoff: about a minute)."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return None
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                 timeout=timeout).close()
+    except OSError as exc:
+        return f"the Hugging Face Hub ({constants.ENDPOINT}) is unreachable: {one_line(exc)}"
+    return None
+
+
 def load_tokenizer(name: str) -> Any:
     from transformers import AutoTokenizer
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
+    unreachable = hub_unreachable()
+    try:  # with the Hub unreachable, a tokenizer in the hub cache still loads
+        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=unreachable is not None)
     except OSError as exc:
-        raise ConfigError(f"data.tokenizer={name!r} cannot be loaded: {one_line(exc).rstrip('.')}. Offline? Point HF_HUB_CACHE "
-                          "at a hub cache that holds it and set HF_HUB_OFFLINE=1") from None
+        raise ConfigError(f"data.tokenizer={name!r} cannot be loaded: {unreachable or one_line(exc).rstrip('.')}. "
+                          "Offline? Point HF_HUB_CACHE at a hub cache that holds it and set HF_HUB_OFFLINE=1") from None
     tokenizer.model_max_length = 1 << 30  # pages are long on purpose; silence the length warning
     return tokenizer
 
@@ -266,6 +288,8 @@ def iter_texts(config: DataConfig) -> Iterator[str]:
     # Streaming opens the source lazily: an unreachable Hub or a missing file can surface at the
     # first page as well as at load_dataset, so both sit inside the same guard.
     unloadable = (OSError, ValueError, datasets.exceptions.DatasetNotFoundError)  # ConnectionError is an OSError
+    if not Path(config.path).expanduser().exists() and hub_unreachable():
+        raise ConfigError(cannot_load(config, ConnectionError(hub_unreachable())))
     try:
         pages = iter(datasets.load_dataset(*args, split=config.split, streaming=True))
         first = next(pages, None)

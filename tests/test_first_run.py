@@ -33,6 +33,22 @@ def test_readme_first_command_offline_then_the_offline_command_succeeds(tmp_path
     assert status("quickstart", workspace)["trials_by_state"] == {"COMPLETE": 2}
 
 
+def test_an_unreachable_hub_is_said_at_once_and_creates_nothing(tmp_path):
+    """Online-style (HF_HUB_OFFLINE unset) on a machine that cannot reach the Hub, with nothing in
+    its hub cache: the Hub is named unreachable, without the Hub client's minute of retries."""
+    from cluster.procs import free_port
+
+    workspace = tmp_path / "seqae-runs"
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    run = seqae("sweep", "run", QUICKSTART, "--workspace", str(workspace),
+                env={"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": endpoint, "HF_HUB_CACHE": str(tmp_path / "empty-cache")})
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    message = run.stderr.strip().splitlines()[-1]
+    assert f"the Hugging Face Hub ({endpoint}) is unreachable" in message and "Offline?" in message, message
+    assert "Retrying" not in run.stderr and "Traceback" not in run.stderr
+    assert not workspace.exists()
+
+
 @pytest.mark.parametrize("bad, named", [
     pytest.param("data.path=../shared/data/no-such-folder", "data.path='../shared/data/no-such-folder' does not exist",
                  id="missing-folder"),
