@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 FORMAT = 2  # bump when the layout of an entry changes
 FILES = ("tokens.npy", "pages.npy", "vocab.json", "token_ids.npy")
 PAGE_BATCH = 512  # pages per tokenizer call
+SPLIT_SETTINGS = ("val_fraction", "split_seed")  # drawn after tokenizing: entries do not depend on them
 CHARS_PER_TOKEN = 5.0  # characters tokenized per token still needed; English averages about 4.5
 
 
@@ -89,7 +90,7 @@ class Splits:
 def cache_key(config: DataConfig) -> dict[str, Any]:
     """Everything that changes the tokenized samples. The split settings are not in it."""
     key = asdict(config)
-    for split_only in ("val_fraction", "split_seed"):
+    for split_only in SPLIT_SETTINGS:
         key.pop(split_only)
     local = Path(config.path).expanduser()
     if local.exists():
@@ -195,8 +196,8 @@ def check_entry(entry: Path, key: dict[str, Any] | None) -> str | None:
 
 
 def shared_settings(config: DataConfig) -> DataConfig:
-    """``config`` without its split settings: the configs that share one entry."""
-    return replace(config, val_fraction=0.5, split_seed=0)
+    """``config`` with its split settings at their defaults: the configs that share one entry."""
+    return replace(config, **{name: getattr(DataConfig, name) for name in SPLIT_SETTINGS})
 
 
 def publish(entry: Path, uri: str) -> int:
@@ -210,12 +211,10 @@ def publish(entry: Path, uri: str) -> int:
             if f.read() == manifest:
                 return 0
     fs.create_dir(target)
-    local = pafs.LocalFileSystem()
-    for name in FILES:
-        pafs.copy_files(str(entry / name), f"{target}/{name}", local, fs)
+    _copy_files(pafs.LocalFileSystem(), str(entry), fs, target)
     with fs.open_output_stream(f"{target}/manifest.json") as f:
         f.write(manifest)
-    return sum((entry / name).stat().st_size for name in FILES) + len(manifest)
+    return _entry_bytes(entry, manifest)
 
 
 def fetch(uri: str, out: Path) -> None:
@@ -228,15 +227,23 @@ def fetch(uri: str, out: Path) -> None:
             manifest = f.read()
     except (FileNotFoundError, OSError) as exc:
         raise RuntimeError(f"no data entry is published at {uri} ({one_line(exc)})") from exc
-    local = pafs.LocalFileSystem()
-    for file in FILES:
-        pafs.copy_files(f"{root}/{file}", str(out / file), fs, local)
+    _copy_files(fs, root, pafs.LocalFileSystem(), str(out))
     (out / "manifest.json").write_bytes(manifest)
-    moved = sum((out / file).stat().st_size for file in FILES) + len(manifest)
+    moved = _entry_bytes(out, manifest)
     (out / "fetched.json").write_text(json.dumps({
         "from": uri, "bytes": moved, "seconds": round(time.perf_counter() - started, 3),
         "host": socket.gethostname(), "pid": os.getpid()}))
     log.info("fetched data entry %s (%d bytes)", uri, moved)
+
+
+def _copy_files(source_fs: pafs.FileSystem, source: str, target_fs: pafs.FileSystem, target: str) -> None:
+    """An entry's data files (not its manifest) from one folder to another, across filesystems."""
+    for name in FILES:
+        pafs.copy_files(f"{source}/{name}", f"{target}/{name}", source_fs, target_fs)
+
+
+def _entry_bytes(folder: Path, manifest: bytes) -> int:
+    return sum((folder / name).stat().st_size for name in FILES) + len(manifest)
 
 
 def sha256(path: Path) -> str:
@@ -288,8 +295,8 @@ def iter_texts(config: DataConfig) -> Iterator[str]:
     # Streaming opens the source lazily: an unreachable Hub or a missing file can surface at the
     # first page as well as at load_dataset, so both sit inside the same guard.
     unloadable = (OSError, ValueError, datasets.exceptions.DatasetNotFoundError)  # ConnectionError is an OSError
-    if not Path(config.path).expanduser().exists() and hub_unreachable():
-        raise ConfigError(cannot_load(config, ConnectionError(hub_unreachable())))
+    if not Path(config.path).expanduser().exists() and (unreachable := hub_unreachable()):
+        raise ConfigError(cannot_load(config, ConnectionError(unreachable)))
     try:
         pages = iter(datasets.load_dataset(*args, split=config.split, streaming=True))
         first = next(pages, None)
