@@ -16,6 +16,7 @@ import json
 import os
 import shlex
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +87,6 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
     if workspace.exists(name) or read_record(workspace, name):
         raise ConfigError(f"a sweep named {name!r} already exists; `seqae sweep resume {name}` continues it")
     env = job_env()
-    for key in ("SEQAE_MLFLOW_TRACKING_URI", "SEQAE_OPTUNA_STORAGE"):
-        if redact(env.get(key, "")) != env.get(key, ""):
-            raise ConfigError(f"{key} carries a password; give it through the environment (PGPASSFILE or "
-                              "~/.pgpass for PostgreSQL, MLFLOW_TRACKING_PASSWORD for MLflow)")
     for key, default in (("SEQAE_MLFLOW_TRACKING_URI", "MLflow"), ("SEQAE_OPTUNA_STORAGE", "Optuna")):
         value = env.get(key, "")
         if not value or value.startswith("sqlite:"):
@@ -104,14 +101,14 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
     except ValueError:
         raise ConfigError(f"{file} is outside {working_dir}, the directory that is packaged for the cluster; "
                           "run from the repository root") from None
-    storage = env.get("SEQAE_STORAGE")
-    record = {"name": name, "address": url, "file": str(relative), "sets": sets,
-              "workspace": env.get("SEQAE_WORKSPACE", str(workspace.root)), "working_dir": str(working_dir),
-              "jobs": [],
-              # where the driver keeps the sweep (as `service.resolve_backends` picks them), for `status` here
-              "backends": {"mlflow_tracking_uri": env["SEQAE_MLFLOW_TRACKING_URI"],
-                           "optuna_storage": env["SEQAE_OPTUNA_STORAGE"],
-                           "storage": f"{storage.rstrip('/')}/{name}" if storage else None}}
+    from sweeps.service import resolve_backends
+
+    cluster_workspace = env.get("SEQAE_WORKSPACE", str(workspace.root))
+    # where the driver will keep the sweep, picked as it picks them (from the same SEQAE_* settings,
+    # a password refused), for `status` here
+    backends = resolve_backends(Workspace(cluster_workspace), name, {})
+    record = {"name": name, "address": url, "file": str(relative), "sets": sets, "workspace": cluster_workspace,
+              "working_dir": str(working_dir), "jobs": [], "backends": asdict(backends)}
     _submit(workspace, record, env)
     return record
 
