@@ -286,9 +286,9 @@ def run_session(
     scheduler = None
     continuing = study.continuing()
     if continuing:  # trials `seqae sweep extend` reopened train on past max_t, to limits of their own
-        epochs = max(epochs, *(study.epochs(n) or 0 for n in continuing))
+        epochs = max(epochs, *continuing.values())
         if spec.scheduler == "asha":
-            print(f"seqae: trials {continuing} train on to their new epoch limit; ASHA stops no trial this session",
+            print(f"seqae: trials {list(continuing)} train on to their new epoch limit; ASHA stops no trial this session",
                   flush=True)
     elif spec.scheduler == "asha":
         scheduler = ResumableASHA(

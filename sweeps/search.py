@@ -174,9 +174,11 @@ class SweepStudy:
         """The epoch limit `seqae sweep extend` raised trial ``number``'s to, if it did."""
         return self.storage.get_trial(self._trial_id(number)).user_attrs.get(EPOCHS)
 
-    def continuing(self) -> list[int]:
-        """The trials `seqae sweep extend` reopened that have not trained to their new limit yet."""
-        return [t.number for t in self.trials() if t.state == TrialState.RUNNING and EPOCHS in t.user_attrs]
+    def continuing(self) -> dict[int, int]:
+        """The trials `seqae sweep extend` reopened that have not trained to their new limit yet,
+        with that limit."""
+        return {t.number: t.user_attrs[EPOCHS] for t in self.trials()
+                if t.state == TrialState.RUNNING and EPOCHS in t.user_attrs}
 
     def forked(self) -> list[optuna.trial.FrozenTrial]:
         """Finished trials of another sweep that `seqae sweep fork` seeded the study with."""
@@ -305,11 +307,16 @@ class SweepStudy:
 
     def best(self) -> list[optuna.trial.FrozenTrial]:
         """The best trial, or the Pareto front of a multi-objective sweep (of its own trials)."""
-        own = [t for t in self.trials() if t.state == TrialState.COMPLETE]
-        if not own or self.spec.multi_objective:
-            return [t for t in self.study.best_trials if t.number in {o.number for o in own}] if own else []
+        if self.spec.multi_objective:
+            own = {t.number for t in self.trials() if t.state == TrialState.COMPLETE}
+            return [t for t in self.study.best_trials if t.number in own] if own else []
+        return self.ranked()[:1]
+
+    def ranked(self) -> list[optuna.trial.FrozenTrial]:
+        """The complete trials of a single-objective sweep, best first (the lower number first on a tie)."""
         sign = 1.0 if self.spec.objectives[0].mode == "max" else -1.0
-        return [max(own, key=lambda t: (sign * t.values[0], -t.number))]
+        own = [t for t in self.trials() if t.state == TrialState.COMPLETE]
+        return sorted(own, key=lambda t: (-sign * t.values[0], t.number))
 
 
 def _distribution(dist: Distribution) -> optuna.distributions.BaseDistribution:

@@ -218,9 +218,9 @@ def extend_epochs(workspace: Workspace, name: str, epochs: int, which: str) -> l
         raise ConfigError(f"sweep {name!r} has not run yet; nothing to extend")
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
         study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
-        if study.continuing():
-            return [f"trial {n}: still training on to {study.epochs(n)} epochs (an earlier extend); it continues"
-                    for n in study.continuing()]
+        if continuing := study.continuing():
+            return [f"trial {n}: still training on to {limit} epochs (an earlier extend); it continues"
+                    for n, limit in continuing.items()]
         if study.remaining() and not study.control().get("drain"):
             raise ConfigError(f"sweep {name!r} still has {study.remaining()} trials to run; `seqae sweep resume "
                               f"{name}` (or `seqae sweep stop {name}`) first, then extend its finished trials")
@@ -247,14 +247,12 @@ def chosen_trials(study: Any, which: str) -> list[int]:
     """``best:K``: the K best complete trials; ``3,5``: those trials (complete or pruned)."""
     from optuna.trial import TrialState
 
-    trials = {t.number: t for t in study.trials()}
     if which.startswith("best:"):
         k = which.removeprefix("best:")
         if not k.isdigit() or int(k) < 1:
             raise ConfigError(f"--trials={which!r}: best:K needs a positive count K")
-        sign = 1.0 if study.spec.objectives[0].mode == "max" else -1.0
-        complete = [t for t in trials.values() if t.state == TrialState.COMPLETE]
-        return [t.number for t in sorted(complete, key=lambda t: (-sign * t.values[0], t.number))[: int(k)]]
+        return [t.number for t in study.ranked()[: int(k)]]
+    trials = {t.number: t for t in study.trials()}
     numbers = [n.strip() for n in which.split(",")]
     if not all(n.isdigit() for n in numbers):
         raise ConfigError(f"--trials={which!r}: give best:K or trial numbers separated by commas")
