@@ -10,6 +10,7 @@ import socket
 
 import pytest
 
+from cluster.procs import free_port
 from tests.conftest import SCREENSHOTS
 from tests.sweep_helpers import SMOKE, STUDIES, kill_group, seqae, sets, start, wait_for
 
@@ -31,12 +32,6 @@ def browser():
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(driver), options=options)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cluster.procs import free_port
 from sweeps.cli import main
 from tests.conftest import REPO
 from tests.sweep_helpers import (
@@ -213,12 +213,6 @@ def test_two_drivers_of_one_sweep_cannot_both_run(tmp_path):
 
 
 # 9 -----------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_mlflow_outage_delays_tracking_but_loses_nothing(tmp_path):
     from cluster import mlflow_server
     from cluster.procs import stop_group
