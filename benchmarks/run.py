@@ -38,6 +38,7 @@ SUITES: dict[str, Suite] = {
     "recipe": lambda o: _module("recipe").run(o["data"], seeds=o["seeds"]),
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
     "gpu": lambda o: _module("gpu_packing").run(o["data"]),
+    "scale": lambda o: _module("scale").run(o["data"]),
 }
 
 

@@ -176,7 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",
-                       help="which to run (default: all): throughput, overhead, data, search, recipe, defaults, gpu")
+                       help="which to run (default: all): throughput, overhead, data, search, recipe, defaults, gpu, "
+                            "scale")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
     bench.add_argument("--data", default=None, help="dataset path (default: $SEQAE_BENCH_DATA, else the "
                                                     "offline corpus in ../shared, else wikimedia/wikipedia)")
