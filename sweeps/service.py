@@ -194,6 +194,8 @@ def extend(workspace: Workspace, name: str, trials: int) -> None:
         raise ConfigError(f"--trials={trials} must be positive")
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
         state = workspace.read(name)
+        spec_lib.check_limit(f"--trials={trials:,} (sweep {name!r} would have {state.total_trials + trials:,} trials)",
+                             state.total_trials + trials, spec_lib.MAX_TRIALS)
         state.extra_trials += trials
         workspace.write(state)
 
@@ -565,6 +567,9 @@ def control(workspace: Workspace, name: str, **changes: Any) -> dict[str, Any]:
     from sweeps import submit
     from sweeps.search import read_only, study_exists
 
+    if "max_concurrent" in changes:
+        spec_lib.check_limit(f"max_concurrent={changes['max_concurrent']:,}", changes["max_concurrent"],
+                             spec_lib.MAX_CONCURRENT)
     if workspace.exists(name):
         state = workspace.read(name)
         spec, url = spec_lib.parse(state.spec, state.file), Backends(**state.backends).optuna_storage

@@ -27,6 +27,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,17 @@ from seqae_core.config import KEYS, accepts_float, build, coerce, flatten, parse
 from seqae_errors import ConfigError
 
 MAX_FILE_BYTES = 256 * 1024  # sweep files are documents, not data
+# A typo such as `trials.total: 100000000` must not start a sweep that cannot end: Optuna's samplers
+# read the whole history at every ask, and the report and the MLflow UI list every trial.
+MAX_TRIALS = 10_000
+MAX_CONCURRENT = 1_000  # trials running at once: far more than one cluster's GPUs
+
+
+def check_limit(shown: str, value: int, limit: int) -> None:
+    """Refuse a ``value`` above ``limit``; ``shown`` names the key and value."""
+    if value > limit:
+        raise ConfigError(f"{shown} is above seqae's limit of {limit:,}; split the study into several sweeps "
+                          "(`seqae sweep fork` starts one from another's trials)")
 
 
 class _NoAliasLoader(yaml.SafeLoader):
@@ -386,6 +398,13 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
     both = sorted(set(grid_keys) & set(search))
     if both:
         raise ConfigError(f"{source}: {both[0]} is in both grid and search; a key is either a grid axis or searched")
+    cells = math.prod(len(values) for values in grid.values())
+    check_limit(f"{source}: grid with {cells:,} cells", cells, MAX_TRIALS)
+    total, per_cell = top.trials.total or 0, top.trials.per_cell or 0
+    check_limit(f"{source}: trials.total={total:,}", total, MAX_TRIALS)
+    check_limit(f"{source}: trials.per_cell={per_cell:,} x {cells:,} grid cells = {per_cell * cells:,} trials",
+                per_cell * cells, MAX_TRIALS)
+    check_limit(f"{source}: max_concurrent={top.max_concurrent:,}", top.max_concurrent, MAX_CONCURRENT)
     objectives = tuple(top.objective)
     if len({o.metric for o in objectives}) != len(objectives):
         raise ConfigError(f"{source}: objective names a metric twice")

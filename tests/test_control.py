@@ -74,8 +74,9 @@ def test_a_reached_target_drains_the_sweep_and_extend_trains_its_best_trial_on(t
     assert info["outcome"] == "stopped" and "the target 0.0" in info["control"]["drain"]
 
     ws = ["--workspace", str(workspace)]
-    for args, message in ((["--epochs", "3"], "already trained 3 epochs"), (["--epochs", "5", "--trials", "7"],
-                                                                              "trial 7 is not in the sweep")):
+    for args, message in ((["--epochs", "3"], "already trained 3 epochs"),
+                          (["--epochs", "5", "--trials", "7"], "trial 7 is not in the sweep"),
+                          (["--trials", "9995"], "--trials=9,995 (sweep 'goal' would have 10,001 trials) is above")):
         refused = seqae("sweep", "extend", name, *args, *ws)
         assert refused.returncode == 2 and message in refused.stderr, refused.stderr
     best = info["best"]["trial"]
@@ -98,7 +99,8 @@ def test_a_reached_target_drains_the_sweep_and_extend_trains_its_best_trial_on(t
 
 
 def test_set_refuses_what_it_cannot_change(tmp_path):
-    for change, message in (("retries=2", "max_concurrent=N only"), ("max_concurrent=0", "at least 1")):
+    for change, message in (("retries=2", "max_concurrent=N only"), ("max_concurrent=0", "at least 1"),
+                            ("max_concurrent=5000", "max_concurrent=5,000 is above seqae's limit of 1,000")):
         run = seqae("sweep", "set", "nothing", change, "--workspace", str(tmp_path / "ws"))
         assert run.returncode == 2 and message in run.stderr, run.stderr
     run = seqae("sweep", "stop", "nothing", "--workspace", str(tmp_path / "ws"))

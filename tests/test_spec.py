@@ -107,9 +107,19 @@ BAD = [
     pytest.param({**GOOD, "search": {"model.d_model": {"type": "uniform", "low": 16, "high": 64}}},
                  "model.d_model is an integer", id="float-search-on-int"),
 ]
+LIMITS = [
+    pytest.param({**GOOD, "trials": {"total": 100_000_000}}, "trials.total=100,000,000 is above seqae's limit of "
+                 "10,000", id="too-many-trials"),
+    pytest.param({**GOOD, "trials": {"per_cell": 6000}}, "trials.per_cell=6,000 x 2 grid cells = 12,000 trials is "
+                 "above seqae's limit of 10,000", id="too-many-per-cell"),
+    pytest.param({**GOOD, "grid": {"data.input_len": list(range(8, 208)), "model.d_model": list(range(8, 68))}},
+                 "grid with 12,000 cells is above seqae's limit of 10,000", id="too-many-cells"),
+    pytest.param({**GOOD, "max_concurrent": 5000}, "max_concurrent=5,000 is above seqae's limit of 1,000",
+                 id="too-much-concurrency"),
+]
 
 
-@pytest.mark.parametrize("doc, message", BAD)
+@pytest.mark.parametrize("doc, message", BAD + LIMITS)
 def test_bad_sweep_files_are_rejected_naming_file_and_key(tmp_path, doc, message):
     path = write(tmp_path, doc)
     with pytest.raises(ConfigError) as error:
@@ -130,7 +140,7 @@ def test_yaml_bomb_and_huge_files_are_refused(tmp_path):
         spec_lib.load(huge)
 
 
-@pytest.mark.parametrize("doc, message", BAD[:4] + BAD[8:10])
+@pytest.mark.parametrize("doc, message", BAD[:4] + BAD[8:10] + LIMITS)
 def test_cli_refuses_bad_files_with_exit_2_and_creates_nothing(tmp_path, doc, message, capsys):
     path = write(tmp_path, doc)
     workspace = tmp_path / "ws"
@@ -168,3 +178,4 @@ def test_a_profile_applies_its_overrides_before_any_set(tmp_path):
 def test_bad_profiles_are_named(tmp_path, doc, sets, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
         spec_lib.load(write(tmp_path, doc), sets)
+
