@@ -82,6 +82,16 @@ def wait_for(predicate, timeout: float, what: str, every: float = 0.5) -> None:
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def wait_for_writers_to_exit(storage: Path, timeout: float = 120) -> None:
+    """Wait until no process writes any trial store of ``storage``: each store's writer lock is
+    free (the kernel releases it when its holder, a worker that outlived a killed driver, exits)."""
+    from filelock import FileLock
+
+    for lock in (storage / "trials").glob("*/.writer.lock"):
+        with FileLock(str(lock), timeout=timeout):
+            pass
+
+
 def kill_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
     try:
         os.killpg(process.pid, sig)

@@ -10,6 +10,7 @@ from benchmarks.throughput import forward_flops, head_share
 from seqae_core import train as train_lib
 from seqae_core.model import attention
 from seqae_core.train import autocast_dtype, describe_precision, train
+from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.cli import main
 from tests.oracles import reference_attention
@@ -78,7 +79,7 @@ def test_flop_count_behind_mfu(tiny_config):
 def test_fractional_gpus_are_valid_and_a_gpu_sweep_without_gpus_is_refused(tmp_path, capsys):
     spec = spec_lib.load(STUDIES / "quickstart.yaml", ["resources.gpu=0.25"])
     assert spec.gpu == 0.25  # four trials share one GPU
-    with pytest.raises(Exception, match="whole number"):
+    with pytest.raises(ConfigError, match=r"resources: gpu=1.5: above 1, GPUs per trial must be a whole number"):
         spec_lib.load(STUDIES / "quickstart.yaml", ["resources.gpu=1.5"])
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the refusal is for machines without one")
