@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from tests.conftest import REPO, WIKI_MINI
 
@@ -132,3 +132,26 @@ def tune_results(workspace: Path, name: str) -> dict[str, list[list[int]]]:
             lines = (trial_dir / "result.json").read_text().splitlines() if (trial_dir / "result.json").exists() else []
             out.setdefault(trial_dir.name, []).append([int(json.loads(line)["epoch"]) for line in lines])
     return out
+
+
+def local_cluster(root: Path) -> Iterator[dict[str, Any]]:
+    """`seqae cluster up` in ``root`` (three nodes, PostgreSQL, MLflow), yielded as {root, state, env};
+    after the caller is done, `down`, and a check that no process or listening port of it is left."""
+    from cluster import local
+
+    up = seqae("cluster", "up", "--dir", str(root), "--workers", "2", timeout=300)
+    try:  # a failed `up` may have started some of it
+        assert up.returncode == 0, up.stdout + up.stderr
+        state = local.read_state(root)
+        yield {"root": root, "state": state, "env": local.environment(state)}
+    finally:
+        down = seqae("cluster", "down", "--dir", str(root), timeout=120)
+        assert down.returncode == 0, down.stderr
+        state = local.read_state(root)
+        assert local.ray_processes(state) == []
+        ports = {state["gcs_port"], state["dashboard_port"], state["mlflow"]["port"], state["postgres"]["port"],
+                 *range(state["node_ports"], state["node_ports"] + local.NODE_PORTS * (state["workers"] + 1))}
+        import psutil
+
+        listening = [c for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.laddr.port in ports]
+        assert listening == [], listening  # nothing of the cluster's is left listening, whatever Ray started

@@ -18,7 +18,16 @@ import yaml
 
 from tests.conftest import REPO
 from tests.sweep_helpers import (
-    SMOKE, STUDIES, finished, mlflow_runs, optuna_trials, seqae, sets, trial_metas, wait_for,
+    SMOKE,
+    STUDIES,
+    finished,
+    local_cluster,
+    mlflow_runs,
+    optuna_trials,
+    seqae,
+    sets,
+    trial_metas,
+    wait_for,
 )
 
 pytestmark = pytest.mark.slow
@@ -34,29 +43,7 @@ def cluster(tmp_path_factory, s3):
     with pytest.MonkeyPatch.context() as mp:
         for key, value in s3.items():
             mp.setenv(key, value)
-        yield from _cluster(root)
-
-
-def _cluster(root):
-    up = seqae("cluster", "up", "--dir", str(root), "--workers", "2", timeout=300)
-    assert up.returncode == 0, up.stdout + up.stderr
-    from cluster import local
-
-    state = local.read_state(root)
-    env = local.environment(state)
-    try:
-        yield {"root": root, "state": state, "env": env}
-    finally:
-        down = seqae("cluster", "down", "--dir", str(root), timeout=120)
-        assert down.returncode == 0, down.stderr
-        state = local.read_state(root)
-        assert local.ray_processes(state) == []
-        ports = {state["gcs_port"], state["dashboard_port"], state["mlflow"]["port"], state["postgres"]["port"],
-                 *range(state["node_ports"], state["node_ports"] + local.NODE_PORTS * (state["workers"] + 1))}
-        import psutil
-
-        listening = [c for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.laddr.port in ports]
-        assert listening == [], listening  # nothing of the cluster's is left listening, whatever Ray started
+        yield from local_cluster(root)
 
 
 def submit(cluster, name: str, *extra: str, env: dict[str, str] | None = None,

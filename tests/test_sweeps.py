@@ -104,9 +104,8 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     assert len(versions) == 1 and versions[0].run_id == next(
         c.info.run_id for c in children if int(c.data.tags["seqae.trial"]) == info["best"]["trial"])
     # The quickstart's corpus vocabulary: the registered model maps its ids back to BERT's.
-    from transformers import AutoTokenizer
-
     import mlflow
+    from transformers import AutoTokenizer
 
     mlflow.set_tracking_uri(f"sqlite:///{workspace / 'mlflow.db'}")
     folder = mlflow.artifacts.download_artifacts(f"models:/quickstart/{versions[0].version}", dst_path=str(tmp_path))
