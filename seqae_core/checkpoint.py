@@ -276,14 +276,16 @@ def samples_text(samples: list[dict[str, list[str]]]) -> str:
     """Originals and reconstructions, one pair per sample; wrong tokens are marked ``[[like this]]``."""
     lines = []
     for n, sample in enumerate(samples, 1):
-        marked = [
-            r if r == o else f"[[{r}]]" for o, r in zip(sample["original"], sample["reconstruction"])
-        ]
         wrong = sum(o != r for o, r in zip(sample["original"], sample["reconstruction"]))
         lines += [
-            f"# sample {n}: {len(marked) - wrong}/{len(marked)} tokens right",
+            f"# sample {n}: {len(sample['original']) - wrong}/{len(sample['original'])} tokens right",
             "original:      " + data_lib.detokenize(sample["original"]),
-            "reconstructed: " + data_lib.detokenize(marked),
+            "reconstructed: " + marked(sample["original"], sample["reconstruction"]),
             "",
         ]
     return "\n".join(lines)
+
+
+def marked(original: list[str], reconstruction: list[str]) -> str:
+    """The reconstruction as text, each token that differs from the original's ``[[like this]]``."""
+    return data_lib.detokenize([r if r == o else f"[[{r}]]" for o, r in zip(original, reconstruction)])

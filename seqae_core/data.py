@@ -505,15 +505,19 @@ def _rows(tokenizer: Any, texts: list[str], samples: str, n: int, pad_id: int,
     else:
         per_page = window_tokens(tokenizer, texts, n)
     per_page = [windows for windows in per_page if windows]  # an empty page gives no sample
-    rows = np.full((sum(len(w) for w in per_page), n), pad_id, dtype=np.dtype(dtype))
-    pages = np.empty(len(rows), dtype=np.int64)
-    i = 0
-    for page, windows in enumerate(per_page):
-        for window in windows:
-            rows[i, : len(window)] = window
-            pages[i] = page
-            i += 1
-    return rows, pages
+    return pad_rows(per_page, n, pad_id, dtype)
+
+
+def pad_rows(per_text: list[list[list[int]]], n: int, pad_id: int,
+             dtype: Any = np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """Each text's windows of at most ``n`` ids as rows of ``n`` ids, short ones padded with
+    ``pad_id``: ``(rows (r, n), the index in per_text of each row's text (r,))``. A text without
+    windows has no row."""
+    rows = np.full((sum(len(w) for w in per_text), n), pad_id, dtype=np.dtype(dtype))
+    texts = np.repeat(np.arange(len(per_text), dtype=np.int64), [len(w) for w in per_text])
+    for i, window in enumerate(window for windows in per_text for window in windows):
+        rows[i, : len(window)] = window
+    return rows, texts
 
 
 def decode(vocab: list[str], ids: list[int], pad_id: int) -> list[str]:
