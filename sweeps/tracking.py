@@ -196,32 +196,36 @@ class Tracker:
             self.client.log_metric(self.parent_run_id, "mlflow_outage_seconds", seconds)
 
     def register_best(self, number: int, model_name: str) -> str | None:
-        """Log the best trial's model as an MLflow model and register it; returns the version."""
+        """Log the best trial's model as a text-in, text-out MLflow model (:mod:`sweeps.textmodel`)
+        and register it; returns the version."""
         import mlflow
+        import safetensors
         import torch
+        import transformers
 
-        from seqae_core.model import ReducingAutoencoder
+        from seqae_core import data as data_lib
+        from sweeps import textmodel
 
         best = CheckpointStore.of_trial(self.storage, number).latest("best")
         if best.epoch is None:
             return None
         saved = best.state(MODEL)
         config = from_flat(saved["config"])
-        model = ReducingAutoencoder(config, saved["model"]["embed.weight"].shape[0])
-        model.load_state_dict(saved["model"])
         mlflow.set_tracking_uri(self.uri)
         mlflow.set_registry_uri(self.uri)
         run_id = self.child_run(number)
         status = self.client.get_run(run_id).info.status
+        root = Path(__file__).resolve().parents[1]
         with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
-            # The model's ids are the data's: with data.vocab=corpus, token_ids.json maps each back
-            # to the tokenizer's id (identity otherwise).
-            ids = Path(tmp) / "token_ids.json"
-            ids.write_text(json.dumps({"tokenizer": config.data.tokenizer, "token_ids": saved["token_ids"].tolist()}))
-            info = mlflow.pytorch.log_model(
-                model, name="model", registered_model_name=model_name, serialization_format="pickle",
-                code_paths=[str(Path(__file__).resolve().parents[1] / "seqae_core")], extra_files=[str(ids)],
-                pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", f"mlflow=={mlflow.__version__}"],
+            artifacts = textmodel.write_artifacts(Path(tmp), saved, data_lib.load_tokenizer(config.data.tokenizer))
+            info = mlflow.pyfunc.log_model(
+                name="model", python_model=textmodel.__file__, artifacts=artifacts, registered_model_name=model_name,
+                # the model's code imports these; `mlflow models serve` and load_model put them on sys.path
+                code_paths=[str(root / "seqae_core"), str(root / "seqae_errors")],
+                signature=textmodel.SIGNATURE,
+                input_example=textmodel.INPUT_EXAMPLE,
+                pip_requirements=[f"{m.__name__}=={m.__version__.split('+')[0]}"
+                                  for m in (torch, transformers, safetensors, mlflow)],
             )
         self.client.set_terminated(run_id, status)
         return str(info.registered_model_version)
@@ -244,3 +248,4 @@ def unreachable(exc: BaseException) -> bool:
     from mlflow.exceptions import MlflowException
 
     return isinstance(exc, (MlflowException, OSError, requests.RequestException, sqlalchemy.exc.OperationalError))
+

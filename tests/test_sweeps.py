@@ -76,7 +76,8 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     assert sorted(int(r.data.tags["seqae.trial"]) for r in children) == list(range(n))
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
+    uri = f"sqlite:///{workspace / 'mlflow.db'}"
+    client = MlflowClient(uri, registry_uri=uri)  # not the registry another test's MLflow calls left set
     for child in children:
         tags, params = child.data.tags, child.data.params
         assert tags["mlflow.parentRunId"] == parents[0].info.run_id
@@ -103,15 +104,17 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     versions = client.search_model_versions("name='quickstart'")
     assert len(versions) == 1 and versions[0].run_id == next(
         c.info.run_id for c in children if int(c.data.tags["seqae.trial"]) == info["best"]["trial"])
-    # The quickstart's corpus vocabulary: the registered model maps its ids back to BERT's.
+    # The registered model is text in, text out; on the quickstart's corpus vocabulary its
+    # token_ids.json maps the model's ids back to BERT's.
     import mlflow
     from transformers import AutoTokenizer
 
-    mlflow.set_tracking_uri(f"sqlite:///{workspace / 'mlflow.db'}")
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
     folder = mlflow.artifacts.download_artifacts(f"models:/quickstart/{versions[0].version}", dst_path=str(tmp_path))
     ids = json.loads(next(Path(folder).rglob("token_ids.json")).read_text())
-    model = mlflow.pytorch.load_model(f"models:/quickstart/{versions[0].version}")
-    assert ids["tokenizer"] == "bert-base-uncased"
-    assert len(ids["token_ids"]) == model.embed.weight.shape[0] < 30522
+    assert ids["tokenizer"] == "bert-base-uncased" and len(ids["token_ids"]) < 30522
     tokenizer = AutoTokenizer.from_pretrained("bert-base-uncased")
     assert tokenizer.convert_ids_to_tokens(ids["token_ids"][:1]) == ["[PAD]"]
+    out = mlflow.pyfunc.load_model(f"models:/quickstart/{versions[0].version}").predict(["a short text"])
+    assert out.tokens[0] == ["a", "short", "text"] and out.latents[0].shape == (1, 8, 16)  # 16 -> 8 tokens, d_model 16

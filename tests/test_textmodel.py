@@ -1,0 +1,161 @@
+"""The registered model as users get it: text in, text out through MLflow's pyfunc and `mlflow models
+serve`, on a model trained for seconds and registered by the sweep's own code."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tests.conftest import TINY
+
+
+@pytest.fixture(scope="module")
+def registered(tmp_path_factory, data_cache):
+    """A tiny model on a corpus vocabulary (its ids are not the tokenizer's), trained 3 epochs
+    into a trial's checkpoint store and registered as 'tiny' by ``Tracker.register_best``, in a
+    workspace's MLflow (SQLite, artifacts in the workspace)."""
+    import mlflow
+
+    from seqae_core.checkpoint import CheckpointStore
+    from seqae_core.config import from_flat
+    from seqae_core.train import train
+    from sweeps.tracking import Tracker
+
+    workspace = tmp_path_factory.mktemp("ws")
+    config = from_flat({**TINY, "data.vocab": "corpus", "model.latent_len": 12, "train.epochs": 3}, "tiny config")
+    storage = str(workspace / "sweeps" / "tiny")
+    store = CheckpointStore.of_trial(storage, 0)
+    train(config, store.save, cache_dir=data_cache)
+    uri = f"sqlite:///{workspace / 'mlflow.db'}"
+    tracker = Tracker(uri, "tiny", storage, workspace / "mlartifacts")
+    tracker.open("test", None, None, {})
+    tracker.child_run(0, config.flat())
+    version = tracker.register_best(0, "tiny")
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    return SimpleNamespace(workspace=workspace, uri=uri, model_uri=f"models:/tiny/{version}", config=config,
+                           store=store, model=mlflow.pyfunc.load_model(f"models:/tiny/{version}"))
+
+
+@pytest.fixture(scope="module")
+def texts(registered):
+    """A stretch of a page the model trained on (several windows), and a short sentence."""
+    from seqae_core.data import iter_texts, prefix_at_whitespace
+
+    page = next(iter_texts(registered.config.data))
+    return [prefix_at_whitespace(page, 300)[0], "The river rises in the hills to the north."]
+
+
+def test_the_registered_model_is_text_in_text_out_without_pickle(registered, texts, data_cache, tmp_path):
+    import mlflow
+    from mlflow.models import Model
+    from transformers import AutoTokenizer
+
+    from seqae_core import data as data_lib
+    from seqae_core.model import ReducingAutoencoder
+    from seqae_core.train import autocast
+
+    folder = Path(mlflow.artifacts.download_artifacts(registered.model_uri, dst_path=str(tmp_path)))
+    logged = Model.load(folder)
+    assert logged.flavors["python_function"]["loader_module"] == "mlflow.pyfunc.loaders.code_model"
+    assert not [p for p in folder.rglob("*") if p.suffix in (".pkl", ".pickle", ".pt", ".pth")]  # nothing unpickled
+    assert {p.name for p in (folder / "artifacts").iterdir()} == {"model.safetensors", "config.json", "tokenizer",
+                                                                  "token_ids.json"}
+    assert (folder / "artifacts" / "tokenizer" / "tokenizer.json").exists()  # serving needs no Hub
+    assert logged.signature.inputs.input_types() == [mlflow.types.DataType.string]
+    assert logged.signature.outputs.input_names() == ["reconstruction", "token_accuracy", "tokens",
+                                                      "reconstructed_tokens", "latents"]
+    assert json.loads((folder / logged.saved_input_example_info["artifact_path"]).read_text())
+    # The corpus vocabulary: token_ids.json maps each of the model's ids back to BERT's.
+    ids = json.loads((folder / "artifacts" / "token_ids.json").read_text())
+    splits = data_lib.load(registered.config.data, data_cache)
+    assert ids == {"tokenizer": "bert-base-uncased", "token_ids": splits.token_ids.tolist()}
+    assert len(ids["token_ids"]) < 30522
+
+    out = registered.model.predict([*texts, ""])
+    assert list(out.columns) == logged.signature.outputs.input_names() and len(out) == 3
+    tokenizer = AutoTokenizer.from_pretrained("bert-base-uncased")
+    n, s, d = registered.config.data.input_len, registered.config.latent_len, registered.config.model.d_model
+    for text, row in zip(texts, out.itertuples()):
+        assert row.tokens == tokenizer.tokenize(text)  # as training tokenizes: no [CLS] or [SEP]
+        assert len(row.reconstructed_tokens) == len(row.tokens)
+        assert row.token_accuracy == np.mean([a == b for a, b in zip(row.tokens, row.reconstructed_tokens)])
+        assert row.latents.shape == (math.ceil(len(row.tokens) / n), s, d) and row.latents.dtype == np.float32
+    assert out.latents[0].shape[0] >= 3 and out.token_accuracy[0] >= 0.8, out.token_accuracy[0]  # seen text
+    assert out.reconstruction[2] == "" and math.isnan(out.token_accuracy[2]) and out.latents[2].shape == (0, s, d)
+
+    # The latents are the trained encoder's, on windows cut and padded as in training.
+    saved = registered.store.latest("best").state("model.pt")
+    model = ReducingAutoencoder(registered.config, len(splits.token_ids))
+    model.load_state_dict(saved["model"])
+    model.eval()
+    windows = data_lib.window_tokens(tokenizer, texts[:1], n)
+    rows, _ = data_lib.pad_rows(windows, n, tokenizer.pad_token_id)
+    with torch.no_grad(), autocast(registered.config, torch.device("cpu")):
+        latents = model.encode(torch.from_numpy(np.searchsorted(splits.token_ids, rows)))
+    torch.testing.assert_close(torch.from_numpy(out.latents[0]), latents.float())
+
+    # A DataFrame's text column gives the same; a DataFrame whose first column is not it is refused.
+    framed = registered.model.predict(pd.DataFrame({"text": texts}))
+    pd.testing.assert_frame_equal(framed.drop(columns="latents"), out[:2].drop(columns="latents"))
+    with pytest.raises(Exception, match="got column 'id'"):
+        registered.model.predict(pd.DataFrame({"id": ["a", "b"], "text": texts}))
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_answers_text_requests(registered, texts, tmp_path):
+    """`mlflow models serve` from a clean process (no PYTHONPATH, elsewhere than the repository, an
+    empty hub cache): the model's code_paths hold all of seqae it imports, its artifacts the tokenizer."""
+    from cluster.procs import free_port, http_ok, stop_group, wait_until
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HF_HUB_OFFLINE")}
+    env["HF_HUB_CACHE"] = str(tmp_path / "empty-hub-cache")  # the tokenizer comes with the model
+    env["MLFLOW_TRACKING_URI"] = registered.uri
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # it execs uvicorn from there
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "models", "serve", "-m", registered.model_uri, "--env-manager", "local",
+             "--host", "127.0.0.1", "--port", str(port)],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        # Meanwhile, a clean process loads the model the same way: every seqae module comes from the model.
+        probe = subprocess.run(
+            [sys.executable, "-c", "import json, sys, mlflow; mlflow.pyfunc.load_model(sys.argv[1]); print(json.dumps("
+             "[m.__file__ for n, m in sys.modules.items() if n.split('.')[0] in ('seqae_core', 'seqae_errors')]))",
+             registered.model_uri], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert probe.returncode == 0, probe.stderr[-3000:]
+        files = json.loads(probe.stdout.strip().splitlines()[-1])
+        assert len(files) >= 6 and all("/artifacts/code/seqae_" in f for f in files), files
+
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: server.poll() is not None or http_ok(f"{url}/ping"), 180, "mlflow models serve", log)
+        assert server.poll() is None, log.read_text()[-3000:]
+        local = registered.model.predict(texts)
+        for body in ({"inputs": texts}, {"dataframe_records": [{"text": t} for t in texts]}):
+            request = urllib.request.Request(f"{url}/invocations", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=120) as response:
+                served = json.loads(response.read())["predictions"]
+            assert len(served) == 2
+            for got, want in zip(served, local.itertuples()):
+                assert got["reconstruction"] == want.reconstruction
+                assert got["token_accuracy"] == want.token_accuracy
+                assert got["tokens"] == want.tokens and got["reconstructed_tokens"] == want.reconstructed_tokens
+                np.testing.assert_array_equal(np.asarray(got["latents"], dtype=np.float32), want.latents)
+        assert served[0]["token_accuracy"] >= 0.8  # a text the model trained on comes back mostly whole
+    finally:
+        stop_group(server.pid)
+
