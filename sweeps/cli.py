@@ -151,6 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("name")
     report.set_defaults(handler=cmd_report)
 
+    encode = with_workspace(commands.add_parser("encode", help="run a registered model on texts: each one's "
+                                                              "reconstruction, wrong tokens marked, token accuracy"))
+    encode.add_argument("model", help="NAME (its newest version), NAME/VERSION, NAME@ALIAS or models:/NAME/VERSION, "
+                                      "in the workspace's MLflow (or $SEQAE_MLFLOW_TRACKING_URI)")
+    encode.add_argument("texts", nargs="+", metavar="TEXT", help="texts to encode and reconstruct")
+    encode.set_defaults(handler=cmd_encode)
+
     ui = with_workspace(commands.add_parser("ui", help="the MLflow UI and optuna-dashboard on a workspace"))
     ui.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
     ui.add_argument("--mlflow-port", type=int, default=5000, help="MLflow UI port (default: 5000)")
@@ -293,6 +300,29 @@ def cmd_report(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     print(f"report: {index}  (also logged to the sweep's MLflow run, under report/)")
+    return 0
+
+
+def cmd_encode(args: argparse.Namespace) -> int:
+    from seqae_core.checkpoint import marked
+    from seqae_core.data import detokenize
+    from sweeps.tracking import load_registered
+
+    workspace = _workspace(args)
+    uri = os.environ.get("SEQAE_MLFLOW_TRACKING_URI")
+    if uri is None:
+        if not (workspace.root / "mlflow.db").exists():
+            raise ConfigError(f"model {args.model!r}: no sweeps have run in {workspace.root} yet (no mlflow.db); "
+                              "pass --workspace, or set SEQAE_MLFLOW_TRACKING_URI")
+        uri = f"sqlite:///{workspace.root / 'mlflow.db'}"
+    model_uri, model = load_registered(uri, args.model)
+    out = model.predict(args.texts)
+    print(f"{model_uri}: each text's reconstruction from its latents, wrong tokens [[marked]]")
+    for n, row in enumerate(out.itertuples(), 1):
+        print(f"\ntext {n}: token accuracy {row.token_accuracy:.4f} ({len(row.tokens)} tokens, "
+              f"latents {' x '.join(map(str, row.latents.shape))})")
+        print("  original:      " + detokenize(row.tokens))
+        print("  reconstructed: " + marked(row.tokens, row.reconstructed_tokens))
     return 0
 
 

@@ -1,5 +1,5 @@
-"""The registered model as users get it: text in, text out through MLflow's pyfunc and `mlflow models
-serve`, on a model trained for seconds and registered by the sweep's own code."""
+"""The registered model as users get it: text in, text out through MLflow's pyfunc, `mlflow models
+serve` and `seqae encode`, on a model trained for seconds and registered by the sweep's own code."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from tests.conftest import TINY
+from tests.sweep_helpers import seqae
 
 
 @pytest.fixture(scope="module")
@@ -159,3 +160,29 @@ def test_mlflow_models_serve_answers_text_requests(registered, texts, tmp_path):
     finally:
         stop_group(server.pid)
 
+
+def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered, texts, capsys):
+    from seqae_core.checkpoint import marked
+    from sweeps.cli import main
+
+    run = seqae("encode", "tiny", *texts, "--workspace", str(registered.workspace))
+    assert run.returncode == 0, run.stderr[-3000:]
+    local = registered.model.predict(texts)
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith(f"{registered.model_uri}: ")
+    for n, row in enumerate(local.itertuples(), 1):
+        at = lines.index(f"text {n}: token accuracy {row.token_accuracy:.4f} ({len(row.tokens)} tokens, latents "
+                         f"{' x '.join(map(str, row.latents.shape))})")
+        assert lines[at + 2] == "  reconstructed: " + marked(row.tokens, row.reconstructed_tokens)
+    assert "[[" in run.stdout or (local.token_accuracy == 1.0).all()
+
+    workspace = ["--workspace", str(registered.workspace)]
+    assert main(["encode", registered.model_uri, "a text", *workspace]) == 0  # a models:/ URI as well
+    assert capsys.readouterr().out.startswith(f"{registered.model_uri}: ")
+    for bad, says in (("nope", "no registered model named 'nope'"), ("tiny/9", "'tiny' has no version 9"),
+                      ("tiny/x", "expected NAME, NAME/VERSION or NAME@ALIAS")):
+        assert main(["encode", bad, "a text", *workspace]) == 2
+        assert f"seqae: error: model {bad!r}: {says}" in capsys.readouterr().err
+    assert main(["encode", "tiny", "a text", "--workspace", str(registered.workspace / "none")]) == 2
+    assert "no sweeps have run in" in capsys.readouterr().err
+    assert not (registered.workspace / "none").exists()  # nothing created
