@@ -4,9 +4,13 @@ PostgreSQL and MLflow server a multi-node sweep needs.
 ``up`` starts a Ray head and N worker raylets, each its own node on its own loopback address
 (127.0.0.2, 127.0.0.3, ...), with token authentication on and the dashboard bound to 127.0.0.1;
 a PostgreSQL server on 127.0.0.1 with databases for MLflow and Optuna; an MLflow server on
-127.0.0.1 backed by it; and a shared storage folder for checkpoints, Tune state and artifacts.
-It writes ``env.sh`` with what a user exports to submit sweeps to it. Secrets (the Ray token, the
-database password) live in ``secrets/`` (mode 700) and are never printed.
+127.0.0.1 backed by it, with MLflow's authentication on (its users in PostgreSQL too); and a
+shared storage folder for checkpoints, Tune state and artifacts. It writes ``env.sh`` with what a
+user exports to submit sweeps to it. Secrets (the Ray token, the database password, the MLflow
+admin's password) live in ``secrets/`` (mode 700), each in a file of mode 600, and are never
+printed: ``env.sh`` reads the MLflow password from its file, and the Ray head is started with it
+in its environment, so that the drivers of submitted sweeps (which run on the head) inherit it
+without it ever entering a job's runtime environment.
 
 ``down`` stops only what ``up`` started (the processes it recorded, and the Ray processes under
 its own temporary folder) and keeps the data: a later ``up`` on the same folder brings the same
@@ -19,6 +23,7 @@ import contextlib
 import json
 import os
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -87,7 +92,8 @@ def _write_state(root: Path, state: dict[str, Any]) -> None:
 
 
 def environment(state: dict[str, Any]) -> dict[str, str]:
-    """What a user exports to submit sweeps to this cluster."""
+    """What a user exports to submit sweeps to this cluster: secrets only by their files' names
+    (the MLflow password is in :func:`mlflow_credentials`)."""
     ray = {
         "SEQAE_RAY_ADDRESS": f"http://127.0.0.1:{state['dashboard_port']}",
         "RAY_AUTH_MODE": "token",
@@ -96,11 +102,25 @@ def environment(state: dict[str, Any]) -> dict[str, str]:
     return {
         **ray,
         "SEQAE_MLFLOW_TRACKING_URI": f"http://127.0.0.1:{state['mlflow']['port']}",
+        "MLFLOW_TRACKING_USERNAME": mlflow_server.ADMIN,
         "SEQAE_OPTUNA_STORAGE": postgres.Postgres(**state["postgres"]).url("optuna"),
         "PGPASSFILE": state["postgres"]["pgpass"],
         "SEQAE_STORAGE": state["storage"],
         "SEQAE_WORKSPACE": state["workspace"],
     }
+
+
+def mlflow_credentials(state: dict[str, Any]) -> dict[str, str]:
+    """The MLflow admin's name and password, as MLflow's client reads them from the environment."""
+    return {"MLFLOW_TRACKING_USERNAME": mlflow_server.ADMIN,
+            "MLFLOW_TRACKING_PASSWORD": Path(state["mlflow"]["password_file"]).read_text().strip()}
+
+
+def _env_sh(state: dict[str, Any]) -> str:
+    """``environment`` as shell exports, and the MLflow password read from its file when sourced."""
+    lines = [f"export {k}={shlex.quote(v)}\n" for k, v in environment(state).items()]
+    password_file = shlex.quote(state["mlflow"]["password_file"])
+    return "".join(lines) + f'export MLFLOW_TRACKING_PASSWORD="$(cat {password_file})"\n'
 
 
 def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 0, ray: bool = True,
@@ -149,9 +169,15 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
     pg = postgres.Postgres(**state["postgres"])
     postgres.start(pg, logs / "postgres.log")
 
+    # MLflow's users live in a database of their own beside the runs: with the runs they grant
+    # access to, in one server that is backed up and restarted together (a SQLite file would be a
+    # second store to keep, and locks under several server workers).
+    state["mlflow"]["password_file"] = str(secrets_dir / "mlflow_password")
+    auth = secrets_dir / "mlflow_auth.ini"
+    mlflow_server.write_auth_config(auth, Path(state["mlflow"]["password_file"]), pg.url("mlflow_auth"))
     state["pids"]["mlflow"] = mlflow_server.start(
         pg.url("mlflow"), str(Path(state["storage"]) / "mlartifacts"), state["mlflow"]["port"],
-        logs / "mlflow.log", env={"PGPASSFILE": pg.pgpass},
+        logs / "mlflow.log", env={"PGPASSFILE": pg.pgpass}, auth=auth,
     )
     _write_state(root, state)
 
@@ -159,14 +185,16 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
         _start_ray(state, logs)
     state["started"] = time.time()
     _write_state(root, state)
-    (root / "env.sh").write_text("".join(f"export {k}={v}\n" for k, v in environment(state).items()))
+    (root / "env.sh").write_text(_env_sh(state))
     return state
 
 
 def _start_ray(state: dict[str, Any], logs: Path) -> None:
     """A head on 127.0.0.2 and worker raylets on 127.0.0.3, 127.0.0.4, ...: one node each."""
     workers, head_cpus = state["workers"], state["head_cpus"]
-    env = {**os.environ, **_ray_env(state, "127.0.0.2")}
+    # Sweep drivers run on the head (Ray's default for jobs) and inherit its environment: the
+    # MLflow credentials reach them this way, never through a job's runtime environment.
+    env = {**os.environ, **_ray_env(state, "127.0.0.2"), **mlflow_credentials(state)}
     head = [_ray_bin(), "start", "--head", f"--port={state['gcs_port']}", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={state['dashboard_port']}", f"--temp-dir={state['ray_temp_dir']}",
             f"--ray-client-server-port={state['node_ports'] + NODE_PORTS - 1}",

@@ -1,4 +1,5 @@
-"""A private PostgreSQL server on loopback, for a cluster's MLflow server and Optuna study.
+"""A private PostgreSQL server on loopback, for a cluster's MLflow server (runs, and its users and
+permissions) and Optuna study.
 
 The password is generated, never printed, and kept in a pgpass file (mode 600) that clients
 name with ``PGPASSFILE``; URLs carry no secret. As root, the server runs as the ``postgres``
@@ -18,7 +19,7 @@ from pathlib import Path
 from seqae_errors import ConfigError
 
 ROLE = "seqae"
-DATABASES = ("mlflow", "optuna")
+DATABASES = ("mlflow", "mlflow_auth", "optuna")
 
 
 @dataclass

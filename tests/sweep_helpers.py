@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+import pytest
+
 from tests.conftest import REPO, WIKI_MINI
 
 STUDIES = REPO / "sweeps" / "studies"
@@ -143,7 +145,10 @@ def local_cluster(root: Path) -> Iterator[dict[str, Any]]:
     try:  # a failed `up` may have started some of it
         assert up.returncode == 0, up.stdout + up.stderr
         state = local.read_state(root)
-        yield {"root": root, "state": state, "env": local.environment(state)}
+        with pytest.MonkeyPatch.context() as mp:  # the MLflow user, as a sourced env.sh gives it
+            for key, value in local.mlflow_credentials(state).items():
+                mp.setenv(key, value)
+            yield {"root": root, "state": state, "env": local.environment(state)}
     finally:
         down = seqae("cluster", "down", "--dir", str(root), timeout=120)
         assert down.returncode == 0, down.stderr

@@ -38,7 +38,9 @@ SWEEP = [*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=4", "r
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, s3):
     """Three nodes, each with its own data cache; every node, including a worker a test restarts,
-    and this process reach the S3 server (``s3``) through the environment."""
+    and this process reach the S3 server (``s3``) through the environment. This process has the
+    MLflow admin's credentials in its environment, as a shell that sourced env.sh; the job
+    drivers get them from the head's."""
     root = tmp_path_factory.mktemp("cluster")
     with pytest.MonkeyPatch.context() as mp:
         for key, value in s3.items():
@@ -82,18 +84,26 @@ def test_cluster_is_three_nodes_with_loopback_services(cluster):
     assert sorted(n["ip"] for n in info["nodes"]) == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
     assert all(n["state"] == "ALIVE" for n in info["nodes"])
     env = (cluster["root"] / "env.sh").read_text()
-    secret = Path(cluster["state"]["token_file"]).read_text().strip()
-    password = Path(cluster["env"]["PGPASSFILE"]).read_text().split(":")[-1].strip()
-    for text in (env, run.stdout):
-        assert secret not in text and password not in text  # secrets stay in their files
-    assert oct(Path(cluster["env"]["PGPASSFILE"]).stat().st_mode)[-3:] == "600"
+    logs = [p.read_text(errors="replace") for p in (cluster["root"] / "logs").iterdir()]
+    for secret in secrets_of(cluster):
+        for text in (env, run.stdout, *logs):
+            assert secret not in text  # secrets stay in their files
+    for path in (cluster["env"]["PGPASSFILE"], cluster["state"]["mlflow"]["password_file"]):
+        assert oct(Path(path).stat().st_mode)[-3:] == "600"
+
+
+def secrets_of(cluster) -> list[str]:
+    """The Ray token, the database password and the MLflow admin's password."""
+    return [Path(cluster["state"]["token_file"]).read_text().strip(),
+            Path(cluster["env"]["PGPASSFILE"]).read_text().split(":")[-1].strip(),
+            Path(cluster["state"]["mlflow"]["password_file"]).read_text().strip()]
 
 
 def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
     """Submitted from a laptop's own workspace: `status` there shows the job and the trials, which
     the driver keeps in the cluster's workspace and backends."""
     laptop = str(cluster["root"] / "laptop")
-    submit(cluster, "spread", workspace=laptop)
+    job = submit(cluster, "spread", workspace=laptop)
     info = wait_job(cluster, "spread", workspace=laptop)
     assert info["job"]["status"] == "SUCCEEDED", seqae("sweep", "logs", "spread", "--workspace", laptop,
                                                        env=cluster["env"]).stdout[-4000:]
@@ -119,14 +129,28 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
         trials = optuna_trials(None, "spread", storage=storage)
     assert len(trials) == 4 and {t.state.name for t in trials} == {"COMPLETE"}
 
-    # no secret reached the runs' params or the job's output
-    token = Path(cluster["state"]["token_file"]).read_text().strip()
-    password = Path(cluster["env"]["PGPASSFILE"]).read_text().split(":")[-1].strip()
+    # MLflow's authentication was on: the driver tracked with the head's credentials, and a client
+    # without them reads nothing of the sweep
+    url = f"{cluster['env']['SEQAE_MLFLOW_TRACKING_URI']}/api/2.0/mlflow/experiments/get-by-name?experiment_name=spread"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url, timeout=10)
+    assert refused.value.code == 401
+
+    # no secret reached the runs' params, the job's output or its runtime environment
     logs = seqae("sweep", "logs", "spread", "--workspace", laptop, env=cluster["env"]).stdout
-    for run in runs:
-        values = " ".join(f"{k}={v}" for k, v in {**run.data.params, **run.data.tags}.items())
-        assert token not in values and password not in values
-    assert token not in logs and password not in logs
+    token = Path(cluster["state"]["token_file"]).read_text().strip()
+    request = urllib.request.Request(f"{dashboard(cluster)}/api/jobs/{job}", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        job_env = json.loads(response.read())["runtime_env"]["env_vars"]
+    assert not any(k.startswith("MLFLOW_TRACKING_") for k in job_env), sorted(job_env)
+    ray_logs = [p for p in Path(cluster["state"]["ray_temp_dir"]).glob("session_*/logs/**/*") if p.is_file()]
+    assert any("driver" in p.name for p in ray_logs)  # the job driver's own log is among them
+    for secret in secrets_of(cluster):
+        for run in runs:
+            values = " ".join(f"{k}={v}" for k, v in {**run.data.params, **run.data.tags}.items())
+            assert secret not in values
+        assert secret not in logs and secret not in json.dumps(job_env)
+        assert not [p for p in ray_logs if secret.encode() in p.read_bytes()]  # nor any of Ray's logs
 
 
 def test_jobs_api_refuses_requests_without_the_token(cluster):
@@ -297,6 +321,7 @@ def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster):
     assert up.returncode == 0, up.stdout + up.stderr
     cluster["state"] = local.read_state(cluster["root"])
     assert local.environment(cluster["state"]) == cluster["env"]  # the same addresses, database and storage
+    assert local.mlflow_credentials(cluster["state"])["MLFLOW_TRACKING_PASSWORD"] == os.environ["MLFLOW_TRACKING_PASSWORD"]
 
     resumed = seqae("sweep", "resume", name, "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"])
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -330,7 +355,9 @@ def test_cluster_launcher_yaml_matches_rays_schema():
     assert any("g5" in t["node_config"]["InstanceType"] for t in types.values())  # a GPU worker group
     started = " ".join(config["head_start_ray_commands"])
     assert "RAY_AUTH_MODE=token" in started and "--dashboard-host=127.0.0.1" in started
-    assert "seqae cluster services" in started
+    # the services first, so that the head (and the drivers on it) starts with MLflow's credentials
+    assert started.index("seqae cluster services") < started.index("ray start --head")
+    assert 'MLFLOW_TRACKING_PASSWORD="$(cat ~/seqae-services/secrets/mlflow_password)"' in started
 
 
 def test_kuberay_manifests_set_what_the_code_reads():

@@ -1,0 +1,129 @@
+"""MLflow's own authentication on the server `seqae cluster up` starts, which a team shares: the
+PostgreSQL and MLflow server of `seqae cluster services` (no Ray; the Ray side, with a sweep that
+tracks through it, is in test_cluster.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.sweep_helpers import seqae
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory):
+    from cluster import local
+
+    root = tmp_path_factory.mktemp("services")
+    up = seqae("cluster", "services", "--dir", str(root), timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    state = local.read_state(root)
+    try:
+        yield {"root": root, "state": state, "env": local.environment(state), "output": up.stdout + up.stderr,
+               "admin": local.mlflow_credentials(state)}
+    finally:
+        down = seqae("cluster", "down", "--dir", str(root), timeout=120)
+        assert down.returncode == 0, down.stderr
+
+
+def api(services, path: str, body: dict | None = None, user: tuple[str, str] | None = None,
+        headers: dict[str, str] | None = None) -> dict:
+    """One call of MLflow's REST API, as ``user`` (name, password) or without credentials."""
+    headers = {"Content-Type": "application/json", **(headers or {})}
+    if user is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(":".join(user).encode()).decode()
+    request = urllib.request.Request(f"{services['env']['SEQAE_MLFLOW_TRACKING_URI']}/api/2.0/mlflow/{path}",
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     method="GET" if body is None else "POST", headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def refused(call) -> urllib.error.HTTPError:
+    with pytest.raises(urllib.error.HTTPError) as error:
+        call()
+    return error.value
+
+
+def admin(services) -> tuple[str, str]:
+    return services["admin"]["MLFLOW_TRACKING_USERNAME"], services["admin"]["MLFLOW_TRACKING_PASSWORD"]
+
+
+def experiment_names(services, user: tuple[str, str] | None = None) -> set[str]:
+    """The experiments ``user`` (the admin by default) may see."""
+    found = api(services, "experiments/search?max_results=1000", user=user or admin(services))
+    return {e["name"] for e in found.get("experiments", [])}
+
+
+def test_requests_without_valid_credentials_get_401_and_create_nothing(services):
+    create = {"name": "intruder"}
+    for user in (None, ("admin", "not-the-password"), ("mallory", "any-password-12")):
+        answer = refused(lambda: api(services, "experiments/create", create, user=user))
+        assert answer.code == 401, user
+        assert answer.headers["WWW-Authenticate"].startswith("Basic")  # what makes a browser ask
+    assert "intruder" not in experiment_names(services)
+    # the admin's credentials pass, and the Host check still holds with them
+    api(services, "experiments/create", {"name": "admins"}, user=admin(services))
+    assert "admins" in experiment_names(services)
+    foreign = refused(lambda: api(services, "experiments/search?max_results=1", user=admin(services),
+                                  headers={"Host": "evil.example:80"}))
+    assert foreign.code == 403
+
+
+def test_env_sh_gives_the_shell_the_credentials_and_no_secret_is_written_out(services):
+    root, state = services["root"], services["state"]
+    password = services["admin"]["MLFLOW_TRACKING_PASSWORD"]
+    env_sh = (root / "env.sh").read_text()
+    sourced = subprocess.run(["bash", "-c", f"source {root / 'env.sh'} && env -0"], capture_output=True, text=True)
+    exported = dict(line.split("=", 1) for line in sourced.stdout.split("\0") if "=" in line)
+    assert {k: exported[k] for k in {**services["env"], **services["admin"]}} == {**services["env"], **services["admin"]}
+    assert "MLFLOW_TRACKING_PASSWORD" in env_sh and password not in env_sh  # read from its file when sourced
+
+    secrets_dir = root / "secrets"
+    assert oct(secrets_dir.stat().st_mode)[-3:] == "700"
+    assert {p.name: oct(p.stat().st_mode)[-3:] for p in secrets_dir.iterdir()} == {
+        "ray_token": "600", "pgpass": "600", "mlflow_password": "600", "mlflow_auth.ini": "600"}
+    assert Path(state["mlflow"]["password_file"]).parent == secrets_dir
+    status = seqae("cluster", "status", "--dir", str(root))
+    assert status.returncode == 0 and json.loads(status.stdout)["services"] == {"mlflow": True, "postgres": True}
+    for text in (status.stdout, services["output"], *(p.read_text(errors="replace") for p in (root / "logs").iterdir())):
+        assert password not in text
+    assert "admin" in services["output"] and state["mlflow"]["password_file"] in services["output"]
+
+
+def test_a_restart_keeps_the_admin_password_and_the_users(services, monkeypatch):
+    """`down` then `up` on the same folder: the same admin password, and the users made meanwhile."""
+    from mlflow.server import get_app_client
+
+    uri, root = services["env"]["SEQAE_MLFLOW_TRACKING_URI"], services["root"]
+    for key, value in services["admin"].items():
+        monkeypatch.setenv(key, value)
+    bob = ("bob", "bobs-password-1234")
+    users = get_app_client("basic-auth", tracking_uri=uri)
+    users.create_user(*bob)
+    kept = api(services, "experiments/create", {"name": "kept"}, user=admin(services))["experiment_id"]
+    assert experiment_names(services, bob) == set()  # a new user starts with no permission
+    assert "default_permission = NO_PERMISSIONS" in (root / "secrets" / "mlflow_auth.ini").read_text()
+    users.grant_user_permission("bob", "experiment", kept, "READ")
+    assert experiment_names(services, bob) == {"kept"}
+
+    down = seqae("cluster", "down", "--dir", str(root), timeout=120)
+    assert down.returncode == 0 and "MLflow server" in down.stdout, down.stdout + down.stderr
+    up = seqae("cluster", "services", "--dir", str(root), timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+
+    from cluster import local
+
+    assert local.mlflow_credentials(local.read_state(root)) == services["admin"]
+    assert "kept" in experiment_names(services)  # the admin's password still opens the same runs
+    assert experiment_names(services, bob) == {"kept"}  # bob, his password and his grant are kept
+    assert os.environ["MLFLOW_TRACKING_PASSWORD"] not in up.stdout + up.stderr
