@@ -125,6 +125,9 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
             "or pick another --name"
         )
     backends = resolve_backends(workspace, name, overrides)
+    from sweeps.tracking import check_credentials
+
+    check_credentials(backends.mlflow_tracking_uri)
     if os.environ.get("RAY_ADDRESS"):
         connect_ray(workspace.root)
         check_cluster(backends)
@@ -311,11 +314,12 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
 def open_session(workspace: Workspace, name: str, check_file: bool) -> Session:
     """The sweep's record, its data (prepared once), its Optuna study and its MLflow runs."""
     from sweeps.search import open_study
-    from sweeps.tracking import Tracker
+    from sweeps.tracking import Tracker, check_credentials
 
     state = workspace.read(name)
     spec = load_spec(state, check_file)
     backends = Backends(**state.backends)
+    check_credentials(backends.mlflow_tracking_uri)  # before the data is prepared, which may take minutes
     if os.environ.get("RAY_ADDRESS"):
         connect_ray(workspace.root)
         check_cluster(backends)
@@ -497,9 +501,11 @@ def submitted_status(record: dict[str, Any]) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
 
     from sweeps.submit import job_info
+    from sweeps.tracking import check_credentials
 
     spec = spec_lib.load(str(Path(record["working_dir"]) / record["file"]), record["sets"])
     backends = Backends(**record["backends"])
+    check_credentials(backends.mlflow_tracking_uri)
     view = trials_view(spec, backends, record["name"], spec.planned_trials())
     job = job_info(record)
     by_state = view["trials_by_state"]

@@ -6,8 +6,9 @@ opening a second one, and closes the runs a dead driver left RUNNING.
 
 The driver calls the :class:`Tracker` through :class:`sweeps.writer.Writer`, one background
 thread, so Tune's loop never waits on MLflow and SQLite only ever sees one writer; what counts
-as an outage to wait out is :func:`unreachable`. Every write is idempotent (metrics are logged
-once per epoch), and :meth:`Tracker.sync_trial` can rebuild a child run from the trial's
+as an outage to wait out is :func:`unreachable` (never a server that refuses the credentials:
+:func:`check_credentials` stops a command on that first). Every write is idempotent (metrics are
+logged once per epoch), and :meth:`Tracker.sync_trial` can rebuild a child run from the trial's
 checkpoint store, which holds the full metric history.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from seqae_core import metrics as M
@@ -242,12 +245,38 @@ def _text(value: Any) -> str:
 
 
 def unreachable(exc: BaseException) -> bool:
-    """Whether a failed write may succeed later: the server or database is away, not a bug."""
+    """Whether a failed write may succeed later: the server or database is away, not a bug. A
+    server that refuses the credentials is no outage: waiting would not change its answer."""
     import requests
     import sqlalchemy.exc
-    from mlflow.exceptions import MlflowException
 
-    return isinstance(exc, (MlflowException, OSError, requests.RequestException, sqlalchemy.exc.OperationalError))
+    return isinstance(exc, (MlflowException, OSError, requests.RequestException, sqlalchemy.exc.OperationalError)) \
+        and not _refused(exc)
+
+
+def _refused(exc: BaseException) -> bool:
+    """The tracking server's authentication said no: 401 (no or wrong credentials) or 403."""
+    return isinstance(exc, MlflowException) and exc.get_http_status_code() in (401, 403)
+
+
+def check_credentials(uri: str) -> None:
+    """Stop at once, naming what to set, when the tracking server at ``uri`` refuses this
+    process's credentials (``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``, which
+    MLflow's client reads). A server that does not answer is left to the writer to wait out."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        MlflowClient(uri).search_experiments(max_results=1)
+    except MlflowException as exc:
+        if not _refused(exc):
+            return
+        user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+        who = f"user {user!r} (MLFLOW_TRACKING_USERNAME)" if user else "requests without credentials"
+        raise ConfigError(
+            f"the MLflow server at {uri} refuses {who} with {exc.get_http_status_code()}: set "
+            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to a user it accepts (for `seqae cluster up`'s "
+            "server, `source` the env.sh it wrote)"
+        ) from None
 
 
 def load_registered(tracking_uri: str, model: str) -> tuple[str, Any]:
@@ -256,7 +285,6 @@ def load_registered(tracking_uri: str, model: str) -> tuple[str, Any]:
     model)``. :class:`ConfigError` naming ``model`` if the registry at ``tracking_uri`` has no such
     version."""
     import mlflow
-    from mlflow.exceptions import MlflowException
 
     from sweeps.workspace import redact
 

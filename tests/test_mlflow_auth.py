@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep_helpers import seqae
+from tests.sweep_helpers import SMOKE, STUDIES, seqae, sets
 
 pytestmark = pytest.mark.slow
+
+NOBODY = {"MLFLOW_TRACKING_USERNAME": "", "MLFLOW_TRACKING_PASSWORD": ""}  # MLflow's client sends no credentials
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +66,7 @@ def experiment_names(services, user: tuple[str, str] | None = None) -> set[str]:
     return {e["name"] for e in found.get("experiments", [])}
 
 
-def test_requests_without_valid_credentials_get_401_and_create_nothing(services):
+def test_requests_without_valid_credentials_get_401_and_create_nothing(services, monkeypatch):
     create = {"name": "intruder"}
     for user in (None, ("admin", "not-the-password"), ("mallory", "any-password-12")):
         answer = refused(lambda: api(services, "experiments/create", create, user=user))
@@ -77,6 +79,40 @@ def test_requests_without_valid_credentials_get_401_and_create_nothing(services)
     foreign = refused(lambda: api(services, "experiments/search?max_results=1", user=admin(services),
                                   headers={"Host": "evil.example:80"}))
     assert foreign.code == 403
+
+    # the driver's writer does not take a refusal for an outage to wait out
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.tracking import unreachable
+
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "not-the-password")
+    with pytest.raises(MlflowException) as error:
+        MlflowClient(services["env"]["SEQAE_MLFLOW_TRACKING_URI"]).create_experiment("intruder")
+    assert error.value.get_http_status_code() == 401 and not unreachable(error.value)
+    assert "intruder" not in experiment_names(services)
+
+
+@pytest.mark.parametrize("credentials, who", [
+    pytest.param({"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": "not-the-password"},
+                 "user 'admin' (MLFLOW_TRACKING_USERNAME)", id="wrong"),
+    pytest.param(NOBODY, "requests without credentials", id="none"),
+])
+def test_a_sweep_without_valid_credentials_stops_at_once_and_creates_nothing(services, tmp_path, credentials, who):
+    """Exit code 2 and what to set, before the data is prepared or anything is created."""
+    from sweeps.search import study_exists
+
+    workspace = tmp_path / "ws"
+    run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "locked", "--workspace", str(workspace),
+                *sets(*SMOKE), env={**services["env"], **credentials}, timeout=120)
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    assert f"refuses {who} with 401" in run.stderr and "MLFLOW_TRACKING_PASSWORD" in run.stderr, run.stderr
+    assert not (workspace / "sweeps").exists()
+    assert "locked" not in experiment_names(services)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGPASSFILE", services["env"]["PGPASSFILE"])
+        assert not study_exists(services["env"]["SEQAE_OPTUNA_STORAGE"], "locked")
 
 
 def test_env_sh_gives_the_shell_the_credentials_and_no_secret_is_written_out(services):
