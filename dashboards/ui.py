@@ -1,6 +1,11 @@
 """``seqae ui``: the MLflow UI on a workspace's tracking store and optuna-dashboard on its study
 storage, both on 127.0.0.1 by default, stopped together on Ctrl-C, SIGTERM (a process manager)
-or SIGHUP (a closed terminal)."""
+or SIGHUP (a closed terminal).
+
+A tracking server (a cluster's, ``http://...``) serves its own UI, so only optuna-dashboard starts
+and the server's address is printed. Where the server requires users (``seqae cluster up``'s
+does), the browser asks for a user and password: no proxy hands the user's credentials to
+whoever else reaches a port on this machine."""
 
 from __future__ import annotations
 
@@ -26,16 +31,22 @@ def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflo
         signal.signal(signum, _interrupt)
     logs.mkdir(parents=True, exist_ok=True)
     pids = []
+    server = mlflow_uri.startswith(("http://", "https://"))
     try:
-        pids.append(mlflow_server.start(mlflow_uri, artifacts, mlflow_port, logs / "mlflow-ui.log", host=host))
+        if not server:
+            pids.append(mlflow_server.start(mlflow_uri, artifacts, mlflow_port, logs / "mlflow-ui.log", host=host))
         dashboard = str(Path(sys.executable).parent / "optuna-dashboard")
         pids.append(spawn([dashboard, optuna_storage, "--host", host, "--port", str(optuna_port)],
                           logs / "optuna-dashboard.log"))
         wait_until(lambda: http_ok(f"http://127.0.0.1:{optuna_port}/api/studies"), 60, "optuna-dashboard",
                    logs / "optuna-dashboard.log")
-        print(f"MLflow UI         http://{host}:{mlflow_port}", flush=True)
+        if server:
+            print(f"MLflow UI         {mlflow_uri}  (the tracking server's own; if it asks, log in as "
+                  "MLFLOW_TRACKING_USERNAME with MLFLOW_TRACKING_PASSWORD)", flush=True)
+        else:
+            print(f"MLflow UI         http://{host}:{mlflow_port}", flush=True)
         print(f"optuna-dashboard  http://{host}:{optuna_port}", flush=True)
-        print("Ctrl-C stops both.", flush=True)
+        print("Ctrl-C stops optuna-dashboard." if server else "Ctrl-C stops both.", flush=True)
         deadline = None if until is None else time.time() + until
         while deadline is None or time.time() < deadline:
             time.sleep(0.5)
@@ -44,7 +55,7 @@ def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflo
     finally:
         for pid in pids:
             stop_group(pid)
-        print("stopped the MLflow UI and optuna-dashboard", flush=True)
+        print("stopped optuna-dashboard" if server else "stopped the MLflow UI and optuna-dashboard", flush=True)
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -328,12 +328,15 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
 def cmd_ui(args: argparse.Namespace) -> int:
     from dashboards import ui
+    from sweeps.tracking import check_credentials
 
     workspace = _workspace(args)
-    if not (workspace.root / "mlflow.db").exists():
+    tracking_uri = os.environ.get("SEQAE_MLFLOW_TRACKING_URI", f"sqlite:///{workspace.root / 'mlflow.db'}")
+    if tracking_uri.startswith("sqlite:") and not (workspace.root / "mlflow.db").exists():
         raise ConfigError(f"no sweeps have run in {workspace.root} yet (no mlflow.db)")
+    check_credentials(tracking_uri)  # the user's own, which the browser will ask for
     ui.serve(
-        os.environ.get("SEQAE_MLFLOW_TRACKING_URI", f"sqlite:///{workspace.root / 'mlflow.db'}"),
+        tracking_uri,
         str(workspace.artifact_root),
         os.environ.get("SEQAE_OPTUNA_STORAGE", f"sqlite:///{workspace.root / 'optuna.db'}"),
         args.host, args.mlflow_port, args.optuna_port, workspace.root / "logs",

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import signal
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -14,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep_helpers import SMOKE, STUDIES, seqae, sets
+from cluster.procs import free_port
+from tests.sweep_helpers import SMOKE, STUDIES, kill_group, seqae, sets, start, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -134,6 +137,39 @@ def test_env_sh_gives_the_shell_the_credentials_and_no_secret_is_written_out(ser
     for text in (status.stdout, services["output"], *(p.read_text(errors="replace") for p in (root / "logs").iterdir())):
         assert password not in text
     assert "admin" in services["output"] and state["mlflow"]["password_file"] in services["output"]
+
+
+def test_seqae_ui_opens_the_servers_own_ui_where_the_browser_asks_for_the_user(services, tmp_path):
+    uri = services["env"]["SEQAE_MLFLOW_TRACKING_URI"]
+    optuna_port = free_port()
+    ui_args = ("ui", "--workspace", str(tmp_path / "ws"), "--optuna-port", str(optuna_port))
+    wrong = seqae(*ui_args, env={**services["env"], **NOBODY}, timeout=60)
+    assert wrong.returncode == 2 and "MLFLOW_TRACKING_USERNAME" in wrong.stderr, wrong.stderr
+
+    log = tmp_path / "ui.log"
+    ui = start(*ui_args, log=log, env={**services["env"], **services["admin"]})
+    try:
+        wait_for(lambda: "Ctrl-C stops optuna-dashboard" in log.read_text(), 120, "seqae ui")
+        assert f"MLflow UI         {uri}  " in log.read_text()  # the server's own UI; no second server
+        page = refused(lambda: urllib.request.urlopen(f"{uri}/", timeout=10))
+        assert page.code == 401 and page.headers["WWW-Authenticate"].startswith("Basic")
+        request = urllib.request.Request(f"{uri}/", headers={
+            "Authorization": "Basic " + base64.b64encode(":".join(admin(services)).encode()).decode()})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 200 and b"<html" in response.read().lower()
+        with urllib.request.urlopen(f"http://127.0.0.1:{optuna_port}/api/studies", timeout=10) as response:
+            assert response.status == 200
+    finally:
+        ui.send_signal(signal.SIGINT)
+        try:
+            assert ui.wait(timeout=60) == 0
+        finally:
+            kill_group(ui)
+    assert "stopped optuna-dashboard" in log.read_text()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", optuna_port), timeout=2).close()
+    with urllib.request.urlopen(f"{uri}/health", timeout=10) as response:
+        assert response.status == 200  # the cluster's server keeps running
 
 
 def test_a_restart_keeps_the_admin_password_and_the_users(services, monkeypatch):
