@@ -17,6 +17,13 @@ RESOURCE_SECONDS = "resource_seconds"  # a sweep trial's training wall time x th
 LATENT_FRACTION = "latent_fraction"  # latent_len / input_len, constant per trial
 BEST_EPOCH = "best_epoch"
 BEST_VAL_TOKEN_ACCURACY = "best_val_token_accuracy"
+GLOBAL_STEP = "global_step"  # optimizer steps since the start, at the end of the epoch
+# The epoch's points of the training-loss curve: [global step, mean loss over the steps since the
+# previous point] every train.log_every_steps steps; in MLflow, one value per point at its global step.
+TRAIN_LOSS_STEPS = "train_loss_steps"
+# MLflow's own system metrics (``system/cpu_utilization_percentage``, ...): a sweep's workers
+# sample them with MLflow's monitors and record each epoch's means; MLflow's UI shows them apart.
+SYSTEM_PREFIX = "system/"
 
 DATA_SECONDS = "data_seconds"  # this process's data start-up: a cache hit takes well under a second
 GPU_MEMORY_GIB = "gpu_memory_gib"  # on CUDA: the most GPU memory this trial's tensors held so far
@@ -28,7 +35,7 @@ TRAIN_SECONDS = "train_seconds"
 
 PER_EPOCH: tuple[str, ...] = (
     EPOCH, TRAIN_LOSS, VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY, LEARNING_RATE, TOKENS_PER_S,
-    EPOCH_SECONDS, LATENT_FRACTION, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY, DATA_SECONDS,
+    EPOCH_SECONDS, LATENT_FRACTION, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY, DATA_SECONDS, GLOBAL_STEP,
 )
 CUDA_PER_EPOCH: tuple[str, ...] = (GPU_MEMORY_GIB,)  # reported besides those on CUDA only
 # What a sweep may optimize, and the direction that makes sense for each.

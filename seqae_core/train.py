@@ -158,6 +158,7 @@ def train(
     cache_dir: Any = None,
     published: str | None = None,
     progress: bool = False,
+    measure: Callable[[], dict[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Train and return the final metrics (those of the best epoch, plus a summary).
 
@@ -166,6 +167,12 @@ def train(
     more, trains on (with its optimizer, schedule and patience as they were); one whose patience
     ran out stays stopped. ``published``: where a sweep's driver published the data
     (``seqae_core.data.publish``), to fetch it into ``cache_dir`` rather than tokenize it.
+    ``measure``: called at the end of every epoch; what it returns joins the epoch's metrics (a
+    sweep's worker adds the machine's CPU, memory and GPU use over the epoch).
+
+    Every ``train.log_every_steps`` optimizer steps, the mean loss of the steps since the previous
+    point joins the epoch's ``train_loss_steps`` as ``[global step, loss]``; each epoch starts a
+    new window, so a resumed run has the points of an uninterrupted one.
 
     Raises :class:`NonFiniteLossError` naming the epoch and step if the loss is not finite.
     """
@@ -208,7 +215,8 @@ def train(
         order = torch.randperm(
             len(splits.train), generator=torch.Generator().manual_seed(config.train.seed * 100_003 + epoch)
         ).numpy()
-        seen = M.Scores()
+        seen, window = M.Scores(), M.Scores()
+        curve: list[list[float]] = []  # [global step, mean loss since the previous point]
         steps = range(0, len(order), bs)
         bar = tqdm(steps, desc=f"epoch {epoch}/{config.train.epochs}", disable=not progress, leave=False)
         for step, i in enumerate(bar, 1):
@@ -223,6 +231,11 @@ def train(
             optimizer.step()
             scheduler.step()
             seen.add(scores)
+            window.add(scores)
+            global_step = (epoch - 1) * steps_per_epoch + step
+            if global_step % config.train.log_every_steps == 0:
+                curve.append([global_step, window.loss])
+                window = M.Scores()
             if progress:
                 bar.set_postfix(loss=f"{value:.4f}")
         train_seconds = time.perf_counter() - epoch_start
@@ -242,7 +255,10 @@ def train(
             M.BEST_EPOCH: stopper.best_epoch,
             M.BEST_VAL_TOKEN_ACCURACY: stopper.best,
             M.DATA_SECONDS: data_seconds,
+            M.GLOBAL_STEP: epoch * steps_per_epoch,
+            M.TRAIN_LOSS_STEPS: curve,
             **({M.GPU_MEMORY_GIB: torch.cuda.max_memory_allocated(dev) / 2**30} if dev.type == "cuda" else {}),
+            **(measure() if measure is not None else {}),
         }
         history.append(metrics)
         if report is not None:

@@ -53,6 +53,7 @@ def test_set_values_are_typed():
                      id="latent-longer-than-input"),
         pytest.param(["model.d_model=0"], "model.d_model=0 must be positive", id="zero-size"),
         pytest.param(["train.batch_size=-4"], "train.batch_size=-4 must be positive", id="negative-size"),
+        pytest.param(["train.log_every_steps=0"], "train.log_every_steps=0 must be positive", id="zero-log-steps"),
         pytest.param(["model.d_attn=100", "model.heads=3"], "model.d_attn=100 must be divisible by model.heads=3",
                      id="heads"),
         pytest.param(["model.latent_len=8", "model.latent_fraction=0.5"], "not both", id="latent-twice"),

@@ -62,6 +62,32 @@ def test_reports_every_epoch_and_returns_the_best(tiny_config, data_cache):
         assert key in reports[0][1]
 
 
+def test_the_loss_curve_has_a_point_every_n_steps_and_the_epoch_its_mean(tiny_config, data_cache):
+    """Every train.log_every_steps steps, the mean loss since the previous point, at its global step:
+    at N=1, every step's loss, around the epoch's mean."""
+    from seqae_core import data
+
+    settings = {"train.epochs": 2, "train.batch_size": 8}
+    config = tiny_config(**settings, **{"train.log_every_steps": 1})
+    steps_per_epoch = -(-len(data.load(config.data, data_cache).train) // 8)
+    every, sevenths = [], []
+    train(config, lambda m, c: every.append(m), cache_dir=data_cache)
+    train(tiny_config(**settings, **{"train.log_every_steps": 7}), lambda m, c: sevenths.append(m), cache_dir=data_cache)
+    assert steps_per_epoch > 7
+    for epoch, (one, seven) in enumerate(zip(every, sevenths), 1):
+        first, last = (epoch - 1) * steps_per_epoch + 1, epoch * steps_per_epoch
+        assert [s for s, _ in one[M.TRAIN_LOSS_STEPS]] == list(range(first, last + 1))
+        assert [s for s, _ in seven[M.TRAIN_LOSS_STEPS]] == [s for s in range(first, last + 1) if s % 7 == 0]
+        assert one[M.GLOBAL_STEP] == last
+        losses = [loss for _, loss in one[M.TRAIN_LOSS_STEPS]]
+        assert min(losses) < one[M.TRAIN_LOSS] < max(losses)
+    # a point is the mean of the steps since the previous one: the same training, seen every 7 steps
+    by_step = dict(p for m in every for p in m[M.TRAIN_LOSS_STEPS])
+    for step, loss in sevenths[0][M.TRAIN_LOSS_STEPS]:
+        window = [by_step[s] for s in range(step - 6, step + 1)]
+        assert min(window) <= loss <= max(window)
+
+
 def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, data_cache, tmp_path):
     config = tiny_config(**{"train.epochs": 4, "model.dropout": 0.1})
     full = []
