@@ -108,7 +108,11 @@ def entry_name(key: dict[str, Any]) -> str:
 
 def load(config: DataConfig, cache_dir: Path | None = None, published: str | None = None) -> Splits:
     """Prepare (or reuse, or fetch) the cache entry for ``config`` and split it by page."""
-    entry = prepare(config, cache_dir, published)
+    return open_splits(prepare(config, cache_dir, published), config)
+
+
+def open_splits(entry: Path, config: DataConfig) -> Splits:
+    """The samples of the valid entry ``entry``, memory-mapped, split by page as ``config`` says."""
     manifest = json.loads((entry / "manifest.json").read_text())
     tokens = np.load(entry / "tokens.npy", mmap_mode="r")
     pages = np.load(entry / "pages.npy", mmap_mode="r")
@@ -132,6 +136,19 @@ def load(config: DataConfig, cache_dir: Path | None = None, published: str | Non
         vocab_size=manifest["vocab_size"],
         entry=entry,
     )
+
+
+def describe(entry: Path, config: DataConfig) -> dict[str, Any]:
+    """What a run of ``config`` trains on, for its tracking: a digest of the entry's contents (the
+    checksums its manifest holds, not hashed again) and of the split settings, so that runs on
+    different data, or on other splits of the same entry, are told apart; and the size of each split."""
+    manifest = json.loads((entry / "manifest.json").read_text())
+    contents = {"files": {name: f["sha256"] for name, f in manifest["files"].items()},
+                **{name: getattr(config, name) for name in SPLIT_SETTINGS}}
+    splits = open_splits(entry, config)
+    return {"digest": hashlib.sha256(json.dumps(contents, sort_keys=True).encode()).hexdigest()[:10],
+            "entry": entry.name, "pages": manifest["pages"],
+            "samples": {"train": len(splits.train), "val": len(splits.val)}}
 
 
 def prepare(config: DataConfig, cache_dir: Path | None = None, published: str | None = None) -> Path:

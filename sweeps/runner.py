@@ -32,7 +32,7 @@ from sweeps import ledger
 from sweeps.progress import Progress
 from sweeps.search import SweepStudy, TrialSpec
 from sweeps.spec import SweepSpec
-from sweeps.tracking import Tracker
+from sweeps.tracking import SystemMetrics, Tracker
 from sweeps.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,9 @@ def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runt
     # Data the driver published is fetched into this node's own cache (SEQAE_CACHE_DIR), once per node.
     published = runtime["published"].get(shared_settings(trial_config.data))
     cache_dir = None if published else runtime["cache_dir"]
-    train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir, published=published)
+    with SystemMetrics() as usage:  # each epoch's record carries the machine's CPU, memory and GPU use
+        train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir, published=published,
+              measure=usage.epoch)
 
 
 class _DriverOnly:
@@ -175,7 +177,8 @@ class TrackingCallback(_DriverOnly, tune.Callback):
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         spec: TrialSpec = trial.config["trial"]
         self.writer.submit(f"starting trial {spec.number}", lambda: self.tracker.trial_started(
-            spec.number, spec.logged_params, trial.trial_id, spec.continued))
+            spec.number, spec.logged_params, trial.trial_id, spec.continued,
+            None if spec.config is None else spec.config.data))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any) -> None:
         number, kept = trial.config["trial"].number, dict(result)

@@ -324,13 +324,16 @@ def open_session(workspace: Workspace, name: str, check_file: bool) -> Session:
         connect_ray(workspace.root)
         check_cluster(backends)
     started = time.time()
-    epochs, published = prepare_data(spec, str(workspace.cache_dir), published_data(workspace, backends.storage))
+    epochs, entries, published = prepare_data(spec, str(workspace.cache_dir),
+                                              published_data(workspace, backends.storage))
     data_seconds = time.time() - started
     study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
     tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage,
                       workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None,
-                      spec.share)
-    tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, sweep_params(spec, state))
+                      spec.share, entries)
+    objective = spec.objectives[0]
+    tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, sweep_params(spec, state),
+                 (objective.metric, objective.mode))
     state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
     record = {"started": started, "pid": os.getpid(), "host": socket.gethostname(), "outcome": "running",
               "job": os.environ.get("RAY_JOB_ID")}
@@ -425,20 +428,22 @@ def published_data(workspace: Workspace, storage: str) -> str | None:
     return None
 
 
-def prepare_data(spec: spec_lib.SweepSpec, cache_dir: str, data_uri: str | None) -> tuple[int, dict[Any, str]]:
+def prepare_data(spec: spec_lib.SweepSpec, cache_dir: str,
+                 data_uri: str | None) -> tuple[int, dict[Any, Path], dict[Any, str]]:
     """Tokenize, once, the data of every grid cell, and publish it to ``data_uri`` if given.
-    Returns the most epochs any trial may run, and the URI of each published entry by its data
-    settings (``seqae_core.data.shared_settings``)."""
+    Returns the most epochs any trial may run, and by data settings (``seqae_core.data.shared_settings``)
+    the driver's cache entry (what the trials' MLflow runs record as their dataset) and the URI of
+    each published one."""
     configs = cell_configs(spec)
-    published = {}
+    entries, published = {}, {}
     for data_config in {data_lib.shared_settings(c.data) for c in configs}:
-        entry = data_lib.prepare(data_config, Path(cache_dir))
+        entry = entries[data_config] = data_lib.prepare(data_config, Path(cache_dir))
         if data_uri:
             moved = data_lib.publish(entry, data_uri)
             published[data_config] = f"{data_uri}/{entry.name}"
             print(f"seqae: data entry {entry.name} published to {data_uri}"
                   + (f" ({moved / 2**20:.1f} MiB)" if moved else " (already there)"), flush=True)
-    return max(c.train.epochs for c in configs), published
+    return max(c.train.epochs for c in configs), entries, published
 
 
 def training_precision(spec: spec_lib.SweepSpec) -> str:

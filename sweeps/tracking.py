@@ -7,41 +7,60 @@ opening a second one, and closes the runs a dead driver left RUNNING.
 The driver calls the :class:`Tracker` through :class:`sweeps.writer.Writer`, one background
 thread, so Tune's loop never waits on MLflow and SQLite only ever sees one writer; what counts
 as an outage to wait out is :func:`unreachable` (never a server that refuses the credentials:
-:func:`check_credentials` stops a command on that first). Every write is idempotent (metrics are
-logged once per epoch), and :meth:`Tracker.sync_trial` can rebuild a child run from the trial's
-checkpoint store, which holds the full metric history.
+:func:`check_credentials` stops a command on that first). Every write is idempotent (an epoch's
+metrics, and each point of its loss curve, are logged once), and :meth:`Tracker.sync_trial` can
+rebuild a child run from the trial's checkpoint store, which holds the full metric history.
+
+Each child run also records its dataset (:func:`dataset_input`) and, per epoch, the system
+metrics its worker sampled with MLflow's own monitors (:class:`SystemMetrics`): trials may run on
+other machines, and only the driver talks to MLflow.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from mlflow.utils.mlflow_tags import (
+    MLFLOW_DATASET_CONTEXT,
+    MLFLOW_EXPERIMENT_PRIMARY_METRIC_GREATER_IS_BETTER,
+    MLFLOW_EXPERIMENT_PRIMARY_METRIC_NAME,
+)
+from mlflow.utils.validation import MAX_ENTITIES_PER_BATCH
 
+from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core.checkpoint import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, CheckpointStore, Progress
-from seqae_core.config import from_flat, to_yaml
+from seqae_core.config import DataConfig, from_flat, to_yaml
 from seqae_errors import ConfigError
 from sweeps.ledger import Outcome, resource_seconds
 
 log = logging.getLogger(__name__)
 
 LOGGED_METRICS = tuple(m for m in M.PER_EPOCH + M.CUDA_PER_EPOCH if m != M.EPOCH)
+# MLflow 3 keeps an experiment's kind in this tag, and its UI's kind selector writes this value
+# for model training. (MLflow 3.17's UI opens an experiment on the page of its own workflow type
+# instead, which a link picks with ?workflowType=machine_learning: dashboards.ui.runs_url.)
+EXPERIMENT_KIND = "mlflow.experimentKind"
+MODEL_TRAINING = "custom_model_development"
 
 
 @dataclass
 class _RunCache:
     run_id: str
-    logged_steps: set[int] = field(default_factory=set)
+    logged_steps: set[int] = field(default_factory=set)  # epochs logged whole
+    logged_points: set[int] = field(default_factory=set)  # global steps of the loss curve logged
     artifacts_epoch: int | None = None
 
 
@@ -49,9 +68,10 @@ class Tracker:
     """Synchronous MLflow operations of one sweep; :class:`sweeps.writer.Writer` runs them off the driver's loop."""
 
     def __init__(self, tracking_uri: str, sweep: str, storage: str, artifact_root: Path | None = None,
-                 share: tuple[str, float] = ("cpu", 1.0)) -> None:
+                 share: tuple[str, float] = ("cpu", 1.0), entries: dict[DataConfig, Path] | None = None) -> None:
         self.uri, self.sweep, self.storage = tracking_uri, sweep, storage
         self.share = share  # what a trial holds, as its cost counts it (SweepSpec.share)
+        self.entries = entries or {}  # the prepared data, by shared settings (sweeps.service.prepare_data)
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
         self.artifact_root = artifact_root
         self.experiment_id: str | None = None
@@ -59,19 +79,28 @@ class Tracker:
         self._runs: dict[int, _RunCache] = {}
 
     # -- experiment and parent run ----------------------------------------------------------
-    def open(self, fingerprint: str, experiment_id: str | None, parent_run_id: str | None, params: dict[str, Any]) -> None:
-        """Find or create the sweep's experiment and parent run (set RUNNING)."""
+    def open(self, fingerprint: str, experiment_id: str | None, parent_run_id: str | None, params: dict[str, Any],
+             objective: tuple[str, str] = (M.VAL_TOKEN_ACCURACY, "max")) -> None:
+        """Find or create the sweep's experiment and parent run (set RUNNING). The experiment is
+        marked as model training, with ``objective`` (metric, mode) as its primary metric (which
+        MLflow's run charts show first); an experiment of an older seqae gains the marks it lacks."""
         experiment = self.client.get_experiment_by_name(self.sweep)
         if experiment is not None and experiment.tags.get("seqae.fingerprint") != fingerprint:
             raise ConfigError(f"MLflow at {self.uri} already has an experiment named {self.sweep!r} that is not "
                               "this sweep's; choose another --name")
+        marks = {EXPERIMENT_KIND: MODEL_TRAINING, MLFLOW_EXPERIMENT_PRIMARY_METRIC_NAME: objective[0],
+                 MLFLOW_EXPERIMENT_PRIMARY_METRIC_GREATER_IS_BETTER: str(objective[1] == "max")}
         if experiment is None:
             location = None if self.artifact_root is None else (self.artifact_root / self.sweep).as_uri()
             self.experiment_id = self.client.create_experiment(
-                self.sweep, artifact_location=location, tags={"seqae.fingerprint": fingerprint, "seqae.sweep": self.sweep}
+                self.sweep, artifact_location=location,
+                tags={"seqae.fingerprint": fingerprint, "seqae.sweep": self.sweep, **marks},
             )
         else:
             self.experiment_id = experiment.experiment_id
+            for key, value in marks.items():  # a mark someone changed since (in the UI, say) stays theirs
+                if key not in experiment.tags:
+                    self.client.set_experiment_tag(self.experiment_id, key, value)
         if experiment_id is not None and experiment_id != self.experiment_id:
             raise ConfigError(f"the MLflow experiment of sweep {self.sweep!r} changed id ({experiment_id} -> "
                               f"{self.experiment_id}); was it deleted and recreated?")
@@ -107,8 +136,9 @@ class Tracker:
         if found:
             run_id = found[0].info.run_id
             steps = {m.step for m in self.client.get_metric_history(run_id, M.VAL_TOKEN_ACCURACY)}
+            points = {m.step for m in self.client.get_metric_history(run_id, M.TRAIN_LOSS_STEPS)}
             art = found[0].data.tags.get("seqae.artifacts_epoch")
-            self._runs[number] = _RunCache(run_id, steps, int(art) if art else None)
+            self._runs[number] = _RunCache(run_id, steps, points, int(art) if art else None)
             return run_id
         if params is None:
             raise KeyError(f"trial {number} has no MLflow run")
@@ -121,23 +151,46 @@ class Tracker:
         self._runs[number] = _RunCache(run.info.run_id)
         return run.info.run_id
 
-    def trial_started(self, number: int, params: dict[str, Any], tune_trial_id: str, continued: bool) -> None:
+    def trial_started(self, number: int, params: dict[str, Any], tune_trial_id: str, continued: bool,
+                      data: DataConfig | None = None) -> None:
+        """Open the trial's run (RUNNING) and record the dataset it trains on, ``data``: MLflow keeps
+        a dataset once per name and digest, and its input once per run, so a run reattached after a
+        restart, or continued, still has one."""
         run_id = self.child_run(number, params)
         self.client.update_run(run_id, status="RUNNING")
         tags = {"ray.tune_trial_id": tune_trial_id}
         if continued:
             tags["seqae.continued"] = "true"
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        if data is not None and (entry := self.entries.get(data_lib.shared_settings(data))) is not None:
+            self.client.log_inputs(run_id, datasets=[dataset_input(data, entry)])
 
     def trial_result(self, number: int, result: dict[str, Any]) -> None:
-        run_id = self.child_run(number)
-        cache = self._runs[number]
-        epoch = int(result[M.EPOCH])
+        self.child_run(number)
         tags = [RunTag(f"ray.{k}", str(result[k])) for k in ("node_id", "node_ip", "hostname") if k in result]
+        self._log_epoch(number, result, tags)
+
+    def _log_epoch(self, number: int, record: dict[str, Any], tags: list[RunTag] | None = None) -> None:
+        """An epoch's record (a result, or one of the checkpoint store's history): its points of the
+        loss curve, then its system metrics and its own, which mark it logged. Whatever is logged
+        already is skipped, so a write retried after an outage logs nothing twice."""
+        cache, tags = self._runs[number], tags or []
+        epoch = int(record[M.EPOCH])
         if epoch in cache.logged_steps:
-            self.client.log_batch(run_id, tags=tags)
+            if tags:
+                self.client.log_batch(cache.run_id, tags=tags)
             return
-        self.client.log_batch(run_id, metrics=_metrics(result), tags=tags)
+        now = int(time.time() * 1000)
+        points = [Metric(M.TRAIN_LOSS_STEPS, float(loss), now, int(step))
+                  for step, loss in record.get(M.TRAIN_LOSS_STEPS, []) if int(step) not in cache.logged_points]
+        own = _metrics(record) + [Metric(k, float(v), now, epoch) for k, v in record.items()
+                                  if k.startswith(M.SYSTEM_PREFIX)]
+        while len(points) + len(own) + len(tags) > MAX_ENTITIES_PER_BATCH:  # a long epoch's curve first, in parts
+            part, points = points[:MAX_ENTITIES_PER_BATCH], points[MAX_ENTITIES_PER_BATCH:]
+            self.client.log_batch(cache.run_id, metrics=part)
+            cache.logged_points.update(m.step for m in part)
+        self.client.log_batch(cache.run_id, metrics=points + own, tags=tags)
+        cache.logged_points.update(m.step for m in points)
         cache.logged_steps.add(epoch)
 
     def trial_ended(self, number: int, outcome: Outcome, error: str | None = None) -> None:
@@ -160,10 +213,8 @@ class Tracker:
         cache = self._runs[number]
         store = CheckpointStore.of_trial(self.storage, number)
         progress = store.progress()
-        missing = [h for h in (progress.history if progress else []) if int(h[M.EPOCH]) not in cache.logged_steps]
-        for start in range(0, len(missing), 100):
-            self.client.log_batch(run_id, metrics=[m for h in missing[start:start + 100] for m in _metrics(h)])
-        cache.logged_steps.update(int(h[M.EPOCH]) for h in missing)
+        for record in progress.history if progress else []:
+            self._log_epoch(number, record)
         if store.best_epoch() in (None, cache.artifacts_epoch):
             return progress
         best = store.latest("best")
@@ -311,3 +362,77 @@ def load_registered(tracking_uri: str, model: str) -> tuple[str, Any]:
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
     return uri, mlflow.pyfunc.load_model(uri)
+
+
+def dataset_input(data: DataConfig, entry: Path) -> DatasetInput:
+    """The dataset a trial of ``data`` trains on, in MLflow's dataset API: its Hugging Face source
+    (``data.path``, ``data.name``, ``data.split``), a name, the digest of the prepared entry and its
+    split (:func:`seqae_core.data.describe`, which tells runs on different data apart), and as its
+    profile the samples and pages of each split and the data config."""
+    from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
+    from mlflow.data.meta_dataset import MetaDataset
+
+    facts = data_lib.describe(entry, data)
+    source = HuggingFaceDatasetSource(data.path, config_name=data.name, split=data.split)
+    name = f"{data.path.rstrip('/').rsplit('/', 1)[-1]}:{data.samples}-{data.input_len}"
+    # MLflow's typing leaves MetaDataset.profile abstract; MLflow instantiates it all the same (no ABCMeta)
+    meta = MetaDataset(source, name=name, digest=facts["digest"]).to_dict()  # type: ignore[abstract]
+    profile = {"samples": facts["samples"], "pages": facts["pages"], "entry": facts["entry"],
+               "config": dataclasses.asdict(data)}
+    return DatasetInput(Dataset(**meta, profile=json.dumps(profile)), tags=[InputTag(MLFLOW_DATASET_CONTEXT, "training")])
+
+
+class SystemMetrics:
+    """MLflow's own system-metrics monitors (CPU and memory; NVIDIA GPUs where ``nvidia-ml-py``
+    finds them), sampled on the machine that trains, as MLflow's ``SystemMetricsMonitor`` samples
+    them, but kept rather than logged: only the driver talks to MLflow. A background thread takes a
+    sample every ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` seconds (MLflow's setting; default
+    ``interval``); :meth:`epoch` takes one more and returns the means since its last call under
+    MLflow's names (``system/cpu_utilization_percentage``, ...), for the epoch's record. Like
+    MLflow's, the CPU and memory figures are the whole machine's."""
+
+    def __init__(self, interval: float = 10.0) -> None:
+        from mlflow.environment_variables import MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
+        from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
+        from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
+        from mlflow.system_metrics.metrics.gpu_monitor import GPUMonitor
+
+        self.interval = float(MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL.get() or interval)
+        self.monitors: list[BaseMetricsMonitor] = [CPUMonitor()]
+        try:
+            self.monitors.append(GPUMonitor())
+        except (ImportError, RuntimeError):  # no nvidia-ml-py, or no NVIDIA GPU: no GPU metrics, as in MLflow
+            pass
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="seqae-system-metrics", daemon=True)
+
+    def __enter__(self) -> SystemMetrics:
+        self.sample()  # psutil's first CPU reading is 0 by definition: it starts the count, and is dropped
+        for monitor in self.monitors:
+            monitor.clear_metrics()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> None:
+        with self._lock:
+            for monitor in self.monitors:
+                monitor.collect_metrics()
+
+    def epoch(self) -> dict[str, float]:
+        """The means of the samples since the last call (an epoch), the epoch's end included."""
+        self.sample()
+        means: dict[str, float] = {}
+        with self._lock:
+            for monitor in self.monitors:
+                means.update(monitor.aggregate_metrics())
+                monitor.clear_metrics()
+        return {f"{M.SYSTEM_PREFIX}{name}": float(value) for name, value in means.items()}

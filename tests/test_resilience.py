@@ -48,7 +48,8 @@ def children(runs: list) -> list:
 
 
 def assert_books_balanced(workspace: Path, name: str, n: int, epochs: int | None = None) -> None:
-    """n trials, each one FINISHED child run and one COMPLETE Optuna trial; nothing RUNNING."""
+    """n trials, each one FINISHED child run and one COMPLETE Optuna trial; nothing RUNNING. Each
+    run has every epoch, every point of its loss curve and its system metrics once, and one dataset."""
     trials = optuna_trials(workspace, name)
     assert len(trials) == n and {t.state.name for t in trials} == {"COMPLETE"}, [t.state.name for t in trials]
     runs = mlflow_runs(workspace, name)
@@ -60,6 +61,11 @@ def assert_books_balanced(workspace: Path, name: str, n: int, epochs: int | None
         assert steps == sorted(set(steps)) and steps[0] == 1, steps  # every epoch once
         if epochs is not None:
             assert steps == list(range(1, epochs + 1)), steps
+        every, last = int(kid.data.params["train.log_every_steps"]), int(kid.data.metrics["global_step"])
+        points = metric_steps(kid.info.run_id, "train_loss_steps", workspace)
+        assert points == list(range(every, last + 1, every)), points
+        assert metric_steps(kid.info.run_id, "system/cpu_utilization_percentage", workspace) == steps
+        assert len(kid.inputs.dataset_inputs) == 1
 
 
 # 1 and 8 ---------------------------------------------------------------------------------------
@@ -253,6 +259,8 @@ def test_mlflow_outage_delays_tracking_but_loses_nothing(tmp_path):
         for kid in children(runs):
             steps = metric_steps(kid.info.run_id, "val_token_accuracy", None, tracking_uri=uri)
             assert steps == list(range(1, epochs + 1)), steps
+            points = metric_steps(kid.info.run_id, "train_loss_steps", None, tracking_uri=uri)
+            assert points == list(range(3, int(kid.data.metrics["global_step"]) + 1, 3)), points  # each once
         parent = next(r for r in runs if r.data.tags.get("seqae.role") == "sweep")
         assert parent.data.metrics["mlflow_outage_seconds"] >= back - seen  # the gap is on record
         session = json.loads((storage / "sweep.json").read_text())["sessions"][-1]

@@ -54,7 +54,7 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     workspace = tmp_path / "ws"
     n = 3
     run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace),
-                *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", f"trials.total={n}",
+                *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", f"trials.total={n}", "train.log_every_steps=3",
                       # relative, as the README writes it: trials run in Ray's working directory, not here
                       f"data.path={os.path.relpath(WIKI_MINI, REPO)}"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -78,6 +78,9 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
 
     uri = f"sqlite:///{workspace / 'mlflow.db'}"
     client = MlflowClient(uri, registry_uri=uri)  # not the registry another test's MLflow calls left set
+    experiment = client.get_experiment_by_name("quickstart")
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # model training, not GenAI
+    assert experiment.tags["mlflow.experiment.primaryMetric.name"] == "val_token_accuracy"
     for child in children:
         tags, params = child.data.tags, child.data.params
         assert tags["mlflow.parentRunId"] == parents[0].info.run_id
@@ -86,11 +89,21 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
         assert params["model.d_model"] == "16" and params["data.input_len"] == "16" and "train.lr" in params
         assert params["data.path"] == str(WIKI_MINI.resolve())
         assert metric_steps(child.info.run_id, "val_token_accuracy", workspace) == [1, 2]
+        # the loss curve: a point every 3 steps, at its global step; the machine's use once per epoch
+        last_step = int(child.data.metrics["global_step"])
+        assert metric_steps(child.info.run_id, "train_loss_steps", workspace) == list(range(3, last_step + 1, 3))
+        for name in ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"):
+            assert metric_steps(child.info.run_id, name, workspace) == [1, 2]
+        assert 0 < child.data.metrics["system/system_memory_usage_percentage"] < 100
+        (dataset,) = [i.dataset for i in child.inputs.dataset_inputs]
+        assert json.loads(dataset.source)["path"] == str(WIKI_MINI.resolve()) and dataset.source_type == "hugging_face"
+        assert json.loads(dataset.profile)["config"]["input_len"] == 16
         artifacts = {a.path for a in client.list_artifacts(child.info.run_id)}
         assert {"config.yaml", "checkpoint", "samples.txt"} <= artifacts
         samples = client.download_artifacts(child.info.run_id, "samples.txt", str(tmp_path))
         assert "original:" in open(samples).read()
 
+    assert len({c.inputs.dataset_inputs[0].dataset.digest for c in children}) == 1  # one data, one digest
     trials = optuna_trials(workspace, "quickstart")
     assert [t.state.name for t in trials] == ["COMPLETE"] * n
     assert [sorted(t.intermediate_values) for t in trials] == [[1, 2]] * n  # the last epoch's value too
@@ -118,3 +131,44 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     assert tokenizer.convert_ids_to_tokens(ids["token_ids"][:1]) == ["[PAD]"]
     out = mlflow.pyfunc.load_model(f"models:/quickstart/{versions[0].version}").predict(["a short text"])
     assert out.tokens[0] == ["a", "short", "text"] and out.latents[0].shape == (1, 8, 16)  # 16 -> 8 tokens, d_model 16
+
+
+def test_a_run_records_its_dataset_once_and_other_data_has_another_digest(tmp_path, data_cache):
+    """Each trial's run records the prepared entry it trains on through MLflow's dataset API: its
+    source, the data config and each split's size; a digest that differs with the data (another
+    input length, another split) and not otherwise; and one input however often the run is reopened
+    (a resume, a restarted driver). An experiment an older seqae made gains the model-training mark."""
+    from mlflow.tracking import MlflowClient
+
+    from seqae_core import data
+    from seqae_core.config import from_flat
+    from sweeps.tracking import Tracker
+    from tests.conftest import TINY
+
+    configs = {0: from_flat(TINY).data, 1: from_flat({**TINY, "data.input_len": 8}).data,
+               2: from_flat({**TINY, "data.split_seed": 1}).data, 3: from_flat(TINY).data}
+    entries = {data.shared_settings(c): data.prepare(c, data_cache) for c in configs.values()}
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    client.create_experiment("older", tags={"seqae.fingerprint": "f", "seqae.sweep": "older"})
+    tracker = Tracker(uri, "older", str(tmp_path / "storage"), entries=entries)
+    tracker.open("f", None, None, {})
+    for number, config in configs.items():
+        tracker.trial_started(number, {"trial": number}, f"tune-{number}", False, config)
+    tracker.trial_started(0, {"trial": 0}, "tune-0", True, configs[0])  # continued in the same session
+    restarted = Tracker(uri, "older", str(tmp_path / "storage"), entries=entries)
+    restarted.open("f", tracker.experiment_id, tracker.parent_run_id, {})
+    restarted.trial_started(0, {"trial": 0}, "tune-5", True, configs[0])  # reattached by a new driver
+
+    assert client.get_experiment_by_name("older").tags["mlflow.experimentKind"] == "custom_model_development"
+    inputs = {n: client.get_run(tracker.child_run(n)).inputs.dataset_inputs for n in configs}
+    assert [len(i) for i in inputs.values()] == [1, 1, 1, 1]
+    digests = {n: i[0].dataset.digest for n, i in inputs.items()}
+    assert digests[0] == digests[3] and len({digests[0], digests[1], digests[2]}) == 3, digests
+    dataset = inputs[0][0].dataset
+    splits = data.load(configs[0], data_cache)
+    profile = json.loads(dataset.profile)
+    assert profile["samples"] == {"train": len(splits.train), "val": len(splits.val)}
+    assert profile["config"] == {**profile["config"], "input_len": 16, "samples": "windows", "max_pages": 6}
+    assert json.loads(dataset.source)["path"] == str(WIKI_MINI) and json.loads(dataset.source)["config_name"] == "20231101.en"
+    assert {(t.key, t.value) for t in inputs[0][0].tags} == {("mlflow.data.context", "training")}
