@@ -7,7 +7,8 @@ parent run under ``report/``. Each figure appears when the sweep has the data fo
     fig2_epochs_by_latent.png      validation token accuracy over epochs, a line per latent length
     fig3_accuracy_by_fraction.png  best accuracy against latent length as % of input, a line per input length
     seeds_bands.png, seeds_boxes.png   mean +- standard error and box plots over seeds, per epoch
-    losses.png                     train and validation loss per trial
+    losses.png                     train loss (per step where the trial logged its curve) and validation
+                                   loss per trial
     optuna_*.png                   optimization history, parameter importances, parallel
                                    coordinates, or the Pareto front of a multi-objective sweep
 
@@ -35,6 +36,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from dashboards import claims  # noqa: E402
 from seqae_core import metrics as M  # noqa: E402
@@ -42,7 +45,7 @@ from seqae_core.config import parse_scalar  # noqa: E402
 
 log = logging.getLogger(__name__)
 
-CURVES = (M.VAL_TOKEN_ACCURACY, M.TRAIN_LOSS, M.VAL_LOSS)
+CURVES = (M.VAL_TOKEN_ACCURACY, M.TRAIN_LOSS, M.VAL_LOSS, M.TRAIN_LOSS_STEPS, M.GLOBAL_STEP)
 
 
 @dataclass
@@ -126,6 +129,12 @@ def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
 
 
 # -- figures ---------------------------------------------------------------------------------
+def epoch_axis(ax: Any) -> None:
+    """An x axis of epochs, ticked at whole epochs only."""
+    ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -162,8 +171,8 @@ def fig2(trials: list[Trial], out: Path) -> Path | None:
             ax.axhline(acc, color="black", linestyle=":", linewidth=1)
             ax.annotate(f"paper: {text}", (0, acc), xycoords=("axes fraction", "data"), xytext=(4, 3),
                         textcoords="offset points", fontsize=7)
-    ax.set(xlabel="epoch", ylabel="validation token accuracy",
-           title=f"Accuracy over epochs at input length {input_len} (cf. paper Fig. 2)")
+    ax.set(ylabel="validation token accuracy", title=f"Accuracy over epochs at input length {input_len} (cf. paper Fig. 2)")
+    epoch_axis(ax)
     ax.grid(alpha=0.3)
     ax.legend(title="input to latent", fontsize=8)
     return _save(fig, out / "fig2_epochs_by_latent.png")
@@ -213,8 +222,8 @@ def seeds_figures(trials: list[Trial], out: Path) -> list[Path]:
         se = [statistics.stdev(v) / math.sqrt(len(v)) if len(v) > 1 else 0.0 for v in by_epoch.values()]
         ax.plot(epochs, mean, linewidth=2, label=f"{label} ({len(group)} seeds)")
         ax.fill_between(epochs, [m - s for m, s in zip(mean, se)], [m + s for m, s in zip(mean, se)], alpha=0.25)
-    ax.set(xlabel="epoch", ylabel="validation token accuracy",
-           title="Mean and standard error over seeds (cf. paper Fig. 4)")
+    ax.set(ylabel="validation token accuracy", title="Mean and standard error over seeds (cf. paper Fig. 4)")
+    epoch_axis(ax)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     paths = [_save(fig, out / "seeds_bands.png")]
@@ -286,18 +295,32 @@ def _claims(verdicts: list[claims.Verdict]) -> str:
             f"<th>verdict</th></tr></thead><tbody>{rows}</tbody></table>")
 
 
+def step_curve(trial: Trial) -> list[tuple[float, float]]:
+    """The trial's training-loss curve (``train_loss_steps``, logged at global steps) against
+    epochs, fractional between the steps each epoch ended at (``global_step``); empty without one."""
+    points, ends = trial.curves.get(M.TRAIN_LOSS_STEPS), trial.curves.get(M.GLOBAL_STEP)
+    if not points or not ends:
+        return []
+    epochs, last_steps = zip(*ends)
+    x = np.interp([step for step, _ in points], (0, *last_steps), (0, *epochs))
+    return [(float(e), value) for e, (_, value) in zip(x, points)]
+
+
 def losses(trials: list[Trial], out: Path) -> Path | None:
+    """Train loss (its per-step curve where logged, else each epoch's mean) and validation loss."""
     with_data = [t for t in trials if t.curves.get(M.TRAIN_LOSS)]
     if not with_data:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True, sharey=True)
     for t in with_data:
-        for ax, key in zip(axes, (M.TRAIN_LOSS, M.VAL_LOSS)):
-            if t.curves.get(key):
-                steps, values = zip(*t.curves[key])
-                ax.plot(steps, values, marker=".", label=f"trial {t.number}")
-    for ax, key in zip(axes, ("train loss", "validation loss")):
-        ax.set(xlabel="epoch", title=key)
+        curve = step_curve(t)
+        x, y = zip(*(curve or t.curves[M.TRAIN_LOSS]))
+        (line,) = axes[0].plot(x, y, marker="" if curve else ".", linewidth=1 if curve else 1.5, label=f"trial {t.number}")
+        if t.curves.get(M.VAL_LOSS):
+            axes[1].plot(*zip(*t.curves[M.VAL_LOSS]), marker=".", color=line.get_color(), label=f"trial {t.number}")
+    for ax, title in zip(axes, ("train loss", "validation loss")):
+        ax.set(title=title)
+        epoch_axis(ax)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("cross-entropy per token")
     if len(with_data) <= 12:

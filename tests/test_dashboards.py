@@ -83,6 +83,30 @@ def test_report_renders_every_figure_without_console_errors(finished_sweep, scre
     assert "report/index.html" in logged and "report/losses.png" in logged
 
 
+def test_the_loss_curve_is_drawn_against_epochs_with_whole_epoch_ticks(tmp_path):
+    """The points of a trial's loss curve, logged at global steps, sit at fractional epochs between
+    the steps each epoch ended at; every epoch axis is ticked at whole epochs only."""
+    import matplotlib.pyplot as plt
+
+    from dashboards import report
+    from seqae_core import metrics as M
+
+    trial = report.Trial(0, "run", "FINISHED", "COMPLETE", {}, curves={
+        M.TRAIN_LOSS: [(1, 3.0), (2, 2.0)], M.VAL_LOSS: [(1, 2.9), (2, 2.1)], M.GLOBAL_STEP: [(1, 10), (2, 20)],
+        M.TRAIN_LOSS_STEPS: [(5, 4.0), (10, 3.0), (15, 2.5), (20, 2.0)]})
+    assert report.step_curve(trial) == [(0.5, 4.0), (1.0, 3.0), (1.5, 2.5), (2.0, 2.0)]
+    assert report.step_curve(report.Trial(1, "run", "FINISHED", "COMPLETE", {}, curves=trial.curves | {
+        M.TRAIN_LOSS_STEPS: []})) == []  # then the report draws the epochs' means
+    fig, ax = plt.subplots()
+    ax.plot([0.5, 1.0, 1.5, 2.0], [4.0, 3.0, 2.5, 2.0])
+    report.epoch_axis(ax)
+    fig.canvas.draw()
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    plt.close(fig)
+    assert ticks and all(t == int(t) for t in ticks), ticks
+    assert report.losses([trial], tmp_path) == tmp_path / "losses.png"
+
+
 def start_ui(workspace, log):
     """`seqae ui` on two free ports, once it says both serve: (process, mlflow_port, optuna_port)."""
     mlflow_port, optuna_port = free_port(), free_port()
