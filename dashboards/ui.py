@@ -1,6 +1,6 @@
 """``seqae ui``: the MLflow UI on a workspace's tracking store and optuna-dashboard on its study
 storage, both on 127.0.0.1 by default, stopped together on Ctrl-C, SIGTERM (a process manager)
-or SIGHUP (a closed terminal).
+or SIGHUP (a closed terminal). It prints the page of each sweep's runs (:func:`runs_url`).
 
 A tracking server (a cluster's, ``http://...``) serves its own UI, so only optuna-dashboard starts
 and the server's address is printed. Where the server requires users (``seqae cluster up``'s
@@ -40,11 +40,12 @@ def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflo
                           logs / "optuna-dashboard.log"))
         wait_until(lambda: http_ok(f"http://127.0.0.1:{optuna_port}/api/studies"), 60, "optuna-dashboard",
                    logs / "optuna-dashboard.log")
-        if server:
-            print(f"MLflow UI         {mlflow_uri}  (the tracking server's own; if it asks, log in as "
-                  "MLFLOW_TRACKING_USERNAME with MLFLOW_TRACKING_PASSWORD)", flush=True)
-        else:
-            print(f"MLflow UI         http://{host}:{mlflow_port}", flush=True)
+        base = mlflow_uri if server else f"http://{host}:{mlflow_port}"
+        note = ("  (the tracking server's own; if it asks, log in as MLFLOW_TRACKING_USERNAME with "
+                "MLFLOW_TRACKING_PASSWORD)") if server else ""
+        print(f"MLflow UI         {base}{note}", flush=True)
+        for name, experiment_id in sweeps(mlflow_uri):
+            print(f"  sweep {name}: {runs_url(base, experiment_id)}", flush=True)
         print(f"optuna-dashboard  http://{host}:{optuna_port}", flush=True)
         print("Ctrl-C stops optuna-dashboard." if server else "Ctrl-C stops both.", flush=True)
         deadline = None if until is None else time.time() + until
@@ -56,6 +57,21 @@ def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflo
         for pid in pids:
             stop_group(pid)
         print("stopped optuna-dashboard" if server else "stopped the MLflow UI and optuna-dashboard", flush=True)
+
+
+def runs_url(base: str, experiment_id: str) -> str:
+    """The MLflow UI's page of an experiment's runs. MLflow 3.17's UI opens an experiment on the
+    page of the workflow type a browser last chose (GenAI by default: traces and token usage), not
+    by the experiment's kind tag; ``workflowType=machine_learning`` opens it on model training."""
+    return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+
+
+def sweeps(mlflow_uri: str) -> list[tuple[str, str]]:
+    """(sweep name, experiment id) of each sweep tracked at ``mlflow_uri``."""
+    from mlflow.tracking import MlflowClient
+
+    experiments = MlflowClient(mlflow_uri).search_experiments(filter_string="tags.`seqae.sweep` ILIKE '%'")
+    return sorted((e.tags["seqae.sweep"], e.experiment_id) for e in experiments)
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -1,4 +1,7 @@
-"""The report and `seqae ui`, checked in real headless Chromium (Debian's chromium and chromedriver)."""
+"""The report and `seqae ui`, checked in real headless Chromium (Debian's chromium and chromedriver).
+
+The MLflow UI is found by structure (ag-grid's row and column ids, data-testid attributes) and by
+the sweep's own names and values; what MLflow's UI calls things is kept in ``MLFLOW_UI``."""
 
 from __future__ import annotations
 
@@ -15,6 +18,18 @@ from tests.conftest import SCREENSHOTS
 from tests.sweep_helpers import SMOKE, STUDIES, kill_group, seqae, sets, start, wait_for
 
 pytestmark = pytest.mark.slow
+
+EPOCHS = 3  # each trial of the finished sweep
+# MLflow 3.17's UI: the ids of the parts the tests read, in one place
+MLFLOW_UI = {
+    "row": '.ag-row[row-id="{run_id}"]',  # a runs-table row, by run id
+    "run name": '[col-id="attributes.`Run Name`"]',  # its cell, holding the expand button of a parent
+    "dataset": '[col-id="attributes.`Dataset`"]',
+    "chart card": '[data-testid="experiment-view-compare-runs-card"]',  # a run's metric chart
+    "chart title": '[title="{metric}"]',
+    "assistant close": 'button[data-component-id="mlflow.assistant.chat_panel.close"]',
+    "model training": "workflowType=machine_learning",  # the UI's mode for a page, as dashboards.ui.runs_url sets it
+}
 
 
 def browser():
@@ -38,7 +53,8 @@ def browser():
 def finished_sweep(tmp_path_factory):
     workspace = tmp_path_factory.mktemp("dash") / "ws"
     run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace),
-                *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=3"))
+                *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=3", f"train.epochs={EPOCHS}",
+                      "train.log_every_steps=2"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "seqae: report:" in run.stdout  # rebuilt at the end of the sweep
     return workspace
@@ -134,30 +150,69 @@ def stop_ui(ui, signum, log, ports) -> None:
 
 
 def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, screenshot_dir, tmp_path):
+    """The experiment's link that `seqae ui` prints opens on its runs (not MLflow's GenAI overview);
+    the trials show under the sweep's run with their dataset, and a trial's page its metrics, with
+    one point per epoch in its accuracy chart."""
+    from mlflow.tracking import MlflowClient
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
     ui, mlflow_port, optuna_port = start_ui(finished_sweep, tmp_path / "ui.log")
     try:
         log = (tmp_path / "ui.log").read_text()
         assert f"http://127.0.0.1:{mlflow_port}" in log and f"http://127.0.0.1:{optuna_port}" in log
         info = json.loads(seqae("sweep", "status", "quickstart", "--json", "--workspace", str(finished_sweep)).stdout)
+        experiment = info["mlflow_experiment_id"]
+        link = re.search(r"sweep quickstart: (\S+)", log).group(1)
+        client = MlflowClient(f"sqlite:///{finished_sweep / 'mlflow.db'}")
+        kids = {r.data.tags["seqae.trial"]: r for r in client.search_runs([experiment]) if "seqae.trial" in r.data.tags}
+        assert len(kids) == 3
         driver = browser()
+        wait = WebDriverWait(driver, 60)
+        css = driver.find_elements
         try:
-            from selenium.webdriver.common.by import By
-
             driver.get(f"http://127.0.0.1:{mlflow_port}/#/experiments")
-            wait_for(lambda: "quickstart" in driver.find_element(By.TAG_NAME, "body").text, 60, "the experiment list")
+            wait.until(lambda d: "quickstart" in d.find_element(By.TAG_NAME, "body").text)
+            for close in css(By.CSS_SELECTOR, MLFLOW_UI["assistant close"]):  # MLflow's chat panel, open at first
+                close.click()
             save(driver, screenshot_dir, "mlflow-experiments.png")
 
-            driver.get(f"http://127.0.0.1:{mlflow_port}/#/experiments/{info['mlflow_experiment_id']}/runs")
-            links = lambda: [a for a in driver.find_elements(By.CSS_SELECTOR, ".ag-root a")]  # noqa: E731
-            wait_for(lambda: any(a.text == "quickstart" for a in links()), 60, "the sweep's parent run")
-            body = driver.find_element(By.TAG_NAME, "body").text
-            assert "4 matching runs" in body  # the parent and its three trials
-            parent = next(a for a in links() if a.text == "quickstart")
-            cell = parent.find_element(By.XPATH, "./ancestor::span[contains(@class,'ag-cell-value')][1]")
-            cell.find_element(By.CSS_SELECTOR, "button").click()  # expand the nested child runs
-            wait_for(lambda: {"trial-0000", "trial-0001", "trial-0002"} <= {a.text for a in links()}, 30,
-                     "the child runs")
+            driver.get(link)
+            row = lambda run_id: MLFLOW_UI["row"].format(run_id=run_id)  # noqa: E731
+            wait.until(lambda d: css(By.CSS_SELECTOR, row(info["mlflow_parent_run_id"])))
+            assert re.search(rf"#/experiments/{experiment}/runs\?", driver.current_url), driver.current_url
+            parent = css(By.CSS_SELECTOR, f"{row(info['mlflow_parent_run_id'])} {MLFLOW_UI['run name']} button")
+            parent[0].click()  # expand the nested child runs
+            for kid in kids.values():  # each trial's row, its dataset named with the digest of its data
+                named = "{0.name} ({0.digest})".format(kid.inputs.dataset_inputs[0].dataset)
+                cells = f"{row(kid.info.run_id)} {MLFLOW_UI['dataset']}"
+                wait.until(lambda d: any(named in c.text for c in css(By.CSS_SELECTOR, cells)))
             save(driver, screenshot_dir, "mlflow-runs.png")
+
+            kid = kids["0"]
+            dataset = kid.inputs.dataset_inputs[0].dataset
+            page = f"http://127.0.0.1:{mlflow_port}/#/experiments/{experiment}/runs/{kid.info.run_id}"
+            driver.get(f"{page}?{MLFLOW_UI['model training']}")
+            body = lambda: driver.find_element(By.TAG_NAME, "body").text  # noqa: E731
+            wait.until(lambda d: all(m in body() for m in ("val_token_accuracy", "train_loss_steps",
+                                                            "system/cpu_utilization_percentage")))
+            assert f"{dataset.name} ({dataset.digest})" in body()
+            save(driver, screenshot_dir, "mlflow-trial.png")
+
+            driver.get(f"{page}/model-metrics?{MLFLOW_UI['model training']}")
+            card = f"{MLFLOW_UI['chart card']}:has({MLFLOW_UI['chart title'].format(metric='val_token_accuracy')})"
+
+            def accuracy_chart(d):  # the chart cards render as they scroll into view
+                found = css(By.CSS_SELECTOR, card)
+                if not found and css(By.CSS_SELECTOR, MLFLOW_UI["chart card"]):
+                    d.execute_script("arguments[0].scrollIntoView()", css(By.CSS_SELECTOR, MLFLOW_UI["chart card"])[-1])
+                return found and d.execute_script(
+                    "const plot = arguments[0].querySelector('.js-plotly-plot');"
+                    "return plot && plot.data && plot.data.map(trace => trace.x)", found[0])
+            traces = wait.until(accuracy_chart)
+            assert traces and all(list(x) == list(range(1, EPOCHS + 1)) for x in traces), traces  # a point per epoch
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", css(By.CSS_SELECTOR, card)[0])
+            save(driver, screenshot_dir, "mlflow-trial-accuracy.png")
 
             driver.get(f"http://127.0.0.1:{optuna_port}/dashboard")
             wait_for(lambda: "quickstart" in driver.find_element(By.TAG_NAME, "body").text, 60, "optuna-dashboard")
