@@ -39,6 +39,7 @@ from cluster.procs import alive_group, free_port, free_port_block, http_ok, stop
 from seqae_errors import ConfigError
 
 STATE = "cluster.json"
+AUTH_CONFIG = "mlflow_auth.ini"  # in secrets/: the MLflow server's basic-auth settings
 NODE_PORTS = 50  # ports reserved per Ray node: its servers and its worker processes
 # A lost node is noticed in about 3 s instead of about 15 s (what the tests and users wait for).
 FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
@@ -173,13 +174,9 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
     # access to, in one server that is backed up and restarted together (a SQLite file would be a
     # second store to keep, and locks under several server workers).
     state["mlflow"]["password_file"] = str(secrets_dir / "mlflow_password")
-    auth = secrets_dir / "mlflow_auth.ini"
-    mlflow_server.write_auth_config(auth, Path(state["mlflow"]["password_file"]), pg.url("mlflow_auth"))
-    state["pids"]["mlflow"] = mlflow_server.start(
-        pg.url("mlflow"), str(Path(state["storage"]) / "mlartifacts"), state["mlflow"]["port"],
-        logs / "mlflow.log", env={"PGPASSFILE": pg.pgpass}, auth=auth,
-    )
-    _write_state(root, state)
+    mlflow_server.write_auth_config(secrets_dir / AUTH_CONFIG, Path(state["mlflow"]["password_file"]),
+                                    pg.url("mlflow_auth"))
+    start_mlflow(state)
 
     if ray:
         _start_ray(state, logs)
@@ -187,6 +184,18 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
     _write_state(root, state)
     (root / "env.sh").write_text(_env_sh(state))
     return state
+
+
+def start_mlflow(state: dict[str, Any]) -> None:
+    """Start the MLflow server (again, after it stopped) on PostgreSQL, with its authentication,
+    and record its process."""
+    root = Path(state["root"])
+    pg = postgres.Postgres(**state["postgres"])
+    state["pids"]["mlflow"] = mlflow_server.start(
+        pg.url("mlflow"), str(Path(state["storage"]) / "mlartifacts"), state["mlflow"]["port"],
+        root / "logs" / "mlflow.log", env={"PGPASSFILE": pg.pgpass}, auth=root / "secrets" / AUTH_CONFIG,
+    )
+    _write_state(root, state)
 
 
 def _start_ray(state: dict[str, Any], logs: Path) -> None:

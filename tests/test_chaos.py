@@ -1,0 +1,239 @@
+"""The chaos soak: a sweep of 12 trials fixed in advance (a grid of seeds and learning rates) on
+the local three-node cluster with PostgreSQL and the MLflow server, under at least 8 faults drawn
+from a seed at random moments. After each driver death it runs `seqae sweep resume`, as a user
+would. It must end exactly as the same sweep does without faults: the same trials, every metric of
+every epoch equal to the last digit, each epoch once in MLflow, nothing RUNNING, the best model
+registered once.
+
+The seeds come from ``SEQAE_CHAOS_SEEDS`` (``1,2,3``; CI runs ``1``); a failing seed is in the
+test's id, and ``SEQAE_CHAOS_SEEDS=<seed> pytest tests/test_chaos.py -s`` replays its schedule.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from seqae_core import metrics as M
+from tests.sweep_helpers import (
+    STUDIES,
+    TINY,
+    local_cluster,
+    mlflow_runs,
+    optuna_trials,
+    sets,
+    start,
+    trial_metas,
+    wait_for,
+    wait_for_writers_to_exit,
+)
+
+pytestmark = pytest.mark.slow
+
+SEEDS = [int(s) for s in os.environ.get("SEQAE_CHAOS_SEEDS", "1").split(",")]
+EPOCHS, CELLS = 4, 12
+SWEEP = [*TINY, "search={}", "trials={per_cell: 1}", "grid.train.seed=[0, 1, 2, 3, 4, 5]",
+         "grid.train.lr=[0.003, 0.01]", f"train.epochs={EPOCHS}", f"train.patience={EPOCHS}", "retries=20"]
+FAULTS = ("driver_sigkill", "driver_sigterm", "worker_sigkill", "mlflow_restart", "postgres_restart",
+          "second_driver", "cut_checkpoint")
+METRICS = (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.TRAIN_LOSS, M.VAL_SEQUENCE_ACCURACY, M.LEARNING_RATE)
+
+
+def schedule(seed: int) -> list[tuple[int, str]]:
+    """Every kind of fault once and one more drawn again, each at a moment (epochs trained by all
+    trials together) drawn from the first three quarters of the sweep."""
+    rng = random.Random(seed)
+    kinds = [*FAULTS, rng.choice(FAULTS)]
+    rng.shuffle(kinds)
+    moments = sorted(rng.sample(range(2, CELLS * EPOCHS * 3 // 4), len(kinds)))
+    return list(zip(moments, kinds))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    yield from local_cluster(tmp_path_factory.mktemp("chaos-cluster"))
+
+
+class Sweep:
+    """One sweep driven on the cluster from this machine, as a user's terminal would."""
+
+    def __init__(self, cluster: dict[str, Any], name: str, logs: Path) -> None:
+        self.cluster, self.name, self.logs = cluster, name, logs
+        self.workspace = cluster["env"]["SEQAE_WORKSPACE"]
+        self.storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
+        state = cluster["state"]
+        self.env = {**cluster["env"], "RAY_ADDRESS": f"127.0.0.2:{state['gcs_port']}", "RAY_AUTH_MODE": "token",
+                    "RAY_AUTH_TOKEN_PATH": state["token_file"]}
+        self.drivers = 0
+        self.driver = self.start("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", name, *sets(*SWEEP))
+
+    def start(self, *args: str) -> subprocess.Popen:
+        self.drivers += 1
+        return start(*args, "--workspace", self.workspace, log=self.log(self.drivers), env=self.env)
+
+    def log(self, n: int) -> Path:
+        return self.logs / f"{self.name}-driver-{n}.log"
+
+    def resume(self) -> subprocess.Popen:
+        self.driver = self.start("sweep", "resume", self.name)
+        return self.driver
+
+    def epochs(self) -> int:
+        return sum(m["epoch"] for m in trial_metas(self.storage).values())
+
+    def finish(self) -> None:
+        """Wait for the driver; a driver that died (a fault it did not ride out) is resumed, twice at most."""
+        for _ in range(3):
+            if self.driver.wait(timeout=1200) == 0:
+                return
+            print(f"  driver {self.drivers} exited {self.driver.returncode}: resume", flush=True)
+            self.resume()
+        raise AssertionError(f"sweep {self.name} did not finish; see {self.log(self.drivers)}")
+
+    def results(self) -> dict[tuple[str, str], dict[str, list[tuple[int, float]]]]:
+        """Every trial's metric histories from MLflow, keyed by its grid cell (seed, lr)."""
+        from mlflow.tracking import MlflowClient
+
+        uri = self.cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"]
+        client = MlflowClient(uri)
+        out = {}
+        for run in mlflow_runs(None, self.name, tracking_uri=uri):
+            if "seqae.trial" in run.data.tags:
+                cell = (run.data.params["train.seed"], run.data.params["train.lr"])
+                assert cell not in out, f"two runs of the cell {cell}"
+                out[cell] = {m: sorted((x.step, x.value) for x in client.get_metric_history(run.info.run_id, m))
+                             for m in METRICS}
+        return out
+
+
+@pytest.fixture(scope="module")
+def calm(cluster, tmp_path_factory):
+    """The sweep without faults: what every soak must end as."""
+    logs = tmp_path_factory.mktemp("calm-logs")
+    began = time.time()
+    sweep = Sweep(cluster, "calm", logs)
+    sweep.finish()
+    return {"seconds": time.time() - began, "results": sweep.results()}
+
+
+@pytest.mark.parametrize("seed", SEEDS, ids=[f"seed-{s}" for s in SEEDS])
+def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, calm, tmp_path, seed):
+    faults = schedule(seed)
+    print(f"\nchaos seed {seed}: " + ", ".join(f"{kind} at epoch {at}" for at, kind in faults), flush=True)
+    began = time.time()
+    sweep = Sweep(cluster, f"chaos-{seed}", tmp_path)
+    for at, kind in faults:
+        wait_for(lambda: sweep.epochs() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep")
+        if sweep.driver.poll() is not None:  # it died of the last fault: resume as a user would
+            print(f"  driver {sweep.drivers} exited {sweep.driver.returncode}: resume", flush=True)
+            sweep.resume()
+            wait_for(lambda: sweep.epochs() >= at, 900, f"epoch {at} of the sweep")
+        print(f"  epoch {sweep.epochs()}: {kind}", flush=True)
+        INJECT[kind](sweep, random.Random(seed * 1000 + at))
+    sweep.finish()
+    seconds = time.time() - began
+
+    uri = cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"]
+    runs = mlflow_runs(None, sweep.name, tracking_uri=uri)
+    assert [r.info.run_name for r in runs if r.info.status != "FINISHED"] == []  # nothing RUNNING or KILLED
+    children = [r for r in runs if "seqae.trial" in r.data.tags]
+    assert sorted(int(r.data.tags["seqae.trial"]) for r in children) == list(range(CELLS))  # one run per trial
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGPASSFILE", cluster["env"]["PGPASSFILE"])
+        states = [t.state.name for t in optuna_trials(None, sweep.name, cluster["env"]["SEQAE_OPTUNA_STORAGE"])]
+    assert states == ["COMPLETE"] * CELLS
+    results = sweep.results()
+    assert set(results) == set(calm["results"])  # the same trials, by their parameters
+    for cell, histories in results.items():
+        for metric, history in histories.items():
+            assert [step for step, _ in history] == list(range(1, EPOCHS + 1)), (cell, metric, history)
+            assert history == calm["results"][cell][metric], (cell, metric)  # to the last digit
+    from mlflow.tracking import MlflowClient
+
+    versions = MlflowClient(uri).search_model_versions(f"name='{sweep.name}'")
+    assert len(versions) == 1, [v.version for v in versions]
+    print(f"chaos seed {seed}: {len(faults)} faults, {sweep.drivers} drivers, {seconds:.0f} s against "
+          f"{calm['seconds']:.0f} s without faults (+{seconds / calm['seconds'] - 1:.0%}); "
+          "identical to the fault-free run", flush=True)
+
+
+# -- the faults --------------------------------------------------------------------------------
+def _kill_driver(sweep: Sweep, sig: int = signal.SIGKILL) -> None:
+    os.kill(sweep.driver.pid, sig)
+    code = sweep.driver.wait(timeout=300)
+    assert code != 0 or sig == signal.SIGTERM, code
+
+
+def driver_sigkill(sweep: Sweep, rng: random.Random) -> None:
+    _kill_driver(sweep)
+    sweep.resume()
+
+
+def driver_sigterm(sweep: Sweep, rng: random.Random) -> None:
+    _kill_driver(sweep, signal.SIGTERM)  # as `ray job stop` or a service manager: a clean stop
+    sweep.resume()
+
+
+def second_driver(sweep: Sweep, rng: random.Random) -> None:
+    """A driver killed, then two resumes at once (two terminals): one runs, the other is refused."""
+    _kill_driver(sweep)
+    first, second = sweep.resume(), sweep.start("sweep", "resume", sweep.name)
+    wait_for(lambda: first.poll() is not None or second.poll() is not None, 300, "one of two resumes to be refused")
+    refused, sweep.driver = (first, second) if first.poll() is not None else (second, first)
+    assert refused.returncode == 2, refused.returncode
+    assert "already running" in sweep.log(sweep.drivers - (refused is second)).read_text()
+
+
+def cut_checkpoint(sweep: Sweep, rng: random.Random) -> None:
+    """A checkpoint write cut short: the driver dies, and a trial's newest record is left half written."""
+    _kill_driver(sweep)
+    wait_for_writers_to_exit(sweep.storage)
+    open_trials = sorted(n for n, m in trial_metas(sweep.storage).items() if not m["finished"])
+    if open_trials:
+        number = rng.choice(open_trials)
+        newest = sorted((sweep.storage / "trials" / f"{number:04d}").glob("epoch-*"))[-1] / "state.pt"
+        newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+        print(f"    cut trial {number}'s {newest.parent.name} short", flush=True)
+    sweep.resume()
+
+
+def worker_sigkill(sweep: Sweep, rng: random.Random) -> None:
+    from cluster import local
+
+    state = sweep.cluster["state"]
+    ip, pid = rng.choice(sorted(local.worker_raylets(state).items()))
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: ip not in local.worker_raylets(state), 60, f"worker {ip} to die")
+    local.start_worker(state, int(ip.rsplit(".", 1)[1]) - 2)
+    wait_for(lambda: ip in local.worker_raylets(state), 60, f"worker {ip} to come back")
+
+
+def mlflow_restart(sweep: Sweep, rng: random.Random) -> None:
+    """The MLflow server away while an epoch trains, then back on the same port."""
+    from cluster import local
+    from cluster.procs import stop_group
+
+    state = sweep.cluster["state"]
+    stop_group(state["pids"]["mlflow"])
+    at = sweep.epochs()
+    wait_for(lambda: sweep.epochs() > at or sweep.driver.poll() is not None, 300, "an epoch without MLflow")
+    local.start_mlflow(state)
+
+
+def postgres_restart(sweep: Sweep, rng: random.Random) -> None:
+    from cluster import postgres
+
+    state = sweep.cluster["state"]
+    pg = postgres.Postgres(**state["postgres"])
+    postgres.stop(pg)
+    postgres.start(pg, Path(state["root"]) / "logs" / "postgres.log")
+
+
+INJECT = {kind: globals()[kind] for kind in FAULTS}
