@@ -67,7 +67,9 @@ def reconcile(study: SweepStudy, storage: str, tracker: Any, lift_drain: bool = 
     2. other RUNNING trials stay RUNNING, to be continued from their newest valid checkpoint;
        WAITING ones (enqueued, never started) get their parameters and run now;
     3. MLflow runs left RUNNING are closed: with their trial's outcome if it ended, else as KILLED
-       until the trial continues (then the same run is reopened);
+       until the trial continues (then the same run is reopened); a run whose status is not its
+       ended trial's is closed again, and an ended trial without a run gets one, filled from its
+       records (a driver that died in an MLflow outage may have left either);
     4. a drain left by an earlier session (`seqae sweep stop`, a reached target) is lifted: a
        resume asks for the trials that are left (`seqae sweep extend --epochs` keeps it: it
        trains on chosen trials only).
@@ -86,9 +88,19 @@ def reconcile(study: SweepStudy, storage: str, tracker: Any, lift_drain: bool = 
         elif epochs is None:  # `seqae sweep extend` says what it reopened
             notes.append(f"trial {number}: was interrupted; it will continue from its checkpoint")
     outcomes = {t.number: Outcome(t.state.name) for t in study.trials()}
-    for number in tracker.open_trial_runs():
+    runs = tracker.trial_runs()
+    for number, status in runs.items():
         outcome = outcomes.get(number, Outcome.FAIL)  # a run without an Optuna trial never trained
-        tracker.trial_ended(number, outcome)
-        notes.append(f"MLflow run of trial {number} closed as {outcome.mlflow_status}"
-                     + (" until the trial continues" if outcome is Outcome.RUNNING else ""))
+        if status == "RUNNING" or (outcome is not Outcome.RUNNING and status != outcome.mlflow_status):
+            tracker.trial_ended(number, outcome)
+            notes.append(f"MLflow run of trial {number} closed as {outcome.mlflow_status}"
+                         + (" until the trial continues" if outcome is Outcome.RUNNING else ""))
+    for number, outcome in outcomes.items():
+        # A trial that ended while no driver could reach MLflow (a driver that died in an outage,
+        # with the run's first writes still queued) has no run: open one, fill it from the records.
+        if number not in runs and outcome is not Outcome.RUNNING:
+            spec = study.trial_spec(number)
+            tracker.open_run(number, spec.logged_params, None if spec.config is None else spec.config.data)
+            tracker.trial_ended(number, outcome)
+            notes.append(f"MLflow run of trial {number} rebuilt from its records, as {outcome.mlflow_status}")
     return notes

@@ -235,6 +235,11 @@ class SweepStudy:
         self._issued.add(asked.number)
         return self._spec(asked.number, params)
 
+    def trial_spec(self, number: int) -> TrialSpec:
+        """Trial ``number`` as it crossed into Tune (its config rebuilt from its parameters)."""
+        trial = self.storage.get_trial(self._trial_id(number))
+        return self._spec(number, dict(trial.params), epochs=trial.user_attrs.get(EPOCHS))
+
     def _spec(self, number: int, params: dict[str, Any], continued: bool = False,
               epochs: int | None = None) -> TrialSpec:
         limit = {"train.epochs": epochs} if epochs else {}  # raised by `seqae sweep extend`
@@ -285,6 +290,10 @@ class SweepStudy:
             self.storage.set_trial_intermediate_value(self._trial_id(number), epoch, value)
 
     def complete(self, number: int, history: list[dict[str, Any]]) -> None:
+        """Complete a trial with its values from ``history``, and the epochs' intermediate values no
+        driver reported (it finished while none ran: the trial's record is then as if one had)."""
+        for record in history:
+            self.report(number, int(record[M.EPOCH]), record)
         self.study.tell(self._records.get(number, number), best_epoch_values(self.spec, history), skip_if_finished=True)
 
     def tell(self, number: int, state: TrialState) -> None:

@@ -151,19 +151,23 @@ class Tracker:
         self._runs[number] = _RunCache(run.info.run_id)
         return run.info.run_id
 
-    def trial_started(self, number: int, params: dict[str, Any], tune_trial_id: str, continued: bool,
-                      data: DataConfig | None = None) -> None:
-        """Open the trial's run (RUNNING) and record the dataset it trains on, ``data``: MLflow keeps
-        a dataset once per name and digest, and its input once per run, so a run reattached after a
-        restart, or continued, still has one."""
+    def open_run(self, number: int, params: dict[str, Any], data: DataConfig | None = None) -> str:
+        """Open the trial's run (RUNNING), created if it has none, with the dataset it trains on,
+        ``data``: MLflow keeps a dataset once per name and digest, and its input once per run, so a
+        run reattached after a restart, or continued, still has one."""
         run_id = self.child_run(number, params)
         self.client.update_run(run_id, status="RUNNING")
+        if data is not None and (entry := self.entries.get(data_lib.shared_settings(data))) is not None:
+            self.client.log_inputs(run_id, datasets=[dataset_input(data, entry)])
+        return run_id
+
+    def trial_started(self, number: int, params: dict[str, Any], tune_trial_id: str, continued: bool,
+                      data: DataConfig | None = None) -> None:
+        run_id = self.open_run(number, params, data)
         tags = {"ray.tune_trial_id": tune_trial_id}
         if continued:
             tags["seqae.continued"] = "true"
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
-        if data is not None and (entry := self.entries.get(data_lib.shared_settings(data))) is not None:
-            self.client.log_inputs(run_id, datasets=[dataset_input(data, entry)])
 
     def trial_result(self, number: int, result: dict[str, Any]) -> None:
         self.child_run(number)
@@ -239,11 +243,10 @@ class Tracker:
             (folder / "config.yaml").write_text(to_yaml(from_flat(state["config"])))
             self.client.log_artifacts(run_id, str(folder))
 
-    def open_trial_runs(self) -> list[int]:
-        """The trials whose MLflow runs are RUNNING: what a dead driver left open."""
-        runs = self.client.search_runs([self._experiment], filter_string="attributes.status = 'RUNNING'",
-                                       max_results=10_000)
-        return [int(r.data.tags["seqae.trial"]) for r in runs if "seqae.trial" in r.data.tags]
+    def trial_runs(self) -> dict[int, str]:
+        """Each trial's MLflow run status, by trial number (a trial without a run is absent)."""
+        runs = self.client.search_runs([self._experiment], max_results=10_000)
+        return {int(r.data.tags["seqae.trial"]): r.info.status for r in runs if "seqae.trial" in r.data.tags}
 
     def note_outage(self, seconds: float) -> None:
         if self.parent_run_id:

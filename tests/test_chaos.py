@@ -25,6 +25,7 @@ from seqae_core import metrics as M
 from tests.sweep_helpers import (
     STUDIES,
     TINY,
+    kill_group,
     local_cluster,
     mlflow_runs,
     optuna_trials,
@@ -72,11 +73,21 @@ class Sweep:
         self.env = {**cluster["env"], "RAY_ADDRESS": f"127.0.0.2:{state['gcs_port']}", "RAY_AUTH_MODE": "token",
                     "RAY_AUTH_TOKEN_PATH": state["token_file"]}
         self.drivers = 0
+        self.numbers: dict[int, int] = {}  # each driver process's number, which names its log
+        self.processes: list[subprocess.Popen] = []
         self.driver = self.start("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", name, *sets(*SWEEP))
 
     def start(self, *args: str) -> subprocess.Popen:
         self.drivers += 1
-        return start(*args, "--workspace", self.workspace, log=self.log(self.drivers), env=self.env)
+        process = start(*args, "--workspace", self.workspace, log=self.log(self.drivers), env=self.env)
+        self.numbers[process.pid] = self.drivers
+        self.processes.append(process)
+        return process
+
+    def stop(self) -> None:
+        """Kill every driver this sweep started that still runs (after a failure)."""
+        for process in self.processes:
+            kill_group(process)
 
     def log(self, n: int) -> Path:
         return self.logs / f"{self.name}-driver-{n}.log"
@@ -98,7 +109,8 @@ class Sweep:
         raise AssertionError(f"sweep {self.name} did not finish; see {self.log(self.drivers)}")
 
     def results(self) -> dict[tuple[str, str], dict[str, list[tuple[int, float]]]]:
-        """Every trial's metric histories from MLflow, keyed by its grid cell (seed, lr)."""
+        """Every trial's metric histories from MLflow, and its intermediate values from Optuna
+        (``"optuna"``), keyed by its grid cell (seed, lr)."""
         from mlflow.tracking import MlflowClient
 
         uri = self.cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"]
@@ -110,7 +122,15 @@ class Sweep:
                 assert cell not in out, f"two runs of the cell {cell}"
                 out[cell] = {m: sorted((x.step, x.value) for x in client.get_metric_history(run.info.run_id, m))
                              for m in METRICS}
+        for trial in self.trials():
+            cell = (str(trial.params["train.seed"]), str(trial.params["train.lr"]))
+            out[cell]["optuna"] = sorted(trial.intermediate_values.items())
         return out
+
+    def trials(self) -> list:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PGPASSFILE", self.cluster["env"]["PGPASSFILE"])
+            return optuna_trials(None, self.name, self.cluster["env"]["SEQAE_OPTUNA_STORAGE"])
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +139,10 @@ def calm(cluster, tmp_path_factory):
     logs = tmp_path_factory.mktemp("calm-logs")
     began = time.time()
     sweep = Sweep(cluster, "calm", logs)
-    sweep.finish()
+    try:
+        sweep.finish()
+    finally:
+        sweep.stop()
     return {"seconds": time.time() - began, "results": sweep.results()}
 
 
@@ -129,15 +152,18 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, calm, t
     print(f"\nchaos seed {seed}: " + ", ".join(f"{kind} at epoch {at}" for at, kind in faults), flush=True)
     began = time.time()
     sweep = Sweep(cluster, f"chaos-{seed}", tmp_path)
-    for at, kind in faults:
-        wait_for(lambda: sweep.epochs() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep")
-        if sweep.driver.poll() is not None:  # it died of the last fault: resume as a user would
-            print(f"  driver {sweep.drivers} exited {sweep.driver.returncode}: resume", flush=True)
-            sweep.resume()
-            wait_for(lambda: sweep.epochs() >= at, 900, f"epoch {at} of the sweep")
-        print(f"  epoch {sweep.epochs()}: {kind}", flush=True)
-        INJECT[kind](sweep, random.Random(seed * 1000 + at))
-    sweep.finish()
+    try:
+        for at, kind in faults:
+            wait_for(lambda: sweep.epochs() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep")
+            if sweep.driver.poll() is not None:  # it died of the last fault: resume as a user would
+                print(f"  driver {sweep.drivers} exited {sweep.driver.returncode}: resume", flush=True)
+                sweep.resume()
+                wait_for(lambda: sweep.epochs() >= at, 900, f"epoch {at} of the sweep")
+            print(f"  epoch {sweep.epochs()}: {kind}", flush=True)
+            INJECT[kind](sweep, random.Random(seed * 1000 + at))
+        sweep.finish()
+    finally:
+        sweep.stop()
     seconds = time.time() - began
 
     uri = cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"]
@@ -145,13 +171,10 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, calm, t
     assert [r.info.run_name for r in runs if r.info.status != "FINISHED"] == []  # nothing RUNNING or KILLED
     children = [r for r in runs if "seqae.trial" in r.data.tags]
     assert sorted(int(r.data.tags["seqae.trial"]) for r in children) == list(range(CELLS))  # one run per trial
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PGPASSFILE", cluster["env"]["PGPASSFILE"])
-        states = [t.state.name for t in optuna_trials(None, sweep.name, cluster["env"]["SEQAE_OPTUNA_STORAGE"])]
-    assert states == ["COMPLETE"] * CELLS
+    assert [t.state.name for t in sweep.trials()] == ["COMPLETE"] * CELLS
     results = sweep.results()
     assert set(results) == set(calm["results"])  # the same trials, by their parameters
-    for cell, histories in results.items():
+    for cell, histories in results.items():  # MLflow's metrics and Optuna's intermediate values
         for metric, history in histories.items():
             assert [step for step, _ in history] == list(range(1, EPOCHS + 1)), (cell, metric, history)
             assert history == calm["results"][cell][metric], (cell, metric)  # to the last digit
@@ -188,7 +211,7 @@ def second_driver(sweep: Sweep, rng: random.Random) -> None:
     wait_for(lambda: first.poll() is not None or second.poll() is not None, 300, "one of two resumes to be refused")
     refused, sweep.driver = (first, second) if first.poll() is not None else (second, first)
     assert refused.returncode == 2, refused.returncode
-    assert "already running" in sweep.log(sweep.drivers - (refused is second)).read_text()
+    assert "already running" in sweep.log(sweep.numbers[refused.pid]).read_text()
 
 
 def cut_checkpoint(sweep: Sweep, rng: random.Random) -> None:
