@@ -14,6 +14,7 @@ peak, which bounds any GPU's time from below.
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import subprocess
@@ -28,6 +29,7 @@ import torch
 
 from benchmarks.data_prep import PAPER_PAGES
 from benchmarks.throughput import PEAK_BF16, forward_flops
+from seqae_core import metrics as M
 from seqae_core.config import Config
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.train import autocast, batch_scores
@@ -96,6 +98,11 @@ def tracking_rows(data_path: str) -> dict[str, float]:
             "trial_params": "trial_id", "trial_user_attributes": "trial_id", "trial_system_attributes": "trial_id",
             "trial_heartbeats": "trial_id"})
         with sqlite3.connect(ws / "mlflow.db") as con:
+            # the loss curve's points: counted apart, as their number per epoch grows with the data
+            curve = dict(con.execute(
+                "SELECT CAST(t.value AS INTEGER), COUNT(*) FROM tags t JOIN metrics m ON m.run_uuid = t.run_uuid "
+                f"WHERE t.key = 'seqae.trial' AND m.key = '{M.TRAIN_LOSS_STEPS}' GROUP BY t.value"))
+            mlflow_rows = {n: rows - curve.get(n, 0) for n, rows in mlflow_rows.items()}
             epochs = dict(con.execute(
                 "SELECT CAST(t.value AS INTEGER), MAX(m.step) FROM tags t JOIN metrics m ON m.run_uuid = t.run_uuid "
                 "WHERE t.key = 'seqae.trial' AND m.key = 'val_token_accuracy' GROUP BY t.value"))
@@ -190,9 +197,14 @@ def run(data_path: str, gpus: tuple[int, ...] = (8, 15, 60)) -> list[dict[str, A
     say("checkpoint bytes kept, whole figure (2 epoch records + 1 best per trial)",
         f"{sum(params) * (2 * rows_at['epoch_record_bytes_per_param'] + rows_at['best_record_bytes_per_param']):.3g}",
         "measured bytes/param x params")
+    # the loss curve: a point every train.log_every_steps steps of batch 16
+    curve = [math.ceil(train_samples / c.train.batch_size / c.train.log_every_steps) for c in cells]
+    rows_at["mlflow_rows_per_epoch"] += sum(curve) / len(curve)
+    say(f"loss-curve points per trial-epoch (every {cells[0].train.log_every_steps} steps)", max(curve), "arithmetic")
     for system in ("mlflow", "optuna"):
         per_epoch, once = rows_at[f"{system}_rows_per_epoch"], rows_at[f"{system}_rows_once"]
-        say(f"{system} rows per trial: once + per epoch", f"{once:.0f} + {per_epoch:.0f}", "measured")
+        say(f"{system} rows per trial: once + per epoch", f"{once:.0f} + {per_epoch:.0f}",
+            "measured" + (" + the curve's points" if system == "mlflow" else ""))
         say(f"{system} rows, whole figure at 20 epochs", round(len(cells) * (once + per_epoch * max_t)), "arithmetic")
         # The shortest cell-epoch at the GPU's peak, with every cell running at once: no faster rate exists.
         say(f"{system} rows/s at most (all cells at once, each at 100% H100 peak)",
