@@ -5,8 +5,9 @@ would. It must end exactly as the same sweep does without faults: the same trial
 every epoch equal to the last digit, each epoch once in MLflow, nothing RUNNING, the best model
 registered once.
 
-The seeds come from ``SEQAE_CHAOS_SEEDS`` (``1,2,3``; CI runs ``1``); a failing seed is in the
-test's id, and ``SEQAE_CHAOS_SEEDS=<seed> pytest tests/test_chaos.py -s`` replays its schedule.
+It runs when ``SEQAE_CHAOS_SEEDS`` names seeds (``SEQAE_CHAOS_SEEDS=1,2,3 pytest tests/test_chaos.py
+-s``, about 9 minutes a seed on 2 cores): with the rest of the suite it would not fit CI's hour. A
+failing seed is in the test's id, and the same command with that seed replays its schedule.
 """
 
 from __future__ import annotations
@@ -36,9 +37,8 @@ from tests.sweep_helpers import (
     wait_for_writers_to_exit,
 )
 
-pytestmark = pytest.mark.slow
-
-SEEDS = [int(s) for s in os.environ.get("SEQAE_CHAOS_SEEDS", "1").split(",")]
+SEEDS = [int(s) for s in os.environ.get("SEQAE_CHAOS_SEEDS", "").split(",") if s]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SEEDS, reason="the chaos soak runs with SEQAE_CHAOS_SEEDS=1,2,3")]
 EPOCHS, CELLS = 4, 12
 SWEEP = [*TINY, "search={}", "trials={per_cell: 1}", "grid.train.seed=[0, 1, 2, 3, 4, 5]",
          "grid.train.lr=[0.003, 0.01]", f"train.epochs={EPOCHS}", f"train.patience={EPOCHS}", "retries=20"]
