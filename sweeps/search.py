@@ -292,8 +292,11 @@ class SweepStudy:
     def complete(self, number: int, history: list[dict[str, Any]]) -> None:
         """Complete a trial with its values from ``history``, and the epochs' intermediate values no
         driver reported (it finished while none ran: the trial's record is then as if one had)."""
-        for record in history:
-            self.report(number, int(record[M.EPOCH]), record)
+        trial = self._running(number)  # read once: a driver that saw the trial run reported every epoch
+        reported = trial.intermediate_values if trial is not None else {}
+        for record in history if trial is not None else []:
+            if int(record[M.EPOCH]) not in reported:
+                self.report(number, int(record[M.EPOCH]), record)
         self.study.tell(self._records.get(number, number), best_epoch_values(self.spec, history), skip_if_finished=True)
 
     def tell(self, number: int, state: TrialState) -> None:
