@@ -20,7 +20,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from typing import Any
 import torch
 
 from benchmarks.data_prep import PAPER_PAGES
-from benchmarks.throughput import PEAK_BF16, forward_flops
+from benchmarks.throughput import PEAK_BF16, forward_flops, median_step_seconds
 from seqae_core import metrics as M
 from seqae_core.config import Config
 from seqae_core.model import ReducingAutoencoder
@@ -59,21 +58,16 @@ def step_flop_rate(config: Config, steps: int = 3) -> float:
     model = ReducingAutoencoder(config, VOCAB).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     tokens = torch.randint(1, VOCAB, (16, config.data.input_len), device=device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    times = []
-    for i in range(steps + 1):  # the first is a warm-up
-        sync()
-        start = time.perf_counter()
+
+    def step() -> None:
         with autocast(config, device):
             loss, _ = batch_scores(model, tokens, pad_id=0)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        sync()
-        if i:
-            times.append(time.perf_counter() - start)
+
     head, body = forward_flops(config, VOCAB)
-    return 16 * 3 * (head + body) / sorted(times)[len(times) // 2]
+    return 16 * 3 * (head + body) / median_step_seconds(step, steps)
 
 
 def tracking_rows(data_path: str) -> dict[str, float]:
@@ -105,7 +99,7 @@ def tracking_rows(data_path: str) -> dict[str, float]:
             mlflow_rows = {n: rows - curve.get(n, 0) for n, rows in mlflow_rows.items()}
             epochs = dict(con.execute(
                 "SELECT CAST(t.value AS INTEGER), MAX(m.step) FROM tags t JOIN metrics m ON m.run_uuid = t.run_uuid "
-                "WHERE t.key = 'seqae.trial' AND m.key = 'val_token_accuracy' GROUP BY t.value"))
+                f"WHERE t.key = 'seqae.trial' AND m.key = '{M.VAL_TOKEN_ACCURACY}' GROUP BY t.value"))
         epoch_bytes, best_bytes = _record_bytes(ws / "sweeps" / "rows" / "trials")
         params = sum(p.numel() for p in ReducingAutoencoder(
             cell_configs(spec_lib.load(STUDY, sets))[0], _vocab(ws)).parameters())

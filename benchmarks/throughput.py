@@ -77,7 +77,7 @@ def _config(case: Case, batch_size: int) -> Config:
     })
 
 
-def _timed(step: Callable[[], None], steps: int) -> float:
+def median_step_seconds(step: Callable[[], None], steps: int) -> float:
     """Median seconds per step after two warm-up steps."""
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     for _ in range(2):
@@ -129,8 +129,8 @@ def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, ste
     # Alternate the two a few times so that drift in the machine's speed hits both alike.
     seqae_s, base_s = [], []
     for _ in range(3):
-        base_s.append(_timed(baseline_step, steps))
-        seqae_s.append(_timed(seqae_step, steps))
+        base_s.append(median_step_seconds(baseline_step, steps))
+        seqae_s.append(median_step_seconds(seqae_step, steps))
     tokens = batches.shape[1] * batches.shape[2]
     seqae_tps = tokens / sorted(seqae_s)[1]
     base_tps = tokens / sorted(base_s)[1]
