@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import random
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -69,12 +70,17 @@ def storage(url: str) -> optuna.storages.BaseStorage:
     return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
 
 
-def sampler(spec: SweepSpec, total: int) -> optuna.samplers.BaseSampler:
+def sampler(spec: SweepSpec, total: int, held: int = 0) -> optuna.samplers.BaseSampler:
+    """The sweep's sampler, for a study that already holds ``held`` trials. A new study's sampler
+    is seeded with the sweep's seed; a resumed one's with a seed drawn from it and ``held``, since
+    the sweep's seed alone would replay its random draws from the start, and a resumed sweep would
+    propose its first trials' parameters again (Optuna keeps no sampler state in the storage)."""
+    seed = spec.seed if held == 0 else random.Random(f"{spec.seed}:{held}").getrandbits(31)
     if spec.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=spec.seed)
+        return optuna.samplers.RandomSampler(seed=seed)
     if spec.sampler == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=spec.seed, population_size=max(2, min(50, total // 3)))
-    return optuna.samplers.TPESampler(seed=spec.seed)
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, min(50, total // 3)))
+    return optuna.samplers.TPESampler(seed=seed)
 
 
 def study_exists(url: str, name: str) -> bool:
@@ -107,8 +113,8 @@ def read_only(spec: SweepSpec, url: str, name: str) -> SweepStudy:
 def open_study(spec: SweepSpec, url: str, name: str, total: int, fingerprint: str) -> SweepStudy:
     """The sweep's study for its driver, created on first use; refused if another sweep owns it."""
     backend = storage(url)
-    study = optuna.create_study(storage=backend, study_name=name, directions=_directions(spec),
-                                sampler=sampler(spec, total), load_if_exists=True)
+    study = optuna.create_study(storage=backend, study_name=name, directions=_directions(spec), load_if_exists=True)
+    study.sampler = sampler(spec, total, held=len(study.get_trials(deepcopy=False)))
     owner = study.user_attrs.get("seqae.fingerprint")
     if owner is None:
         study.set_user_attr("seqae.fingerprint", fingerprint)
