@@ -1,13 +1,18 @@
-"""The chaos soak: a sweep of 12 trials fixed in advance (a grid of seeds and learning rates) on
-the local three-node cluster with PostgreSQL and the MLflow server, under at least 8 faults drawn
-from a seed at random moments. After each driver death it runs `seqae sweep resume`, as a user
-would. It must end exactly as the same sweep does without faults: the same trials, every metric of
-every epoch equal to the last digit, each epoch once in MLflow, nothing RUNNING, the best model
-registered once.
+"""The chaos soak: a sweep of 12 short trials on the local three-node cluster with PostgreSQL and
+the MLflow server, under at least 8 faults drawn from a seed at random moments. After each driver
+death it runs `seqae sweep resume`, as a user would. It must end exactly as the same trials do
+without faults: every metric of every epoch equal to the last digit, each epoch once in MLflow and
+in Optuna, nothing RUNNING, the best model registered once.
+
+Two sweeps: ``grid``, whose 12 trials (6 seeds x 2 learning rates) are fixed in advance, so the
+faulted sweep must have the fault-free one's trials; and ``tpe``, whose proposals depend on the
+order in which trials finish, faults or not. Its trials must be 12 different learning rates, and
+the reference is a fault-free sweep of those same 12, run after it.
 
 It runs when ``SEQAE_CHAOS_SEEDS`` names seeds (``SEQAE_CHAOS_SEEDS=1,2,3 pytest tests/test_chaos.py
--s``, about 9 minutes a seed on 2 cores): with the rest of the suite it would not fit CI's hour. A
-failing seed is in the test's id, and the same command with that seed replays its schedule.
+-s``, about 9 minutes a seed and sweep on 2 cores; ``-k grid`` or ``-k tpe`` for one): with the rest
+of the suite it would not fit CI's hour. A failing seed is in the test's id, and the same command
+with that seed replays its schedule.
 """
 
 from __future__ import annotations
@@ -40,8 +45,10 @@ from tests.sweep_helpers import (
 SEEDS = [int(s) for s in os.environ.get("SEQAE_CHAOS_SEEDS", "").split(",") if s]
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SEEDS, reason="the chaos soak runs with SEQAE_CHAOS_SEEDS=1,2,3")]
 EPOCHS, CELLS = 4, 12
-SWEEP = [*TINY, "search={}", "trials={per_cell: 1}", "grid.train.seed=[0, 1, 2, 3, 4, 5]",
-         "grid.train.lr=[0.003, 0.01]", f"train.epochs={EPOCHS}", f"train.patience={EPOCHS}", "retries=20"]
+BASE = [*TINY, f"train.epochs={EPOCHS}", f"train.patience={EPOCHS}", "retries=20"]
+GRID = [*BASE, "search={}", "trials={per_cell: 1}", "grid.train.seed=[0, 1, 2, 3, 4, 5]", "grid.train.lr=[0.003, 0.01]"]
+TPE = [*BASE, "search={train.lr: {type: loguniform, low: 0.001, high: 0.03}}", f"trials={{total: {CELLS}}}",
+       "sampler.type=tpe"]
 FAULTS = ("driver_sigkill", "driver_sigterm", "worker_sigkill", "mlflow_restart", "postgres_restart",
           "second_driver", "cut_checkpoint")
 METRICS = (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.TRAIN_LOSS, M.VAL_SEQUENCE_ACCURACY, M.LEARNING_RATE)
@@ -65,17 +72,17 @@ def cluster(tmp_path_factory):
 class Sweep:
     """One sweep driven on the cluster from this machine, as a user's terminal would."""
 
-    def __init__(self, cluster: dict[str, Any], name: str, logs: Path) -> None:
+    def __init__(self, cluster: dict[str, Any], name: str, logs: Path, settings: list[str]) -> None:
         self.cluster, self.name, self.logs = cluster, name, logs
         self.workspace = cluster["env"]["SEQAE_WORKSPACE"]
         self.storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
         state = cluster["state"]
         self.env = {**cluster["env"], "RAY_ADDRESS": f"127.0.0.2:{state['gcs_port']}", "RAY_AUTH_MODE": "token",
                     "RAY_AUTH_TOKEN_PATH": state["token_file"]}
-        self.drivers = 0
+        self.drivers, self.began = 0, time.time()
         self.numbers: dict[int, int] = {}  # each driver process's number, which names its log
         self.processes: list[subprocess.Popen] = []
-        self.driver = self.start("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", name, *sets(*SWEEP))
+        self.driver = self.start("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", name, *sets(*settings))
 
     def start(self, *args: str) -> subprocess.Popen:
         self.drivers += 1
@@ -108,23 +115,32 @@ class Sweep:
             self.resume()
         raise AssertionError(f"sweep {self.name} did not finish; see {self.log(self.drivers)}")
 
+    def finish_timed(self) -> dict[str, Any]:
+        """A fault-free sweep to its end: its seconds and results."""
+        try:
+            self.finish()
+        finally:
+            self.stop()
+        return {"seconds": time.time() - self.began, "results": self.results()}
+
     def results(self) -> dict[tuple[str, str], dict[str, list[tuple[int, float]]]]:
         """Every trial's metric histories from MLflow, and its intermediate values from Optuna
-        (``"optuna"``), keyed by its grid cell (seed, lr)."""
+        (``"optuna"``), keyed by what sets it apart: its (seed, lr)."""
         from mlflow.tracking import MlflowClient
 
         uri = self.cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"]
         client = MlflowClient(uri)
-        out = {}
+        out, cells = {}, {}
         for run in mlflow_runs(None, self.name, tracking_uri=uri):
             if "seqae.trial" in run.data.tags:
                 cell = (run.data.params["train.seed"], run.data.params["train.lr"])
                 assert cell not in out, f"two runs of the cell {cell}"
+                cells[int(run.data.tags["seqae.trial"])] = cell
                 out[cell] = {m: sorted((x.step, x.value) for x in client.get_metric_history(run.info.run_id, m))
                              for m in METRICS}
         for trial in self.trials():
-            cell = (str(trial.params["train.seed"]), str(trial.params["train.lr"]))
-            out[cell]["optuna"] = sorted(trial.intermediate_values.items())
+            assert cells[trial.number][1] == str(trial.params["train.lr"]), (trial.number, trial.params)
+            out[cells[trial.number]]["optuna"] = sorted(trial.intermediate_values.items())
         return out
 
     def trials(self) -> list:
@@ -135,23 +151,16 @@ class Sweep:
 
 @pytest.fixture(scope="module")
 def calm(cluster, tmp_path_factory):
-    """The sweep without faults: what every soak must end as."""
-    logs = tmp_path_factory.mktemp("calm-logs")
-    began = time.time()
-    sweep = Sweep(cluster, "calm", logs)
-    try:
-        sweep.finish()
-    finally:
-        sweep.stop()
-    return {"seconds": time.time() - began, "results": sweep.results()}
+    """The grid without faults: what every grid soak must end as."""
+    return Sweep(cluster, "calm", tmp_path_factory.mktemp("calm-logs"), GRID).finish_timed()
 
 
+@pytest.mark.parametrize("search", ["grid", "tpe"])
 @pytest.mark.parametrize("seed", SEEDS, ids=[f"seed-{s}" for s in SEEDS])
-def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, calm, tmp_path, seed):
+def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request, tmp_path, seed, search):
     faults = schedule(seed)
-    print(f"\nchaos seed {seed}: " + ", ".join(f"{kind} at epoch {at}" for at, kind in faults), flush=True)
-    began = time.time()
-    sweep = Sweep(cluster, f"chaos-{seed}", tmp_path)
+    print(f"\nchaos seed {seed} ({search}): " + ", ".join(f"{kind} at epoch {at}" for at, kind in faults), flush=True)
+    sweep = Sweep(cluster, f"{search}-{seed}", tmp_path, GRID if search == "grid" else [*TPE, f"sampler.seed={seed}"])
     try:
         for at, kind in faults:
             wait_for(lambda: sweep.epochs() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep")
@@ -164,7 +173,7 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, calm, t
         sweep.finish()
     finally:
         sweep.stop()
-    seconds = time.time() - began
+    seconds = time.time() - sweep.began
 
     uri = cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"]
     runs = mlflow_runs(None, sweep.name, tracking_uri=uri)
@@ -173,6 +182,13 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, calm, t
     assert sorted(int(r.data.tags["seqae.trial"]) for r in children) == list(range(CELLS))  # one run per trial
     assert [t.state.name for t in sweep.trials()] == ["COMPLETE"] * CELLS
     results = sweep.results()
+    if search == "grid":
+        calm = request.getfixturevalue("calm")
+    else:  # the same 12 trials without faults, fixed in advance
+        lrs = sorted({lr for _, lr in results})
+        assert len(lrs) == CELLS, f"TPE proposed a learning rate twice: {sorted(lr for _, lr in results)}"
+        grid = [*BASE, "search={}", "trials={per_cell: 1}", f"grid.train.lr=[{', '.join(lrs)}]"]
+        calm = Sweep(cluster, f"tpe-{seed}-calm", tmp_path, grid).finish_timed()
     assert set(results) == set(calm["results"])  # the same trials, by their parameters
     for cell, histories in results.items():  # MLflow's metrics and Optuna's intermediate values
         for metric, history in histories.items():
@@ -182,7 +198,7 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, calm, t
 
     versions = MlflowClient(uri).search_model_versions(f"name='{sweep.name}'")
     assert len(versions) == 1, [v.version for v in versions]
-    print(f"chaos seed {seed}: {len(faults)} faults, {sweep.drivers} drivers, {seconds:.0f} s against "
+    print(f"chaos seed {seed} ({search}): {len(faults)} faults, {sweep.drivers} drivers, {seconds:.0f} s against "
           f"{calm['seconds']:.0f} s without faults (+{seconds / calm['seconds'] - 1:.0%}); "
           "identical to the fault-free run", flush=True)
 
