@@ -394,7 +394,7 @@ def _table(trials: list[Trial]) -> str:
 def _samples(trials: list[Trial], per_ratio: int = 2) -> str:
     by_ratio: dict[tuple[int, int], list[Trial]] = defaultdict(list)
     for t in trials:
-        if t.samples:
+        if t.samples and t.input_len:  # a run without its parameters cannot be placed
             by_ratio[(t.input_len, t.latent_len)].append(t)
     blocks = []
     for (input_len, latent), group in sorted(by_ratio.items(), key=lambda kv: (kv[0][0], -kv[0][1])):

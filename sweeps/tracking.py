@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, RunTag
+from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, Run, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import (
@@ -104,13 +104,15 @@ class Tracker:
         if experiment_id is not None and experiment_id != self.experiment_id:
             raise ConfigError(f"the MLflow experiment of sweep {self.sweep!r} changed id ({experiment_id} -> "
                               f"{self.experiment_id}); was it deleted and recreated?")
-        if parent_run_id is None:
-            run = self.client.create_run(
+        if parent_run_id is None:  # a driver that died before recording its run left it, maybe without params
+            found = self.client.search_runs([self.experiment_id], filter_string="tags.`seqae.role` = 'sweep'",
+                                            order_by=["attributes.start_time ASC"], max_results=1)
+            run = found[0] if found else self.client.create_run(
                 self.experiment_id, run_name=self.sweep,
                 tags={"seqae.sweep": self.sweep, "seqae.role": "sweep"},
             )
             self.parent_run_id = run.info.run_id
-            self.client.log_batch(self.parent_run_id, params=[Param(k, _text(v)) for k, v in params.items()])
+            self._complete_params(run, params)
         else:
             self.parent_run_id = parent_run_id
             self.client.update_run(parent_run_id, status="RUNNING")
@@ -134,22 +136,32 @@ class Tracker:
             [self._experiment], filter_string=f"tags.`seqae.trial` = '{number}'", max_results=2
         )
         if found:
-            run_id = found[0].info.run_id
-            steps = {m.step for m in self.client.get_metric_history(run_id, M.VAL_TOKEN_ACCURACY)}
-            points = {m.step for m in self.client.get_metric_history(run_id, M.TRAIN_LOSS_STEPS)}
-            art = found[0].data.tags.get("seqae.artifacts_epoch")
-            self._runs[number] = _RunCache(run_id, steps, points, int(art) if art else None)
-            return run_id
-        if params is None:
+            run = found[0]
+            steps = {m.step for m in self.client.get_metric_history(run.info.run_id, M.VAL_TOKEN_ACCURACY)}
+            points = {m.step for m in self.client.get_metric_history(run.info.run_id, M.TRAIN_LOSS_STEPS)}
+            art = run.data.tags.get("seqae.artifacts_epoch")
+            cache = _RunCache(run.info.run_id, steps, points, int(art) if art else None)
+        elif params is None:
             raise KeyError(f"trial {number} has no MLflow run")
-        run = self.client.create_run(
-            self._experiment, run_name=f"trial-{number:04d}",
-            tags={"mlflow.parentRunId": self.parent_run_id, "seqae.sweep": self.sweep, "seqae.trial": str(number),
-                  "optuna.trial_number": str(number)},
-        )
-        self.client.log_batch(run.info.run_id, params=[Param(k, _text(v)) for k, v in sorted(params.items())])
-        self._runs[number] = _RunCache(run.info.run_id)
-        return run.info.run_id
+        else:
+            run = self.client.create_run(
+                self._experiment, run_name=f"trial-{number:04d}",
+                tags={"mlflow.parentRunId": self.parent_run_id, "seqae.sweep": self.sweep,
+                      "seqae.trial": str(number), "optuna.trial_number": str(number)},
+            )
+            cache = _RunCache(run.info.run_id)
+        if params is not None:
+            self._complete_params(run, params)
+        self._runs[number] = cache
+        return cache.run_id
+
+    def _complete_params(self, run: Run, params: dict[str, Any]) -> None:
+        """Log the ``params`` that ``run`` lacks. Creating a run and logging its parameters are two
+        calls: a driver killed between them, or an MLflow call that failed and is retried, leaves a
+        run without parameters, which the next driver finds and must complete."""
+        missing = [Param(k, _text(v)) for k, v in sorted(params.items()) if k not in run.data.params]
+        if missing:
+            self.client.log_batch(run.info.run_id, params=missing)
 
     def open_run(self, number: int, params: dict[str, Any], data: DataConfig | None = None) -> str:
         """Open the trial's run (RUNNING), created if it has none, with the dataset it trains on,

@@ -133,6 +133,33 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     assert out.tokens[0] == ["a", "short", "text"] and out.latents[0].shape == (1, 8, 16)  # 16 -> 8 tokens, d_model 16
 
 
+def test_runs_a_killed_driver_left_without_parameters_are_adopted_and_completed(tmp_path):
+    """Creating a run and logging its parameters are two MLflow calls. A driver killed between them
+    left a sweep's or a trial's run without parameters (the chaos soak met one, and the report then
+    divided by zero). The next driver adopts such a run, logs what it lacks, and makes no second one."""
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.tracking import Tracker
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("s", tags={"seqae.fingerprint": "f", "seqae.sweep": "s"})
+    # what the killed driver left: its sweep run, unrecorded in the sweep's state, and trial 0's run, both bare
+    parent = client.create_run(experiment, run_name="s", tags={"seqae.sweep": "s", "seqae.role": "sweep"})
+    client.create_run(experiment, run_name="trial-0000", tags={"mlflow.parentRunId": parent.info.run_id,
+                                                                 "seqae.sweep": "s", "seqae.trial": "0"})
+    tracker = Tracker(uri, "s", str(tmp_path / "storage"))
+    tracker.open("f", None, None, {"sampler": "tpe"})
+    tracker.trial_started(0, {"train.lr": 0.01, "train.seed": 0}, "tune-0", False)
+    tracker.trial_started(1, {"train.lr": 0.02, "train.seed": 0}, "tune-1", False)
+
+    assert tracker.parent_run_id == parent.info.run_id
+    assert len(client.search_runs([experiment])) == 3
+    assert client.get_run(parent.info.run_id).data.params == {"sampler": "tpe"}
+    assert client.get_run(tracker.child_run(0)).data.params == {"train.lr": "0.01", "train.seed": "0"}
+    assert client.get_run(tracker.child_run(1)).data.params == {"train.lr": "0.02", "train.seed": "0"}
+
+
 def test_a_run_records_its_dataset_once_and_other_data_has_another_digest(tmp_path, data_cache):
     """Each trial's run records the prepared entry it trains on through MLflow's dataset API: its
     source, the data config and each split's size; a digest that differs with the data (another
