@@ -180,6 +180,7 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request
     assert [r.info.run_name for r in runs if r.info.status != "FINISHED"] == []  # nothing RUNNING or KILLED
     children = [r for r in runs if "seqae.trial" in r.data.tags]
     assert sorted(int(r.data.tags["seqae.trial"]) for r in children) == list(range(CELLS))  # one run per trial
+    assert [r.info.run_name for r in runs if not r.data.params] == []  # each with its parameters
     assert [t.state.name for t in sweep.trials()] == ["COMPLETE"] * CELLS
     results = sweep.results()
     if search == "grid":
