@@ -89,7 +89,12 @@ def reconcile(study: SweepStudy, storage: str, tracker: Any, lift_drain: bool = 
             notes.append(f"trial {number}: was interrupted; it will continue from its checkpoint")
     outcomes = {t.number: Outcome(t.state.name) for t in study.trials()}
     runs = tracker.trial_runs()
-    for number, status in runs.items():
+    for number, run in runs.items():
+        if not run.data.params and number in outcomes:  # a driver was killed between creating it and logging them
+            spec = study.trial_spec(number)
+            tracker.child_run(number, spec.logged_params)
+            notes.append(f"MLflow run of trial {number}: its parameters logged")
+        status = run.info.status
         outcome = outcomes.get(number, Outcome.FAIL)  # a run without an Optuna trial never trained
         if status == "RUNNING" or (outcome is not Outcome.RUNNING and status != outcome.mlflow_status):
             tracker.trial_ended(number, outcome)

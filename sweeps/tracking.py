@@ -255,10 +255,10 @@ class Tracker:
             (folder / "config.yaml").write_text(to_yaml(from_flat(state["config"])))
             self.client.log_artifacts(run_id, str(folder))
 
-    def trial_runs(self) -> dict[int, str]:
-        """Each trial's MLflow run status, by trial number (a trial without a run is absent)."""
+    def trial_runs(self) -> dict[int, Run]:
+        """Each trial's MLflow run, by trial number (a trial without a run is absent)."""
         runs = self.client.search_runs([self._experiment], max_results=10_000)
-        return {int(r.data.tags["seqae.trial"]): r.info.status for r in runs if "seqae.trial" in r.data.tags}
+        return {int(r.data.tags["seqae.trial"]): r for r in runs if "seqae.trial" in r.data.tags}
 
     def note_outage(self, seconds: float) -> None:
         if self.parent_run_id:
