@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.corpora import repeated
 from seqae_core import data
 from seqae_core.config import DataConfig
 
@@ -76,8 +77,6 @@ def parallel(path: str, copies: int = 82, n: int = 512) -> list[dict[str, Any]]:
     pages repeated ``copies`` times, with 1 worker on 1 core, 1 on 2 cores (only the tokenizer's
     own threads use the second) and 2 workers on 2 cores, each in a fresh process; then the time for 1.9 M pages on 1 core and on a 16-core node, by Amdahl's law
     fitted to the two timings (the part that did not speed up stays serial)."""
-    from benchmarks.corpora import repeated
-
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         big = repeated(Path(path), Path(tmp) / "big", copies)

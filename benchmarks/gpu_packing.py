@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from mlflow.tracking import MlflowClient
 
 from seqae_core import metrics as M
+from seqae_core import names as N
 
 STUDY = Path(__file__).resolve().parents[1] / "sweeps" / "studies" / "quickstart.yaml"
 
@@ -20,7 +22,6 @@ STUDY = Path(__file__).resolve().parents[1] / "sweeps" / "studies" / "quickstart
 def run(data_path: str, packings: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict[str, Any]]:
     if not torch.cuda.is_available():
         return [{"status": "skipped: no GPU on this machine"}]
-    from mlflow.tracking import MlflowClient
 
     rows, alone = [], None
     for k in packings:
@@ -30,7 +31,7 @@ def run(data_path: str, packings: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict[s
                     "model.d_model=256", "model.d_attn=512", "model.heads=8", "train.epochs=2",
                     f"trials.total={k}", f"max_concurrent={k}", f"resources.gpu={1 / k:.4f}", "resources.cpu=1",
                     "search.model.d_model={type: categorical, choices: [256]}", "scheduler.type=none"]
-            run = subprocess.run([sys.executable, "-m", "sweeps.cli", "sweep", "run", str(STUDY), "--name",
+            run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(STUDY), "--name",
                                   f"pack{k}", "--workspace", str(workspace), *[a for s in sets for a in ("--set", s)]],
                                  capture_output=True, text=True, env=os.environ.copy())
             if run.returncode != 0:
@@ -39,7 +40,7 @@ def run(data_path: str, packings: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict[s
             client = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
             experiment = client.get_experiment_by_name(f"pack{k}")
             assert experiment is not None, "the sweep created no MLflow experiment"
-            runs = [r for r in client.search_runs([experiment.experiment_id]) if "seqae.trial" in r.data.tags]
+            runs = [r for r in client.search_runs([experiment.experiment_id]) if N.TRIAL in r.data.tags]
             total = sum(r.data.metrics[M.TOKENS_PER_S] for r in runs)
             alone = alone or total
             rows.append({"trials_per_gpu": k, "gpu_per_trial": round(1 / k, 4), "aggregate_tokens_per_s": round(total),

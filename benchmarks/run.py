@@ -11,6 +11,8 @@ from typing import Any, Callable
 
 import torch
 
+from seqae_core.train import native_bf16_flags
+
 Suite = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
 
@@ -20,8 +22,6 @@ def _module(name: str) -> Any:
 
 
 def _throughput(options: dict[str, Any]) -> list[dict[str, Any]]:
-    from seqae_core.train import native_bf16_flags
-
     throughput = _module("throughput")
     shapes = [tuple(int(n) for n in s.split(":")) for s in options["shapes"].split(",")]
     precisions = ["bf16"] if torch.cuda.is_available() else ["fp32"] + (["bf16"] if native_bf16_flags() else [])

@@ -14,6 +14,7 @@ peak, which bounds any GPU's time from below.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sqlite3
@@ -33,7 +34,7 @@ from seqae_core.config import Config
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.train import autocast, batch_scores
 from sweeps import spec as spec_lib
-from sweeps.service import cell_configs
+from sweeps.spec import cell_configs
 
 STUDY = Path(__file__).resolve().parents[1] / "sweeps" / "studies" / "paper_fig3.yaml"
 VOCAB = 30522  # bert-base-uncased: the paper scores every id (data.vocab: tokenizer)
@@ -78,7 +79,7 @@ def tracking_rows(data_path: str) -> dict[str, float]:
         sets = [f"data.path={data_path}", "data.samples=windows", "data.max_pages=5", "model.d_model=16",
                 "model.d_attn=16", "grid.data.input_len=[16]", "grid.model.latent_fraction=[0.5]",
                 "grid.train.epochs=[2,4]", "max_concurrent=1", "resources.cpu=1"]
-        run = subprocess.run([sys.executable, "-m", "sweeps.cli", "sweep", "run", str(STUDY), "--name", "rows",
+        run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(STUDY), "--name", "rows",
                               "--workspace", str(ws), *[a for s in sets for a in ("--set", s)]],
                              capture_output=True, text=True, env=os.environ.copy())
         if run.returncode != 0:
@@ -136,8 +137,6 @@ def _record_bytes(trials: Path) -> tuple[float, float]:
 
 
 def _vocab(ws: Path) -> int:
-    import json
-
     manifest = next((ws / "cache").glob("*/manifest.json"))
     return int(json.loads(manifest.read_text())["vocab_size"])
 

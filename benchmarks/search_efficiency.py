@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from mlflow.tracking import MlflowClient
 
 from seqae_core import metrics as M
+from seqae_core import names as N
 
 LRS = [1e-3, 3e-3, 1e-2]
 D_MODELS = [16, 32, 64]
@@ -63,12 +65,10 @@ def _document(data_path: str, epochs: int, strategy: str, seed: int, trials: int
 
 def sweep_events(folder: Path, name: str, doc: dict[str, Any]) -> list[tuple[float, int, int, float]]:
     """Run a sweep; its results as (logged at, trial, epoch, accuracy), in the order they arrived."""
-    from mlflow.tracking import MlflowClient
-
     file = folder / f"{name}.yaml"
     file.write_text(yaml.safe_dump(doc))
     workspace = folder / "ws"
-    run = subprocess.run([sys.executable, "-m", "sweeps.cli", "sweep", "run", str(file), "--workspace", str(workspace)],
+    run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(file), "--workspace", str(workspace)],
                          capture_output=True, text=True, env=os.environ.copy())
     if run.returncode != 0:
         raise RuntimeError(f"sweep {name} failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
@@ -77,9 +77,9 @@ def sweep_events(folder: Path, name: str, doc: dict[str, Any]) -> list[tuple[flo
     assert experiment is not None, "the sweep created no MLflow experiment"
     events = []
     for r in client.search_runs([experiment.experiment_id]):
-        if "seqae.trial" in r.data.tags:
+        if N.TRIAL in r.data.tags:
             for m in client.get_metric_history(r.info.run_id, M.VAL_TOKEN_ACCURACY):
-                events.append((m.timestamp, int(r.data.tags["seqae.trial"]), m.step, m.value))
+                events.append((m.timestamp, int(r.data.tags[N.TRIAL]), m.step, m.value))
     return sorted(events)
 
 

@@ -17,14 +17,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlflow.tracking import MlflowClient
+
 from seqae_core import metrics as M
+from seqae_core import names as N
 
 STUDY = Path(__file__).resolve().parents[1] / "sweeps" / "studies" / "quickstart.yaml"
 
 
 def run(data_path: str, trials: int = 8, parallel: int = 2, epochs: int = 3) -> list[dict[str, Any]]:
-    from mlflow.tracking import MlflowClient
-
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp) / "ws"
         sets = [f"data.path={data_path}", "data.samples=windows", "data.max_pages=30", "data.input_len=32",
@@ -32,7 +33,7 @@ def run(data_path: str, trials: int = 8, parallel: int = 2, epochs: int = 3) -> 
                 f"train.epochs={epochs}", "train.batch_size=32", f"trials.total={trials}",
                 f"max_concurrent={parallel}", "resources.cpu=1", "scheduler.type=none"]  # every trial its epochs
         start = time.time()
-        run = subprocess.run([sys.executable, "-m", "sweeps.cli", "sweep", "run", str(STUDY), "--name", "overhead",
+        run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(STUDY), "--name", "overhead",
                               "--workspace", str(workspace), *[a for s in sets for a in ("--set", s)]],
                              capture_output=True, text=True, env=os.environ.copy())
         wall = time.time() - start
@@ -41,7 +42,7 @@ def run(data_path: str, trials: int = 8, parallel: int = 2, epochs: int = 3) -> 
         client = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
         experiment = client.get_experiment_by_name("overhead")
         assert experiment is not None, "the sweep created no MLflow experiment"
-        children = [r for r in client.search_runs([experiment.experiment_id]) if "seqae.trial" in r.data.tags]
+        children = [r for r in client.search_runs([experiment.experiment_id]) if N.TRIAL in r.data.tags]
         own = [sum(m.value for m in client.get_metric_history(r.info.run_id, M.EPOCH_SECONDS)) for r in children]
         data_seconds = [r.data.metrics.get(M.DATA_SECONDS, float("nan")) for r in children]
         first_open = min(r.info.start_time for r in children) / 1000

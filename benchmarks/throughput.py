@@ -23,6 +23,7 @@ from seqae_core import data as data_lib
 from seqae_core.config import Config, from_flat
 from seqae_core.model import ReducingAutoencoder, length_schedule
 from seqae_core.train import batch_scores, describe_precision, train
+from sweeps import spec as spec_lib
 
 
 class BaselineAutoencoder(nn.Module):
@@ -215,8 +216,6 @@ def quickstart_paths(path: str, cache_dir: Path | None = None) -> list[dict[str,
     """Train the quickstart's trial (its sweep file's base config) for its 3 epochs as the file
     sets it and as main trained it before, one thread each as a sweep trial gets (resources.cpu:
     1), and compare training tokens/s and accuracy."""
-    from sweeps import spec as spec_lib
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     rows = []

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -318,8 +319,6 @@ def status(root: Path) -> dict[str, Any]:
 
 def _nodes(state: dict[str, Any]) -> list[dict[str, Any]]:
     """Alive nodes, through the dashboard's API (with the token)."""
-    import urllib.request
-
     token = Path(state["token_file"]).read_text().strip()
     request = urllib.request.Request(f"http://127.0.0.1:{state['dashboard_port']}/nodes?view=summary",
                                      headers={"Authorization": f"Bearer {token}"})

@@ -33,6 +33,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import matplotlib
+import optuna
+from mlflow.tracking import MlflowClient
+from optuna.visualization import matplotlib as ovm
+
+from seqae_core import names as N
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
@@ -93,31 +98,29 @@ class Trial:
 
 def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
     """The parent run and every child run of a sweep, with their metric histories and samples."""
-    from mlflow.tracking import MlflowClient
-
     client = MlflowClient(tracking_uri)
     runs = client.search_runs([experiment_id], max_results=10_000)
-    parent = next((r for r in runs if r.data.tags.get("seqae.role") == "sweep"), None)
+    parent = next((r for r in runs if r.data.tags.get(N.ROLE) == N.ROLE_SWEEP), None)
     trials = []
     now = time.time() * 1000
     for run in runs:
         tags = run.data.tags
-        if "seqae.trial" not in tags:
+        if N.TRIAL not in tags:
             continue
         state = tags.get("optuna.state", "RUNNING")  # set by the sweep whenever it closes the run
         if run.info.status == "RUNNING":
             state = "RUNNING"
         trial = Trial(
-            number=int(tags["seqae.trial"]), run_id=run.info.run_id, status=run.info.status, state=state,
+            number=int(tags[N.TRIAL]), run_id=run.info.run_id, status=run.info.status, state=state,
             params={k: parse_scalar(v) for k, v in run.data.params.items()},
             duration=((run.info.end_time or now) - run.info.start_time) / 1000,
             node=tags.get("ray.node_ip", "") + (f" ({tags['ray.node_id'][:8]})" if "ray.node_id" in tags else ""),
-            cost=run.data.metrics.get(M.RESOURCE_SECONDS), resource=tags.get("seqae.resource", "cpu"),
+            cost=run.data.metrics.get(M.RESOURCE_SECONDS), resource=tags.get(N.RESOURCE, "cpu"),
         )
         for key in CURVES:
             if key in run.data.metrics:
                 trial.curves[key] = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
-        if tags.get("seqae.artifacts_epoch"):
+        if tags.get(N.ARTIFACTS_EPOCH):
             with tempfile.TemporaryDirectory() as tmp:
                 try:
                     trial.samples = json.loads(Path(client.download_artifacts(run.info.run_id, "samples.json", tmp))
@@ -330,9 +333,6 @@ def losses(trials: list[Trial], out: Path) -> Path | None:
 
 def optuna_figures(storage: str, study_name: str, out: Path) -> tuple[list[Path], list[str]]:
     """Optuna's own plots; returns the figures and notes on the ones the study cannot have yet."""
-    import optuna
-    from optuna.visualization import matplotlib as ovm
-
     study = optuna.load_study(study_name=study_name, storage=storage)
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
     plots = ([("optuna_pareto_front.png", "Pareto front", lambda: ovm.plot_pareto_front(study))]
@@ -445,8 +445,6 @@ class SweepRecord(Protocol):
 
 def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
     """Write the report of sweep ``state`` into the folder ``out`` and log it to the parent run."""
-    from mlflow.tracking import MlflowClient
-
     backends = state.backends
     if not state.mlflow_experiment_id:
         raise ValueError(f"sweep {state.name!r} has not started yet: it has no MLflow runs")

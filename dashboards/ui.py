@@ -15,9 +15,11 @@ import time
 from pathlib import Path
 
 import optuna
+from mlflow.tracking import MlflowClient
 
 from cluster import mlflow_server
 from cluster.procs import http_ok, spawn, stop_group, wait_until
+from seqae_core import names as N
 
 
 def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflow_port: int, optuna_port: int,
@@ -68,10 +70,8 @@ def runs_url(base: str, experiment_id: str) -> str:
 
 def sweeps(mlflow_uri: str) -> list[tuple[str, str]]:
     """(sweep name, experiment id) of each sweep tracked at ``mlflow_uri``."""
-    from mlflow.tracking import MlflowClient
-
     experiments = MlflowClient(mlflow_uri).search_experiments(filter_string="tags.`seqae.sweep` ILIKE '%'")
-    return sorted((e.tags["seqae.sweep"], e.experiment_id) for e in experiments)
+    return sorted((e.tags[N.SWEEP], e.experiment_id) for e in experiments)
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -34,6 +34,7 @@ from typing import Any, Iterator
 
 import pyarrow.fs as pafs
 import torch
+from filelock import FileLock
 
 from seqae_core import data as data_lib
 from seqae_core.storage import filesystem
@@ -168,7 +169,6 @@ class CheckpointStore:
             finally:
                 self.lease = None
             return
-        from filelock import FileLock
 
         self.fs.create_dir(self.root, recursive=True)
         with FileLock(f"{self.root}/.writer.lock", timeout=timeout):  # raises Timeout, a TimeoutError

@@ -40,13 +40,19 @@ import os
 import shutil
 import socket
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import urlparse
 
+import datasets
 import numpy as np
 import pyarrow.fs as pafs
 import torch
+from filelock import FileLock
+from huggingface_hub import constants
+from transformers import AutoTokenizer
 
 from seqae_core.config import DataConfig
 from seqae_core.storage import filesystem
@@ -158,8 +164,6 @@ def prepare(config: DataConfig, cache_dir: Path | None = None, published: str | 
 
     Concurrent callers (the trials of a sweep on one node) wait on a lock instead of tokenizing
     or fetching twice."""
-    from filelock import FileLock
-
     cache_dir = Path(cache_dir or default_cache_dir())
     cache_dir.mkdir(parents=True, exist_ok=True)
     key = cache_key(config) if published is None else None
@@ -276,9 +280,6 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
     """Why the Hugging Face Hub cannot be reached (None if it can, or if HF_HUB_OFFLINE is set):
     one TCP connection to its endpoint, so that an offline machine hears it at once instead of
     after the Hub client's retries (five per file, with backoff: about a minute)."""
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants
 
     if constants.HF_HUB_OFFLINE:
         return None
@@ -292,8 +293,6 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
 
 
 def load_tokenizer(name: str) -> Any:
-    from transformers import AutoTokenizer
-
     unreachable = hub_unreachable()
     try:  # with the Hub unreachable, a tokenizer in the hub cache still loads
         tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=unreachable is not None)
@@ -306,8 +305,6 @@ def load_tokenizer(name: str) -> Any:
 
 def iter_texts(config: DataConfig) -> Iterator[str]:
     """Page texts in dataset order, at most ``data.max_pages`` of them."""
-    import datasets
-
     args = (config.path,) if config.name is None else (config.path, config.name)
     # Streaming opens the source lazily: an unreachable Hub or a missing file can surface at the
     # first page as well as at load_dataset, so both sit inside the same guard.
@@ -489,7 +486,6 @@ def _tokenized(config: DataConfig, tokenizer: Any, workers: int, pad_id: int,
         for texts in batches:
             yield _rows(tokenizer, texts, *settings)
         return
-    from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(workers, initializer=_load_worker_tokenizer, initargs=(config.tokenizer,)) as pool:
         ahead: collections.deque = collections.deque()

@@ -32,7 +32,8 @@ from sweeps import ledger
 from sweeps.progress import Progress
 from sweeps.search import SweepStudy, TrialSpec
 from sweeps.spec import SweepSpec
-from sweeps.tracking import SystemMetrics, Tracker
+from sweeps.system_metrics import SystemMetrics
+from sweeps.tracking import Tracker
 from sweeps.writer import Writer
 
 log = logging.getLogger(__name__)

@@ -28,6 +28,7 @@ import optuna
 from optuna.trial import TrialState
 
 from seqae_core import metrics as M
+from seqae_core import names as N
 from seqae_core.config import Config, build
 from seqae_errors import ConfigError
 from sweeps.spec import Distribution, SweepSpec, trial_layers
@@ -36,10 +37,6 @@ log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 FINAL = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-CONTROL = "seqae.control"  # the study's user attribute that holds SweepStudy.control()
-FORKED = "seqae.forked_from"  # a seeded trial's user attribute: "<origin sweep>#<its trial number>"
-CONTINUES = "seqae.continues"  # the user attribute of a trial's newer record: the sweep trial's number
-EPOCHS = "seqae.epochs"  # ... and the epoch limit it trains on to
 
 
 @dataclass(frozen=True)
@@ -115,9 +112,9 @@ def open_study(spec: SweepSpec, url: str, name: str, total: int, fingerprint: st
     backend = storage(url)
     study = optuna.create_study(storage=backend, study_name=name, directions=_directions(spec), load_if_exists=True)
     study.sampler = sampler(spec, total, held=len(study.get_trials(deepcopy=False)))
-    owner = study.user_attrs.get("seqae.fingerprint")
+    owner = study.user_attrs.get(N.FINGERPRINT)
     if owner is None:
-        study.set_user_attr("seqae.fingerprint", fingerprint)
+        study.set_user_attr(N.FINGERPRINT, fingerprint)
     elif owner != fingerprint:
         raise ConfigError(f"the Optuna study {name!r} belongs to another sweep (fingerprint {owner}); "
                           "choose another --name")
@@ -130,8 +127,8 @@ class SweepStudy:
         self.spec, self.study, self.storage, self.total = spec, study, backend, total
         self.study_id = backend.get_study_id_from_name(study.study_name)
         self._issued: set[int] = set()
-        self._records = {t.user_attrs[CONTINUES]: t.number for t in study.get_trials(deepcopy=False)
-                         if CONTINUES in t.user_attrs}  # sweep trial -> its newest Optuna trial, if not itself
+        self._records = {t.user_attrs[N.CONTINUES]: t.number for t in study.get_trials(deepcopy=False)
+                         if N.CONTINUES in t.user_attrs}  # sweep trial -> its newest Optuna trial, if not itself
 
     def _trial_id(self, number: int) -> int:
         """The storage's id of sweep trial ``number``'s newest record."""
@@ -141,14 +138,14 @@ class SweepStudy:
     def control(self) -> dict[str, Any]:
         """``{"drain": why no new trial starts (None: they do), "max_concurrent": n, "log": [...]}``,
         kept in the study, where the driver and a user's command on another machine both reach it."""
-        return dict(self.storage.get_study_user_attrs(self.study_id).get(CONTROL, {}))
+        return dict(self.storage.get_study_user_attrs(self.study_id).get(N.CONTROL, {}))
 
     def set_control(self, **changes: Any) -> dict[str, Any]:
         """Merge ``changes`` into the control record, and log them with the time."""
         control = self.control()
         control.update(changes)
         control["log"] = [*control.get("log", []), {"at": time.strftime("%Y-%m-%d %H:%M:%S"), **changes}]
-        self.storage.set_study_user_attr(self.study_id, CONTROL, control)
+        self.storage.set_study_user_attr(self.study_id, N.CONTROL, control)
         return control
 
     # -- the trials --------------------------------------------------------------------------
@@ -157,9 +154,9 @@ class SweepStudy:
         own number: a trial that was continued, as its newest record."""
         latest: dict[int, optuna.trial.FrozenTrial] = {}
         for trial in self.study.get_trials(deepcopy=False):  # in number order: newer records last
-            if FORKED in trial.user_attrs:
+            if N.FORKED in trial.user_attrs:
                 continue
-            number = trial.user_attrs.get(CONTINUES, trial.number)
+            number = trial.user_attrs.get(N.CONTINUES, trial.number)
             if number != trial.number:
                 trial = copy.copy(trial)
                 trial.number = number
@@ -173,29 +170,29 @@ class SweepStudy:
         trial_id = self.storage.create_new_trial(self.study_id, template_trial=optuna.trial.create_trial(
             state=TrialState.RUNNING, params=old.params, distributions=old.distributions,
             intermediate_values=old.intermediate_values,
-            user_attrs={**old.user_attrs, CONTINUES: number, EPOCHS: epochs}))
+            user_attrs={**old.user_attrs, N.CONTINUES: number, N.EPOCHS: epochs}))
         self._records[number] = self.storage.get_trial_number_from_id(trial_id)
 
     def epochs(self, number: int) -> int | None:
         """The epoch limit `seqae sweep extend` raised trial ``number``'s to, if it did."""
-        return self.storage.get_trial(self._trial_id(number)).user_attrs.get(EPOCHS)
+        return self.storage.get_trial(self._trial_id(number)).user_attrs.get(N.EPOCHS)
 
     def continuing(self) -> dict[int, int]:
         """The trials `seqae sweep extend` reopened that have not trained to their new limit yet,
         with that limit."""
-        return {t.number: t.user_attrs[EPOCHS] for t in self.trials()
-                if t.state == TrialState.RUNNING and EPOCHS in t.user_attrs}
+        return {t.number: t.user_attrs[N.EPOCHS] for t in self.trials()
+                if t.state == TrialState.RUNNING and N.EPOCHS in t.user_attrs}
 
     def forked(self) -> list[optuna.trial.FrozenTrial]:
         """Finished trials of another sweep that `seqae sweep fork` seeded the study with."""
-        return [t for t in self.study.get_trials(deepcopy=False) if FORKED in t.user_attrs]
+        return [t for t in self.study.get_trials(deepcopy=False) if N.FORKED in t.user_attrs]
 
     def seed_from(self, origin: SweepStudy) -> list[str]:
         """Add ``origin``'s complete trials that fit this sweep's space as finished trials, which
         TPE learns from (they never count toward this sweep's trials); returns a note per trial.
         A parameter this sweep no longer searches is dropped (said when its value differed); a
         trial with a value outside this sweep's space is left out. Both sweeps have the same
-        objectives (``service.fork`` checks)."""
+        objectives (``lifecycle.fork`` checks)."""
         space = {k: Distribution(type="categorical", choices=v) for k, v in self.spec.grid_keys().items()}
         space |= self.spec.search
         notes = []
@@ -213,7 +210,7 @@ class SweepStudy:
             self.study.add_trial(optuna.trial.create_trial(
                 params=params, distributions={k: _distribution(d) for k, d in space.items()}, values=trial.values,
                 intermediate_values=trial.intermediate_values,
-                user_attrs={FORKED: f"{origin.study.study_name}#{trial.number}"}))
+                user_attrs={N.FORKED: f"{origin.study.study_name}#{trial.number}"}))
             notes.append(f"trial {trial.number}: seeded" + (f"; dropped {', '.join(dropped)}" if dropped else ""))
         return notes
 
@@ -230,7 +227,7 @@ class SweepStudy:
         for trial in trials:
             if trial.state == TrialState.RUNNING and trial.number not in self._issued:
                 self._issued.add(trial.number)
-                return self._spec(trial.number, dict(trial.params), continued=True, epochs=trial.user_attrs.get(EPOCHS))
+                return self._spec(trial.number, dict(trial.params), continued=True, epochs=trial.user_attrs.get(N.EPOCHS))
         if not new or len(trials) >= self.total:
             return None
         cell = self._emptiest_cell(trials)
@@ -244,7 +241,7 @@ class SweepStudy:
     def trial_spec(self, number: int) -> TrialSpec:
         """Trial ``number`` as it crossed into Tune (its config rebuilt from its parameters)."""
         trial = self.storage.get_trial(self._trial_id(number))
-        return self._spec(number, dict(trial.params), epochs=trial.user_attrs.get(EPOCHS))
+        return self._spec(number, dict(trial.params), epochs=trial.user_attrs.get(N.EPOCHS))
 
     def _spec(self, number: int, params: dict[str, Any], continued: bool = False,
               epochs: int | None = None) -> TrialSpec:
@@ -312,9 +309,9 @@ class SweepStudy:
     def note_tune_trial(self, number: int, tune_trial_id: str) -> None:
         trial = self._running(number)
         if trial is not None:
-            ids = list(trial.user_attrs.get("seqae.tune_trial_ids", []))
+            ids = list(trial.user_attrs.get(N.TUNE_TRIAL_IDS, []))
             if tune_trial_id not in ids:
-                self.storage.set_trial_user_attr(self._trial_id(number), "seqae.tune_trial_ids", ids + [tune_trial_id])
+                self.storage.set_trial_user_attr(self._trial_id(number), N.TUNE_TRIAL_IDS, ids + [tune_trial_id])
 
     def state(self, number: int) -> TrialState:
         return self.storage.get_trial(self._trial_id(number)).state

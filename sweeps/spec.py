@@ -34,10 +34,25 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from seqae_core import metrics as M
-from seqae_core.config import KEYS, accepts_float, build, coerce, flatten, parse_sets
+from seqae_core.config import (
+    KEYS,
+    Config,
+    accepts_float,
+    build,
+    coerce,
+    flatten,
+    parse_sets,
+)
 from seqae_errors import ConfigError
 
 MAX_FILE_BYTES = 256 * 1024  # sweep files are documents, not data
@@ -514,3 +529,8 @@ def diff(stored: SweepSpec, current: SweepSpec) -> str:
     a = yaml.safe_dump(stored.to_dict(), sort_keys=True).splitlines()
     b = yaml.safe_dump(current.to_dict(), sort_keys=True).splitlines()
     return "\n".join(difflib.unified_diff(a, b, "stored sweep", current.source, lineterm=""))
+
+
+def cell_configs(spec: SweepSpec) -> list[Config]:
+    """The config of every grid cell (searched keys at their base values)."""
+    return [build(trial_layers(spec.source, spec.base, cell)) for cell in spec.cells()]

@@ -20,9 +20,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ray.job_submission import JobSubmissionClient
+
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
-from sweeps.workspace import Workspace, check_name, redact, write_json
+from sweeps.workspace import Workspace, check_name, redact, resolve_backends, write_json
 
 PASSED_PREFIXES = ("SEQAE_", "HF_HUB_", "HF_DATASETS_", "TOKENIZERS_")
 PASSED_NAMES = ("PGPASSFILE",)
@@ -52,8 +54,6 @@ def auth_headers() -> dict[str, str]:
 
 
 def client(url: str) -> Any:
-    from ray.job_submission import JobSubmissionClient
-
     try:
         return JobSubmissionClient(url, headers=auth_headers())
     except Exception as exc:  # noqa: BLE001 - connection and authentication errors alike
@@ -101,7 +101,6 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
     except ValueError:
         raise ConfigError(f"{file} is outside {working_dir}, the directory that is packaged for the cluster; "
                           "run from the repository root") from None
-    from sweeps.service import resolve_backends
 
     cluster_workspace = env.get("SEQAE_WORKSPACE", str(workspace.root))
     # where the driver will keep the sweep, picked as it picks them (from the same SEQAE_* settings,
@@ -142,7 +141,7 @@ def excludes(working_dir: Path) -> list[str]:
 
 def _submit(workspace: Workspace, record: dict[str, Any], env: dict[str, str]) -> None:
     """Every job of a sweep runs the same command: it creates the sweep, or resumes it."""
-    entrypoint = shlex.join(["python", "-m", "sweeps.cli", "sweep", "run", record["file"], "--or-resume",
+    entrypoint = shlex.join(["python", "-m", "seqae_cli", "sweep", "run", record["file"], "--or-resume",
                              "--name", record["name"], "--workspace", record["workspace"],
                              *[a for s in record["sets"] for a in ("--set", s)]])
     jobs = client(record["address"])

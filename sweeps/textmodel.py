@@ -32,6 +32,8 @@ import torch
 from mlflow.models import ModelSignature, set_model
 from mlflow.pyfunc import PythonModel
 from mlflow.types.schema import Array, ColSpec, DataType, Schema
+from safetensors.torch import load_model, save_model
+from transformers import AutoTokenizer
 
 from seqae_core import data as data_lib
 from seqae_core.config import Config, from_flat
@@ -58,8 +60,6 @@ SIGNATURE = ModelSignature(
 def write_artifacts(folder: Path, saved: dict[str, Any], tokenizer: Any) -> dict[str, str]:
     """A trial's best-model record (``config``, ``model`` state dict, ``token_ids``) as this
     model's artifacts in ``folder``; returns them by name, for ``log_model(artifacts=...)``."""
-    from safetensors.torch import save_model
-
     config = from_flat(saved["config"])
     model = ReducingAutoencoder(config, len(saved["token_ids"]))
     model.load_state_dict(saved["model"])
@@ -77,9 +77,6 @@ class TextAutoencoder(PythonModel):
     """Texts -> reconstructions, token accuracies and latents (see the module's docstring)."""
 
     def load_context(self, context: Any) -> None:
-        from safetensors.torch import load_model
-        from transformers import AutoTokenizer
-
         artifacts = context.artifacts
         self.config: Config = from_flat(json.loads(Path(artifacts[CONFIG]).read_text()), artifacts[CONFIG])
         self.tokenizer = AutoTokenizer.from_pretrained(artifacts[TOKENIZER])

@@ -6,13 +6,12 @@ opening a second one, and closes the runs a dead driver left RUNNING.
 
 The driver calls the :class:`Tracker` through :class:`sweeps.writer.Writer`, one background
 thread, so Tune's loop never waits on MLflow and SQLite only ever sees one writer; what counts
-as an outage to wait out is :func:`unreachable` (never a server that refuses the credentials:
-:func:`check_credentials` stops a command on that first). Every write is idempotent (an epoch's
+as an outage to wait out is :func:`sweeps.mlflow_access.unreachable`. Every write is idempotent (an epoch's
 metrics, and each point of its loss curve, are logged once), and :meth:`Tracker.sync_trial` can
 rebuild a child run from the trial's checkpoint store, which holds the full metric history.
 
 Each child run also records its dataset (:func:`dataset_input`) and, per epoch, the system
-metrics its worker sampled with MLflow's own monitors (:class:`SystemMetrics`): trials may run on
+metrics its worker sampled (:class:`sweeps.system_metrics.SystemMetrics`): trials may run on
 other machines, and only the driver talks to MLflow.
 """
 
@@ -21,16 +20,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import mlflow
+import safetensors
+import torch
+import transformers
+from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
+from mlflow.data.meta_dataset import MetaDataset
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, Run, RunTag
-from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import (
     MLFLOW_DATASET_CONTEXT,
@@ -41,9 +43,18 @@ from mlflow.utils.validation import MAX_ENTITIES_PER_BATCH
 
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
-from seqae_core.checkpoint import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, CheckpointStore, Progress
+from seqae_core import names as N
+from seqae_core.checkpoint import (
+    METRICS,
+    MODEL,
+    SAMPLES_JSON,
+    SAMPLES_TXT,
+    CheckpointStore,
+    Progress,
+)
 from seqae_core.config import DataConfig, from_flat, to_yaml
 from seqae_errors import ConfigError
+from sweeps import textmodel
 from sweeps.ledger import Outcome, resource_seconds
 
 log = logging.getLogger(__name__)
@@ -71,7 +82,7 @@ class Tracker:
                  share: tuple[str, float] = ("cpu", 1.0), entries: dict[DataConfig, Path] | None = None) -> None:
         self.uri, self.sweep, self.storage = tracking_uri, sweep, storage
         self.share = share  # what a trial holds, as its cost counts it (SweepSpec.share)
-        self.entries = entries or {}  # the prepared data, by shared settings (sweeps.service.prepare_data)
+        self.entries = entries or {}  # the prepared data, by shared settings (sweeps.sweep_data.prepare_data)
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
         self.artifact_root = artifact_root
         self.experiment_id: str | None = None
@@ -85,7 +96,7 @@ class Tracker:
         marked as model training, with ``objective`` (metric, mode) as its primary metric (which
         MLflow's run charts show first); an experiment of an older seqae gains the marks it lacks."""
         experiment = self.client.get_experiment_by_name(self.sweep)
-        if experiment is not None and experiment.tags.get("seqae.fingerprint") != fingerprint:
+        if experiment is not None and experiment.tags.get(N.FINGERPRINT) != fingerprint:
             raise ConfigError(f"MLflow at {self.uri} already has an experiment named {self.sweep!r} that is not "
                               "this sweep's; choose another --name")
         marks = {EXPERIMENT_KIND: MODEL_TRAINING, MLFLOW_EXPERIMENT_PRIMARY_METRIC_NAME: objective[0],
@@ -94,7 +105,7 @@ class Tracker:
             location = None if self.artifact_root is None else (self.artifact_root / self.sweep).as_uri()
             self.experiment_id = self.client.create_experiment(
                 self.sweep, artifact_location=location,
-                tags={"seqae.fingerprint": fingerprint, "seqae.sweep": self.sweep, **marks},
+                tags={N.FINGERPRINT: fingerprint, N.SWEEP: self.sweep, **marks},
             )
         else:
             self.experiment_id = experiment.experiment_id
@@ -109,7 +120,7 @@ class Tracker:
                                             order_by=["attributes.start_time ASC"], max_results=1)
             run = found[0] if found else self.client.create_run(
                 self.experiment_id, run_name=self.sweep,
-                tags={"seqae.sweep": self.sweep, "seqae.role": "sweep"},
+                tags={N.SWEEP: self.sweep, N.ROLE: N.ROLE_SWEEP},
             )
             self.parent_run_id = run.info.run_id
             self._complete_params(run, params)
@@ -139,15 +150,15 @@ class Tracker:
             run = found[0]
             steps = {m.step for m in self.client.get_metric_history(run.info.run_id, M.VAL_TOKEN_ACCURACY)}
             points = {m.step for m in self.client.get_metric_history(run.info.run_id, M.TRAIN_LOSS_STEPS)}
-            art = run.data.tags.get("seqae.artifacts_epoch")
+            art = run.data.tags.get(N.ARTIFACTS_EPOCH)
             cache = _RunCache(run.info.run_id, steps, points, int(art) if art else None)
         elif params is None:
             raise KeyError(f"trial {number} has no MLflow run")
         else:
             run = self.client.create_run(
                 self._experiment, run_name=f"trial-{number:04d}",
-                tags={"mlflow.parentRunId": self.parent_run_id, "seqae.sweep": self.sweep,
-                      "seqae.trial": str(number), "optuna.trial_number": str(number)},
+                tags={"mlflow.parentRunId": self.parent_run_id, N.SWEEP: self.sweep,
+                      N.TRIAL: str(number), "optuna.trial_number": str(number)},
             )
             cache = _RunCache(run.info.run_id)
         if params is not None:
@@ -178,7 +189,7 @@ class Tracker:
         run_id = self.open_run(number, params, data)
         tags = {"ray.tune_trial_id": tune_trial_id}
         if continued:
-            tags["seqae.continued"] = "true"
+            tags[N.CONTINUED] = "true"
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def trial_result(self, number: int, result: dict[str, Any]) -> None:
@@ -213,9 +224,9 @@ class Tracker:
         """Make the run whole from the checkpoint store, then set the status of ``outcome``."""
         progress = self.sync_trial(number)
         run_id = self.child_run(number)
-        tags = [RunTag("optuna.state", outcome.value), RunTag("seqae.resource", self.share[0])]
+        tags = [RunTag("optuna.state", outcome.value), RunTag(N.RESOURCE, self.share[0])]
         if error:
-            tags.append(RunTag("seqae.error", error[-4000:]))
+            tags.append(RunTag(N.ERROR, error[-4000:]))
         cost = resource_seconds(self.share[1], progress)
         epochs = len(progress.history) if progress else 0
         self.client.log_batch(run_id, metrics=[Metric(M.RESOURCE_SECONDS, cost, int(time.time() * 1000), epochs)],
@@ -236,7 +247,7 @@ class Tracker:
         best = store.latest("best")
         if best.epoch is not None and best.epoch != cache.artifacts_epoch:
             self._log_best(run_id, best.files)
-            self.client.set_tag(run_id, "seqae.artifacts_epoch", str(best.epoch))
+            self.client.set_tag(run_id, N.ARTIFACTS_EPOCH, str(best.epoch))
             cache.artifacts_epoch = best.epoch
         return progress
 
@@ -249,7 +260,6 @@ class Tracker:
             (folder / "samples.txt").write_bytes(files[SAMPLES_TXT])
             (folder / "samples.json").write_bytes(files[SAMPLES_JSON])
             (folder / "best_metrics.json").write_text(json.dumps(saved, indent=1))
-            import torch
 
             state = torch.load(folder / "checkpoint" / "model.pt", map_location="cpu", weights_only=True)
             (folder / "config.yaml").write_text(to_yaml(from_flat(state["config"])))
@@ -258,7 +268,7 @@ class Tracker:
     def trial_runs(self) -> dict[int, Run]:
         """Each trial's MLflow run, by trial number (a trial without a run is absent)."""
         runs = self.client.search_runs([self._experiment], max_results=10_000)
-        return {int(r.data.tags["seqae.trial"]): r for r in runs if "seqae.trial" in r.data.tags}
+        return {int(r.data.tags[N.TRIAL]): r for r in runs if N.TRIAL in r.data.tags}
 
     def note_outage(self, seconds: float) -> None:
         if self.parent_run_id:
@@ -267,13 +277,6 @@ class Tracker:
     def register_best(self, number: int, model_name: str) -> str | None:
         """Log the best trial's model as a text-in, text-out MLflow model (:mod:`sweeps.textmodel`)
         and register it; returns the version."""
-        import mlflow
-        import safetensors
-        import torch
-        import transformers
-
-        from seqae_core import data as data_lib
-        from sweeps import textmodel
 
         best = CheckpointStore.of_trial(self.storage, number).latest("best")
         if best.epoch is None:
@@ -310,83 +313,11 @@ def _text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def unreachable(exc: BaseException) -> bool:
-    """Whether a failed write may succeed later: the server or database is away, not a bug. A
-    server that refuses the credentials is no outage: waiting would not change its answer."""
-    import requests
-    import sqlalchemy.exc
-
-    return isinstance(exc, (MlflowException, OSError, requests.RequestException, sqlalchemy.exc.OperationalError)) \
-        and not _refused(exc)
-
-
-def _refused(exc: BaseException) -> bool:
-    """The tracking server's authentication said no: 401 (no or wrong credentials) or 403."""
-    return isinstance(exc, MlflowException) and exc.get_http_status_code() in (401, 403)
-
-
-def check_credentials(uri: str) -> None:
-    """Stop at once, naming what to set, when the tracking server at ``uri`` refuses this
-    process's credentials (``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``, which
-    MLflow's client reads). A server that does not answer is left to the writer to wait out."""
-    if not uri.startswith(("http://", "https://")):
-        return
-    try:
-        MlflowClient(uri).search_experiments(max_results=1)
-    except MlflowException as exc:
-        if not _refused(exc):
-            return
-        user = os.environ.get("MLFLOW_TRACKING_USERNAME")
-        who = f"user {user!r} (MLFLOW_TRACKING_USERNAME)" if user else "requests without credentials"
-        raise ConfigError(
-            f"the MLflow server at {uri} refuses {who} with {exc.get_http_status_code()}: set "
-            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to a user it accepts (for `seqae cluster up`'s "
-            "server, `source` the env.sh it wrote)"
-        ) from None
-
-
-def load_registered(tracking_uri: str, model: str) -> tuple[str, Any]:
-    """A registered model version, given as ``NAME`` (its newest version), ``NAME/VERSION`` or
-    ``NAME@ALIAS``, with or without ``models:/``, loaded as a pyfunc: ``(its models:/ URI, the
-    model)``. :class:`ConfigError` naming ``model`` if the registry at ``tracking_uri`` has no such
-    version."""
-    import mlflow
-
-    from sweeps.workspace import redact
-
-    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-    name, at, alias = model.removeprefix("models:/").partition("@")
-    name, _, version = name.partition("/")
-    where = f"in the model registry at {redact(tracking_uri)}"
-    if not name or "'" in name or (version and not version.isdigit()) or (version and at):
-        raise ConfigError(f"model {model!r}: expected NAME, NAME/VERSION or NAME@ALIAS (optionally after models:/)")
-    try:
-        versions = client.search_model_versions(f"name = '{name}'")
-        if not versions:
-            known = ", ".join(sorted(m.name for m in client.search_registered_models())) or "none"
-            raise ConfigError(f"model {model!r}: no registered model named {name!r} {where} (registered: {known})")
-        if at:
-            version = client.get_model_version_by_alias(name, alias).version
-    except MlflowException as exc:
-        raise ConfigError(f"model {model!r}: {exc.message} ({where})") from None
-    numbers = sorted(int(v.version) for v in versions)
-    if version and int(version) not in numbers:
-        raise ConfigError(f"model {model!r}: {name!r} has no version {version} {where} "
-                          f"(versions: {', '.join(map(str, numbers))})")
-    uri = f"models:/{name}/{version or numbers[-1]}"
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_registry_uri(tracking_uri)
-    return uri, mlflow.pyfunc.load_model(uri)
-
-
 def dataset_input(data: DataConfig, entry: Path) -> DatasetInput:
     """The dataset a trial of ``data`` trains on, in MLflow's dataset API: its Hugging Face source
     (``data.path``, ``data.name``, ``data.split``), a name, the digest of the prepared entry and its
     split (:func:`seqae_core.data.describe`, which tells runs on different data apart), and as its
     profile the samples and pages of each split and the data config."""
-    from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
-    from mlflow.data.meta_dataset import MetaDataset
-
     facts = data_lib.describe(entry, data)
     source = HuggingFaceDatasetSource(data.path, config_name=data.name, split=data.split)
     name = f"{data.path.rstrip('/').rsplit('/', 1)[-1]}:{data.samples}-{data.input_len}"
@@ -397,57 +328,3 @@ def dataset_input(data: DataConfig, entry: Path) -> DatasetInput:
     return DatasetInput(Dataset(**meta, profile=json.dumps(profile)), tags=[InputTag(MLFLOW_DATASET_CONTEXT, "training")])
 
 
-class SystemMetrics:
-    """MLflow's own system-metrics monitors (CPU and memory; NVIDIA GPUs where ``nvidia-ml-py``
-    finds them), sampled on the machine that trains, as MLflow's ``SystemMetricsMonitor`` samples
-    them, but kept rather than logged: only the driver talks to MLflow. A background thread takes a
-    sample every ``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` seconds (MLflow's setting; default
-    ``interval``); :meth:`epoch` takes one more and returns the means since its last call under
-    MLflow's names (``system/cpu_utilization_percentage``, ...), for the epoch's record. Like
-    MLflow's, the CPU and memory figures are the whole machine's."""
-
-    def __init__(self, interval: float = 10.0) -> None:
-        from mlflow.environment_variables import MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
-        from mlflow.system_metrics.metrics.base_metrics_monitor import BaseMetricsMonitor
-        from mlflow.system_metrics.metrics.cpu_monitor import CPUMonitor
-        from mlflow.system_metrics.metrics.gpu_monitor import GPUMonitor
-
-        self.interval = float(MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL.get() or interval)
-        self.monitors: list[BaseMetricsMonitor] = [CPUMonitor()]
-        try:
-            self.monitors.append(GPUMonitor())
-        except (ImportError, RuntimeError):  # no nvidia-ml-py, or no NVIDIA GPU: no GPU metrics, as in MLflow
-            pass
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="seqae-system-metrics", daemon=True)
-
-    def __enter__(self) -> SystemMetrics:
-        self.sample()  # psutil's first CPU reading is 0 by definition: it starts the count, and is dropped
-        for monitor in self.monitors:
-            monitor.clear_metrics()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-    def sample(self) -> None:
-        with self._lock:
-            for monitor in self.monitors:
-                monitor.collect_metrics()
-
-    def epoch(self) -> dict[str, float]:
-        """The means of the samples since the last call (an epoch), the epoch's end included."""
-        self.sample()
-        means: dict[str, float] = {}
-        with self._lock:
-            for monitor in self.monitors:
-                means.update(monitor.aggregate_metrics())
-                monitor.clear_metrics()
-        return {f"{M.SYSTEM_PREFIX}{name}": float(value) for name, value in means.items()}

@@ -226,3 +226,24 @@ class DriverLock:
     def __exit__(self, *exc: Any) -> None:
         self.release()
 
+
+def resolve_backends(workspace: Workspace, name: str, overrides: dict[str, str | None]) -> Backends:
+    """Flags, then ``SEQAE_*`` environment variables, then the workspace's embedded defaults."""
+    defaults = workspace.default_backends(name)
+    chosen = Backends(
+        mlflow_tracking_uri=overrides.get("mlflow_tracking_uri") or os.environ.get("SEQAE_MLFLOW_TRACKING_URI")
+        or defaults.mlflow_tracking_uri,
+        optuna_storage=overrides.get("optuna_storage") or os.environ.get("SEQAE_OPTUNA_STORAGE")
+        or defaults.optuna_storage,
+        storage=overrides.get("storage") or os.environ.get("SEQAE_STORAGE") or defaults.storage,
+    )
+    for label, uri in (("the MLflow tracking URI", chosen.mlflow_tracking_uri),
+                       ("the Optuna storage", chosen.optuna_storage), ("the storage", chosen.storage)):
+        if redact(uri) != uri:
+            raise ConfigError(f"{label} {redact(uri)} carries a password; give it through the environment "
+                              "(PGPASSWORD or ~/.pgpass for PostgreSQL, MLFLOW_TRACKING_PASSWORD for MLflow)")
+    if chosen.storage != defaults.storage and "://" not in chosen.storage:
+        chosen.storage = str(Path(chosen.storage).expanduser().resolve() / name)
+    elif "://" in chosen.storage and chosen.storage != defaults.storage:
+        chosen.storage = f"{chosen.storage.rstrip('/')}/{name}"
+    return chosen

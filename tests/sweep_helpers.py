@@ -36,13 +36,13 @@ def run_args(workspace: Path, name: str, *extra: str, study: Path = STUDIES / "q
 
 
 def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeps.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "seqae_cli", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO)
 
 
 def start(*args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A `seqae` command in the background, in its own process group, output to ``log``."""
-    return subprocess.Popen([sys.executable, "-m", "sweeps.cli", *args], stdout=open(log, "w"),
+    return subprocess.Popen([sys.executable, "-m", "seqae_cli", *args], stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
                             env={**os.environ, **(env or {})})
 

@@ -379,8 +379,8 @@ def test_kuberay_manifests_set_what_the_code_reads():
     # the RayJob's entrypoint is a valid seqae command on a sweep file that exists
     job = manifests["rayjob"]["spec"]
     argv = shlex.split(job["entrypoint"])
-    assert argv[:3] == ["python", "-m", "sweeps.cli"]
-    from sweeps.cli import build_parser
+    assert argv[:3] == ["python", "-m", "seqae_cli"]
+    from seqae_cli.parser import build_parser
 
     args = build_parser().parse_args(argv[3:])
     assert args.or_resume and (REPO / args.file).exists()

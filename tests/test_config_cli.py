@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
+from seqae_cli.main import main
 from seqae_core.config import Config, from_flat, load, to_yaml
 from seqae_errors import ConfigError
-from sweeps.cli import main
 from tests.conftest import TINY, sets
 
 
@@ -78,7 +78,7 @@ def test_config_file_errors_name_the_file_and_key(tmp_path, capsys):
 def test_train_command_prints_json_last(data_cache, tmp_path):
     """The real console script, end to end on the tiny config."""
     run = subprocess.run(
-        [sys.executable, "-m", "sweeps.cli", "train", "--json", "--cache-dir", str(data_cache),
+        [sys.executable, "-m", "seqae_cli", "train", "--json", "--cache-dir", str(data_cache),
          "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(TINY) for a in ("--set", s)]],
         capture_output=True, text=True, timeout=300,
     )
@@ -93,7 +93,7 @@ def test_train_command_prints_json_last(data_cache, tmp_path):
     assert "reconstructed:" in (best / "samples.txt").read_text()
     # the folder now holds a run: reusing it without --resume is refused, nothing overwritten
     again = subprocess.run(
-        [sys.executable, "-m", "sweeps.cli", "train", "--cache-dir", str(data_cache),
+        [sys.executable, "-m", "seqae_cli", "train", "--cache-dir", str(data_cache),
          "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(TINY) for a in ("--set", s)]],
         capture_output=True, text=True, timeout=300,
     )

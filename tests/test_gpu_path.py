@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from benchmarks.throughput import forward_flops, head_share
+from seqae_cli.main import main
 from seqae_core import train as train_lib
 from seqae_core.model import attention
 from seqae_core.train import autocast_dtype, describe_precision, train
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
-from sweeps.cli import main
 from tests.oracles import reference_attention
 from tests.sweep_helpers import SMOKE, STUDIES
 

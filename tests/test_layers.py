@@ -1,5 +1,10 @@
-"""The packages' layers, read from the source with ``ast``: no package imports one above it, the
-ML core needs no sweep machinery, and only the runner knows Ray Tune."""
+"""The tree's import rules, read from the source with ``ast`` (ARCHITECTURE.md states them):
+
+- packages point one way, and nothing imports the command line;
+- no cycle between files;
+- inside the sweep service, a module imports only the modules before it in ``SWEEP_ORDER``;
+- the only function-local imports are the command line's verbs;
+- the ML core needs no sweep machinery, and only the runner knows Ray Tune."""
 
 from __future__ import annotations
 
@@ -19,10 +24,18 @@ MAY_IMPORT: dict[str, set[str]] = {
     "dashboards": {"seqae_errors", "seqae_core", "cluster"},
     "sweeps": {"seqae_errors", "seqae_core", "dashboards"},
     "benchmarks": {"seqae_errors", "seqae_core", "sweeps"},
+    "seqae_cli": {"seqae_errors", "seqae_core", "cluster", "dashboards", "sweeps", "benchmarks"},
 }
-ENTRY_POINT = "sweeps/cli.py"  # the `seqae` command: any package, imported inside the verb that needs it
+ENTRY_POINT = "seqae_cli"  # the `seqae` command: the one package whose functions import (each verb what it needs)
 NOT_IN_THE_CORE = ("ray", "mlflow", "optuna")
 RAY_TUNE_HOME = "sweeps/runner.py"
+# The sweep service bottom to top: the records on disk and the spec, then the Optuna study and the outcomes, then
+# the adapters (MLflow, Ray, Tune), then what the verbs call.
+SWEEP_ORDER = [
+    "workspace", "spec", "search", "ledger", "progress", "writer", "mlflow_access", "system_metrics",
+    "textmodel", "tracking", "registry", "ray_connection", "submit", "sweep_data", "runner", "lifecycle", "status",
+    "driver",
+]
 
 
 @dataclass(frozen=True)
@@ -53,40 +66,110 @@ def imports(source: str, file: str) -> list[Import]:
     return found
 
 
+def target(imp: Import, files: set[str]) -> str | None:
+    """The tree's file an import loads (``sweeps/spec.py`` for ``from sweeps import spec`` and for
+    ``from sweeps.spec import load``), or None for a third-party module."""
+    parts = imp.module.split(".")
+    for n in range(len(parts), 0, -1):
+        for candidate in ("/".join(parts[:n]) + ".py", "/".join(parts[:n]) + "/__init__.py"):
+            if candidate in files:
+                return candidate
+    return None
+
+
 def violations(found: list[Import]) -> list[str]:
     bad = []
     for imp in found:
         own = imp.file.split("/")[0]
         where = f"{imp.file}:{imp.line} imports {imp.module}"
         if imp.top in MAY_IMPORT and imp.top != own and imp.top not in MAY_IMPORT[own]:
-            if not (imp.file == ENTRY_POINT and imp.lazy):
-                bad.append(f"{where}: {own} may import only {sorted(MAY_IMPORT[own]) or 'no other package'}")
+            bad.append(f"{where}: {own} may import only {sorted(MAY_IMPORT[own]) or 'no other package'}")
+        if imp.lazy and own != ENTRY_POINT:
+            bad.append(f"{where} inside a function: only the command line imports lazily")
         if own == "seqae_core" and imp.top in NOT_IN_THE_CORE:
             bad.append(f"{where}: the ML core runs without {', '.join(NOT_IN_THE_CORE)}")
         if imp.module.startswith("ray.tune") and imp.file != RAY_TUNE_HOME:
             bad.append(f"{where}: only {RAY_TUNE_HOME} talks to Ray Tune")
+        if own == "sweeps" and imp.top == "sweeps":
+            mine, theirs = Path(imp.file).stem, imp.module.split(".")[1]
+            if theirs in SWEEP_ORDER and SWEEP_ORDER.index(theirs) >= SWEEP_ORDER.index(mine):
+                bad.append(f"{where}: inside sweeps, {mine} may import only the modules before it in SWEEP_ORDER")
     return bad
 
 
+def cycles(found: list[Import], files: set[str]) -> list[list[str]]:
+    """Every cycle of the graph of file imports (module-level and lazy alike)."""
+    graph: dict[str, set[str]] = {f: set() for f in files}
+    for imp in found:
+        to = target(imp, files)
+        if to and to != imp.file:
+            graph[imp.file].add(to)
+    seen: set[str] = set()
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    loops: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        seen.add(node)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt in on_stack:
+                loops.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in seen:
+                visit(nxt)
+        stack.pop()
+        on_stack.discard(node)
+
+    for node in sorted(graph):
+        if node not in seen:
+            visit(node)
+    return loops
+
+
+def the_tree() -> tuple[list[Import], set[str]]:
+    paths = sorted(path for package in MAY_IMPORT for path in (ROOT / package).rglob("*.py"))
+    files = {path.relative_to(ROOT).as_posix() for path in paths}
+    assert {f.split("/")[0] for f in files} == set(MAY_IMPORT)  # every package was read
+    return [imp for path in paths for imp in imports(path.read_text(), path.relative_to(ROOT).as_posix())], files
+
+
 def test_the_tree_keeps_its_layers():
-    files = sorted(path for package in MAY_IMPORT for path in (ROOT / package).rglob("*.py"))
-    assert {path.relative_to(ROOT).parts[0] for path in files} == set(MAY_IMPORT)  # every package was read
-    tree = [imp for path in files for imp in imports(path.read_text(), path.relative_to(ROOT).as_posix())]
+    tree, files = the_tree()
     assert any(imp.file == RAY_TUNE_HOME and imp.module.startswith("ray.tune") for imp in tree)
+    assert {Path(f).stem for f in files if f.startswith("sweeps/") and not f.endswith("__init__.py")} == set(SWEEP_ORDER)
+    assert any(imp.lazy for imp in tree if imp.file.startswith(ENTRY_POINT))  # the lazy rule has something to see
     assert violations(tree) == []
+
+
+def test_no_file_imports_itself_through_others():
+    tree, files = the_tree()
+    assert sum(1 for imp in tree if target(imp, files)) > 100  # the graph is the tree's, not empty
+    assert cycles(tree, files) == []
 
 
 @pytest.mark.parametrize("file, source, complaint", [
     ("dashboards/report.py", "from sweeps.tracking import Tracker", "dashboards may import only"),
     ("cluster/local.py", "from seqae_core.config import Config", "cluster may import only ['seqae_errors']"),
-    ("seqae_core/train.py", "def f():\n    import mlflow", "the ML core runs without"),
-    ("sweeps/service.py", "from ray.tune import Tuner", "only sweeps/runner.py talks to Ray Tune"),
-    ("sweeps/cli.py", "from benchmarks.run import SUITES", "sweeps may import only"),  # at import time
+    ("seqae_core/train.py", "import mlflow", "the ML core runs without"),
+    ("sweeps/driver.py", "from ray.tune import Tuner", "only sweeps/runner.py talks to Ray Tune"),
+    ("sweeps/driver.py", "from seqae_cli.main import main", "sweeps may import only"),
+    ("benchmarks/run.py", "from seqae_cli import commands", "benchmarks may import only"),
+    ("sweeps/tracking.py", "def f():\n    import torch", "only the command line imports lazily"),
+    ("sweeps/search.py", "from sweeps.driver import drive", "search may import only the modules before it"),
+    ("sweeps/workspace.py", "from sweeps import spec", "workspace may import only the modules before it"),
 ])
 def test_each_forbidden_edge_is_caught(file, source, complaint):
     found = violations(imports(source, file))
     assert len(found) == 1 and complaint in found[0], found
 
 
+def test_a_cycle_between_files_is_caught():
+    files = {"sweeps/a.py", "sweeps/b.py", "sweeps/c.py"}
+    found = imports("from sweeps import b", "sweeps/a.py") + imports("from sweeps.c import x", "sweeps/b.py") \
+        + imports("import sweeps.a", "sweeps/c.py")
+    assert cycles(found, files) == [["sweeps/a.py", "sweeps/b.py", "sweeps/c.py", "sweeps/a.py"]]
+
+
 def test_the_command_line_may_import_a_verb_lazily():
-    assert violations(imports("def bench():\n    from benchmarks.run import SUITES", ENTRY_POINT)) == []
+    assert violations(imports("def bench():\n    from benchmarks.run import SUITES", "seqae_cli/commands.py")) == []

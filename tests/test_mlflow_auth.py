@@ -87,7 +87,7 @@ def test_requests_without_valid_credentials_get_401_and_create_nothing(services,
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from sweeps.tracking import unreachable
+    from sweeps.mlflow_access import unreachable
 
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "not-the-password")

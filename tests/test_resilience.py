@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from cluster.procs import free_port
-from sweeps.cli import main
+from seqae_cli.main import main
 from tests.conftest import REPO
 from tests.sweep_helpers import (
     STUDIES,

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from seqae_cli.main import main
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
-from sweeps.cli import main
 
 STUDIES = sorted((Path(__file__).resolve().parents[1] / "sweeps" / "studies").glob("*.yaml"))
 

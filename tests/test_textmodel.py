@@ -162,8 +162,8 @@ def test_mlflow_models_serve_answers_text_requests(registered, texts, tmp_path):
 
 
 def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered, texts, capsys):
+    from seqae_cli.main import main
     from seqae_core.checkpoint import marked
-    from sweeps.cli import main
 
     run = seqae("encode", "tiny", *texts, "--workspace", str(registered.workspace))
     assert run.returncode == 0, run.stderr[-3000:]

@@ -1,0 +1,357 @@
+"""The verbs of the ``seqae`` command line, one function each.
+
+Each verb imports what it needs when it runs (the only lazy imports of the tree, each with its
+reason): `seqae train` and `--help` load no Ray or MLflow, and MLflow is imported only after
+:func:`seqae_cli.main.main` has set its environment."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from seqae_errors import ConfigError
+
+
+def _workspace(args: argparse.Namespace) -> Any:
+    from sweeps.workspace import Workspace  # no Ray, MLflow or torch: quick
+
+    return Workspace(args.workspace)
+
+
+def _sets(args: argparse.Namespace) -> list[str]:
+    """``--profile NAME`` is the first override, so every ``--set`` applies on top of the profile."""
+    return ([f"profile={args.profile}"] if args.profile else []) + args.set
+
+
+def cmd_sweep_run(args: argparse.Namespace) -> int:
+    from sweeps import (
+        driver,  # Ray, MLflow and torch, only for the verbs that drive a sweep
+        lifecycle,  # Ray, Optuna and torch, only for the verbs that change a sweep
+    )
+
+    workspace = _workspace(args)
+    overrides = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
+    name = lifecycle.create(workspace, args.file, args.name, _sets(args), overrides, or_resume=args.or_resume)
+    return driver.drive(workspace, name, check_file=False, verbose=args.verbose)
+
+
+def cmd_sweep_resume(args: argparse.Namespace) -> int:
+    from sweeps import (
+        driver,  # Ray, MLflow and torch, only for the verbs that drive a sweep
+        submit,  # Ray's Jobs client, only for a cluster's verbs
+    )
+
+    workspace = _workspace(args)
+    record = submit.read_record(workspace, args.name)
+    if record is not None:
+        submit.resubmit(workspace, record)
+        print(submit.describe(record))
+        return 0
+    return driver.drive(workspace, args.name, verbose=args.verbose)
+
+
+def _record(args: argparse.Namespace) -> dict[str, Any]:
+    from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
+
+    record = submit.read_record(_workspace(args), args.name)
+    if record is None:
+        raise ConfigError(f"sweep {args.name!r} was not submitted to a cluster from this workspace")
+    return record
+
+
+def cmd_sweep_submit(args: argparse.Namespace) -> int:
+    from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
+
+    record = submit.submit(_workspace(args), args.file, args.name, _sets(args), args.address)
+    print(submit.describe(record))
+    return 0
+
+
+def cmd_sweep_logs(args: argparse.Namespace) -> int:
+    from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
+
+    print(submit.logs(_record(args)), end="")
+    return 0
+
+
+def cmd_sweep_cancel(args: argparse.Namespace) -> int:
+    from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
+
+    record = _record(args)
+    stopped = submit.cancel(record)
+    print(f"job {record['jobs'][-1]}: {'stop requested' if stopped else 'already finished'}; "
+          f"`seqae sweep resume {args.name}` continues it")
+    return 0
+
+
+def cmd_sweep_fork(args: argparse.Namespace) -> int:
+    from sweeps import (
+        driver,  # Ray, MLflow and torch, only for the verbs that drive a sweep
+        lifecycle,  # Ray, Optuna and torch, only for the verbs that change a sweep
+    )
+
+    workspace = _workspace(args)
+    name = lifecycle.fork(workspace, args.origin, args.file, args.name, _sets(args), {})
+    return driver.drive(workspace, name, check_file=False, verbose=args.verbose)
+
+
+def cmd_sweep_stop(args: argparse.Namespace) -> int:
+    from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
+
+    lifecycle.control(_workspace(args), args.name, drain=f"stopped by `seqae sweep stop` on {socket.gethostname()}")
+    print(f"sweep {args.name}: no new trials start; the running ones finish. `seqae sweep resume {args.name}` "
+          "continues it later")
+    return 0
+
+
+def cmd_sweep_set(args: argparse.Namespace) -> int:
+    from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
+
+    key, _, text = args.change.partition("=")
+    if key != "max_concurrent":
+        raise ConfigError(f"{args.change!r}: a running sweep can change max_concurrent=N only")
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"max_concurrent={text!r} must be a whole number of at least 1")
+    lifecycle.control(_workspace(args), args.name, max_concurrent=int(text))
+    print(f"sweep {args.name}: max_concurrent={text} from its next trial on (recorded in its study)")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from dashboards import report  # matplotlib and MLflow, only to draw the report
+
+    workspace = _workspace(args)
+    try:
+        index = report.build(workspace.read(args.name), workspace.report_dir(args.name))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    print(f"report: {index}  (also logged to the sweep's MLflow run, under report/)")
+    return 0
+
+
+def cmd_encode(args: argparse.Namespace) -> int:
+    from seqae_core.checkpoint import marked  # torch, only for `seqae encode` and `seqae train`
+    from seqae_core.data import detokenize  # transformers, only for `seqae encode`
+    from sweeps.registry import load_registered  # MLflow, only for `seqae encode`
+
+    workspace = _workspace(args)
+    uri = os.environ.get("SEQAE_MLFLOW_TRACKING_URI")
+    if uri is None:
+        if not (workspace.root / "mlflow.db").exists():
+            raise ConfigError(f"model {args.model!r}: no sweeps have run in {workspace.root} yet (no mlflow.db); "
+                              "pass --workspace, or set SEQAE_MLFLOW_TRACKING_URI")
+        uri = f"sqlite:///{workspace.root / 'mlflow.db'}"
+    model_uri, model = load_registered(uri, args.model)
+    out = model.predict(args.texts)
+    print(f"{model_uri}: each text's reconstruction from its latents, wrong tokens [[marked]]")
+    for n, row in enumerate(out.itertuples(), 1):
+        print(f"\ntext {n}: token accuracy {row.token_accuracy:.4f} ({len(row.tokens)} tokens, "
+              f"latents {' x '.join(map(str, row.latents.shape))})")
+        print("  original:      " + detokenize(row.tokens))
+        print("  reconstructed: " + marked(row.tokens, row.reconstructed_tokens))
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from dashboards import ui  # MLflow's server app, only for `seqae ui`
+    from sweeps.mlflow_access import check_credentials  # MLflow, after main() set its environment
+
+    workspace = _workspace(args)
+    tracking_uri = os.environ.get("SEQAE_MLFLOW_TRACKING_URI", f"sqlite:///{workspace.root / 'mlflow.db'}")
+    if tracking_uri.startswith("sqlite:") and not (workspace.root / "mlflow.db").exists():
+        raise ConfigError(f"no sweeps have run in {workspace.root} yet (no mlflow.db)")
+    check_credentials(tracking_uri)  # the user's own, which the browser will ask for
+    ui.serve(
+        tracking_uri,
+        str(workspace.artifact_root),
+        os.environ.get("SEQAE_OPTUNA_STORAGE", f"sqlite:///{workspace.root / 'optuna.db'}"),
+        args.host, args.mlflow_port, args.optuna_port, workspace.root / "logs",
+    )
+    return 0
+
+
+def cmd_cluster_up(args: argparse.Namespace) -> int:
+    from cluster import local  # the cluster's processes, only for `seqae cluster`
+
+    root = Path(args.dir)
+    if args.cluster_command == "services":
+        print(f"starting PostgreSQL and MLflow in {root.resolve()} ...", flush=True)
+        state = local.up(root, ray=False, storage=args.storage)
+    else:
+        print(f"starting a Ray head and {args.workers} workers, PostgreSQL and MLflow in {root.resolve()} ...",
+              flush=True)
+        state = local.up(root, args.workers, args.cpus_per_worker, args.head_cpus)
+    env = local.environment(state)
+    if state["ray"]:
+        print(f"Ray dashboard   {env['SEQAE_RAY_ADDRESS']}  (token in {state['token_file']})")
+    print(f"MLflow          {env['SEQAE_MLFLOW_TRACKING_URI']}  (user {env['MLFLOW_TRACKING_USERNAME']}, password in "
+          f"{state['mlflow']['password_file']})")
+    print(f"Optuna          {env['SEQAE_OPTUNA_STORAGE']}  (password in {env['PGPASSFILE']})")
+    print(f"storage         {env['SEQAE_STORAGE']}")
+    print(f"\nto submit sweeps to it, export:\n  source {root.resolve() / 'env.sh'}")
+    return 0
+
+
+def cmd_cluster_down(args: argparse.Namespace) -> int:
+    from cluster import local  # the cluster's processes, only for `seqae cluster`
+
+    stopped = local.down(Path(args.dir))
+    print("stopped: " + (", ".join(stopped) or "nothing was running"))
+    return 0
+
+
+def cmd_cluster_status(args: argparse.Namespace) -> int:
+    from cluster import local  # the cluster's processes, only for `seqae cluster`
+
+    info = local.status(Path(args.dir))
+    print(json.dumps(info, indent=1))
+    return 0 if all(info["services"].values()) else 1
+
+
+def cmd_sweep_extend(args: argparse.Namespace) -> int:
+    from sweeps import (
+        driver,  # Ray, MLflow and torch, only for the verbs that drive a sweep
+        lifecycle,  # Ray, Optuna and torch, only for the verbs that change a sweep
+    )
+
+    workspace = _workspace(args)
+    if args.epochs is not None:
+        for note in lifecycle.extend_epochs(workspace, args.name, args.epochs, args.trials or "best:1"):
+            print(f"seqae: {note}", flush=True)
+        return driver.drive(workspace, args.name, verbose=args.verbose, extending=True)
+    if args.trials is None or not args.trials.isdigit():
+        raise ConfigError(f"--trials={args.trials!r}: give how many trials to add (or --epochs N to train finished "
+                          "trials on)")
+    lifecycle.extend(workspace, args.name, int(args.trials))
+    return driver.drive(workspace, args.name, verbose=args.verbose)
+
+
+def cmd_sweep_status(args: argparse.Namespace) -> int:
+    from sweeps import (
+        status,  # MLflow and Optuna, only to read a sweep
+        submit,  # Ray's Jobs client, only for a cluster's verbs
+    )
+
+    workspace = _workspace(args)
+    record = submit.read_record(workspace, args.name)
+    if record is not None and not workspace.exists(args.name):
+        # submitted, and its driver keeps its state in the cluster's workspace: read its trials
+        # from the backends the submission named, once its driver has created the study
+        from sweeps.search import study_exists  # Optuna, only to read a sweep
+
+        if record.get("backends") and study_exists(record["backends"]["optuna_storage"], args.name):
+            info = status.submitted_status(record)
+        else:
+            info = {"name": args.name, "job": submit.job_info(record)}
+            print(json.dumps(info) if args.json else f"sweep {args.name}: job {info['job']['id']} is "
+                  f"{info['job']['status']} (its driver has not started its trials yet)")
+            return 0
+    else:
+        info = status.status(workspace, args.name)
+        if record is not None:
+            info["job"] = submit.job_info(record)
+    if args.json:
+        print(json.dumps(info))
+        return 0
+    print(f"sweep {info['name']} ({info['outcome']}) in {info['workspace']}")
+    if info["profile"]:
+        print(f"  profile: {info['profile']}: {info['description']}")
+    control = info["control"]
+    if control.get("drain"):
+        print(f"  {'stopping' if info['outcome'] == 'running' else 'stopped'}: no new trials ({control['drain']})")
+    if control.get("max_concurrent"):
+        when = next(e["at"] for e in reversed(control["log"]) if "max_concurrent" in e)
+        print(f"  max_concurrent: {control['max_concurrent']} (set {when})")
+    if info["forked_from"]:
+        print(f"  forked from {info['forked_from']}: {info['seeded_trials']} of its trials seeded the study")
+    print(f"  trials: {info['trials_total']} planned; " + ", ".join(f"{k} {v}" for k, v in info["trials_by_state"].items()))
+    cost = info["cost"]
+    budget = f" of a budget of {cost['budget']:g}" if cost["budget"] else ""
+    print(f"  cost: {cost['hours']:.4f} {cost['unit']}{budget}")
+    best = info["best"]
+    for entry in best if isinstance(best, list) else [best] if best else []:
+        values = ", ".join(f"{k} {v:.4f}" for k, v in entry["values"].items())
+        print(f"  best: trial {entry['trial']}: {values}")
+        for key, value in sorted(entry["params"].items()):
+            print(f"        {key} = {value}")
+    print(f"  MLflow: {info['mlflow_tracking_uri']} experiment {info['mlflow_experiment_id']}, "
+          f"sweep run {info['mlflow_parent_run_id']}")
+    print(f"  Optuna: {info['optuna_storage']} study {info['optuna_study_name']}")
+    if info.get("job"):
+        print(f"  job: {info['job']['id']} {info['job']['status']} ({info['job']['dashboard']})")
+    return 0
+
+
+def cmd_sweep_list(args: argparse.Namespace) -> int:
+    from sweeps import status  # MLflow and Optuna, only to read a sweep
+
+    rows = status.listing(_workspace(args))
+    if not rows:
+        print("no sweeps in this workspace")
+    for row in rows:
+        states = ", ".join(f"{k} {v}" for k, v in row["by_state"].items())
+        print(f"{row['name']:24s} {row['outcome']:12s} {row['trials']:4d} trials  {states}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from benchmarks.run import SUITES  # torch and the benchmarks, only for `seqae bench`
+    from benchmarks.run import main as run_benchmarks  # torch and the benchmarks, only for `seqae bench`
+
+    unknown = [s for s in args.suites if s not in SUITES]
+    if unknown:
+        raise ConfigError(f"unknown benchmark suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
+    data = args.data or os.environ.get("SEQAE_BENCH_DATA") or "wikimedia/wikipedia"
+    run_benchmarks(args.suites, Path(args.out),
+                   {"shapes": args.shapes, "steps": args.steps, "seeds": args.seeds, "data": data})
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from seqae_core import config as config_lib  # torch, only for `seqae train`
+    from seqae_core import train as train_lib  # torch, only for `seqae train`
+    from seqae_core.checkpoint import CheckpointStore  # torch, only for `seqae encode` and `seqae train`
+
+    config = config_lib.load(args.config, args.set)
+    store, resume = None, None
+    if args.resume and not args.checkpoint_dir:
+        raise ConfigError("--resume needs --checkpoint-dir")
+    if args.checkpoint_dir:
+        store = CheckpointStore(args.checkpoint_dir)
+        resume, skipped = store.resume()
+        for note in skipped:
+            print(f"seqae: skipped checkpoint {note}", file=sys.stderr)
+        if resume is not None and not args.resume:
+            raise ConfigError(
+                f"--checkpoint-dir {args.checkpoint_dir} already holds a run (epoch {resume['epoch']}); "
+                "pass --resume to continue it, or choose another folder"
+            )
+        if args.resume:
+            print(f"seqae: resuming after epoch {resume['epoch']}" if resume else
+                  "seqae: no valid checkpoint found; starting from epoch 1", file=sys.stderr)
+
+    def report(metrics: dict[str, Any], checkpoint: dict[str, Any]) -> None:
+        if store is not None:
+            store.save(metrics, checkpoint)
+        print(
+            f"epoch {metrics['epoch']}: train_loss {metrics['train_loss']:.4f}  val_loss {metrics['val_loss']:.4f}  "
+            f"val_token_accuracy {metrics['val_token_accuracy']:.4f}  "
+            f"val_sequence_accuracy {metrics['val_sequence_accuracy']:.4f}  "
+            f"{metrics['tokens_per_s']:.0f} tokens/s",
+            flush=True,
+        )
+
+    final = train_lib.train(
+        config, report, resume=resume, device=args.device, cache_dir=args.cache_dir, progress=True
+    )
+    if args.json:
+        print(json.dumps(final))
+    else:
+        print("final: " + "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in final.items()))
+    return 0
+

@@ -1,0 +1,174 @@
+"""The ``seqae`` command line's arguments: one subcommand per verb, each handled by a function
+of :mod:`seqae_cli.commands`."""
+
+from __future__ import annotations
+
+import argparse
+
+from seqae_cli.commands import (
+    cmd_bench,
+    cmd_cluster_down,
+    cmd_cluster_status,
+    cmd_cluster_up,
+    cmd_encode,
+    cmd_report,
+    cmd_sweep_cancel,
+    cmd_sweep_extend,
+    cmd_sweep_fork,
+    cmd_sweep_list,
+    cmd_sweep_logs,
+    cmd_sweep_resume,
+    cmd_sweep_run,
+    cmd_sweep_set,
+    cmd_sweep_status,
+    cmd_sweep_stop,
+    cmd_sweep_submit,
+    cmd_train,
+    cmd_ui,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="seqae", description="A Ray-distributed sweep service for reducing-attention autoencoders.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="train one model on a config")
+    train.add_argument("--config", help="YAML file with data/model/train sections")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key, e.g. --set model.latent_len=16 (repeatable)")
+    train.add_argument("--json", action="store_true", help="print the final metrics as JSON on the last line")
+    train.add_argument("--checkpoint-dir", help="save a checkpoint every epoch (folder or URI)")
+    train.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint")
+    train.add_argument("--cache-dir", help="tokenized data cache (default: $SEQAE_CACHE_DIR or ~/.cache/seqae/data)")
+    train.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: CUDA when present)")
+    train.set_defaults(handler=cmd_train)
+
+    sweep = commands.add_parser("sweep", help="run and manage sweeps")
+    sweeps = sweep.add_subparsers(dest="sweep_command", required=True)
+
+    def with_workspace(p: argparse.ArgumentParser, verbose: bool = False) -> argparse.ArgumentParser:
+        p.add_argument("--workspace", help="folder for sweeps, runs and studies (default: $SEQAE_WORKSPACE or "
+                                           "./seqae-runs)")
+        if verbose:
+            p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own status tables")
+        return p
+
+    run = with_workspace(sweeps.add_parser("run", help="start a sweep from a sweep file"), verbose=True)
+    run.add_argument("file", help="sweep file, e.g. sweeps/studies/quickstart.yaml")
+    run.add_argument("--name", help="the sweep's name (default: the file's name without .yaml)")
+    run.add_argument("--or-resume", action="store_true",
+                     help="if the sweep exists and the file still describes it, resume it")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config key (pins it: it leaves the grid and search) or a sweep setting, "
+                          "e.g. --set trials.total=4 (repeatable)")
+    run.add_argument("--profile", help="apply the file's profile of that name first, e.g. --profile laptop")
+    for flag, env, what in (("--storage", "SEQAE_STORAGE", "checkpoints and Tune state: a path every node reaches, "
+                             "or a URI such as s3://bucket/prefix"),
+                            ("--mlflow-uri", "SEQAE_MLFLOW_TRACKING_URI", "MLflow tracking URI"),
+                            ("--optuna-storage", "SEQAE_OPTUNA_STORAGE", "Optuna storage URL")):
+        run.add_argument(flag, help=f"{what} (default: ${env}, else inside the workspace)")
+    run.set_defaults(handler=cmd_sweep_run)
+
+    submit = with_workspace(sweeps.add_parser("submit", help="run a sweep on a Ray cluster, as a Ray Job"))
+    submit.add_argument("file", help="sweep file inside the current directory, which is packaged for the cluster")
+    submit.add_argument("--address", help="the cluster's dashboard URL, e.g. http://HEAD:8265 "
+                                          "(default: $SEQAE_RAY_ADDRESS)")
+    submit.add_argument("--name", help="the sweep's name (default: the file's name without .yaml)")
+    submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as for `sweep run`")
+    submit.add_argument("--profile", help="as for `sweep run`")
+    submit.set_defaults(handler=cmd_sweep_submit)
+
+    for verb, text in (("logs", "the driver's output of a submitted sweep"),
+                       ("cancel", "stop a submitted sweep (resume continues it)")):
+        sub = with_workspace(sweeps.add_parser(verb, help=text))
+        sub.add_argument("name")
+        sub.set_defaults(handler=cmd_sweep_logs if verb == "logs" else cmd_sweep_cancel)
+
+    forking = with_workspace(sweeps.add_parser("fork", help="a new sweep that starts from another's finished "
+                                                            "trials that fit its space"), verbose=True)
+    forking.add_argument("origin", help="the sweep whose finished trials seed the new one")
+    forking.add_argument("--file", required=True, help="the new sweep's file (e.g. the origin's, narrowed)")
+    forking.add_argument("--name", required=True, help="the new sweep's name")
+    forking.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as for `sweep run`")
+    forking.add_argument("--profile", help="as for `sweep run`")
+    forking.set_defaults(handler=cmd_sweep_fork)
+
+    stop = with_workspace(sweeps.add_parser("stop", help="start no new trials; running ones finish (resume "
+                                                         "continues the sweep later)"))
+    stop.add_argument("name")
+    stop.set_defaults(handler=cmd_sweep_stop)
+
+    setting = with_workspace(sweeps.add_parser("set", help="change a running sweep: max_concurrent=N"))
+    setting.add_argument("name")
+    setting.add_argument("change", metavar="KEY=VALUE", help="max_concurrent=N: trials running at once from now on")
+    setting.set_defaults(handler=cmd_sweep_set)
+
+    resume = with_workspace(sweeps.add_parser("resume", help="continue an interrupted sweep (resubmits a "
+                                                             "submitted one)"), verbose=True)
+    resume.add_argument("name")
+    resume.set_defaults(handler=cmd_sweep_resume)
+
+    extend = with_workspace(sweeps.add_parser("extend", help="add trials to a sweep, using what it learned so far; "
+                                                             "or, with --epochs, train finished trials on"),
+                            verbose=True)
+    extend.add_argument("name")
+    extend.add_argument("--trials", help="how many trials to add; with --epochs, which trials train on: best:K "
+                                         "(default best:1) or numbers, e.g. 3,5")
+    extend.add_argument("--epochs", type=int, help="train the chosen finished trials on, from their last "
+                                                   "checkpoint, to this many epochs")
+    extend.set_defaults(handler=cmd_sweep_extend)
+
+    status = with_workspace(sweeps.add_parser("status", help="trials by state, the best so far, where things are"))
+    status.add_argument("name")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.set_defaults(handler=cmd_sweep_status)
+
+    listing = with_workspace(sweeps.add_parser("list", help="the sweeps in a workspace"))
+    listing.set_defaults(handler=cmd_sweep_list)
+
+    report = with_workspace(commands.add_parser("report", help="build a sweep's HTML report and log it to MLflow"))
+    report.add_argument("name")
+    report.set_defaults(handler=cmd_report)
+
+    encode = with_workspace(commands.add_parser("encode", help="run a registered model on texts: each one's "
+                                                              "reconstruction, wrong tokens marked, token accuracy"))
+    encode.add_argument("model", help="NAME (its newest version), NAME/VERSION, NAME@ALIAS or models:/NAME/VERSION, "
+                                      "in the workspace's MLflow (or $SEQAE_MLFLOW_TRACKING_URI)")
+    encode.add_argument("texts", nargs="+", metavar="TEXT", help="texts to encode and reconstruct")
+    encode.set_defaults(handler=cmd_encode)
+
+    ui = with_workspace(commands.add_parser("ui", help="the MLflow UI and optuna-dashboard on a workspace"))
+    ui.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
+    ui.add_argument("--mlflow-port", type=int, default=5000, help="MLflow UI port (default: 5000)")
+    ui.add_argument("--optuna-port", type=int, default=8080, help="optuna-dashboard port (default: 8080)")
+    ui.set_defaults(handler=cmd_ui)
+
+    cluster = commands.add_parser("cluster", help="a local multi-node Ray cluster with PostgreSQL and MLflow")
+    clusters = cluster.add_subparsers(dest="cluster_command", required=True)
+    for verb, text in (("up", "start a head and worker raylets on loopback, PostgreSQL and an MLflow server"),
+                       ("services", "start only PostgreSQL and an MLflow server (beside a launcher's Ray head)"),
+                       ("down", "stop what `up` started (the data stays)"), ("status", "what is running")):
+        sub = clusters.add_parser(verb, help=text)
+        sub.add_argument("--dir", default=".seqae-cluster", help="the cluster's folder (default: ./.seqae-cluster)")
+        if verb == "up":
+            sub.add_argument("--workers", type=int, default=2, help="worker nodes (default: 2)")
+            sub.add_argument("--cpus-per-worker", type=int, default=1, help="CPUs each worker offers (default: 1)")
+            sub.add_argument("--head-cpus", type=int, default=0, help="CPUs the head offers to trials (default: 0)")
+        if verb == "services":
+            sub.add_argument("--storage", help="shared storage for checkpoints and artifacts, e.g. s3://bucket/prefix")
+        handlers = {"up": cmd_cluster_up, "services": cmd_cluster_up, "down": cmd_cluster_down,
+                    "status": cmd_cluster_status}
+        sub.set_defaults(handler=handlers[verb])
+
+    bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
+    bench.add_argument("suites", nargs="*", metavar="SUITE",
+                       help="which to run (default: all): throughput, overhead, data, search, recipe, defaults, gpu, "
+                            "scale")
+    bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
+    bench.add_argument("--data", default=None, help="dataset path (default: $SEQAE_BENCH_DATA, else wikimedia/wikipedia "
+                                                    "from the Hugging Face Hub)")
+    bench.add_argument("--shapes", default="64:32,512:256", help="throughput: input:latent lengths")
+    bench.add_argument("--steps", type=int, default=5, help="throughput: timed steps per measurement")
+    bench.add_argument("--seeds", type=int, default=3, help="search: seeds per strategy; recipe: seeds per arm")
+    bench.set_defaults(handler=cmd_bench)
+    return parser

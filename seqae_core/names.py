@@ -1,0 +1,24 @@
+"""The names seqae's records are found by in MLflow and Optuna, stated once: MLflow tags on
+experiments and runs, Optuna user attributes on studies and trials. (Metric names are
+:mod:`seqae_core.metrics`.) Plain strings: the sweep service writes them, the report, the UI and
+the benchmarks read them."""
+
+from __future__ import annotations
+
+# MLflow tags
+SWEEP = "seqae.sweep"  # experiment and runs: the sweep's name
+FINGERPRINT = "seqae.fingerprint"  # experiment and study: the sweep file's fingerprint (one sweep per experiment)
+ROLE = "seqae.role"  # the sweep's parent run: "sweep"
+ROLE_SWEEP = "sweep"
+TRIAL = "seqae.trial"  # a trial's run: the Optuna trial number
+RESOURCE = "seqae.resource"  # a trial's run: "cpu" or "gpu", the unit of its resource_seconds
+ERROR = "seqae.error"  # a failed trial's run: the end of its traceback
+CONTINUED = "seqae.continued"  # a trial's run reopened by `seqae sweep extend --epochs`
+ARTIFACTS_EPOCH = "seqae.artifacts_epoch"  # a trial's run: the epoch whose best-model artifacts it holds
+
+# Optuna user attributes
+CONTROL = "seqae.control"  # the study's: SweepStudy.control()
+FORKED = "seqae.forked_from"  # a seeded trial's: "<origin sweep>#<its trial number>"
+CONTINUES = "seqae.continues"  # the newer record of a continued trial: the sweep trial's number
+EPOCHS = "seqae.epochs"  # ... and the epoch limit it trains on to
+TUNE_TRIAL_IDS = "seqae.tune_trial_ids"  # a trial's: the Ray Tune trial ids that ran it, one per session

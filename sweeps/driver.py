@@ -1,0 +1,200 @@
+"""A sweep's driver: open -> reconcile -> run -> close, under the sweep's lock.
+
+A sweep's durable state is its Optuna study (which trials exist and how they
+ended), its trials' checkpoint stores (how far each trial got, with its metric history) and its
+MLflow runs (found by tags). A driver that starts, for a new sweep or an interrupted one, first
+reconciles MLflow with the study and the checkpoints, then runs the trials that are left.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import torch
+
+from dashboards import report
+from seqae_core.train import describe_precision
+from sweeps import ledger, progress, runner
+from sweeps import spec as spec_lib
+from sweeps.lifecycle import load_spec
+from sweeps.mlflow_access import check_credentials, unreachable
+from sweeps.ray_connection import (
+    check_cluster,
+    check_resources,
+    cluster_capacity,
+    connect_ray,
+)
+from sweeps.search import open_study
+from sweeps.spec import cell_configs
+from sweeps.sweep_data import prepare_data, published_data
+from sweeps.tracking import Tracker
+from sweeps.workspace import Backends, DriverLock, SweepState, Workspace
+from sweeps.writer import Writer
+
+log = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_INTERRUPTED = 0, 130
+MLFLOW_DRAIN_SECONDS = float(os.environ.get("SEQAE_MLFLOW_DRAIN_SECONDS", "300"))
+
+
+@dataclass
+class Session:
+    """What one driver holds while it runs a sweep."""
+
+    state: SweepState
+    spec: spec_lib.SweepSpec
+    backends: Backends
+    study: Any  # sweeps.search.SweepStudy
+    tracker: Any  # sweeps.tracking.Tracker
+    epochs: int  # the most any trial may run
+    data_seconds: float
+    published: dict[Any, str]  # the data entries published for the trials' nodes (none: they read the driver's cache)
+    record: dict[str, Any]  # this session's entry in sweep.json
+
+
+def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: bool = False,
+          extending: bool = False) -> int:
+    """Run what is left of a sweep: open its stores, reconcile them, run the trials, close the books.
+    ``extending`` (`seqae sweep extend --epochs`) keeps a stopped sweep stopped: only the trials
+    it reopened run."""
+    workspace.read(name)  # an unknown sweep is refused before anything is written
+    workspace.check_writable()
+    # `ray job stop` and service managers send SIGTERM: stop as gracefully as on Ctrl-C.
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+    with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
+        session = open_session(workspace, name, check_file)
+        for note in ledger.reconcile(session.study, session.backends.storage, session.tracker, not extending):
+            print(f"seqae: {note}", flush=True)
+        writer = run(workspace, session, verbose)
+        left = close(workspace, session, writer)
+    outcome = session.record["outcome"]
+    print(f"seqae: sweep {name}: {outcome}; trials by state: {session.record['trials']}", flush=True)
+    if left:
+        print(f"seqae: warning: MLflow did not take {left} writes before the sweep ended; the data is safe in the "
+              f"trials' checkpoints and `seqae sweep resume {name}` delivers it", flush=True)
+    if outcome != "complete":
+        print(f"seqae: continue it with `seqae sweep resume {name}`", flush=True)
+    return EXIT_OK if outcome in ("complete", "stopped") and not session.record["interrupted"] else EXIT_INTERRUPTED
+
+
+def open_session(workspace: Workspace, name: str, check_file: bool) -> Session:
+    """The sweep's record, its data (prepared once), its Optuna study and its MLflow runs."""
+    state = workspace.read(name)
+    spec = load_spec(state, check_file)
+    backends = Backends(**state.backends)
+    check_credentials(backends.mlflow_tracking_uri)  # before the data is prepared, which may take minutes
+    if os.environ.get("RAY_ADDRESS"):
+        connect_ray(workspace.root)
+        check_cluster(backends)
+    started = time.time()
+    epochs, entries, published = prepare_data(spec, str(workspace.cache_dir),
+                                              published_data(workspace, backends.storage))
+    data_seconds = time.time() - started
+    study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
+    tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage,
+                      workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None,
+                      spec.share, entries)
+    objective = spec.objectives[0]
+    tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, sweep_params(spec, state),
+                 (objective.metric, objective.mode))
+    state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
+    record = {"started": started, "pid": os.getpid(), "host": socket.gethostname(), "outcome": "running",
+              "job": os.environ.get("RAY_JOB_ID")}
+    return Session(state, spec, backends, study, tracker, epochs, data_seconds, published, record)
+
+
+def run(workspace: Workspace, session: Session, verbose: bool) -> Any:
+    """Run the trials the study still has to run; returns the MLflow writer, still delivering."""
+    state, spec, study = session.state, session.spec, session.study
+    state.sessions.append(session.record)
+    workspace.write(state)
+    writer = Writer(unreachable, session.tracker.note_outage)
+    todo = study.remaining()
+    print(f"seqae: sweep {state.name}{f' (profile {spec.profile})' if spec.profile else ''}: "
+          f"{state.total_trials} trials planned, {todo} to run "
+          f"(data ready in {session.data_seconds:.1f} s; training in {training_precision(spec)})", flush=True)
+    session.record["interrupted"] = False
+    if todo:
+        connect_ray(workspace.root)
+        check_resources(spec, *cluster_capacity())
+        try:
+            runner.run_session(spec, study, session.tracker, writer, storage=session.backends.storage,
+                               cache_dir=str(workspace.cache_dir), published=session.published,
+                               session=len(state.sessions),
+                               epochs=session.epochs, verbose=verbose)
+        except KeyboardInterrupt:
+            session.record["interrupted"] = True
+        print(f"\n{progress.summary(study.trials(), spec.objectives)}\n", flush=True)
+    return writer
+
+
+def close(workspace: Workspace, session: Session, writer: Any) -> int:
+    """Pause the trials left unfinished, register the best model once the sweep is complete, let
+    MLflow take the writes, record the session and rebuild the report. Returns the writes MLflow
+    did not take in time (they are safe in the checkpoints; the next session delivers them)."""
+    study, tracker, name = session.study, session.tracker, session.state.name
+    complete = study.remaining() == 0
+    for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):  # continued by the next session
+        writer.submit(f"pausing trial {number}", partial(tracker.trial_ended, number, ledger.Outcome.RUNNING))
+    if complete:
+        writer.submit("registering the best model", lambda: register_best(study, tracker, name))
+    writer.submit("closing the sweep run", lambda: tracker.finish_parent("FINISHED" if complete else "KILLED"))
+    left = writer.close(MLFLOW_DRAIN_SECONDS)
+    control = study.control()
+    outcome = "complete" if complete else "stopped" if control.get("drain") else "interrupted"
+    session.record.update(ended=time.time(), outcome=outcome, control=control, trials=study.counts(),
+                          mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
+                          mlflow_writes_failed=len(writer.failed))
+    workspace.write(session.state)
+    if not left:
+        rebuild_report(session.state, workspace)
+    return int(left)
+
+
+def rebuild_report(state: SweepState, workspace: Workspace) -> None:
+    """The HTML report, rebuilt at the end of every session; a failure here never fails the sweep."""
+    try:
+        index = report.build(state, workspace.report_dir(state.name))
+        print(f"seqae: report: {index}", flush=True)
+    except Exception as exc:  # noqa: BLE001 - `seqae report NAME` rebuilds it later
+        log.warning("the report could not be built (%s); `seqae report %s` retries", exc, state.name)
+
+
+def training_precision(spec: spec_lib.SweepSpec) -> str:
+    """What the base config's ``train.precision`` means on the devices the trials get."""
+
+    return describe_precision(cell_configs(spec)[0], torch.device("cuda" if spec.gpu else "cpu"))
+
+
+def register_best(study: Any, tracker: Any, name: str) -> None:
+    best = study.best()
+    if not best:
+        return
+    trial = max(best, key=lambda t: t.values[0] * (1 if study.spec.objectives[0].mode == "max" else -1))
+    version = tracker.register_best(trial.number, name)
+    if version:
+        print(f"seqae: registered the model of trial {trial.number} as {name!r} version {version}", flush=True)
+
+
+def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:
+    """The parent run's params: the sweep's settings and its base config."""
+    params: dict[str, Any] = {
+        "sweep.file": state.file, "sweep.fingerprint": state.fingerprint, "sweep.trials": state.planned_trials,
+        "sweep.sampler": spec.sampler, "sweep.seed": spec.seed, "sweep.scheduler": spec.scheduler,
+        "sweep.objective": ",".join(f"{o.metric}:{o.mode}" for o in spec.objectives),
+        "sweep.grid": ",".join(spec.grid) or "-", "sweep.search": ",".join(spec.search) or "-",
+        "sweep.resources": f"cpu={spec.cpu},gpu={spec.gpu}", "sweep.max_concurrent": spec.max_concurrent,
+        "sweep.retries": spec.retries, "sweep.profile": spec.profile or "-",
+        "sweep.forked_from": state.forked_from or "-",
+    }
+    params.update({f"config.{k}": v for k, v in spec.base.items()})
+    return params
+
+

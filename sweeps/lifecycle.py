@@ -1,0 +1,210 @@
+"""Creating, forking and extending sweeps, and the control record (`seqae sweep stop|set`).
+
+Everything is checked before anything is created: the sweep file, the name, the workspace, the
+backends, the cluster's capacity and the data source. A refusal is a :class:`ConfigError` that
+names the key or value."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from optuna.trial import TrialState
+
+from seqae_core.checkpoint import CheckpointStore
+from seqae_errors import ConfigError
+from sweeps import spec as spec_lib
+from sweeps import submit
+from sweeps.mlflow_access import check_credentials
+from sweeps.ray_connection import (
+    check_cluster,
+    check_resources,
+    cluster_capacity,
+    connect_ray,
+)
+from sweeps.search import open_study, read_only, study_exists
+from sweeps.sweep_data import check_data
+from sweeps.workspace import (
+    Backends,
+    DriverLock,
+    SweepState,
+    Workspace,
+    check_name,
+    redact,
+    resolve_backends,
+)
+
+
+def create(workspace: Workspace, file: str, name: str | None, sets: list[str], overrides: dict[str, str | None],
+           or_resume: bool = False) -> str:
+    """Validate a sweep file and record a new sweep; returns its name. Nothing is created on error.
+
+    With ``or_resume``, an existing sweep of that name is accepted if the file still describes it."""
+    file = str(Path(file).resolve())
+    spec = spec_lib.load(file, sets)
+    name = check_name(name or Path(file).stem)
+    workspace.check_paths(name)
+    if or_resume and workspace.exists(name):
+        load_spec(workspace.read(name), check_file=True)
+        return name
+    if workspace.exists(name):
+        state = workspace.read(name)
+        raise ConfigError(
+            f"a sweep named {name!r} already exists in {workspace.root} ({len(state.sessions)} sessions); "
+            f"continue it with `seqae sweep resume {name}`, add trials with `seqae sweep extend {name}`, "
+            "or pick another --name"
+        )
+    backends = resolve_backends(workspace, name, overrides)
+
+    check_credentials(backends.mlflow_tracking_uri)
+    if os.environ.get("RAY_ADDRESS"):
+        connect_ray(workspace.root)
+        check_cluster(backends)
+        check_resources(spec, *cluster_capacity())
+    else:
+        check_resources(spec, float(os.cpu_count() or 1), float(torch.cuda.device_count()))
+    check_data(spec)
+    workspace.check_writable()
+
+    if study_exists(backends.optuna_storage, name):
+        raise ConfigError(f"the Optuna storage {redact(backends.optuna_storage)} already has a study named "
+                          f"{name!r}; pick another --name")
+    state = SweepState(
+        name=name, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=file,
+        sets=list(sets), planned_trials=spec.planned_trials(), backends=asdict(backends), study_name=name,
+    )
+    with DriverLock(workspace.root / ".create.lock"):
+        if workspace.exists(name):
+            raise ConfigError(f"a sweep named {name!r} was created by another command just now")
+        workspace.write(state)
+    return name
+
+
+def fork(workspace: Workspace, origin: str, file: str, name: str | None, sets: list[str],
+         overrides: dict[str, str | None]) -> str:
+    """A new sweep from ``file`` whose study starts with ``origin``'s finished trials that fit its
+    space (``SweepStudy.seed_from``); returns its name. Nothing is created if either is refused."""
+    source = workspace.read(origin)
+    source_spec = spec_lib.parse(source.spec, source.file)
+    objectives = [(o.metric, o.mode) for o in source_spec.objectives]
+    if [(o.metric, o.mode) for o in spec_lib.load(file, sets).objectives] != objectives:
+        raise ConfigError(f"{file} optimizes something else than sweep {origin!r} ({objectives}); a fork keeps "
+                          "the objectives, or the seeded values would mean something else")
+    name = create(workspace, file, name, sets, overrides)
+    state = workspace.read(name)
+    state.forked_from = origin
+    workspace.write(state)
+    spec = spec_lib.parse(state.spec, state.file)
+    study = open_study(spec, state.backends["optuna_storage"], name, state.total_trials, state.fingerprint)
+    origin_study = read_only(source_spec, Backends(**source.backends).optuna_storage, source.study_name)
+    for note in study.seed_from(origin_study):
+        print(f"seqae: fork of {origin}: {note}", flush=True)
+    return name
+
+
+def load_spec(state: SweepState, check_file: bool) -> spec_lib.SweepSpec:
+    """The stored spec; with ``check_file``, refuse if the sweep file now says something else."""
+    stored = spec_lib.parse(state.spec, state.file)
+    if check_file and Path(state.file).exists():
+        current = spec_lib.load(state.file, state.sets)
+        changes = spec_lib.diff(stored, current)
+        if changes:
+            raise ConfigError(
+                f"{state.file} changed since sweep {state.name!r} started, so resuming would mix two sweeps:\n"
+                f"{changes}\nrestore the file, or run the new version under another --name"
+            )
+    return stored
+
+
+def extend(workspace: Workspace, name: str, trials: int) -> None:
+    if trials <= 0:
+        raise ConfigError(f"--trials={trials} must be positive")
+    with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
+        state = workspace.read(name)
+        spec_lib.check_limit(f"--trials={trials:,} (sweep {name!r} would have {state.total_trials + trials:,} trials)",
+                             state.total_trials + trials, spec_lib.MAX_TRIALS)
+        state.extra_trials += trials
+        workspace.write(state)
+
+
+def extend_epochs(workspace: Workspace, name: str, epochs: int, which: str) -> list[str]:
+    """`seqae sweep extend NAME --epochs N --trials best:K|3,5`: reopen the chosen finished trials
+    to train on from their last checkpoint to ``epochs`` (``SweepStudy.continue_trial``); the next
+    driver runs them, and only them. Returns a note per trial; nothing is reopened on error.
+    Trials an earlier extend reopened and a driver left unfinished are continued as they are."""
+    if epochs < 1:
+        raise ConfigError(f"--epochs={epochs} must be positive")
+    state = workspace.read(name)
+    spec = load_spec(state, check_file=True)
+    if spec.multi_objective:
+        raise ConfigError(f"sweep {name!r} has several objectives; `extend --epochs` trains on single-objective "
+                          "sweeps' trials")
+    backends = Backends(**state.backends)
+    if not study_exists(backends.optuna_storage, state.study_name):
+        raise ConfigError(f"sweep {name!r} has not run yet; nothing to extend")
+    with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
+        study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
+        if continuing := study.continuing():
+            return [f"trial {n}: still training on to {limit} epochs (an earlier extend); it continues"
+                    for n, limit in continuing.items()]
+        if study.remaining() and not study.control().get("drain"):
+            raise ConfigError(f"sweep {name!r} still has {study.remaining()} trials to run; `seqae sweep resume "
+                              f"{name}` (or `seqae sweep stop {name}`) first, then extend its finished trials")
+        notes, chosen = [], []
+        for number in chosen_trials(study, which):
+            progress = CheckpointStore.of_trial(backends.storage, number).progress()
+            if progress is None:
+                notes.append(f"trial {number}: left as it is: it has no checkpoint")
+            elif progress.patience_spent:
+                notes.append(f"trial {number}: left as it is: its patience ran out at epoch {progress.epoch}")
+            elif progress.epoch >= epochs:
+                notes.append(f"trial {number}: left as it is: it already trained {progress.epoch} epochs")
+            else:
+                chosen.append(number)
+                notes.append(f"trial {number}: trains on from epoch {progress.epoch} to {epochs}")
+        if not chosen:
+            raise ConfigError(f"--epochs={epochs} gives none of the chosen trials more to train:\n" + "\n".join(notes))
+        for number in chosen:
+            study.continue_trial(number, epochs)
+    return notes
+
+
+def chosen_trials(study: Any, which: str) -> list[int]:
+    """``best:K``: the K best complete trials; ``3,5``: those trials (complete or pruned)."""
+    if which.startswith("best:"):
+        k = which.removeprefix("best:")
+        if not k.isdigit() or int(k) < 1:
+            raise ConfigError(f"--trials={which!r}: best:K needs a positive count K")
+        return [t.number for t in study.ranked()[: int(k)]]
+    trials = {t.number: t for t in study.trials()}
+    numbers = [n.strip() for n in which.split(",")]
+    if not all(n.isdigit() for n in numbers):
+        raise ConfigError(f"--trials={which!r}: give best:K or trial numbers separated by commas")
+    for n in map(int, numbers):
+        if n not in trials or trials[n].state not in (TrialState.COMPLETE, TrialState.PRUNED):
+            raise ConfigError(f"--trials={which!r}: trial {n} is "
+                              f"{trials[n].state.name if n in trials else 'not in the sweep'}; only complete or "
+                              "pruned trials train on")
+    return list(map(int, numbers))
+
+
+def control(workspace: Workspace, name: str, **changes: Any) -> dict[str, Any]:
+    """``seqae sweep stop|set``: record in the sweep's study what its driver is asked to do, where
+    a driver on this machine or on a cluster (a submitted sweep) reads it before each new trial."""
+    if "max_concurrent" in changes:
+        spec_lib.check_limit(f"max_concurrent={changes['max_concurrent']:,}", changes["max_concurrent"],
+                             spec_lib.MAX_CONCURRENT)
+    if workspace.exists(name):
+        state = workspace.read(name)
+        spec, url = spec_lib.parse(state.spec, state.file), Backends(**state.backends).optuna_storage
+    elif (record := submit.read_record(workspace, name)) is not None:
+        spec, url = spec_lib.load(record["file"], record["sets"]), os.environ.get("SEQAE_OPTUNA_STORAGE", "")
+    else:
+        workspace.read(name)  # raises: no such sweep
+    if not url or not study_exists(url, name):
+        raise ConfigError(f"sweep {name!r} has not started yet (no Optuna study {name!r} at "
+                          f"{redact(url) or 'SEQAE_OPTUNA_STORAGE, which is unset'})")
+    return read_only(spec, url, name).set_control(**changes)

@@ -1,0 +1,45 @@
+"""Whether MLflow may be written to: a refusal of the credentials stops a command at once (it
+is no outage), while a server or database that is away is an outage the writer waits out."""
+
+from __future__ import annotations
+
+import os
+
+import requests
+import sqlalchemy.exc
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from seqae_errors import ConfigError
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a failed write may succeed later: the server or database is away, not a bug. A
+    server that refuses the credentials is no outage: waiting would not change its answer."""
+    return isinstance(exc, (MlflowException, OSError, requests.RequestException, sqlalchemy.exc.OperationalError)) \
+        and not _refused(exc)
+
+
+def _refused(exc: BaseException) -> bool:
+    """The tracking server's authentication said no: 401 (no or wrong credentials) or 403."""
+    return isinstance(exc, MlflowException) and exc.get_http_status_code() in (401, 403)
+
+
+def check_credentials(uri: str) -> None:
+    """Stop at once, naming what to set, when the tracking server at ``uri`` refuses this
+    process's credentials (``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``, which
+    MLflow's client reads). A server that does not answer is left to the writer to wait out."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        MlflowClient(uri).search_experiments(max_results=1)
+    except MlflowException as exc:
+        if not _refused(exc):
+            return
+        user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+        who = f"user {user!r} (MLFLOW_TRACKING_USERNAME)" if user else "requests without credentials"
+        raise ConfigError(
+            f"the MLflow server at {uri} refuses {who} with {exc.get_http_status_code()}: set "
+            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to a user it accepts (for `seqae cluster up`'s "
+            "server, `source` the env.sh it wrote)"
+        ) from None

@@ -1,0 +1,62 @@
+"""The Ray cluster a driver runs on: joining it (or starting a local one), and what it can hold.
+
+A trial that asks for more than the largest node has would wait forever, and SQLite backends
+cannot serve trials on other nodes: both are refused here before anything is created."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import ray
+
+from seqae_errors import ConfigError
+from sweeps import spec as spec_lib
+from sweeps.workspace import Backends
+
+
+def check_cluster(backends: Backends) -> None:
+    """Refuse SQLite backends when the Ray cluster has more than one node."""
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if len(nodes) > 1 and backends.local:
+        raise ConfigError(
+            f"this Ray cluster has {len(nodes)} nodes, but the sweep would keep MLflow or Optuna in SQLite files "
+            "on the driver's disk: trials on other nodes could not be tracked, and SQLite locks under concurrent "
+            "writers. Start an MLflow server and a PostgreSQL database (`seqae cluster up` does both) and set "
+            "SEQAE_MLFLOW_TRACKING_URI and SEQAE_OPTUNA_STORAGE."
+        )
+
+
+def check_resources(spec: spec_lib.SweepSpec, cpus: float, gpus: float) -> None:
+    """Refuse a trial that asks for more than the cluster (or this machine) has: Ray would wait
+    for such resources forever."""
+    if spec.gpu > gpus:
+        raise ConfigError(f"{spec.source}: resources.gpu={spec.gpu} per trial, but "
+                          f"{'no GPU is' if not gpus else f'only {gpus:g} GPUs are'} available; set resources.gpu=0 "
+                          "to train on CPUs")
+    if spec.cpu > cpus:
+        raise ConfigError(f"{spec.source}: resources.cpu={spec.cpu} per trial, but only {cpus:g} CPUs are available")
+
+
+def cluster_capacity() -> tuple[float, float]:
+    """(CPUs, GPUs) of the largest alive node of the connected Ray cluster: what one trial can get."""
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    return max(n.get("CPU", 0.0) for n in nodes), max(n.get("GPU", 0.0) for n in nodes)
+
+
+def connect_ray(home: Path) -> None:
+    """Join the cluster named by RAY_ADDRESS, or start a local one that lives with this process.
+
+    In a cluster the driver then works from ``home`` (the workspace): the node may unpack a Ray
+    Job's package again, at the same path, whenever a runtime env is set up, which leaves a
+    driver inside it in a deleted folder. Paths are absolute by then."""
+    os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
+    if ray.is_initialized():
+        return
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], logging_level=logging.WARNING)
+        home.mkdir(parents=True, exist_ok=True)
+        os.chdir(home)
+    else:
+        ray.init(include_dashboard=False, logging_level=logging.WARNING)

@@ -1,0 +1,44 @@
+"""Loading a sweep's registered model (`seqae encode`): a version of the MLflow model registry,
+by number or alias, as the text-in, text-out pyfunc of :mod:`sweeps.textmodel`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlflow
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from seqae_errors import ConfigError
+from sweeps.workspace import redact
+
+
+def load_registered(tracking_uri: str, model: str) -> tuple[str, Any]:
+    """A registered model version, given as ``NAME`` (its newest version), ``NAME/VERSION`` or
+    ``NAME@ALIAS``, with or without ``models:/``, loaded as a pyfunc: ``(its models:/ URI, the
+    model)``. :class:`ConfigError` naming ``model`` if the registry at ``tracking_uri`` has no such
+    version."""
+
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    name, at, alias = model.removeprefix("models:/").partition("@")
+    name, _, version = name.partition("/")
+    where = f"in the model registry at {redact(tracking_uri)}"
+    if not name or "'" in name or (version and not version.isdigit()) or (version and at):
+        raise ConfigError(f"model {model!r}: expected NAME, NAME/VERSION or NAME@ALIAS (optionally after models:/)")
+    try:
+        versions = client.search_model_versions(f"name = '{name}'")
+        if not versions:
+            known = ", ".join(sorted(m.name for m in client.search_registered_models())) or "none"
+            raise ConfigError(f"model {model!r}: no registered model named {name!r} {where} (registered: {known})")
+        if at:
+            version = client.get_model_version_by_alias(name, alias).version
+    except MlflowException as exc:
+        raise ConfigError(f"model {model!r}: {exc.message} ({where})") from None
+    numbers = sorted(int(v.version) for v in versions)
+    if version and int(version) not in numbers:
+        raise ConfigError(f"model {model!r}: {name!r} has no version {version} {where} "
+                          f"(versions: {', '.join(map(str, numbers))})")
+    uri = f"models:/{name}/{version or numbers[-1]}"
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_registry_uri(tracking_uri)
+    return uri, mlflow.pyfunc.load_model(uri)

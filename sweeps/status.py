@@ -1,0 +1,116 @@
+"""What `seqae sweep status` and `seqae sweep list` show: trials by state, the best, the cost
+against the budget, and where the runs and the study live; for local sweeps and for sweeps
+submitted to a cluster alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from mlflow.tracking import MlflowClient
+
+from seqae_core.checkpoint import CheckpointStore
+from sweeps import spec as spec_lib
+from sweeps.ledger import resource_seconds
+from sweeps.mlflow_access import check_credentials
+from sweeps.search import read_only
+from sweeps.submit import job_info
+from sweeps.workspace import Backends, Workspace, redact
+
+
+def status(workspace: Workspace, name: str) -> dict[str, Any]:
+    """Trials by state, the best so far, and where the runs and the study live."""
+    state = workspace.read(name)
+    spec = spec_lib.parse(state.spec, state.file)
+    backends = Backends(**state.backends)
+    last = state.sessions[-1] if state.sessions else {}
+    return {
+        "name": name,
+        "workspace": str(workspace.root),
+        "outcome": last.get("outcome", "not started"),
+        **trials_view(spec, backends, state.study_name, state.total_trials),
+        "mlflow_experiment_id": state.mlflow_experiment_id,
+        "mlflow_parent_run_id": state.mlflow_parent_run_id,
+        "sessions": len(state.sessions),
+        "job": state.job,
+        "forked_from": state.forked_from,
+    }
+
+
+def submitted_status(record: dict[str, Any]) -> dict[str, Any]:
+    """The status of a sweep submitted from this workspace whose state lives in the cluster's
+    (``record["workspace"]``): its trials, best and cost, read from the backends the submission
+    named (its Optuna study, MLflow experiment and storage), beside its job's state."""
+
+    spec = spec_lib.load(str(Path(record["working_dir"]) / record["file"]), record["sets"])
+    backends = Backends(**record["backends"])
+    check_credentials(backends.mlflow_tracking_uri)
+    view = trials_view(spec, backends, record["name"], spec.planned_trials())
+    job = job_info(record)
+    by_state = view["trials_by_state"]
+    complete = not by_state.get("NOT_STARTED") and set(by_state) <= {"COMPLETE", "PRUNED", "FAIL"}
+    experiment = MlflowClient(backends.mlflow_tracking_uri).get_experiment_by_name(record["name"])
+    return {
+        "name": record["name"],
+        "workspace": record["workspace"],
+        "outcome": "complete" if complete and by_state else f"job {job['status']}",
+        **view,
+        "mlflow_experiment_id": experiment.experiment_id if experiment else None,
+        "mlflow_parent_run_id": None,
+        "sessions": len(record["jobs"]),
+        "job": job,
+        "forked_from": None,
+    }
+
+
+def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, total: int) -> dict[str, Any]:
+    """What a sweep's Optuna study and trial stores say: trials by state, the best, the control
+    record, the cost; and where the runs and the study live."""
+    study = read_only(spec, backends.optuna_storage, study_name)
+    by_state = study.counts()
+    created = sum(by_state.values())
+    if created < total:
+        by_state["NOT_STARTED"] = total - created
+    best = [
+        {"trial": t.number, "values": dict(zip((o.metric for o in spec.objectives), t.values)), "params": t.params}
+        for t in study.best()
+    ]
+    return {
+        "profile": spec.profile,
+        "description": spec.description,
+        "trials_total": total,
+        "trials_by_state": by_state,
+        "best": best[0] if len(best) == 1 else best or None,
+        "objectives": [f"{o.metric} ({o.mode})" for o in spec.objectives],
+        "mlflow_tracking_uri": redact(backends.mlflow_tracking_uri),
+        "optuna_storage": redact(backends.optuna_storage),
+        "optuna_study_name": study_name,
+        "storage": backends.storage,
+        "control": study.control(),
+        "cost": cost(spec, backends.storage, study),
+        "seeded_trials": len(study.forked()),
+    }
+
+
+def cost(spec: spec_lib.SweepSpec, storage: str, study: Any) -> dict[str, Any]:
+    """Resource-hours spent per trial and in all, against the budget (``ledger.resource_seconds``)."""
+    per_trial = {t.number: resource_seconds(spec.share[1], CheckpointStore.of_trial(storage, t.number).progress())
+                 for t in study.trials()}
+    return {"unit": f"{spec.share[0]}-hours", "hours": round(sum(per_trial.values()) / 3600, 6),
+            "budget": spec.budget[1] if spec.budget else None,
+            "per_trial_seconds": {str(n): round(s, 2) for n, s in per_trial.items()}}
+
+
+def listing(workspace: Workspace) -> list[dict[str, Any]]:
+    rows = []
+    for name in workspace.names():
+        if not workspace.exists(name):  # submitted; its state lives on the cluster
+            rows.append({"name": name, "trials": 0, "outcome": "submitted", "by_state": {}, "file": ""})
+            continue
+        state = workspace.read(name)
+        last = state.sessions[-1] if state.sessions else {}
+        rows.append({
+            "name": name, "trials": state.total_trials, "outcome": last.get("outcome", "not started"),
+            "by_state": last.get("trials", {}), "file": state.file,
+        })
+    return rows
