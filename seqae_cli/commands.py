@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from seqae_errors import ConfigError
+from sweeps.workspace import Submission, Workspace
 
 
-def _workspace(args: argparse.Namespace) -> Any:
-    from sweeps.workspace import Workspace  # no Ray, MLflow or torch: quick
-
+def _workspace(args: argparse.Namespace) -> Workspace:
     return Workspace(args.workspace)
 
 
@@ -29,10 +28,8 @@ def _sets(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_sweep_run(args: argparse.Namespace) -> int:
-    from sweeps import (
-        driver,  # Ray, MLflow and torch, only for the verbs that drive a sweep
-        lifecycle,  # Ray, Optuna and torch, only for the verbs that change a sweep
-    )
+    from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
+    from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
 
     workspace = _workspace(args)
     overrides = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
@@ -41,13 +38,11 @@ def cmd_sweep_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep_resume(args: argparse.Namespace) -> int:
-    from sweeps import (
-        driver,  # Ray, MLflow and torch, only for the verbs that drive a sweep
-        submit,  # Ray's Jobs client, only for a cluster's verbs
-    )
+    from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
+    from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
 
     workspace = _workspace(args)
-    record = submit.read_record(workspace, args.name)
+    record = workspace.read_submission(args.name)
     if record is not None:
         submit.resubmit(workspace, record)
         print(submit.describe(record))
@@ -55,10 +50,9 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int:
     return driver.drive(workspace, args.name, verbose=args.verbose)
 
 
-def _record(args: argparse.Namespace) -> dict[str, Any]:
-    from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
+def _record(args: argparse.Namespace) -> Submission:
 
-    record = submit.read_record(_workspace(args), args.name)
+    record = _workspace(args).read_submission(args.name)
     if record is None:
         raise ConfigError(f"sweep {args.name!r} was not submitted to a cluster from this workspace")
     return record
@@ -84,16 +78,14 @@ def cmd_sweep_cancel(args: argparse.Namespace) -> int:
 
     record = _record(args)
     stopped = submit.cancel(record)
-    print(f"job {record['jobs'][-1]}: {'stop requested' if stopped else 'already finished'}; "
+    print(f"job {record.jobs[-1]}: {'stop requested' if stopped else 'already finished'}; "
           f"`seqae sweep resume {args.name}` continues it")
     return 0
 
 
 def cmd_sweep_fork(args: argparse.Namespace) -> int:
-    from sweeps import (
-        driver,  # Ray, MLflow and torch, only for the verbs that drive a sweep
-        lifecycle,  # Ray, Optuna and torch, only for the verbs that change a sweep
-    )
+    from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
+    from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
 
     workspace = _workspace(args)
     name = lifecycle.fork(workspace, args.origin, args.file, args.name, _sets(args), {})
@@ -214,10 +206,8 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep_extend(args: argparse.Namespace) -> int:
-    from sweeps import (
-        driver,  # Ray, MLflow and torch, only for the verbs that drive a sweep
-        lifecycle,  # Ray, Optuna and torch, only for the verbs that change a sweep
-    )
+    from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
+    from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
 
     workspace = _workspace(args)
     if args.epochs is not None:
@@ -232,19 +222,17 @@ def cmd_sweep_extend(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep_status(args: argparse.Namespace) -> int:
-    from sweeps import (
-        status,  # MLflow and Optuna, only to read a sweep
-        submit,  # Ray's Jobs client, only for a cluster's verbs
-    )
+    from sweeps import status  # MLflow and Optuna, only to read a sweep
+    from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
 
     workspace = _workspace(args)
-    record = submit.read_record(workspace, args.name)
+    record = workspace.read_submission(args.name)
     if record is not None and not workspace.exists(args.name):
         # submitted, and its driver keeps its state in the cluster's workspace: read its trials
         # from the backends the submission named, once its driver has created the study
         from sweeps.search import study_exists  # Optuna, only to read a sweep
 
-        if record.get("backends") and study_exists(record["backends"]["optuna_storage"], args.name):
+        if record.backends and study_exists(record.backends["optuna_storage"], args.name):
             info = status.submitted_status(record)
         else:
             info = {"name": args.name, "job": submit.job_info(record)}

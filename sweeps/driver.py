@@ -31,7 +31,7 @@ from sweeps.ray_connection import (
     cluster_capacity,
     connect_ray,
 )
-from sweeps.search import open_study
+from sweeps.search import SweepStudy, open_study
 from sweeps.spec import cell_configs
 from sweeps.sweep_data import prepare_data, published_data
 from sweeps.tracking import Tracker
@@ -51,8 +51,8 @@ class Session:
     state: SweepState
     spec: spec_lib.SweepSpec
     backends: Backends
-    study: Any  # sweeps.search.SweepStudy
-    tracker: Any  # sweeps.tracking.Tracker
+    study: SweepStudy
+    tracker: Tracker
     epochs: int  # the most any trial may run
     data_seconds: float
     published: dict[Any, str]  # the data entries published for the trials' nodes (none: they read the driver's cache)
@@ -110,7 +110,7 @@ def open_session(workspace: Workspace, name: str, check_file: bool) -> Session:
     return Session(state, spec, backends, study, tracker, epochs, data_seconds, published, record)
 
 
-def run(workspace: Workspace, session: Session, verbose: bool) -> Any:
+def run(workspace: Workspace, session: Session, verbose: bool) -> Writer:
     """Run the trials the study still has to run; returns the MLflow writer, still delivering."""
     state, spec, study = session.state, session.spec, session.study
     state.sessions.append(session.record)
@@ -135,7 +135,7 @@ def run(workspace: Workspace, session: Session, verbose: bool) -> Any:
     return writer
 
 
-def close(workspace: Workspace, session: Session, writer: Any) -> int:
+def close(workspace: Workspace, session: Session, writer: Writer) -> int:
     """Pause the trials left unfinished, register the best model once the sweep is complete, let
     MLflow take the writes, record the session and rebuild the report. Returns the writes MLflow
     did not take in time (they are safe in the checkpoints; the next session delivers them)."""
@@ -170,10 +170,10 @@ def rebuild_report(state: SweepState, workspace: Workspace) -> None:
 def training_precision(spec: spec_lib.SweepSpec) -> str:
     """What the base config's ``train.precision`` means on the devices the trials get."""
 
-    return describe_precision(cell_configs(spec)[0], torch.device("cuda" if spec.gpu else "cpu"))
+    return describe_precision(cell_configs(spec)[0], torch.device("cuda" if spec.resources.gpu else "cpu"))
 
 
-def register_best(study: Any, tracker: Any, name: str) -> None:
+def register_best(study: SweepStudy, tracker: Tracker, name: str) -> None:
     best = study.best()
     if not best:
         return
@@ -187,10 +187,10 @@ def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:
     """The parent run's params: the sweep's settings and its base config."""
     params: dict[str, Any] = {
         "sweep.file": state.file, "sweep.fingerprint": state.fingerprint, "sweep.trials": state.planned_trials,
-        "sweep.sampler": spec.sampler, "sweep.seed": spec.seed, "sweep.scheduler": spec.scheduler,
+        "sweep.sampler": spec.sampler.type, "sweep.seed": spec.sampler.seed, "sweep.scheduler": spec.scheduler.type,
         "sweep.objective": ",".join(f"{o.metric}:{o.mode}" for o in spec.objectives),
         "sweep.grid": ",".join(spec.grid) or "-", "sweep.search": ",".join(spec.search) or "-",
-        "sweep.resources": f"cpu={spec.cpu},gpu={spec.gpu}", "sweep.max_concurrent": spec.max_concurrent,
+        "sweep.resources": f"cpu={spec.resources.cpu},gpu={spec.resources.gpu}", "sweep.max_concurrent": spec.max_concurrent,
         "sweep.retries": spec.retries, "sweep.profile": spec.profile or "-",
         "sweep.forked_from": state.forked_from or "-",
     }

@@ -11,8 +11,9 @@ ended, each trial's checkpoint records say how far it got, MLflow shows it. This
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Protocol
 
+from mlflow.entities import Run
 from optuna.trial import TrialState
 
 from seqae_core import metrics as M
@@ -34,6 +35,19 @@ class Outcome(str, enum.Enum):
     def mlflow_status(self) -> str:
         """An interrupted trial's run is KILLED until its trial continues, then reopened."""
         return {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED", "RUNNING": "KILLED"}[self.value]
+
+
+class Runs(Protocol):
+    """What :func:`reconcile` needs of the MLflow side (:class:`sweeps.tracking.Tracker`, which
+    sits above this module)."""
+
+    def trial_runs(self) -> dict[int, Run]: ...
+
+    def child_run(self, number: int, params: dict[str, Any] | None = None) -> str: ...
+
+    def open_run(self, number: int, params: dict[str, Any], data: Any = None) -> str: ...
+
+    def trial_ended(self, number: int, outcome: Outcome, error: str | None = None) -> None: ...
 
 
 def resource_seconds(share: float, progress: Progress | None) -> float:
@@ -60,7 +74,7 @@ def settle(study: SweepStudy, number: int, outcome: Outcome, progress: Progress 
         study.tell(number, outcome.optuna_state)
 
 
-def reconcile(study: SweepStudy, storage: str, tracker: Any, lift_drain: bool = True) -> list[str]:
+def reconcile(study: SweepStudy, storage: str, tracker: Runs, lift_drain: bool = True) -> list[str]:
     """Bring the study and MLflow up to date after a driver died, before any new trial starts:
 
     1. RUNNING trials whose records say they finished are completed in place;

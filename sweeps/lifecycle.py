@@ -17,7 +17,6 @@ from optuna.trial import TrialState
 from seqae_core.checkpoint import CheckpointStore
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
-from sweeps import submit
 from sweeps.mlflow_access import check_credentials
 from sweeps.ray_connection import (
     check_cluster,
@@ -25,7 +24,7 @@ from sweeps.ray_connection import (
     cluster_capacity,
     connect_ray,
 )
-from sweeps.search import open_study, read_only, study_exists
+from sweeps.search import SweepStudy, open_study, read_only, study_exists
 from sweeps.sweep_data import check_data
 from sweeps.workspace import (
     Backends,
@@ -172,7 +171,7 @@ def extend_epochs(workspace: Workspace, name: str, epochs: int, which: str) -> l
     return notes
 
 
-def chosen_trials(study: Any, which: str) -> list[int]:
+def chosen_trials(study: SweepStudy, which: str) -> list[int]:
     """``best:K``: the K best complete trials; ``3,5``: those trials (complete or pruned)."""
     if which.startswith("best:"):
         k = which.removeprefix("best:")
@@ -200,11 +199,11 @@ def control(workspace: Workspace, name: str, **changes: Any) -> dict[str, Any]:
     if workspace.exists(name):
         state = workspace.read(name)
         spec, url = spec_lib.parse(state.spec, state.file), Backends(**state.backends).optuna_storage
-    elif (record := submit.read_record(workspace, name)) is not None:
-        spec, url = spec_lib.load(record["file"], record["sets"]), os.environ.get("SEQAE_OPTUNA_STORAGE", "")
+    elif (record := workspace.read_submission(name)) is not None:
+        spec, url = spec_lib.load(record.sweep_file, record.sets), record.backends.get("optuna_storage", "")
     else:
         workspace.read(name)  # raises: no such sweep
     if not url or not study_exists(url, name):
         raise ConfigError(f"sweep {name!r} has not started yet (no Optuna study {name!r} at "
-                          f"{redact(url) or 'SEQAE_OPTUNA_STORAGE, which is unset'})")
+                          f"{redact(url) or 'a storage its submission names'})")
     return read_only(spec, url, name).set_control(**changes)

@@ -4,7 +4,6 @@ submitted to a cluster alike."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from mlflow.tracking import MlflowClient
@@ -13,9 +12,10 @@ from seqae_core.checkpoint import CheckpointStore
 from sweeps import spec as spec_lib
 from sweeps.ledger import resource_seconds
 from sweeps.mlflow_access import check_credentials
-from sweeps.search import read_only
+from sweeps.search import SweepStudy, read_only
 from sweeps.submit import job_info
-from sweeps.workspace import Backends, Workspace, redact
+from sweeps.tracking import find_sweep_run
+from sweeps.workspace import Backends, Submission, Workspace, redact
 
 
 def status(workspace: Workspace, name: str) -> dict[str, Any]:
@@ -37,27 +37,28 @@ def status(workspace: Workspace, name: str) -> dict[str, Any]:
     }
 
 
-def submitted_status(record: dict[str, Any]) -> dict[str, Any]:
+def submitted_status(record: Submission) -> dict[str, Any]:
     """The status of a sweep submitted from this workspace whose state lives in the cluster's
-    (``record["workspace"]``): its trials, best and cost, read from the backends the submission
-    named (its Optuna study, MLflow experiment and storage), beside its job's state."""
-
-    spec = spec_lib.load(str(Path(record["working_dir"]) / record["file"]), record["sets"])
-    backends = Backends(**record["backends"])
+    (``record.workspace``): its trials, best and cost, read from the backends the submission
+    named (its Optuna study, MLflow experiment and sweep run, and storage), beside its job's state."""
+    spec = spec_lib.load(record.sweep_file, record.sets)
+    backends = Backends(**record.backends)
     check_credentials(backends.mlflow_tracking_uri)
-    view = trials_view(spec, backends, record["name"], spec.planned_trials())
+    view = trials_view(spec, backends, record.name, spec.planned_trials())
     job = job_info(record)
     by_state = view["trials_by_state"]
     complete = not by_state.get("NOT_STARTED") and set(by_state) <= {"COMPLETE", "PRUNED", "FAIL"}
-    experiment = MlflowClient(backends.mlflow_tracking_uri).get_experiment_by_name(record["name"])
+    client = MlflowClient(backends.mlflow_tracking_uri)
+    experiment = client.get_experiment_by_name(record.name)
+    run = find_sweep_run(client, experiment.experiment_id) if experiment else None
     return {
-        "name": record["name"],
-        "workspace": record["workspace"],
+        "name": record.name,
+        "workspace": record.workspace,
         "outcome": "complete" if complete and by_state else f"job {job['status']}",
         **view,
         "mlflow_experiment_id": experiment.experiment_id if experiment else None,
-        "mlflow_parent_run_id": None,
-        "sessions": len(record["jobs"]),
+        "mlflow_parent_run_id": run.info.run_id if run else None,
+        "sessions": len(record.jobs),
         "job": job,
         "forked_from": None,
     }
@@ -92,12 +93,12 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
     }
 
 
-def cost(spec: spec_lib.SweepSpec, storage: str, study: Any) -> dict[str, Any]:
+def cost(spec: spec_lib.SweepSpec, storage: str, study: SweepStudy) -> dict[str, Any]:
     """Resource-hours spent per trial and in all, against the budget (``ledger.resource_seconds``)."""
     per_trial = {t.number: resource_seconds(spec.share[1], CheckpointStore.of_trial(storage, t.number).progress())
                  for t in study.trials()}
     return {"unit": f"{spec.share[0]}-hours", "hours": round(sum(per_trial.values()) / 3600, 6),
-            "budget": spec.budget[1] if spec.budget else None,
+            "budget": spec.budget.hours if spec.budget else None,
             "per_trial_seconds": {str(n): round(s, 2) for n, s in per_trial.items()}}
 
 

@@ -12,7 +12,6 @@ A record of each submission (job ids, the address) is kept in the workspace, so 
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import time
@@ -24,13 +23,12 @@ from ray.job_submission import JobSubmissionClient
 
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
-from sweeps.workspace import Workspace, check_name, redact, resolve_backends, write_json
+from sweeps.workspace import Submission, Workspace, check_name, redact, resolve_backends
 
 PASSED_PREFIXES = ("SEQAE_", "HF_HUB_", "HF_DATASETS_", "TOKENIZERS_")
 PASSED_NAMES = ("PGPASSFILE",)
 NEVER_PASSED = ("SEQAE_RAY_ADDRESS", "SEQAE_CACHE_DIR")  # the job's own address; each node's own data cache
 EXCLUDES = [".venv", ".git", "seqae-runs", "bench-results", "**/__pycache__", "*.db", ".pytest_cache"]
-RECORD = "submission.json"
 # Files a cluster's state may hold (secrets, a database, checkpoints): never packaged with the job.
 STATE_PATHS = ("RAY_AUTH_TOKEN_PATH", "PGPASSFILE", "SEQAE_STORAGE", "SEQAE_WORKSPACE")
 
@@ -67,16 +65,7 @@ def job_env() -> dict[str, str]:
     }
 
 
-def _record_path(workspace: Workspace, name: str) -> Path:
-    return workspace.sweep_dir(name) / RECORD
-
-
-def read_record(workspace: Workspace, name: str) -> dict[str, Any] | None:
-    path = _record_path(workspace, name)
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], url: str | None) -> dict[str, Any]:
+def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], url: str | None) -> Submission:
     """Validate here, then submit ``seqae sweep run`` as a Ray Job; returns the submission record."""
     # A local data folder given on the command line is made absolute: the job runs elsewhere.
     sets = [f"data.path={spec_lib.local_path(v)}" if k == "data.path" else f"{k}={v}"
@@ -84,7 +73,7 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
     spec_lib.load(file, sets)  # a bad file fails here, before the cluster sees anything
     name = check_name(name or Path(file).stem)
     url = address(url)
-    if workspace.exists(name) or read_record(workspace, name):
+    if workspace.exists(name) or workspace.read_submission(name):
         raise ConfigError(f"a sweep named {name!r} already exists; `seqae sweep resume {name}` continues it")
     env = job_env()
     for key, default in (("SEQAE_MLFLOW_TRACKING_URI", "MLflow"), ("SEQAE_OPTUNA_STORAGE", "Optuna")):
@@ -106,17 +95,17 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
     # where the driver will keep the sweep, picked as it picks them (from the same SEQAE_* settings,
     # a password refused), for `status` here
     backends = resolve_backends(Workspace(cluster_workspace), name, {})
-    record = {"name": name, "address": url, "file": str(relative), "sets": sets, "workspace": cluster_workspace,
-              "working_dir": str(working_dir), "jobs": [], "backends": asdict(backends)}
+    record = Submission(name=name, address=url, file=str(relative), sets=sets, workspace=cluster_workspace,
+                        working_dir=str(working_dir), backends=asdict(backends))
     _submit(workspace, record, env)
     return record
 
 
-def resubmit(workspace: Workspace, record: dict[str, Any]) -> dict[str, Any]:
+def resubmit(workspace: Workspace, record: Submission) -> Submission:
     """Resume a submitted sweep: a new job whose driver restores from the shared state."""
-    current = _status(record) if record["jobs"] else None
+    current = _status(record) if record.jobs else None
     if current is not None and not current.is_terminal():
-        raise ConfigError(f"sweep {record['name']!r} is still running as job {record['jobs'][-1]} ({current.value})")
+        raise ConfigError(f"sweep {record.name!r} is still running as job {record.jobs[-1]} ({current.value})")
     _submit(workspace, record, job_env())
     return record
 
@@ -139,55 +128,55 @@ def excludes(working_dir: Path) -> list[str]:
     return EXCLUDES + sorted(set(state))
 
 
-def _submit(workspace: Workspace, record: dict[str, Any], env: dict[str, str]) -> None:
+def _submit(workspace: Workspace, record: Submission, env: dict[str, str]) -> None:
     """Every job of a sweep runs the same command: it creates the sweep, or resumes it."""
-    entrypoint = shlex.join(["python", "-m", "seqae_cli", "sweep", "run", record["file"], "--or-resume",
-                             "--name", record["name"], "--workspace", record["workspace"],
-                             *[a for s in record["sets"] for a in ("--set", s)]])
-    jobs = client(record["address"])
-    job_id = f"seqae-{record['name']}-{time.strftime('%Y%m%d-%H%M%S')}"
+    entrypoint = shlex.join(["python", "-m", "seqae_cli", "sweep", "run", record.file, "--or-resume",
+                             "--name", record.name, "--workspace", record.workspace,
+                             *[a for s in record.sets for a in ("--set", s)]])
+    jobs = client(record.address)
+    job_id = f"seqae-{record.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     jobs.submit_job(
-        entrypoint=entrypoint, submission_id=job_id, metadata={"seqae_sweep": record["name"]},
-        runtime_env={"working_dir": record["working_dir"], "excludes": excludes(Path(record["working_dir"])),
+        entrypoint=entrypoint, submission_id=job_id, metadata={"seqae_sweep": record.name},
+        runtime_env={"working_dir": record.working_dir, "excludes": excludes(Path(record.working_dir)),
                      "env_vars": env},
     )
-    record["jobs"].append(job_id)
-    write_json(_record_path(workspace, record["name"]), record)
+    record.jobs.append(job_id)
+    workspace.write_submission(record)
 
 
-def _status(record: dict[str, Any]) -> Any:
+def _status(record: Submission) -> Any:
     """The state of the sweep's latest job, or None where the cluster does not know it: a head
     that restarted has forgotten every job (Ray does not persist them without an external GCS)."""
     try:
-        return client(record["address"]).get_job_status(record["jobs"][-1])
+        return client(record.address).get_job_status(record.jobs[-1])
     except RuntimeError as exc:
         if "status code 404" in str(exc):
             return None
         raise
 
 
-def job_info(record: dict[str, Any]) -> dict[str, Any]:
-    job_id = record["jobs"][-1]
+def job_info(record: Submission) -> dict[str, Any]:
+    job_id = record.jobs[-1]
     try:
         current = _status(record)
         state = current.value if current is not None else "UNKNOWN (the cluster no longer knows it: resume resubmits)"
     except ConfigError as exc:
         state = f"unknown ({exc})"
-    return {"id": job_id, "status": state, "address": record["address"], "jobs": record["jobs"],
-            "dashboard": f"{record['address']}/#/jobs/{job_id}"}
+    return {"id": job_id, "status": state, "address": record.address, "jobs": record.jobs,
+            "dashboard": f"{record.address}/#/jobs/{job_id}"}
 
 
-def logs(record: dict[str, Any]) -> str:
-    return str(client(record["address"]).get_job_logs(record["jobs"][-1]))
+def logs(record: Submission) -> str:
+    return str(client(record.address).get_job_logs(record.jobs[-1]))
 
 
-def cancel(record: dict[str, Any]) -> bool:
-    return bool(client(record["address"]).stop_job(record["jobs"][-1]))
+def cancel(record: Submission) -> bool:
+    return bool(client(record.address).stop_job(record.jobs[-1]))
 
 
-def describe(record: dict[str, Any]) -> str:
+def describe(record: Submission) -> str:
     info = job_info(record)
-    return (f"submitted sweep {record['name']!r} as job {info['id']} to {redact(record['address'])}\n"
+    return (f"submitted sweep {record.name!r} as job {info['id']} to {redact(record.address)}\n"
             f"  watch:  {info['dashboard']}\n"
-            f"  logs:   seqae sweep logs {record['name']}\n"
-            f"  status: seqae sweep status {record['name']}")
+            f"  logs:   seqae sweep logs {record.name}\n"
+            f"  status: seqae sweep status {record.name}")

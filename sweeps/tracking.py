@@ -116,9 +116,7 @@ class Tracker:
             raise ConfigError(f"the MLflow experiment of sweep {self.sweep!r} changed id ({experiment_id} -> "
                               f"{self.experiment_id}); was it deleted and recreated?")
         if parent_run_id is None:  # a driver that died before recording its run left it, maybe without params
-            found = self.client.search_runs([self.experiment_id], filter_string="tags.`seqae.role` = 'sweep'",
-                                            order_by=["attributes.start_time ASC"], max_results=1)
-            run = found[0] if found else self.client.create_run(
+            run = find_sweep_run(self.client, self.experiment_id) or self.client.create_run(
                 self.experiment_id, run_name=self.sweep,
                 tags={N.SWEEP: self.sweep, N.ROLE: N.ROLE_SWEEP},
             )
@@ -301,6 +299,13 @@ class Tracker:
             )
         self.client.set_terminated(run_id, status)
         return str(info.registered_model_version)
+
+
+def find_sweep_run(client: MlflowClient, experiment_id: str) -> Run | None:
+    """The sweep's parent run in its experiment (the first, if a killed driver left two)."""
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{N.ROLE}` = '{N.ROLE_SWEEP}'",
+                               order_by=["attributes.start_time ASC"], max_results=1)
+    return found[0] if found else None
 
 
 def _metrics(result: dict[str, Any]) -> list[Metric]:

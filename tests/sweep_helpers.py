@@ -35,9 +35,13 @@ def run_args(workspace: Path, name: str, *extra: str, study: Path = STUDIES / "q
     return ["sweep", "run", str(study), "--name", name, "--workspace", str(workspace), *sets(*TINY, *extra)]
 
 
-def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None, cwd: Path = REPO,
+          unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """A `seqae` command run to its end, from ``cwd``, with ``env`` added to this process's
+    environment and the variables ``unset`` names taken out of it."""
+    environment = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
     return subprocess.run([sys.executable, "-m", "seqae_cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})}, cwd=REPO)
+                          timeout=timeout, env=environment, cwd=cwd)
 
 
 def start(*args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:

@@ -117,6 +117,18 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
     parents = [r for r in runs if r.data.tags.get("seqae.role") == "sweep"]
     children = [r for r in runs if "seqae.trial" in r.data.tags]
     assert len(parents) == 1 and len(children) == 4
+    assert info["mlflow_parent_run_id"] == parents[0].info.run_id  # status leads to the sweep's run
+
+    # `stop` and `set` from another directory, in a shell that names no Optuna storage: the
+    # submission record says where the sweep's study is and where its file was packaged from
+    elsewhere = cluster["root"] / "elsewhere"
+    elsewhere.mkdir()
+    for verb in (["set", "spread", "max_concurrent=3"], ["stop", "spread"]):
+        run = seqae("sweep", *verb, "--workspace", laptop, env=cluster["env"], cwd=elsewhere,
+                    unset=("SEQAE_OPTUNA_STORAGE",))
+        assert run.returncode == 0, run.stdout + run.stderr
+    control = job_status(cluster, "spread", workspace=laptop)["control"]
+    assert control["max_concurrent"] == 3 and "stopped by `seqae sweep stop`" in control["drain"], control
     assert {r.info.status for r in runs} == {"FINISHED"}
     nodes = {r.data.tags["ray.node_id"] for r in children}
     assert len(nodes) > 1, nodes  # the trials ran on more than one node
