@@ -155,7 +155,7 @@ def run(data_path: str, gpus: tuple[int, ...] = (8, 15, 60)) -> list[dict[str, A
     peak = PEAK_BF16["H100"]
     h100_s = [f / peak for f in epoch_flops]  # at 100% of the peak: no GPU is faster
     max_t = cells[0].train.epochs
-    asha = asha_epochs(max_t, spec.grace_period, spec.reduction_factor)
+    asha = asha_epochs(max_t, spec.scheduler.grace_period, spec.scheduler.reduction_factor)
     rows_at = tracking_rows(data_path)
     params = [sum(p.numel() for p in ReducingAutoencoder(c, VOCAB).parameters()) for c in cells]
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"{torch.get_num_threads()}-core CPU"
@@ -168,7 +168,7 @@ def run(data_path: str, gpus: tuple[int, ...] = (8, 15, 60)) -> list[dict[str, A
     for n, rate in rates.items():
         say(f"training FLOP/s at {n} tokens on this {device}", f"{rate:.3g}", "measured (median of 3 steps)")
     say("cells; epochs each (no ASHA; patience can only shorten it)", f"{len(cells)}; {max_t}", "paper_fig3.yaml")
-    say(f"expected epochs per trial under ASHA (grace {spec.grace_period}, factor {spec.reduction_factor})",
+    say(f"expected epochs per trial under ASHA (grace {spec.scheduler.grace_period}, factor {spec.scheduler.reduction_factor})",
         round(asha, 3), "arithmetic")
     total_flops = sum(epoch_flops) * max_t
     say("FLOPs, whole figure (train 3x + validation 1x forward)", f"{total_flops:.3g}", "arithmetic")

@@ -31,12 +31,12 @@ def check_cluster(backends: Backends) -> None:
 def check_resources(spec: spec_lib.SweepSpec, cpus: float, gpus: float) -> None:
     """Refuse a trial that asks for more than the cluster (or this machine) has: Ray would wait
     for such resources forever."""
-    if spec.gpu > gpus:
-        raise ConfigError(f"{spec.source}: resources.gpu={spec.gpu} per trial, but "
+    if spec.resources.gpu > gpus:
+        raise ConfigError(f"{spec.source}: resources.gpu={spec.resources.gpu} per trial, but "
                           f"{'no GPU is' if not gpus else f'only {gpus:g} GPUs are'} available; set resources.gpu=0 "
                           "to train on CPUs")
-    if spec.cpu > cpus:
-        raise ConfigError(f"{spec.source}: resources.cpu={spec.cpu} per trial, but only {cpus:g} CPUs are available")
+    if spec.resources.cpu > cpus:
+        raise ConfigError(f"{spec.source}: resources.cpu={spec.resources.cpu} per trial, but only {cpus:g} CPUs are available")
 
 
 def cluster_capacity() -> tuple[float, float]:

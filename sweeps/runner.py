@@ -153,8 +153,8 @@ class StudySearcher(_DriverOnly, Searcher):
         why = None
         if objective.reached(value):
             why = f"trial {number} reached {objective.metric} {value:.4f}, the target {objective.target}"
-        elif budget and self.spent >= budget[1] * 3600:
-            why = f"the budget of {budget[1]:g} {budget[0]}-hours is spent ({self.spent / 3600:.4f})"
+        elif budget and self.spent >= budget.hours * 3600:
+            why = f"the budget of {budget.hours:g} {budget.unit}-hours is spent ({self.spent / 3600:.4f})"
         if why and not self.study.control().get("drain"):
             self.study.set_control(drain=why)
 
@@ -291,14 +291,14 @@ def run_session(
     continuing = study.continuing()
     if continuing:  # trials `seqae sweep extend` reopened train on past max_t, to limits of their own
         epochs = max(epochs, *continuing.values())
-        if spec.scheduler == "asha":
+        if spec.scheduler.type == "asha":
             print(f"seqae: trials {list(continuing)} train on to their new epoch limit; ASHA stops no trial this session",
                   flush=True)
-    elif spec.scheduler == "asha":
+    elif spec.scheduler.type == "asha":
         scheduler = ResumableASHA(
             {n: {int(h[M.EPOCH]): float(h[objective.metric]) for h in p.history} for n, p in progresses.items()},
             1.0 if objective.mode == "max" else -1.0,
-            time_attr=M.EPOCH, max_t=epochs, grace_period=spec.grace_period, reduction_factor=spec.reduction_factor,
+            time_attr=M.EPOCH, max_t=epochs, grace_period=spec.scheduler.grace_period, reduction_factor=spec.scheduler.reduction_factor,
         )
         for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):
             if scheduler.stops(number):  # the rungs it passed before the driver died stop it
@@ -313,7 +313,7 @@ def run_session(
                         (best[0].values[0], best[0].number) if len(best) == 1 else None)
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, runtime={"storage": storage, "cache_dir": cache_dir, "published": published}),
-        {"cpu": spec.cpu, "gpu": spec.gpu},
+        {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
     tuner = tune.Tuner(
         trainable,

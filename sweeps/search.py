@@ -72,10 +72,10 @@ def sampler(spec: SweepSpec, total: int, held: int = 0) -> optuna.samplers.BaseS
     is seeded with the sweep's seed; a resumed one's with a seed drawn from it and ``held``, since
     the sweep's seed alone would replay its random draws from the start, and a resumed sweep would
     propose its first trials' parameters again (Optuna keeps no sampler state in the storage)."""
-    seed = spec.seed if held == 0 else random.Random(f"{spec.seed}:{held}").getrandbits(31)
-    if spec.sampler == "random":
+    seed = spec.sampler.seed if held == 0 else random.Random(f"{spec.sampler.seed}:{held}").getrandbits(31)
+    if spec.sampler.type == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if spec.sampler == "nsga2":
+    if spec.sampler.type == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, min(50, total // 3)))
     return optuna.samplers.TPESampler(seed=seed)
 

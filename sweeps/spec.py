@@ -29,7 +29,6 @@ import itertools
 import json
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -39,7 +38,10 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -190,59 +192,132 @@ class _Budget(_Section):
             raise ValueError("budget must have exactly one of cpu_hours or gpu_hours")
         return self
 
+    @property
+    def unit(self) -> str:
+        return "gpu" if self.gpu_hours else "cpu"
+
+    @property
+    def hours(self) -> float:
+        return float(self.gpu_hours or self.cpu_hours or 0)
+
 
 def _listed(value: Any) -> Any:
     return value if isinstance(value, list) else [value]
 
 
-class _Document(_Section):
-    """A sweep file's top level; ``config``, ``grid`` and ``profiles`` are checked against the config keys."""
+def _source(info: ValidationInfo) -> str:
+    return str((info.context or {}).get("source", "the sweep file"))
+
+
+DEFAULT_OBJECTIVE = Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max")
+
+
+class SweepSpec(_Section):
+    """A sweep file, validated, with its profile and ``--set`` overrides applied: the schema of
+    sweep files, stated once. Validating it (:func:`parse`) also resolves what a file leaves
+    open: ``config`` becomes flat, typed config keys (the base of every trial), each grid axis a
+    tuple of typed values (an axis ``"a,b"`` of pairs that vary together), and the sampler TPE, or
+    NSGA-II for several objectives. ``config``, ``grid`` and ``profiles`` are checked against the
+    config keys by seqae_core.config."""
+
+    model_config = ConfigDict(populate_by_name=True)
 
     description: str = ""
-    config: Any = None
-    grid: Any = None
-    search: dict[str, Distribution] | None = None
-    objective: Annotated[list[Objective], BeforeValidator(_listed), Field(min_length=1)] = [
-        Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max")]
+    base: dict[str, Any] = Field(default_factory=dict, alias="config")
+    grid: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
+    search: dict[str, Distribution] = Field(default_factory=dict)
+    objectives: Annotated[tuple[Objective, ...], BeforeValidator(_listed)] = Field(
+        default=(DEFAULT_OBJECTIVE,), alias="objective", min_length=1, strict=False)
     trials: _Trials = _Trials(per_cell=1)
     sampler: _Sampler = _Sampler()
     scheduler: _Scheduler = _Scheduler()
     resources: _Resources = _Resources()
     max_concurrent: int = Field(default=1, gt=0)
     retries: int = Field(default=0, ge=0)
-    budget: _Budget | None = None
-    profiles: Any = None
-    profile: str | None = None
-
-
-@dataclass(frozen=True)
-class SweepSpec:
-    """A validated sweep file (with ``--set`` overrides applied)."""
-
-    source: str
-    base: dict[str, Any]
-    grid: dict[str, tuple[Any, ...]] = field(default_factory=dict)
-    search: dict[str, Distribution] = field(default_factory=dict)
-    objectives: tuple[Objective, ...] = (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"),)
-    per_cell: int | None = None
-    total: int | None = None
-    sampler: str = "tpe"
-    seed: int = 0
-    scheduler: str = "none"
-    grace_period: int = 1
-    reduction_factor: int = 2
-    cpu: float = 1.0
-    gpu: float = 0.0
-    max_concurrent: int = 1
-    retries: int = 0
-    description: str = ""
+    budget: _Budget | None = None  # the sweep drains once its trials have spent it
+    profiles: dict[str, Any] | None = Field(default=None, strict=False)  # checked, then dropped, by parse
     profile: str | None = None  # the profile applied, if any
-    budget: tuple[str, float] | None = None  # ("cpu" or "gpu", hours): the sweep drains once spent
+    _source: str = PrivateAttr(default="")
+
+    @property
+    def source(self) -> str:
+        """The file (or text) the sweep came from, for messages."""
+        return self._source
+
+    @model_validator(mode="before")
+    @classmethod
+    def _open_settings(cls, doc: Any) -> Any:
+        """`--set scheduler.type=none` reads as null; no sampler type means TPE, or NSGA-II for
+        several objectives."""
+        if not isinstance(doc, dict):
+            return doc
+        doc = dict(doc)
+        if isinstance(doc.get("scheduler"), dict) and doc["scheduler"].get("type", "none") is None:
+            doc["scheduler"] = {**doc["scheduler"], "type": "none"}
+        sampler = doc.get("sampler", {})
+        if isinstance(sampler, dict) and sampler.get("type") is None:
+            several = len(_listed(doc.get("objective", [DEFAULT_OBJECTIVE]))) > 1
+            doc["sampler"] = {**sampler, "type": "nsga2" if several else "tpe"}
+        return doc
+
+    @field_validator("base", mode="before")
+    @classmethod
+    def _config(cls, value: Any, info: ValidationInfo) -> dict[str, Any]:
+        where = f"{_source(info)}: config"
+        base = {k: coerce(k, v, where) for k, v in flatten(value or {}, where).items()}
+        if isinstance(base.get("data.path"), str):
+            base["data.path"] = local_path(base["data.path"])
+        return base
+
+    @field_validator("grid", mode="before")
+    @classmethod
+    def _resolve_grid(cls, value: Any, info: ValidationInfo) -> dict[str, tuple[Any, ...]]:
+        return _grid(value or {}, _source(info))
+
+    @field_validator("search", mode="before")
+    @classmethod
+    def _no_search(cls, value: Any, info: ValidationInfo) -> Any:
+        return value or {}
+
+    @field_validator("search")
+    @classmethod
+    def _check_search(cls, value: dict[str, Distribution], info: ValidationInfo) -> dict[str, Distribution]:
+        return _search(value, _source(info))
+
+    @model_validator(mode="after")
+    def _consistent(self, info: ValidationInfo) -> SweepSpec:
+        source = _source(info)
+        grid_keys = [k for axis in self.grid for k in axis.split(",")]
+        if len(set(grid_keys)) != len(grid_keys):
+            raise ConfigError(f"{source}: a config key appears in two grid axes: {grid_keys}")
+        both = sorted(set(grid_keys) & set(self.search))
+        if both:
+            raise ConfigError(f"{source}: {both[0]} is in both grid and search; a key is either a grid axis or "
+                              "searched")
+        cells = math.prod(len(values) for values in self.grid.values())
+        check_limit(f"{source}: grid with {cells:,} cells", cells, MAX_TRIALS)
+        total, per_cell = self.trials.total or 0, self.trials.per_cell or 0
+        check_limit(f"{source}: trials.total={total:,}", total, MAX_TRIALS)
+        check_limit(f"{source}: trials.per_cell={per_cell:,} x {cells:,} grid cells = {per_cell * cells:,} trials",
+                    per_cell * cells, MAX_TRIALS)
+        check_limit(f"{source}: max_concurrent={self.max_concurrent:,}", self.max_concurrent, MAX_CONCURRENT)
+        several = len(self.objectives)
+        if len({o.metric for o in self.objectives}) != several:
+            raise ConfigError(f"{source}: objective names a metric twice")
+        if several > 1 and any(o.target is not None for o in self.objectives):
+            raise ConfigError(f"{source}: objective.target needs one objective; this sweep has {several}")
+        if self.scheduler.type == "asha" and several > 1:
+            raise ConfigError(f"{source}: scheduler.type='asha' needs one objective; this sweep has {several}")
+        if self.budget is not None and self.budget.unit != self.share[0]:
+            raise ConfigError(f"{source}: budget.{self.budget.unit}_hours, but trials are counted in "
+                              f"{self.share[0]}-hours here (resources.gpu={self.resources.gpu}); use "
+                              f"budget.{self.share[0]}_hours")
+        return self
 
     @property
     def share(self) -> tuple[str, float]:
         """What one trial holds, as its cost counts it: ("gpu", its GPU fraction) or ("cpu", its CPUs)."""
-        return ("gpu", self.gpu) if self.gpu else ("cpu", self.cpu)
+        return ("gpu", self.resources.gpu) if self.resources.gpu else ("cpu", self.resources.cpu)
 
     @property
     def multi_objective(self) -> bool:
@@ -269,7 +344,9 @@ class SweepSpec:
         return {k: tuple(v) for k, v in keys.items()}
 
     def planned_trials(self) -> int:
-        return self.total if self.total is not None else (self.per_cell or 1) * len(self.cells())
+        if self.trials.total is not None:
+            return self.trials.total
+        return (self.trials.per_cell or 1) * len(self.cells())
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical form stored with a sweep: it reloads to the same spec and is diffed on resume."""
@@ -279,17 +356,19 @@ class SweepSpec:
             "grid": {k: [list(x) if isinstance(x, tuple) else x for x in v] for k, v in self.grid.items()},
             "search": {k: d.to_dict() for k, d in self.search.items()},
             "objective": [o.model_dump(exclude_none=True) for o in self.objectives],
-            "trials": {"per_cell": self.per_cell} if self.total is None else {"total": self.total},
-            "sampler": {"type": self.sampler, "seed": self.seed},
-            "scheduler": {"type": self.scheduler, "grace_period": self.grace_period,
-                          "reduction_factor": self.reduction_factor},
-            "resources": {"cpu": self.cpu, "gpu": self.gpu},
+            "trials": self.trials.model_dump(exclude_none=True),
+            "sampler": self.sampler.model_dump(),
+            "scheduler": self.scheduler.model_dump(),
+            "resources": self.resources.model_dump(),
             "max_concurrent": self.max_concurrent,
             "retries": self.retries,
-        } | ({"budget": {f"{self.budget[0]}_hours": self.budget[1]}} if self.budget else {})
+        } | ({"budget": self.budget.model_dump(exclude_none=True)} if self.budget else {})
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+SWEEP_KEYS = [f.alias or name for name, f in SweepSpec.model_fields.items()]
 
 
 def read_document(path: str | Path) -> dict[str, Any]:
@@ -306,7 +385,7 @@ def read_document(path: str | Path) -> dict[str, Any]:
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not a valid sweep file: {exc}") from None
     if not isinstance(document, dict):
-        raise ConfigError(f"{path}: a sweep file is a mapping of {', '.join(_Document.model_fields)}; "
+        raise ConfigError(f"{path}: a sweep file is a mapping of {', '.join(SWEEP_KEYS)}; "
                           f"got {type(document).__name__}")
     return document
 
@@ -393,63 +472,29 @@ def local_path(value: str) -> str:
 
 def parse(doc: dict[str, Any], source: str) -> SweepSpec:
     """Validate a sweep document (the mapping in a file, or :meth:`SweepSpec.to_dict`)."""
-    if isinstance(doc.get("scheduler"), dict) and doc["scheduler"].get("type", "none") is None:
-        doc = {**doc, "scheduler": {**doc["scheduler"], "type": "none"}}  # `--set scheduler.type=none`
     try:
-        top = _Document.model_validate(doc)
+        spec = SweepSpec.model_validate(doc, context={"source": source})
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {_reason(exc)}") from None
-    if top.profiles is not None:  # every profile must give a valid sweep, whichever is run
-        for name in _mapping(top.profiles, "profiles", source):
+        raise ConfigError(_reason(exc, source)) from None
+    if spec.profiles is not None:  # every profile must give a valid sweep, whichever is run
+        for name in spec.profiles:
             parse(_apply_profile(copy.deepcopy(doc), name, source), source)
-    base = {k: coerce(k, v, f"{source}: config") for k, v in flatten(top.config or {}, f"{source}: config").items()}
-    if isinstance(base.get("data.path"), str):
-        base["data.path"] = local_path(base["data.path"])
-    grid = _grid(top.grid or {}, source)
-    search = _search(top.search or {}, source)
-    grid_keys = [k for axis in grid for k in axis.split(",")]
-    if len(set(grid_keys)) != len(grid_keys):
-        raise ConfigError(f"{source}: a config key appears in two grid axes: {grid_keys}")
-    both = sorted(set(grid_keys) & set(search))
-    if both:
-        raise ConfigError(f"{source}: {both[0]} is in both grid and search; a key is either a grid axis or searched")
-    cells = math.prod(len(values) for values in grid.values())
-    check_limit(f"{source}: grid with {cells:,} cells", cells, MAX_TRIALS)
-    total, per_cell = top.trials.total or 0, top.trials.per_cell or 0
-    check_limit(f"{source}: trials.total={total:,}", total, MAX_TRIALS)
-    check_limit(f"{source}: trials.per_cell={per_cell:,} x {cells:,} grid cells = {per_cell * cells:,} trials",
-                per_cell * cells, MAX_TRIALS)
-    check_limit(f"{source}: max_concurrent={top.max_concurrent:,}", top.max_concurrent, MAX_CONCURRENT)
-    objectives = tuple(top.objective)
-    if len({o.metric for o in objectives}) != len(objectives):
-        raise ConfigError(f"{source}: objective names a metric twice")
-    if len(objectives) > 1 and any(o.target is not None for o in objectives):
-        raise ConfigError(f"{source}: objective.target needs one objective; this sweep has {len(objectives)}")
-    if top.scheduler.type == "asha" and len(objectives) > 1:
-        raise ConfigError(f"{source}: scheduler.type='asha' needs one objective; this sweep has {len(objectives)}")
-    budget = None
-    if top.budget is not None:
-        budget = ("gpu", top.budget.gpu_hours) if top.budget.gpu_hours else ("cpu", top.budget.cpu_hours)
-        unit = "gpu" if top.resources.gpu else "cpu"
-        if budget[0] != unit:
-            raise ConfigError(f"{source}: budget.{budget[0]}_hours, but trials are counted in {unit}-hours here "
-                              f"(resources.gpu={top.resources.gpu}); use budget.{unit}_hours")
-    spec = SweepSpec(
-        source=source, base=base, grid=grid, search=search, objectives=objectives,
-        per_cell=top.trials.per_cell, total=top.trials.total,
-        sampler=top.sampler.type or ("nsga2" if len(objectives) > 1 else "tpe"), seed=top.sampler.seed,
-        scheduler=top.scheduler.type, grace_period=top.scheduler.grace_period,
-        reduction_factor=top.scheduler.reduction_factor, cpu=top.resources.cpu, gpu=top.resources.gpu,
-        max_concurrent=top.max_concurrent, retries=top.retries, description=top.description, profile=top.profile,
-        budget=budget,  # type: ignore[arg-type]  # hours are set: _Budget has exactly one
-    )
+        spec = spec.model_copy(update={"profiles": None})  # the sweep is what they were applied to
+    spec._source = source
     _check_trial_configs(spec)
     return spec
 
 
-def _reason(exc: ValidationError) -> str:
-    """The first problem pydantic found, as ``key=value must be ...`` with the key's full path."""
+def _reason(exc: ValidationError, source: str) -> str:
+    """The first problem pydantic found, as ``source: key=value must be ...`` with the key's full
+    path; a check of seqae's own (a ConfigError) as it said it."""
     error = exc.errors()[0]
+    if isinstance((error.get("ctx") or {}).get("error"), ConfigError):
+        return str(error["ctx"]["error"])
+    return f"{source}: {_problem(error)}"
+
+
+def _problem(error: Any) -> str:
     where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
     if error["type"] == "extra_forbidden":
         return f"unknown key {where.rsplit('.', 1)[-1]!r}" + (f" in {where.rsplit('.', 1)[0]}" if "." in where else "")

@@ -43,14 +43,14 @@ def test_grid_cells_and_trial_count():
     spec = spec_lib.parse(GOOD, "good")
     assert spec.cells() == [{"model.latent_fraction": 1.0}, {"model.latent_fraction": 0.5}]
     assert spec.planned_trials() == 4
-    assert spec.sampler == "tpe" and not spec.multi_objective
+    assert spec.sampler.type == "tpe" and not spec.multi_objective
 
 
 def test_multi_objective_defaults_to_nsga2():
     doc = {**GOOD, "objective": [{"metric": "val_token_accuracy", "mode": "max"},
                                  {"metric": "latent_fraction", "mode": "min"}]}
     spec = spec_lib.parse(doc, "mo")
-    assert spec.multi_objective and spec.sampler == "nsga2"
+    assert spec.multi_objective and spec.sampler.type == "nsga2"
 
 
 def test_set_pins_a_key_out_of_the_search_and_addresses_sweep_settings(tmp_path):
