@@ -5,7 +5,8 @@
       optuna.db                         Optuna on SQLite (local runs)
       cache/                            tokenized data, shared by every trial and sweep
       sweeps/<name>/sweep.json          what the sweep is and where its runs and study live
-      sweeps/<name>/driver.lock         held by the one driver running the sweep
+      sweeps/<name>/submission.json     a sweep submitted to a cluster: its jobs, file and backends
+      sweeps/<name>/driver.lock         held by the one driver running the sweep (.holder: who)
       sweeps/<name>/trials/<n>/         checkpoints of trial n (unless --storage puts them elsewhere)
       sweeps/<name>/tune/               Ray Tune's experiment folders, one per session
 
@@ -16,7 +17,6 @@ no path the service writes may leave the workspace, through ``..`` or a symbolic
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -28,15 +28,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from filelock import FileLock, Timeout
+
 from seqae_errors import ConfigError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 DEFAULT_WORKSPACE = "seqae-runs"
+SUBMISSION = "submission.json"
 
 
 def check_name(name: str) -> str:
     """A sweep name is 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit."""
-    if not isinstance(name, str) or not NAME.match(name) or ".." in name:
+    if not isinstance(name, str) or not NAME.fullmatch(name) or ".." in name:
         shown = name.encode("unicode_escape").decode() if isinstance(name, str) else repr(name)
         problems = []
         if isinstance(name, str):
@@ -99,6 +102,26 @@ class SweepState:
     @property
     def total_trials(self) -> int:
         return self.planned_trials + self.extra_trials
+
+
+@dataclass
+class Submission:
+    """The contents of ``submission.json``: a sweep submitted to a cluster from this workspace. Its
+    driver keeps the sweep's own state (``sweep.json``) in the cluster's workspace; this record
+    says where to find it from here, whatever the current directory and environment."""
+
+    name: str
+    address: str  # the Ray dashboard's URL
+    file: str  # the sweep file, relative to working_dir
+    sets: list[str]
+    workspace: str  # the cluster's workspace, where its driver keeps the sweep
+    working_dir: str  # the directory packaged as the job's working directory
+    jobs: list[str] = field(default_factory=list)  # Ray Job ids, oldest first
+    backends: dict[str, str] = field(default_factory=dict)  # picked as its driver picks them (Backends)
+
+    @property
+    def sweep_file(self) -> str:
+        return str(Path(self.working_dir) / self.file)
 
 
 class Workspace:
@@ -164,7 +187,7 @@ class Workspace:
         folder = self.root / "sweeps"
         if not folder.exists():
             return []
-        return sorted(p.name for p in folder.iterdir() if (p / "sweep.json").exists() or (p / "submission.json").exists())
+        return sorted(p.name for p in folder.iterdir() if (p / "sweep.json").exists() or (p / SUBMISSION).exists())
 
     def exists(self, name: str) -> bool:
         return (self.sweep_dir(name) / "sweep.json").exists()
@@ -179,6 +202,14 @@ class Workspace:
     def write(self, state: SweepState) -> None:
         write_json(self.sweep_dir(state.name) / "sweep.json", asdict(state))
 
+    def read_submission(self, name: str) -> Submission | None:
+        """The record of a sweep submitted from this workspace, or None if it was not."""
+        path = self.sweep_dir(name) / SUBMISSION
+        return Submission(**json.loads(path.read_text())) if path.exists() else None
+
+    def write_submission(self, record: Submission) -> None:
+        write_json(self.sweep_dir(record.name) / SUBMISSION, asdict(record))
+
 
 def write_json(path: Path, document: Any) -> None:
     """Atomically replace ``path`` (readers see the old file or the new one, never half of one)."""
@@ -192,39 +223,30 @@ class SweepLocked(ConfigError):
     """Another driver holds the sweep."""
 
 
-@dataclass
 class DriverLock:
-    """An exclusive lock on a sweep, held by the one process that drives it. The kernel drops it
-    when that process dies, however it dies, so a crash never leaves the sweep locked."""
+    """An exclusive lock on a sweep, held by the one process that drives it: filelock's
+    ``FileLock``, an ``flock`` on Unix, which the kernel drops when that process dies, however it
+    dies, so a crash never leaves the sweep locked. Who holds it is written beside it, for the
+    message a second driver gets."""
 
-    path: Path
-    _fd: int | None = None
-
-    def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
-            os.close(fd)
-            raise SweepLocked(f"sweep {self.path.parent.name!r} is already running ({holder}); "
-                              "only one run or resume may drive it at a time") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}".encode())
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.holder = path.with_name(f"{path.name}.holder")
+        self._lock = FileLock(path, timeout=0)
 
     def __enter__(self) -> DriverLock:
-        self.acquire()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire()
+        except Timeout:
+            holder = self.holder.read_text().strip() if self.holder.exists() else "another process"
+            raise SweepLocked(f"sweep {self.path.parent.name!r} is already running ({holder}); "
+                              "only one run or resume may drive it at a time") from None
+        self.holder.write_text(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}")
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.release()
+        self._lock.release()
 
 
 def resolve_backends(workspace: Workspace, name: str, overrides: dict[str, str | None]) -> Backends:

@@ -2,8 +2,9 @@
 
 The sweep's driver hands every MLflow write to a :class:`Writer`: Tune's loop never waits on the
 server, and writes keep their order. While ``retryable`` says an error is the service being away
-(not a bug), the writer keeps the pending calls and retries; on recovery it delivers them and
-reports how long the outage lasted.
+(not a bug), the writer keeps the pending calls and retries them with tenacity's exponential
+backoff (capped, so that a recovered service is found within ``max_wait`` seconds); on recovery
+it delivers them and reports how long the outage lasted.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import threading
 import time
 from typing import Any, Callable
 
+import tenacity
+
 log = logging.getLogger(__name__)
 
 
@@ -21,9 +24,9 @@ class Writer:
     """Runs calls in order on one thread, retrying through outages of the service they write to."""
 
     def __init__(self, retryable: Callable[[BaseException], bool], recovered: Callable[[float], None],
-                 retry_seconds: float = 2.0) -> None:
+                 first_wait: float = 0.5, max_wait: float = 8.0) -> None:
         self.retryable, self.recovered = retryable, recovered
-        self.retry_seconds = retry_seconds
+        self.wait = tenacity.wait_exponential(multiplier=first_wait, min=first_wait, max=max_wait)
         self._queue: queue.Queue[tuple[str, Callable[[], Any]] | None] = queue.Queue()
         self.outage_since: float | None = None
         self.outages: list[float] = []
@@ -47,26 +50,26 @@ class Writer:
                 self._queue.task_done()
 
     def _deliver(self, what: str, call: Callable[[], Any]) -> None:
-        while True:
-            try:
-                call()
-                break
-            except Exception as exc:  # noqa: BLE001 - sorted below into retry or report
-                if not self.retryable(exc):
-                    log.exception("write failed while %s", what)
-                    self.failed.append(f"{what}: {exc}")
-                    return
-                if self.outage_since is None:
-                    self.outage_since = time.time()
-                    log.warning("MLflow unreachable while %s (%s); keeping the writes until it answers", what,
-                                str(exc).splitlines()[0][:200])
-                time.sleep(self.retry_seconds)
-        if self.outage_since is not None:
+        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(self.retryable), wait=self.wait,
+                                     before_sleep=lambda state: self._away(what, state), reraise=True)
+        try:
+            retrying(call)
+        except Exception as exc:  # noqa: BLE001 - not an outage: a write that cannot succeed is reported
+            log.exception("write failed while %s", what)
+            self.failed.append(f"{what}: {exc}")
+        if self.outage_since is not None:  # it answered, if only with an error: the outage is over
             seconds = time.time() - self.outage_since
             self.outages.append(seconds)
             self.outage_since = None
             log.warning("MLflow answers again after %.0f s; delivering the writes kept meanwhile", seconds)
             self.submit("recording the outage", lambda: self.recovered(seconds))
+
+    def _away(self, what: str, state: tenacity.RetryCallState) -> None:
+        if self.outage_since is None:
+            self.outage_since = time.time()
+            error = state.outcome.exception() if state.outcome else None
+            log.warning("MLflow unreachable while %s (%s); keeping the writes until it answers", what,
+                        str(error).splitlines()[0][:200] if error else "?")
 
     def close(self, timeout: float) -> int:
         """Wait up to ``timeout`` seconds for every write to land; returns how many did not."""
