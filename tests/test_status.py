@@ -1,0 +1,260 @@
+"""sweeps/status.py and ``sweeps.lifecycle.control``: what `seqae sweep status|list` show (trials by
+state, the best, the cost against the budget, the control record) and what `seqae sweep stop|set`
+write, for local sweeps and submitted ones, on a real Optuna study (SQLite in ``tmp_path``), real
+checkpoint records and a real workspace folder. No Ray, no MLflow server and no training."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqae_core import metrics as M
+from seqae_core.checkpoint import CheckpointStore
+from seqae_errors import ConfigError
+from sweeps import lifecycle
+from sweeps import spec as spec_lib
+from sweeps.ledger import decide, settle
+from sweeps.search import SweepStudy, open_study, read_only
+from sweeps.search import storage as optuna_storage
+from sweeps.status import cost, listing, status, trials_view
+from sweeps.workspace import Backends, Submission, SweepState, Workspace
+from tests.conftest import WIKI_MINI
+from tests.sweep_helpers import STUDIES
+
+QUICKSTART = STUDIES / "quickstart.yaml"
+SETS = [f"data.path={WIKI_MINI}", "trials.total=5"]
+
+
+def quickstart(*extra: str) -> spec_lib.SweepSpec:
+    return spec_lib.load(QUICKSTART, [*SETS, *extra])
+
+
+def write_records(storage: str, number: int, seconds: list[float], accuracy: float, finished: bool) -> None:
+    """Trial ``number``'s epoch records, as training saves them: epoch e took ``seconds[e - 1]``."""
+    store = CheckpointStore.of_trial(storage, number)
+    history = [{M.EPOCH: e, M.VAL_TOKEN_ACCURACY: accuracy, M.EPOCH_SECONDS: s} for e, s in enumerate(seconds, 1)]
+    for epoch in range(1, len(history) + 1):
+        last = epoch == len(history)
+        store.save_epoch(epoch, {"epoch": epoch, "weight": torch.zeros(2)},
+                         {"history": history[:epoch], "finished": finished and last, "patience_spent": False})
+
+
+def new_trial(study: SweepStudy) -> int:
+    """Ask the study for its next trial, as a driver does; returns its number."""
+    trial = study.next_trial()
+    assert trial is not None, "the study planned no more trials"
+    return trial.number
+
+
+def run_trials(study: SweepStudy, storage: str, plans: list[tuple[list[float], float, bool | None]]) -> list[int]:
+    """One trial per plan ``(epoch seconds, accuracy, finished)``, ended as the ledger decides from its
+    records (``finished=None``: still running). Returns their numbers."""
+    numbers = []
+    for seconds, accuracy, finished in plans:
+        number = new_trial(study)
+        if seconds:
+            write_records(storage, number, seconds, accuracy, bool(finished))
+        if finished is not None:
+            progress = CheckpointStore.of_trial(storage, number).progress()
+            settle(study, number, decide(progress, error=False), progress)
+        numbers.append(number)
+    return numbers
+
+
+def write_sweep(workspace: Workspace, name: str, spec: spec_lib.SweepSpec,
+                sessions: list[dict] | None = None) -> SweepState:
+    """A local sweep's ``sweep.json``, with the workspace's own backends, as `seqae sweep run` records it."""
+    state = SweepState(name=name, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=str(QUICKSTART),
+                       sets=SETS, planned_trials=spec.planned_trials(),
+                       backends=asdict(workspace.default_backends(name)), study_name=name, sessions=sessions or [])
+    workspace.write(state)
+    return state
+
+
+def start_sweep(workspace: Workspace, state: SweepState) -> SweepStudy:
+    """The sweep's study, as its first driver creates it."""
+    spec = spec_lib.parse(state.spec, state.file)
+    return open_study(spec, state.backends["optuna_storage"], state.study_name, state.total_trials, state.fingerprint)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty Optuna database with its tables created (a fraction of a second each on SQLite):
+    each test's databases start as copies of it."""
+    path = tmp_path_factory.mktemp("template") / "optuna.db"
+    optuna_storage(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture
+def url(tmp_path: Path, template: Path) -> str:
+    """A sweep's Optuna storage."""
+    shutil.copy(template, tmp_path / "optuna.db")
+    return f"sqlite:///{tmp_path / 'optuna.db'}"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, template: Path) -> Workspace:
+    """A workspace whose sweeps keep their studies in its own ``optuna.db`` (the default backends)."""
+    workspace = Workspace(tmp_path / "ws")
+    workspace.root.mkdir()
+    shutil.copy(template, workspace.root / "optuna.db")
+    return workspace
+
+
+# -- cost -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("extra, unit, share, budget", [
+    pytest.param(["resources.cpu=2", "budget.cpu_hours=1.5"], "cpu-hours", 2.0, 1.5, id="cpus-with-budget"),
+    pytest.param(["resources.gpu=0.5", "budget.gpu_hours=3"], "gpu-hours", 0.5, 3.0, id="gpu-fraction-with-budget"),
+    pytest.param([], "cpu-hours", 1.0, None, id="no-budget"),
+])
+def test_cost_counts_every_epoch_of_every_trial_times_its_share(tmp_path, url, extra, unit, share, budget):
+    spec, storage = quickstart(*extra), str(tmp_path / "storage")
+    assert spec.share == (unit.split("-")[0], share)
+    study = open_study(spec, url, "cost", spec.planned_trials(), spec.fingerprint())
+    run_trials(study, storage, [([900.0, 900.0], 0.6, True), ([450.0], 0.3, False), ([], 0.0, None)])
+
+    spent = cost(spec, storage, read_only(spec, url, "cost"))
+
+    assert spent["per_trial_seconds"] == {"0": 1800 * share, "1": 450 * share, "2": 0.0}
+    assert spent["hours"] == pytest.approx(2250 * share / 3600)
+    assert spent["unit"] == unit and spent["budget"] == budget
+
+
+# -- trials_view ------------------------------------------------------------------------------
+def test_trials_view_shows_trials_by_state_the_best_and_the_control_record(tmp_path, url):
+    spec, storage = quickstart(), str(tmp_path / "storage")
+    study = open_study(spec, url, "view", spec.planned_trials(), spec.fingerprint())
+    numbers = run_trials(study, storage, [([10.0, 10.0, 10.0], 0.6, True), ([10.0, 20.0, 30.0], 0.8, True),
+                                          ([10.0], 0.2, False), ([10.0], 0.4, None)])
+    study.set_control(drain="the objective's target is reached")
+    backends = Backends("postgresql://seqae:secret@db:5432/mlflow", url, storage)
+
+    view = trials_view(spec, backends, "view", spec.planned_trials())
+
+    assert view["trials_total"] == 5
+    assert view["trials_by_state"] == {"COMPLETE": 2, "PRUNED": 1, "RUNNING": 1, "NOT_STARTED": 1}
+    assert view["best"] == {"trial": numbers[1], "values": {M.VAL_TOKEN_ACCURACY: 0.8},
+                            "params": study.trials()[numbers[1]].params}
+    assert view["best"]["params"].keys() == {"train.lr", "model.d_model", "model.d_attn"}
+    assert view["control"]["drain"] == "the objective's target is reached"
+    assert view["cost"]["per_trial_seconds"] == {"0": 30.0, "1": 60.0, "2": 10.0, "3": 10.0}
+    assert view["objectives"] == ["val_token_accuracy (max)"]
+    assert view["mlflow_tracking_uri"] == "postgresql://seqae:***@db:5432/mlflow"  # never the password
+    assert (view["optuna_storage"], view["optuna_study_name"], view["storage"]) == (url, "view", storage)
+    assert view["seeded_trials"] == 0
+
+
+def test_trials_view_of_a_sweep_whose_study_does_not_exist_yet(tmp_path, url):
+    spec = quickstart()
+    view = trials_view(spec, Backends(f"sqlite:///{tmp_path}/mlflow.db", url, str(tmp_path)), "later", 5)
+    assert view["trials_by_state"] == {"NOT_STARTED": 5}
+    assert view["best"] is None and view["control"] == {}
+    assert view["cost"] == {"unit": "cpu-hours", "hours": 0.0, "budget": None, "per_trial_seconds": {}}
+
+
+# -- listing and status -----------------------------------------------------------------------
+def test_listing_and_status_of_local_and_submitted_sweeps(workspace):
+    spec = quickstart()
+    sessions = [{"outcome": "interrupted", "trials": {"COMPLETE": 1}},
+                {"outcome": "stopped", "trials": {"COMPLETE": 2, "PRUNED": 1}}]
+    alpha = write_sweep(workspace, "alpha", spec, sessions)
+    storage = alpha.backends["storage"]
+    numbers = run_trials(start_sweep(workspace, alpha), storage,
+                         [([5.0], 0.5, True), ([5.0, 5.0], 0.7, True), ([5.0], 0.1, False)])
+    write_sweep(workspace, "gamma", spec)  # recorded, never run
+    workspace.write_submission(Submission(name="beta", address="http://head:8265", file="quickstart.yaml", sets=SETS,
+                                          workspace="/cluster/ws", working_dir=str(STUDIES), jobs=["raysubmit_1"]))
+
+    assert listing(workspace) == [
+        {"name": "alpha", "trials": 5, "outcome": "stopped", "by_state": {"COMPLETE": 2, "PRUNED": 1},
+         "file": str(QUICKSTART)},
+        {"name": "beta", "trials": 0, "outcome": "submitted", "by_state": {}, "file": ""},
+        {"name": "gamma", "trials": 5, "outcome": "not started", "by_state": {}, "file": str(QUICKSTART)},
+    ]
+
+    shown = status(workspace, "alpha")
+    assert (shown["name"], shown["workspace"], shown["outcome"], shown["sessions"]) == (
+        "alpha", str(workspace.root), "stopped", 2)
+    assert shown["trials_by_state"] == {"COMPLETE": 2, "PRUNED": 1, "NOT_STARTED": 2}
+    assert shown["best"]["trial"] == numbers[1] and shown["best"]["values"] == {M.VAL_TOKEN_ACCURACY: 0.7}
+    assert shown["cost"]["per_trial_seconds"] == {"0": 5.0, "1": 10.0, "2": 5.0}
+    assert shown["optuna_storage"] == f"sqlite:///{workspace.root / 'optuna.db'}" and shown["storage"] == storage
+    assert (shown["job"], shown["forked_from"], shown["mlflow_experiment_id"]) == (None, None, None)
+
+    waiting = status(workspace, "gamma")
+    assert waiting["outcome"] == "not started" and waiting["sessions"] == 0
+    assert waiting["trials_by_state"] == {"NOT_STARTED": 5} and waiting["best"] is None
+
+
+# -- lifecycle.control ------------------------------------------------------------------------
+def test_control_of_a_local_sweep_writes_the_record_into_its_study(workspace):
+    state = write_sweep(workspace, "alpha", quickstart())
+    start_sweep(workspace, state)
+    spec, url = spec_lib.parse(state.spec, state.file), state.backends["optuna_storage"]
+
+    returned = lifecycle.control(workspace, "alpha", drain="stopped by `seqae sweep stop`")
+    lifecycle.control(workspace, "alpha", max_concurrent=4)
+
+    control = read_only(spec, url, "alpha").control()
+    assert returned["drain"] == "stopped by `seqae sweep stop`"
+    assert control["drain"] == "stopped by `seqae sweep stop`" and control["max_concurrent"] == 4
+    assert [{k: v for k, v in entry.items() if k != "at"} for entry in control["log"]] == [
+        {"drain": "stopped by `seqae sweep stop`"}, {"max_concurrent": 4}]
+
+
+def test_control_refuses_an_unknown_sweep_a_limit_too_high_and_a_sweep_not_started(workspace):
+    state = write_sweep(workspace, "alpha", quickstart())
+    with pytest.raises(ConfigError, match="no sweep named 'nope'"):
+        lifecycle.control(workspace, "nope", drain="stop")
+    with pytest.raises(ConfigError, match="sweep 'alpha' has not started yet"):
+        lifecycle.control(workspace, "alpha", drain="stop")
+
+    start_sweep(workspace, state)
+    too_many = spec_lib.MAX_CONCURRENT + 1
+    with pytest.raises(ConfigError, match=f"max_concurrent={too_many:,} is above seqae's limit"):
+        lifecycle.control(workspace, "alpha", max_concurrent=too_many)
+    assert read_only(quickstart(), state.backends["optuna_storage"], "alpha").control() == {}  # nothing written
+
+
+@pytest.mark.parametrize("environment", [
+    pytest.param(None, id="storage-variable-unset"),
+    pytest.param("elsewhere.db", id="storage-variable-names-another-storage"),
+])
+def test_control_of_a_submitted_sweep_uses_its_records_file_and_storage(tmp_path, url, workspace, monkeypatch,
+                                                                        environment):
+    """The submission names the sweep file (relative to its working directory) and the study's
+    storage: neither the current directory nor ``SEQAE_OPTUNA_STORAGE`` may change which."""
+    source = tmp_path / "project"
+    (source / "studies").mkdir(parents=True)
+    shutil.copy(QUICKSTART, source / "studies" / "quick.yaml")
+    workspace.write_submission(Submission(
+        name="remote", address="http://head:8265", file="studies/quick.yaml", sets=SETS, workspace="/cluster/ws",
+        working_dir=str(source), jobs=["raysubmit_1"],
+        backends={"mlflow_tracking_uri": "http://mlflow:5000", "optuna_storage": url, "storage": "/cluster/ws/x"}))
+    spec = spec_lib.load(source / "studies" / "quick.yaml", SETS)
+    open_study(spec, url, "remote", spec.planned_trials(), spec.fingerprint())
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    if environment is None:
+        monkeypatch.delenv("SEQAE_OPTUNA_STORAGE", raising=False)
+    else:
+        monkeypatch.setenv("SEQAE_OPTUNA_STORAGE", f"sqlite:///{tmp_path / environment}")
+
+    lifecycle.control(workspace, "remote", drain="stopped by `seqae sweep stop`")
+    lifecycle.control(workspace, "remote", max_concurrent=8)
+
+    control = read_only(spec, url, "remote").control()
+    assert control["drain"] == "stopped by `seqae sweep stop`" and control["max_concurrent"] == 8
+    assert len(control["log"]) == 2
+
+
+def test_control_of_a_submission_that_names_no_storage_says_it_has_not_started(workspace):
+    workspace.write_submission(Submission(name="remote", address="http://head:8265", file="quickstart.yaml",
+                                          sets=SETS, workspace="/cluster/ws", working_dir=str(STUDIES)))
+    with pytest.raises(ConfigError, match="sweep 'remote' has not started yet .*a storage its submission names"):
+        lifecycle.control(workspace, "remote", drain="stop")
