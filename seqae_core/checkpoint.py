@@ -94,6 +94,15 @@ class CheckpointStore:
         """The records of trial ``number`` of a sweep that keeps its checkpoints in ``storage``."""
         return cls(f"{storage.rstrip('/')}/trials/{number:04d}")
 
+    @staticmethod
+    def trials(storage: str) -> list[int]:
+        """The numbers of the trials that have a store in ``storage``, in order."""
+        fs, root = filesystem(f"{storage.rstrip('/')}/trials")
+        if fs.get_file_info(root).type == pafs.FileType.NotFound:
+            return []
+        return sorted(int(info.base_name) for info in fs.get_file_info(pafs.FileSelector(root))
+                      if info.type == pafs.FileType.Directory and info.base_name.isdigit())
+
     # -- what training asks: save this epoch, and what to resume from --------------------------
     def save(self, metrics: dict[str, Any], checkpoint: dict[str, Any]) -> None:
         """An epoch's checkpoint (``seqae_core.train``'s report), and the best-model record when
@@ -171,8 +180,17 @@ class CheckpointStore:
             return
 
         self.fs.create_dir(self.root, recursive=True)
-        with FileLock(f"{self.root}/.writer.lock", timeout=timeout):  # raises Timeout, a TimeoutError
+        with FileLock(self.writer_lock, timeout=timeout):  # raises Timeout, a TimeoutError
             yield
+
+    @property
+    def writer_lock(self) -> str:
+        """The lock a local store's writer holds (:meth:`exclusive`)."""
+        return f"{self.root}/.writer.lock"
+
+    def records(self, kind: str = "epoch") -> list[str]:
+        """The paths of the records of ``kind`` (``epoch`` or ``best``), oldest first, valid or not."""
+        return [f"{self.root}/{kind}-{epoch:06d}" for epoch in sorted(self._epochs(kind))]
 
     def newest_meta(self, kind: str = "epoch") -> dict[str, Any] | None:
         """The metadata of the newest record of ``kind`` with a readable manifest, without

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from filelock import FileLock
 
+from seqae_core.checkpoint import CheckpointStore
 from tests.conftest import REPO, WIKI_MINI
 
 STUDIES = REPO / "sweeps" / "studies"
@@ -52,16 +54,12 @@ def start(*args: str, log: Path, env: dict[str, str] | None = None) -> subproces
 
 
 def trial_metas(storage: Path) -> dict[int, dict[str, Any]]:
-    """The newest checkpoint manifest of each trial under a sweep's storage: {trial: meta}."""
+    """The newest readable checkpoint manifest of each trial under a sweep's storage: {trial: meta}."""
     metas = {}
-    for trial in sorted((storage / "trials").glob("*")):
-        manifests = sorted(trial.glob("epoch-*/manifest.json"))
-        for manifest in reversed(manifests):
-            try:
-                metas[int(trial.name)] = json.loads(manifest.read_text())["meta"]
-                break
-            except (OSError, ValueError):
-                continue
+    for number in CheckpointStore.trials(str(storage)):
+        meta = CheckpointStore.of_trial(str(storage), number).newest_meta()
+        if meta is not None:
+            metas[number] = meta
     return metas
 
 
@@ -91,10 +89,8 @@ def wait_for(predicate, timeout: float, what: str, every: float = 0.5) -> None:
 def wait_for_writers_to_exit(storage: Path, timeout: float = 120) -> None:
     """Wait until no process writes any trial store of ``storage``: each store's writer lock is
     free (the kernel releases it when its holder, a worker that outlived a killed driver, exits)."""
-    from filelock import FileLock
-
-    for lock in (storage / "trials").glob("*/.writer.lock"):
-        with FileLock(str(lock), timeout=timeout):
+    for number in CheckpointStore.trials(str(storage)):
+        with FileLock(CheckpointStore.of_trial(str(storage), number).writer_lock, timeout=timeout):
             pass
 
 

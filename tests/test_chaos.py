@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from seqae_core import metrics as M
+from seqae_core.checkpoint import CheckpointStore
 from tests.sweep_helpers import (
     STUDIES,
     TINY,
@@ -235,12 +236,15 @@ def cut_checkpoint(sweep: Sweep, rng: random.Random) -> None:
     """A checkpoint write cut short: the driver dies, and a trial's newest record is left half written."""
     _kill_driver(sweep)
     wait_for_writers_to_exit(sweep.storage)
-    open_trials = sorted(n for n, m in trial_metas(sweep.storage).items() if not m["finished"])
-    if open_trials:
-        number = rng.choice(open_trials)
-        newest = sorted((sweep.storage / "trials" / f"{number:04d}").glob("epoch-*"))[-1] / "state.pt"
-        newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
-        print(f"    cut trial {number}'s {newest.parent.name} short", flush=True)
+    metas = trial_metas(sweep.storage)
+    assert metas, "no trial has a record to cut yet"
+    # an unfinished trial's record if there is one (it must continue from the one before); else a
+    # finished trial's newest, which every reader (status, cost, reconcile) must pass over
+    open_trials = sorted(n for n, m in metas.items() if not m["finished"])
+    number = rng.choice(open_trials or sorted(metas))
+    newest = Path(CheckpointStore.of_trial(str(sweep.storage), number).records()[-1]) / "state.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    print(f"    cut {'open' if open_trials else 'finished'} trial {number}'s {newest.parent.name} short", flush=True)
     sweep.resume()
 
 

@@ -3,10 +3,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from seqae_cli.main import main
+from seqae_core.checkpoint import CheckpointStore
 from seqae_core.config import Config, from_flat, load, to_yaml
 from seqae_errors import ConfigError
 from tests.conftest import TINY, sets
@@ -88,8 +90,9 @@ def test_train_command_prints_json_last(data_cache, tmp_path):
                 "stopped_early", "tokens_per_s", "train_seconds", "data_seconds"):
         assert key in final
     assert final["epochs_run"] == 2
-    assert (tmp_path / "ckpt" / "epoch-000002" / "manifest.json").exists()
-    best = next((tmp_path / "ckpt").glob("best-*"))
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+    assert store.progress().epoch == 2
+    best = Path(store.records("best")[-1])
     assert "reconstructed:" in (best / "samples.txt").read_text()
     # the folder now holds a run: reusing it without --resume is refused, nothing overwritten
     again = subprocess.run(

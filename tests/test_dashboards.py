@@ -14,6 +14,7 @@ import socket
 import pytest
 
 from cluster.procs import free_port
+from seqae_core.checkpoint import CheckpointStore
 from tests.conftest import SCREENSHOTS
 from tests.sweep_helpers import SMOKE, STUDIES, kill_group, seqae, sets, start, wait_for
 
@@ -250,8 +251,9 @@ def test_report_shows_failed_and_running_trials(tmp_path):
                         "grid.train.lr=[1e30, 0.001]", "train.lr_schedule=constant", "model.block=transformer",
                         "train.epochs=30", "train.patience=30", "max_concurrent=1"), log=tmp_path / "sweep.log")
     try:
-        trials = workspace / "sweeps" / name / "trials"
-        wait_for(lambda: len(list(trials.glob("*/epoch-*"))) >= 1, 300, "the second trial to train")
+        storage = str(workspace / "sweeps" / name)
+        wait_for(lambda: any(CheckpointStore.of_trial(storage, n).records() for n in CheckpointStore.trials(storage)),
+                 300, "the second trial to train")
         built = seqae("report", name, "--workspace", str(workspace))
         assert built.returncode == 0, built.stderr[-3000:]
         page = (workspace / "sweeps" / name / "report" / "index.html").read_text()

@@ -20,6 +20,7 @@ import yaml
 
 from cluster.procs import free_port
 from seqae_cli.main import main
+from seqae_core.checkpoint import CheckpointStore
 from tests.conftest import REPO
 from tests.sweep_helpers import (
     STUDIES,
@@ -136,7 +137,9 @@ def test_ctrl_c_stops_cleanly_and_resume_goes_on(tmp_path):
     resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert_books_balanced(workspace, name, 4, epochs=4)
-    for trial, sessions in tune_results(workspace, name).items():
+    results = tune_results(workspace, name)
+    assert {int(trial.split("-")[1]) for trial in results} == set(range(4)), results  # Tune's layout was read
+    for trial, sessions in results.items():
         epochs = [e for s in sessions for e in s]
         assert epochs == sorted(set(epochs)), (trial, sessions)  # no reported epoch goes backwards
         if int(trial.split("-")[1]) in done_before:
@@ -154,10 +157,12 @@ def test_damaged_newest_checkpoints_are_skipped_and_said(tmp_path):
     driver.wait()
     wait_for_writers_to_exit(storage)  # nothing writes the records this test damages
     a, b = sorted(trial_metas(storage))
-    newest_a = sorted((storage / "trials" / f"{a:04d}").glob("epoch-*"))[-1]
+    newest_a = Path(CheckpointStore.of_trial(str(storage), a).records()[-1])
     state = newest_a / "state.pt"
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])  # truncated
-    for record in (storage / "trials" / f"{b:04d}").glob("epoch-*"):
+    records_b = CheckpointStore.of_trial(str(storage), b).records()
+    assert records_b
+    for record in map(Path, records_b):
         (record / "manifest.json").write_text("{not json")  # every record of b garbled
 
     resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
