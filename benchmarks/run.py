@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 
 from seqae_core.train import native_bf16_flags
+from sweeps.progress import text_table
 
 Suite = Callable[[dict[str, Any]], list[dict[str, Any]]]
 
@@ -64,10 +65,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "(no rows)"
     columns = list(dict.fromkeys(c for row in rows for c in row))
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
-    lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
-    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns) for r in rows]
-    return "\n".join(lines)
+    return text_table(columns, [[str(r.get(c, "")) for c in columns] for r in rows])
 
 
 def main(names: list[str], out: Path, options: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
 from tqdm import tqdm
 
 from sweeps.spec import Objective
@@ -107,6 +109,18 @@ def summary(trials: list[Any], objectives: tuple[Objective, ...]) -> str:
     rows = [[str(t.number), t.state.name, str(len(t.intermediate_values) or "-"),
              *([f"{v:.4f}" for v in t.values] if t.values else ["-"] * len(objectives)), short(t.params)]
             for t in sorted(trials, key=order)]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
-    return "\n".join(lines)
+    return text_table(header, rows)
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> str:
+    """Plain text columns, left-aligned, two spaces apart (rich's table, rendered without colour
+    or borders, for a terminal or a log alike)."""
+    table = Table(box=None, show_edge=False, pad_edge=False, padding=(0, 1), header_style=None)
+    for column in header:
+        table.add_column(column, no_wrap=True, overflow="ignore")
+    for row in rows:
+        table.add_row(*row)
+    console = Console(width=100_000, no_color=True, highlight=False, color_system=None, soft_wrap=False)
+    with console.capture() as captured:
+        console.print(table)
+    return "\n".join(line.rstrip() for line in captured.get().splitlines())
