@@ -13,13 +13,13 @@ parent run under ``report/``. Each figure appears when the sweep has the data fo
                                    coordinates, or the Pareto front of a multi-objective sweep
 
 Then a sortable table of every trial, failed and running ones included, and validation samples
-at each latent ratio with the reconstruction's wrong tokens highlighted.
+at each latent ratio with the reconstruction's wrong tokens highlighted. The page's HTML, CSS
+and sort script are the Jinja2 templates in ``dashboards/templates``; this module passes them data.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import json
 import logging
 import math
@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import matplotlib
 import optuna
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from mlflow.tracking import MlflowClient
 from optuna.visualization import matplotlib as ovm
 
@@ -51,6 +52,10 @@ from seqae_core.config import parse_scalar  # noqa: E402
 log = logging.getLogger(__name__)
 
 CURVES = (M.VAL_TOKEN_ACCURACY, M.TRAIN_LOSS, M.VAL_LOSS, M.TRAIN_LOSS_STEPS, M.GLOBAL_STEP)
+
+# Autoescape is on for the .html templates: every value is text, escaped where it is rendered.
+TEMPLATES = Environment(loader=PackageLoader("dashboards"), autoescape=select_autoescape(["html"]),
+                        undefined=StrictUndefined)
 
 
 @dataclass
@@ -251,13 +256,13 @@ def seed_spreads(trials: list[Trial]) -> claims.Spreads:
     return dict(spreads)
 
 
-def grid_table(trials: list[Trial], grid: dict[str, Any]) -> str:
+def grid_data(trials: list[Trial], grid: dict[str, Any]) -> dict[str, Any] | None:
     """Best accuracy per grid cell: a column per value of the file's first grid axis, a row per
     combination of the others (e.g. the ablation's variants by latent length). A row is labelled
-    by what differs from the first row."""
+    by what differs from the first row. None without a grid of two axes or a trial with a result."""
     axes = [axis.split(",") for axis in grid]
     if len(axes) < 2:
-        return ""
+        return None
     col_keys, row_keys = axes[0], [k for axis in axes[1:] for k in axis]
     cells: dict[tuple[str, tuple[str, ...]], list[float]] = defaultdict(list)
     cols: dict[str, None] = {}
@@ -271,7 +276,7 @@ def grid_table(trials: list[Trial], grid: dict[str, Any]) -> str:
         rows.setdefault(row)
         cells[(col, row)].append(t.best)
     if not rows:
-        return ""
+        return None
     names = [k.split(".", 1)[1] for k in row_keys]
     first = next(iter(rows))
 
@@ -279,23 +284,16 @@ def grid_table(trials: list[Trial], grid: dict[str, Any]) -> str:
         changed = [f"{n}={v}" for n, v, f in zip(names, row, first) if v != f or row == first]
         return ", ".join(changed)
 
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = ""
-    for row in rows:
-        values = [cells.get((c, row)) for c in cols]
-        body += (f"<tr><td>{html.escape(label(row))}</td>"
-                 + "".join(f"<td>{sum(v) / len(v):.4f}</td>" if v else "<td></td>" for v in values) + "</tr>")
-    caption = f"best val_token_accuracy; columns: {', '.join(col_keys)}"
-    return (f'<table id="grid"><caption>{html.escape(caption)}</caption><thead><tr><th></th>{head}</tr></thead>'
-            f"<tbody>{body}</tbody></table>")
+    def mean(values: list[float] | None) -> str:
+        return f"{sum(values) / len(values):.4f}" if values else ""
+
+    return {"caption": f"best val_token_accuracy; columns: {', '.join(col_keys)}", "cols": list(cols),
+            "rows": [{"label": label(row), "cells": [mean(cells.get((c, row))) for c in cols]} for row in rows]}
 
 
-def _claims(verdicts: list[claims.Verdict]) -> str:
-    rows = "".join(f'<tr class="{html.escape(v.verdict.replace(" ", "-"))}"><td>{v.claim}</td>'
-                   f"<td>{html.escape(v.text)}</td><td>{html.escape(v.measured)}</td><td>{v.verdict}</td></tr>"
-                   for v in verdicts)
-    return ('<table id="claims"><thead><tr><th>claim</th><th>the paper says</th><th>seqae measured</th>'
-            f"<th>verdict</th></tr></thead><tbody>{rows}</tbody></table>")
+def _claims(verdicts: list[claims.Verdict]) -> list[dict[str, Any]]:
+    """A row per claim, classed by its verdict (``not-reproduced``) for the row's colour."""
+    return [{"css": v.verdict.replace(" ", "-"), "cells": [v.claim, v.text, v.measured, v.verdict]} for v in verdicts]
 
 
 def step_curve(trial: Trial) -> list[tuple[float, float]]:
@@ -358,11 +356,10 @@ def optuna_figures(storage: str, study_name: str, out: Path) -> tuple[list[Path]
     return paths, notes
 
 
-# -- the page ----------------------------------------------------------------------------------
-def _img(path: Path, caption: str) -> str:
-    data = base64.b64encode(path.read_bytes()).decode()
-    return (f'<figure><img alt="{html.escape(caption)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{html.escape(caption)} ({path.name})</figcaption></figure>")
+# -- the page: data for templates/report.html ------------------------------------------------
+def _img(path: Path, caption: str) -> dict[str, str]:
+    """A figure embedded as base64 PNG data."""
+    return {"caption": caption, "name": path.name, "data": base64.b64encode(path.read_bytes()).decode()}
 
 
 def _varying(trials: list[Trial]) -> list[str]:
@@ -374,7 +371,8 @@ def _short(value: Any) -> Any:
     return f"{value:.4g}" if isinstance(value, float) else value
 
 
-def _table(trials: list[Trial]) -> str:
+def _table(trials: list[Trial]) -> dict[str, Any]:
+    """The trials table: its column names and a row of cell texts per trial, classed by its state."""
     varying = _varying(trials)
     unit = trials[0].resource if trials else "cpu"
     head = ["trial", "state", *varying, "best accuracy", "epochs", "stopped early", "duration (s)",
@@ -385,13 +383,13 @@ def _table(trials: list[Trial]) -> str:
                  "" if t.best is None else f"{t.best:.4f}", t.epochs, "yes" if t.stopped_early else "no",
                  f"{t.duration:.1f}", "" if t.cost is None else f"{t.cost:.1f}",
                  f"{3600 * t.best / t.cost:.1f}" if t.cost and t.best is not None else "", t.node]
-        rows.append(f'<tr class="{t.state.lower()}">' + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells)
-                    + "</tr>")
-    return ('<table id="trials"><thead><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-            + "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+        rows.append({"state": t.state.lower(), "cells": [str(c) for c in cells]})
+    return {"head": head, "rows": rows}
 
 
-def _samples(trials: list[Trial], per_ratio: int = 2) -> str:
+def _samples(trials: list[Trial], per_ratio: int = 2) -> list[dict[str, Any]]:
+    """Per latent ratio, the best trial's first samples: the original tokens and (reconstructed,
+    original) token pairs, which the template highlights where they differ."""
     by_ratio: dict[tuple[int, int], list[Trial]] = defaultdict(list)
     for t in trials:
         if t.samples and t.input_len:  # a run without its parameters cannot be placed
@@ -399,35 +397,11 @@ def _samples(trials: list[Trial], per_ratio: int = 2) -> str:
     blocks = []
     for (input_len, latent), group in sorted(by_ratio.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
         best = max(group, key=lambda t: t.best or 0.0)
-        items = []
-        for sample in best.samples[:per_ratio]:
-            original = " ".join(html.escape(tok) for tok in sample["original"])
-            rebuilt = " ".join(html.escape(r) if r == o else f'<span class="wrong" title="{html.escape(o)}">'
-                               f"{html.escape(r)}</span>" for o, r in zip(sample["original"], sample["reconstruction"]))
-            items.append(f'<div class="pair"><div><b>original</b><p>{original}</p></div>'
-                         f"<div><b>reconstruction</b><p>{rebuilt}</p></div></div>")
-        blocks.append(f"<h3>{input_len} to {latent} tokens ({100 * latent / input_len:.0f}%), trial {best.number}</h3>"
-                      + "".join(items))
-    return "".join(blocks) or "<p>No trial has logged samples yet.</p>"
-
-
-STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
-figure{display:inline-block;margin:0.5em;vertical-align:top} img{max-width:560px;border:1px solid #ddd}
-figcaption{font-size:0.85em;color:#555} table{border-collapse:collapse;font-size:0.85em}
-th,td{border:1px solid #ccc;padding:3px 6px;text-align:right} th{cursor:pointer;background:#f3f3f3}
-tr.fail td,tr.not-reproduced td{background:#fde2e2} tr.reproduced td{background:#e2f5e2} tr.running td{background:#fff6d5} tr.pruned td{background:#eee}
-.pair{display:grid;grid-template-columns:1fr 1fr;gap:1em;font-family:monospace;font-size:0.8em}
-.wrong{background:#f8b4b4;text-decoration:underline} .note{color:#777}"""
-
-SORT = """document.querySelectorAll('#trials th').forEach((th, i) => th.addEventListener('click', () => {
-  const body = th.closest('table').tBodies[0];
-  const rows = Array.from(body.rows);
-  const up = th.dataset.order !== 'asc';
-  th.dataset.order = up ? 'asc' : 'desc';
-  const value = r => { const t = r.cells[i].textContent; const n = parseFloat(t); return isNaN(n) ? t : n; };
-  rows.sort((a, b) => (value(a) > value(b) ? 1 : value(a) < value(b) ? -1 : 0) * (up ? 1 : -1));
-  rows.forEach(r => body.appendChild(r));
-}));"""
+        pairs = [{"original": sample["original"], "tokens": list(zip(sample["reconstruction"], sample["original"]))}
+                 for sample in best.samples[:per_ratio]]
+        blocks.append({"heading": f"{input_len} to {latent} tokens ({100 * latent / input_len:.0f}%), trial {best.number}",
+                       "pairs": pairs})
+    return blocks
 
 
 class SweepRecord(Protocol):
@@ -474,23 +448,12 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
 
     counts = Counter(t.state for t in trials)
     summary = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no trials yet"
-    page = f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
-<title>seqae sweep {html.escape(state.name)}</title><style>{STYLE}</style></head><body>
-<h1>Sweep {html.escape(state.name)}</h1>
-<p>{len(trials)} of {state.total_trials} trials: {summary}. Built {time.strftime('%Y-%m-%d %H:%M:%S')}
-from MLflow experiment {html.escape(str(state.mlflow_experiment_id))}
-(sweep run {html.escape(parent.info.run_id if parent else '-')}).</p>
-<h2>The paper's claims</h2><p class="note">Best accuracy per trial; the paper's own values are
-the black stars in the Fig. 3 analog. A claim is checked only where the sweep has its data.</p>
-{_claims(verdicts)}
-<h2>Figures</h2>{''.join(_img(p, c) for p, c in figures) or '<p>No figure has data yet.</p>'}
-{''.join(f'<p class="note">{html.escape(n)}</p>' for n in notes)}
-<h2>The grid</h2>{grid_table(trials, state.spec.get("grid") or {}) or '<p>No grid of two or more axes.</p>'}
-<h2>Trials</h2><p class="note">Click a column to sort. Failed trials are red, running ones yellow.</p>
-{_table(trials)}
-<h2>Reconstructions</h2><p class="note">Wrong tokens are highlighted; hover to see the original.</p>
-{_samples(trials)}
-<script>{SORT}</script></body></html>"""
+    page = TEMPLATES.get_template("report.html").render(
+        name=state.name, done=len(trials), total=state.total_trials, summary=summary,
+        built=time.strftime("%Y-%m-%d %H:%M:%S"), experiment_id=str(state.mlflow_experiment_id),
+        parent_run_id=parent.info.run_id if parent else "-", claims=_claims(verdicts),
+        figures=[_img(p, c) for p, c in figures], notes=notes, grid=grid_data(trials, state.spec.get("grid") or {}),
+        trials=_table(trials), samples=_samples(trials))
     index = out / "index.html"
     index.write_text(page)
     if log_to_mlflow and parent is not None:

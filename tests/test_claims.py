@@ -57,7 +57,7 @@ def test_seed_spread_wider_for_short_inputs_and_narrowed_by_warm_start():
 
 
 def test_the_grid_table_labels_each_variant_by_what_it_changes():
-    from dashboards.report import Trial, grid_table
+    from dashboards.report import Trial, grid_data
 
     grid = {"model.latent_len": [16, 8], "train.lr,model.residual": [[1e-3, False], [1e-3, True]]}
     trials = []
@@ -67,11 +67,11 @@ def test_the_grid_table_labels_each_variant_by_what_it_changes():
                       {"model.latent_len": latent, "train.lr": 1e-3, "model.residual": residual})
         trial.curves["val_token_accuracy"] = [(1, acc / 2), (2, acc)]
         trials.append(trial)
-    table = grid_table(trials, grid)
-    assert "<th>16</th><th>8</th>" in table
-    assert "<tr><td>lr=0.001, residual=False</td><td>0.1600</td><td>0.1200</td></tr>" in table
-    assert "<tr><td>residual=True</td><td>0.9700</td><td>0.9000</td></tr>" in table
-    assert grid_table(trials, {"model.latent_len": [16, 8]}) == ""
+    table = grid_data(trials, grid)
+    assert table == {"caption": "best val_token_accuracy; columns: model.latent_len", "cols": ["16", "8"],
+                     "rows": [{"label": "lr=0.001, residual=False", "cells": ["0.1600", "0.1200"]},
+                              {"label": "residual=True", "cells": ["0.9700", "0.9000"]}]}
+    assert grid_data(trials, {"model.latent_len": [16, 8]}) is None  # one axis: no table
 
 
 def test_seed_spread_says_which_half_of_the_claim_fails():
