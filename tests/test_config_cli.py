@@ -77,11 +77,14 @@ def test_config_file_errors_name_the_file_and_key(tmp_path, capsys):
     assert str(path) in err and "unknown key 'model.colour'" in err
 
 
+SMALL = {**TINY, "data.max_pages": 3}  # whole runs in a subprocess: what they check does not depend on the size
+
+
 def test_train_command_prints_json_last(data_cache, tmp_path):
     """The real console script, end to end on the tiny config."""
     run = subprocess.run(
         [sys.executable, "-m", "seqae_cli", "train", "--json", "--cache-dir", str(data_cache),
-         "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(TINY) for a in ("--set", s)]],
+         "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(SMALL) for a in ("--set", s)]],
         capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stderr
@@ -97,7 +100,7 @@ def test_train_command_prints_json_last(data_cache, tmp_path):
     # the folder now holds a run: reusing it without --resume is refused, nothing overwritten
     again = subprocess.run(
         [sys.executable, "-m", "seqae_cli", "train", "--cache-dir", str(data_cache),
-         "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(TINY) for a in ("--set", s)]],
+         "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(SMALL) for a in ("--set", s)]],
         capture_output=True, text=True, timeout=300,
     )
     assert again.returncode == 2 and "pass --resume" in again.stderr

@@ -18,6 +18,13 @@ from seqae_core.train import (
 TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.DATA_SECONDS}
 
 
+@pytest.fixture
+def tiny_config(tiny_config):
+    """The tiny config on three pages (282 training windows rather than 1,253): every test here
+    trains whole runs, some twice, and what they check does not depend on the data's size."""
+    return lambda **overrides: tiny_config(**{"data.max_pages": 3, **overrides})
+
+
 def without_timing(history):
     return [{k: v for k, v in h.items() if k not in TIMING} for h in history]
 
