@@ -71,6 +71,7 @@ class Trial:
     samples: list[dict[str, list[str]]] = field(default_factory=list)
     cost: float | None = None  # resource-seconds: training wall time x the CPUs or GPU fraction held
     resource: str = "cpu"
+    test: float | None = None  # the kept checkpoint's test token accuracy (pages nothing selected on)
 
     @property
     def input_len(self) -> int:
@@ -121,6 +122,7 @@ def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
             duration=((run.info.end_time or now) - run.info.start_time) / 1000,
             node=tags.get("ray.node_ip", "") + (f" ({tags['ray.node_id'][:8]})" if "ray.node_id" in tags else ""),
             cost=run.data.metrics.get(M.RESOURCE_SECONDS), resource=tags.get(N.RESOURCE, "cpu"),
+            test=run.data.metrics.get(M.TEST_TOKEN_ACCURACY),
         )
         for key in CURVES:
             if key in run.data.metrics:
@@ -375,12 +377,15 @@ def _table(trials: list[Trial]) -> dict[str, Any]:
     """The trials table: its column names and a row of cell texts per trial, classed by its state."""
     varying = _varying(trials)
     unit = trials[0].resource if trials else "cpu"
-    head = ["trial", "state", *varying, "best accuracy", "epochs", "stopped early", "duration (s)",
+    tested = any(t.test is not None for t in trials)
+    head = ["trial", "state", *varying, "best val accuracy (selected on)",
+            *(["test accuracy (never selected on)"] if tested else []), "epochs", "stopped early", "duration (s)",
             f"cost ({unit}-s)", f"accuracy per {unit}-hour", "node"]
     rows = []
     for t in trials:
         cells = [t.number, t.state, *[_short(t.params.get(k, "")) for k in varying],
-                 "" if t.best is None else f"{t.best:.4f}", t.epochs, "yes" if t.stopped_early else "no",
+                 "" if t.best is None else f"{t.best:.4f}",
+                 *(["" if t.test is None else f"{t.test:.4f}"] if tested else []), t.epochs, "yes" if t.stopped_early else "no",
                  f"{t.duration:.1f}", "" if t.cost is None else f"{t.cost:.1f}",
                  f"{3600 * t.best / t.cost:.1f}" if t.cost and t.best is not None else "", t.node]
         rows.append({"state": t.state.lower(), "cells": [str(c) for c in cells]})

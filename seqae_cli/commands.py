@@ -264,7 +264,9 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     best = info["best"]
     for entry in best if isinstance(best, list) else [best] if best else []:
         values = ", ".join(f"{k} {v:.4f}" for k, v in entry["values"].items())
-        print(f"  best: trial {entry['trial']}: {values}")
+        test = ", ".join(f"{k} {v:.4f}" for k, v in (entry.get("test") or {}).items())
+        print(f"  best: trial {entry['trial']}: {values} (validation, selected on)")
+        print(f"        {f'{test} (test pages, never selected on)' if test else 'no test split: data.test_fraction is 0'}")
         for key, value in sorted(entry["params"].items()):
             print(f"        {key} = {value}")
     print(f"  MLflow: {info['mlflow_tracking_uri']} experiment {info['mlflow_experiment_id']}, "

@@ -32,8 +32,13 @@ class DataConfig:
     # renumbered, so the vocabulary head is smaller (see seqae_core.data)
     vocab: Literal["tokenizer", "corpus"] = "tokenizer"
     max_pages: int | None = None  # None: every page; the paper used the first 30%
-    val_fraction: float = 0.2
-    split_seed: int = 0
+    val_fraction: float = 0.2  # share of the pages the search selects on (the paper's 20%)
+    split_seed: int = 0  # draws the validation pages from those that are not test pages
+    # Share of the pages held out for the test split, which nothing selects on: a page is a test
+    # page when a number drawn for it from test_seed falls below test_fraction, so the same pages
+    # stay out whatever max_pages, val_fraction and split_seed are. 0: no test split (the paper's 80/20).
+    test_fraction: float = 0.0
+    test_seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -301,6 +306,9 @@ def validate(config: Config, origin: dict[str, str] | None = None) -> None:
         fail("data.max_pages", f"data.max_pages={config.data.max_pages} must be at least 2 (train and validation)")
     if not 0.0 < config.data.val_fraction < 1.0:
         fail("data.val_fraction", f"data.val_fraction={config.data.val_fraction} must be in (0, 1)")
+    if not 0.0 <= config.data.test_fraction < 1.0 - config.data.val_fraction:
+        fail("data.test_fraction", f"data.test_fraction={config.data.test_fraction} must be in [0, 1 - "
+             f"data.val_fraction={config.data.val_fraction}), to leave pages to train on")
     if not 0.0 <= config.model.dropout < 1.0:
         fail("model.dropout", f"model.dropout={config.model.dropout} must be in [0, 1)")
     m, t = config.model, config.data.input_len

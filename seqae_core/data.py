@@ -18,8 +18,10 @@ through the same call. Pages are streamed, so ``data.max_pages`` reads only what
 
 The tokenized samples are cached under ``cache_dir/<key>/``, keyed by everything that changes
 them. An entry is built in a temporary folder and renamed into place, and a manifest holds the
-size and SHA-256 of each file, so a partial or corrupted entry is detected and rebuilt. The
-validation split is drawn by page afterwards, so trials with other split settings share an entry.
+size and SHA-256 of each file, so a partial or corrupted entry is detected and rebuilt. The test
+and validation splits are drawn by page afterwards, so trials with other split settings share an
+entry: first the test pages (``data.test_fraction``, from their own seed), then the validation
+pages among the rest.
 
 On a cluster, the driver prepares an entry once and :func:`publish` es it where every node reaches
 (a shared folder, or an object store); :func:`prepare` given that ``published`` location fetches
@@ -63,7 +65,8 @@ log = logging.getLogger(__name__)
 FORMAT = 2  # bump when the layout of an entry changes
 FILES = ("tokens.npy", "pages.npy", "vocab.json", "token_ids.npy")
 PAGE_BATCH = 512  # pages per tokenizer call
-SPLIT_SETTINGS = ("val_fraction", "split_seed")  # drawn after tokenizing: entries do not depend on them
+# Drawn after tokenizing: entries do not depend on them.
+SPLIT_SETTINGS = ("val_fraction", "split_seed", "test_fraction", "test_seed")
 CHARS_PER_TOKEN = 5.0  # characters tokenized per token still needed; English averages about 4.5
 
 
@@ -79,6 +82,7 @@ class Splits:
     tokens: np.ndarray  # (n, t) token ids
     train: np.ndarray  # (n_train,) row indices
     val: np.ndarray  # (n_val,) row indices
+    test: np.ndarray  # (n_test,) row indices; empty without a test split
     pad_id: int
     vocab_size: int
     entry: Path
@@ -123,25 +127,37 @@ def open_splits(entry: Path, config: DataConfig) -> Splits:
     tokens = np.load(entry / "tokens.npy", mmap_mode="r")
     pages = np.load(entry / "pages.npy", mmap_mode="r")
     n_pages = manifest["pages"]
+    is_test = held_out_pages(n_pages, config)
+    rest = np.flatnonzero(~is_test)
     n_val = max(1, round(config.val_fraction * n_pages))
-    if n_val >= n_pages:
+    if n_val >= len(rest):
         raise ConfigError(
-            f"data.val_fraction={config.val_fraction} leaves no training pages out of {n_pages}; "
-            f"raise data.max_pages or lower data.val_fraction"
+            f"data.val_fraction={config.val_fraction} and data.test_fraction={config.test_fraction} leave no "
+            f"training pages out of {n_pages}; raise data.max_pages or lower the fractions"
         )
-    order = np.random.default_rng(config.split_seed).permutation(n_pages)
     is_val = np.zeros(n_pages, dtype=bool)
-    is_val[order[:n_val]] = True
-    rows_val = is_val[pages]
+    is_val[rest[np.random.default_rng(config.split_seed).permutation(len(rest))[:n_val]]] = True
     return Splits(
         token_ids=np.load(entry / "token_ids.npy"),
         tokens=tokens,
-        train=np.flatnonzero(~rows_val),
-        val=np.flatnonzero(rows_val),
+        train=np.flatnonzero(~(is_val | is_test)[pages]),
+        val=np.flatnonzero(is_val[pages]),
+        test=np.flatnonzero(is_test[pages]),
         pad_id=manifest["pad_id"],
         vocab_size=manifest["vocab_size"],
         entry=entry,
     )
+
+
+def held_out_pages(n_pages: int, config: DataConfig) -> np.ndarray:
+    """Which of the first ``n_pages`` pages are test pages: page i is when the i-th number drawn
+    from ``test_seed`` falls below ``test_fraction``, so a page's membership depends on nothing
+    else (a larger ``max_pages`` only adds pages); at least one page when the fraction is above 0."""
+    draws = np.random.default_rng(config.test_seed).random(n_pages)
+    is_test = draws < config.test_fraction
+    if config.test_fraction > 0 and not is_test.any():
+        is_test[np.argmin(draws)] = True
+    return is_test
 
 
 def describe(entry: Path, config: DataConfig) -> dict[str, Any]:
@@ -154,7 +170,7 @@ def describe(entry: Path, config: DataConfig) -> dict[str, Any]:
     splits = open_splits(entry, config)
     return {"digest": hashlib.sha256(json.dumps(contents, sort_keys=True).encode()).hexdigest()[:10],
             "entry": entry.name, "pages": manifest["pages"],
-            "samples": {"train": len(splits.train), "val": len(splits.val)}}
+            "samples": {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)}}
 
 
 def prepare(config: DataConfig, cache_dir: Path | None = None, published: str | None = None) -> Path:

@@ -17,6 +17,12 @@ RESOURCE_SECONDS = "resource_seconds"  # a sweep trial's training wall time x th
 LATENT_FRACTION = "latent_fraction"  # latent_len / input_len, constant per trial
 BEST_EPOCH = "best_epoch"
 BEST_VAL_TOKEN_ACCURACY = "best_val_token_accuracy"
+# The kept checkpoint's (the best epoch's so far) scores on the test pages, which nothing selects
+# on: scored each time early stopping keeps a new best, so a trial has them however it ends.
+TEST_LOSS = "test_loss"
+TEST_TOKEN_ACCURACY = "test_token_accuracy"
+TEST_SEQUENCE_ACCURACY = "test_sequence_accuracy"
+TEST_METRICS: tuple[str, ...] = (TEST_LOSS, TEST_TOKEN_ACCURACY, TEST_SEQUENCE_ACCURACY)
 GLOBAL_STEP = "global_step"  # optimizer steps since the start, at the end of the epoch
 # The epoch's points of the training-loss curve: [global step, mean loss over the steps since the
 # previous point] every train.log_every_steps steps; in MLflow, one value per point at its global step.
@@ -38,6 +44,7 @@ PER_EPOCH: tuple[str, ...] = (
     EPOCH_SECONDS, LATENT_FRACTION, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY, DATA_SECONDS, GLOBAL_STEP,
 )
 CUDA_PER_EPOCH: tuple[str, ...] = (GPU_MEMORY_GIB,)  # reported besides those on CUDA only
+# Reported besides those with a test split (data.test_fraction > 0): TEST_METRICS.
 # What a sweep may optimize, and the direction that makes sense for each.
 OBJECTIVES: dict[str, tuple[str, ...]] = {
     VAL_TOKEN_ACCURACY: ("max",),

@@ -122,12 +122,14 @@ def batch_scores(model: ReducingAutoencoder, tokens: torch.Tensor, pad_id: int) 
 
 
 @torch.no_grad()
-def evaluate(model: ReducingAutoencoder, splits: data_lib.Splits, config: Config, device: torch.device) -> M.Scores:
+def evaluate(model: ReducingAutoencoder, splits: data_lib.Splits, rows: np.ndarray, config: Config,
+             device: torch.device) -> M.Scores:
+    """The model's scores on ``rows`` of the samples (a split's: ``splits.val``, ``splits.test``)."""
     model.eval()
     total = M.Scores()
     size = config.train.batch_size * 4
-    for i in range(0, len(splits.val), size):
-        tokens = splits.batch(splits.val[i : i + size]).to(device)
+    for i in range(0, len(rows), size):
+        tokens = splits.batch(rows[i : i + size]).to(device)
         with autocast(config, device):
             _, scores = batch_scores(model, tokens, splits.pad_id)
         total.add(scores)
@@ -190,6 +192,7 @@ def train(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(config.train, steps_per_epoch, config.data.input_len))
     stopper = EarlyStopping(config.train.patience)
     history: list[dict[str, Any]] = []
+    kept_test: dict[str, float] = {}  # the kept checkpoint's test scores
     first_epoch = 1
     if resume is not None:
         saved = from_flat(resume["config"])
@@ -205,6 +208,7 @@ def train(
         if dev.type == "cuda" and resume["rng"].get("cuda"):
             torch.cuda.set_rng_state_all(resume["rng"]["cuda"])
         history = list(resume["history"])
+        kept_test = {k: history[-1][k] for k in M.TEST_METRICS if k in history[-1]}
         first_epoch = resume["epoch"] + 1
         if resume["finished"] and (stopper.should_stop or resume["epoch"] >= config.train.epochs):
             return summary(history, stopper, config.train.epochs, data_seconds)
@@ -239,8 +243,12 @@ def train(
             if progress:
                 bar.set_postfix(loss=f"{value:.4f}")
         train_seconds = time.perf_counter() - epoch_start
-        val = evaluate(model, splits, config, dev)
+        val = evaluate(model, splits, splits.val, config, dev)
         improved = stopper.update(val.token_accuracy, epoch)
+        if improved and len(splits.test):  # the checkpoint early stopping keeps, on pages nothing selects on
+            test = evaluate(model, splits, splits.test, config, dev)
+            kept_test = {M.TEST_LOSS: test.loss, M.TEST_TOKEN_ACCURACY: test.token_accuracy,
+                         M.TEST_SEQUENCE_ACCURACY: test.sequence_accuracy}
         stop = stopper.should_stop or epoch == config.train.epochs
         metrics = {
             M.EPOCH: epoch,
@@ -257,6 +265,7 @@ def train(
             M.DATA_SECONDS: data_seconds,
             M.GLOBAL_STEP: epoch * steps_per_epoch,
             M.TRAIN_LOSS_STEPS: curve,
+            **kept_test,
             **({M.GPU_MEMORY_GIB: torch.cuda.max_memory_allocated(dev) / 2**30} if dev.type == "cuda" else {}),
             **(measure() if measure is not None else {}),
         }
@@ -289,7 +298,8 @@ def summary(history: list[dict[str, Any]], stopper: EarlyStopping, epochs: int, 
     best = history[stopper.best_epoch - 1]
     train_seconds = sum(h[M.EPOCH_SECONDS] for h in history)
     return {
-        **{k: best[k] for k in (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.VAL_SEQUENCE_ACCURACY, M.TRAIN_LOSS, M.LATENT_FRACTION)},
+        **{k: best[k] for k in (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.VAL_SEQUENCE_ACCURACY, M.TRAIN_LOSS, M.LATENT_FRACTION,
+                                *M.TEST_METRICS) if k in best},
         M.BEST_EPOCH: stopper.best_epoch,
         M.EPOCHS_RUN: len(history),
         M.STOPPED_EARLY: len(history) < epochs,

@@ -132,6 +132,7 @@ def run(workspace: Workspace, session: Session, verbose: bool) -> Writer:
         except KeyboardInterrupt:
             session.record["interrupted"] = True
         print(f"\n{progress.summary(study.trials(), spec.objectives)}\n", flush=True)
+        print(f"seqae: {progress.best_line(study.best(), spec.objectives)}", flush=True)
     return writer
 
 

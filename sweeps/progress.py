@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 from tqdm import tqdm
 
+from seqae_core import metrics as M
+from seqae_core import names as N
 from sweeps.spec import Objective
 
 
@@ -97,19 +99,39 @@ class Progress:
 
 def summary(trials: list[Any], objectives: tuple[Objective, ...]) -> str:
     """A table of every trial of the study, best first: trial, state, epochs (reported to Optuna;
-    "-" for multi-objective sweeps, which report none), objective values and parameters.
-    ``trials`` are Optuna FrozenTrials."""
+    "-" for multi-objective sweeps, which report none), objective values, the test token accuracy
+    of the checkpoint each kept (with a test split) and parameters. ``trials`` are Optuna FrozenTrials."""
     first = objectives[0]
     sign = -1.0 if first.mode == "max" else 1.0
 
     def order(trial: Any) -> tuple[float, int]:
         return (sign * trial.values[0] if trial.values else float("inf"), trial.number)
 
-    header = ["trial", "state", "epochs", *(o.metric for o in objectives), "params"]
+    tested = any(N.TEST in t.user_attrs for t in trials)
+    header = ["trial", "state", "epochs", *(o.metric for o in objectives), *([M.TEST_TOKEN_ACCURACY] if tested else []),
+              "params"]
     rows = [[str(t.number), t.state.name, str(len(t.intermediate_values) or "-"),
-             *([f"{v:.4f}" for v in t.values] if t.values else ["-"] * len(objectives)), short(t.params)]
+             *([f"{v:.4f}" for v in t.values] if t.values else ["-"] * len(objectives)),
+             *([_test(t)] if tested else []), short(t.params)]
             for t in sorted(trials, key=order)]
     return text_table(header, rows)
+
+
+def best_line(best: list[Any], objectives: tuple[Objective, ...]) -> str:
+    """The best trial's validation value (what the search selected on) beside its test token
+    accuracy (pages nothing selected on), or why there is none."""
+    if len(best) != 1:
+        return f"{len(best)} trials on the Pareto front" if best else "no trial completed"
+    trial, objective = best[0], objectives[0]
+    test = trial.user_attrs.get(N.TEST)
+    return (f"best: trial {trial.number}  {objective.metric} {trial.values[0]:.4f} (validation, selected on)  "
+            + (f"{M.TEST_TOKEN_ACCURACY} {test[M.TEST_TOKEN_ACCURACY]:.4f} (test pages, never selected on)" if test
+               else "no test split (data.test_fraction is 0): the validation value is biased by the selection"))
+
+
+def _test(trial: Any) -> str:
+    test = trial.user_attrs.get(N.TEST)
+    return f"{test[M.TEST_TOKEN_ACCURACY]:.4f}" if test else "-"
 
 
 def text_table(header: list[str], rows: list[list[str]]) -> str:

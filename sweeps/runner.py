@@ -303,7 +303,7 @@ def run_session(
         for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):
             if scheduler.stops(number):  # the rungs it passed before the driver died stop it
                 print(f"seqae: trial {number}: ASHA's rungs, rebuilt from the trials' records, stop it", flush=True)
-                ledger.settle(study, number, ledger.Outcome.PRUNED, None)
+                ledger.settle(study, number, ledger.Outcome.PRUNED, progresses.get(number))
                 writer.submit(f"closing trial {number}", partial(tracker.trial_ended, number, ledger.Outcome.PRUNED))
     # Tune's newer console output prints a config box, a results path and a TensorBoard hint
     # whatever the verbosity; its classic reporter at verbosity 0 prints nothing.

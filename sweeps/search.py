@@ -302,6 +302,13 @@ class SweepStudy:
                 self.report(number, int(record[M.EPOCH]), record)
         self.study.tell(self._records.get(number, number), best_epoch_values(self.spec, history), skip_if_finished=True)
 
+    def note_test(self, number: int, history: list[dict[str, Any]]) -> None:
+        """Keep the test metrics of the checkpoint a running trial kept (its newest record has
+        them: each record carries the kept checkpoint's), for status and reports."""
+        test = {k: history[-1][k] for k in M.TEST_METRICS if history and k in history[-1]}
+        if test and self._running(number) is not None:
+            self.storage.set_trial_user_attr(self._trial_id(number), N.TEST, test)
+
     def tell(self, number: int, state: TrialState) -> None:
         """End a trial without values (pruned or failed)."""
         self.study.tell(self._records.get(number, number), state=state, skip_if_finished=True)

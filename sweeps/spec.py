@@ -141,6 +141,10 @@ class Objective(_Section):
 
     @model_validator(mode="after")
     def _reported(self) -> Objective:
+        if self.metric in M.TEST_METRICS:
+            raise ValueError(f"metric={self.metric!r} is measured on the test pages, which no choice may see (not "
+                             "the search, a target or a scheduler); optimize a validation metric, and the test "
+                             "metrics are reported beside it")
         if self.metric not in M.OBJECTIVES:
             raise ValueError(f"metric={self.metric!r} is not reported by the trainer; choose from "
                              f"{', '.join(M.OBJECTIVES)}")

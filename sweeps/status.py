@@ -8,6 +8,7 @@ from typing import Any
 
 from mlflow.tracking import MlflowClient
 
+from seqae_core import names as N
 from seqae_core.checkpoint import CheckpointStore
 from sweeps import spec as spec_lib
 from sweeps.ledger import resource_seconds
@@ -73,7 +74,8 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
     if created < total:
         by_state["NOT_STARTED"] = total - created
     best = [
-        {"trial": t.number, "values": dict(zip((o.metric for o in spec.objectives), t.values)), "params": t.params}
+        {"trial": t.number, "values": dict(zip((o.metric for o in spec.objectives), t.values)), "params": t.params,
+         "test": t.user_attrs.get(N.TEST)}  # the kept checkpoint's, on pages nothing selected on; None without a test split
         for t in study.best()
     ]
     return {

@@ -59,7 +59,7 @@ from sweeps.ledger import Outcome, resource_seconds
 
 log = logging.getLogger(__name__)
 
-LOGGED_METRICS = tuple(m for m in M.PER_EPOCH + M.CUDA_PER_EPOCH if m != M.EPOCH)
+LOGGED_METRICS = tuple(m for m in M.PER_EPOCH + M.CUDA_PER_EPOCH + M.TEST_METRICS if m != M.EPOCH)
 # MLflow 3 keeps an experiment's kind in this tag, and its UI's kind selector writes this value
 # for model training. (MLflow 3.17's UI opens an experiment on the page of its own workflow type
 # instead, which a link picks with ?workflowType=machine_learning: dashboards.ui.runs_url.)

@@ -84,6 +84,46 @@ def test_split_is_by_page_and_seeded(tiny_config, data_cache):
     assert not np.array_equal(other.val, splits.val)
 
 
+SPLIT_PAGES = 30
+
+
+def _pages_of(splits: data.Splits) -> list[set[int]]:
+    pages = np.load(splits.entry / "pages.npy")
+    return [set(pages[rows].tolist()) for rows in (splits.train, splits.val, splits.test)]
+
+
+@pytest.mark.parametrize("split_seed, val_fraction", [(0, 0.2), (1, 0.2), (5, 0.1), (2, 0.5)])
+def test_test_pages_never_reach_training_or_validation(tiny_config, data_cache, split_seed, val_fraction):
+    settings = {"data.max_pages": SPLIT_PAGES, "data.test_fraction": 0.2}
+    splits = data.load(tiny_config(**settings, **{"data.split_seed": split_seed, "data.val_fraction": val_fraction}).data,
+                       data_cache)
+    train, val, test = _pages_of(splits)
+    assert train and val and test
+    assert train.isdisjoint(val) and train.isdisjoint(test) and val.isdisjoint(test)
+    assert train | val | test == set(range(SPLIT_PAGES))
+    assert len(val) == round(val_fraction * SPLIT_PAGES)
+    # the test pages are the test seed's alone: other validation settings draw among the rest
+    assert test == _pages_of(data.load(tiny_config(**settings).data, data_cache))[2]
+
+
+def test_test_pages_stay_out_whatever_the_page_count_and_move_only_with_their_seed(tiny_config, data_cache):
+    def test_pages(**overrides):
+        return _pages_of(data.load(tiny_config(**{"data.test_fraction": 0.2, **overrides}).data, data_cache))[2]
+
+    few, many = test_pages(**{"data.max_pages": SPLIT_PAGES}), test_pages(**{"data.max_pages": 2 * SPLIT_PAGES})
+    assert few == {page for page in many if page < SPLIT_PAGES}
+    assert test_pages(**{"data.max_pages": SPLIT_PAGES, "data.test_seed": 1}) != few
+    assert test_pages(**{"data.max_pages": 3, "data.test_fraction": 0.01}) != set()  # a fraction above 0: one page at least
+
+
+def test_no_test_fraction_keeps_the_paper_split(tiny_config, data_cache):
+    """Without a test split, the validation pages are the first of the split seed's permutation, as ever."""
+    splits = data.load(tiny_config(**{"data.max_pages": SPLIT_PAGES, "data.split_seed": 3}).data, data_cache)
+    _, val, test = _pages_of(splits)
+    assert test == set() and len(splits.test) == 0
+    assert val == set(np.random.default_rng(3).permutation(SPLIT_PAGES)[:round(0.2 * SPLIT_PAGES)].tolist())
+
+
 def test_padding_is_never_scored():
     torch.manual_seed(0)
     tokens = torch.tensor([[5, 6, 7, 0, 0], [9, 3, 0, 0, 0]])  # pad id 0

@@ -106,6 +106,15 @@ BAD = [
                  "model.latent_len=64 must be in 1..data.input_len=32", id="grid-cell-invalid"),
     pytest.param({**GOOD, "search": {"model.d_model": {"type": "uniform", "low": 16, "high": 64}}},
                  "model.d_model is an integer", id="float-search-on-int"),
+    # Test metrics are never chosen on: not as the objective, nor its target, nor ASHA's metric (the objective's).
+    pytest.param({**GOOD, "objective": {"metric": "test_token_accuracy", "mode": "max"}},
+                 "objective[0]: metric='test_token_accuracy' is measured on the test pages", id="test-objective"),
+    pytest.param({**GOOD, "objective": {"metric": "test_loss", "mode": "min", "target": 0.5}},
+                 "objective[0]: metric='test_loss' is measured on the test pages", id="test-target"),
+    pytest.param({**GOOD, "objective": {"metric": "test_sequence_accuracy", "mode": "max"}, "scheduler": {"type": "asha"}},
+                 "objective[0]: metric='test_sequence_accuracy' is measured on the test pages", id="test-scheduler-metric"),
+    pytest.param({**GOOD, "config": {"data": {"input_len": 32, "test_fraction": 0.8}}},
+                 "data.test_fraction=0.8 must be in [0, 1 - data.val_fraction=0.2)", id="test-fraction-too-large"),
 ]
 LIMITS = [
     pytest.param({**GOOD, "trials": {"total": 100_000_000}}, "trials.total=100,000,000 is above seqae's limit of "

@@ -69,6 +69,34 @@ def test_reports_every_epoch_and_returns_the_best(tiny_config, data_cache):
         assert key in reports[0][1]
 
 
+def test_the_kept_checkpoint_is_scored_on_the_test_pages(tiny_config, data_cache, tmp_path):
+    """Each record carries the test scores of the checkpoint early stopping kept so far; the run's
+    final ones are the best model's on the test pages, re-scored here from the stored model."""
+    from seqae_core import data
+    from seqae_core.train import evaluate
+
+    config = tiny_config(**{"train.epochs": 3, "data.test_fraction": 0.2, "train.lr": 3e-3})
+    store, reports = CheckpointStore(str(tmp_path / "ckpt")), []
+
+    def keep(metrics, checkpoint):
+        store.save(metrics, checkpoint)
+        reports.append(metrics)
+
+    final = train(config, keep, cache_dir=data_cache)
+    assert set(M.TEST_METRICS) <= set(final) and all(set(M.TEST_METRICS) <= set(m) for m in reports)
+    for m in reports:  # the kept checkpoint's: they change only at a new best epoch
+        assert m[M.TEST_TOKEN_ACCURACY] == reports[m[M.BEST_EPOCH] - 1][M.TEST_TOKEN_ACCURACY]
+    best = store.latest("best")
+    assert best.epoch == final[M.BEST_EPOCH]
+    model = ReducingAutoencoder(config, len(best.state("model.pt")["token_ids"]))
+    model.load_state_dict(best.state("model.pt")["model"])
+    splits = data.load(config.data, data_cache)
+    scores = evaluate(model, splits, splits.test, config, torch.device("cpu"))
+    assert final[M.TEST_TOKEN_ACCURACY] == pytest.approx(scores.token_accuracy, abs=1e-6)
+    assert final[M.TEST_LOSS] == pytest.approx(scores.loss, rel=1e-5)
+    assert M.TEST_TOKEN_ACCURACY not in train(tiny_config(**{"train.epochs": 1}), cache_dir=data_cache)
+
+
 def test_the_loss_curve_has_a_point_every_n_steps_and_the_epoch_its_mean(tiny_config, data_cache):
     """Every train.log_every_steps steps, the mean loss since the previous point, at its global step:
     at N=1, every step's loss, around the epoch's mean."""
@@ -96,7 +124,7 @@ def test_the_loss_curve_has_a_point_every_n_steps_and_the_epoch_its_mean(tiny_co
 
 
 def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, data_cache, tmp_path):
-    config = tiny_config(**{"train.epochs": 4, "model.dropout": 0.1})
+    config = tiny_config(**{"train.epochs": 4, "model.dropout": 0.1, "data.test_fraction": 0.2})
     full = []
     expected = train(config, lambda m, c: full.append(m), cache_dir=data_cache)
 
