@@ -195,7 +195,7 @@ def test_a_run_records_its_dataset_once_and_other_data_has_another_digest(tmp_pa
     dataset = inputs[0][0].dataset
     splits = data.load(configs[0], data_cache)
     profile = json.loads(dataset.profile)
-    assert profile["samples"] == {"train": len(splits.train), "val": len(splits.val)}
+    assert profile["samples"] == {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)}
     assert profile["config"] == {**profile["config"], "input_len": 16, "samples": "windows", "max_pages": 6}
     assert json.loads(dataset.source)["path"] == str(WIKI_MINI) and json.loads(dataset.source)["config_name"] == "20231101.en"
     assert {(t.key, t.value) for t in inputs[0][0].tags} == {("mlflow.data.context", "training")}
