@@ -72,6 +72,7 @@ class Trial:
     cost: float | None = None  # resource-seconds: training wall time x the CPUs or GPU fraction held
     resource: str = "cpu"
     test: float | None = None  # the kept checkpoint's test token accuracy (pages nothing selected on)
+    start: str | None = None  # the starting point it is, by name
 
     @property
     def input_len(self) -> int:
@@ -122,7 +123,7 @@ def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
             duration=((run.info.end_time or now) - run.info.start_time) / 1000,
             node=tags.get("ray.node_ip", "") + (f" ({tags['ray.node_id'][:8]})" if "ray.node_id" in tags else ""),
             cost=run.data.metrics.get(M.RESOURCE_SECONDS), resource=tags.get(N.RESOURCE, "cpu"),
-            test=run.data.metrics.get(M.TEST_TOKEN_ACCURACY),
+            test=run.data.metrics.get(M.TEST_TOKEN_ACCURACY), start=tags.get(N.START),
         )
         for key in CURVES:
             if key in run.data.metrics:
@@ -383,7 +384,8 @@ def _table(trials: list[Trial]) -> dict[str, Any]:
             f"cost ({unit}-s)", f"accuracy per {unit}-hour", "node"]
     rows = []
     for t in trials:
-        cells = [t.number, t.state, *[_short(t.params.get(k, "")) for k in varying],
+        cells = [f"{t.number} ({t.start})" if t.start else t.number, t.state,
+                 *[_short(t.params.get(k, "")) for k in varying],
                  "" if t.best is None else f"{t.best:.4f}",
                  *(["" if t.test is None else f"{t.test:.4f}"] if tested else []), t.epochs, "yes" if t.stopped_early else "no",
                  f"{t.duration:.1f}", "" if t.cost is None else f"{t.cost:.1f}",

@@ -258,6 +258,13 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     if info["forked_from"]:
         print(f"  forked from {info['forked_from']}: {info['seeded_trials']} of its trials seeded the study")
     print(f"  trials: {info['trials_total']} planned; " + ", ".join(f"{k} {v}" for k, v in info["trials_by_state"].items()))
+    if info["proposed_by"]:
+        print("  proposed by: " + ", ".join(f"{k} {v}" for k, v in info["proposed_by"].items()))
+    for start, trial in info["starts"].items():
+        value = f", {trial['values'][0]:.4f}" if trial["values"] else ""
+        print(f"  start {start}: trial {trial['trial']} ({trial['state']}{value})")
+    for note in info["notes"]:
+        print(f"  note: {note}")
     cost = info["cost"]
     budget = f" of a budget of {cost['budget']:g}" if cost["budget"] else ""
     print(f"  cost: {cost['hours']:.4f} {cost['unit']}{budget}")
@@ -265,7 +272,8 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     for entry in best if isinstance(best, list) else [best] if best else []:
         values = ", ".join(f"{k} {v:.4f}" for k, v in entry["values"].items())
         test = ", ".join(f"{k} {v:.4f}" for k, v in (entry.get("test") or {}).items())
-        print(f"  best: trial {entry['trial']}: {values} (validation, selected on)")
+        start = f" (start {entry['start']})" if entry.get("start") else ""
+        print(f"  best: trial {entry['trial']}{start}: {values} (validation, selected on)")
         print(f"        {f'{test} (test pages, never selected on)' if test else 'no test split: data.test_fraction is 0'}")
         for key, value in sorted(entry["params"].items()):
             print(f"        {key} = {value}")

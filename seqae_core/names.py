@@ -21,5 +21,7 @@ CONTROL = "seqae.control"  # the study's: SweepStudy.control()
 FORKED = "seqae.forked_from"  # a seeded trial's: "<origin sweep>#<its trial number>"
 CONTINUES = "seqae.continues"  # the newer record of a continued trial: the sweep trial's number
 EPOCHS = "seqae.epochs"  # ... and the epoch limit it trains on to
+START = "seqae.start"  # a starting point's trial (Optuna attribute and MLflow tag): its name in the sweep file
+PROPOSED_BY = "seqae.proposed_by"  # a trial's: "start", "grid", "random start-up", or the sampler that proposed it
 TEST = "seqae.test"  # a trial's: the test metrics of the checkpoint it kept (with a test split)
 TUNE_TRIAL_IDS = "seqae.tune_trial_ids"  # a trial's: the Ray Tune trial ids that ran it, one per session

@@ -45,7 +45,7 @@ class Runs(Protocol):
 
     def child_run(self, number: int, params: dict[str, Any] | None = None) -> str: ...
 
-    def open_run(self, number: int, params: dict[str, Any], data: Any = None) -> str: ...
+    def open_run(self, number: int, params: dict[str, Any], data: Any = None, start: str | None = None) -> str: ...
 
     def trial_ended(self, number: int, outcome: Outcome, error: str | None = None) -> None: ...
 
@@ -122,7 +122,7 @@ def reconcile(study: SweepStudy, storage: str, tracker: Runs, lift_drain: bool =
         # with the run's first writes still queued) has no run: open one, fill it from the records.
         if number not in runs and outcome is not Outcome.RUNNING:
             spec = study.trial_spec(number)
-            tracker.open_run(number, spec.logged_params, None if spec.config is None else spec.config.data)
+            tracker.open_run(number, spec.logged_params, None if spec.config is None else spec.config.data, spec.start)
             tracker.trial_ended(number, outcome)
             notes.append(f"MLflow run of trial {number} rebuilt from its records, as {outcome.mlflow_status}")
     return notes

@@ -79,6 +79,8 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
         if workspace.exists(name):
             raise ConfigError(f"a sweep named {name!r} was created by another command just now")
         workspace.write(state)
+    for note in spec.notes():
+        print(f"seqae: note: {note}", flush=True)
     return name
 
 

@@ -65,8 +65,9 @@ class Progress:
             return None
         return (self.work - self.done) * (time.monotonic() - self.started) / self.done
 
-    def result(self, number: int, params: dict[str, Any], metrics: dict[str, Any]) -> str:
-        """Record an epoch's result and print its line; returns the line."""
+    def result(self, number: int, params: dict[str, Any], metrics: dict[str, Any], start: str | None = None) -> str:
+        """Record an epoch's result and print its line (a starting point's shows its name before
+        its parameters); returns the line."""
         self.done = min(self.done + 1, self.work)
         self.bar.update(1)
         value = float(metrics[self.objective.metric])
@@ -74,7 +75,8 @@ class Progress:
             self.best = (value, number)
         assert self.best is not None
         left = self.left()
-        line = (f"trial {number}  epoch {int(metrics['epoch'])}/{self.epochs}  {short(params)}  "
+        line = (f"trial {number}  epoch {int(metrics['epoch'])}/{self.epochs}  "
+                f"{f'start {start}: ' if start else ''}{short(params)}  "
                 f"{self.objective.metric} {value:.4f}  best {self.best[0]:.4f} (trial {self.best[1]})  "
                 f"{clock(time.monotonic() - self.started)} elapsed"
                 + (f"  ~{clock(left)} left" if left is not None else ""))
@@ -100,7 +102,8 @@ class Progress:
 def summary(trials: list[Any], objectives: tuple[Objective, ...]) -> str:
     """A table of every trial of the study, best first: trial, state, epochs (reported to Optuna;
     "-" for multi-objective sweeps, which report none), objective values, the test token accuracy
-    of the checkpoint each kept (with a test split) and parameters. ``trials`` are Optuna FrozenTrials."""
+    of the checkpoint each kept (with a test split) and parameters; a starting point is named beside its
+    number. ``trials`` are Optuna FrozenTrials."""
     first = objectives[0]
     sign = -1.0 if first.mode == "max" else 1.0
 
@@ -110,7 +113,8 @@ def summary(trials: list[Any], objectives: tuple[Objective, ...]) -> str:
     tested = any(N.TEST in t.user_attrs for t in trials)
     header = ["trial", "state", "epochs", *(o.metric for o in objectives), *([M.TEST_TOKEN_ACCURACY] if tested else []),
               "params"]
-    rows = [[str(t.number), t.state.name, str(len(t.intermediate_values) or "-"),
+    rows = [[f"{t.number} ({t.user_attrs[N.START]})" if N.START in t.user_attrs else str(t.number), t.state.name,
+             str(len(t.intermediate_values) or "-"),
              *([f"{v:.4f}" for v in t.values] if t.values else ["-"] * len(objectives)),
              *([_test(t)] if tested else []), short(t.params)]
             for t in sorted(trials, key=order)]

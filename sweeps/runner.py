@@ -179,7 +179,7 @@ class TrackingCallback(_DriverOnly, tune.Callback):
         spec: TrialSpec = trial.config["trial"]
         self.writer.submit(f"starting trial {spec.number}", lambda: self.tracker.trial_started(
             spec.number, spec.logged_params, trial.trial_id, spec.continued,
-            None if spec.config is None else spec.config.data))
+            None if spec.config is None else spec.config.data, spec.start))
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any) -> None:
         number, kept = trial.config["trial"].number, dict(result)
@@ -212,7 +212,8 @@ class ProgressCallback(_DriverOnly, tune.Callback):
         self.progress = progress
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any) -> None:
-        self.progress.result(trial.config["trial"].number, trial.config["trial"].params, result)
+        spec: TrialSpec = trial.config["trial"]
+        self.progress.result(spec.number, spec.params, result, spec.start)
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
         finished = (trial.last_result or {}).get("finished", False)
@@ -240,8 +241,18 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
                 if int(milestone) in values:
                     recorded[f"past-{number}"] = sign * values[int(milestone)]
 
-    def stops(self, number: int) -> bool:
-        """Whether a continued trial falls below a cutoff at a rung it passed before the crash."""
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        """ASHA's decision, except that a starting point always goes on: it is evaluated to the full
+        budget (its values still count at each rung, as any trial's)."""
+        decision = super().on_trial_result(tune_controller, trial, result)
+        before_the_end = result.get(self._time_attr, 0) < self._max_t
+        return tune.schedulers.TrialScheduler.CONTINUE if trial.config["trial"].start and before_the_end else decision
+
+    def stops(self, number: int, start: bool = False) -> bool:
+        """Whether a continued trial falls below a cutoff at a rung it passed before the crash
+        (a starting point never does: it runs to the full budget)."""
+        if start:
+            return False
         for _, recorded in reversed(self.bracket._rungs):  # lowest rung first
             mine = recorded.get(f"past-{number}")
             cutoff = self.bracket.cutoff({k: v for k, v in recorded.items() if k != f"past-{number}"})
@@ -301,7 +312,7 @@ def run_session(
             time_attr=M.EPOCH, max_t=epochs, grace_period=spec.scheduler.grace_period, reduction_factor=spec.scheduler.reduction_factor,
         )
         for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):
-            if scheduler.stops(number):  # the rungs it passed before the driver died stop it
+            if scheduler.stops(number, study.trial_spec(number).start is not None):  # the rungs it passed before the driver died stop it
                 print(f"seqae: trial {number}: ASHA's rungs, rebuilt from the trials' records, stop it", flush=True)
                 ledger.settle(study, number, ledger.Outcome.PRUNED, progresses.get(number))
                 writer.submit(f"closing trial {number}", partial(tracker.trial_ended, number, ledger.Outcome.PRUNED))

@@ -20,6 +20,7 @@ import copy
 import logging
 import random
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,9 @@ from sweeps.spec import Distribution, SweepSpec, trial_layers
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+# multivariate and group TPE have been "experimental" since Optuna 2.2; the sweep file pins them on
+# knowingly, and a warning per driver start would only teach users to ignore warnings.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 FINAL = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
@@ -50,6 +54,7 @@ class TrialSpec:
     config: Config | None
     error: str | None = None
     continued: bool = False  # an interrupted trial, to continue from its checkpoint
+    start: str | None = None  # the starting point it is, by name
 
     @property
     def logged_params(self) -> dict[str, Any]:
@@ -72,12 +77,17 @@ def sampler(spec: SweepSpec, total: int, held: int = 0) -> optuna.samplers.BaseS
     is seeded with the sweep's seed; a resumed one's with a seed drawn from it and ``held``, since
     the sweep's seed alone would replay its random draws from the start, and a resumed sweep would
     propose its first trials' parameters again (Optuna keeps no sampler state in the storage)."""
-    seed = spec.sampler.seed if held == 0 else random.Random(f"{spec.sampler.seed}:{held}").getrandbits(31)
-    if spec.sampler.type == "random":
+    settings = spec.sampler
+    seed = settings.seed if held == 0 else random.Random(f"{settings.seed}:{held}").getrandbits(31)
+    if settings.type == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if spec.sampler.type == "nsga2":
+    if settings.type == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, min(50, total // 3)))
-    return optuna.samplers.TPESampler(seed=seed)
+    if settings.type == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=settings.n_startup_trials or 0)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings.n_startup_trials or 0,
+                                      multivariate=bool(settings.multivariate), group=bool(settings.group),
+                                      constant_liar=bool(settings.constant_liar))
 
 
 def study_exists(url: str, name: str) -> bool:
@@ -194,13 +204,16 @@ class SweepStudy:
         trial with a value outside this sweep's space is left out. Both sweeps have the same
         objectives (``lifecycle.fork`` checks)."""
         space = {k: Distribution(type="categorical", choices=v) for k, v in self.spec.grid_keys().items()}
-        space |= self.spec.search
+        space |= {key: self.spec.search[key] for key in self.spec.sampling_order()}
         notes = []
         for trial in origin.trials():
             if trial.state != TrialState.COMPLETE:
                 continue
             old = build(trial_layers(origin.spec.source, origin.spec.base, trial.params)).flat()
-            params = {key: trial.params.get(key, old[key]) for key in space}
+            params: dict[str, Any] = {}
+            for key, dist in space.items():
+                if dist.active(params):
+                    params[key] = trial.params.get(key, old[key])
             outside = [f"{k}={v!r}" for k, v in params.items() if not space[k].contains(v)]
             if outside:
                 notes.append(f"trial {trial.number}: left out, {', '.join(outside)} outside the new space")
@@ -208,7 +221,7 @@ class SweepStudy:
             new = build(trial_layers(self.spec.source, self.spec.base, params)).flat()
             dropped = [f"{k}={v!r} (now {new[k]!r})" for k, v in trial.params.items() if k not in space and new[k] != v]
             self.study.add_trial(optuna.trial.create_trial(
-                params=params, distributions={k: _distribution(d) for k, d in space.items()}, values=trial.values,
+                params=params, distributions={k: _distribution(space[k]) for k in params}, values=trial.values,
                 intermediate_values=trial.intermediate_values,
                 user_attrs={N.FORKED: f"{origin.study.study_name}#{trial.number}"}))
             notes.append(f"trial {trial.number}: seeded" + (f"; dropped {', '.join(dropped)}" if dropped else ""))
@@ -227,30 +240,58 @@ class SweepStudy:
         for trial in trials:
             if trial.state == TrialState.RUNNING and trial.number not in self._issued:
                 self._issued.add(trial.number)
-                return self._spec(trial.number, dict(trial.params), continued=True, epochs=trial.user_attrs.get(N.EPOCHS))
+                return self._spec(trial.number, dict(trial.params), continued=True, epochs=trial.user_attrs.get(N.EPOCHS),
+                                  start=trial.user_attrs.get(N.START))
         if not new or len(trials) >= self.total:
             return None
-        cell = self._emptiest_cell(trials)
-        if cell:
+        start = self._next_start()
+        if start is not None:
+            self.study.enqueue_trial(self.spec.start_params(start), user_attrs={N.START: start})
+        elif cell := self._emptiest_cell(trials):
             self.study.enqueue_trial(cell)
+        proposer = "start" if start is not None else self._proposer()
         asked = self.study.ask()
         params = self._suggest(asked)
+        asked.set_user_attr(N.PROPOSED_BY, proposer)
         self._issued.add(asked.number)
-        return self._spec(asked.number, params)
+        return self._spec(asked.number, params, start=start)
+
+    def _next_start(self) -> str | None:
+        """The first starting point of the sweep file that no trial of the study has been yet."""
+        tried = {t.user_attrs.get(N.START) for t in self.study.get_trials(deepcopy=False)}
+        return next((name for name in self.spec.start if name not in tried), None)
+
+    def _proposer(self) -> str:
+        """Who proposes the next trial's searched values: the grid alone, the sampler's random
+        start-up (Optuna's own rule: too few finished trials yet), or the sampler."""
+        settings = self.spec.sampler
+        if not self.spec.search:
+            return "grid"
+        if not settings.models:
+            return str(settings.type)
+        states = (TrialState.COMPLETE, TrialState.PRUNED) if settings.type == "tpe" else (TrialState.COMPLETE,)
+        finished = len(self.study.get_trials(deepcopy=False, states=states))
+        return str(settings.type) if finished >= (settings.n_startup_trials or 0) else "random start-up"
+
+    def proposals(self) -> dict[str, int]:
+        """How many of the sweep's trials each proposer proposed (``_proposer``)."""
+        return dict(Counter(t.user_attrs.get(N.PROPOSED_BY, "unrecorded") for t in self.trials()))
 
     def trial_spec(self, number: int) -> TrialSpec:
         """Trial ``number`` as it crossed into Tune (its config rebuilt from its parameters)."""
         trial = self.storage.get_trial(self._trial_id(number))
-        return self._spec(number, dict(trial.params), epochs=trial.user_attrs.get(N.EPOCHS))
+        return self._spec(number, dict(trial.params), epochs=trial.user_attrs.get(N.EPOCHS),
+                          start=trial.user_attrs.get(N.START))
 
     def _spec(self, number: int, params: dict[str, Any], continued: bool = False,
-              epochs: int | None = None) -> TrialSpec:
+              epochs: int | None = None, start: str | None = None) -> TrialSpec:
         limit = {"train.epochs": epochs} if epochs else {}  # raised by `seqae sweep extend`
+        point = self.spec.start.get(start or "", {})  # a starting point's keys the search does not sample
         try:
-            config = build(trial_layers(self.spec.source, self.spec.base, params | limit))
+            config = build(trial_layers(self.spec.source, self.spec.base, point | params | limit))
         except ConfigError as exc:
-            return TrialSpec(number, params, None, str(exc), continued)
-        return TrialSpec(number, params, config, None, continued)
+            return TrialSpec(number, params, None, str(exc), continued, start)
+        return TrialSpec(number, params, config, None, continued, start)
 
     def remaining(self) -> int:
         """How many trials a session still has to run: unfinished ones plus those not yet created."""
@@ -265,6 +306,7 @@ class SweepStudy:
         for _ in self.numbers(TrialState.WAITING):
             trial = self.study.ask()  # pops the oldest WAITING trial, with its fixed parameters
             self._suggest(trial)
+            trial.set_user_attr(N.PROPOSED_BY, "start" if N.START in trial.user_attrs else "grid")
             started.append(trial.number)
         return started
 
@@ -276,9 +318,12 @@ class SweepStudy:
         return cells[filled.index(min(filled))]
 
     def _suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        """The trial's grid values and searched values, define-by-run: a conditional key only
+        when the keys it names took the values its condition names."""
         params = {key: trial.suggest_categorical(key, list(values)) for key, values in self.spec.grid_keys().items()}
-        for key, dist in self.spec.search.items():
-            params[key] = _suggest_one(trial, key, dist)
+        for key in self.spec.sampling_order():
+            if self.spec.search[key].active(params):
+                params[key] = _suggest_one(trial, key, self.spec.search[key])
         return params
 
     # -- outcomes ----------------------------------------------------------------------------

@@ -5,11 +5,18 @@ A sweep file is YAML with these top-level keys (every study in ``sweeps/studies`
     description  free text
     config       the base config, with the same keys as ``seqae train --config``
     grid         cartesian axes: ``{config key: [values]}``; ``{"key_a,key_b": [[a, b], ...]}`` zips keys
-    search       Optuna distributions: ``{config key: {type: loguniform|uniform|int|categorical, ...}}``
+    search       Optuna distributions: ``{config key: {type: loguniform|uniform|int|categorical, ...}}``;
+                 ``when: {other key: value or [values]}`` samples a key only under those values of
+                 another searched key or a grid axis (define-by-run: absent from other trials)
+    start        named starting points tried first, in order, before any proposal:
+                 ``{paper: {model.block: paper, ...}, defaults: {}}``; each runs to its full epochs
+                 (the scheduler never stops it) and counts toward ``trials``
     objective    ``{metric, mode, target}``, or a list of them for a multi-objective sweep; once a trial
                  reaches the ``target`` (optional, one objective only), the sweep starts no new trials
     trials       ``{per_cell: N}`` (N trials in each grid cell) or ``{total: N}``
-    sampler      ``{type: tpe|random|nsga2, seed}``; TPE by default, NSGA-II for multi-objective
+    sampler      ``{type: tpe|gp|random|nsga2, seed, ...}``; TPE by default, NSGA-II for multi-objective;
+                 TPE's ``n_startup_trials``, ``multivariate``, ``group``, ``constant_liar`` and GP's
+                 ``n_startup_trials`` are pinned here, not left to the installed Optuna's defaults
     scheduler    ``{type: none|asha, grace_period, reduction_factor}``
     resources    ``{cpu, gpu}`` per trial; fractional GPUs are allowed
     max_concurrent, retries
@@ -96,11 +103,20 @@ class Distribution(_Section):
     step: int | None = Field(default=None, gt=0)  # int only
     log: bool = False  # int only (loguniform is always on a log scale)
     choices: tuple[Any, ...] = Field(default=(), strict=False)  # categorical only
+    # Sampled only when each of these keys (another searched key, or a grid axis) has one of these values.
+    when: dict[str, tuple[Any, ...]] = Field(default_factory=dict, strict=False)
+
+    @field_validator("when", mode="before")
+    @classmethod
+    def _conditions(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return {key: tuple(v) if isinstance(v, list) else (v,) for key, v in value.items()}
 
     @model_validator(mode="after")
     def _consistent(self) -> Distribution:
         allowed = {"categorical": {"choices"}, "int": {"low", "high", "step", "log"}}.get(self.type, {"low", "high"})
-        extra = sorted(self.model_fields_set - allowed - {"type"})
+        extra = sorted(self.model_fields_set - allowed - {"type", "when"})
         if extra:
             raise ValueError(f"{extra[0]!r} does not apply to type {self.type!r}")
         if self.type == "categorical":
@@ -119,6 +135,10 @@ class Distribution(_Section):
             raise ValueError(f"step={self.step} cannot be combined with log: true")
         return self
 
+    def active(self, params: dict[str, Any]) -> bool:
+        """Whether this key is sampled in a trial whose earlier keys took ``params``."""
+        return all(key in params and params[key] in values for key, values in self.when.items())
+
     def contains(self, value: Any) -> bool:
         if self.type == "categorical":
             return value in self.choices
@@ -128,6 +148,8 @@ class Distribution(_Section):
 
     def to_dict(self) -> dict[str, Any]:
         out = self.model_dump(mode="json", exclude_defaults=True) | {"type": self.type}
+        if self.when:
+            out["when"] = {k: list(v) for k, v in self.when.items()}
         return out | ({"low": int(self.low or 0), "high": int(self.high or 0)} if self.type == "int" else {})
 
 
@@ -164,9 +186,46 @@ class _Trials(_Section):
         return self
 
 
+# The sampler's settings, pinned here rather than left to the installed Optuna's defaults (which
+# changed between 4.x and 5.x). TPE models the searched keys jointly (multivariate; Optuna's own
+# benchmarks favour it over independent TPE), in groups of keys that occur together (group: what
+# lets a multivariate TPE model a conditional space), and gives running trials a pessimistic value
+# (constant_liar), so that trials started at the same time are not proposed the same point.
+# n_startup_trials is Optuna's 10: a sweep that cannot leave it is told so (SweepSpec.notes).
+SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "tpe": {"n_startup_trials": 10, "multivariate": True, "group": True, "constant_liar": True},
+    "gp": {"n_startup_trials": 10},
+    "random": {},
+    "nsga2": {},
+}
+
+
 class _Sampler(_Section):
-    type: Literal["tpe", "random", "nsga2"] | None = None  # TPE, or NSGA-II for several objectives
+    type: Literal["tpe", "gp", "random", "nsga2"] | None = None  # TPE, or NSGA-II for several objectives
     seed: int = 0
+    # random proposals before the model takes over: counted over finished trials (TPE: complete
+    # and pruned ones, GP: complete ones), starting points and a fork's seeded trials included
+    n_startup_trials: int | None = Field(default=None, ge=0)
+    multivariate: bool | None = None  # TPE only
+    group: bool | None = None  # TPE only
+    constant_liar: bool | None = None  # TPE only
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, value: Any) -> Any:
+        if not isinstance(value, dict) or value.get("type") not in SAMPLER_DEFAULTS:
+            return value
+        defaults = SAMPLER_DEFAULTS[value["type"]]
+        extra = sorted(k for k in (set(value) & set(SAMPLER_DEFAULTS["tpe"])) - set(defaults) if value[k] is not None)
+        if extra:
+            raise ValueError(f"{extra[0]!r} does not apply to type {value['type']!r}; leave it out (with --set, "
+                             f"replace the whole sampler: sampler={{type: {value['type']}, seed: 0}})")
+        return {**defaults, **{k: v for k, v in value.items() if v is not None}}
+
+    @property
+    def models(self) -> bool:
+        """Whether proposals come from a model that starts after n_startup_trials."""
+        return self.type in ("tpe", "gp")
 
 
 class _Scheduler(_Section):
@@ -230,6 +289,7 @@ class SweepSpec(_Section):
     base: dict[str, Any] = Field(default_factory=dict, alias="config")
     grid: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
     search: dict[str, Distribution] = Field(default_factory=dict)
+    start: dict[str, dict[str, Any]] = Field(default_factory=dict, strict=False)  # name -> flat config keys
     objectives: Annotated[tuple[Objective, ...], BeforeValidator(_listed)] = Field(
         default=(DEFAULT_OBJECTIVE,), alias="objective", min_length=1, strict=False)
     trials: _Trials = _Trials(per_cell=1)
@@ -288,6 +348,21 @@ class SweepSpec(_Section):
     def _check_search(cls, value: dict[str, Distribution], info: ValidationInfo) -> dict[str, Distribution]:
         return _search(value, _source(info))
 
+    @field_validator("start", mode="before")
+    @classmethod
+    def _starts(cls, value: Any, info: ValidationInfo) -> dict[str, dict[str, Any]]:
+        source = _source(info)
+        if not isinstance(value or {}, dict):
+            raise ConfigError(f"{source}: start must map names to configurations, e.g. {{paper: {{model.block: paper}}}}")
+        starts = {}
+        for name, point in (value or {}).items():
+            if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+                raise ConfigError(f"{source}: start: {name!r} is not a name (letters, digits, '_', '.', '-')")
+            where = f"{source}: start.{name}"
+            starts[name] = {k: coerce(k, v, where) for k, v in flatten(_mapping(point or {}, f"start.{name}", source),
+                                                                       where).items()}
+        return starts
+
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> SweepSpec:
         source = _source(info)
@@ -312,6 +387,9 @@ class SweepSpec(_Section):
             raise ConfigError(f"{source}: objective.target needs one objective; this sweep has {several}")
         if self.scheduler.type == "asha" and several > 1:
             raise ConfigError(f"{source}: scheduler.type='asha' needs one objective; this sweep has {several}")
+        _check_conditions(self, source)
+        _check_starts(self, source)
+        _check_sampler(self, source)
         if self.budget is not None and self.budget.unit != self.share[0]:
             raise ConfigError(f"{source}: budget.{self.budget.unit}_hours, but trials are counted in "
                               f"{self.share[0]}-hours here (resources.gpu={self.resources.gpu}); use "
@@ -347,6 +425,36 @@ class SweepSpec(_Section):
                     keys[key].append(value)
         return {k: tuple(v) for k, v in keys.items()}
 
+    def sampling_order(self) -> list[str]:
+        """The searched keys in the order a trial samples them: each after the keys its condition
+        names (else as the file lists them)."""
+        return _sampling_order(self.search, set(self.grid_keys()), self.source)
+
+    def start_params(self, name: str) -> dict[str, Any]:
+        """Starting point ``name``'s value of each searched key it samples: its own, else the base
+        config's (a starting point is a whole configuration)."""
+        values = build(trial_layers(self.source, self.base, self.start[name])).flat()
+        params: dict[str, Any] = {}
+        for key in self.sampling_order():
+            if self.search[key].active(params):
+                params[key] = values[key]
+        return params
+
+    def notes(self) -> list[str]:
+        """What a user should know before this sweep runs, though it is valid."""
+        notes = []
+        if any(not config.data.test_fraction for config in cell_configs(self)):
+            notes.append("no test split (data.test_fraction is 0): every number is measured on the validation pages "
+                         "the search selects on, and is biased upward by that selection")
+        sampled = self.planned_trials() - len(self.start)
+        if self.search and self.sampler.models and sampled > 0:
+            startup = self.sampler.n_startup_trials or 0
+            if self.planned_trials() <= startup:
+                notes.append(f"{self.planned_trials()} trials, {startup} random start-up trials (sampler.n_startup_trials): "
+                             f"this is a random search, {str(self.sampler.type).upper()} proposes no trial; lower "
+                             "sampler.n_startup_trials or raise trials.total")
+        return notes
+
     def planned_trials(self) -> int:
         if self.trials.total is not None:
             return self.trials.total
@@ -361,12 +469,13 @@ class SweepSpec(_Section):
             "search": {k: d.to_dict() for k, d in self.search.items()},
             "objective": [o.model_dump(exclude_none=True) for o in self.objectives],
             "trials": self.trials.model_dump(exclude_none=True),
-            "sampler": self.sampler.model_dump(),
+            "sampler": self.sampler.model_dump(exclude_none=True),
             "scheduler": self.scheduler.model_dump(),
             "resources": self.resources.model_dump(),
             "max_concurrent": self.max_concurrent,
             "retries": self.retries,
-        } | ({"budget": self.budget.model_dump(exclude_none=True)} if self.budget else {})
+        } | ({"budget": self.budget.model_dump(exclude_none=True)} if self.budget else {}) | (
+            {"start": {name: dict(sorted(point.items())) for name, point in self.start.items()}} if self.start else {})
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
@@ -397,8 +506,8 @@ def read_document(path: str | Path) -> dict[str, Any]:
 def apply_sets(document: dict[str, Any], sets: list[str] | tuple[str, ...], source: str) -> dict[str, Any]:
     """``--set`` overrides on a sweep document.
 
-    ``data.* / model.* / train.*`` pin a config key: it is set in ``config`` and leaves the grid
-    and the search. Other keys address the document itself: ``trials.total=2``,
+    ``data.* / model.* / train.*`` pin a config key: it is set in ``config`` and leaves the grid,
+    the search and the starting points. Other keys address the document itself: ``trials.total=2``,
     ``max_concurrent=2``, ``grid.data.input_len=[16,32]``, ``search.train.lr={...}``, and
     ``profile=laptop`` applies the file's profile of that name (the CLI's ``--profile``)."""
     return _override(document, parse_sets(sets), source, "--set ")
@@ -416,6 +525,9 @@ def _override(document: dict[str, Any], overrides: dict[str, Any], source: str, 
             if not isinstance(doc["config"], dict):
                 raise ConfigError(f"{source}: config must be a mapping")
             doc["config"] = {**flatten(doc["config"], source), key: value}
+            if isinstance(doc.get("start"), dict):  # a pinned key holds for the starting points too
+                doc["start"] = {name: {k: v for k, v in flatten(point, source).items() if k != key}
+                                if isinstance(point, dict) else point for name, point in doc["start"].items()}
             for axis in ("grid", "search"):
                 if isinstance(doc.get(axis), dict):
                     doc[axis].pop(key, None)
@@ -517,10 +629,11 @@ def _check_trial_configs(spec: SweepSpec) -> None:
     """Every grid cell must give a valid config, alone and with each searched value (each
     categorical choice, each numeric bound) set on it. Combinations of several searched values
     are not tried: a trial whose combination is invalid fails on its own, and the sweep goes on."""
-    probes: list[dict[str, Any]] = [{}]
+    probes: list[dict[str, Any]] = [{}, *(dict(point) for point in spec.start.values())]
     for key, dist in spec.search.items():
         values = dist.choices or (dist.low, dist.high)
-        probes += [{key: v} for v in values]
+        condition = {k: v[0] for k, v in dist.when.items()}  # a value under which the key is sampled
+        probes += [{**condition, key: v} for v in values]
     for cell in spec.cells():
         for probe in probes:
             try:
@@ -565,6 +678,76 @@ def _search(search: dict[str, Distribution], source: str) -> dict[str, Distribut
         for value in dist.choices or (dist.low, dist.high):
             coerce(key, value, where)
     return search
+
+
+def _check_conditions(spec: SweepSpec, source: str) -> None:
+    """A condition names a grid axis or another searched key, and values that key can take; the
+    conditions form no cycle (``sampling_order``)."""
+    grid = spec.grid_keys()
+    for key, dist in spec.search.items():
+        for other, values in dist.when.items():
+            where = f"{source}: search.{key}.when.{other}"
+            if other in grid:
+                impossible = [v for v in values if v not in grid[other]]
+            elif other in spec.search and other != key:
+                impossible = [v for v in values if not spec.search[other].contains(v)]
+            else:
+                raise ConfigError(f"{where}: {other} is not a grid axis or another searched key; a condition can "
+                                  "only name one")
+            if impossible:
+                raise ConfigError(f"{where}: {other}={impossible[0]!r} is a value {other} never takes")
+    _sampling_order(spec.search, set(grid), source)
+
+
+def _sampling_order(search: dict[str, Distribution], grid: set[str], source: str) -> list[str]:
+    order: list[str] = []
+    placed = set(grid)
+    pending = list(search)
+    while pending:
+        ready = [key for key in pending if set(search[key].when) <= placed]
+        if not ready:
+            raise ConfigError(f"{source}: the conditions of search.{', search.'.join(pending)} name each other in a "
+                              "cycle; one of them must be sampled unconditionally")
+        order += ready
+        placed.update(ready)
+        pending = [key for key in pending if key not in placed]
+    return order
+
+
+def _check_starts(spec: SweepSpec, source: str) -> None:
+    """Starting points go with a search, fit in the trial budget, and each is a valid config whose
+    searched values lie in the searched space."""
+    if not spec.start:
+        return
+    if spec.grid:
+        raise ConfigError(f"{source}: start: a grid lists its configurations already; starting points go with "
+                          "search")
+    if not spec.search:
+        raise ConfigError(f"{source}: start: starting points need a search to start")
+    if len(spec.start) > spec.planned_trials():
+        raise ConfigError(f"{source}: start: {len(spec.start)} starting points, but the sweep plans "
+                          f"{spec.planned_trials()} trials; raise trials.total")
+    for name, point in spec.start.items():
+        where = f"{source}: start.{name}"
+        try:
+            params = spec.start_params(name)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (in {where})") from None
+        for key, value in params.items():
+            if not spec.search[key].contains(value):
+                set_here = "its value" if key in point else "the base config's value (the point does not set it)"
+                raise ConfigError(f"{where}: {key}={value!r} ({set_here}) is outside search.{key}; a starting "
+                                  "point lies in the searched space")
+
+
+def _check_sampler(spec: SweepSpec, source: str) -> None:
+    if spec.sampler.type != "gp":
+        return
+    categorical = next((k for k, d in spec.search.items() if d.type == "categorical"), None) or next(iter(spec.grid), None)
+    if categorical or any(d.when for d in spec.search.values()):
+        why = f"{categorical} is categorical" if categorical else "it has conditions"
+        raise ConfigError(f"{source}: sampler.type='gp' models numeric spaces only; this one is not ({why}); use "
+                          "type: tpe")
 
 
 def _mapping(value: Any, where: str, source: str) -> dict[str, Any]:

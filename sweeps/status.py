@@ -75,7 +75,8 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
         by_state["NOT_STARTED"] = total - created
     best = [
         {"trial": t.number, "values": dict(zip((o.metric for o in spec.objectives), t.values)), "params": t.params,
-         "test": t.user_attrs.get(N.TEST)}  # the kept checkpoint's, on pages nothing selected on; None without a test split
+         "test": t.user_attrs.get(N.TEST),  # the kept checkpoint's, on pages nothing selected on; None without a test split
+         "start": t.user_attrs.get(N.START)}
         for t in study.best()
     ]
     return {
@@ -92,6 +93,12 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
         "control": study.control(),
         "cost": cost(spec, backends.storage, study),
         "seeded_trials": len(study.forked()),
+        "sampler": spec.sampler.model_dump(exclude_none=True),
+        "proposed_by": study.proposals(),  # how many trials each proposer proposed: "start", "random start-up", "tpe", ...
+        "starts": {t.user_attrs[N.START]: {"trial": t.number, "state": t.state.name, "values": t.values,
+                                           "test": t.user_attrs.get(N.TEST)}
+                   for t in study.trials() if N.START in t.user_attrs},
+        "notes": spec.notes(),
     }
 
 

@@ -172,19 +172,23 @@ class Tracker:
         if missing:
             self.client.log_batch(run.info.run_id, params=missing)
 
-    def open_run(self, number: int, params: dict[str, Any], data: DataConfig | None = None) -> str:
+    def open_run(self, number: int, params: dict[str, Any], data: DataConfig | None = None,
+                 start: str | None = None) -> str:
         """Open the trial's run (RUNNING), created if it has none, with the dataset it trains on,
         ``data``: MLflow keeps a dataset once per name and digest, and its input once per run, so a
-        run reattached after a restart, or continued, still has one."""
+        run reattached after a restart, or continued, still has one. A starting point's run is
+        tagged and named with its name."""
         run_id = self.child_run(number, params)
-        self.client.update_run(run_id, status="RUNNING")
+        self.client.update_run(run_id, status="RUNNING", name=f"trial-{number:04d}-{start}" if start else None)
+        if start:
+            self.client.set_tag(run_id, N.START, start)
         if data is not None and (entry := self.entries.get(data_lib.shared_settings(data))) is not None:
             self.client.log_inputs(run_id, datasets=[dataset_input(data, entry)])
         return run_id
 
     def trial_started(self, number: int, params: dict[str, Any], tune_trial_id: str, continued: bool,
-                      data: DataConfig | None = None) -> None:
-        run_id = self.open_run(number, params, data)
+                      data: DataConfig | None = None, start: str | None = None) -> None:
+        run_id = self.open_run(number, params, data, start)
         tags = {"ray.tune_trial_id": tune_trial_id}
         if continued:
             tags[N.CONTINUED] = "true"

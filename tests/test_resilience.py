@@ -119,6 +119,38 @@ def test_driver_sigkill_after_three_of_eight_then_resume(tmp_path):
         assert flat == sorted(set(flat))
 
 
+def test_a_starting_point_runs_first_under_its_name_to_its_last_epoch_across_a_driver_kill(tmp_path):
+    """A starting point (sweep file ``start``) is the first trial, named in the progress lines,
+    Optuna, MLflow and status; ASHA never stops it (tests/test_scheduler.py shows the rule), so
+    it trains all its epochs, also when its driver is killed midway and the sweep resumed."""
+    workspace, name = tmp_path / "ws", "start"
+    storage = workspace / "sweeps" / name
+    args = run_args(workspace, name, "trials.total=3", "train.epochs=4", "max_concurrent=1", "scheduler.type=asha",
+                    "scheduler.grace_period=1", "scheduler.reduction_factor=2", "start={slow: {train.lr: 3.0e-4}}")
+    driver = start(*args, log=tmp_path / "driver.log")
+    wait_for(lambda: trial_metas(storage).get(0, {}).get("epoch", 0) >= 1, 300, "the starting point one epoch in")
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    wait_for_writers_to_exit(storage)
+    assert re.search(r"^trial 0  epoch 1/4  start slow: lr=3\.0e-04 ", (tmp_path / "driver.log").read_text(), re.M)
+    assert 0 not in finished(storage)
+
+    resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert re.search(r"trial 0: continuing after epoch \d", resumed.stdout), resumed.stdout[-3000:]
+
+    first = optuna_trials(workspace, name)[0]
+    assert first.user_attrs["seqae.start"] == "slow" and first.user_attrs["seqae.proposed_by"] == "start"
+    assert first.state.name == "COMPLETE" and sorted(first.intermediate_values) == [1, 2, 3, 4]
+    assert first.params["train.lr"] == 3.0e-4
+    run = next(r for r in children(mlflow_runs(workspace, name)) if r.data.tags["seqae.trial"] == "0")
+    assert (run.data.tags["seqae.start"], run.info.run_name, run.info.status) == ("slow", "trial-0000-slow", "FINISHED")
+    assert metric_steps(run.info.run_id, "val_token_accuracy", workspace) == [1, 2, 3, 4]
+    info = json.loads(seqae("sweep", "status", name, "--workspace", str(workspace), "--json").stdout)
+    assert info["starts"]["slow"]["trial"] == 0 and info["starts"]["slow"]["state"] == "COMPLETE"
+    assert info["proposed_by"]["start"] == 1 and sum(info["proposed_by"].values()) == 3
+
+
 # 2 -----------------------------------------------------------------------------------------
 def test_ctrl_c_stops_cleanly_and_resume_goes_on(tmp_path):
     workspace, name = tmp_path / "ws", "ctrlc"

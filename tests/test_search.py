@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from sweeps import spec as spec_lib
 from sweeps.search import open_study
@@ -13,7 +14,7 @@ from tests.sweep_helpers import STUDIES
 def test_a_resumed_driver_proposes_new_parameters_and_a_new_sweep_the_seeded_ones(tmp_path, sampler):
     """Optuna keeps no sampler state in the storage: a resumed driver whose sampler had the sweep's
     seed would propose the first trials' parameters again (TPE's first ten are its random draws)."""
-    spec = spec_lib.load(STUDIES / "quickstart.yaml", [f"sampler.type={sampler}", "trials.total=6"])
+    spec = spec_lib.load(STUDIES / "quickstart.yaml", [f"sampler={{type: {sampler}, seed: 0}}", "trials.total=6"])
 
     def proposals(name: str, drivers: int) -> list[dict]:
         url = f"sqlite:///{tmp_path}/{name}.db"
@@ -27,3 +28,72 @@ def test_a_resumed_driver_proposes_new_parameters_and_a_new_sweep_the_seeded_one
     assert len({tuple(sorted(p.items())) for p in resumed}) == 6, resumed
     assert proposals("again", drivers=1)[:2] == proposals("once", drivers=1)[:2]  # a sweep's seed still holds
     assert resumed[:2] == proposals("first", drivers=1)[:2]  # the first driver is the sweep as it would run alone
+
+
+def _spec(tmp_path, doc: dict, *sets: str) -> spec_lib.SweepSpec:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return spec_lib.load(path, list(sets))
+
+
+CONDITIONAL = {
+    "config": {"data": {"input_len": 16}, "model": {"block": "transformer", "d_model": 32, "d_attn": 32}},
+    "search": {
+        "model.block": {"type": "categorical", "choices": ["paper", "transformer"]},
+        "model.heads": {"type": "categorical", "choices": [2, 8], "when": {"model.block": "transformer"}},
+        "model.residual": {"type": "categorical", "choices": [False, True], "when": {"model.block": "paper"}},
+        "train.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2},
+    },
+    "start": {"paper": {"model.block": "paper", "model.residual": True, "train.lr": 1e-3, "train.lr_schedule": "linear"},
+              "defaults": {}},
+    "trials": {"total": 12},
+    "sampler": {"type": "tpe", "seed": 3, "n_startup_trials": 4},
+}
+
+
+def test_starting_points_run_first_by_name_then_random_start_up_then_tpe(tmp_path):
+    spec = _spec(tmp_path, CONDITIONAL)
+    study = open_study(spec, f"sqlite:///{tmp_path}/s.db", "s", 12, "fingerprint")
+    issued = []
+    for _ in range(12):
+        trial = study.next_trial()
+        study.study.tell(trial.number, 0.5 + 0.01 * trial.number)
+        issued.append(trial)
+    paper, defaults = issued[:2]
+    assert (paper.start, defaults.start) == ("paper", "defaults") and all(t.start is None for t in issued[2:])
+    assert paper.params == {"model.block": "paper", "model.residual": True, "train.lr": 1e-3}
+    assert paper.config.train.lr_schedule == "linear"  # a starting point's keys the search does not sample
+    assert defaults.params == {"model.block": "transformer", "model.heads": 8, "train.lr": 2e-3}
+    # Optuna's start-up rule: random until 4 trials finished (both starting points count), TPE after.
+    assert study.proposals() == {"start": 2, "random start-up": 2, "tpe": 8}
+    # define-by-run: each block's own keys only
+    for trial in issued:
+        block = trial.params["model.block"]
+        assert ("model.heads" in trial.params) == (block == "transformer") and ("model.residual" in trial.params) == (block == "paper")
+
+
+def test_a_starting_point_enqueued_by_a_driver_that_died_runs_under_its_name(tmp_path):
+    spec = _spec(tmp_path, CONDITIONAL)
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = open_study(spec, url, "s", 12, "fingerprint")
+    study.study.enqueue_trial(spec.start_params("paper"), user_attrs={"seqae.start": "paper"})  # then the driver dies
+
+    resumed = open_study(spec, url, "s", 12, "fingerprint")
+    assert resumed.start_waiting() == [0]
+    trial = resumed.next_trial()
+    assert (trial.number, trial.start, trial.continued) == (0, "paper", True)
+    assert trial.config.model.residual is True and trial.config.train.lr_schedule == "linear"
+    resumed.study.tell(0, 0.9)
+    following = resumed.next_trial()
+    assert (following.number, following.start) == (1, "defaults")  # paper is not tried twice
+
+
+def test_a_fork_seeds_each_trial_with_the_keys_it_sampled(tmp_path):
+    spec = _spec(tmp_path, {**CONDITIONAL, "start": {}})
+    url = f"sqlite:///{tmp_path}/s.db"
+    origin = open_study(spec, url, "origin", 12, "a")
+    for _ in range(6):
+        origin.study.tell(origin.next_trial().number, 0.5)
+    fork = open_study(spec, url, "fork", 12, "b")
+    assert fork.seed_from(origin) == [f"trial {n}: seeded" for n in range(6)]
+    assert [t.params for t in fork.forked()] == [t.params for t in origin.trials()]

@@ -22,6 +22,13 @@ GOOD = {
 }
 
 
+SEARCH = {
+    "config": {"data": {"input_len": 32}, "model": {"block": "transformer"}},
+    "search": {"train.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+    "trials": {"total": 4},
+}
+
+
 def write(tmp_path: Path, doc: object, name: str = "sweep.yaml") -> Path:
     path = tmp_path / name
     path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc))
@@ -113,6 +120,45 @@ BAD = [
                  "objective[0]: metric='test_loss' is measured on the test pages", id="test-target"),
     pytest.param({**GOOD, "objective": {"metric": "test_sequence_accuracy", "mode": "max"}, "scheduler": {"type": "asha"}},
                  "objective[0]: metric='test_sequence_accuracy' is measured on the test pages", id="test-scheduler-metric"),
+    # Starting points: whole configurations inside the searched space, before proposals, within the trial budget.
+    pytest.param({**SEARCH, "start": {"paper": {"train.lr": 0.5}}},
+                 "start.paper: train.lr=0.5 (its value) is outside search.train.lr", id="start-outside-the-space"),
+    pytest.param({**SEARCH, "search": {"model.d_model": {"type": "categorical", "choices": [32, 64]}}, "start": {"defaults": {}}},
+                 "start.defaults: model.d_model=256 (the base config's value (the point does not set it)) is outside "
+                 "search.model.d_model", id="start-default-outside-the-space"),
+    pytest.param({**GOOD, "start": {"paper": {}}}, "start: a grid lists its configurations already", id="start-with-grid"),
+    pytest.param({**SEARCH, "trials": {"total": 1}, "start": {"a": {}, "b": {"train.lr": 0.002}}},
+                 "start: 2 starting points, but the sweep plans 1 trials", id="more-starts-than-trials"),
+    pytest.param({**SEARCH, "start": {"paper": {"model.wdth": 3}}}, "start.paper: unknown key 'model.wdth'",
+                 id="start-unknown-key"),
+    pytest.param({**SEARCH, "start": {"a b": {}}}, "start: 'a b' is not a name", id="start-bad-name"),
+    pytest.param({**SEARCH, "start": ["paper"]}, "start must map names to configurations", id="start-not-a-mapping"),
+    # Conditions name a grid axis or an earlier searched key, and values it takes.
+    pytest.param({**SEARCH, "search": {**SEARCH["search"], "model.heads": {"type": "categorical", "choices": [1, 2],
+                                                                          "when": {"model.blok": "transformer"}}}},
+                 "search.model.heads.when.model.blok: model.blok is not a grid axis or another searched key",
+                 id="condition-on-unknown-key"),
+    pytest.param({**SEARCH, "search": {"model.block": {"type": "categorical", "choices": ["paper", "transformer"]},
+                                       "model.heads": {"type": "categorical", "choices": [1, 2],
+                                                       "when": {"model.block": "transfomer"}}}},
+                 "search.model.heads.when.model.block: model.block='transfomer' is a value model.block never takes",
+                 id="condition-impossible-value"),
+    pytest.param({**SEARCH, "search": {"model.dropout": {"type": "uniform", "low": 0, "high": 0.2,
+                                                         "when": {"train.lr_schedule": "linear"}},
+                                       "train.lr_schedule": {"type": "categorical", "choices": ["linear", "paper"],
+                                                             "when": {"model.dropout": 0.1}}}},
+                 "the conditions of search.model.dropout, search.train.lr_schedule name each other in a cycle",
+                 id="conditions-in-a-cycle"),
+    # Sampler settings apply to their sampler; GP models numbers only.
+    pytest.param({**SEARCH, "sampler": {"type": "random", "n_startup_trials": 3}},
+                 "sampler: 'n_startup_trials' does not apply to type 'random'", id="startup-for-random"),
+    pytest.param({**SEARCH, "sampler": {"type": "gp", "multivariate": True}},
+                 "sampler: 'multivariate' does not apply to type 'gp'", id="multivariate-for-gp"),
+    pytest.param({**SEARCH, "search": {"model.d_model": {"type": "categorical", "choices": [32, 64]}},
+                  "sampler": {"type": "gp"}}, "sampler.type='gp' models numeric spaces only; this one is not "
+                 "(model.d_model is categorical)", id="gp-with-categorical"),
+    pytest.param({**SEARCH, "sampler": {"type": "tpe", "n_startup_trials": -1}},
+                 "sampler.n_startup_trials=-1 must be greater than or equal to 0", id="negative-startup"),
     pytest.param({**GOOD, "config": {"data": {"input_len": 32, "test_fraction": 0.8}}},
                  "data.test_fraction=0.8 must be in [0, 1 - data.val_fraction=0.2)", id="test-fraction-too-large"),
 ]
@@ -188,3 +234,42 @@ def test_bad_profiles_are_named(tmp_path, doc, sets, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
         spec_lib.load(write(tmp_path, doc), sets)
 
+
+
+def test_starting_points_conditions_and_sampler_settings_parse_and_round_trip(tmp_path):
+    doc = {**SEARCH, "config": {"data": {"input_len": 32, "test_fraction": 0.1}, "model": {"block": "transformer"}},
+           "search": {"model.block": {"type": "categorical", "choices": ["paper", "transformer"]},
+                      "model.heads": {"type": "categorical", "choices": [2, 8], "when": {"model.block": "transformer"}},
+                      "model.residual": {"type": "categorical", "choices": [False, True], "when": {"model.block": ["paper"]}},
+                      "train.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+           "start": {"paper": {"model": {"block": "paper", "residual": True}, "train.lr": 1e-3}, "defaults": {}},
+           "sampler": {"type": "tpe", "n_startup_trials": 2}}
+    spec = spec_lib.load(write(tmp_path, doc))
+    assert spec.search["model.heads"].when == {"model.block": ("transformer",)}
+    assert spec.start_params("paper") == {"model.block": "paper", "model.residual": True, "train.lr": 1e-3}
+    assert spec.start_params("defaults") == {"model.block": "transformer", "model.heads": 8, "train.lr": 2e-3}
+    assert spec.sampler.model_dump() == {"type": "tpe", "seed": 0, "n_startup_trials": 2, "multivariate": True,
+                                         "group": True, "constant_liar": True}
+    again = spec_lib.parse(spec.to_dict(), "stored")
+    assert again.to_dict() == spec.to_dict() and spec_lib.diff(spec, again) == ""
+    assert spec.notes() == []
+
+
+@pytest.mark.parametrize("sets, note", [
+    pytest.param(["trials.total=6"], "6 trials, 10 random start-up trials (sampler.n_startup_trials): this is a random "
+                 "search, TPE proposes no trial", id="random-search"),
+    pytest.param(["trials.total=12", "data.test_fraction=0"], "no test split (data.test_fraction is 0)", id="no-test"),
+])
+def test_a_valid_sweep_that_cannot_do_what_it_says_is_told_so(tmp_path, sets, note):
+    spec = spec_lib.load(write(tmp_path, {**SEARCH, "config": {"data": {"input_len": 32, "test_fraction": 0.1}}}),
+                         sets)
+    assert [n for n in spec.notes() if note in n], spec.notes()
+    assert len(spec.notes()) == 1
+
+
+def test_a_pinned_key_holds_for_the_starting_points_too(tmp_path):
+    doc = {**SEARCH, "search": {**SEARCH["search"], "model.d_model": {"type": "categorical", "choices": [32, 64]}},
+           "start": {"wide": {"model": {"d_model": 64}, "train.lr": 1e-3}}}
+    spec = spec_lib.load(write(tmp_path, doc), ["model.d_model=16"])
+    assert spec.start == {"wide": {"train.lr": 1e-3}} and spec.base["model.d_model"] == 16
+    assert spec.start_params("wide") == {"train.lr": 1e-3}
