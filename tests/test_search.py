@@ -97,3 +97,18 @@ def test_a_fork_seeds_each_trial_with_the_keys_it_sampled(tmp_path):
     fork = open_study(spec, url, "fork", 12, "b")
     assert fork.seed_from(origin) == [f"trial {n}: seeded" for n in range(6)]
     assert [t.params for t in fork.forked()] == [t.params for t in origin.trials()]
+
+
+def test_the_reports_optuna_plots_take_keys_absent_from_some_trials(tmp_path):
+    from dashboards.report import optuna_figures
+
+    spec = _spec(tmp_path, CONDITIONAL)
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = open_study(spec, url, "s", 12, "fingerprint")
+    for _ in range(8):
+        trial = study.next_trial()
+        study.study.tell(trial.number, trial.params["train.lr"] * 10)
+    assert {"model.heads", "model.residual"} - set(study.trials()[0].params)  # some keys are absent from some trials
+    paths, notes = optuna_figures(url, "s", tmp_path)
+    assert [p.name for p in paths] == ["optuna_history.png", "optuna_importances.png", "optuna_parallel.png"]
+    assert notes == []
