@@ -133,6 +133,7 @@ def run(workspace: Workspace, session: Session, verbose: bool) -> Writer:
             session.record["interrupted"] = True
         print(f"\n{progress.summary(study.trials(), spec.objectives)}\n", flush=True)
         print(f"seqae: {progress.best_line(study.best(), spec.objectives)}", flush=True)
+        print("seqae: trials proposed by: " + ", ".join(f"{k} {v}" for k, v in study.proposals().items()), flush=True)
     return writer
 
 

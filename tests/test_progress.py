@@ -14,7 +14,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
-from sweeps.progress import Progress, clock, short, summary
+from sweeps.progress import Progress, best_line, clock, short, summary
 from sweeps.spec import Objective
 
 ACCURACY = Objective(metric="val_token_accuracy", mode="max")
@@ -224,3 +224,21 @@ def test_summary_of_a_multi_objective_sweep_has_a_column_per_objective():
 
 def test_summary_of_no_trials_is_the_header_alone():
     assert summary([], (ACCURACY, LATENT)) == "trial  state  epochs  val_token_accuracy  latent_fraction  params"
+
+
+def test_summary_names_starting_points_and_shows_the_kept_checkpoints_test_score_and_best_line_both():
+    paper = create_trial(state=TrialState.COMPLETE, value=0.9, params={"train.lr": 1e-3, "model.d_model": 64},
+                         distributions={"train.lr": LR, "model.d_model": D_MODEL}, intermediate_values={0: 0.9},
+                         user_attrs={"seqae.start": "paper", "seqae.test": {"test_token_accuracy": 0.88}})
+    trials = study_of(paper, trial(TrialState.COMPLETE, 3e-4, 128, 0.95, epochs=1), trial(TrialState.FAIL, 0.5, 64))
+    assert summary(trials, (ACCURACY,)) == "\n".join([
+        "trial      state     epochs  val_token_accuracy  test_token_accuracy  params",
+        "1          COMPLETE  1       0.9500              -                    lr=3.0e-04 d_model=128",
+        "0 (paper)  COMPLETE  1       0.9000              0.8800               lr=1.0e-03 d_model=64",
+        "2          FAIL      -       -                   -                    lr=0.5 d_model=64",
+    ])
+    assert best_line([trials[0]], (ACCURACY,)) == ("best: trial 0  val_token_accuracy 0.9000 (validation, selected on)  "
+                                                  "test_token_accuracy 0.8800 (test pages, never selected on)")
+    assert best_line([trials[1]], (ACCURACY,)).endswith("no test split (data.test_fraction is 0): the validation value "
+                                                       "is biased by the selection")
+    assert best_line([], (ACCURACY,)) == "no trial completed"

@@ -61,12 +61,17 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     # Progress a person can read: a line per trial result, a table at the end, no Tune boxes.
     lines = run.stdout.splitlines()
     for number in range(n):
-        assert any(re.match(rf"trial {number}  epoch 2/2  lr=\d\.\de-0\d  val_token_accuracy 0\.\d{{4}}  "
+        assert any(re.match(rf"trial {number}  epoch 2/2  (start paper_lr: )?lr=\d\.\de-0\d  val_token_accuracy 0\.\d{{4}}  "
                             r"best 0\.\d{4} \(trial \d\)  \d+:\d\d elapsed  ~\d+:\d\d left$", line)
                    for line in lines), run.stdout
-    header = lines.index(next(line for line in lines if line.startswith("trial  state")))
-    assert [line.split()[1] for line in lines[header + 1: header + 1 + n]] == ["COMPLETE"] * n
+    header = lines.index(next(line for line in lines if re.match(r"trial +state", line)))
+    assert [re.match(r"\d+(?: \(\w+\))? +(\w+)", line).group(1) for line in lines[header + 1: header + 1 + n]] == ["COMPLETE"] * n
     assert "Configuration for experiment" not in run.stdout and "TensorBoard" not in run.stdout
+    assert re.search(r"^trial 0  epoch 1/2  start paper_lr: lr=1\.0e-03  ", run.stdout, re.M)  # the file's starting point first
+    assert re.search(r"^seqae: best: trial \d  val_token_accuracy 0\.\d{4} \(validation, selected on\)  "
+                     r"test_token_accuracy 0\.\d{4} \(test pages, never selected on\)$", run.stdout, re.M)
+    # two SMOKE trials run at once: the start and a random one, then TPE once 2 have finished
+    assert re.search(r"^seqae: trials proposed by: start 1, random start-up [12](, tpe 1)?$", run.stdout, re.M)
 
     runs = mlflow_runs(workspace, "quickstart")
     parents = [r for r in runs if r.data.tags.get("seqae.role") == "sweep"]
