@@ -223,7 +223,9 @@ class SweepStudy:
             self.study.add_trial(optuna.trial.create_trial(
                 params=params, distributions={k: _distribution(space[k]) for k in params}, values=trial.values,
                 intermediate_values=trial.intermediate_values,
-                user_attrs={N.FORKED: f"{origin.study.study_name}#{trial.number}"}))
+                # a starting point seeded from the origin is not tried again
+                user_attrs={N.FORKED: f"{origin.study.study_name}#{trial.number}",
+                            **({N.START: trial.user_attrs[N.START]} if N.START in trial.user_attrs else {})}))
             notes.append(f"trial {trial.number}: seeded" + (f"; dropped {', '.join(dropped)}" if dropped else ""))
         return notes
 

@@ -47,7 +47,7 @@ SEEDS = [int(s) for s in os.environ.get("SEQAE_CHAOS_SEEDS", "").split(",") if s
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SEEDS, reason="the chaos soak runs with SEQAE_CHAOS_SEEDS=1,2,3")]
 EPOCHS, CELLS = 4, 12
 BASE = [*TINY, f"train.epochs={EPOCHS}", f"train.patience={EPOCHS}", "retries=20"]
-GRID = [*BASE, "search={}", "trials={per_cell: 1}", "grid.train.seed=[0, 1, 2, 3, 4, 5]", "grid.train.lr=[0.003, 0.01]"]
+GRID = [*BASE, "search={}", "start={}", "trials={per_cell: 1}", "grid.train.seed=[0, 1, 2, 3, 4, 5]", "grid.train.lr=[0.003, 0.01]"]
 TPE = [*BASE, "search={train.lr: {type: loguniform, low: 0.001, high: 0.03}}", f"trials={{total: {CELLS}}}",
        "sampler.type=tpe"]
 FAULTS = ("driver_sigkill", "driver_sigterm", "worker_sigkill", "mlflow_restart", "postgres_restart",
@@ -189,7 +189,7 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request
     else:  # the same 12 trials without faults, fixed in advance
         lrs = sorted({lr for _, lr in results})
         assert len(lrs) == CELLS, f"TPE proposed a learning rate twice: {sorted(lr for _, lr in results)}"
-        grid = [*BASE, "search={}", "trials={per_cell: 1}", f"grid.train.lr=[{', '.join(lrs)}]"]
+        grid = [*BASE, "search={}", "start={}", "trials={per_cell: 1}", f"grid.train.lr=[{', '.join(lrs)}]"]
         calm = Sweep(cluster, f"tpe-{seed}-calm", tmp_path, grid).finish_timed()
     assert set(results) == set(calm["results"])  # the same trials, by their parameters
     for cell, histories in results.items():  # MLflow's metrics and Optuna's intermediate values

@@ -108,7 +108,7 @@ def test_set_refuses_what_it_cannot_change(tmp_path):
 
 
 ASHA = ["scheduler.type=asha", "scheduler.grace_period=1", "scheduler.reduction_factor=2", "max_concurrent=1",
-        "train.epochs=4", "train.patience=4", "train.lr_schedule=constant", "search={}",
+        "train.epochs=4", "train.patience=4", "train.lr_schedule=constant", "search={}", "start={}",
         "grid.train.lr=[0.03, 0.0001, 0.01, 0.00003, 0.003, 0.001]"]
 
 
@@ -168,7 +168,8 @@ def test_fork_seeds_a_new_study_with_the_finished_trials_that_fit(tmp_path):
     lrs = sorted(t.params["train.lr"] for t in trials(workspace, "wide"))
     narrowed = f"search.train.lr={{type: loguniform, low: {lrs[2]!r}, high: 3.0e-3}}"  # two of the four fit
     fork = seqae("sweep", "fork", "wide", "--file", str(STUDIES / "quickstart.yaml"), "--name", "narrow",
-                 "--workspace", str(workspace), *helpers.sets(*TINY, "trials.total=2", "train.epochs=2", narrowed))
+                 "--workspace", str(workspace),
+                 *helpers.sets(*TINY, "trials.total=2", "train.epochs=2", narrowed, "start={}"))  # its lr may lie outside
     assert fork.returncode == 0, fork.stdout[-3000:]
     assert fork.stdout.count(": seeded") == 2 and fork.stdout.count("outside the new space") == 2, fork.stdout
 

@@ -214,7 +214,7 @@ def test_a_raising_trial_and_a_nan_trial_fail_everywhere_and_the_sweep_goes_on(t
     # lr 1e30 drives the loss to NaN; d_attn 24 with 16 heads is a combination no config allows
     extra = ["train.lr=0.001", "grid.train.lr=[1e30, 0.003]", "train.lr_schedule=constant", "trials={per_cell: 4}",
              "search.model.d_attn={type: categorical, choices: [16, 24]}",
-             "search.model.heads={type: categorical, choices: [1, 16]}", "sampler.type=random", "sampler.seed=3"]
+             "search.model.heads={type: categorical, choices: [1, 16]}", "sampler={type: random, seed: 3}", "start={}"]
     run = seqae(*run_args(workspace, name, *extra))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]  # the sweep completes
     trials = optuna_trials(workspace, name)

@@ -112,3 +112,14 @@ def test_the_reports_optuna_plots_take_keys_absent_from_some_trials(tmp_path):
     paths, notes = optuna_figures(url, "s", tmp_path)
     assert [p.name for p in paths] == ["optuna_history.png", "optuna_importances.png", "optuna_parallel.png"]
     assert notes == []
+
+
+def test_a_fork_does_not_try_a_starting_point_its_origin_tried(tmp_path):
+    spec = _spec(tmp_path, CONDITIONAL)
+    url = f"sqlite:///{tmp_path}/s.db"
+    origin = open_study(spec, url, "origin", 12, "a")
+    for _ in range(3):  # paper, defaults, one proposal
+        origin.study.tell(origin.next_trial().number, 0.5)
+    fork = open_study(spec, url, "fork", 12, "b")
+    fork.seed_from(origin)
+    assert fork.next_trial().start is None
