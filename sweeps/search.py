@@ -246,33 +246,34 @@ class SweepStudy:
                                   start=trial.user_attrs.get(N.START))
         if not new or len(trials) >= self.total:
             return None
-        start = self._next_start()
+        held = self.study.get_trials(deepcopy=False)  # a fork's seeded trials too: they count for both below
+        start = self._next_start(held)
         if start is not None:
             self.study.enqueue_trial(self.spec.start_params(start), user_attrs={N.START: start})
         elif cell := self._emptiest_cell(trials):
             self.study.enqueue_trial(cell)
-        proposer = "start" if start is not None else self._proposer()
+        proposer = "start" if start is not None else self._proposer(held)
         asked = self.study.ask()
         params = self._suggest(asked)
         asked.set_user_attr(N.PROPOSED_BY, proposer)
         self._issued.add(asked.number)
         return self._spec(asked.number, params, start=start)
 
-    def _next_start(self) -> str | None:
-        """The first starting point of the sweep file that no trial of the study has been yet."""
-        tried = {t.user_attrs.get(N.START) for t in self.study.get_trials(deepcopy=False)}
+    def _next_start(self, held: list[optuna.trial.FrozenTrial]) -> str | None:
+        """The first starting point of the sweep file that no trial the study ``held`` has been yet."""
+        tried = {t.user_attrs.get(N.START) for t in held}
         return next((name for name in self.spec.start if name not in tried), None)
 
-    def _proposer(self) -> str:
+    def _proposer(self, held: list[optuna.trial.FrozenTrial]) -> str:
         """Who proposes the next trial's searched values: the grid alone, the sampler's random
-        start-up (Optuna's own rule: too few finished trials yet), or the sampler."""
+        start-up (Optuna's own rule: too few finished trials among those the study ``held``), or the sampler."""
         settings = self.spec.sampler
         if not self.spec.search:
             return "grid"
         if not settings.models:
             return str(settings.type)
         states = (TrialState.COMPLETE, TrialState.PRUNED) if settings.type == "tpe" else (TrialState.COMPLETE,)
-        finished = len(self.study.get_trials(deepcopy=False, states=states))
+        finished = sum(t.state in states for t in held)
         return str(settings.type) if finished >= (settings.n_startup_trials or 0) else "random start-up"
 
     def proposals(self) -> dict[str, int]:
