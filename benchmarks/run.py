@@ -37,6 +37,7 @@ SUITES: dict[str, Suite] = {
                        + _module("data_prep").parallel(o["data"])),
     "search": lambda o: _module("search_efficiency").run(o["data"], seeds=o["seeds"]),
     "recipe": lambda o: _module("recipe").run(o["data"], seeds=o["seeds"]),
+    "rungs": lambda o: _module("rung_agreement").run(o["data"]),
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
     "gpu": lambda o: _module("gpu_packing").run(o["data"]),
     "scale": lambda o: _module("scale").run(o["data"]),

@@ -73,6 +73,8 @@ class Trial:
     resource: str = "cpu"
     test: float | None = None  # the kept checkpoint's test token accuracy (pages nothing selected on)
     start: str | None = None  # the starting point it is, by name
+    # with train.repeats > 1: each seed's value and the standard error of the token accuracies, at the kept epoch
+    spread: dict[str, float] = field(default_factory=dict)
 
     @property
     def input_len(self) -> int:
@@ -93,6 +95,11 @@ class Trial:
     @property
     def best(self) -> float | None:
         return max((v for _, v in self.accuracy), default=None)
+
+    @property
+    def kept_epoch(self) -> int | None:
+        """The epoch early stopping kept: the first of the best validation accuracy."""
+        return max(self.accuracy, key=lambda point: (point[1], -point[0]))[0] if self.accuracy else None
 
     @property
     def epochs(self) -> int:
@@ -128,6 +135,10 @@ def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
         for key in CURVES:
             if key in run.data.metrics:
                 trial.curves[key] = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+        for key in run.data.metrics:
+            if M.is_spread(key) and M.base_metric(key) in (M.VAL_TOKEN_ACCURACY, M.TEST_TOKEN_ACCURACY):
+                trial.spread[key] = next((m.value for m in client.get_metric_history(run.info.run_id, key)
+                                          if m.step == trial.kept_epoch), run.data.metrics[key])
         if tags.get(N.ARTIFACTS_EPOCH):
             with tempfile.TemporaryDirectory() as tmp:
                 try:
@@ -379,15 +390,20 @@ def _table(trials: list[Trial]) -> dict[str, Any]:
     varying = _varying(trials)
     unit = trials[0].resource if trials else "cpu"
     tested = any(t.test is not None for t in trials)
+    repeated = any(t.spread for t in trials)
     head = ["trial", "state", *varying, "best val accuracy (selected on)",
-            *(["test accuracy (never selected on)"] if tested else []), "epochs", "stopped early", "duration (s)",
+            *(["test accuracy (never selected on)"] if tested else []),
+            *(["val accuracy per seed"] if repeated else []), "epochs", "stopped early", "duration (s)",
             f"cost ({unit}-s)", f"accuracy per {unit}-hour", "node"]
     rows = []
     for t in trials:
         cells = [f"{t.number} ({t.start})" if t.start else t.number, t.state,
                  *[_short(t.params.get(k, "")) for k in varying],
-                 "" if t.best is None else f"{t.best:.4f}",
-                 *(["" if t.test is None else f"{t.test:.4f}"] if tested else []), t.epochs, "yes" if t.stopped_early else "no",
+                 "" if t.best is None else f"{t.best:.4f}{M.spread_text(t.spread, M.VAL_TOKEN_ACCURACY, seeds=False)}",
+                 *(["" if t.test is None else f"{t.test:.4f}{M.spread_text(t.spread, M.TEST_TOKEN_ACCURACY, seeds=False)}"]
+                   if tested else []),
+                 *([M.seeds_text(t.spread, M.VAL_TOKEN_ACCURACY)] if repeated else []),
+                 t.epochs, "yes" if t.stopped_early else "no",
                  f"{t.duration:.1f}", "" if t.cost is None else f"{t.cost:.1f}",
                  f"{3600 * t.best / t.cost:.1f}" if t.cost and t.best is not None else "", t.node]
         rows.append({"state": t.state.lower(), "cells": [str(c) for c in cells]})

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from seqae_core.metrics import spread_text
 from seqae_errors import ConfigError
 from sweeps.workspace import Submission, Workspace
 
@@ -261,7 +262,8 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     if info["proposed_by"]:
         print("  proposed by: " + ", ".join(f"{k} {v}" for k, v in info["proposed_by"].items()))
     for start, trial in info["starts"].items():
-        value = f", {trial['values'][0]:.4f}" if trial["values"] else ""
+        value = "".join(f", {k} {v:.4f}{spread_text(trial['seeds'] or {}, k, seeds=False)}"
+                        for k, v in trial["values"].items())
         print(f"  start {start}: trial {trial['trial']} ({trial['state']}{value})")
     for note in info["notes"]:
         print(f"  note: {note}")
@@ -270,8 +272,9 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     print(f"  cost: {cost['hours']:.4f} {cost['unit']}{budget}")
     best = info["best"]
     for entry in best if isinstance(best, list) else [best] if best else []:
-        values = ", ".join(f"{k} {v:.4f}" for k, v in entry["values"].items())
-        test = ", ".join(f"{k} {v:.4f}" for k, v in (entry.get("test") or {}).items())
+        seeds = entry.get("seeds") or {}
+        values = ", ".join(f"{k} {v:.4f}{spread_text(seeds, k)}" for k, v in entry["values"].items())
+        test = ", ".join(f"{k} {v:.4f}{spread_text(seeds, k)}" for k, v in (entry.get("test") or {}).items())
         start = f" (start {entry['start']})" if entry.get("start") else ""
         print(f"  best: trial {entry['trial']}{start}: {values} (validation, selected on)")
         print(f"        {f'{test} (test pages, never selected on)' if test else 'no test split: data.test_fraction is 0'}")

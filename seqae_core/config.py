@@ -80,6 +80,9 @@ class TrainConfig:
     patience: int = 5  # epochs without a better val_token_accuracy before stopping
     batch_size: int = 16
     seed: int = 0
+    # models trained side by side, seeds seed, seed + 1, ...: the run's metrics, early stopping and a
+    # sweep's objective are their mean (see seqae_core.metrics.REPEATED)
+    repeats: int = 1
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA and bf16-native CPUs
     log_every_steps: int = 20  # a point of the training-loss curve every N optimizer steps (besides each epoch's mean)
 
@@ -295,7 +298,7 @@ def validate(config: Config, origin: dict[str, str] | None = None) -> None:
     flat = config.flat()
     for key in ("data.input_len", "model.d_model", "model.d_attn", "model.heads", "model.d_ffn", "model.layers",
                 "train.epochs", "train.patience", "train.batch_size", "train.lr", "train.lr_final",
-                "train.log_every_steps"):
+                "train.log_every_steps", "train.repeats"):
         if flat[key] <= 0:
             fail(key, f"{key}={flat[key]} must be positive")
     if config.train.lr_decay_epochs < 0:

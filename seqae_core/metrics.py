@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 # Reported after every epoch.
 EPOCH = "epoch"
@@ -54,6 +56,65 @@ OBJECTIVES: dict[str, tuple[str, ...]] = {
     LATENT_FRACTION: ("min", "max"),
     TOKENS_PER_S: ("max",),
 }
+# A trial with train.repeats > 1 trains one model per seed (train.seed, train.seed + 1, ...): these
+# metrics are then the seeds' mean, and each is reported besides as its standard error
+# (``val_token_accuracy_stderr``) and per seed (``seed_1/val_token_accuracy``).
+REPEATED: tuple[str, ...] = (VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY, *TEST_METRICS)
+
+
+def seed_key(seed: int, metric: str) -> str:
+    return f"seed_{seed}/{metric}"
+
+
+def stderr_key(metric: str) -> str:
+    return f"{metric}_stderr"
+
+
+def across_seeds(per_seed: dict[int, dict[str, float]]) -> dict[str, float]:
+    """Each metric's mean over the seeds; with more than one seed, also its standard error (the
+    sample standard deviation over sqrt(seeds)) and every seed's own value."""
+    n = len(per_seed)
+    merged: dict[str, float] = {}
+    for metric in next(iter(per_seed.values())):
+        values = [scores[metric] for scores in per_seed.values()]
+        mean = sum(values) / n
+        merged[metric] = mean
+        if n > 1:
+            merged[stderr_key(metric)] = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+            merged.update({seed_key(seed, metric): scores[metric] for seed, scores in per_seed.items()})
+    return merged
+
+
+def seed_values(record: dict[str, Any], metric: str) -> dict[int, float]:
+    """Each seed's value of ``metric`` in a record of a repeated trial ({} for one seed)."""
+    suffix = f"/{metric}"
+    return {int(key[len("seed_"):-len(suffix)]): value for key, value in record.items()
+            if key.startswith("seed_") and key.endswith(suffix)}
+
+
+def is_spread(key: str) -> bool:
+    """Whether ``key`` is a repeated trial's standard error or per-seed value."""
+    return key.startswith("seed_") or key.endswith("_stderr")
+
+
+def spread_text(record: dict[str, Any], metric: str, seeds: bool = True) -> str:
+    """`` ± 0.0012 (s.e.; seeds 4: 0.9910, 5: 0.9932)`` for ``metric`` of a repeated trial's
+    record (without the seeds' values: `` ± 0.0012``); "" for a trial of one seed."""
+    if not seed_values(record, metric):
+        return ""
+    return f" ± {record[stderr_key(metric)]:.4f}" + (f" (s.e.; seeds {seeds_text(record, metric)})" if seeds else "")
+
+
+def seeds_text(record: dict[str, Any], metric: str) -> str:
+    """``4: 0.9910, 5: 0.9932``: each seed's value of ``metric`` in a repeated trial's record."""
+    return ", ".join(f"{seed}: {value:.4f}" for seed, value in sorted(seed_values(record, metric).items()))
+
+
+def base_metric(key: str) -> str:
+    """The metric a key reports: ``val_loss`` for ``val_loss``, ``val_loss_stderr`` and ``seed_1/val_loss``."""
+    return key.rpartition("/")[2].removesuffix("_stderr") if is_spread(key) else key
+
+
 # Early stopping watches this one (the paper's patience of 5 epochs).
 MONITOR = VAL_TOKEN_ACCURACY  # higher is better
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -151,6 +151,96 @@ def reconstruct(model: ReducingAutoencoder, splits: data_lib.Splits, device: tor
     return samples
 
 
+@dataclass
+class Replicate:
+    """One seed's model, optimizer and schedule, with its own random stream: the seeds of a run
+    with ``train.repeats`` > 1 never draw from each other's, so its first seed trains exactly as
+    the run with one seed does."""
+
+    seed: int
+    model: ReducingAutoencoder
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    rng: dict[str, Any]
+
+    @classmethod
+    def create(cls, config: Config, seed: int, vocab_size: int, dev: torch.device, steps_per_epoch: int) -> Replicate:
+        torch.manual_seed(seed)
+        model = ReducingAutoencoder(config, vocab_size).to(dev)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay, fused=True
+        )
+        lr = lr_factor(config.train, steps_per_epoch, config.data.input_len)
+        return cls(seed, model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr), _rng_state(dev))
+
+    def state(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "rng": self.rng}
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.rng = state["rng"]
+
+    @contextmanager
+    def drawing(self, dev: torch.device) -> Iterator[None]:
+        """Draw from this seed's stream (dropout) inside the block."""
+        torch.set_rng_state(self.rng["torch"])
+        if dev.type == "cuda" and self.rng.get("cuda"):
+            torch.cuda.set_rng_state_all(self.rng["cuda"])
+        yield
+        self.rng = _rng_state(dev)
+
+
+def _rng_state(dev: torch.device) -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if dev.type == "cuda" else []}
+
+
+def _named(scores: M.Scores, names: tuple[str, ...]) -> dict[str, float]:
+    """``scores`` as ``{loss, token accuracy, sequence accuracy}`` under ``names``, in that order."""
+    return dict(zip(names, (scores.loss, scores.token_accuracy, scores.sequence_accuracy)))
+
+
+VAL_SCORES = (M.VAL_LOSS, M.VAL_TOKEN_ACCURACY, M.VAL_SEQUENCE_ACCURACY)
+
+
+def _train_epoch(replicate: Replicate, splits: data_lib.Splits, config: Config, dev: torch.device, epoch: int,
+                 steps_per_epoch: int, progress: bool) -> tuple[float, list[list[float]]]:
+    """One epoch of one seed, in the order drawn from ``(seed, epoch)``: its mean training loss,
+    and its points of the training-loss curve."""
+    model, bs = replicate.model, config.train.batch_size
+    model.train()
+    order = torch.randperm(
+        len(splits.train), generator=torch.Generator().manual_seed(replicate.seed * 100_003 + epoch)
+    ).numpy()
+    seen, window = M.Scores(), M.Scores()
+    curve: list[list[float]] = []  # [global step, mean loss since the previous point]
+    which = f" seed {replicate.seed}" if config.train.repeats > 1 else ""
+    bar = tqdm(range(0, len(order), bs), desc=f"epoch {epoch}/{config.train.epochs}{which}", disable=not progress,
+               leave=False)
+    for step, i in enumerate(bar, 1):
+        tokens = splits.batch(splits.train[order[i : i + bs]]).to(dev, non_blocking=True)
+        with autocast(config, dev):
+            loss, scores = batch_scores(model, tokens, splits.pad_id)
+        value = loss.item()
+        if not math.isfinite(value):
+            raise NonFiniteLossError(f"training loss is {value} at epoch {epoch}, step {step}{which}")
+        replicate.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        replicate.optimizer.step()
+        replicate.scheduler.step()
+        seen.add(scores)
+        window.add(scores)
+        global_step = (epoch - 1) * steps_per_epoch + step
+        if global_step % config.train.log_every_steps == 0:
+            curve.append([global_step, window.loss])
+            window = M.Scores()
+        if progress:
+            bar.set_postfix(loss=f"{value:.4f}")
+    return seen.loss, curve
+
+
 def train(
     config: Config,
     report: Report | None = None,
@@ -172,6 +262,11 @@ def train(
     ``measure``: called at the end of every epoch; what it returns joins the epoch's metrics (a
     sweep's worker adds the machine's CPU, memory and GPU use over the epoch).
 
+    With ``train.repeats`` = k > 1, k models (seeds ``train.seed`` .. ``train.seed + k - 1``) train
+    side by side; every epoch's validation and test scores are their mean, with each seed's value
+    and the standard error beside (:func:`seqae_core.metrics.across_seeds`); early stopping watches
+    the mean. The checkpoint's model, the one a sweep registers, is the first seed's.
+
     Every ``train.log_every_steps`` optimizer steps, the mean loss of the steps since the previous
     point joins the epoch's ``train_loss_steps`` as ``[global step, loss]``; each epoch starts a
     new window, so a resumed run has the points of an uninterrupted one.
@@ -182,14 +277,10 @@ def train(
     splits = data_lib.load(config.data, cache_dir, published)
     data_seconds = time.perf_counter() - started
     dev = pick_device(device)
-    torch.manual_seed(config.train.seed)
-    model = ReducingAutoencoder(config, splits.vocab_size).to(dev)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay, fused=True
-    )
-    bs = config.train.batch_size
-    steps_per_epoch = math.ceil(len(splits.train) / bs)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(config.train, steps_per_epoch, config.data.input_len))
+    steps_per_epoch = math.ceil(len(splits.train) / config.train.batch_size)
+    replicates = [Replicate.create(config, config.train.seed + i, splits.vocab_size, dev, steps_per_epoch)
+                  for i in range(config.train.repeats)]
+    first = replicates[0]  # the seed whose model is kept and registered
     stopper = EarlyStopping(config.train.patience)
     history: list[dict[str, Any]] = []
     kept_test: dict[str, float] = {}  # the kept checkpoint's test scores
@@ -200,71 +291,44 @@ def train(
         if resume.get("format") != STATE_FORMAT or not same_but_epochs:
             raise ValueError("the checkpoint was written for another config or format (only train.epochs may "
                              "change, to train on); start a new run")
-        model.load_state_dict(resume["model"])
-        optimizer.load_state_dict(resume["optimizer"])
-        scheduler.load_state_dict(resume["scheduler"])
+        for replicate, state in zip(replicates, [resume, *resume.get("repeats", [])]):
+            replicate.load(state)
         stopper = EarlyStopping(**resume["early_stopping"])
-        torch.set_rng_state(resume["rng"]["torch"])
-        if dev.type == "cuda" and resume["rng"].get("cuda"):
-            torch.cuda.set_rng_state_all(resume["rng"]["cuda"])
         history = list(resume["history"])
-        kept_test = {k: history[-1][k] for k in M.TEST_METRICS if k in history[-1]}
+        kept_test = {k: v for k, v in history[-1].items() if M.base_metric(k) in M.TEST_METRICS}
         first_epoch = resume["epoch"] + 1
         if resume["finished"] and (stopper.should_stop or resume["epoch"] >= config.train.epochs):
             return summary(history, stopper, config.train.epochs, data_seconds)
 
     for epoch in range(first_epoch, config.train.epochs + 1):
         epoch_start = time.perf_counter()
-        model.train()
-        order = torch.randperm(
-            len(splits.train), generator=torch.Generator().manual_seed(config.train.seed * 100_003 + epoch)
-        ).numpy()
-        seen, window = M.Scores(), M.Scores()
-        curve: list[list[float]] = []  # [global step, mean loss since the previous point]
-        steps = range(0, len(order), bs)
-        bar = tqdm(steps, desc=f"epoch {epoch}/{config.train.epochs}", disable=not progress, leave=False)
-        for step, i in enumerate(bar, 1):
-            tokens = splits.batch(splits.train[order[i : i + bs]]).to(dev, non_blocking=True)
-            with autocast(config, dev):
-                loss, scores = batch_scores(model, tokens, splits.pad_id)
-            value = loss.item()
-            if not math.isfinite(value):
-                raise NonFiniteLossError(f"training loss is {value} at epoch {epoch}, step {step}")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            seen.add(scores)
-            window.add(scores)
-            global_step = (epoch - 1) * steps_per_epoch + step
-            if global_step % config.train.log_every_steps == 0:
-                curve.append([global_step, window.loss])
-                window = M.Scores()
-            if progress:
-                bar.set_postfix(loss=f"{value:.4f}")
+        losses, curves = [], []
+        for replicate in replicates:
+            with replicate.drawing(dev):
+                loss, curve = _train_epoch(replicate, splits, config, dev, epoch, steps_per_epoch, progress)
+            losses.append(loss)
+            curves.append(curve)
         train_seconds = time.perf_counter() - epoch_start
-        val = evaluate(model, splits, splits.val, config, dev)
-        improved = stopper.update(val.token_accuracy, epoch)
+        val = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.val, config, dev), VAL_SCORES)
+                              for r in replicates})
+        improved = stopper.update(val[M.VAL_TOKEN_ACCURACY], epoch)
         if improved and len(splits.test):  # the checkpoint early stopping keeps, on pages nothing selects on
-            test = evaluate(model, splits, splits.test, config, dev)
-            kept_test = {M.TEST_LOSS: test.loss, M.TEST_TOKEN_ACCURACY: test.token_accuracy,
-                         M.TEST_SEQUENCE_ACCURACY: test.sequence_accuracy}
+            kept_test = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.test, config, dev),
+                                                       M.TEST_METRICS) for r in replicates})
         stop = stopper.should_stop or epoch == config.train.epochs
         metrics = {
             M.EPOCH: epoch,
-            M.TRAIN_LOSS: seen.loss,
-            M.VAL_LOSS: val.loss,
-            M.VAL_TOKEN_ACCURACY: val.token_accuracy,
-            M.VAL_SEQUENCE_ACCURACY: val.sequence_accuracy,
-            M.LEARNING_RATE: scheduler.get_last_lr()[0],
-            M.TOKENS_PER_S: len(order) * config.data.input_len / train_seconds,
+            M.TRAIN_LOSS: sum(losses) / len(losses),
+            **val,
+            M.LEARNING_RATE: first.scheduler.get_last_lr()[0],
+            M.TOKENS_PER_S: len(replicates) * len(splits.train) * config.data.input_len / train_seconds,
             M.EPOCH_SECONDS: time.perf_counter() - epoch_start,
             M.LATENT_FRACTION: config.latent_fraction,
             M.BEST_EPOCH: stopper.best_epoch,
             M.BEST_VAL_TOKEN_ACCURACY: stopper.best,
             M.DATA_SECONDS: data_seconds,
             M.GLOBAL_STEP: epoch * steps_per_epoch,
-            M.TRAIN_LOSS_STEPS: curve,
+            M.TRAIN_LOSS_STEPS: [[points[0][0], sum(p[1] for p in points) / len(points)] for points in zip(*curves)],
             **kept_test,
             **({M.GPU_MEMORY_GIB: torch.cuda.max_memory_allocated(dev) / 2**30} if dev.type == "cuda" else {}),
             **(measure() if measure is not None else {}),
@@ -275,17 +339,14 @@ def train(
                 "format": STATE_FORMAT,
                 "config": config.flat(),
                 "epoch": epoch,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
+                **first.state(),
+                "repeats": [r.state() for r in replicates[1:]],  # the other seeds'
                 "early_stopping": asdict(stopper),
-                "rng": {"torch": torch.get_rng_state(),
-                        "cuda": torch.cuda.get_rng_state_all() if dev.type == "cuda" else []},
                 "history": history,
                 "finished": stop,
                 "patience_spent": stopper.should_stop,
                 "token_ids": torch.from_numpy(splits.token_ids),
-                "samples": reconstruct(model, splits, dev) if improved else None,
+                "samples": reconstruct(first.model, splits, dev) if improved else None,
             }
             report(dict(metrics), checkpoint)
         if stop:
@@ -300,6 +361,7 @@ def summary(history: list[dict[str, Any]], stopper: EarlyStopping, epochs: int, 
     return {
         **{k: best[k] for k in (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.VAL_SEQUENCE_ACCURACY, M.TRAIN_LOSS, M.LATENT_FRACTION,
                                 *M.TEST_METRICS) if k in best},
+        **{k: v for k, v in best.items() if M.is_spread(k)},
         M.BEST_EPOCH: stopper.best_epoch,
         M.EPOCHS_RUN: len(history),
         M.STOPPED_EARLY: len(history) < epochs,

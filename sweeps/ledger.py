@@ -69,7 +69,7 @@ def settle(study: SweepStudy, number: int, outcome: Outcome, progress: Progress 
     """Record a trial's outcome in the study (a finished trial once: later calls change nothing),
     with the test metrics of the checkpoint it kept."""
     if outcome in (Outcome.COMPLETE, Outcome.PRUNED) and progress is not None:
-        study.note_test(number, progress.history)
+        study.note_kept(number, progress.history)
     if outcome is Outcome.COMPLETE:
         assert progress is not None
         study.complete(number, progress.history)

@@ -94,10 +94,14 @@ def study_exists(url: str, name: str) -> bool:
     return name in optuna.study.get_all_study_names(storage(url))
 
 
+def kept_record(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record of the epoch early stopping kept: the first best of the monitored metric."""
+    return max(history, key=lambda h: (h[M.MONITOR], -h[M.EPOCH]))
+
+
 def best_epoch_values(spec: SweepSpec, history: list[dict[str, Any]]) -> list[float]:
     """The objective values of a trial: its metrics at the epoch early stopping kept."""
-    best = max(history, key=lambda h: (h[M.MONITOR], -h[M.EPOCH]))
-    return [float(best[o.metric]) for o in spec.objectives]
+    return [float(kept_record(history)[o.metric]) for o in spec.objectives]
 
 
 def _directions(spec: SweepSpec) -> list[optuna.study.StudyDirection]:
@@ -223,9 +227,10 @@ class SweepStudy:
             self.study.add_trial(optuna.trial.create_trial(
                 params=params, distributions={k: _distribution(space[k]) for k in params}, values=trial.values,
                 intermediate_values=trial.intermediate_values,
-                # a starting point seeded from the origin is not tried again
+                # a starting point seeded from the origin is not tried again; its test scores and seeds
+                # stay beside its values
                 user_attrs={N.FORKED: f"{origin.study.study_name}#{trial.number}",
-                            **({N.START: trial.user_attrs[N.START]} if N.START in trial.user_attrs else {})}))
+                            **{a: trial.user_attrs[a] for a in (N.START, N.TEST, N.SEEDS) if a in trial.user_attrs}}))
             notes.append(f"trial {trial.number}: seeded" + (f"; dropped {', '.join(dropped)}" if dropped else ""))
         return notes
 
@@ -350,12 +355,17 @@ class SweepStudy:
                 self.report(number, int(record[M.EPOCH]), record)
         self.study.tell(self._records.get(number, number), best_epoch_values(self.spec, history), skip_if_finished=True)
 
-    def note_test(self, number: int, history: list[dict[str, Any]]) -> None:
-        """Keep the test metrics of the checkpoint a running trial kept (its newest record has
-        them: each record carries the kept checkpoint's), for status and reports."""
-        test = {k: history[-1][k] for k in M.TEST_METRICS if history and k in history[-1]}
-        if test and self._running(number) is not None:
-            self.storage.set_trial_user_attr(self._trial_id(number), N.TEST, test)
+    def note_kept(self, number: int, history: list[dict[str, Any]]) -> None:
+        """Keep, for status and reports, what the checkpoint a running trial kept scored: its test
+        metrics, and for a trial of several seeds, each seed's value and the standard error of
+        every repeated metric (validation and test)."""
+        if not history or self._running(number) is None:
+            return
+        kept = kept_record(history)
+        for attr, values in ((N.TEST, {k: kept[k] for k in M.TEST_METRICS if k in kept}),
+                             (N.SEEDS, {k: v for k, v in kept.items() if M.is_spread(k)})):
+            if values:
+                self.storage.set_trial_user_attr(self._trial_id(number), attr, values)
 
     def tell(self, number: int, state: TrialState) -> None:
         """End a trial without values (pruned or failed)."""

@@ -453,6 +453,14 @@ class SweepSpec(_Section):
                 notes.append(f"{self.planned_trials()} trials, {startup} random start-up trials (sampler.n_startup_trials): "
                              f"this is a random search, {str(self.sampler.type).upper()} proposes no trial; lower "
                              "sampler.n_startup_trials or raise trials.total")
+        if self.scheduler.type == "asha":
+            grace, factor = self.scheduler.grace_period, self.scheduler.reduction_factor
+            epochs = max(config.train.epochs for config in cell_configs(self))
+            rungs = [grace * factor**k for k in range(epochs) if grace * factor**k < epochs]
+            if len(rungs) < 2:
+                notes.append(f"ASHA decides {f'once, at epoch {rungs[0]}' if rungs else 'never'} of {epochs} "
+                             f"(scheduler.grace_period {grace}, reduction_factor {factor}): a trial is stopped at most "
+                             f"once; train.epochs above {grace * factor} gives it a second rung")
         return notes
 
     def planned_trials(self) -> int:
@@ -673,6 +681,9 @@ def _search(search: dict[str, Distribution], source: str) -> dict[str, Distribut
         where = f"{source}: search.{key}"
         if key not in KEYS:
             raise ConfigError(f"{source}: search: unknown config key {key!r}")
+        if key == "train.repeats":
+            raise ConfigError(f"{where}: the number of seeds is how a trial is measured, not a hyperparameter to "
+                              "search; set it in config (train.repeats: 3) for every trial")
         if dist.type in ("uniform", "loguniform") and not accepts_float(key):
             raise ConfigError(f"{where}.type={dist.type!r} samples fractions, but {key} is an integer; use type: int")
         for value in dist.choices or (dist.low, dist.high):

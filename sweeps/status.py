@@ -73,9 +73,11 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
     created = sum(by_state.values())
     if created < total:
         by_state["NOT_STARTED"] = total - created
+    metrics = [o.metric for o in spec.objectives]
     best = [
-        {"trial": t.number, "values": dict(zip((o.metric for o in spec.objectives), t.values)), "params": t.params,
+        {"trial": t.number, "values": dict(zip(metrics, t.values)), "params": t.params,
          "test": t.user_attrs.get(N.TEST),  # the kept checkpoint's, on pages nothing selected on; None without a test split
+         "seeds": t.user_attrs.get(N.SEEDS),  # with train.repeats > 1: each seed's value and the standard error
          "start": t.user_attrs.get(N.START)}
         for t in study.best()
     ]
@@ -95,8 +97,9 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
         "seeded_trials": len(study.forked()),
         "sampler": spec.sampler.model_dump(exclude_none=True),
         "proposed_by": study.proposals(),  # how many trials each proposer proposed: "start", "random start-up", "tpe", ...
-        "starts": {t.user_attrs[N.START]: {"trial": t.number, "state": t.state.name, "values": t.values,
-                                           "test": t.user_attrs.get(N.TEST)}
+        "starts": {t.user_attrs[N.START]: {"trial": t.number, "state": t.state.name,
+                                           "values": dict(zip(metrics, t.values or [])),
+                                           "test": t.user_attrs.get(N.TEST), "seeds": t.user_attrs.get(N.SEEDS)}
                    for t in study.trials() if N.START in t.user_attrs},
         "notes": spec.notes(),
     }

@@ -315,7 +315,7 @@ def find_sweep_run(client: MlflowClient, experiment_id: str) -> Run | None:
 def _metrics(result: dict[str, Any]) -> list[Metric]:
     now = int(time.time() * 1000)
     epoch = int(result[M.EPOCH])
-    return [Metric(k, float(result[k]), now, epoch) for k in LOGGED_METRICS if k in result]
+    return [Metric(k, float(v), now, epoch) for k, v in result.items() if k in LOGGED_METRICS or M.is_spread(k)]
 
 
 def _text(value: Any) -> str:

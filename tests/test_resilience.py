@@ -119,20 +119,24 @@ def test_driver_sigkill_after_three_of_eight_then_resume(tmp_path):
         assert flat == sorted(set(flat))
 
 
-def test_a_starting_point_runs_first_under_its_name_to_its_last_epoch_across_a_driver_kill(tmp_path):
+def test_a_starting_point_of_two_seeds_runs_first_under_its_name_to_its_last_epoch_across_a_driver_kill(tmp_path):
     """A starting point (sweep file ``start``) is the first trial, named in the progress lines,
     Optuna, MLflow and status; ASHA never stops it (tests/test_scheduler.py shows the rule), so
-    it trains all its epochs, also when its driver is killed midway and the sweep resumed."""
+    it trains all its epochs, also when its driver is killed midway and the sweep resumed. Every
+    trial trains two seeds (train.repeats=2): its objective is their mean, and the progress lines,
+    MLflow, status and the report show each seed's value and the standard error."""
     workspace, name = tmp_path / "ws", "start"
     storage = workspace / "sweeps" / name
     args = run_args(workspace, name, "trials.total=3", "train.epochs=4", "max_concurrent=1", "scheduler.type=asha",
-                    "scheduler.grace_period=1", "scheduler.reduction_factor=2", "start={slow: {train.lr: 3.0e-4}}")
+                    "scheduler.grace_period=1", "scheduler.reduction_factor=2", "start={slow: {train.lr: 3.0e-4}}",
+                    "train.repeats=2")
     driver = start(*args, log=tmp_path / "driver.log")
     wait_for(lambda: trial_metas(storage).get(0, {}).get("epoch", 0) >= 1, 300, "the starting point one epoch in")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     wait_for_writers_to_exit(storage)
-    assert re.search(r"^trial 0  epoch 1/4  start slow: lr=3\.0e-04 ", (tmp_path / "driver.log").read_text(), re.M)
+    assert re.search(r"^trial 0  epoch 1/4  start slow: lr=3\.0e-04 .* val_token_accuracy 0\.\d{4} ± 0\.\d{4}  best",
+                     (tmp_path / "driver.log").read_text(), re.M)
     assert 0 not in finished(storage)
 
     resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
@@ -145,10 +149,24 @@ def test_a_starting_point_runs_first_under_its_name_to_its_last_epoch_across_a_d
     assert first.params["train.lr"] == 3.0e-4
     run = next(r for r in children(mlflow_runs(workspace, name)) if r.data.tags["seqae.trial"] == "0")
     assert (run.data.tags["seqae.start"], run.info.run_name, run.info.status) == ("slow", "trial-0000-slow", "FINISHED")
-    assert metric_steps(run.info.run_id, "val_token_accuracy", workspace) == [1, 2, 3, 4]
+    for metric in ("val_token_accuracy", "seed_0/val_token_accuracy", "seed_1/val_token_accuracy",
+                   "val_token_accuracy_stderr", "seed_1/test_token_accuracy"):
+        assert metric_steps(run.info.run_id, metric, workspace) == [1, 2, 3, 4], metric
     info = json.loads(seqae("sweep", "status", name, "--workspace", str(workspace), "--json").stdout)
     assert info["starts"]["slow"]["trial"] == 0 and info["starts"]["slow"]["state"] == "COMPLETE"
     assert info["proposed_by"]["start"] == 1 and sum(info["proposed_by"].values()) == 3
+    seeds = info["starts"]["slow"]["seeds"]
+    for metric in ("val_token_accuracy", "test_token_accuracy"):
+        each = [seeds[f"seed_{s}/{metric}"] for s in (0, 1)]
+        assert seeds[f"{metric}_stderr"] == pytest.approx(abs(each[0] - each[1]) / 2)
+    assert info["starts"]["slow"]["values"]["val_token_accuracy"] == pytest.approx(sum(
+        seeds[f"seed_{s}/val_token_accuracy"] for s in (0, 1)) / 2)
+    text = seqae("sweep", "status", name, "--workspace", str(workspace)).stdout
+    assert re.search(r"best: trial \d.*val_token_accuracy 0\.\d{4} ± 0\.\d{4} \(s\.e\.; seeds 0: 0\.\d{4}, 1: 0\.\d{4}\)", text), text
+    built = seqae("report", name, "--workspace", str(workspace))
+    assert built.returncode == 0, built.stderr[-3000:]
+    page = (storage / "report" / "index.html").read_text()
+    assert "val accuracy per seed" in page and re.search(r"<td>0: 0\.\d{4}, 1: 0\.\d{4}</td>", page)
 
 
 # 2 -----------------------------------------------------------------------------------------

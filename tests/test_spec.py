@@ -161,6 +161,9 @@ BAD = [
                  "sampler.n_startup_trials=-1 must be greater than or equal to 0", id="negative-startup"),
     pytest.param({**GOOD, "config": {"data": {"input_len": 32, "test_fraction": 0.8}}},
                  "data.test_fraction=0.8 must be in [0, 1 - data.val_fraction=0.2)", id="test-fraction-too-large"),
+    pytest.param({**GOOD, "search": {"train.repeats": {"type": "int", "low": 1, "high": 3}}},
+                 "search.train.repeats: the number of seeds is how a trial is measured", id="searched-repeats"),
+    pytest.param({**GOOD, "config": {"train": {"repeats": 0}}}, "train.repeats=0 must be positive", id="no-repeats"),
 ]
 LIMITS = [
     pytest.param({**GOOD, "trials": {"total": 100_000_000}}, "trials.total=100,000,000 is above seqae's limit of "
@@ -259,6 +262,11 @@ def test_starting_points_conditions_and_sampler_settings_parse_and_round_trip(tm
     pytest.param(["trials.total=6"], "6 trials, 10 random start-up trials (sampler.n_startup_trials): this is a random "
                  "search, TPE proposes no trial", id="random-search"),
     pytest.param(["trials.total=12", "data.test_fraction=0"], "no test split (data.test_fraction is 0)", id="no-test"),
+    pytest.param(["trials.total=12", "train.epochs=3", "scheduler={type: asha, grace_period: 1, reduction_factor: 3}"],
+                 "ASHA decides once, at epoch 1 of 3 (scheduler.grace_period 1, reduction_factor 3): a trial is stopped "
+                 "at most once; train.epochs above 3 gives it a second rung", id="asha-once"),
+    pytest.param(["trials.total=12", "train.epochs=2", "scheduler={type: asha, grace_period: 2, reduction_factor: 2}"],
+                 "ASHA decides never of 2", id="asha-never"),
 ])
 def test_a_valid_sweep_that_cannot_do_what_it_says_is_told_so(tmp_path, sets, note):
     spec = spec_lib.load(write(tmp_path, {**SEARCH, "config": {"data": {"input_len": 32, "test_fraction": 0.1}}}),

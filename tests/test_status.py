@@ -139,8 +139,9 @@ def test_trials_view_shows_trials_by_state_the_best_and_the_control_record(tmp_p
     assert view["trials_total"] == 5
     assert view["trials_by_state"] == {"COMPLETE": 2, "PRUNED": 1, "RUNNING": 1, "NOT_STARTED": 1}
     assert view["best"] == {"trial": numbers[1], "values": {M.VAL_TOKEN_ACCURACY: 0.8},
-                            "params": study.trials()[numbers[1]].params, "test": None, "start": None}
-    assert view["starts"] == {"paper_lr": {"trial": numbers[0], "state": "COMPLETE", "values": [0.6], "test": None}}
+                            "params": study.trials()[numbers[1]].params, "test": None, "seeds": None, "start": None}
+    assert view["starts"] == {"paper_lr": {"trial": numbers[0], "state": "COMPLETE", "values": {M.VAL_TOKEN_ACCURACY: 0.6},
+                                           "test": None, "seeds": None}}
     assert view["proposed_by"] == {"start": 1, "random start-up": 1, "tpe": 2}
     assert view["best"]["params"].keys() == {"train.lr", "model.d_model", "model.d_attn"}
     assert view["control"]["drain"] == "the objective's target is reached"

@@ -123,8 +123,39 @@ def test_the_loss_curve_has_a_point_every_n_steps_and_the_epoch_its_mean(tiny_co
         assert min(window) <= loss <= max(window)
 
 
-def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, data_cache, tmp_path):
-    config = tiny_config(**{"train.epochs": 4, "model.dropout": 0.1, "data.test_fraction": 0.2})
+def test_repeats_train_each_seed_as_its_own_run_and_report_their_mean(tiny_config, data_cache):
+    """train.repeats=2: each seed's validation scores are exactly those of its run alone (dropout
+    on: the seeds draw from streams of their own); the record's scores are their mean, with the
+    standard error beside, and the test scores are the seeds' at the epoch the mean kept."""
+    settings = {"train.epochs": 2, "model.dropout": 0.1, "data.test_fraction": 0.2}
+    alone = {seed: [] for seed in (4, 5)}
+    for seed, records in alone.items():
+        train(tiny_config(**settings, **{"train.seed": seed}), lambda m, c, r=records: r.append(m), cache_dir=data_cache)
+    reports = []
+    final = train(tiny_config(**settings, **{"train.seed": 4, "train.repeats": 2}),
+                  lambda m, c: reports.append((m, c)), cache_dir=data_cache)
+    for epoch, (record, checkpoint) in enumerate(reports):
+        assert len(checkpoint["repeats"]) == 1
+        for metric in (M.VAL_LOSS, M.VAL_TOKEN_ACCURACY, M.VAL_SEQUENCE_ACCURACY, *M.TEST_METRICS):
+            seeds = M.seed_values(record, metric)
+            assert sorted(seeds) == [4, 5]
+            a, b = seeds.values()
+            assert record[metric] == pytest.approx((a + b) / 2, abs=1e-12)
+            assert record[M.stderr_key(metric)] == pytest.approx(abs(a - b) / 2, abs=1e-12)
+        for seed, records in alone.items():
+            for metric in (M.VAL_LOSS, M.VAL_TOKEN_ACCURACY, M.VAL_SEQUENCE_ACCURACY):
+                assert record[M.seed_key(seed, metric)] == records[epoch][metric]
+    assert reports[0][0][M.seed_key(4, M.VAL_LOSS)] != reports[0][0][M.seed_key(5, M.VAL_LOSS)]
+    best = reports[final[M.BEST_EPOCH] - 1][0]
+    assert final[M.VAL_TOKEN_ACCURACY] == max(r[M.VAL_TOKEN_ACCURACY] for r, _ in reports)
+    assert {k: final[k] for k in final if M.is_spread(k)} == {k: v for k, v in best.items() if M.is_spread(k)}
+    assert len([k for k in final if M.is_spread(k)]) == 6 * 3  # 6 metrics: a stderr and 2 seeds each
+
+
+@pytest.mark.parametrize("repeats", [1, 2])
+def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, data_cache, tmp_path, repeats):
+    config = tiny_config(**{"train.epochs": 4, "model.dropout": 0.1, "data.test_fraction": 0.2,
+                            "train.repeats": repeats})
     full = []
     expected = train(config, lambda m, c: full.append(m), cache_dir=data_cache)
 
