@@ -34,3 +34,16 @@ def test_a_starting_point_is_never_stopped_but_counts_at_every_rung():
     assert asha.on_trial_result(None, start, {M.EPOCH: 9, M.VAL_TOKEN_ACCURACY: 0.1}) == TrialScheduler.STOP  # the end
     assert "t3" in dict(asha.bracket._rungs)[1]  # its value counts at the rung like any trial's
     assert not asha.stops(3, start=True)
+
+
+def test_rung_agreement_ranks_the_trials_at_each_epoch_against_their_final_objective():
+    """`seqae bench rungs`' arithmetic: Kendall's tau of each epoch's values against each trial's
+    best, and what deciding there on the top third would have lost."""
+    from benchmarks.rung_agreement import agreement
+
+    # trial 0 starts worst and ends best; trial 2 leads at epoch 1 and never improves
+    rows = agreement({0: [0.1, 0.5, 0.9], 1: [0.2, 0.4, 0.6], 2: [0.3, 0.3, 0.3]})
+    assert [r["epoch"] for r in rows] == [1, 2, 3]
+    assert [r["kendall_tau"] for r in rows] == [-1.0, 1.0, 1.0]
+    assert [r["best_in_top_1/3"] for r in rows] == [False, True, True]
+    assert [r["regret_of_leader"] for r in rows] == [0.6, 0.0, 0.0]
