@@ -22,7 +22,7 @@ from typing import Any
 
 import optuna
 
-from benchmarks.search_efficiency import sweep_events
+from benchmarks.sweep_runs import sweep_events
 from seqae_core import metrics as M
 
 FRACTIONS = (0.5, 0.25, 0.125)

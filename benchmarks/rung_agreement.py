@@ -16,7 +16,7 @@ from typing import Any
 
 from scipy.stats import kendalltau
 
-from benchmarks.search_efficiency import sweep_events
+from benchmarks.sweep_runs import sweep_events
 from sweeps.spec import read_document
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "sweeps" / "studies" / "quickstart.yaml"

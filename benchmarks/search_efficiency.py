@@ -14,20 +14,14 @@ above the target.
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-from mlflow.tracking import MlflowClient
-
+from benchmarks.sweep_runs import sweep_events
 from seqae_core import metrics as M
-from seqae_core import names as N
 
 LRS = [1e-3, 3e-3, 1e-2]
 D_MODELS = [16, 32, 64]
@@ -61,26 +55,6 @@ def _document(data_path: str, epochs: int, strategy: str, seed: int, trials: int
         if strategy == "asha+tpe":
             doc["scheduler"] = {"type": "asha", "grace_period": 1, "reduction_factor": 3}
     return doc
-
-
-def sweep_events(folder: Path, name: str, doc: dict[str, Any]) -> list[tuple[float, int, int, float]]:
-    """Run a sweep; its results as (logged at, trial, epoch, accuracy), in the order they arrived."""
-    file = folder / f"{name}.yaml"
-    file.write_text(yaml.safe_dump(doc))
-    workspace = folder / "ws"
-    run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(file), "--workspace", str(workspace)],
-                         capture_output=True, text=True, env=os.environ.copy())
-    if run.returncode != 0:
-        raise RuntimeError(f"sweep {name} failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
-    client = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name(name)
-    assert experiment is not None, "the sweep created no MLflow experiment"
-    events = []
-    for r in client.search_runs([experiment.experiment_id]):
-        if N.TRIAL in r.data.tags:
-            for m in client.get_metric_history(r.info.run_id, M.VAL_TOKEN_ACCURACY):
-                events.append((m.timestamp, int(r.data.tags[N.TRIAL]), m.step, m.value))
-    return sorted(events)
 
 
 def _epochs_to_target(events: list[tuple[float, int, int, float]], target: float) -> tuple[int, bool]:

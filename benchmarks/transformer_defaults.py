@@ -19,7 +19,7 @@ from typing import Any
 import optuna
 
 from benchmarks.corpora import package_descriptions
-from benchmarks.search_efficiency import sweep_events
+from benchmarks.sweep_runs import sweep_events
 from seqae_core import metrics as M
 from seqae_core.config import BLOCK_DEFAULTS, ModelConfig, TrainConfig
 

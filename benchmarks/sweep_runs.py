@@ -1,0 +1,47 @@
+"""Benchmarks measure real sweeps: `seqae sweep run` of a sweep document in a folder of its own,
+then what the sweep tracked in MLflow."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+
+from seqae_core import metrics as M
+from seqae_core import names as N
+
+
+def run_sweep(folder: Path, name: str, doc: dict[str, Any]) -> tuple[MlflowClient, list[Run]]:
+    """Run the sweep ``doc`` as ``name`` in ``folder``; the MLflow client and its trials' runs."""
+    file = folder / f"{name}.yaml"
+    file.write_text(yaml.safe_dump(doc))
+    workspace = folder / "ws"
+    run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(file), "--workspace", str(workspace)],
+                         capture_output=True, text=True, env=os.environ.copy(), check=False)
+    if run.returncode != 0:
+        raise RuntimeError(f"sweep {name} failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
+    client = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(name)
+    assert experiment is not None, "the sweep created no MLflow experiment"
+    return client, [r for r in client.search_runs([experiment.experiment_id]) if N.TRIAL in r.data.tags]
+
+
+def sweep_events(folder: Path, name: str, doc: dict[str, Any]) -> list[tuple[float, int, int, float]]:
+    """Run a sweep; its results as (logged at, trial, epoch, accuracy), in the order they arrived."""
+    client, runs = run_sweep(folder, name, doc)
+    events = []
+    for r in runs:
+        for m in client.get_metric_history(r.info.run_id, M.VAL_TOKEN_ACCURACY):
+            events.append((m.timestamp, int(r.data.tags[N.TRIAL]), m.step, m.value))
+    return sorted(events)
+
+
+def per_epoch(client: MlflowClient, run: Run, metric: str) -> list[float]:
+    """A trial's values of ``metric``, epoch by epoch."""
+    return [m.value for m in sorted(client.get_metric_history(run.info.run_id, metric), key=lambda m: m.step)]
