@@ -81,7 +81,7 @@ class TrainConfig:
     batch_size: int = 16
     seed: int = 0
     # models trained side by side, seeds seed, seed + 1, ...: the run's metrics, early stopping and a
-    # sweep's objective are their mean (see seqae_core.metrics.REPEATED)
+    # sweep's objective are their mean (see seqae_core.metrics.across_seeds)
     repeats: int = 1
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA and bf16-native CPUs
     log_every_steps: int = 20  # a point of the training-loss curve every N optimizer steps (besides each epoch's mean)

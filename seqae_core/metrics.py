@@ -12,6 +12,7 @@ TRAIN_LOSS = "train_loss"
 VAL_LOSS = "val_loss"
 VAL_TOKEN_ACCURACY = "val_token_accuracy"
 VAL_SEQUENCE_ACCURACY = "val_sequence_accuracy"
+VAL_METRICS: tuple[str, ...] = (VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY)
 LEARNING_RATE = "lr"
 TOKENS_PER_S = "tokens_per_s"
 EPOCH_SECONDS = "epoch_seconds"
@@ -56,10 +57,9 @@ OBJECTIVES: dict[str, tuple[str, ...]] = {
     LATENT_FRACTION: ("min", "max"),
     TOKENS_PER_S: ("max",),
 }
-# A trial with train.repeats > 1 trains one model per seed (train.seed, train.seed + 1, ...): these
-# metrics are then the seeds' mean, and each is reported besides as its standard error
-# (``val_token_accuracy_stderr``) and per seed (``seed_1/val_token_accuracy``).
-REPEATED: tuple[str, ...] = (VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY, *TEST_METRICS)
+# A trial with train.repeats > 1 trains one model per seed (train.seed, train.seed + 1, ...): its
+# VAL_METRICS and TEST_METRICS are then the seeds' mean, and each is reported besides as its
+# standard error (``val_token_accuracy_stderr``) and per seed (``seed_1/val_token_accuracy``).
 
 
 def seed_key(seed: int, metric: str) -> str:

@@ -202,9 +202,6 @@ def _named(scores: M.Scores, names: tuple[str, ...]) -> dict[str, float]:
     return dict(zip(names, (scores.loss, scores.token_accuracy, scores.sequence_accuracy)))
 
 
-VAL_SCORES = (M.VAL_LOSS, M.VAL_TOKEN_ACCURACY, M.VAL_SEQUENCE_ACCURACY)
-
-
 def _train_epoch(replicate: Replicate, splits: data_lib.Splits, config: Config, dev: torch.device, epoch: int,
                  steps_per_epoch: int, progress: bool) -> tuple[float, list[list[float]]]:
     """One epoch of one seed, in the order drawn from ``(seed, epoch)``: its mean training loss,
@@ -309,7 +306,7 @@ def train(
             losses.append(loss)
             curves.append(curve)
         train_seconds = time.perf_counter() - epoch_start
-        val = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.val, config, dev), VAL_SCORES)
+        val = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.val, config, dev), M.VAL_METRICS)
                               for r in replicates})
         improved = stopper.update(val[M.VAL_TOKEN_ACCURACY], epoch)
         if improved and len(splits.test):  # the checkpoint early stopping keeps, on pages nothing selects on
