@@ -399,9 +399,8 @@ def _table(trials: list[Trial]) -> dict[str, Any]:
     for t in trials:
         cells = [f"{t.number} ({t.start})" if t.start else t.number, t.state,
                  *[_short(t.params.get(k, "")) for k in varying],
-                 "" if t.best is None else f"{t.best:.4f}{M.spread_text(t.spread, M.VAL_TOKEN_ACCURACY, seeds=False)}",
-                 *(["" if t.test is None else f"{t.test:.4f}{M.spread_text(t.spread, M.TEST_TOKEN_ACCURACY, seeds=False)}"]
-                   if tested else []),
+                 "" if t.best is None else M.value_text(t.best, t.spread, M.VAL_TOKEN_ACCURACY),
+                 *(["" if t.test is None else M.value_text(t.test, t.spread, M.TEST_TOKEN_ACCURACY)] if tested else []),
                  *([M.seeds_text(t.spread, M.VAL_TOKEN_ACCURACY)] if repeated else []),
                  t.epochs, "yes" if t.stopped_early else "no",
                  f"{t.duration:.1f}", "" if t.cost is None else f"{t.cost:.1f}",

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from seqae_core.metrics import spread_text
+from seqae_core.metrics import value_text
 from seqae_errors import ConfigError
 from sweeps.workspace import Submission, Workspace
 
@@ -262,8 +262,7 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     if info["proposed_by"]:
         print("  proposed by: " + ", ".join(f"{k} {v}" for k, v in info["proposed_by"].items()))
     for start, trial in info["starts"].items():
-        value = "".join(f", {k} {v:.4f}{spread_text(trial['seeds'] or {}, k, seeds=False)}"
-                        for k, v in trial["values"].items())
+        value = "".join(f", {k} {value_text(v, trial['seeds'] or {}, k)}" for k, v in trial["values"].items())
         print(f"  start {start}: trial {trial['trial']} ({trial['state']}{value})")
     for note in info["notes"]:
         print(f"  note: {note}")
@@ -273,8 +272,8 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     best = info["best"]
     for entry in best if isinstance(best, list) else [best] if best else []:
         seeds = entry.get("seeds") or {}
-        values = ", ".join(f"{k} {v:.4f}{spread_text(seeds, k)}" for k, v in entry["values"].items())
-        test = ", ".join(f"{k} {v:.4f}{spread_text(seeds, k)}" for k, v in (entry.get("test") or {}).items())
+        values = ", ".join(f"{k} {value_text(v, seeds, k, seeds=True)}" for k, v in entry["values"].items())
+        test = ", ".join(f"{k} {value_text(v, seeds, k, seeds=True)}" for k, v in (entry.get("test") or {}).items())
         start = f" (start {entry['start']})" if entry.get("start") else ""
         print(f"  best: trial {entry['trial']}{start}: {values} (validation, selected on)")
         print(f"        {f'{test} (test pages, never selected on)' if test else 'no test split: data.test_fraction is 0'}")

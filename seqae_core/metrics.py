@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,10 +78,9 @@ def across_seeds(per_seed: dict[int, dict[str, float]]) -> dict[str, float]:
     merged: dict[str, float] = {}
     for metric in next(iter(per_seed.values())):
         values = [scores[metric] for scores in per_seed.values()]
-        mean = sum(values) / n
-        merged[metric] = mean
+        merged[metric] = statistics.fmean(values)
         if n > 1:
-            merged[stderr_key(metric)] = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+            merged[stderr_key(metric)] = statistics.stdev(values) / math.sqrt(n)
             merged.update({seed_key(seed, metric): scores[metric] for seed, scores in per_seed.items()})
     return merged
 
@@ -97,12 +97,14 @@ def is_spread(key: str) -> bool:
     return key.startswith("seed_") or key.endswith("_stderr")
 
 
-def spread_text(record: dict[str, Any], metric: str, seeds: bool = True) -> str:
-    """`` ± 0.0012 (s.e.; seeds 4: 0.9910, 5: 0.9932)`` for ``metric`` of a repeated trial's
-    record (without the seeds' values: `` ± 0.0012``); "" for a trial of one seed."""
+def value_text(value: float, record: dict[str, Any], metric: str, seeds: bool = False) -> str:
+    """``value`` of ``metric`` as text, with its spread where ``record`` (a repeated trial's record,
+    or its ``seqae.seeds``) has one: ``0.9921 ± 0.0012``, and with ``seeds`` ``0.9921 ± 0.0012
+    (s.e.; seeds 4: 0.9910, 5: 0.9932)``; ``0.9921`` for a trial of one seed."""
     if not seed_values(record, metric):
-        return ""
-    return f" ± {record[stderr_key(metric)]:.4f}" + (f" (s.e.; seeds {seeds_text(record, metric)})" if seeds else "")
+        return f"{value:.4f}"
+    spread = f"{value:.4f} ± {record[stderr_key(metric)]:.4f}"
+    return spread + (f" (s.e.; seeds {seeds_text(record, metric)})" if seeds else "")
 
 
 def seeds_text(record: dict[str, Any], metric: str) -> str:

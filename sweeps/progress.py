@@ -77,7 +77,7 @@ class Progress:
         left = self.left()
         line = (f"trial {number}  epoch {int(metrics['epoch'])}/{self.epochs}  "
                 f"{f'start {start}: ' if start else ''}{short(params)}  "
-                f"{self.objective.metric} {value:.4f}{M.spread_text(metrics, self.objective.metric, seeds=False)}  "
+                f"{self.objective.metric} {M.value_text(value, metrics, self.objective.metric)}  "
                 f"best {self.best[0]:.4f} (trial {self.best[1]})  "
                 f"{clock(time.monotonic() - self.started)} elapsed"
                 + (f"  ~{clock(left)} left" if left is not None else ""))
@@ -116,8 +116,8 @@ def summary(trials: list[Any], objectives: tuple[Objective, ...]) -> str:
               "params"]
     rows = [[f"{t.number} ({t.user_attrs[N.START]})" if N.START in t.user_attrs else str(t.number), t.state.name,
              str(len(t.intermediate_values) or "-"),
-             *([f"{v:.4f}{M.spread_text(t.user_attrs.get(N.SEEDS, {}), o.metric, seeds=False)}"
-                for o, v in zip(objectives, t.values)] if t.values else ["-"] * len(objectives)),
+             *([M.value_text(v, t.user_attrs.get(N.SEEDS, {}), o.metric) for o, v in zip(objectives, t.values)]
+               if t.values else ["-"] * len(objectives)),
              *([_test(t)] if tested else []), short(t.params)]
             for t in sorted(trials, key=order)]
     return text_table(header, rows)
@@ -130,17 +130,16 @@ def best_line(best: list[Any], objectives: tuple[Objective, ...]) -> str:
         return f"{len(best)} trials on the Pareto front" if best else "no trial completed"
     trial, objective = best[0], objectives[0]
     test, seeds = trial.user_attrs.get(N.TEST), trial.user_attrs.get(N.SEEDS, {})
-    return (f"best: trial {trial.number}  {objective.metric} {trial.values[0]:.4f}{M.spread_text(seeds, objective.metric)} "
+    return (f"best: trial {trial.number}  {objective.metric} {M.value_text(trial.values[0], seeds, objective.metric, seeds=True)} "
             "(validation, selected on)  "
-            + (f"{M.TEST_TOKEN_ACCURACY} {test[M.TEST_TOKEN_ACCURACY]:.4f}{M.spread_text(seeds, M.TEST_TOKEN_ACCURACY)} "
+            + (f"{M.TEST_TOKEN_ACCURACY} {M.value_text(test[M.TEST_TOKEN_ACCURACY], seeds, M.TEST_TOKEN_ACCURACY, seeds=True)} "
                "(test pages, never selected on)" if test
                else "no test split (data.test_fraction is 0): the validation value is biased by the selection"))
 
 
 def _test(trial: Any) -> str:
     test = trial.user_attrs.get(N.TEST)
-    spread = M.spread_text(trial.user_attrs.get(N.SEEDS, {}), M.TEST_TOKEN_ACCURACY, seeds=False)
-    return f"{test[M.TEST_TOKEN_ACCURACY]:.4f}{spread}" if test else "-"
+    return M.value_text(test[M.TEST_TOKEN_ACCURACY], trial.user_attrs.get(N.SEEDS, {}), M.TEST_TOKEN_ACCURACY) if test else "-"
 
 
 def text_table(header: list[str], rows: list[list[str]]) -> str:
