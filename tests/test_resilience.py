@@ -130,13 +130,16 @@ def test_a_starting_point_of_two_seeds_runs_first_under_its_name_to_its_last_epo
     args = run_args(workspace, name, "trials.total=3", "train.epochs=4", "max_concurrent=1", "scheduler.type=asha",
                     "scheduler.grace_period=1", "scheduler.reduction_factor=2", "start={slow: {train.lr: 3.0e-4}}",
                     "train.repeats=2")
-    driver = start(*args, log=tmp_path / "driver.log")
-    wait_for(lambda: trial_metas(storage).get(0, {}).get("epoch", 0) >= 1, 300, "the starting point one epoch in")
+    log = tmp_path / "driver.log"
+    driver = start(*args, log=log)
+    # the driver prints a trial's epoch after the trial's worker has checkpointed it, so the kill
+    # waits for the printed line, which shows the starting point's name and its seeds' spread
+    first_epoch = re.compile(r"^trial 0  epoch 1/4  start slow: lr=3\.0e-04 .* val_token_accuracy 0\.\d{4} ± 0\.\d{4}  best",
+                             re.M)
+    wait_for(lambda: first_epoch.search(log.read_text()), 300, "the starting point's first epoch printed")
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     wait_for_writers_to_exit(storage)
-    assert re.search(r"^trial 0  epoch 1/4  start slow: lr=3\.0e-04 .* val_token_accuracy 0\.\d{4} ± 0\.\d{4}  best",
-                     (tmp_path / "driver.log").read_text(), re.M)
     assert 0 not in finished(storage)
 
     resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
