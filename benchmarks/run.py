@@ -38,6 +38,7 @@ SUITES: dict[str, Suite] = {
     "search": lambda o: _module("search_efficiency").run(o["data"], seeds=o["seeds"]),
     "recipe": lambda o: _module("recipe").run(o["data"], seeds=o["seeds"]),
     "rungs": lambda o: _module("rung_agreement").run(o["data"]),
+    "replay": lambda o: _module("replay").run(o["data"]),
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
     "gpu": lambda o: _module("gpu_packing").run(o["data"]),
     "scale": lambda o: _module("scale").run(o["data"]),

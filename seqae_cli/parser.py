@@ -162,8 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",
-                       help="which to run (default: all): throughput, overhead, data, search, recipe, rungs, defaults, "
-                            "gpu, scale")
+                       help="which to run (default: all): throughput, overhead, data, search, recipe, rungs, replay, "
+                            "defaults, gpu, scale")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
     bench.add_argument("--data", default=None, help="dataset path (default: $SEQAE_BENCH_DATA, else wikimedia/wikipedia "
                                                     "from the Hugging Face Hub)")
