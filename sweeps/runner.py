@@ -94,15 +94,45 @@ class _DriverOnly:
         return {}
 
 
+class Spend:
+    """The resource-seconds a sweep's trials have spent, all sessions: each epoch counted once,
+    whichever of Tune's hooks hands it over first."""
+
+    def __init__(self, share: float, spent: float = 0.0) -> None:
+        self.share, self.total = share, spent
+        self.counted: set[tuple[int, int]] = set()
+
+    def add(self, number: int, result: dict[str, Any]) -> None:
+        if (number, int(result[M.EPOCH])) not in self.counted:
+            self.counted.add((number, int(result[M.EPOCH])))
+            self.total += self.share * float(result[M.EPOCH_SECONDS])
+
+
+class BudgetStopper(_DriverOnly, tune.Stopper):
+    """Stops every running trial at the end of its epoch once the budget is spent (Tune asks a
+    stopper before the scheduler and the searcher hear of a result): the budget holds while trials
+    run, not only by starting no new ones, so a sweep overshoots it by at most the epochs that
+    were in progress when it ran out."""
+
+    def __init__(self, spend: Spend, seconds: float) -> None:
+        self.spend, self.seconds = spend, seconds
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        self.spend.add(int(result["trial"]), result)
+        return self.spend.total >= self.seconds
+
+    def stop_all(self) -> bool:
+        return False
+
+
 class StudySearcher(_DriverOnly, Searcher):
     """Asks the sweep's Optuna study for trials and tells it how they ended."""
 
-    def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str, spent: float = 0.0) -> None:
+    def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str, spend: Spend) -> None:
         objective = spec.objectives[0]
         super().__init__(metric=objective.metric, mode=objective.mode)
         self.spec, self.study, self.storage = spec, study, storage
-        self.spent = spent  # resource-seconds of every epoch trained so far, all sessions
-        self.counted: set[tuple[int, int]] = set()
+        self.spend = spend
         self.plans: dict[str, TrialSpec] = {}
         self.live: set[str] = set()  # Tune trials started and not yet ended
         self.limit = spec.max_concurrent
@@ -145,16 +175,14 @@ class StudySearcher(_DriverOnly, Searcher):
         """An epoch's value to Optuna; the sweep drains once it reaches the objective's target, or
         once its trials have spent its budget."""
         self.study.report(number, int(result[M.EPOCH]), result)
-        if (number, int(result[M.EPOCH])) not in self.counted:
-            self.counted.add((number, int(result[M.EPOCH])))
-            self.spent += self.spec.share[1] * float(result[M.EPOCH_SECONDS])
+        self.spend.add(number, result)
         objective, budget = self.spec.objectives[0], self.spec.budget
         value = float(result[objective.metric])
         why = None
         if objective.reached(value):
             why = f"trial {number} reached {objective.metric} {value:.4f}, the target {objective.target}"
-        elif budget and self.spent >= budget.hours * 3600:
-            why = f"the budget of {budget.hours:g} {budget.unit}-hours is spent ({self.spent / 3600:.4f})"
+        elif budget and self.spend.total >= budget.hours * 3600:
+            why = f"the budget of {budget.hours:g} {budget.unit}-hours is spent ({self.spend.total / 3600:.4f})"
         if why and not self.study.control().get("drain"):
             self.study.set_control(drain=why)
 
@@ -295,8 +323,8 @@ def run_session(
     """One Tuner run over the trials the study still has to run. Progress shows a line per
     trial result; ``verbose`` brings back Ray Tune's own status tables."""
     progresses = _progresses(study, storage)
-    spent = sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values())
-    searcher = StudySearcher(spec, study, storage, spent)
+    spend = Spend(spec.share[1], sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values()))
+    searcher = StudySearcher(spec, study, storage, spend)
     objective = spec.objectives[0]
     scheduler = None
     continuing = study.continuing()
@@ -342,6 +370,7 @@ def run_session(
             name=f"session-{session:03d}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=f"{storage.rstrip('/')}/tune",
             failure_config=tune.FailureConfig(max_failures=spec.retries),
+            stop=BudgetStopper(spend, spec.budget.hours * 3600) if spec.budget else None,
             callbacks=[TrackingCallback(tracker, writer, study), ProgressCallback(progress)],
             verbose=1 if verbose else 0,
         ),

@@ -20,7 +20,8 @@ A sweep file is YAML with these top-level keys (every study in ``sweeps/studies`
     scheduler    ``{type: none|asha, grace_period, reduction_factor}``
     resources    ``{cpu, gpu}`` per trial; fractional GPUs are allowed
     max_concurrent, retries
-    budget       ``{cpu_hours: X}`` or ``{gpu_hours: X}``: the sweep drains once its trials have spent it
+    budget       ``{cpu_hours: X}`` or ``{gpu_hours: X}``: once its trials have spent it, running trials
+                 stop at the end of their epoch and no new one starts
     profiles     named blocks of overrides, e.g. ``{laptop: {description, data.max_pages: 300, ...}}``:
                  ``--profile laptop`` (or ``--set profile=laptop``) applies one before any ``--set``
 
@@ -298,7 +299,7 @@ class SweepSpec(_Section):
     resources: _Resources = _Resources()
     max_concurrent: int = Field(default=1, gt=0)
     retries: int = Field(default=0, ge=0)
-    budget: _Budget | None = None  # the sweep drains once its trials have spent it
+    budget: _Budget | None = None  # once spent, running trials stop at their epoch's end and none starts
     profiles: dict[str, Any] | None = Field(default=None, strict=False)  # checked, then dropped, by parse
     profile: str | None = None  # the profile applied, if any
     _source: str = PrivateAttr(default="")

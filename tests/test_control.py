@@ -143,14 +143,17 @@ def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path):
     assert outcomes(workspace, "killed") == expected
 
 
-def test_a_spent_budget_drains_the_sweep_and_every_trial_shows_its_cost(tmp_path):
+def test_a_spent_budget_stops_the_running_trial_at_its_epoch_and_the_sweep_and_every_trial_shows_its_cost(tmp_path):
     workspace, name = tmp_path / "ws", "budget"
     run = seqae(*run_args(workspace, name, "trials.total=6", "max_concurrent=1", "train.epochs=2",
                           "budget.cpu_hours=0.0001"))
     assert run.returncode == 0, run.stdout[-3000:]
     assert "the budget of 0.0001 cpu-hours is spent" in run.stdout
     info = status(name, workspace)
-    assert info["outcome"] == "stopped" and 1 <= len(trials(workspace, name)) < 6
+    # one trial at a time, and its first epoch spends the budget: it stops there, not at its last epoch
+    assert info["outcome"] == "stopped" and info["trials_by_state"] == {"PRUNED": 1, "NOT_STARTED": 5}
+    run_id = next(r.info.run_id for r in helpers.mlflow_runs(workspace, name) if "seqae.trial" in r.data.tags)
+    assert helpers.metric_steps(run_id, "val_token_accuracy", workspace) == [1]
     cost = info["cost"]
     assert cost["unit"] == "cpu-hours" and cost["budget"] == 0.0001 and cost["hours"] >= 0.0001
     children = {r.data.tags["seqae.trial"]: r for r in helpers.mlflow_runs(workspace, name) if "seqae.trial" in r.data.tags}
