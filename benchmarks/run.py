@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import platform
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -30,13 +31,20 @@ def _throughput(options: dict[str, Any]) -> list[dict[str, Any]]:
     return rows + ([] if torch.cuda.is_available() else throughput.quickstart_paths(options["data"]))
 
 
+def _search(options: dict[str, Any]) -> list[dict[str, Any]]:
+    search = _module("search_vs_recipe")
+    if options["workspace"]:
+        return search.run(options["data"], Path(options["workspace"]))
+    with tempfile.TemporaryDirectory() as folder:
+        return search.run(options["data"], Path(folder))
+
+
 SUITES: dict[str, Suite] = {
     "throughput": _throughput,
     "overhead": lambda o: _module("sweep_overhead").run(o["data"]),
     "data": lambda o: (_module("data_prep").prefix_vs_whole(o["data"]) + _module("data_prep").cache_hit(o["data"])
                        + _module("data_prep").parallel(o["data"])),
-    "search": lambda o: _module("search_efficiency").run(o["data"], seeds=o["seeds"]),
-    "recipe": lambda o: _module("recipe").run(o["data"], seeds=o["seeds"]),
+    "search": _search,
     "rungs": lambda o: _module("rung_agreement").run(o["data"]),
     "replay": lambda o: _module("replay").run(o["data"]),
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
