@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import optuna
 import pandas as pd
-from ray.tune.schedulers import TrialScheduler
 from scipy.stats import kendalltau
 
 from benchmarks.sweep_runs import per_epoch, run_sweep
@@ -136,7 +135,7 @@ def replay(table: list[Curve], method: Method, seed: int, target: float, *, tria
         if handle is not None:
             handle.report(value, epoch)
         stop = (asha is not None and asha.on_trial_result(None, view, {M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: value})
-                == TrialScheduler.STOP)
+                == ResumableASHA.STOP)
         if epoch < epochs and not stop:
             running[number] = (curve, handle, view, epoch + 1)
             heapq.heappush(events, (now + curve.seconds[epoch], next(counter), number))
