@@ -46,6 +46,7 @@ SPACE: dict[str, list[Any]] = {
 NOISE = {**SPACE, "model.d_model": [64]}  # 16 of them, trained again from a second seed
 EPOCHS = 9  # ASHA (grace 1, factor 3) decides at epochs 1 and 3
 TABLES = Path(__file__).resolve().parent / "tables"
+SENSITIVITY = (0.85, 0.90)  # harder targets, replayed beside the test's to show how the comparison moves
 
 
 @dataclass(frozen=True)
@@ -206,15 +207,20 @@ def run(data_path: str, replays: int = 100, trials: int = 24) -> list[dict[str, 
         frames[name] = pd.read_parquet(path)
     table, noise = curves(frames["replay-25pct"]), curves(frames["replay-25pct-noise"])
     target = float(np.percentile([max(c.val) for c in noise], 75))  # what the noise table's top quarter reaches
-    results = {m.name: [replay(table, m, seed, target, trials=trials) for seed in range(replays)] for m in METHODS}
-    grid_median = statistics.median(r.cpu_seconds or float("inf") for r in results["grid"])
     rows = []
-    for method in METHODS:
-        costs = [r.cpu_seconds if r.cpu_seconds is not None else float("inf") for r in results[method.name]]
-        q1, median, q3 = np.percentile(costs, [25, 50, 75])
-        rows.append({"method": method.name, "replays": replays, "target_val_accuracy": round(target, 4),
-                     "reached": f"{sum(c != float('inf') for c in costs)}/{replays}",
-                     "cpu_s_median": round(float(median), 1), "cpu_s_q1": round(float(q1), 1),
-                     "cpu_s_q3": round(float(q3), 1), "vs_grid_median": round(float(median) / grid_median, 2),
-                     **({"first_rung_tau": round(first_rung_tau(table), 3)} if method.asha else {})})
+    # the test is the first target, fixed before the tables were measured; the others only say how
+    # the comparison moves as the target gets harder (SENSITIVITY), and test nothing
+    for label, goal in ((f"noise p75 {target:.4f} (the test)", target),
+                        *((f"{t} (sensitivity)", t) for t in SENSITIVITY)):
+        results = {m.name: [replay(table, m, seed, goal, trials=trials) for seed in range(replays)] for m in METHODS}
+        grid_median = statistics.median(r.cpu_seconds or float("inf") for r in results["grid"])
+        for method in METHODS:
+            costs = [r.cpu_seconds if r.cpu_seconds is not None else float("inf") for r in results[method.name]]
+            q1, median, q3 = np.percentile(costs, [25, 50, 75])
+            rows.append({"target": label, "method": method.name, "replays": replays,
+                         "reached": f"{sum(c != float('inf') for c in costs)}/{replays}",
+                         "trials_median": statistics.median(r.trials for r in results[method.name]),
+                         "cpu_s_median": round(float(median), 1), "cpu_s_q1": round(float(q1), 1),
+                         "cpu_s_q3": round(float(q3), 1), "vs_grid_median": round(float(median) / grid_median, 2),
+                         **({"first_rung_tau": round(first_rung_tau(table), 3)} if method.asha else {})})
     return rows
