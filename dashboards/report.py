@@ -51,6 +51,8 @@ from seqae_core.config import parse_scalar  # noqa: E402
 
 log = logging.getLogger(__name__)
 
+# Optuna's trial states, as runs closed before the seqae.outcome tag recorded them
+LEGACY_STATES = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "interrupted"}
 CURVES = (M.VAL_TOKEN_ACCURACY, M.TRAIN_LOSS, M.VAL_LOSS, M.TRAIN_LOSS_STEPS, M.GLOBAL_STEP)
 
 # Autoescape is on for the .html templates: every value is text, escaped where it is rendered.
@@ -107,7 +109,7 @@ class Trial:
 
     @property
     def stopped_early(self) -> bool:
-        return self.state == "COMPLETE" and self.epochs < int(self.params.get("train.epochs", 0))
+        return self.state == "complete" and self.epochs < int(self.params.get("train.epochs", 0))
 
 
 def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
@@ -121,9 +123,10 @@ def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
         tags = run.data.tags
         if N.TRIAL not in tags:
             continue
-        state = tags.get("optuna.state", "RUNNING")  # set by the sweep whenever it closes the run
+        # set whenever the sweep closes the run (runs closed before the tag existed carry Optuna's state)
+        state = tags.get(N.OUTCOME) or LEGACY_STATES.get(tags.get("optuna.state", ""), "running")
         if run.info.status == "RUNNING":
-            state = "RUNNING"
+            state = "running"
         trial = Trial(
             number=int(tags[N.TRIAL]), run_id=run.info.run_id, status=run.info.status, state=state,
             params={k: parse_scalar(v) for k, v in run.data.params.items()},
@@ -204,7 +207,7 @@ def fig3(trials: list[Trial], out: Path) -> tuple[Path | None, dict[int, list[tu
     """Best accuracy against the latent fraction, a line per input length; also returns the points."""
     points: dict[int, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for t in trials:
-        if t.best is not None and t.state in ("COMPLETE", "PRUNED"):
+        if t.best is not None and t.state in ("complete", "pruned"):
             points[t.input_len][round(100 * t.fraction, 2)].append(t.best)
     series = {n: sorted((f, sum(v) / len(v)) for f, v in by_f.items()) for n, by_f in points.items()}
     if not series or max(len(s) for s in series.values()) < 2:
@@ -405,7 +408,7 @@ def _table(trials: list[Trial]) -> dict[str, Any]:
                  t.epochs, "yes" if t.stopped_early else "no",
                  f"{t.duration:.1f}", "" if t.cost is None else f"{t.cost:.1f}",
                  f"{3600 * t.best / t.cost:.1f}" if t.cost and t.best is not None else "", t.node]
-        rows.append({"state": t.state.lower(), "cells": [str(c) for c in cells]})
+        rows.append({"state": t.state, "cells": [str(c) for c in cells]})
     return {"head": head, "rows": rows}
 
 
@@ -469,7 +472,7 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
     (out / "claims.json").write_text(json.dumps([v.__dict__ for v in verdicts], indent=1))
 
     counts = Counter(t.state for t in trials)
-    summary = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no trials yet"
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials yet"
     page = TEMPLATES.get_template("report.html").render(
         name=state.name, done=len(trials), total=state.total_trials, summary=summary,
         built=time.strftime("%Y-%m-%d %H:%M:%S"), experiment_id=str(state.mlflow_experiment_id),

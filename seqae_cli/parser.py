@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     encode = with_workspace(commands.add_parser("encode", help="run a registered model on texts: each one's "
                                                               "reconstruction, wrong tokens marked, token accuracy"))
-    encode.add_argument("model", help="NAME (its newest version), NAME/VERSION, NAME@ALIAS or models:/NAME/VERSION, "
+    encode.add_argument("model", help="NAME (the version of its sweep's best trial, alias @best), NAME/VERSION, "
+                                      "NAME@ALIAS or models:/NAME/VERSION, "
                                       "in the workspace's MLflow (or $SEQAE_MLFLOW_TRACKING_URI)")
     encode.add_argument("texts", nargs="+", metavar="TEXT", help="texts to encode and reconstruct")
     encode.set_defaults(handler=cmd_encode)

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from dashboards import report
+from seqae_core import names as N
 from seqae_core.train import describe_precision
 from sweeps import ledger, progress, runner
 from sweeps import spec as spec_lib
@@ -138,19 +139,23 @@ def run(workspace: Workspace, session: Session, verbose: bool) -> Writer:
 
 
 def close(workspace: Workspace, session: Session, writer: Writer) -> int:
-    """Pause the trials left unfinished, register the best model once the sweep is complete, let
-    MLflow take the writes, record the session and rebuild the report. Returns the writes MLflow
-    did not take in time (they are safe in the checkpoints; the next session delivers them)."""
+    """Pause the trials left unfinished; once the sweep has ended (every trial done, or drained by
+    its target, its budget or `seqae sweep stop` with none left running) register the best model
+    and finish its run, else leave the run KILLED for the next session; let MLflow take the
+    writes, record the session and rebuild the report. Returns the writes MLflow did not take in
+    time (they are safe in the checkpoints; the next session delivers them)."""
     study, tracker, name = session.study, session.tracker, session.state.name
+    control, interrupted = study.control(), study.numbers(ledger.Outcome.RUNNING.optuna_state)
     complete = study.remaining() == 0
-    for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):  # continued by the next session
-        writer.submit(f"pausing trial {number}", partial(tracker.trial_ended, number, ledger.Outcome.RUNNING))
-    if complete:
-        writer.submit("registering the best model", lambda: register_best(study, tracker, name))
-    writer.submit("closing the sweep run", lambda: tracker.finish_parent("FINISHED" if complete else "KILLED"))
-    left = writer.close(MLFLOW_DRAIN_SECONDS)
-    control = study.control()
     outcome = "complete" if complete else "stopped" if control.get("drain") else "interrupted"
+    ended = "complete" if complete else None if interrupted else control.get("drain")
+    for number in interrupted:  # continued by the next session
+        writer.submit(f"pausing trial {number}", partial(tracker.trial_ended, number, ledger.Outcome.RUNNING))
+    if ended:
+        writer.submit("registering the best model", lambda: register_best(study, tracker, name))
+    writer.submit("closing the sweep run", lambda: tracker.finish_parent("FINISHED" if ended else "KILLED",
+                                                                         ended or "interrupted"))
+    left = writer.close(MLFLOW_DRAIN_SECONDS)
     session.record.update(ended=time.time(), outcome=outcome, control=control, trials=study.counts(),
                           mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
                           mlflow_writes_failed=len(writer.failed))
@@ -180,9 +185,13 @@ def register_best(study: SweepStudy, tracker: Tracker, name: str) -> None:
     if not best:
         return
     trial = max(best, key=lambda t: t.values[0] * (1 if study.spec.objectives[0].mode == "max" else -1))
-    version = tracker.register_best(trial.number, name)
-    if version:
-        print(f"seqae: registered the model of trial {trial.number} as {name!r} version {version}", flush=True)
+    version, new = tracker.register_best(trial.number, name)
+    if version and new:
+        print(f"seqae: registered the model of trial {trial.number} as {name!r} version {version} "
+              f"(@{N.BEST_ALIAS})", flush=True)
+    elif version:
+        print(f"seqae: the best model is still trial {trial.number}'s, {name!r} version {version} (@{N.BEST_ALIAS})",
+              flush=True)
 
 
 def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:

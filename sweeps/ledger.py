@@ -17,6 +17,7 @@ from mlflow.entities import Run
 from optuna.trial import TrialState
 
 from seqae_core import metrics as M
+from seqae_core import names as N
 from seqae_core.checkpoint import CheckpointStore, Progress
 from sweeps.search import SweepStudy
 
@@ -33,8 +34,15 @@ class Outcome(str, enum.Enum):
 
     @property
     def mlflow_status(self) -> str:
-        """An interrupted trial's run is KILLED until its trial continues, then reopened."""
-        return {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "KILLED", "RUNNING": "KILLED"}[self.value]
+        """A pruned trial ended as a search means it to, so its run is FINISHED, as Tune's and
+        Optuna's MLflow callbacks end them (the run's ``seqae.outcome`` tag tells it apart); an
+        interrupted trial's run is KILLED until its trial continues, then reopened."""
+        return {"COMPLETE": "FINISHED", "FAIL": "FAILED", "PRUNED": "FINISHED", "RUNNING": "KILLED"}[self.value]
+
+    @property
+    def label(self) -> str:
+        """The run's ``seqae.outcome`` tag."""
+        return {"COMPLETE": "complete", "FAIL": "failed", "PRUNED": "pruned", "RUNNING": "interrupted"}[self.value]
 
 
 class Runs(Protocol):
@@ -111,12 +119,13 @@ def reconcile(study: SweepStudy, storage: str, tracker: Runs, lift_drain: bool =
             spec = study.trial_spec(number)
             tracker.child_run(number, spec.logged_params)
             notes.append(f"MLflow run of trial {number}: its parameters logged")
-        status = run.info.status
+        status, label = run.info.status, run.data.tags.get(N.OUTCOME)
         outcome = outcomes.get(number, Outcome.FAIL)  # a run without an Optuna trial never trained
-        if status == "RUNNING" or (outcome is not Outcome.RUNNING and status != outcome.mlflow_status):
+        if status == "RUNNING" or (outcome is not Outcome.RUNNING and (status, label) != (outcome.mlflow_status,
+                                                                                        outcome.label)):
             tracker.trial_ended(number, outcome)
-            notes.append(f"MLflow run of trial {number} closed as {outcome.mlflow_status}"
-                         + (" until the trial continues" if outcome is Outcome.RUNNING else ""))
+            notes.append(f"MLflow run of trial {number} closed as {outcome.mlflow_status} ({outcome.label}"
+                         + (", until the trial continues)" if outcome is Outcome.RUNNING else ")"))
     for number, outcome in outcomes.items():
         # A trial that ended while no driver could reach MLflow (a driver that died in an outage,
         # with the run's first writes still queued) has no run: open one, fill it from the records.
@@ -124,5 +133,6 @@ def reconcile(study: SweepStudy, storage: str, tracker: Runs, lift_drain: bool =
             spec = study.trial_spec(number)
             tracker.open_run(number, spec.logged_params, None if spec.config is None else spec.config.data, spec.start)
             tracker.trial_ended(number, outcome)
-            notes.append(f"MLflow run of trial {number} rebuilt from its records, as {outcome.mlflow_status}")
+            notes.append(f"MLflow run of trial {number} rebuilt from its records, as {outcome.mlflow_status} "
+                         f"({outcome.label})")
     return notes

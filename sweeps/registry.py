@@ -9,12 +9,14 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from seqae_core import names as N
 from seqae_errors import ConfigError
 from sweeps.workspace import redact
 
 
 def load_registered(tracking_uri: str, model: str) -> tuple[str, Any]:
-    """A registered model version, given as ``NAME`` (its newest version), ``NAME/VERSION`` or
+    """A registered model version, given as ``NAME`` (the version its sweep's ``@best`` alias
+    points at, else the newest), ``NAME/VERSION`` or
     ``NAME@ALIAS``, with or without ``models:/``, loaded as a pyfunc: ``(its models:/ URI, the
     model)``. :class:`ConfigError` naming ``model`` if the registry at ``tracking_uri`` has no such
     version."""
@@ -32,6 +34,8 @@ def load_registered(tracking_uri: str, model: str) -> tuple[str, Any]:
             raise ConfigError(f"model {model!r}: no registered model named {name!r} {where} (registered: {known})")
         if at:
             version = client.get_model_version_by_alias(name, alias).version
+        elif not version:
+            version = next((v.version for v in versions if N.BEST_ALIAS in v.aliases), "")
     except MlflowException as exc:
         raise ConfigError(f"model {model!r}: {exc.message} ({where})") from None
     numbers = sorted(int(v.version) for v in versions)

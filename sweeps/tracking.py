@@ -33,6 +33,7 @@ import transformers
 from mlflow.data.huggingface_dataset_source import HuggingFaceDatasetSource
 from mlflow.data.meta_dataset import MetaDataset
 from mlflow.entities import Dataset, DatasetInput, InputTag, Metric, Param, Run, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.mlflow_tags import (
     MLFLOW_DATASET_CONTEXT,
@@ -131,8 +132,10 @@ class Tracker:
         assert self.experiment_id is not None, "open() first"
         return self.experiment_id
 
-    def finish_parent(self, status: str) -> None:
+    def finish_parent(self, status: str, ended: str) -> None:
+        """End the sweep's run with ``status``, saying how in its ``seqae.ended`` tag."""
         assert self.parent_run_id is not None
+        self.client.set_tag(self.parent_run_id, N.ENDED, ended)
         self.client.set_terminated(self.parent_run_id, status)
 
     # -- child runs --------------------------------------------------------------------------
@@ -226,7 +229,7 @@ class Tracker:
         """Make the run whole from the checkpoint store, then set the status of ``outcome``."""
         progress = self.sync_trial(number)
         run_id = self.child_run(number)
-        tags = [RunTag("optuna.state", outcome.value), RunTag(N.RESOURCE, self.share[0])]
+        tags = [RunTag(N.OUTCOME, outcome.label), RunTag(N.RESOURCE, self.share[0])]
         if error:
             tags.append(RunTag(N.ERROR, error[-4000:]))
         cost = resource_seconds(self.share[1], progress)
@@ -276,18 +279,26 @@ class Tracker:
         if self.parent_run_id:
             self.client.log_metric(self.parent_run_id, "mlflow_outage_seconds", seconds)
 
-    def register_best(self, number: int, model_name: str) -> str | None:
+    def register_best(self, number: int, model_name: str) -> tuple[str | None, bool]:
         """Log the best trial's model as a text-in, text-out MLflow model (:mod:`sweeps.textmodel`)
-        and register it; returns the version."""
+        and register it, unless the version the ``@best`` alias points at already holds this
+        trial's kept checkpoint; the alias then points at it. Returns the version, and whether it
+        is new."""
 
         best = CheckpointStore.of_trial(self.storage, number).latest("best")
         if best.epoch is None:
-            return None
+            return None, False
+        run_id = self.child_run(number)
+        try:
+            current = self.client.get_model_version_by_alias(model_name, N.BEST_ALIAS)
+        except MlflowException:  # no such model, or no alias on it yet
+            current = None
+        if current is not None and (current.run_id, current.tags.get(N.MODEL_EPOCH)) == (run_id, str(best.epoch)):
+            return str(current.version), False
         saved = best.state(MODEL)
         config = from_flat(saved["config"])
         mlflow.set_tracking_uri(self.uri)
         mlflow.set_registry_uri(self.uri)
-        run_id = self.child_run(number)
         status = self.client.get_run(run_id).info.status
         root = Path(__file__).resolve().parents[1]
         with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
@@ -302,7 +313,10 @@ class Tracker:
                                   for m in (torch, transformers, safetensors, mlflow)],
             )
         self.client.set_terminated(run_id, status)
-        return str(info.registered_model_version)
+        version = str(info.registered_model_version)
+        self.client.set_model_version_tag(model_name, version, N.MODEL_EPOCH, str(best.epoch))
+        self.client.set_registered_model_alias(model_name, N.BEST_ALIAS, version)
+        return version, True
 
 
 def find_sweep_run(client: MlflowClient, experiment_id: str) -> Run | None:

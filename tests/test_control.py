@@ -5,6 +5,7 @@ sweep set NAME max_concurrent=N`, an objective's target, a budget, ASHA across a
 from __future__ import annotations
 
 import pytest
+from mlflow.tracking import MlflowClient
 
 from tests import sweep_helpers as helpers
 from tests.sweep_helpers import STUDIES, TINY, optuna_trials, run_args, seqae, start, status, trial_metas, wait_for
@@ -53,6 +54,11 @@ def test_set_max_concurrent_then_stop_drains_and_resume_finishes(tmp_path):
     assert info["trials_by_state"] == {"COMPLETE": len(started), "NOT_STARTED": 4 - len(started)}
     assert info["control"]["max_concurrent"] == 2 and "seqae sweep stop" in info["control"]["drain"]
     assert not [r.info.run_name for r in helpers.mlflow_runs(workspace, name) if r.info.status == "RUNNING"]
+    # a stopped sweep ended as its user asked: its run FINISHED, saying why, and its best model registered
+    parent = next(r for r in helpers.mlflow_runs(workspace, name) if r.data.tags.get("seqae.role") == "sweep")
+    assert parent.info.status == "FINISHED" and "stopped by `seqae sweep stop`" in parent.data.tags["seqae.ended"]
+    registry = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
+    assert registry.get_model_version_by_alias(name, "best").version == "1"
 
     resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
     assert resumed.returncode == 0, resumed.stdout[-3000:]
@@ -61,6 +67,14 @@ def test_set_max_concurrent_then_stop_drains_and_resume_finishes(tmp_path):
     info = status(name, workspace)
     assert info["outcome"] == "complete" and not info["control"].get("drain")
     assert [e for e in info["control"]["log"] if "max_concurrent" in e][0]["max_concurrent"] == 2  # recorded
+    champion = registry.get_model_version_by_alias(name, "best")
+    runs = {r.data.tags.get("seqae.trial"): r.info.run_id for r in helpers.mlflow_runs(workspace, name)}
+    assert champion.run_id == runs[str(info["best"]["trial"])]
+    versions = len(registry.search_model_versions(f"name='{name}'"))
+    again = seqae("sweep", "resume", name, "--workspace", str(workspace))  # nothing left: the best is unchanged
+    assert again.returncode == 0 and "the best model is still" in again.stdout, again.stdout[-3000:]
+    assert len(registry.search_model_versions(f"name='{name}'")) == versions
+    assert registry.get_model_version_by_alias(name, "best").version == champion.version
 
 
 def test_a_reached_target_drains_the_sweep_and_extend_trains_its_best_trial_on(tmp_path):
@@ -72,6 +86,13 @@ def test_a_reached_target_drains_the_sweep_and_extend_trains_its_best_trial_on(t
     assert 1 <= len(finished) <= 2 and set(finished) == {"COMPLETE"}  # only those started before the first result
     info = status(name, workspace)
     assert info["outcome"] == "stopped" and "the target 0.0" in info["control"]["drain"]
+    # reaching the target is a sweep's best ending: its run FINISHED, saying why, and its best model registered
+    parent = next(r for r in helpers.mlflow_runs(workspace, name) if r.data.tags.get("seqae.role") == "sweep")
+    assert parent.info.status == "FINISHED" and "the target 0.0" in parent.data.tags["seqae.ended"]
+    registry = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
+    best_run = {r.data.tags.get("seqae.trial"): r.info.run_id for r in helpers.mlflow_runs(workspace, name)}
+    champion = registry.get_model_version_by_alias(name, "best")
+    assert champion.version == "1" and champion.run_id == best_run[str(info["best"]["trial"])]
 
     ws = ["--workspace", str(workspace)]
     for args, message in ((["--epochs", "3"], "already trained 3 epochs"),
@@ -96,6 +117,11 @@ def test_a_reached_target_drains_the_sweep_and_extend_trains_its_best_trial_on(t
                if r.data.tags.get("seqae.trial") == str(best)]
     assert len(run_ids) == 1  # the same MLflow run, now with five epochs
     assert sorted(helpers.metric_steps(run_ids[0], "val_token_accuracy", workspace)) == [1, 2, 3, 4, 5]
+    # a new version only when the best trial's kept checkpoint changed; @best points at the newest such
+    versions = registry.search_model_versions(f"name='{name}'")
+    champion = registry.get_model_version_by_alias(name, "best")
+    assert champion.run_id == run_ids[0] and champion.tags["seqae.epoch"] == str(top["epoch"])
+    assert len(versions) == (1 if top["epoch"] <= 3 else 2), [(v.version, v.tags) for v in versions]
 
 
 def test_set_refuses_what_it_cannot_change(tmp_path):
@@ -128,6 +154,10 @@ def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path):
     expected = outcomes(workspace, "plain")
     states_seen = [state for state, _ in expected.values()]
     assert len(expected) == 6 and "PRUNED" in states_seen and "COMPLETE" in states_seen, expected  # not vacuous
+    # a pruned trial ended as a search means it to: FINISHED in MLflow, its outcome in a tag
+    runs = {int(r.data.tags["seqae.trial"]): r for r in helpers.mlflow_runs(workspace, "plain") if "seqae.trial" in r.data.tags}
+    assert {n: (r.info.status, r.data.tags["seqae.outcome"]) for n, r in runs.items()} == {
+        n: ("FINISHED", state.lower()) for n, (state, _) in expected.items()}
 
     driver = start(*run_args(workspace, "killed", *ASHA), log=tmp_path / "driver.log")
     storage = workspace / "sweeps" / "killed"
@@ -154,6 +184,10 @@ def test_a_spent_budget_stops_the_running_trial_at_its_epoch_and_the_sweep_and_e
     assert info["outcome"] == "stopped" and info["trials_by_state"] == {"PRUNED": 1, "NOT_STARTED": 5}
     run_id = next(r.info.run_id for r in helpers.mlflow_runs(workspace, name) if "seqae.trial" in r.data.tags)
     assert helpers.metric_steps(run_id, "val_token_accuracy", workspace) == [1]
+    runs = helpers.mlflow_runs(workspace, name)
+    parent = next(r for r in runs if r.data.tags.get("seqae.role") == "sweep")
+    assert parent.info.status == "FINISHED" and "the budget of 0.0001 cpu-hours is spent" in parent.data.tags["seqae.ended"]
+    assert [(r.info.status, r.data.tags["seqae.outcome"]) for r in runs if r is not parent] == [("FINISHED", "pruned")]
     cost = info["cost"]
     assert cost["unit"] == "cpu-hours" and cost["budget"] == 0.0001 and cost["hours"] >= 0.0001
     children = {r.data.tags["seqae.trial"]: r for r in helpers.mlflow_runs(workspace, name) if "seqae.trial" in r.data.tags}

@@ -108,11 +108,11 @@ def test_the_loss_curve_is_drawn_against_epochs_with_whole_epoch_ticks(tmp_path)
     from dashboards import report
     from seqae_core import metrics as M
 
-    trial = report.Trial(0, "run", "FINISHED", "COMPLETE", {}, curves={
+    trial = report.Trial(0, "run", "FINISHED", "complete", {}, curves={
         M.TRAIN_LOSS: [(1, 3.0), (2, 2.0)], M.VAL_LOSS: [(1, 2.9), (2, 2.1)], M.GLOBAL_STEP: [(1, 10), (2, 20)],
         M.TRAIN_LOSS_STEPS: [(5, 4.0), (10, 3.0), (15, 2.5), (20, 2.0)]})
     assert report.step_curve(trial) == [(0.5, 4.0), (1.0, 3.0), (1.5, 2.5), (2.0, 2.0)]
-    assert report.step_curve(report.Trial(1, "run", "FINISHED", "COMPLETE", {}, curves=trial.curves | {
+    assert report.step_curve(report.Trial(1, "run", "FINISHED", "complete", {}, curves=trial.curves | {
         M.TRAIN_LOSS_STEPS: []})) == []  # then the report draws the epochs' means
     fig, ax = plt.subplots()
     ax.plot([0.5, 1.0, 1.5, 2.0], [4.0, 3.0, 2.5, 2.0])
@@ -267,8 +267,8 @@ def test_report_shows_failed_and_running_trials(tmp_path):
         assert built.returncode == 0, built.stderr[-3000:]
         page = (workspace / "sweeps" / name / "report" / "index.html").read_text()
         rows = {number: state for state, number in re.findall(r'<tr class="(\w+)"><td>(\d+)</td>', page)}
-        assert rows == {"0": "fail", "1": "running"}, rows
-        assert "1 fail" in page and "1 running" in page
+        assert rows == {"0": "failed", "1": "running"}, rows
+        assert "1 failed" in page and "1 running" in page
     finally:
         kill_group(sweep, signal.SIGINT)
         sweep.wait(timeout=120)

@@ -90,7 +90,7 @@ def storage(tmp_path: Path, templates: Path) -> str:
 # -- Outcome ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("outcome, optuna_state, mlflow_status", [
     pytest.param(Outcome.COMPLETE, TrialState.COMPLETE, "FINISHED", id="complete"),
-    pytest.param(Outcome.PRUNED, TrialState.PRUNED, "KILLED", id="pruned"),
+    pytest.param(Outcome.PRUNED, TrialState.PRUNED, "FINISHED", id="pruned"),
     pytest.param(Outcome.FAIL, TrialState.FAIL, "FAILED", id="fail"),
     pytest.param(Outcome.RUNNING, TrialState.RUNNING, "KILLED", id="running"),
 ])
@@ -204,23 +204,23 @@ def test_reconcile_after_a_driver_died_mid_sweep(tmp_path, storage):
     assert sorted(notes) == sorted([
         "trial 0: had finished training; recorded as complete",
         "trial 1: was interrupted; it will continue from its checkpoint",
-        "MLflow run of trial 1 closed as KILLED until the trial continues",
-        "MLflow run of trial 2 closed as FAILED",
-        "MLflow run of trial 3 closed as KILLED",
-        "MLflow run of trial 0 rebuilt from its records, as FINISHED",
-        "MLflow run of trial 4 rebuilt from its records, as KILLED",
+        "MLflow run of trial 1 closed as KILLED (interrupted, until the trial continues)",
+        "MLflow run of trial 2 closed as FAILED (failed)",
+        "MLflow run of trial 3 closed as FINISHED (pruned)",
+        "MLflow run of trial 0 rebuilt from its records, as FINISHED (complete)",
+        "MLflow run of trial 4 rebuilt from its records, as FINISHED (pruned)",
     ])
     study = new_study(tmp_path)
     assert states(study) == {0: "COMPLETE", 1: "RUNNING", 2: "FAIL", 3: "PRUNED", 4: "PRUNED"}
     assert study.trials()[0].values == [0.8]
     runs = new_tracker(tmp_path, storage).trial_runs()
-    assert {n: r.info.status for n, r in runs.items()} == {0: "FINISHED", 1: "KILLED", 2: "FAILED", 3: "KILLED",
-                                                          4: "KILLED"}
+    assert {n: (r.info.status, r.data.tags["seqae.outcome"]) for n, r in runs.items()} == {
+        0: ("FINISHED", "complete"), 1: ("KILLED", "interrupted"), 2: ("FAILED", "failed"), 3: ("FINISHED", "pruned"),
+        4: ("FINISHED", "pruned")}
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     for n, accuracies, cost in ((0, [0.5, 0.8, 0.7], 30.0), (4, [0.2], 30.0)):  # rebuilt from the records
         run = runs[n]
         assert run.data.params == {k: "null" if v is None else str(v) for k, v in params[n].items()}
-        assert run.data.tags["optuna.state"] == study.trials()[n].state.name
         assert [m.value for m in client.get_metric_history(run.info.run_id, M.VAL_TOKEN_ACCURACY)] == accuracies
         assert run.data.metrics[M.RESOURCE_SECONDS] == pytest.approx(SPEC.share[1] * cost)
 
@@ -241,7 +241,7 @@ def test_reconcile_logs_the_parameters_of_a_run_created_without_them(tmp_path, s
     assert sorted(notes) == sorted([
         f"trial {number}: was interrupted; it will continue from its checkpoint",
         f"MLflow run of trial {number}: its parameters logged",
-        f"MLflow run of trial {number} closed as KILLED until the trial continues",
+        f"MLflow run of trial {number} closed as KILLED (interrupted, until the trial continues)",
     ])
     [run] = new_tracker(tmp_path, storage).trial_runs().values()
     logged = study.trial_spec(number).logged_params
@@ -279,7 +279,7 @@ def test_reconcile_completes_an_extended_trial_only_once_it_reached_its_new_limi
     new_tracker(tmp_path, storage).open_run(number, params)
     write_records(storage, number, history([0.5, 0.6, 0.7]), finished=False)
     notes = reconcile(new_study(tmp_path), storage, new_tracker(tmp_path, storage), lift_drain=False)
-    assert notes == [f"MLflow run of trial {number} closed as KILLED until the trial continues"]
+    assert notes == [f"MLflow run of trial {number} closed as KILLED (interrupted, until the trial continues)"]
     assert states(new_study(tmp_path)) == {number: "RUNNING"}
 
     # The next one trains it to epoch 4 and dies before recording that: the records say it finished.
@@ -287,7 +287,7 @@ def test_reconcile_completes_an_extended_trial_only_once_it_reached_its_new_limi
     write_records(storage, number, history([0.5, 0.6, 0.7, 0.9]), finished=True)
     notes = reconcile(new_study(tmp_path), storage, new_tracker(tmp_path, storage), lift_drain=False)
     assert notes == [f"trial {number}: had finished training; recorded as complete",
-                     f"MLflow run of trial {number} closed as FINISHED"]
+                     f"MLflow run of trial {number} closed as FINISHED (complete)"]
     [trial] = new_study(tmp_path).trials()
     assert trial.state == TrialState.COMPLETE and trial.values == [0.9]
     assert trial.intermediate_values == {1: 0.5, 2: 0.6, 3: 0.7, 4: 0.9}

@@ -252,14 +252,14 @@ def test_a_raising_trial_and_a_nan_trial_fail_everywhere_and_the_sweep_goes_on(t
             assert trial.state.name == "COMPLETE" and run_.info.status == "FINISHED"
             continue
         assert trial.state.name == "FAIL", (trial.number, p)
-        assert run_.info.status == "FAILED" and run_.data.tags["optuna.state"] == "FAIL"
+        assert run_.info.status == "FAILED" and run_.data.tags["seqae.outcome"] == "failed"
         error = run_.data.tags["seqae.error"]
         assert ("divisible by model.heads" in error) if invalid else ("NonFiniteLossError" in error), error
         tune_dir = next((workspace / "sweeps" / name / "tune").glob(f"session-*/trial-{trial.number:04d}"))
         assert (tune_dir / "error.txt").exists()  # ERROR in Tune too
     assert kinds == {"invalid", "nan", "ok"}, f"seed 3 should sample every outcome: {kinds}"
     report = (workspace / "sweeps" / name / "report" / "index.html").read_text()
-    assert '<tr class="fail">' in report
+    assert '<tr class="failed">' in report
 
 
 # 7 -----------------------------------------------------------------------------------------
