@@ -58,7 +58,7 @@ def test_set_max_concurrent_then_stop_drains_and_resume_finishes(tmp_path):
     parent = next(r for r in helpers.mlflow_runs(workspace, name) if r.data.tags.get("seqae.role") == "sweep")
     assert parent.info.status == "FINISHED" and "stopped by `seqae sweep stop`" in parent.data.tags["seqae.ended"]
     registry = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
-    assert registry.get_model_version_by_alias(name, "best").version == "1"
+    assert str(registry.get_model_version_by_alias(name, "best").version) == "1"
 
     resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
     assert resumed.returncode == 0, resumed.stdout[-3000:]
@@ -92,7 +92,7 @@ def test_a_reached_target_drains_the_sweep_and_extend_trains_its_best_trial_on(t
     registry = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
     best_run = {r.data.tags.get("seqae.trial"): r.info.run_id for r in helpers.mlflow_runs(workspace, name)}
     champion = registry.get_model_version_by_alias(name, "best")
-    assert champion.version == "1" and champion.run_id == best_run[str(info["best"]["trial"])]
+    assert str(champion.version) == "1" and champion.run_id == best_run[str(info["best"]["trial"])]
 
     ws = ["--workspace", str(workspace)]
     for args, message in ((["--epochs", "3"], "already trained 3 epochs"),

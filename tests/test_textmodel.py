@@ -3,6 +3,7 @@ serve` and `seqae encode`, on a model trained for seconds and registered by the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -42,11 +43,13 @@ def registered(tmp_path_factory, data_cache):
     tracker = Tracker(uri, "tiny", storage, workspace / "mlartifacts")
     tracker.open("test", None, None, {})
     tracker.child_run(0, config.flat())
-    version = tracker.register_best(0, "tiny")
+    version, new = tracker.register_best(0, "tiny")
+    assert new
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     return SimpleNamespace(workspace=workspace, uri=uri, model_uri=f"models:/tiny/{version}", config=config,
-                           store=store, model=mlflow.pyfunc.load_model(f"models:/tiny/{version}"))
+                           store=store, model=mlflow.pyfunc.load_model(f"models:/tiny/{version}"), tracker=tracker,
+                           storage=storage)
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +190,29 @@ def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered
     assert main(["encode", "tiny", "a text", "--workspace", str(registered.workspace / "none")]) == 2
     assert "no sweeps have run in" in capsys.readouterr().err
     assert not (registered.workspace / "none").exists()  # nothing created
+
+
+def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best(registered, data_cache):
+    """Registering the same best trial again (a resumed sweep whose best did not change) adds no
+    version; a new best does, and ``@best`` moves to it, which `seqae encode NAME` loads."""
+    from mlflow.tracking import MlflowClient
+
+    from seqae_core.checkpoint import CheckpointStore
+    from seqae_core.train import train
+    from sweeps.registry import load_registered
+
+    tracker, client = registered.tracker, MlflowClient(registered.uri)
+    assert tracker.register_best(0, "champion") == ("1", True)
+    assert tracker.register_best(0, "champion") == ("1", False)
+    assert len(client.search_model_versions("name='champion'")) == 1
+
+    config = dataclasses.replace(registered.config, train=dataclasses.replace(registered.config.train, seed=7))
+    store = CheckpointStore.of_trial(registered.storage, 1)
+    train(config, store.save, cache_dir=data_cache)
+    tracker.child_run(1, config.flat())
+    assert tracker.register_best(1, "champion") == ("2", True)
+    best = client.get_model_version_by_alias("champion", "best")
+    assert (str(best.version), best.run_id) == ("2", tracker.child_run(1))
+    assert best.tags["seqae.epoch"] == str(store.latest("best").epoch)
+    assert load_registered(registered.uri, "champion")[0] == "models:/champion/2"
+    assert load_registered(registered.uri, "champion/1")[0] == "models:/champion/1"
