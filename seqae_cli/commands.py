@@ -287,6 +287,14 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep_export(args: argparse.Namespace) -> int:
+    from sweeps import export  # MLflow, Optuna and pandas, only to read a sweep
+
+    table = export.export(_workspace(args), args.name, args.format, args.out)
+    print(f"wrote {table}")
+    return 0
+
+
 def cmd_sweep_list(args: argparse.Namespace) -> int:
     from sweeps import status  # MLflow and Optuna, only to read a sweep
 

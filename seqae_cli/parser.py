@@ -13,6 +13,7 @@ from seqae_cli.commands import (
     cmd_encode,
     cmd_report,
     cmd_sweep_cancel,
+    cmd_sweep_export,
     cmd_sweep_extend,
     cmd_sweep_fork,
     cmd_sweep_list,
@@ -122,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("name")
     status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(handler=cmd_sweep_status)
+
+    export = with_workspace(sweeps.add_parser("export", help="every trial of a sweep as one table (CSV, Parquet or "
+                                                             "JSON lines); the columns: sweeps/export.py"))
+    export.add_argument("name")
+    export.add_argument("--format", default="csv", help="csv (default), parquet or jsonl")
+    export.add_argument("--out", help="the file to write (default: NAME-trials.EXT here); an existing one is refused")
+    export.set_defaults(handler=cmd_sweep_export)
 
     listing = with_workspace(sweeps.add_parser("list", help="the sweeps in a workspace"))
     listing.set_defaults(handler=cmd_sweep_list)

@@ -1,0 +1,104 @@
+"""`seqae sweep export`: every trial of a sweep as one table, to take into pandas, a paper or a
+spreadsheet. A row per trial, read from the stores the sweep keeps: the Optuna study (state,
+parameters, starting point), each trial's checkpoint records (its epochs, the epoch early stopping
+kept, validation and test metrics, cost) and its MLflow run (run id, node).
+
+Columns, in order:
+
+    trial            the trial's number
+    start            a starting point's name in the sweep file (empty for a proposed trial)
+    state            Optuna's state: COMPLETE, PRUNED, FAIL, RUNNING (interrupted)
+    outcome          complete, pruned, failed, interrupted (the MLflow run's ``seqae.outcome``)
+    proposed_by      start, grid, random start-up, or the sampler that proposed it
+    param.KEY        each searched or grid key, as the trial ran it
+    kept_epoch       the epoch early stopping kept (the first of the best validation accuracy)
+    last_epoch       the last epoch trained
+    val_*, test_*    the kept epoch's validation metrics, and its test metrics (never selected on)
+    *_stderr         with train.repeats > 1: the standard error over the seeds (each seed's value
+                     is in MLflow)
+    cost_seconds     resource-seconds spent: training wall time x the CPUs or GPU fraction held
+    node             the Ray node the trial last ran on
+    mlflow_run_id    the trial's MLflow run
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from mlflow.tracking import MlflowClient
+
+from seqae_core import metrics as M
+from seqae_core import names as N
+from seqae_core.checkpoint import CheckpointStore
+from seqae_errors import ConfigError
+from sweeps import spec as spec_lib
+from sweeps.ledger import Outcome, resource_seconds
+from sweeps.mlflow_access import check_credentials
+from sweeps.search import kept_record, read_only
+from sweeps.workspace import Backends, Workspace
+
+FORMATS = {"csv": ".csv", "parquet": ".parquet", "jsonl": ".jsonl"}
+
+
+def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
+    """A row per trial of sweep ``name`` (the module's docstring lists the columns)."""
+    state = workspace.read(name)
+    spec = spec_lib.parse(state.spec, state.file)
+    backends = Backends(**state.backends)
+    study = read_only(spec, backends.optuna_storage, state.study_name)
+    runs: dict[str, Any] = {}
+    if state.mlflow_experiment_id is not None:
+        check_credentials(backends.mlflow_tracking_uri)
+        client = MlflowClient(backends.mlflow_tracking_uri)
+        for page in _pages(client, state.mlflow_experiment_id):
+            runs.update({r.data.tags[N.TRIAL]: r for r in page if N.TRIAL in r.data.tags})
+    rows = []
+    for trial in study.trials():
+        progress = CheckpointStore.of_trial(backends.storage, trial.number).progress()
+        history = progress.history if progress else []
+        kept = kept_record(history) if history else {}
+        run = runs.get(str(trial.number))
+        rows.append({
+            "trial": trial.number, "start": trial.user_attrs.get(N.START, ""), "state": trial.state.name,
+            "outcome": Outcome(trial.state.name).label, "proposed_by": trial.user_attrs.get(N.PROPOSED_BY, ""),
+            **{f"param.{k}": v for k, v in trial.params.items()},
+            "kept_epoch": kept.get(M.EPOCH), "last_epoch": history[-1][M.EPOCH] if history else None,
+            **{k: kept.get(k) for k in (*M.VAL_METRICS, *M.TEST_METRICS)},
+            **{k: v for k, v in kept.items() if k.endswith("_stderr")},
+            "cost_seconds": round(resource_seconds(spec.share[1], progress), 3),
+            "node": run.data.tags.get("ray.node_ip", "") if run else "",
+            "mlflow_run_id": run.info.run_id if run else "",
+        })
+    return pd.DataFrame(rows)
+
+
+def _pages(client: MlflowClient, experiment_id: str) -> Any:
+    """Every run of the experiment, a page at a time (a search returns at most one page)."""
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
+        yield page
+        token = page.token
+        if not token:
+            return
+
+
+def export(workspace: Workspace, name: str, fmt: str, out: str | None) -> Path:
+    """Write sweep ``name``'s trial table as ``fmt`` to ``out`` (default ``NAME-trials.EXT`` here);
+    refuses an unknown format or an existing file before reading anything."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format={fmt!r}: choose from {', '.join(FORMATS)}")
+    path = Path(out or f"{name}-trials{FORMATS[fmt]}")
+    if path.exists():
+        raise ConfigError(f"--out={path}: the file exists; remove it or choose another")
+    workspace.read(name)  # an unknown sweep is refused, naming it
+    table = trial_table(workspace, name)
+    if fmt == "csv":
+        table.to_csv(path, index=False)
+    elif fmt == "parquet":
+        table.to_parquet(path, index=False)
+    else:
+        table.to_json(path, orient="records", lines=True)
+    return path

@@ -1,0 +1,64 @@
+"""`seqae sweep export` (sweeps/export.py): every trial as one table, on a real Optuna study
+(SQLite), real checkpoint records and a real MLflow store in a workspace; no training."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from seqae_core import metrics as M
+from seqae_errors import ConfigError
+from sweeps.export import FORMATS, export, trial_table
+from sweeps.tracking import Tracker
+from tests.sweep_helpers import seqae
+from tests.test_status import quickstart, run_trials, start_sweep, template, workspace, write_sweep  # noqa: F401
+
+
+def test_the_table_has_a_row_per_trial_with_its_kept_epoch_cost_and_run(workspace):  # noqa: F811
+    spec = quickstart("resources.cpu=2")
+    state = write_sweep(workspace, "qs", spec)
+    study = start_sweep(workspace, state)
+    storage = state.backends["storage"]
+    numbers = run_trials(study, storage, [([10.0, 20.0], 0.6, True), ([5.0], 0.3, False), ([], 0.0, None)])
+    tracker = Tracker(state.backends["mlflow_tracking_uri"], "qs", storage, workspace.artifact_root, spec.share)
+    tracker.open(state.fingerprint, None, None, {}, (M.VAL_TOKEN_ACCURACY, "max"))
+    state.mlflow_experiment_id = tracker.experiment_id
+    workspace.write(state)
+    run_ids = {n: tracker.child_run(n, study.trial_spec(n).logged_params) for n in numbers}
+
+    table = trial_table(workspace, "qs")
+
+    assert list(table.trial) == numbers
+    assert list(table.state) == ["COMPLETE", "PRUNED", "RUNNING"]
+    assert list(table.outcome) == ["complete", "pruned", "interrupted"]
+    assert list(table.start) == ["paper_lr", "", ""] and table.proposed_by[0] == "start"
+    assert table["param.train.lr"][0] == 1.0e-3 and {"param.model.d_model", "param.model.d_attn"} <= set(table)
+    assert list(table.kept_epoch.fillna(0)) == [1, 1, 0] and list(table.last_epoch.fillna(0)) == [2, 1, 0]
+    assert table[M.VAL_TOKEN_ACCURACY][0] == 0.6
+    assert list(table.cost_seconds) == [60.0, 10.0, 0.0]  # two CPUs held
+    assert list(table.mlflow_run_id) == [run_ids[n] for n in numbers]
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_each_format_reads_back_with_pandas(workspace, tmp_path, fmt):  # noqa: F811
+    spec = quickstart()
+    state = write_sweep(workspace, "qs", spec)
+    run_trials(start_sweep(workspace, state), state.backends["storage"], [([10.0], 0.5, True), ([10.0], 0.4, True)])
+    path = export(workspace, "qs", fmt, str(tmp_path / f"t{FORMATS[fmt]}"))
+    read = {"csv": pd.read_csv, "parquet": pd.read_parquet, "jsonl": lambda p: pd.read_json(p, lines=True)}[fmt]
+    back = read(path)
+    assert list(back.trial) == [0, 1] and list(back[M.VAL_TOKEN_ACCURACY]) == [0.5, 0.4]
+
+
+def test_bad_input_is_one_line_and_writes_nothing(workspace, tmp_path):  # noqa: F811
+    write_sweep(workspace, "qs", quickstart())
+    taken = tmp_path / "mine.csv"
+    taken.write_text("a user's file")
+    for name, fmt, out, says in (("qs", "xlsx", None, "--format='xlsx': choose from csv, parquet, jsonl"),
+                                 ("qs", "csv", str(taken), "the file exists"),
+                                 ("nope", "csv", str(tmp_path / "n.csv"), "no sweep named 'nope'")):
+        with pytest.raises(ConfigError, match=says):
+            export(workspace, name, fmt, out)
+    assert taken.read_text() == "a user's file" and not (tmp_path / "n.csv").exists()
+    run = seqae("sweep", "export", "nope", "--workspace", str(workspace.root), "--out", str(tmp_path / "n.csv"))
+    assert run.returncode == 2 and run.stderr.count("\n") == 1 and "no sweep named 'nope'" in run.stderr, run.stderr
