@@ -48,7 +48,7 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int:
         submit.resubmit(workspace, record)
         print(submit.describe(record))
         return 0
-    return driver.drive(workspace, args.name, verbose=args.verbose)
+    return driver.drive(workspace, args.name, verbose=args.verbose, allow_code_change=args.allow_code_change)
 
 
 def _record(args: argparse.Namespace) -> Submission:
@@ -211,15 +211,17 @@ def cmd_sweep_extend(args: argparse.Namespace) -> int:
     from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
 
     workspace = _workspace(args)
+    driver.check_code(workspace.read(args.name), args.allow_code_change)  # before the sweep is changed
     if args.epochs is not None:
         for note in lifecycle.extend_epochs(workspace, args.name, args.epochs, args.trials or "best:1"):
             print(f"seqae: {note}", flush=True)
-        return driver.drive(workspace, args.name, verbose=args.verbose, extending=True)
+        return driver.drive(workspace, args.name, verbose=args.verbose, extending=True,
+                            allow_code_change=args.allow_code_change)
     if args.trials is None or not args.trials.isdigit():
         raise ConfigError(f"--trials={args.trials!r}: give how many trials to add (or --epochs N to train finished "
                           "trials on)")
     lifecycle.extend(workspace, args.name, int(args.trials))
-    return driver.drive(workspace, args.name, verbose=args.verbose)
+    return driver.drive(workspace, args.name, verbose=args.verbose, allow_code_change=args.allow_code_change)
 
 
 def cmd_sweep_status(args: argparse.Namespace) -> int:

@@ -107,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     resume = with_workspace(sweeps.add_parser("resume", help="continue an interrupted sweep (resubmits a "
                                                              "submitted one)"), verbose=True)
     resume.add_argument("name")
+    resume.add_argument("--allow-code-change", action="store_true",
+                        help="go on although seqae's code changed since the sweep's last session (recorded)")
     resume.set_defaults(handler=cmd_sweep_resume)
 
     extend = with_workspace(sweeps.add_parser("extend", help="add trials to a sweep, using what it learned so far; "
@@ -115,6 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     extend.add_argument("name")
     extend.add_argument("--trials", help="how many trials to add; with --epochs, which trials train on: best:K "
                                          "(default best:1) or numbers, e.g. 3,5")
+    extend.add_argument("--allow-code-change", action="store_true",
+                        help="go on although seqae's code changed since the sweep's last session (recorded)")
     extend.add_argument("--epochs", type=int, help="train the chosen finished trials on, from their last "
                                                    "checkpoint, to this many epochs")
     extend.set_defaults(handler=cmd_sweep_extend)

@@ -22,7 +22,8 @@ import torch
 from dashboards import report
 from seqae_core import names as N
 from seqae_core.train import describe_precision
-from sweeps import ledger, progress, runner
+from seqae_errors import ConfigError
+from sweeps import ledger, progress, provenance, runner
 from sweeps import spec as spec_lib
 from sweeps.lifecycle import load_spec
 from sweeps.mlflow_access import check_credentials, unreachable
@@ -61,7 +62,7 @@ class Session:
 
 
 def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: bool = False,
-          extending: bool = False) -> int:
+          extending: bool = False, allow_code_change: bool = False) -> int:
     """Run what is left of a sweep: open its stores, reconcile them, run the trials, close the books.
     ``extending`` (`seqae sweep extend --epochs`) keeps a stopped sweep stopped: only the trials
     it reopened run."""
@@ -70,7 +71,7 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
     # `ray job stop` and service managers send SIGTERM: stop as gracefully as on Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
-        session = open_session(workspace, name, check_file)
+        session = open_session(workspace, name, check_file, allow_code_change)
         for note in ledger.reconcile(session.study, session.backends.storage, session.tracker, not extending):
             print(f"seqae: {note}", flush=True)
         writer = run(workspace, session, verbose)
@@ -85,10 +86,12 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
     return EXIT_OK if outcome in ("complete", "stopped") and not session.record["interrupted"] else EXIT_INTERRUPTED
 
 
-def open_session(workspace: Workspace, name: str, check_file: bool) -> Session:
-    """The sweep's record, its data (prepared once), its Optuna study and its MLflow runs."""
+def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_change: bool = False) -> Session:
+    """The sweep's record, its data (prepared once), its Optuna study and its MLflow runs. Refused
+    when the code changed since the sweep's last session, unless ``allow_code_change``."""
     state = workspace.read(name)
     spec = load_spec(state, check_file)
+    code, change = check_code(state, allow_code_change)
     backends = Backends(**state.backends)
     check_credentials(backends.mlflow_tracking_uri)  # before the data is prepared, which may take minutes
     if os.environ.get("RAY_ADDRESS"):
@@ -99,9 +102,12 @@ def open_session(workspace: Workspace, name: str, check_file: bool) -> Session:
                                               published_data(workspace, backends.storage))
     data_seconds = time.time() - started
     study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
+    if change:
+        study.set_control(code_change=change)
+    state.code = {"commit": code.commit, "files": code.files}
     tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage,
                       workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None,
-                      spec.share, entries)
+                      spec.share, entries, code.run_tags(state.file), code.diff)
     objective = spec.objectives[0]
     tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, sweep_params(spec, state),
                  (objective.metric, objective.mode))
@@ -109,6 +115,24 @@ def open_session(workspace: Workspace, name: str, check_file: bool) -> Session:
     record = {"started": started, "pid": os.getpid(), "host": socket.gethostname(), "outcome": "running",
               "job": os.environ.get("RAY_JOB_ID")}
     return Session(state, spec, backends, study, tracker, epochs, data_seconds, published, record)
+
+
+def check_code(state: SweepState, allow_code_change: bool) -> tuple[provenance.Code, str | None]:
+    """The code this session runs, and what changed since the sweep's last session (``3 files:
+    a.py, b.py, c.py; commit 1a2b3c4 -> 5d6e7f8``; None: nothing). A change is refused, naming
+    the files, unless ``allow_code_change``: the sweep's trials so far ran the old code."""
+    code, before = provenance.current(), state.code or {}
+    files = provenance.changed(before["files"], code.files) if before else []
+    if not files:
+        return code, None
+    commits = (before.get("commit"), code.commit)
+    change = (f"{len(files)} file{'s' if len(files) > 1 else ''}: {', '.join(files[:8])}{', ...' if len(files) > 8 else ''}"
+              + (f"; commit {(commits[0] or 'none')[:7]} -> {(commits[1] or 'none')[:7]}" if commits[0] != commits[1] else ""))
+    if not allow_code_change:
+        raise ConfigError(f"sweep {state.name!r}: its code changed since its last session ({change}); its trials so "
+                          f"far ran the old code. Go on with `seqae sweep resume {state.name} --allow-code-change` (the "
+                          "study's log records it), or run the new code as a new sweep")
+    return code, change
 
 
 def run(workspace: Workspace, session: Session, verbose: bool) -> Writer:

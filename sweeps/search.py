@@ -129,6 +129,7 @@ def open_study(spec: SweepSpec, url: str, name: str, total: int, fingerprint: st
     owner = study.user_attrs.get(N.FINGERPRINT)
     if owner is None:
         study.set_user_attr(N.FINGERPRINT, fingerprint)
+        study.set_metric_names([o.metric for o in spec.objectives])  # optuna-dashboard's and Optuna's plots' labels
     elif owner != fingerprint:
         raise ConfigError(f"the Optuna study {name!r} belongs to another sweep (fingerprint {owner}); "
                           "choose another --name")

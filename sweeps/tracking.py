@@ -80,8 +80,10 @@ class Tracker:
     """Synchronous MLflow operations of one sweep; :class:`sweeps.writer.Writer` runs them off the driver's loop."""
 
     def __init__(self, tracking_uri: str, sweep: str, storage: str, artifact_root: Path | None = None,
-                 share: tuple[str, float] = ("cpu", 1.0), entries: dict[DataConfig, Path] | None = None) -> None:
+                 share: tuple[str, float] = ("cpu", 1.0), entries: dict[DataConfig, Path] | None = None,
+                 source: dict[str, str] | None = None, diff: str = "") -> None:
         self.uri, self.sweep, self.storage = tracking_uri, sweep, storage
+        self.source, self.diff = source or {}, diff  # sweeps.provenance: every run's tags, the uncommitted changes
         self.share = share  # what a trial holds, as its cost counts it (SweepSpec.share)
         self.entries = entries or {}  # the prepared data, by shared settings (sweeps.sweep_data.prepare_data)
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
@@ -126,6 +128,9 @@ class Tracker:
         else:
             self.parent_run_id = parent_run_id
             self.client.update_run(parent_run_id, status="RUNNING")
+        self.client.log_batch(self.parent_run_id, tags=[RunTag(k, v) for k, v in self.source.items()])
+        if self.diff:  # named by the code's digest: one file per state of the code the sweep ran
+            self.client.log_text(self.parent_run_id, self.diff, f"provenance/code-{self.source['seqae.code']}.diff")
 
     @property
     def _experiment(self) -> str:
@@ -183,6 +188,7 @@ class Tracker:
         tagged and named with its name."""
         run_id = self.child_run(number, params)
         self.client.update_run(run_id, status="RUNNING", name=f"trial-{number:04d}-{start}" if start else None)
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in self.source.items()])  # the code this session runs
         if start:
             self.client.set_tag(run_id, N.START, start)
         if data is not None and (entry := self.entries.get(data_lib.shared_settings(data))) is not None:

@@ -98,6 +98,7 @@ class SweepState:
     sessions: list[dict[str, Any]] = field(default_factory=list)
     job: dict[str, Any] | None = None  # set when the sweep was submitted to a cluster
     forked_from: str | None = None  # the sweep whose finished trials seeded this one's study
+    code: dict[str, Any] | None = None  # the code its last session ran: {"commit": ..., "files": {path: sha256}}
 
     @property
     def total_trials(self) -> int:

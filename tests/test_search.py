@@ -54,6 +54,7 @@ CONDITIONAL = {
 def test_starting_points_run_first_by_name_then_random_start_up_then_tpe(tmp_path):
     spec = _spec(tmp_path, CONDITIONAL)
     study = open_study(spec, f"sqlite:///{tmp_path}/s.db", "s", 12, "fingerprint")
+    assert study.study.metric_names == ["val_token_accuracy"]  # how optuna-dashboard labels the objective
     issued = []
     for _ in range(12):
         trial = study.next_trial()
