@@ -27,6 +27,7 @@ from sweeps import ledger, progress, provenance, runner
 from sweeps import spec as spec_lib
 from sweeps.lifecycle import load_spec
 from sweeps.mlflow_access import check_credentials, unreachable
+from sweeps.notify import EVENTS, Notifier, resolve
 from sweeps.ray_connection import (
     check_cluster,
     check_resources,
@@ -59,6 +60,7 @@ class Session:
     data_seconds: float
     published: dict[Any, str]  # the data entries published for the trials' nodes (none: they read the driver's cache)
     record: dict[str, Any]  # this session's entry in sweep.json
+    notifier: Notifier
 
 
 def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: bool = False,
@@ -114,7 +116,9 @@ def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_c
     state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
     record = {"started": started, "pid": os.getpid(), "host": socket.gethostname(), "outcome": "running",
               "job": os.environ.get("RAY_JOB_ID")}
-    return Session(state, spec, backends, study, tracker, epochs, data_seconds, published, record)
+    notifier = Notifier(name, resolve(list(spec.notify.urls) if spec.notify else []),
+                        spec.notify.events if spec.notify else EVENTS)
+    return Session(state, spec, backends, study, tracker, epochs, data_seconds, published, record, notifier)
 
 
 def check_code(state: SweepState, allow_code_change: bool) -> tuple[provenance.Code, str | None]:
@@ -153,7 +157,7 @@ def run(workspace: Workspace, session: Session, verbose: bool) -> Writer:
             runner.run_session(spec, study, session.tracker, writer, storage=session.backends.storage,
                                cache_dir=str(workspace.cache_dir), published=session.published,
                                session=len(state.sessions),
-                               epochs=session.epochs, verbose=verbose)
+                               epochs=session.epochs, verbose=verbose, notifier=session.notifier)
         except KeyboardInterrupt:
             session.record["interrupted"] = True
         print(f"\n{progress.summary(study.trials(), spec.objectives)}\n", flush=True)
@@ -186,6 +190,9 @@ def close(workspace: Workspace, session: Session, writer: Writer) -> int:
     workspace.write(session.state)
     if not left:
         rebuild_report(session.state, workspace)
+    session.notifier.send("end", f"the sweep is {outcome}", f"{progress.best_line(study.best(), study.spec.objectives)}; "
+                          f"trials by state: {session.record['trials']}")
+    session.notifier.close()
     return int(left)
 
 

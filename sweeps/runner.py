@@ -29,7 +29,8 @@ from seqae_core.data import shared_settings
 from seqae_core.train import NonFiniteLossError, train
 from seqae_errors import ConfigError
 from sweeps import ledger
-from sweeps.progress import Progress
+from sweeps.notify import Notifier
+from sweeps.progress import Progress, best_line
 from sweeps.search import SweepStudy, TrialSpec
 from sweeps.spec import SweepSpec
 from sweeps.system_metrics import SystemMetrics
@@ -128,11 +129,12 @@ class BudgetStopper(_DriverOnly, tune.Stopper):
 class StudySearcher(_DriverOnly, Searcher):
     """Asks the sweep's Optuna study for trials and tells it how they ended."""
 
-    def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str, spend: Spend) -> None:
+    def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str, spend: Spend,
+                 notifier: Notifier | None = None) -> None:
         objective = spec.objectives[0]
         super().__init__(metric=objective.metric, mode=objective.mode)
         self.spec, self.study, self.storage = spec, study, storage
-        self.spend = spend
+        self.spend, self.notifier = spend, notifier
         self.plans: dict[str, TrialSpec] = {}
         self.live: set[str] = set()  # Tune trials started and not yet ended
         self.limit = spec.max_concurrent
@@ -154,6 +156,9 @@ class StudySearcher(_DriverOnly, Searcher):
             self.draining = True
             print(f"seqae: draining ({control['drain']}): no new trials start; the running ones "
                   f"({len(self.live)}) finish", flush=True)
+            if self.notifier:
+                self.notifier.send("stopped", "no new trials start", f"{control['drain']}; {len(self.live)} running "
+                                   "trials finish")
         limit = int(control.get("max_concurrent") or self.spec.max_concurrent)
         if limit != self.limit:
             print(f"seqae: max_concurrent {self.limit} -> {limit}", flush=True)
@@ -252,6 +257,30 @@ class ProgressCallback(_DriverOnly, tune.Callback):
         self.progress.ended(trial.config["trial"].number, _epochs(trial), "failed", last_error(trial))
 
 
+class NotifyCallback(_DriverOnly, tune.Callback):
+    """Tells the sweep's :class:`~sweeps.notify.Notifier` of a new best trial and of a failed one
+    (the searcher has recorded a trial's outcome in the study before Tune's callbacks hear of it)."""
+
+    def __init__(self, notifier: Notifier, study: SweepStudy) -> None:
+        self.notifier, self.study = notifier, study
+        self.best = self._best()
+
+    def _best(self) -> int | None:
+        best = self.study.best()
+        return best[0].number if len(best) == 1 else None
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        best = self._best()
+        if best is not None and best != self.best:
+            self.best = best
+            line = best_line(self.study.best(), self.study.spec.objectives)
+            self.notifier.send("best", f"a new best, trial {best}", line)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        number = trial.config["trial"].number
+        self.notifier.send("failed", f"trial {number} failed", last_error(trial)[-1000:])
+
+
 class ResumableASHA(tune.schedulers.ASHAScheduler):
     """Ray's ASHA, whose rungs live in the driver's memory only (ray-project/ray#30838), rebuilt
     from the trials' checkpoint records when a session starts: each trial of an earlier session
@@ -318,13 +347,13 @@ def last_error(trial: Any) -> str:
 
 def run_session(
     spec: SweepSpec, study: SweepStudy, tracker: Tracker, writer: Writer, *, storage: str, cache_dir: str,
-    published: dict[Any, str], session: int, epochs: int, verbose: bool = False,
+    published: dict[Any, str], session: int, epochs: int, verbose: bool = False, notifier: Notifier | None = None,
 ) -> None:
     """One Tuner run over the trials the study still has to run. Progress shows a line per
     trial result; ``verbose`` brings back Ray Tune's own status tables."""
     progresses = _progresses(study, storage)
     spend = Spend(spec.share[1], sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values()))
-    searcher = StudySearcher(spec, study, storage, spend)
+    searcher = StudySearcher(spec, study, storage, spend, notifier)
     objective = spec.objectives[0]
     scheduler = None
     continuing = study.continuing()
@@ -371,7 +400,8 @@ def run_session(
             storage_path=f"{storage.rstrip('/')}/tune",
             failure_config=tune.FailureConfig(max_failures=spec.retries),
             stop=BudgetStopper(spend, spec.budget.hours * 3600) if spec.budget else None,
-            callbacks=[TrackingCallback(tracker, writer, study), ProgressCallback(progress)],
+            callbacks=[TrackingCallback(tracker, writer, study), ProgressCallback(progress),
+                       *([NotifyCallback(notifier, study)] if notifier else [])],
             verbose=1 if verbose else 0,
         ),
     )

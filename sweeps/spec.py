@@ -22,6 +22,8 @@ A sweep file is YAML with these top-level keys (every study in ``sweeps/studies`
     max_concurrent, retries
     budget       ``{cpu_hours: X}`` or ``{gpu_hours: X}``: once its trials have spent it, running trials
                  stop at the end of their epoch and no new one starts
+    notify       ``{urls: [...], events: [best, failed, stopped, end]}``: Apprise URLs to tell (``env:NAME``
+                 reads one from the environment, where tokens belong), and of what (sweeps/notify.py)
     profiles     named blocks of overrides, e.g. ``{laptop: {description, data.max_pages: 300, ...}}``:
                  ``--profile laptop`` (or ``--set profile=laptop``) applies one before any ``--set``
 
@@ -64,6 +66,7 @@ from seqae_core.config import (
     parse_sets,
 )
 from seqae_errors import ConfigError
+from sweeps import notify
 
 MAX_FILE_BYTES = 256 * 1024  # sweep files are documents, not data
 # A typo such as `trials.total: 100000000` must not start a sweep that cannot end: Optuna's samplers
@@ -265,6 +268,21 @@ class _Budget(_Section):
         return float(self.gpu_hours or self.cpu_hours or 0)
 
 
+class _Notify(_Section):
+    urls: tuple[str, ...] = Field(default=(), strict=False)  # Apprise URLs; env:NAME reads one from $NAME
+    events: tuple[notify.Event, ...] = Field(default=notify.EVENTS, strict=False)  # which of them
+
+    @model_validator(mode="after")
+    def _understood(self) -> _Notify:
+        for n, url in enumerate(self.urls):
+            if url.startswith("env:") and not url[4:].isidentifier():
+                raise ValueError(f"urls[{n}]: env:NAME needs an environment variable's name, not {url[4:]!r}")
+            if not url.startswith("env:") and not notify.understood(url):
+                # the URL itself is not repeated: it may hold a token
+                raise ValueError(f"urls[{n}] is not a URL Apprise understands (https://github.com/caronc/apprise/wiki)")
+        return self
+
+
 def _listed(value: Any) -> Any:
     return value if isinstance(value, list) else [value]
 
@@ -300,6 +318,7 @@ class SweepSpec(_Section):
     max_concurrent: int = Field(default=1, gt=0)
     retries: int = Field(default=0, ge=0)
     budget: _Budget | None = None  # once spent, running trials stop at their epoch's end and none starts
+    notify: _Notify | None = None  # who is told of a new best, a failure, a stop and the end (sweeps/notify.py)
     profiles: dict[str, Any] | None = Field(default=None, strict=False)  # checked, then dropped, by parse
     profile: str | None = None  # the profile applied, if any
     _source: str = PrivateAttr(default="")
@@ -484,6 +503,7 @@ class SweepSpec(_Section):
             "max_concurrent": self.max_concurrent,
             "retries": self.retries,
         } | ({"budget": self.budget.model_dump(exclude_none=True)} if self.budget else {}) | (
+            {"notify": {"urls": list(self.notify.urls), "events": list(self.notify.events)}} if self.notify else {}) | (
             {"start": {name: dict(sorted(point.items())) for name, point in self.start.items()}} if self.start else {})
 
     def fingerprint(self) -> str:

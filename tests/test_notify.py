@@ -1,0 +1,110 @@
+"""Notifications (sweeps/notify.py) through Apprise to a real local HTTP receiver: what a sweep
+sends, what a dead receiver does to it (nothing), and how URLs are configured."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from seqae_errors import ConfigError
+from sweeps import spec as spec_lib
+from sweeps.notify import ENV, Notifier, resolve
+from tests.sweep_helpers import STUDIES, run_args, seqae
+
+
+class Receiver(ThreadingHTTPServer):
+    """A webhook on loopback that keeps every JSON body posted to it."""
+
+    def __init__(self) -> None:
+        self.received: list[dict] = []
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    @property
+    def url(self) -> str:
+        return f"json://127.0.0.1:{self.server_address[1]}/hook"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_chosen_events_reach_the_receiver(receiver):
+    notifier = Notifier("demo", [receiver.url], events=("best", "end"))
+    notifier.send("best", "a new best, trial 3", "val_token_accuracy 0.9100")
+    notifier.send("failed", "trial 4 failed", "NonFiniteLossError")  # not chosen: not sent
+    notifier.send("end", "the sweep is complete", "best: trial 3")
+    notifier.close()
+    assert [(m["title"], m["message"]) for m in receiver.received] == [
+        ("seqae demo: a new best, trial 3", "val_token_accuracy 0.9100"),
+        ("seqae demo: the sweep is complete", "best: trial 3")]
+    assert (notifier.sent, notifier.failed) == (2, 0)
+
+
+def test_a_dead_receiver_costs_the_sender_nothing_and_is_counted():
+    notifier = Notifier("demo", [f"json://127.0.0.1:{closed_port()}/hook"])
+    notifier.send("end", "the sweep is complete", "")  # queued: returns at once
+    notifier.close()
+    assert (notifier.sent, notifier.failed) == (0, 1)
+
+
+def test_urls_come_from_the_file_the_environment_or_both(monkeypatch, caplog):
+    monkeypatch.setenv("MY_HOOK", "json://example.invalid/a")
+    monkeypatch.setenv(ENV, "json://example.invalid/b json://example.invalid/c")
+    monkeypatch.delenv("UNSET_HOOK", raising=False)
+    assert resolve(["env:MY_HOOK", "env:UNSET_HOOK", "json://example.invalid/d"]) == [
+        "json://example.invalid/a", "json://example.invalid/d", "json://example.invalid/b", "json://example.invalid/c"]
+    assert "notify.urls[1]: $UNSET_HOOK is not set" in caplog.text
+
+
+@pytest.mark.parametrize("notify, says", [
+    ("{urls: ['nonsense://secret-token@x']}", "notify: urls\\[0\\] is not a URL Apprise understands"),
+    ("{urls: ['env:not a name']}", "env:NAME needs an environment variable's name"),
+    ("{urls: ['json://h/x'], events: [best, sometimes]}", "notify.events\\[1\\]='sometimes' must be 'best', 'failed', 'stopped' or 'end'"),
+])
+def test_a_bad_notify_section_is_refused_by_key_without_repeating_the_url(notify, says):
+    with pytest.raises(ConfigError, match=says) as refused:
+        spec_lib.load(STUDIES / "quickstart.yaml", [f"notify={notify}"])
+    assert "secret-token" not in str(refused.value)
+
+
+@pytest.mark.slow
+def test_a_sweep_tells_its_receiver_and_finishes_the_same_when_the_receiver_is_down(tmp_path, receiver):
+    workspace = tmp_path / "ws"
+    told = seqae(*run_args(workspace, "told", "trials.total=2", "train.epochs=1", f"notify={{urls: ['{receiver.url}']}}"))
+    assert told.returncode == 0, told.stdout[-3000:] + told.stderr[-3000:]
+    titles = [m["title"] for m in receiver.received]
+    assert titles[0] == "seqae told: a new best, trial 0" and titles[-1] == "seqae told: the sweep is complete", titles
+    assert "best: trial" in receiver.received[-1]["message"]
+
+    dead = f"json://127.0.0.1:{closed_port()}/hook"
+    alone = seqae(*run_args(workspace, "alone", "trials.total=2", "train.epochs=1"), env={ENV: dead})
+    assert alone.returncode == 0, alone.stdout[-3000:] + alone.stderr[-3000:]
+    assert "sweep alone: complete" in alone.stdout and "could not be delivered" in alone.stdout + alone.stderr
