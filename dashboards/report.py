@@ -160,7 +160,7 @@ def epoch_axis(ax: Any) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _save(fig: Any, path: Path) -> Path:
+def save_figure(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -200,7 +200,7 @@ def fig2(trials: list[Trial], out: Path) -> Path | None:
     epoch_axis(ax)
     ax.grid(alpha=0.3)
     ax.legend(title="input to latent", fontsize=8)
-    return _save(fig, out / "fig2_epochs_by_latent.png")
+    return save_figure(fig, out / "fig2_epochs_by_latent.png")
 
 
 def fig3(trials: list[Trial], out: Path) -> tuple[Path | None, dict[int, list[tuple[float, float]]]]:
@@ -222,7 +222,7 @@ def fig3(trials: list[Trial], out: Path) -> tuple[Path | None, dict[int, list[tu
            title="Accuracy against reduction (cf. paper Fig. 3)")
     ax.grid(alpha=0.3)
     ax.legend(title="input length")
-    return _save(fig, out / "fig3_accuracy_by_fraction.png"), series
+    return save_figure(fig, out / "fig3_accuracy_by_fraction.png"), series
 
 
 def seed_groups(trials: list[Trial]) -> dict[str, list[Trial]]:
@@ -251,14 +251,14 @@ def seeds_figures(trials: list[Trial], out: Path) -> list[Path]:
     epoch_axis(ax)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    paths = [_save(fig, out / "seeds_bands.png")]
+    paths = [save_figure(fig, out / "seeds_bands.png")]
     fig, axes = plt.subplots(len(groups), 1, figsize=(7, 3 * len(groups)), squeeze=False)
     for ax, (label, group) in zip(axes[:, 0], groups.items()):
         by_epoch = _by_epoch(group)
         ax.boxplot(list(by_epoch.values()), positions=list(by_epoch), widths=0.6)
         ax.set(xlabel="epoch", ylabel="accuracy", title=f"{label}: spread over {len(group)} seeds (cf. paper Fig. 5)")
         ax.grid(alpha=0.3)
-    paths.append(_save(fig, out / "seeds_boxes.png"))
+    paths.append(save_figure(fig, out / "seeds_boxes.png"))
     return paths
 
 
@@ -343,7 +343,7 @@ def losses(trials: list[Trial], out: Path) -> Path | None:
     axes[0].set_ylabel("cross-entropy per token")
     if len(with_data) <= 12:
         axes[1].legend(fontsize=7)
-    return _save(fig, out / "losses.png")
+    return save_figure(fig, out / "losses.png")
 
 
 def optuna_figures(storage: str, study_name: str, out: Path) -> tuple[list[Path], list[str]]:
@@ -366,7 +366,7 @@ def optuna_figures(storage: str, study_name: str, out: Path) -> tuple[list[Path]
                 draw()
             fig = plt.gcf()  # Optuna draws into a new current figure
             fig.set_size_inches(8, 4.8)
-            paths.append(_save(fig, out / file_name))
+            paths.append(save_figure(fig, out / file_name))
         except (ValueError, RuntimeError) as exc:  # e.g. importances when no parameter varies
             notes.append(f"Optuna {label}: {exc}")
             plt.close("all")
@@ -374,7 +374,7 @@ def optuna_figures(storage: str, study_name: str, out: Path) -> tuple[list[Path]
 
 
 # -- the page: data for templates/report.html ------------------------------------------------
-def _img(path: Path, caption: str) -> dict[str, str]:
+def embedded(path: Path, caption: str) -> dict[str, str]:
     """A figure embedded as base64 PNG data."""
     return {"caption": caption, "name": path.name, "data": base64.b64encode(path.read_bytes()).decode()}
 
@@ -477,7 +477,7 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
         name=state.name, done=len(trials), total=state.total_trials, summary=summary,
         built=time.strftime("%Y-%m-%d %H:%M:%S"), experiment_id=str(state.mlflow_experiment_id),
         parent_run_id=parent.info.run_id if parent else "-", claims=_claims(verdicts),
-        figures=[_img(p, c) for p, c in figures], notes=notes, grid=grid_data(trials, state.spec.get("grid") or {}),
+        figures=[embedded(p, c) for p, c in figures], notes=notes, grid=grid_data(trials, state.spec.get("grid") or {}),
         trials=_table(trials), samples=_samples(trials))
     index = out / "index.html"
     index.write_text(page)

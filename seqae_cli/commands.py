@@ -297,6 +297,15 @@ def cmd_sweep_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep_compare(args: argparse.Namespace) -> int:
+    from sweeps import compare  # MLflow, Optuna, pandas and matplotlib, only to read sweeps
+
+    text, page = compare.compare(_workspace(args), args.names, args.out)
+    print(text)
+    print(f"\npage: {page}")
+    return 0
+
+
 def cmd_sweep_list(args: argparse.Namespace) -> int:
     from sweeps import status  # MLflow and Optuna, only to read a sweep
 

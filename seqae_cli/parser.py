@@ -13,6 +13,7 @@ from seqae_cli.commands import (
     cmd_encode,
     cmd_report,
     cmd_sweep_cancel,
+    cmd_sweep_compare,
     cmd_sweep_export,
     cmd_sweep_extend,
     cmd_sweep_fork,
@@ -134,6 +135,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", default="csv", help="csv (default), parquet or jsonl")
     export.add_argument("--out", help="the file to write (default: NAME-trials.EXT here); an existing one is refused")
     export.set_defaults(handler=cmd_sweep_export)
+
+    compare = with_workspace(sweeps.add_parser("compare", help="sweeps of one objective side by side: bests, test "
+                                                               "metrics, costs, trials; and a page in the report's style"))
+    compare.add_argument("names", nargs="+", metavar="NAME")
+    compare.add_argument("--out", help="the page's folder (default: <workspace>/compare/A-vs-B)")
+    compare.set_defaults(handler=cmd_sweep_compare)
 
     listing = with_workspace(sweeps.add_parser("list", help="the sweeps in a workspace"))
     listing.set_defaults(handler=cmd_sweep_list)

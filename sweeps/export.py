@@ -10,6 +10,7 @@ Columns, in order:
     state            Optuna's state: COMPLETE, PRUNED, FAIL, RUNNING (interrupted)
     outcome          complete, pruned, failed, interrupted (the MLflow run's ``seqae.outcome``)
     proposed_by      start, grid, random start-up, or the sampler that proposed it
+    ended            when it ended (ISO 8601, UTC; empty while it runs or waits to continue)
     param.KEY        each searched or grid key, as the trial ran it
     kept_epoch       the epoch early stopping kept (the first of the best validation accuracy)
     last_epoch       the last epoch trained
@@ -63,6 +64,7 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
         rows.append({
             "trial": trial.number, "start": trial.user_attrs.get(N.START, ""), "state": trial.state.name,
             "outcome": Outcome(trial.state.name).label, "proposed_by": trial.user_attrs.get(N.PROPOSED_BY, ""),
+            "ended": trial.datetime_complete.isoformat() if trial.datetime_complete else "",
             **{f"param.{k}": v for k, v in trial.params.items()},
             "kept_epoch": kept.get(M.EPOCH), "last_epoch": history[-1][M.EPOCH] if history else None,
             **{k: kept.get(k) for k in (*M.VAL_METRICS, *M.TEST_METRICS)},

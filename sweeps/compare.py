@@ -1,0 +1,73 @@
+"""`seqae sweep compare A B [...]`: sweeps of one objective side by side (a fork beside its
+origin, or sweeps of different studies), in the terminal and as a page in the report's style
+(:mod:`dashboards.compare`), from each sweep's trial table (:mod:`sweeps.export`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dashboards.compare import Compared, build
+from seqae_core import metrics as M
+from seqae_core.checkpoint import CheckpointStore
+from seqae_errors import ConfigError
+from sweeps import spec as spec_lib
+from sweeps.export import trial_table
+from sweeps.progress import text_table
+from sweeps.workspace import Backends, Workspace
+
+
+def _compared(workspace: Workspace, name: str, metric: str, sign: float) -> Compared:
+    state = workspace.read(name)
+    spec = spec_lib.parse(state.spec, state.file)
+    table = trial_table(workspace, name)
+    ended = table[table.ended != ""].sort_values("ended")
+    spent, best, points = 0.0, None, []
+    for row in ended.itertuples():
+        spent += row.cost_seconds
+        value = getattr(row, metric)
+        if row.state == "COMPLETE" and value == value and (best is None or sign * value > sign * best):
+            best = value
+        if best is not None:
+            points.append((spent, float(best)))
+    complete = table[table.state == "COMPLETE"]
+    top = complete.loc[(sign * complete[metric]).idxmax()] if len(complete) else None
+    curve: list[tuple[int, float]] = []
+    if top is not None:
+        progress = CheckpointStore.of_trial(Backends(**state.backends).storage, int(top.trial)).progress()
+        curve = [(int(h[M.EPOCH]), float(h[M.VAL_TOKEN_ACCURACY])) for h in progress.history] if progress else []
+    counts = table.state.value_counts()
+    test = top.get(M.TEST_TOKEN_ACCURACY) if top is not None else None
+    cells = {
+        "sweep": name, "trials": f"{len(table)}: " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())),
+        "best trial": "-" if top is None else f"{int(top.trial)}" + (f" ({top.start})" if top.start else ""),
+        f"best {metric} (val)": "-" if top is None else f"{top[metric]:.4f}",
+        "its test token accuracy": "-" if test is None or test != test else f"{test:.4f}",
+        f"{spec.share[0]}-hours": f"{table.cost_seconds.sum() / 3600:.3f}",
+        "forked from": state.forked_from or "-",
+    }
+    return Compared(name, cells, points, curve, spec.share[0])
+
+
+def compare(workspace: Workspace, names: list[str], out: str | None = None) -> tuple[str, Path]:
+    """The terminal table and the written page's path; refuses fewer than two sweeps, an unknown
+    one, or sweeps whose first objectives differ, before writing anything."""
+    if len(names) < 2:
+        raise ConfigError(f"compare needs two sweeps or more, got {len(names)}")
+    objectives = {}
+    for name in names:
+        state = workspace.read(name)
+        objective = spec_lib.parse(state.spec, state.file).objectives[0]
+        objectives[name] = (objective.metric, objective.mode)
+    if len(set(objectives.values())) > 1:
+        raise ConfigError("these sweeps optimize different objectives: " + ", ".join(
+            f"{n}: {m} ({mode})" for n, (m, mode) in objectives.items()))
+    metric, mode = objectives[names[0]]
+    sweeps = [_compared(workspace, name, metric, 1.0 if mode == "max" else -1.0) for name in names]
+    units = {s.unit for s in sweeps}
+    if len(units) > 1:
+        raise ConfigError(f"these sweeps pay in different currencies ({', '.join(sorted(units))}-hours); compare "
+                          "sweeps whose trials hold the same kind of resource")
+    head = list(sweeps[0].cells)
+    text = text_table(head, [[s.cells[c] for c in head] for s in sweeps])
+    page = build(sweeps, metric, Path(out) if out else workspace.root / "compare" / "-vs-".join(names))
+    return text, page
