@@ -118,13 +118,13 @@ BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
     "transformer": {"model.heads": 8, "model.dropout": 0.1, "train.lr": 2e-3},
 }
 
-_SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
-KEYS: tuple[str, ...] = tuple(f"{s}.{f.name}" for s, cls in _SECTIONS.items() for f in dataclasses.fields(cls))
+SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig}
+KEYS: tuple[str, ...] = tuple(f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls))
 
 
 def _field_type(key: str) -> Any:
     section, name = key.split(".", 1)
-    return typing.get_type_hints(_SECTIONS[section])[name]
+    return typing.get_type_hints(SECTIONS[section])[name]
 
 
 def accepts_float(key: str) -> bool:
@@ -266,7 +266,7 @@ def build(layers: list[tuple[str, dict[str, Any]]]) -> Config:
             values[key], origin[key] = value, f"the {block} block's defaults"
     sections = {
         name: cls(**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(name + ".")})
-        for name, cls in _SECTIONS.items()
+        for name, cls in SECTIONS.items()
     }
     config = Config(**sections)
     validate(config, origin)

@@ -1,6 +1,6 @@
-"""A trial's outcome and what a sweep does about it: the one home of the rules in RESILIENCE.md.
+"""A trial's outcome and what a sweep does about it: the one home of the rules in docs/explanation/resilience.md.
 
-Three stores hold a sweep (RESILIENCE.md): the Optuna study says which trials exist and how each
+Three stores hold a sweep (docs/explanation/resilience.md): the Optuna study says which trials exist and how each
 ended, each trial's checkpoint records say how far it got, MLflow shows it. This module decides:
 
 - :class:`Outcome`: how a trial ended, and what Optuna and MLflow call that;

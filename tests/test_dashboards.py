@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import signal
 import socket
 
@@ -34,20 +33,12 @@ MLFLOW_UI = {
 
 
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+    from dashboards.browser import headless_chromium
 
-    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    if not (chromium and driver):
-        pytest.fail("Debian's chromium and chromium-driver are needed (apt-get install chromium chromium-driver)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1400,1100"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service(driver), options=options)
+    try:
+        return headless_chromium()
+    except RuntimeError as missing:
+        pytest.fail(str(missing))
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The tree's import rules, read from the source with ``ast`` (ARCHITECTURE.md states them):
+"""The tree's import rules, read from the source with ``ast`` (docs/explanation/architecture.md states them):
 
 - packages point one way, and nothing imports the command line;
 - no cycle between files;

@@ -1,5 +1,5 @@
 """Faults and bad input, on real components: local Ray, SQLite, MLflow servers, real trials.
-Each test is one scenario of RESILIENCE.md; the multi-node ones live in test_cluster.py."""
+Each test is one scenario of docs/explanation/resilience.md; the multi-node ones live in test_cluster.py."""
 
 from __future__ import annotations
 

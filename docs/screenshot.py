@@ -1,0 +1,50 @@
+"""The documentation's pictures, taken of real pages by a headless Chromium:
+
+    python docs/screenshot.py report [WORKSPACE [SWEEP]]   # docs/images/report.png, of a sweep's report
+                                                            # (default: ./seqae-runs, quickstart)
+    python docs/screenshot.py readme OUT.png                # README.md as it renders, pictures included
+
+Run the quickstart first for the report's picture (README: the two commands)."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import markdown
+
+from dashboards.browser import headless_chromium
+
+DOCS = Path(__file__).resolve().parent
+
+
+def picture(page: Path, out: Path, height: int = 1100) -> Path:
+    driver = headless_chromium(height=height)
+    try:
+        driver.get(page.resolve().as_uri())
+        driver.save_screenshot(str(out))
+    finally:
+        driver.quit()
+    return out
+
+
+def readme(out: Path) -> Path:
+    """README.md rendered as GitHub shows it: its markdown as HTML, its pictures from docs/."""
+    body = markdown.markdown((DOCS.parent / "README.md").read_text(), extensions=["tables", "fenced_code"])
+    style = "body{font-family:sans-serif;max-width:900px;margin:2em auto;line-height:1.5} img{max-width:100%} " \
+            "pre{background:#f6f8fa;padding:1em;overflow:auto} code{background:#f6f8fa}"
+    with tempfile.TemporaryDirectory(dir=DOCS.parent) as tmp:  # beside README.md, so its relative links resolve
+        page = Path(tmp) / "README.html"
+        page.write_text(f"<!doctype html><meta charset='utf-8'><base href='{DOCS.parent.as_uri()}/'>"
+                        f"<style>{style}</style>{body}")
+        return picture(page, out, height=2400)
+
+
+if __name__ == "__main__":
+    what, *rest = sys.argv[1:] or ["report"]
+    if what == "readme":
+        print(readme(Path(rest[0])))
+    else:
+        workspace, name = (rest + ["seqae-runs", "quickstart"][len(rest):])[:2]
+        print(picture(Path(workspace) / "sweeps" / name / "report" / "index.html", DOCS / "images" / "report.png"))
