@@ -47,6 +47,9 @@ class ModelConfig:
     # Exactly one of latent_len / latent_fraction may be set; neither means half the input.
     latent_len: int | None = None
     latent_fraction: float | None = None
+    # Each latent token's width: the encoder's output is projected to it and back before the
+    # decoder, so a latent can be narrowed as well as shortened; None keeps d_model.
+    latent_dim: int | None = None
     d_model: int = 256  # embedding width (paper: 256)
     d_attn: int = 512  # width of Q, K, V (paper: 512)
     heads: int = 1  # attention heads (the paper: 1)
@@ -322,6 +325,8 @@ def validate(config: Config, origin: dict[str, str] | None = None) -> None:
         fail("model.latent_len", f"model.latent_len={m.latent_len} must be in 1..data.input_len={t}")
     if m.latent_fraction is not None and not 0.0 < m.latent_fraction <= 1.0:
         fail("model.latent_fraction", f"model.latent_fraction={m.latent_fraction} must be in (0, 1]")
+    if m.latent_dim is not None and not 1 <= m.latent_dim <= m.d_model:
+        fail("model.latent_dim", f"model.latent_dim={m.latent_dim} must be in 1..model.d_model={m.d_model}")
     if m.d_attn % m.heads:
         fail("model.heads", f"model.d_attn={m.d_attn} must be divisible by model.heads={m.heads}")
 

@@ -159,7 +159,9 @@ def length_schedule(input_len: int, latent_len: int, layers: int, reduction: str
 
 
 class ReducingAutoencoder(nn.Module):
-    """tokens (b, t) -> latent (b, s, d) -> hidden (b, t, d) -> logits (b, t, v)."""
+    """tokens (b, t) -> latent (b, s, w) -> hidden (b, t, d) -> logits (b, t, v), where the latent
+    width w is ``model.latent_dim`` (a linear projection of the encoder's output and one back before
+    the decoder) or, without it, d."""
 
     def __init__(self, config: Config, vocab_size: int) -> None:
         super().__init__()
@@ -177,17 +179,19 @@ class ReducingAutoencoder(nn.Module):
         if m.tie_embeddings:
             self.head.weight = self.embed.weight  # (v, d), one tensor for both
         self.drop = nn.Dropout(m.dropout)
+        self.narrow = nn.Identity() if m.latent_dim is None else nn.Linear(m.d_model, m.latent_dim)
+        self.widen = nn.Identity() if m.latent_dim is None else nn.Linear(m.latent_dim, m.d_model)
 
     def encode(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens (b, t) -> latent (b, s, d)."""
+        """tokens (b, t) -> latent (b, s, w)."""
         x = self.drop(self.pos_in(self.embed(tokens)))  # (b, t, d)
         for block in self.encoder:
             x = block(x)  # (b, t_i, d) -> (b, t_{i+1}, d)
-        return x
+        return self.narrow(x)
 
     def decode(self, latent: torch.Tensor) -> torch.Tensor:
-        """latent (b, s, d) -> hidden (b, t, d), before the vocabulary head."""
-        x = self.pos_latent(latent)
+        """latent (b, s, w) -> hidden (b, t, d), before the vocabulary head."""
+        x = self.pos_latent(self.widen(latent))
         for block in self.decoder:
             x = block(x)
         return self.norm(x)

@@ -59,6 +59,8 @@ def test_set_values_are_typed():
         pytest.param(["model.d_attn=100", "model.heads=3"], "model.d_attn=100 must be divisible by model.heads=3",
                      id="heads"),
         pytest.param(["model.latent_len=8", "model.latent_fraction=0.5"], "not both", id="latent-twice"),
+        pytest.param(["model.d_model=64", "model.latent_dim=65"], "model.latent_dim=65 must be in 1..model.d_model=64",
+                     id="latent-wider-than-the-model"),
         pytest.param(["train.lr"], "expected key=value", id="no-equals"),
     ],
 )

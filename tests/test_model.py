@@ -21,6 +21,7 @@ VOCAB = 101
         pytest.param({"model.pos_encoding": "none", "model.latent_fraction": 0.25}, id="no-pos-quarter"),
         pytest.param({"model.block": "paper", "model.residual": True, "model.norm": True, "model.heads": 2,
                       "model.w_s_init": "random"}, id="paper-with-every-option"),
+        pytest.param({"model.block": "transformer", "model.latent_dim": 8}, id="narrow-latent-tokens"),
     ],
 )
 def test_shapes_and_scaling_matrices(tiny_config, overrides):
@@ -29,7 +30,7 @@ def test_shapes_and_scaling_matrices(tiny_config, overrides):
     t, s = config.data.input_len, config.latent_len
     tokens = torch.randint(0, VOCAB, (3, t))
     latent = model.encode(tokens)
-    assert latent.shape == (3, s, config.model.d_model)
+    assert latent.shape == (3, s, config.model.latent_dim or config.model.d_model)
     assert model.decode(latent).shape == (3, t, config.model.d_model)
     assert model(tokens).shape == (3, t, VOCAB)
     # W_S of each encoder block maps n_in -> n_out tokens: (n_out, n_in); the decoder mirrors it.

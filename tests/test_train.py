@@ -29,11 +29,13 @@ def without_timing(history):
     return [{k: v for k, v in h.items() if k not in TIMING} for h in history]
 
 
-def test_overfits_one_batch_at_half_length(tiny_config, data_cache):
-    """A transformer-block model memorizes one real batch through a latent half as long."""
+@pytest.mark.parametrize("latent_dim", [None, 16], ids=["full-width", "latent-a-quarter-as-wide"])
+def test_overfits_one_batch_at_half_length(tiny_config, data_cache, latent_dim):
+    """A transformer-block model memorizes one real batch through a latent half as long (and, with
+    model.latent_dim, a quarter as wide as its embedding)."""
     from seqae_core import data
 
-    config = tiny_config(**{"model.d_model": 64, "model.d_attn": 64, "model.d_ffn": 128})
+    config = tiny_config(**{"model.d_model": 64, "model.d_attn": 64, "model.d_ffn": 128, "model.latent_dim": latent_dim})
     splits = data.load(config.data, data_cache)
     tokens = splits.batch(splits.train[:16])  # (16, 16), real Wikipedia windows
     assert config.latent_len == 8
@@ -152,10 +154,11 @@ def test_repeats_train_each_seed_as_its_own_run_and_report_their_mean(tiny_confi
     assert len([k for k in final if M.is_spread(k)]) == 6 * 3  # 6 metrics: a stderr and 2 seeds each
 
 
-@pytest.mark.parametrize("repeats", [1, 2])
-def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, data_cache, tmp_path, repeats):
+@pytest.mark.parametrize("repeats, latent_dim", [(1, None), (2, None), (1, 8)])
+def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, data_cache, tmp_path, repeats,
+                                                                    latent_dim):
     config = tiny_config(**{"train.epochs": 4, "model.dropout": 0.1, "data.test_fraction": 0.2,
-                            "train.repeats": repeats})
+                            "train.repeats": repeats, "model.latent_dim": latent_dim})
     full = []
     expected = train(config, lambda m, c: full.append(m), cache_dir=data_cache)
 
