@@ -10,17 +10,23 @@ report shows them as a table; a sweep that lacks a claim's data says so rather t
     C4 (Figs 4/5)  with a static lr of 1e-4 the seed spread is larger for short inputs than long
                    ones, and the 1e-3 -> 1e-4 warm start narrows it
 
-``points`` below is ``{input_len: [(latent % of input, accuracy), ...]}`` (the report's Fig. 3
-data); ``spreads`` is ``{(input_len, latent_len, schedule): [final accuracy per seed]}`` with
-``schedule`` ``"static"`` or ``"warm"``.
+``points`` below is ``{input_len: [(latent % of input, test accuracy), ...]}``; ``spreads`` is
+``{(input_len, latent_len, schedule): [test accuracy per seed]}`` with ``schedule`` ``"static"`` or
+``"warm"``. A claim is a measurement only on a sweep that studies it (:func:`not_studied`): a grid
+over the cells the claim names with the configuration otherwise held fixed, and seeds where the
+claim is about spread; a learning-rate search that happens to run at 50% latent does not test C1.
 """
 
 from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 REPRODUCED, NOT_REPRODUCED, NO_DATA = "reproduced", "not reproduced", "not enough data"
+NOT_TESTED = "not tested by this sweep"
+LATENT_KEYS = ("model.latent_fraction", "model.latent_len")
+SCHEDULE_KEYS = ("train.lr", "train.lr_schedule", "train.lr_final")  # C4 compares two schedules
 NEAR_PERFECT = 0.97
 # Accuracy differences below this are noise between single runs, not a trend (one run per cell).
 TOLERANCE = 0.005
@@ -102,7 +108,34 @@ def seed_spread(spreads: Spreads) -> Verdict:
     return Verdict("C4", text, measured, REPRODUCED if wider_when_short and narrowed else NOT_REPRODUCED)
 
 
-def check(points: Points, spreads: Spreads) -> list[Verdict]:
-    """Every claim, in order."""
-    return [near_perfect_at_half(points), monotone_in_fraction(points), short_inputs_lose_more(points),
-            seed_spread(spreads)]
+def not_studied(spec: dict[str, Any]) -> dict[str, str]:
+    """Why a sweep (its canonical file: ``grid`` and ``search``) does not test each claim it does
+    not study, ``{claim: reason}``; the claims it studies are absent. C1-C3 are about the cells of
+    Fig. 3 (latent length, input length) and C4 about seeds under two learning-rate schedules: a
+    grid over anything else, or a search, changes the configuration between the cells compared."""
+    grid = {key for axis in spec.get("grid") or {} for key in axis.split(",")}
+    searched = sorted(spec.get("search") or {})
+
+    def held_fixed(allowed: set[str]) -> str | None:
+        if searched:
+            return f"it searches {', '.join(searched)}, so the configuration differs between trials"
+        if others := sorted(grid - allowed):
+            return f"its grid also varies {', '.join(others)}, so the configuration differs between cells"
+        return None
+
+    fig3 = held_fixed({*LATENT_KEYS, "data.input_len", "train.seed"}) or (
+        None if grid & set(LATENT_KEYS) else "its grid does not vary the latent length")
+    reasons = {"C1": fig3, "C2": fig3,
+               "C3": fig3 or (None if "data.input_len" in grid else "its grid does not vary the input length"),
+               "C4": held_fixed({*LATENT_KEYS, "data.input_len", "train.seed", *SCHEDULE_KEYS})
+               or (None if "train.seed" in grid else "its grid does not vary train.seed")}
+    return {claim: reason for claim, reason in reasons.items() if reason}
+
+
+def check(points: Points, spreads: Spreads, skip: dict[str, str] | None = None) -> list[Verdict]:
+    """Every claim, in order; a claim in ``skip`` (:func:`not_studied`) says why it is not tested."""
+    verdicts = [near_perfect_at_half(points), monotone_in_fraction(points), short_inputs_lose_more(points),
+                seed_spread(spreads)]
+    skip = skip or {}
+    return [Verdict(v.claim, v.text, f"this sweep does not test it: {skip[v.claim]}", NOT_TESTED)
+            if v.claim in skip else v for v in verdicts]

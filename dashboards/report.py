@@ -262,14 +262,27 @@ def seeds_figures(trials: list[Trial], out: Path) -> list[Path]:
     return paths
 
 
+def _measured(trials: list[Trial]) -> list[Trial]:
+    """The trials a claim is checked on: complete grid cells (no starting point) with a test score."""
+    return [t for t in trials if t.state == "complete" and t.start is None and t.test is not None]
+
+
+def test_points(trials: list[Trial]) -> claims.Points:
+    """Test accuracy against the latent fraction (mean over a cell's trials), per input length."""
+    points: dict[int, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for t in _measured(trials):
+        points[t.input_len][round(100 * t.fraction, 2)].append(t.test)  # type: ignore[arg-type]
+    return {n: sorted((f, statistics.fmean(v)) for f, v in by_f.items()) for n, by_f in points.items()}
+
+
 def seed_spreads(trials: list[Trial]) -> claims.Spreads:
-    """Final accuracy per seed, by (input length, latent length, static or warm-start lr)."""
+    """Test accuracy per seed, by (input length, latent length, static or warm-start lr)."""
     spreads: claims.Spreads = defaultdict(list)
-    for group in seed_groups(trials).values():
+    for group in seed_groups(_measured(trials)).values():
         for t in group:
             lr, final = float(t.params.get("train.lr", 0)), float(t.params.get("train.lr_final", 0))
             static = t.params.get("train.lr_schedule") == "constant" or lr == final
-            spreads[(t.input_len, t.latent_len, "static" if static else "warm")].append(t.accuracy[-1][1])
+            spreads[(t.input_len, t.latent_len, "static" if static else "warm")].append(t.test)  # type: ignore[arg-type]
     return dict(spreads)
 
 
@@ -468,7 +481,7 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
     except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
         notes.append(f"Optuna plots unavailable: {exc}")
     (out / "fig3_points.json").write_text(json.dumps({str(k): v for k, v in fig3_points.items()}, indent=1))
-    verdicts = claims.check(fig3_points, seed_spreads(trials))
+    verdicts = claims.check(test_points(trials), seed_spreads(trials), claims.not_studied(state.spec))
     (out / "claims.json").write_text(json.dumps([v.__dict__ for v in verdicts], indent=1))
 
     counts = Counter(t.state for t in trials)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dashboards import claims
+from sweeps import spec as spec_lib
+from tests.sweep_helpers import STUDIES
 
 # Fig. 3 as the paper draws it: near-perfect at 50%, falling with the fraction, short inputs worst.
 PAPER_LIKE = {
@@ -81,3 +85,42 @@ def test_seed_spread_says_which_half_of_the_claim_fails():
     assert verdict.verdict == claims.NOT_REPRODUCED
     assert verdict.measured.endswith("The static spread does not shrink with the input length; "
                                      "the warm start narrows it at every setting")
+
+
+@pytest.mark.parametrize("study, profile, untested", [
+    pytest.param("quickstart.yaml", None, {"C1", "C2", "C3", "C4"}, id="a-search-tests-none"),
+    pytest.param("paper_fig3.yaml", "laptop", {"C4"}, id="fig3-tests-c1-to-c3"),
+    pytest.param("paper_fig2.yaml", None, {"C3", "C4"}, id="fig2-has-one-input-length"),
+    pytest.param("paper_seeds.yaml", None, {"C1", "C2", "C3"}, id="seeds-vary-the-schedule"),
+    pytest.param("ablation_paper_block.yaml", None, {"C1", "C2", "C3", "C4"}, id="the-ablation-varies-the-block"),
+])
+def test_a_claim_is_checked_only_on_a_sweep_that_studies_it(study, profile, untested):
+    spec = spec_lib.load(STUDIES / study, [f"profile={profile}"] if profile else []).to_dict()
+    reasons = claims.not_studied(spec)
+    assert set(reasons) == untested
+    verdicts = {v.claim: v for v in claims.check(PAPER_LIKE, {}, reasons)}
+    for claim in untested:
+        assert verdicts[claim].verdict == claims.NOT_TESTED
+        assert verdicts[claim].measured == f"this sweep does not test it: {reasons[claim]}"
+    assert all(verdicts[c].verdict == claims.REPRODUCED for c in {"C1", "C2", "C3"} - untested)
+
+
+def test_the_quickstart_says_why_it_tests_no_claim():
+    reasons = claims.not_studied(spec_lib.load(STUDIES / "quickstart.yaml").to_dict())
+    assert reasons["C1"] == "it searches model.d_attn, model.d_model, train.lr, so the configuration differs between trials"
+
+
+def test_claims_are_checked_on_the_test_scores_of_complete_grid_cells():
+    from dashboards.report import Trial, seed_spreads, test_points
+
+    def trial(number, latent, seed, val, test, state="complete", start=None):
+        t = Trial(number, f"run{number}", "FINISHED", state, {"data.input_len": 32, "model.latent_len": latent,
+                                                               "train.seed": seed, "train.lr": 1e-3},
+                  test=test, start=start)
+        t.curves["val_token_accuracy"] = [(1, val)]
+        return t
+
+    trials = [trial(0, 16, 0, 0.99, 0.95), trial(1, 16, 1, 0.99, 0.93), trial(2, 8, 0, 0.90, 0.80),
+              trial(3, 8, 1, 0.95, 0.10, state="pruned"), trial(4, 8, 2, 0.97, 0.20, start="recipe")]
+    assert test_points(trials) == {32: [(25.0, 0.80), (50.0, 0.94)]}
+    assert seed_spreads(trials) == {(32, 16, "warm"): [0.95, 0.93]}
