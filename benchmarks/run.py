@@ -31,12 +31,19 @@ def _throughput(options: dict[str, Any]) -> list[dict[str, Any]]:
     return rows + ([] if torch.cuda.is_available() else throughput.quickstart_paths(options["data"]))
 
 
-def _search(options: dict[str, Any]) -> list[dict[str, Any]]:
-    search = _module("search_vs_recipe")
-    if options["workspace"]:
-        return search.run(options["data"], Path(options["workspace"]))
-    with tempfile.TemporaryDirectory() as folder:
-        return search.run(options["data"], Path(folder))
+def _in_workspace(measure: Callable[[str, Path], list[dict[str, Any]]]) -> Suite:
+    """A suite whose sweeps run and stay in ``--workspace`` (a rerun continues them), else in a
+    temporary folder."""
+    def suite(options: dict[str, Any]) -> list[dict[str, Any]]:
+        if options["workspace"]:
+            return measure(options["data"], Path(options["workspace"]))
+        with tempfile.TemporaryDirectory() as folder:
+            return measure(options["data"], Path(folder))
+    return suite
+
+
+def _frontier(part: str) -> Suite:
+    return _in_workspace(lambda data, workspace: _module("frontier").run(part, data, workspace))
 
 
 SUITES: dict[str, Suite] = {
@@ -44,12 +51,13 @@ SUITES: dict[str, Suite] = {
     "overhead": lambda o: _module("sweep_overhead").run(o["data"]),
     "data": lambda o: (_module("data_prep").prefix_vs_whole(o["data"]) + _module("data_prep").cache_hit(o["data"])
                        + _module("data_prep").parallel(o["data"])),
-    "search": _search,
+    "search": _in_workspace(lambda data, workspace: _module("search_vs_recipe").run(data, workspace)),
     "rungs": lambda o: _module("rung_agreement").run(o["data"]),
     "replay": lambda o: _module("replay").run(o["data"]),
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
     "gpu": lambda o: _module("gpu_packing").run(o["data"]),
     "scale": lambda o: _module("scale").run(o["data"]),
+    **{part: _frontier(part) for part in ("frontier-fig3", "frontier-width", "frontier-offcorpus")},
 }
 
 

@@ -68,7 +68,7 @@ SAMPLERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # the quickstart
 }
 
 
-def _document(data_path: str, description: str, fixed: dict[str, Any]) -> dict[str, Any]:
+def document(data_path: str, description: str, fixed: dict[str, Any]) -> dict[str, Any]:
     """A sweep of the benchmark's data, split and schedule, with ``fixed`` config keys set."""
     config: dict[str, dict[str, Any]] = {
         "data": {"path": data_path, "samples": "windows", "input_len": INPUT_LEN, "max_pages": 30,
@@ -86,14 +86,14 @@ def _document(data_path: str, description: str, fixed: dict[str, Any]) -> dict[s
 
 def _trained(data_path: str, fixed: dict[str, Any], fractions: list[float]) -> dict[str, Any]:
     """``fixed`` trained from each of the training seeds at each of ``fractions``."""
-    doc = _document(data_path, "a configuration trained from seeds 1-3", fixed)
+    doc = document(data_path, "a configuration trained from seeds 1-3", fixed)
     doc["grid"] = {"model.latent_fraction": fractions, "train.seed": list(TRAINING_SEEDS)}
     doc["trials"] = {"per_cell": 1}
     return doc
 
 
 def _search(data_path: str, arm: str, fraction: float, seed: int, budget_seconds: float) -> dict[str, Any]:
-    doc = _document(data_path, f"{arm} at {fraction:.1%} latent, sampler seed {seed}",
+    doc = document(data_path, f"{arm} at {fraction:.1%} latent, sampler seed {seed}",
                     {"model.latent_fraction": fraction, "train.seed": 0})
     sampler, scheduler = SAMPLERS[arm]
     doc.update(search=SPACE, start={"recipe": RECIPE}, trials={"total": 60}, sampler={**sampler, "seed": seed},

@@ -183,14 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",
                        help="which to run (default: all): throughput, overhead, data, search, rungs, replay, "
-                            "defaults, gpu, scale")
+                            "defaults, gpu, scale, frontier-fig3, frontier-width, frontier-offcorpus")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
     bench.add_argument("--data", default=None, help="dataset path (default: $SEQAE_BENCH_DATA, else wikimedia/wikipedia "
                                                     "from the Hugging Face Hub)")
     bench.add_argument("--shapes", default="64:32,512:256", help="throughput: input:latent lengths")
     bench.add_argument("--steps", type=int, default=5, help="throughput: timed steps per measurement")
     bench.add_argument("--workspace", default=None,
-                       help="search: where its sweeps run and stay, so that a rerun continues them (default: a "
+                       help="search and frontier-*: where their sweeps run and stay, so that a rerun continues them (default: a "
                             "temporary folder, removed after)")
     bench.set_defaults(handler=cmd_bench)
     return parser

@@ -1,0 +1,339 @@
+"""``seqae bench frontier-fig3 frontier-width frontier-offcorpus``: the compression frontier, the
+paper's question at laptop scale with a search behind it, scored on the test pages.
+
+Three parts, each a suite of ``seqae bench`` that runs real sweeps in ``--workspace`` (a rerun
+continues them) and then rewrites the published table from every part found there:
+
+    frontier-fig3       Fig. 3: input lengths :data:`INPUT_LENS` x latent fractions
+                        :data:`FRACTIONS`, for the paper's recipe and for the search's best
+                        configuration (:data:`TUNED`), from seed 1, and from seed 2 as well at
+                        :data:`SPREAD_FRACTIONS`
+    frontier-width      tokens against width at equal latent size: at :data:`WIDTH_INPUT_LENS`
+                        tokens and latent sizes of :data:`FLOAT_SHARES` of the input's floats
+                        (input_len x d_model), narrowing each token (``model.latent_dim``) and
+                        an even split of both, beside shortening the sequence (the tuned Fig. 3
+                        cells, so it runs after frontier-fig3)
+    frontier-offcorpus  the tuned configuration at 32 -> 8 trained on the offline corpus and on a
+                        corpus of another kind (installed packages' READMEs,
+                        :mod:`benchmarks.corpora`), each registered model scored on both corpora's
+                        test pages through ``seqae encode``'s text-in model
+
+Every training uses the evidence's data and schedule (``benchmarks.search_vs_recipe``: 32-token
+windows of 30 pages, 10% test pages, lr decay 1e-3 -> 1e-4 over 5 epochs) for :data:`EPOCHS`
+epochs. The table (``benchmarks/tables/frontier.parquet`` and ``.csv``, :data:`SCHEMA`) has one row
+per part, configuration, input length, latent length and width, seed and epoch; its data card is
+``benchmarks/tables/frontier.md``. Both, with the figures, are logged to an MLflow run of the
+workspace's tracking store.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import mlflow
+import pandas as pd
+import pyarrow as pa
+from mlflow.tracking import MlflowClient
+
+from benchmarks.corpora import package_descriptions
+from benchmarks.search_vs_recipe import INPUT_LEN, RECIPE, TABLES, document
+from benchmarks.sweep_runs import run_sweep
+from dashboards import claims
+from seqae_core import data as data_lib
+from seqae_core import metrics as M
+from seqae_core import names as N
+from seqae_core.config import DataConfig, parse_scalar
+from sweeps.registry import load_registered
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+INPUT_LENS = (16, 32, 64, 128)
+FRACTIONS = (1.0, 0.75, 0.5, 0.375, 0.25, 0.125, 0.0625)
+SPREAD_FRACTIONS = (0.5, 0.25, 0.125)  # the cells trained from a second seed
+SEEDS = (1, 2)
+EPOCHS = 6
+WIDTH_INPUT_LENS = (32, 64)
+FLOAT_SHARES = (0.5, 0.25, 0.125, 0.0625)  # latent floats as a share of the input's (input_len x d_model)
+OFF_CORPUS_LATENT = 8  # latent tokens of the evidence's 32
+
+# The evidence's choice (benchmarks/tables/search-vs-recipe-searches.csv): the best validation
+# accuracy of any search at 25% latent; the test pages took no part in choosing it.
+TUNED: dict[str, Any] = {}
+CONFIGURATIONS = {"recipe": RECIPE, "tuned": TUNED}
+WIKI, PACKAGES = "wikipedia-mini", "packages"
+CPUS = document("", "", {})["resources"]["cpu"]  # each training's
+
+SCHEMA = pa.schema([
+    ("part", pa.string()),  # fig3, width or offcorpus
+    ("configuration", pa.string()),  # recipe or tuned
+    ("shape", pa.string()),  # sequence (latent_len < input_len), width (latent_dim < d_model), both, or full
+    ("input_len", pa.int64()),
+    ("latent_len", pa.int64()),
+    ("latent_dim", pa.int64()),  # the width of a latent token (d_model unless narrowed)
+    ("d_model", pa.int64()),
+    ("latent_fraction", pa.float64()),  # latent_len / input_len
+    ("float_share", pa.float64()),  # (latent_len x latent_dim) / (input_len x d_model)
+    ("seed", pa.int64()),
+    ("epoch", pa.int64()),
+    ("kept_epoch", pa.int64()),  # the epoch early stopping keeps, by validation accuracy, over the run
+    ("trained_on", pa.string()),
+    ("scored_on", pa.string()),
+    ("val_token_accuracy", pa.float64()),
+    ("val_loss", pa.float64()),
+    ("test_token_accuracy", pa.float64()),  # of the checkpoint kept up to this epoch, on the test pages
+    ("test_loss", pa.float64()),
+    ("wall_seconds", pa.float64()),  # the epoch's
+    ("cpu_seconds", pa.float64()),  # the epoch's wall time x the CPUs the trial held
+])
+
+
+def _fixed(configuration: str) -> dict[str, Any]:
+    return {**CONFIGURATIONS[configuration], "train.epochs": EPOCHS}
+
+
+def _grid(doc: dict[str, Any], axis: str, cells: list[Any]) -> dict[str, Any]:
+    doc["grid"] = {axis: cells}
+    doc["trials"] = {"per_cell": 1}
+    return doc
+
+
+def fig3_cells() -> list[list[Any]]:
+    """``[input_len, latent_fraction, seed]`` per training: every cell from the first seed, the
+    spread fractions from every seed."""
+    return [[n, f, s] for n in INPUT_LENS for f in FRACTIONS for s in SEEDS if s == SEEDS[0] or f in SPREAD_FRACTIONS]
+
+
+def _fig3_doc(data_path: str, configuration: str) -> dict[str, Any]:
+    doc = document(data_path, f"Fig. 3 of the {configuration} configuration", _fixed(configuration))
+    return _grid(doc, "data.input_len,model.latent_fraction,train.seed", fig3_cells())
+
+
+def width_cells(d_model: int) -> list[list[Any]]:
+    """``[input_len, latent_len, latent_dim]`` per training: at each share of the input's floats,
+    each token narrowed (every position kept), and the share split evenly between the two (the
+    nearest whole lengths and widths; the table records the share they reach)."""
+    cells = []
+    for n in WIDTH_INPUT_LENS:
+        for share in FLOAT_SHARES:
+            length = max(1, round(math.sqrt(share) * n))
+            cells += [[n, n, max(1, round(share * d_model))],
+                      [n, length, max(1, round(share * n * d_model / length))]]
+    return cells
+
+
+def _width_doc(data_path: str) -> dict[str, Any]:
+    doc = document(data_path, "tokens against width at equal latent floats, tuned", {**_fixed("tuned"), "train.seed": 1})
+    return _grid(doc, "data.input_len,model.latent_len,model.latent_dim", width_cells(int(TUNED["model.d_model"])))
+
+
+def _off_corpus_doc(data_path: str) -> dict[str, Any]:
+    fixed = {**_fixed("tuned"), "model.latent_len": OFF_CORPUS_LATENT}
+    doc = document(data_path, f"the tuned configuration at {INPUT_LEN} -> {OFF_CORPUS_LATENT}", fixed)
+    return _grid(doc, "train.seed", [SEEDS[0]])
+
+
+def _rows(client: MlflowClient, runs: list[Any], part: str, configuration: str, trained_on: str) -> list[dict[str, Any]]:
+    """A row per epoch of each trial run, in :data:`SCHEMA`."""
+    rows = []
+    for run in runs:
+        params = {k: parse_scalar(v) for k, v in run.data.params.items()}
+        n, d, latent_len = int(params["data.input_len"]), int(params["model.d_model"]), int(params["model.latent_len"])
+        latent_dim = int(params["model.latent_dim"] or d)
+        history = {key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
+                   for key in (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.TEST_TOKEN_ACCURACY, M.TEST_LOSS, M.EPOCH_SECONDS)}
+        val = history[M.VAL_TOKEN_ACCURACY]
+        kept = max(val, key=lambda e: (val[e], -e))
+        shape = ("both" if latent_len < n and latent_dim < d else "sequence" if latent_len < n
+                 else "width" if latent_dim < d else "full")
+        for epoch in sorted(val):
+            wall = history[M.EPOCH_SECONDS][epoch]
+            rows.append({
+                "part": part, "configuration": configuration, "shape": shape, "input_len": n, "latent_len": latent_len,
+                "latent_dim": latent_dim, "d_model": d, "latent_fraction": latent_len / n,
+                "float_share": latent_len * latent_dim / (n * d), "seed": int(params["train.seed"]), "epoch": epoch,
+                "kept_epoch": kept, "trained_on": trained_on, "scored_on": trained_on,
+                "val_token_accuracy": val[epoch], "val_loss": history[M.VAL_LOSS][epoch],
+                "test_token_accuracy": history[M.TEST_TOKEN_ACCURACY][epoch],
+                "test_loss": history[M.TEST_LOSS][epoch], "wall_seconds": wall, "cpu_seconds": wall * CPUS,
+            })
+    return rows
+
+
+def fig3(data_path: str, workspace: Path) -> list[dict[str, Any]]:
+    rows = []
+    for configuration in CONFIGURATIONS:
+        client, runs = run_sweep(workspace, f"frontier-{configuration}", _fig3_doc(data_path, configuration))
+        rows += _rows(client, runs, "fig3", configuration, WIKI)
+    return rows
+
+
+def width(data_path: str, workspace: Path) -> list[dict[str, Any]]:
+    if not (workspace / "frontier-tuned.yaml").exists():
+        raise RuntimeError(f"run frontier-fig3 in {workspace} first: the width part compares with its tuned cells")
+    client, runs = run_sweep(workspace, "frontier-width", _width_doc(data_path))
+    return _rows(client, runs, "width", "tuned", WIKI)
+
+
+def _test_texts(config: DataConfig) -> list[str]:
+    """The texts of a corpus's test pages, as its trainings hold them out."""
+    texts = list(data_lib.iter_texts(config))
+    return [text for text, test in zip(texts, data_lib.held_out_pages(len(texts), config)) if test]
+
+
+def _score(model: Any, texts: list[str]) -> float:
+    """Token accuracy over every token of ``texts`` (the text-in model's per-text accuracies,
+    weighted by their tokens)."""
+    out = model.predict(pd.DataFrame({"text": texts}))
+    right = sum(acc * len(tokens) for acc, tokens in zip(out["token_accuracy"], out["tokens"]))
+    return float(right / sum(len(tokens) for tokens in out["tokens"]))
+
+
+def off_corpus(data_path: str, workspace: Path) -> list[dict[str, Any]]:
+    corpora = {WIKI: data_path, PACKAGES: str(package_descriptions(workspace / "packages-corpus"))}
+    tracking = f"sqlite:///{workspace / 'ws' / 'mlflow.db'}"
+    rows = []
+    for trained_on, path in corpora.items():
+        name = f"frontier-offcorpus-{trained_on}"
+        client, runs = run_sweep(workspace, name, _off_corpus_doc(path))
+        trained = _rows(client, runs, "offcorpus", "tuned", trained_on)
+        kept = next(r for r in trained if r["epoch"] == r["kept_epoch"])
+        _, model = load_registered(tracking, name)  # the sweep's best: its one trial
+        for scored_on, other in corpora.items():
+            texts = _test_texts(DataConfig(**document(other, "", {})["config"]["data"]))
+            rows.append({**kept, "scored_on": scored_on, "test_token_accuracy": _score(model, texts), "test_loss": None})
+    return rows
+
+
+def _table(workspace: Path, part: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Every part's rows measured in ``workspace`` so far, with ``part``'s replaced by ``rows``."""
+    saved = workspace / "frontier-rows.parquet"
+    old = pd.read_parquet(saved) if saved.exists() else pd.DataFrame(columns=SCHEMA.names)
+    table = pd.concat([old[old["part"] != part], pd.DataFrame(rows, columns=SCHEMA.names)], ignore_index=True)
+    table = pa.Table.from_pandas(table, schema=SCHEMA, preserve_index=False).to_pandas()
+    table.to_parquet(saved, index=False)
+    return table
+
+
+def kept(table: pd.DataFrame) -> pd.DataFrame:
+    """Each training's kept epoch (its reported result), scored on its own corpus."""
+    return table[(table["epoch"] == table["kept_epoch"]) & (table["trained_on"] == table["scored_on"])]
+
+
+def fig3_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Test accuracy per configuration, input length and fraction: mean, standard deviation and
+    seeds; the tuning dividend (tuned minus recipe, over the seeds both have) beside it."""
+    cells = kept(table[table["part"] == "fig3"])
+    summary = (cells.groupby(["input_len", "latent_fraction", "configuration"])["test_token_accuracy"]
+               .agg(mean="mean", sd="std", seeds="count").unstack("configuration"))
+    summary.columns = [f"{config}_{stat}" for stat, config in summary.columns]
+    summary["dividend"] = summary["tuned_mean"] - summary["recipe_mean"]
+    return summary.reset_index().sort_values(["input_len", "latent_fraction"], ascending=[True, False])
+
+
+def verdicts(table: pd.DataFrame) -> dict[str, list[claims.Verdict]]:
+    """The paper's claims C1-C3 for each configuration, on its test scores (C4 is not studied here)."""
+    out = {}
+    summary = fig3_summary(table)
+    for configuration in CONFIGURATIONS:
+        points = {int(n): [(100 * f, a) for f, a in zip(group["latent_fraction"], group[f"{configuration}_mean"])]
+                  for n, group in summary.groupby("input_len")}
+        out[configuration] = claims.check(points, {}, {"C4": "the frontier trains no static-lr seeds"})
+    return out
+
+
+def width_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Test accuracy against the latent floats' share at each input length, for shortening the
+    sequence (the tuned Fig. 3 cells from seed 1), narrowing each token, and both."""
+    cells = kept(table[(table["configuration"] == "tuned") & (table["seed"] == SEEDS[0])])
+    cells = cells[(cells["part"] == "width") | ((cells["part"] == "fig3") & cells["latent_fraction"].isin(FLOAT_SHARES))]
+    cells = cells[cells["input_len"].isin(WIDTH_INPUT_LENS)]
+    return cells[["input_len", "shape", "latent_len", "latent_dim", "float_share", "test_token_accuracy"]] \
+        .sort_values(["input_len", "float_share", "shape"], ascending=[True, False, True]).reset_index(drop=True)
+
+
+def off_corpus_summary(table: pd.DataFrame) -> pd.DataFrame:
+    cells = table[(table["part"] == "offcorpus")]
+    return cells.pivot_table(index="trained_on", columns="scored_on", values="test_token_accuracy")
+
+
+def figures(table: pd.DataFrame, out: Path) -> list[Path]:
+    paths = []
+    summary = fig3_summary(table)
+    if not summary.empty:
+        fig, (ax, dividend) = plt.subplots(1, 2, figsize=(12, 4.5))
+        for i, (n, group) in enumerate(summary.groupby("input_len")):
+            for configuration, style in (("recipe", "--"), ("tuned", "-")):
+                ax.errorbar(100 * group["latent_fraction"], group[f"{configuration}_mean"],
+                            yerr=group[f"{configuration}_sd"].fillna(0), linestyle=style, marker="o", color=f"C{i}",
+                            capsize=3, label=f"{n} tokens, {configuration}")
+            dividend.plot(100 * group["latent_fraction"], 100 * group["dividend"], marker="o", color=f"C{i}",
+                          label=f"{n} tokens")
+        for pct, acc, text in claims.PAPER_512:
+            ax.plot(pct, acc, marker="*", markersize=12, color="black", linestyle="none")
+            ax.annotate(f"paper, 512: {text}", (pct, acc), xytext=(4, -10), textcoords="offset points", fontsize=7)
+        ax.set(xlabel="latent length, % of input length", ylabel="test token accuracy",
+               title="Fig. 3 on test: the recipe (dashed) and tuned (solid), mean and sd over seeds")
+        dividend.axhline(0, color="black", linewidth=0.8)
+        dividend.set(xlabel="latent length, % of input length", ylabel="tuned minus recipe, points",
+                     title="The tuning dividend")
+        for a in (ax, dividend):
+            a.grid(alpha=0.3)
+            a.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "frontier-fig3.png", dpi=110)
+        plt.close(fig)
+        paths.append(out / "frontier-fig3.png")
+    widths = width_summary(table)
+    if set(widths["shape"]) >= {"sequence", "width", "both"}:
+        fig, axes = plt.subplots(1, len(WIDTH_INPUT_LENS), figsize=(12, 4.5), squeeze=False)
+        for ax, (n, group) in zip(axes[0], widths.groupby("input_len")):
+            for shape, cells in group.groupby("shape"):
+                ax.plot(100 * cells["float_share"], cells["test_token_accuracy"], marker="o", label=shape)
+            ax.set(xscale="log", xlabel="latent floats, % of the input's", ylabel="test token accuracy",
+                   title=f"{n} input tokens: shorten, narrow or both")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "frontier-width.png", dpi=110)
+        plt.close(fig)
+        paths.append(out / "frontier-width.png")
+    return paths
+
+
+def publish(table: pd.DataFrame, workspace: Path) -> None:
+    """The table as Parquet and CSV beside its data card, with the figures; all logged to an MLflow
+    run ``frontier`` of the workspace's tracking store."""
+    TABLES.mkdir(exist_ok=True)
+    table.to_parquet(TABLES / "frontier.parquet", index=False)
+    table.to_csv(TABLES / "frontier.csv", index=False)
+    paths = figures(table, TABLES)
+    mlflow.set_tracking_uri(f"sqlite:///{workspace / 'ws' / 'mlflow.db'}")
+    mlflow.set_experiment("frontier")
+    with mlflow.start_run(run_name="frontier", tags={N.ROLE: "benchmark"}):
+        for path in [TABLES / "frontier.parquet", TABLES / "frontier.csv", TABLES / "frontier.md", *paths]:
+            if path.exists():
+                mlflow.log_artifact(str(path))
+
+
+PARTS = {"frontier-fig3": ("fig3", fig3), "frontier-width": ("width", width), "frontier-offcorpus": ("offcorpus", off_corpus)}
+
+
+def run(suite: str, data_path: str, workspace: Path) -> list[dict[str, Any]]:
+    """Run one part (a key of :data:`PARTS`) in ``workspace`` and republish the table; the part's
+    summary rows."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    part, measure = PARTS[suite]
+    table = _table(workspace, part, measure(data_path, workspace))
+    publish(table, workspace)
+    if part == "fig3":
+        summary = fig3_summary(table).round(4)
+        return summary.to_dict("records") + [
+            {"configuration": c, "claim": v.claim, "verdict": v.verdict, "measured": v.measured}
+            for c, vs in verdicts(table).items() for v in vs]
+    if part == "width":
+        return width_summary(table).round(4).to_dict("records")
+    return off_corpus_summary(table).round(4).reset_index().to_dict("records")

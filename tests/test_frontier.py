@@ -1,0 +1,76 @@
+"""The frontier study's plan and its published table: the cells it trains, and the table it
+reads from MLflow runs (a real tracking store; no training)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+from benchmarks import frontier as F
+from seqae_core import metrics as M
+
+
+def test_fig3_trains_every_cell_from_one_seed_and_the_spread_cells_from_two():
+    cells = F.fig3_cells()
+    assert len(cells) == len(F.INPUT_LENS) * (len(F.FRACTIONS) + len(F.SPREAD_FRACTIONS))
+    assert {(n, f) for n, f, s in cells if s == 1} == {(n, f) for n in F.INPUT_LENS for f in F.FRACTIONS}
+    assert {(n, f) for n, f, s in cells if s == 2} == {(n, f) for n in F.INPUT_LENS for f in F.SPREAD_FRACTIONS}
+
+
+@pytest.mark.parametrize("d_model", [128, 256])
+def test_width_cells_reach_each_share_of_the_input_floats(d_model):
+    cells = F.width_cells(d_model)
+    assert len(cells) == 2 * len(F.WIDTH_INPUT_LENS) * len(F.FLOAT_SHARES)
+    for (n, narrow_len, narrow_dim), (m, both_len, both_dim), share in zip(cells[::2], cells[1::2],
+                                                                          F.FLOAT_SHARES * len(F.WIDTH_INPUT_LENS)):
+        assert n == m and narrow_len == n  # narrowing keeps every position
+        assert 1 < both_len < n and 1 < both_dim < d_model  # an even split shortens and narrows
+        for length, dim in ((narrow_len, narrow_dim), (both_len, both_dim)):
+            assert math.isclose(length * dim / (n * d_model), share, rel_tol=0.05), (n, length, dim, share)
+
+
+def _run(client: MlflowClient, experiment: str, params: dict, val: list[float], test: list[float]) -> None:
+    run = client.create_run(experiment)
+    client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()], metrics=[
+        Metric(key, value, 0, epoch)
+        for epoch, (v, t) in enumerate(zip(val, test), 1)
+        for key, value in ((M.VAL_TOKEN_ACCURACY, v), (M.VAL_LOSS, 1 - v), (M.TEST_TOKEN_ACCURACY, t),
+                           (M.TEST_LOSS, 1 - t), (M.EPOCH_SECONDS, 10.0 * epoch))])
+
+
+def test_the_table_has_its_schema_one_row_per_epoch_and_the_kept_epochs_test(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("fig3")
+    base = {"data.input_len": 32, "model.d_model": 128, "model.latent_dim": "null", "train.seed": 1}
+    for configuration, (half, quarter) in {"recipe": (0.90, 0.70), "tuned": (0.99, 0.95)}.items():
+        _run(client, experiment, {**base, "model.latent_len": 16, "model.block": configuration},
+             [half - 0.1, half, half - 0.01], [half - 0.2, half - 0.02, half - 0.02])
+        _run(client, experiment, {**base, "model.latent_len": 8, "model.block": configuration},
+             [quarter, quarter - 0.05], [quarter - 0.03, quarter - 0.03])
+    runs = client.search_runs([experiment])
+    rows = []
+    for configuration in ("recipe", "tuned"):
+        mine = [r for r in runs if r.data.params["model.block"] == configuration]
+        rows += F._rows(client, mine, "fig3", configuration, F.WIKI)
+    table = F._table(tmp_path, "fig3", rows)
+
+    assert pa.Schema.from_pandas(table, preserve_index=False).names == F.SCHEMA.names
+    assert len(table) == 10 and not table.duplicated(["configuration", "latent_len", "seed", "epoch"]).any()
+    row = table[(table["configuration"] == "tuned") & (table["latent_len"] == 16) & (table["epoch"] == 3)].iloc[0]
+    assert (row["kept_epoch"], row["shape"], row["latent_dim"], row["float_share"], row["cpu_seconds"]) == \
+        (2, "sequence", 128, 0.5, 30.0 * F.CPUS)
+
+    summary = F.fig3_summary(table)
+    assert summary[["latent_fraction", "recipe_mean", "tuned_mean"]].round(4).values.tolist() == \
+        [[0.5, 0.88, 0.97], [0.25, 0.67, 0.92]]
+    assert summary["dividend"].round(4).tolist() == [0.09, 0.25]
+    verdicts = {v.claim: v for v in F.verdicts(table)["tuned"]}
+    assert verdicts["C1"].measured == "32: 0.9700" and verdicts["C4"].verdict == F.claims.NOT_TESTED
+
+    again = F._table(tmp_path, "width", [])  # another part's rerun keeps the fig3 rows
+    pd.testing.assert_frame_equal(again, table)
