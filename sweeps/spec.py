@@ -63,6 +63,7 @@ from seqae_core.config import (
     build,
     coerce,
     flatten,
+    load_yaml,
     parse_sets,
 )
 from seqae_errors import ConfigError
@@ -80,16 +81,6 @@ def check_limit(shown: str, value: int, limit: int) -> None:
     if value > limit:
         raise ConfigError(f"{shown} is above seqae's limit of {limit:,}; split the study into several sweeps "
                           "(`seqae sweep fork` starts one from another's trials)")
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """Safe YAML without anchors and aliases, so a small file cannot expand into a huge one."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.YAMLError(f"aliases are not allowed in sweep files (line {event.start_mark.line + 1})")
-        return super().compose_node(parent, index)
 
 
 class _Section(BaseModel):
@@ -523,9 +514,10 @@ def read_document(path: str | Path) -> dict[str, Any]:
     if size > MAX_FILE_BYTES:
         raise ConfigError(f"{path}: {size} bytes is too large for a sweep file (limit {MAX_FILE_BYTES})")
     try:
-        document = yaml.load(path.read_text(), Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        text = path.read_text()
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not a valid sweep file: {exc}") from None
+    document = load_yaml(text, f"{path}: not a valid sweep file")
     if not isinstance(document, dict):
         raise ConfigError(f"{path}: a sweep file is a mapping of {', '.join(SWEEP_KEYS)}; "
                           f"got {type(document).__name__}")
