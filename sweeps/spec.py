@@ -208,9 +208,10 @@ class _Sampler(_Section):
     @model_validator(mode="before")
     @classmethod
     def _defaults(cls, value: Any) -> Any:
-        if not isinstance(value, dict) or value.get("type") not in SAMPLER_DEFAULTS:
+        kind = value.get("type") if isinstance(value, dict) else None
+        if not isinstance(kind, str) or kind not in SAMPLER_DEFAULTS:  # pydantic names what is wrong with it
             return value
-        defaults = SAMPLER_DEFAULTS[value["type"]]
+        defaults = SAMPLER_DEFAULTS[kind]
         extra = sorted(k for k in (set(value) & set(SAMPLER_DEFAULTS["tpe"])) - set(defaults) if value[k] is not None)
         if extra:
             raise ValueError(f"{extra[0]!r} does not apply to type {value['type']!r}; leave it out (with --set, "
@@ -521,7 +522,7 @@ def read_document(path: str | Path) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise ConfigError(f"{path}: a sweep file is a mapping of {', '.join(SWEEP_KEYS)}; "
                           f"got {type(document).__name__}")
-    return document
+    return _mapping(document, "the document", str(path))
 
 
 def apply_sets(document: dict[str, Any], sets: list[str] | tuple[str, ...], source: str) -> dict[str, Any]:
@@ -580,7 +581,7 @@ def _apply_profile(doc: dict[str, Any], name: Any, source: str) -> dict[str, Any
         raise ConfigError(f"{source}: profiles must map names to blocks of overrides, got {profiles!r}")
     if doc.get("profile"):
         raise ConfigError(f"{source}: profile={name!r}: profile {doc['profile']!r} is already applied; one at a time")
-    if name not in profiles:
+    if not isinstance(name, str) or name not in profiles:
         raise ConfigError(f"{source}: profile={name!r} is not defined; this file's profiles: "
                           f"{', '.join(map(str, profiles)) or 'none'}")
     overrides = dict(_mapping(profiles[name], f"profiles.{name}", source))
@@ -603,8 +604,11 @@ def local_path(value: str) -> str:
     """A relative ``data.path`` naming something here, made absolute: trials run in Ray's own
     working directory or on another node, where the user's relative path means nothing. A name
     that is not a local path (a Hub dataset such as ``wikimedia/wikipedia``) stays as it is."""
-    path = Path(value).expanduser()
-    return str(path.resolve()) if not path.is_absolute() and path.exists() else value
+    try:
+        path = Path(value).expanduser()
+        return str(path.resolve()) if not path.is_absolute() and path.exists() else value
+    except (OSError, RuntimeError):  # a name too long for a path, or ~name of no user: not a local path
+        return value
 
 
 def parse(doc: dict[str, Any], source: str) -> SweepSpec:
@@ -665,10 +669,8 @@ def _check_trial_configs(spec: SweepSpec) -> None:
 
 
 def _grid(grid: Any, source: str) -> dict[str, tuple[Any, ...]]:
-    if not isinstance(grid, dict):
-        raise ConfigError(f"{source}: grid must map config keys to lists of values, got {grid!r}")
     axes: dict[str, tuple[Any, ...]] = {}
-    for axis, values in grid.items():
+    for axis, values in _mapping(grid, "grid", source).items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{source}: grid.{axis}={values!r} must be a non-empty list of values")
         keys = axis.split(",")
@@ -711,6 +713,8 @@ def _check_conditions(spec: SweepSpec, source: str) -> None:
     for key, dist in spec.search.items():
         for other, values in dist.when.items():
             where = f"{source}: search.{key}.when.{other}"
+            if not values:
+                raise ConfigError(f"{where}: lists no value, so {key} would never be sampled")
             if other in grid:
                 impossible = [v for v in values if v not in grid[other]]
             elif other in spec.search and other != key:
@@ -777,6 +781,9 @@ def _check_sampler(spec: SweepSpec, source: str) -> None:
 def _mapping(value: Any, where: str, source: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{source}: {where} must be a mapping; got {value!r}")
+    keys = [key for key in value if not isinstance(key, str)]
+    if keys:
+        raise ConfigError(f"{source}: {where}: key {keys[0]!r} must be a string")
     return value
 
 
