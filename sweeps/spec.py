@@ -562,6 +562,9 @@ def _override(document: dict[str, Any], overrides: dict[str, Any], source: str, 
             if not isinstance(doc[section], dict):
                 raise ConfigError(f"{source}: {section} must be a mapping")
             doc[section][key.split(".", 1)[1]] = value
+        elif section not in SWEEP_KEYS:  # named as given, not as the section `ata` that `ata.input_len` would add
+            raise ConfigError(f"{where}: unknown key {section!r}; set a config key (data.*, model.*, train.*) or one "
+                              f"of {', '.join(SWEEP_KEYS)}")
         else:
             node = doc
             *parents, last = key.split(".")
@@ -619,7 +622,10 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
         raise ConfigError(_reason(exc, source)) from None
     if spec.profiles is not None:  # every profile must give a valid sweep, whichever is run
         for name in spec.profiles:
-            parse(_apply_profile(copy.deepcopy(doc), name, source), source)
+            try:
+                parse(_apply_profile(copy.deepcopy(doc), name, source), source)
+            except ConfigError as exc:
+                raise ConfigError(f"{exc} (with profile {name!r})") from None
         spec = spec.model_copy(update={"profiles": None})  # the sweep is what they were applied to
     spec._source = source
     _check_trial_configs(spec)
@@ -636,13 +642,19 @@ def _reason(exc: ValidationError, source: str) -> str:
 
 
 def _problem(error: Any) -> str:
-    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
-    if error["type"] == "extra_forbidden":
-        return f"unknown key {where.rsplit('.', 1)[-1]!r}" + (f" in {where.rsplit('.', 1)[0]}" if "." in where else "")
+    where = _path(error["loc"])
+    if error["type"] == "extra_forbidden":  # the key as written: a dotted one (`ata.input_len`) is one key
+        *parents, key = error["loc"]
+        return f"unknown key {key!r}" + (f" in {_path(parents)}" if parents else "")
     message = re.sub(r"^Value error, |(?<= or) instance of \w+", "", error["msg"])
     message = message.replace("Input should be", "must be").replace("Value should", "must").replace(
         "a valid dictionary or", "a mapping")
     return f"{where}: {message}" if error["type"] == "value_error" else f"{where}={error['input']!r} {message}"
+
+
+def _path(loc: Any) -> str:
+    """pydantic's location of an error as a key's path: ``search.train.lr.low``, ``objective[0].mode``."""
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
 
 
 def trial_layers(source: str, base: dict[str, Any], params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
