@@ -468,7 +468,8 @@ class SweepSpec(_Section):
         if self.scheduler.type == "asha":
             grace, factor = self.scheduler.grace_period, self.scheduler.reduction_factor
             epochs = max(config.train.epochs for config in cell_configs(self))
-            rungs = [grace * factor**k for k in range(epochs) if grace * factor**k < epochs]
+            rungs = list(itertools.takewhile(lambda rung: rung < epochs,
+                                             (grace * factor**k for k in itertools.count())))
             if len(rungs) < 2:
                 notes.append(f"ASHA decides {f'once, at epoch {rungs[0]}' if rungs else 'never'} of {epochs} "
                              f"(scheduler.grace_period {grace}, reduction_factor {factor}): a trial is stopped at most "
