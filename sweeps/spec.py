@@ -197,7 +197,7 @@ SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {
 
 class _Sampler(_Section):
     type: Literal["tpe", "gp", "random", "nsga2"] | None = None  # TPE, or NSGA-II for several objectives
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=2**32)  # numpy seeds Optuna's samplers: 0 .. 2**32 - 1
     # random proposals before the model takes over: counted over finished trials (TPE: complete
     # and pruned ones, GP: complete ones), starting points and a fork's seeded trials included
     n_startup_trials: int | None = Field(default=None, ge=0)
