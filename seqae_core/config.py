@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 import yaml
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
 
 from seqae_errors import ConfigError
 
@@ -137,6 +139,60 @@ def accepts_float(key: str) -> bool:
     return float in options
 
 
+MAX_YAML_DEPTH = 32  # config and sweep files nest 3 or 4 levels; PyYAML's composer recurses, 2 frames a level
+
+
+class YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader for what users write: no anchors and aliases, so a small file cannot
+    expand into a huge one; at most MAX_YAML_DEPTH levels of nesting, where PyYAML would exhaust
+    Python's stack; keys that print on one line, as messages show them; and a value its
+    constructors cannot read (``!!int x``, ``2024-13-45``, 5,000 digits) a YAML error with its
+    line, as a syntax error is."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        mark = self.peek_event().start_mark
+        if self.check_event(yaml.AliasEvent):
+            raise ComposerError(None, None, "aliases are not allowed", mark)
+        if self.depth == MAX_YAML_DEPTH:
+            raise ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", mark)
+        self.depth += 1
+        node = super().compose_node(parent, index)
+        self.depth -= 1
+        return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        for key, _ in node.value:
+            if isinstance(key.value, str) and not key.value.isprintable():
+                raise ConstructorError(None, None, f"key {key.value!r} holds a character that does not print",
+                                       key.start_mark)
+        return super().construct_mapping(node, deep)
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (AttributeError, LookupError, ValueError):  # int(), datetime(), a bool's lookup, a timestamp's match
+            kind = node.tag.rsplit(":", 1)[-1]
+            raise ConstructorError(None, None, f"not a valid {kind}: {str(node.value)[:50]!r}",
+                                   node.start_mark) from None
+
+
+def load_yaml(text: str, what: str) -> Any:
+    """The YAML in ``text``, read by :class:`YamlLoader`; a problem is a ConfigError of one line,
+    ``what: problem (line L, column C)``, where PyYAML's own message spans several."""
+    try:
+        return yaml.load(text, Loader=YamlLoader)  # noqa: S506 (a SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError(f"{what}: {exc.problem or exc.context}{where}") from None
+    except yaml.YAMLError as exc:  # the reader's: a character YAML does not allow, with its position
+        raise ConfigError(f"{what}: {' '.join(str(exc).split())}") from None
+
+
 def parse_scalar(text: str) -> Any:
     """Parse a ``--set`` value: ints, floats (``1e-3`` too), booleans, null, YAML lists and
     mappings, else a string."""
@@ -151,10 +207,7 @@ def parse_scalar(text: str) -> Any:
         except ValueError:
             pass
     if text.strip()[:1] in ("[", "{"):
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--set value {text!r} is not a valid list or mapping: {exc}") from None
+        return load_yaml(text, f"--set value {text!r} is not a valid list or mapping")
     return text
 
 
@@ -239,6 +292,8 @@ def parse_sets(sets: list[str] | tuple[str, ...]) -> dict[str, Any]:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"--set {item!r}: expected key=value, e.g. --set model.latent_len=16")
+        if not key.strip().isprintable():  # as in YAML files: messages show keys as they are
+            raise ConfigError(f"--set {item!r}: the key holds a character that does not print")
         parsed[key.strip()] = parse_scalar(text)
     return parsed
 
@@ -249,10 +304,7 @@ def read_yaml(path: str | Path) -> Any:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    return load_yaml(text, f"{path}: not valid YAML")
 
 
 def build(layers: list[tuple[str, dict[str, Any]]]) -> Config:

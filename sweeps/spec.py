@@ -63,6 +63,7 @@ from seqae_core.config import (
     build,
     coerce,
     flatten,
+    load_yaml,
     parse_sets,
 )
 from seqae_errors import ConfigError
@@ -80,16 +81,6 @@ def check_limit(shown: str, value: int, limit: int) -> None:
     if value > limit:
         raise ConfigError(f"{shown} is above seqae's limit of {limit:,}; split the study into several sweeps "
                           "(`seqae sweep fork` starts one from another's trials)")
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """Safe YAML without anchors and aliases, so a small file cannot expand into a huge one."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise yaml.YAMLError(f"aliases are not allowed in sweep files (line {event.start_mark.line + 1})")
-        return super().compose_node(parent, index)
 
 
 class _Section(BaseModel):
@@ -206,7 +197,7 @@ SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {
 
 class _Sampler(_Section):
     type: Literal["tpe", "gp", "random", "nsga2"] | None = None  # TPE, or NSGA-II for several objectives
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, lt=2**32)  # numpy seeds Optuna's samplers: 0 .. 2**32 - 1
     # random proposals before the model takes over: counted over finished trials (TPE: complete
     # and pruned ones, GP: complete ones), starting points and a fork's seeded trials included
     n_startup_trials: int | None = Field(default=None, ge=0)
@@ -217,9 +208,10 @@ class _Sampler(_Section):
     @model_validator(mode="before")
     @classmethod
     def _defaults(cls, value: Any) -> Any:
-        if not isinstance(value, dict) or value.get("type") not in SAMPLER_DEFAULTS:
+        kind = value.get("type") if isinstance(value, dict) else None
+        if not isinstance(kind, str) or kind not in SAMPLER_DEFAULTS:  # pydantic names what is wrong with it
             return value
-        defaults = SAMPLER_DEFAULTS[value["type"]]
+        defaults = SAMPLER_DEFAULTS[kind]
         extra = sorted(k for k in (set(value) & set(SAMPLER_DEFAULTS["tpe"])) - set(defaults) if value[k] is not None)
         if extra:
             raise ValueError(f"{extra[0]!r} does not apply to type {value['type']!r}; leave it out (with --set, "
@@ -476,7 +468,8 @@ class SweepSpec(_Section):
         if self.scheduler.type == "asha":
             grace, factor = self.scheduler.grace_period, self.scheduler.reduction_factor
             epochs = max(config.train.epochs for config in cell_configs(self))
-            rungs = [grace * factor**k for k in range(epochs) if grace * factor**k < epochs]
+            rungs = list(itertools.takewhile(lambda rung: rung < epochs,
+                                             (grace * factor**k for k in itertools.count())))
             if len(rungs) < 2:
                 notes.append(f"ASHA decides {f'once, at epoch {rungs[0]}' if rungs else 'never'} of {epochs} "
                              f"(scheduler.grace_period {grace}, reduction_factor {factor}): a trial is stopped at most "
@@ -523,13 +516,14 @@ def read_document(path: str | Path) -> dict[str, Any]:
     if size > MAX_FILE_BYTES:
         raise ConfigError(f"{path}: {size} bytes is too large for a sweep file (limit {MAX_FILE_BYTES})")
     try:
-        document = yaml.load(path.read_text(), Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        text = path.read_text()
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not a valid sweep file: {exc}") from None
+    document = load_yaml(text, f"{path}: not a valid sweep file")
     if not isinstance(document, dict):
         raise ConfigError(f"{path}: a sweep file is a mapping of {', '.join(SWEEP_KEYS)}; "
                           f"got {type(document).__name__}")
-    return document
+    return _mapping(document, "the document", str(path))
 
 
 def apply_sets(document: dict[str, Any], sets: list[str] | tuple[str, ...], source: str) -> dict[str, Any]:
@@ -569,6 +563,9 @@ def _override(document: dict[str, Any], overrides: dict[str, Any], source: str, 
             if not isinstance(doc[section], dict):
                 raise ConfigError(f"{source}: {section} must be a mapping")
             doc[section][key.split(".", 1)[1]] = value
+        elif section not in SWEEP_KEYS:  # named as given, not as the section `ata` that `ata.input_len` would add
+            raise ConfigError(f"{where}: unknown key {section!r}; set a config key (data.*, model.*, train.*) or one "
+                              f"of {', '.join(SWEEP_KEYS)}")
         else:
             node = doc
             *parents, last = key.split(".")
@@ -588,7 +585,7 @@ def _apply_profile(doc: dict[str, Any], name: Any, source: str) -> dict[str, Any
         raise ConfigError(f"{source}: profiles must map names to blocks of overrides, got {profiles!r}")
     if doc.get("profile"):
         raise ConfigError(f"{source}: profile={name!r}: profile {doc['profile']!r} is already applied; one at a time")
-    if name not in profiles:
+    if not isinstance(name, str) or name not in profiles:
         raise ConfigError(f"{source}: profile={name!r} is not defined; this file's profiles: "
                           f"{', '.join(map(str, profiles)) or 'none'}")
     overrides = dict(_mapping(profiles[name], f"profiles.{name}", source))
@@ -611,8 +608,11 @@ def local_path(value: str) -> str:
     """A relative ``data.path`` naming something here, made absolute: trials run in Ray's own
     working directory or on another node, where the user's relative path means nothing. A name
     that is not a local path (a Hub dataset such as ``wikimedia/wikipedia``) stays as it is."""
-    path = Path(value).expanduser()
-    return str(path.resolve()) if not path.is_absolute() and path.exists() else value
+    try:
+        path = Path(value).expanduser()
+        return str(path.resolve()) if not path.is_absolute() and path.exists() else value
+    except (OSError, RuntimeError):  # a name too long for a path, or ~name of no user: not a local path
+        return value
 
 
 def parse(doc: dict[str, Any], source: str) -> SweepSpec:
@@ -623,7 +623,10 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
         raise ConfigError(_reason(exc, source)) from None
     if spec.profiles is not None:  # every profile must give a valid sweep, whichever is run
         for name in spec.profiles:
-            parse(_apply_profile(copy.deepcopy(doc), name, source), source)
+            try:
+                parse(_apply_profile(copy.deepcopy(doc), name, source), source)
+            except ConfigError as exc:
+                raise ConfigError(f"{exc} (with profile {name!r})") from None
         spec = spec.model_copy(update={"profiles": None})  # the sweep is what they were applied to
     spec._source = source
     _check_trial_configs(spec)
@@ -640,13 +643,19 @@ def _reason(exc: ValidationError, source: str) -> str:
 
 
 def _problem(error: Any) -> str:
-    where = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]).lstrip(".")
-    if error["type"] == "extra_forbidden":
-        return f"unknown key {where.rsplit('.', 1)[-1]!r}" + (f" in {where.rsplit('.', 1)[0]}" if "." in where else "")
+    where = _path(error["loc"])
+    if error["type"] == "extra_forbidden":  # the key as written: a dotted one (`ata.input_len`) is one key
+        *parents, key = error["loc"]
+        return f"unknown key {key!r}" + (f" in {_path(parents)}" if parents else "")
     message = re.sub(r"^Value error, |(?<= or) instance of \w+", "", error["msg"])
     message = message.replace("Input should be", "must be").replace("Value should", "must").replace(
         "a valid dictionary or", "a mapping")
     return f"{where}: {message}" if error["type"] == "value_error" else f"{where}={error['input']!r} {message}"
+
+
+def _path(loc: Any) -> str:
+    """pydantic's location of an error as a key's path: ``search.train.lr.low``, ``objective[0].mode``."""
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
 
 
 def trial_layers(source: str, base: dict[str, Any], params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -673,10 +682,8 @@ def _check_trial_configs(spec: SweepSpec) -> None:
 
 
 def _grid(grid: Any, source: str) -> dict[str, tuple[Any, ...]]:
-    if not isinstance(grid, dict):
-        raise ConfigError(f"{source}: grid must map config keys to lists of values, got {grid!r}")
     axes: dict[str, tuple[Any, ...]] = {}
-    for axis, values in grid.items():
+    for axis, values in _mapping(grid, "grid", source).items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{source}: grid.{axis}={values!r} must be a non-empty list of values")
         keys = axis.split(",")
@@ -719,6 +726,8 @@ def _check_conditions(spec: SweepSpec, source: str) -> None:
     for key, dist in spec.search.items():
         for other, values in dist.when.items():
             where = f"{source}: search.{key}.when.{other}"
+            if not values:
+                raise ConfigError(f"{where}: lists no value, so {key} would never be sampled")
             if other in grid:
                 impossible = [v for v in values if v not in grid[other]]
             elif other in spec.search and other != key:
@@ -785,6 +794,9 @@ def _check_sampler(spec: SweepSpec, source: str) -> None:
 def _mapping(value: Any, where: str, source: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{source}: {where} must be a mapping; got {value!r}")
+    keys = [key for key in value if not isinstance(key, str)]
+    if keys:
+        raise ConfigError(f"{source}: {where}: key {keys[0]!r} must be a string")
     return value
 
 
