@@ -42,6 +42,7 @@ from benchmarks.corpora import package_descriptions
 from benchmarks.search_vs_recipe import INPUT_LEN, RECIPE, TABLES, document
 from benchmarks.sweep_runs import run_sweep
 from dashboards import claims
+from dashboards.report import save_figure
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core import names as N
@@ -287,10 +288,7 @@ def figures(table: pd.DataFrame, out: Path) -> list[Path]:
         for a in (ax, dividend):
             a.grid(alpha=0.3)
             a.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "frontier-fig3.png", dpi=110)
-        plt.close(fig)
-        paths.append(out / "frontier-fig3.png")
+        paths.append(save_figure(fig, out / "frontier-fig3.png"))
     widths = width_summary(table)
     if set(widths["shape"]) >= {"sequence", "width", "both"}:
         fig, axes = plt.subplots(1, len(WIDTH_INPUT_LENS), figsize=(12, 4.5), squeeze=False)
@@ -301,10 +299,7 @@ def figures(table: pd.DataFrame, out: Path) -> list[Path]:
                    title=f"{n} input tokens: shorten, narrow or both")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "frontier-width.png", dpi=110)
-        plt.close(fig)
-        paths.append(out / "frontier-width.png")
+        paths.append(save_figure(fig, out / "frontier-width.png"))
     return paths
 
 
