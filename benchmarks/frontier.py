@@ -200,6 +200,7 @@ def _score(model: Any, texts: list[str]) -> float:
 def off_corpus(data_path: str, workspace: Path) -> list[dict[str, Any]]:
     corpora = {WIKI: data_path, PACKAGES: str(package_descriptions(workspace / "packages-corpus"))}
     tracking = f"sqlite:///{workspace / 'ws' / 'mlflow.db'}"
+    tests = {corpus: _test_texts(DataConfig(**document(path, "", {})["config"]["data"])) for corpus, path in corpora.items()}
     rows = []
     for trained_on, path in corpora.items():
         name = f"frontier-offcorpus-{trained_on}"
@@ -207,8 +208,7 @@ def off_corpus(data_path: str, workspace: Path) -> list[dict[str, Any]]:
         trained = _rows(client, runs, "offcorpus", "tuned", trained_on)
         kept = next(r for r in trained if r["epoch"] == r["kept_epoch"])
         _, model = load_registered(tracking, name)  # the sweep's best: its one trial
-        for scored_on, other in corpora.items():
-            texts = _test_texts(DataConfig(**document(other, "", {})["config"]["data"]))
+        for scored_on, texts in tests.items():
             rows.append({**kept, "scored_on": scored_on, "test_token_accuracy": _score(model, texts), "test_loss": None})
     return rows
 

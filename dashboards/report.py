@@ -28,6 +28,7 @@ import tempfile
 import time
 import warnings
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -203,13 +204,18 @@ def fig2(trials: list[Trial], out: Path) -> Path | None:
     return save_figure(fig, out / "fig2_epochs_by_latent.png")
 
 
+def by_fraction(scored: Iterable[tuple[Trial, float]]) -> claims.Points:
+    """``(trial, value)`` pairs as Fig. 3's points: per input length, the mean value at each latent
+    fraction (% of the input), in fraction order."""
+    points: dict[int, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for t, value in scored:
+        points[t.input_len][round(100 * t.fraction, 2)].append(value)
+    return {n: sorted((f, sum(v) / len(v)) for f, v in by_f.items()) for n, by_f in points.items()}
+
+
 def fig3(trials: list[Trial], out: Path) -> tuple[Path | None, dict[int, list[tuple[float, float]]]]:
     """Best accuracy against the latent fraction, a line per input length; also returns the points."""
-    points: dict[int, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for t in trials:
-        if t.best is not None and t.state in ("complete", "pruned"):
-            points[t.input_len][round(100 * t.fraction, 2)].append(t.best)
-    series = {n: sorted((f, sum(v) / len(v)) for f, v in by_f.items()) for n, by_f in points.items()}
+    series = by_fraction((t, t.best) for t in trials if t.best is not None and t.state in ("complete", "pruned"))
     if not series or max(len(s) for s in series.values()) < 2:
         return None, series
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -269,10 +275,7 @@ def _measured(trials: list[Trial]) -> list[Trial]:
 
 def test_points(trials: list[Trial]) -> claims.Points:
     """Test accuracy against the latent fraction (mean over a cell's trials), per input length."""
-    points: dict[int, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for t in _measured(trials):
-        points[t.input_len][round(100 * t.fraction, 2)].append(t.test)  # type: ignore[arg-type]
-    return {n: sorted((f, statistics.fmean(v)) for f, v in by_f.items()) for n, by_f in points.items()}
+    return by_fraction((t, t.test) for t in _measured(trials))  # type: ignore[misc]
 
 
 def seed_spreads(trials: list[Trial]) -> claims.Spreads:
