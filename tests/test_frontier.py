@@ -74,3 +74,25 @@ def test_the_table_has_its_schema_one_row_per_epoch_and_the_kept_epochs_test(tmp
 
     again = F._table(tmp_path, "width", [])  # another part's rerun keeps the fig3 rows
     pd.testing.assert_frame_equal(again, table)
+
+
+def test_publishing_writes_the_table_and_logs_it_in_the_workspace_not_where_it_ran(tmp_path, monkeypatch):
+    table = F._table(tmp_path, "offcorpus", [])  # a part that can run first: no figure to draw yet
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    out = tmp_path / "tables"
+    out.mkdir()
+    (out / "frontier.md").write_text("card")
+    F.publish(table, tmp_path, out)
+    F.publish(table, tmp_path, out)  # a later part publishes again, into the same experiment
+
+    assert sorted(p.name for p in out.iterdir()) == ["frontier.csv", "frontier.md", "frontier.parquet"]
+    assert list((tmp_path / "cwd").iterdir()) == []
+    client = MlflowClient(f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("frontier").experiment_id])
+    assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
+    for run in runs:
+        assert run.info.artifact_uri.startswith((tmp_path / "ws" / "mlartifacts" / "frontier").as_uri())
+        assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == \
+            ["frontier.csv", "frontier.md", "frontier.parquet"]
+
