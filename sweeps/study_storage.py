@@ -40,20 +40,22 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Container, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import optuna
 import sqlalchemy.exc
 import tenacity
 from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
-from optuna.study._frozen import FrozenStudy
 from optuna.trial import FrozenTrial, TrialState
 
 from seqae_core import names as N
 from seqae_errors import StorageUnreachable
 from sweeps.outages import FIRST_WAIT, MAX_WAIT, patiently
 from sweeps.workspace import redact
+
+if TYPE_CHECKING:  # BaseStorage.get_all_studies returns it, from Optuna's private module only
+    from optuna.study._frozen import FrozenStudy
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
