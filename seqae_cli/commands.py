@@ -176,9 +176,10 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         print(f"starting PostgreSQL and MLflow in {root.resolve()} ...", flush=True)
         state = local.up(root, ray=False, storage=args.storage)
     else:
-        print(f"starting a Ray head and {args.workers} workers, PostgreSQL and MLflow in {root.resolve()} ...",
+        gpus = "" if args.gpus_per_worker is None else f" with {args.gpus_per_worker} GPUs each"
+        print(f"starting a Ray head and {args.workers} workers{gpus}, PostgreSQL and MLflow in {root.resolve()} ...",
               flush=True)
-        state = local.up(root, args.workers, args.cpus_per_worker, args.head_cpus)
+        state = local.up(root, args.workers, args.cpus_per_worker, args.head_cpus, gpus_per_worker=args.gpus_per_worker)
     env = local.environment(state)
     if state["ray"]:
         print(f"Ray dashboard   {env['SEQAE_RAY_ADDRESS']}  (token in {state['token_file']})")

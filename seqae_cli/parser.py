@@ -174,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--workers", type=int, default=2, help="worker nodes (default: 2)")
             sub.add_argument("--cpus-per-worker", type=int, default=1, help="CPUs each worker offers (default: 1)")
             sub.add_argument("--head-cpus", type=int, default=0, help="CPUs the head offers to trials (default: 0)")
+            sub.add_argument("--gpus-per-worker", type=int, default=None,
+                             help="GPUs each worker offers (`ray start --num-gpus`; default: those Ray detects). "
+                                  "More than the machine has are logical: they rehearse GPU scheduling, and their "
+                                  "trials train on the CPU only if the sweep sets SEQAE_LOGICAL_GPUS=1")
         if verb == "services":
             sub.add_argument("--storage", help="shared storage for checkpoints and artifacts, e.g. s3://bucket/prefix")
         handlers = {"up": cmd_cluster_up, "services": cmd_cluster_up, "down": cmd_cluster_down,

@@ -19,6 +19,9 @@ MODEL_EPOCH = "seqae.epoch"  # a registered model version: the epoch of its tria
 ERROR = "seqae.error"  # a failed trial's run: the end of its traceback
 CONTINUED = "seqae.continued"  # a trial's run reopened by `seqae sweep extend --epochs`
 ARTIFACTS_EPOCH = "seqae.artifacts_epoch"  # a trial's run: the epoch whose best-model artifacts it holds
+GPU = "seqae.gpu"  # a trial's run that Ray gave a GPU: "cuda", or "logical" (trained on the CPU: SEQAE_LOGICAL_GPUS)
+GPU_IDS = "ray.gpu_ids"  # ... the ids ray.get_gpu_ids() gave it, comma-separated
+CUDA_VISIBLE_DEVICES = "ray.cuda_visible_devices"  # ... and the CUDA_VISIBLE_DEVICES Ray set from them
 
 # Optuna user attributes
 CONTROL = "seqae.control"  # the study's: SweepStudy.control()
