@@ -50,6 +50,8 @@ SUITES: dict[str, Suite] = {
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
     "gpu": lambda o: _module("gpu_packing").run(o["data"]),
     "scale": lambda o: _module("scale").run(o["data"]),
+    "control-plane": lambda o: _module("control_plane").run([int(n) for n in o["sizes"].split(",")],
+                                                            o["optuna"].split(",")),
 }
 
 

@@ -327,7 +327,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown benchmark suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
     data = args.data or os.environ.get("SEQAE_BENCH_DATA") or "wikimedia/wikipedia"
     run_benchmarks(args.suites, Path(args.out),
-                   {"shapes": args.shapes, "steps": args.steps, "workspace": args.workspace, "data": data})
+                   {"shapes": args.shapes, "steps": args.steps, "workspace": args.workspace, "data": data,
+                    "sizes": args.sizes, "optuna": args.optuna})
     return 0
 
 
