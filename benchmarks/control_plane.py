@@ -30,6 +30,7 @@ inflates least) and its peak resident memory (``ru_maxrss``):
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
@@ -189,6 +190,7 @@ def driver_start(root: str, name: str) -> None:
     from sweeps.tracking import Tracker
     from sweeps.workspace import DriverLock
 
+    gc.freeze()  # as the driver's verbs do once their imports are done (seqae_cli.commands._imported)
     started = time.perf_counter()
     workspace = Workspace(root)
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
