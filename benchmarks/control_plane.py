@@ -11,9 +11,9 @@ config key as a parameter, three epochs of metrics, a short loss curve, the tags
 ``samples.json`` as its best-model artifact); and each trial's checkpoint records (two epoch
 records and a best record, with tiny state).
 
-Timed, each as ``python -m seqae_cli ...`` in a new process: wall seconds from start to exit, and
-from the child's own ``wait4`` rusage its CPU seconds (user and system: what a busy machine
-inflates least) and its peak resident memory (``ru_maxrss``):
+Timed, each as ``python -m seqae_cli ...`` in a new process: wall seconds from start to exit, its
+CPU seconds (user and system, from the child's own ``wait4`` rusage: what a busy machine inflates
+least) and its peak resident memory (the kernel's VmHWM, read as it exits: ``LAUNCH``):
 
     status          seqae sweep status NAME
     status --json   seqae sweep status NAME --json
@@ -206,43 +206,57 @@ def driver_start(root: str, name: str) -> None:
     print(json.dumps({"start_s": time.perf_counter() - started, "trial": trial.number}))
 
 
-def _timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, float, str]:
-    """Run ``argv`` in a new process: its wall seconds, its CPU seconds (user and system), its peak
-    resident MiB and its stdout."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+# Runs a module as ``python -m`` would, then writes the process's peak resident memory (VmHWM) to
+# the file named first: the rusage of a child (``ru_maxrss``) counts the parent's memory copied
+# at the fork it was started by, which exec does not reset.
+LAUNCH = """import atexit, runpy, sys
+out, module = sys.argv[1], sys.argv[2]
+def peak():
+    with open("/proc/self/status") as status, open(out, "w") as f:
+        f.write(next(line for line in status if line.startswith("VmHWM:")).split()[1])
+atexit.register(peak)
+sys.argv = [module, *sys.argv[3:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+def _timed(module: str, args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, float, str]:
+    """Run ``python -m module args`` in a new process: its wall seconds, its CPU seconds (user
+    and system, from its rusage), its peak resident MiB (``LAUNCH``) and its stdout."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
+            tempfile.NamedTemporaryFile("r") as peak:
         start = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd)
+        child = subprocess.Popen([sys.executable, "-c", LAUNCH, peak.name, module, *args], stdout=out, stderr=err,
+                                 env=env, cwd=cwd)
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - start
-        child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         text = out.read()
-        if child.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv[2:])} failed ({child.returncode}):\n{text[-2000:]}\n{err.read()[-3000:]}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, text
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"{module} {' '.join(args)} failed:\n{text[-2000:]}\n{err.read()[-3000:]}")
+        kib = float(peak.read() or "nan")
+    return wall, usage.ru_utime + usage.ru_stime, kib / 1024, text
 
 
 def measure(workspace: Workspace, env: dict[str, str]) -> list[dict[str, Any]]:
     """Each command's wall seconds and peak memory on the sweep ``cp`` of ``workspace``."""
-    seqae = [sys.executable, "-m", "seqae_cli"]
     ws = ["--workspace", str(workspace.root)]
     commands = {
-        "status": [*seqae, "sweep", "status", NAME, *ws],
-        "status --json": [*seqae, "sweep", "status", NAME, "--json", *ws],
-        "sweep list": [*seqae, "sweep", "list", *ws],
-        "export": [*seqae, "sweep", "export", NAME, "--format", "csv", "--out", str(workspace.root / "t.csv"), *ws],
-        "report": [*seqae, "report", NAME, *ws],
+        "status": ["sweep", "status", NAME, *ws],
+        "status --json": ["sweep", "status", NAME, "--json", *ws],
+        "sweep list": ["sweep", "list", *ws],
+        "export": ["sweep", "export", NAME, "--format", "csv", "--out", str(workspace.root / "t.csv"), *ws],
+        "report": ["report", NAME, *ws],
     }
     rows = []
-    for label, argv in commands.items():
-        wall, cpu, peak, _ = _timed(argv, env, workspace.root)
+    for label, args in commands.items():
+        wall, cpu, peak, _ = _timed("seqae_cli", args, env, workspace.root)
         rows.append({"command": label, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak)})
     from sweeps.lifecycle import extend
 
     extend(workspace, NAME, 1)  # as `seqae sweep extend NAME --trials 1` does before its driver starts
-    wall, cpu, peak, text = _timed([sys.executable, "-c", "import sys; from benchmarks.control_plane import driver_start; "
-                               "driver_start(sys.argv[1], sys.argv[2])", str(workspace.root), NAME], env, REPO)
+    wall, cpu, peak, text = _timed("benchmarks.control_plane", [str(workspace.root), NAME], env, REPO)
     start = json.loads(text.strip().splitlines()[-1])["start_s"]
     rows.append({"command": "driver start", "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak),
                  "start_s": round(start, 2)})
@@ -304,3 +318,7 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+if __name__ == "__main__":  # a driver's start, in a process of its own (measure)
+    driver_start(sys.argv[1], sys.argv[2])
