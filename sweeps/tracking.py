@@ -57,6 +57,7 @@ from seqae_core.config import DataConfig, from_flat, to_yaml
 from seqae_errors import ConfigError
 from sweeps import textmodel
 from sweeps.ledger import Outcome, resource_seconds
+from sweeps.mlflow_access import all_runs
 
 log = logging.getLogger(__name__)
 
@@ -281,8 +282,7 @@ class Tracker:
 
     def trial_runs(self) -> dict[int, Run]:
         """Each trial's MLflow run, by trial number (a trial without a run is absent)."""
-        runs = self.client.search_runs([self._experiment], max_results=10_000)
-        return {int(r.data.tags[N.TRIAL]): r for r in runs if N.TRIAL in r.data.tags}
+        return {int(r.data.tags[N.TRIAL]): r for r in all_runs(self.client, self._experiment) if N.TRIAL in r.data.tags}
 
     def note_outage(self, seconds: float) -> None:
         if self.parent_run_id:
