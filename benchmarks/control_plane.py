@@ -34,6 +34,7 @@ import gc
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import tempfile
@@ -47,12 +48,16 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from cluster import postgres
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.checkpoint import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, CheckpointStore
+from sweeps import ledger
 from sweeps import spec as spec_lib
-from sweeps.search import _directions, _distribution, storage
-from sweeps.workspace import Backends, SweepState, Workspace
+from sweeps.lifecycle import extend, load_spec
+from sweeps.search import directions_of, optuna_distribution, open_study, storage
+from sweeps.tracking import Tracker
+from sweeps.workspace import Backends, DriverLock, SweepState, Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "sweeps" / "studies" / "quickstart.yaml"
@@ -93,10 +98,10 @@ def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0)
 
     # -- the study -----------------------------------------------------------------------------
     study = optuna.create_study(storage=storage(backends.optuna_storage), study_name=NAME,
-                                directions=_directions(spec))
+                                directions=directions_of(spec))
     study.set_user_attr(N.FINGERPRINT, state.fingerprint)
     study.set_metric_names([o.metric for o in spec.objectives])
-    dists = {k: _distribution(spec.search[k]) for k in spec.sampling_order()}
+    dists = {k: optuna_distribution(spec.search[k]) for k in spec.sampling_order()}
     plans = []
     for number in range(trials):
         start = "paper_lr" if number == 0 else None
@@ -184,12 +189,6 @@ def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0)
 def driver_start(root: str, name: str) -> None:
     """A driver's start, up to its first new trial (the module's docstring says what is left out);
     prints the seconds it took."""
-    from sweeps import ledger
-    from sweeps.lifecycle import load_spec
-    from sweeps.search import open_study
-    from sweeps.tracking import Tracker
-    from sweeps.workspace import DriverLock
-
     gc.freeze()  # as the driver's verbs do once their imports are done (seqae_cli.commands._imported)
     started = time.perf_counter()
     workspace = Workspace(root)
@@ -253,8 +252,6 @@ def measure(workspace: Workspace, env: dict[str, str]) -> list[dict[str, Any]]:
     for label, args in commands.items():
         wall, cpu, peak, _ = _timed("seqae_cli", args, env, workspace.root)
         rows.append({"command": label, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak)})
-    from sweeps.lifecycle import extend
-
     extend(workspace, NAME, 1)  # as `seqae sweep extend NAME --trials 1` does before its driver starts
     wall, cpu, peak, text = _timed("benchmarks.control_plane", [str(workspace.root), NAME], env, REPO)
     start = json.loads(text.strip().splitlines()[-1])["start_s"]
@@ -271,8 +268,6 @@ def run(sizes: list[int], backends: list[str]) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="seqae-cp-") as tmp:
         pg = None
         if "postgresql" in backends:
-            from cluster import postgres
-
             pg = postgres.create(Path(tmp) / "secrets", port=_free_port())
             postgres.start(pg, Path(tmp) / "postgres.log")
             env["PGPASSFILE"] = pg.pgpass
@@ -284,7 +279,7 @@ def run(sizes: list[int], backends: list[str]) -> list[dict[str, Any]]:
                     if backend == "postgresql":
                         assert pg is not None
                         database = f"optuna_{size}"
-                        postgres._psql(pg, f"CREATE DATABASE {database}")
+                        postgres.create_database(pg, database)
                         url = pg.url(database)
                     started = time.perf_counter()
                     workspace = build(Path(tmp) / f"{backend}-{size}", size, url)
@@ -313,8 +308,6 @@ def growth(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -104,7 +104,7 @@ def best_epoch_values(spec: SweepSpec, history: list[dict[str, Any]]) -> list[fl
     return [float(kept_record(history)[o.metric]) for o in spec.objectives]
 
 
-def _directions(spec: SweepSpec) -> list[optuna.study.StudyDirection]:
+def directions_of(spec: SweepSpec) -> list[optuna.study.StudyDirection]:
     return [optuna.study.StudyDirection.MAXIMIZE if o.mode == "max" else optuna.study.StudyDirection.MINIMIZE
             for o in spec.objectives]
 
@@ -117,14 +117,14 @@ def read_only(spec: SweepSpec, url: str, name: str) -> SweepStudy:
         study = optuna.load_study(study_name=name, storage=backend)
     except KeyError:  # the sweep was recorded but its driver has not created the study yet
         backend = optuna.storages.InMemoryStorage()
-        study = optuna.create_study(storage=backend, study_name=name, directions=_directions(spec))
+        study = optuna.create_study(storage=backend, study_name=name, directions=directions_of(spec))
     return SweepStudy(spec, study, backend, total=0)
 
 
 def open_study(spec: SweepSpec, url: str, name: str, total: int, fingerprint: str) -> SweepStudy:
     """The sweep's study for its driver, created on first use; refused if another sweep owns it."""
     backend = storage(url)
-    study = optuna.create_study(storage=backend, study_name=name, directions=_directions(spec), load_if_exists=True)
+    study = optuna.create_study(storage=backend, study_name=name, directions=directions_of(spec), load_if_exists=True)
     study.sampler = sampler(spec, total, held=len(study.get_trials(deepcopy=False)))
     owner = study.user_attrs.get(N.FINGERPRINT)
     if owner is None:
@@ -232,7 +232,7 @@ class SweepStudy:
             new = build(trial_layers(self.spec.source, self.spec.base, params)).flat()
             dropped = [f"{k}={v!r} (now {new[k]!r})" for k, v in trial.params.items() if k not in space and new[k] != v]
             self.study.add_trial(optuna.trial.create_trial(
-                params=params, distributions={k: _distribution(space[k]) for k in params}, values=trial.values,
+                params=params, distributions={k: optuna_distribution(space[k]) for k in params}, values=trial.values,
                 intermediate_values=trial.intermediate_values,
                 # a starting point seeded from the origin is not tried again; its test scores and seeds
                 # stay beside its values
@@ -406,7 +406,7 @@ class SweepStudy:
         return sorted(own, key=lambda t: (-sign * t.values[0], t.number))
 
 
-def _distribution(dist: Distribution) -> optuna.distributions.BaseDistribution:
+def optuna_distribution(dist: Distribution) -> optuna.distributions.BaseDistribution:
     """The Optuna distribution ``_suggest_one`` samples from."""
     if dist.type == "categorical":
         return optuna.distributions.CategoricalDistribution(list(dist.choices))

@@ -23,7 +23,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "cluster": {"seqae_errors"},
     "dashboards": {"seqae_errors", "seqae_core", "cluster"},
     "sweeps": {"seqae_errors", "seqae_core", "dashboards"},
-    "benchmarks": {"seqae_errors", "seqae_core", "dashboards", "sweeps"},
+    "benchmarks": {"seqae_errors", "seqae_core", "cluster", "dashboards", "sweeps"},
     "seqae_cli": {"seqae_errors", "seqae_core", "cluster", "dashboards", "sweeps", "benchmarks"},
 }
 ENTRY_POINT = "seqae_cli"  # the `seqae` command: the one package whose functions import (each verb what it needs)
