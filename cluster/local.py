@@ -12,6 +12,10 @@ printed: ``env.sh`` reads the MLflow password from its file, and the Ray head is
 in its environment, so that the drivers of submitted sweeps (which run on the head) inherit it
 without it ever entering a job's runtime environment.
 
+``up --gpus-per-worker N`` starts each worker with N GPUs (``ray start --num-gpus=N``): on a
+machine without them they are logical, a rehearsal of GPU scheduling whose trials train on the
+CPU only where the sweep opts in with ``SEQAE_LOGICAL_GPUS=1`` (``sweeps.runner.trial_device``).
+
 ``down`` stops only what ``up`` started (the processes it recorded, and the Ray processes under
 its own temporary folder) and keeps the data: a later ``up`` on the same folder brings the same
 database, storage and ports back, so an interrupted sweep can be resumed on the fresh cluster.
@@ -71,10 +75,12 @@ def _ray_env(state: dict[str, Any], ip: str) -> dict[str, str]:
     }
 
 
-def _node_args(ip: str, base: int, cpus: int) -> list[str]:
-    """A node's own ports, all in [base, base + NODE_PORTS): several nodes share the machine."""
+def _node_args(ip: str, base: int, cpus: int, gpus: int | None = None) -> list[str]:
+    """A node's own ports, all in [base, base + NODE_PORTS): several nodes share the machine. Its
+    GPUs are those Ray detects, or ``gpus`` (logical ones, where the machine has fewer)."""
     return [
-        f"--node-ip-address={ip}", f"--num-cpus={cpus}", f"--node-manager-port={base}",
+        f"--node-ip-address={ip}", f"--num-cpus={cpus}", *([f"--num-gpus={gpus}"] if gpus is not None else []),
+        f"--node-manager-port={base}",
         f"--object-manager-port={base + 1}", f"--dashboard-agent-listen-port={base + 2}",
         f"--dashboard-agent-grpc-port={base + 3}", f"--runtime-env-agent-port={base + 4}",
         f"--metrics-export-port={base + 5}", f"--min-worker-port={base + 10}",
@@ -126,17 +132,20 @@ def _env_sh(state: dict[str, Any]) -> str:
 
 
 def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 0, ray: bool = True,
-       storage: str | None = None) -> dict[str, Any]:
+       storage: str | None = None, gpus_per_worker: int | None = None) -> dict[str, Any]:
     """Start the cluster in ``root`` (reusing its database and ports if it ran there before).
 
     Without ``ray``, only PostgreSQL and the MLflow server start: for a head node whose Ray is
-    started by a cluster launcher (see ``aws.yaml``)."""
+    started by a cluster launcher (see ``aws.yaml``). ``gpus_per_worker`` (None: the GPUs Ray
+    detects) is recorded in the state, and every worker started later gets as many."""
     root = root.resolve()
     previous = read_state(root)
     if previous and any(alive for alive in _liveness(previous).values()):
         raise ConfigError(f"a cluster is already running from {root}; `seqae cluster down --dir {root}` first")
     if ray and workers < 1:
         raise ConfigError(f"--workers={workers} must be at least 1 (a head and workers make a multi-node cluster)")
+    if gpus_per_worker is not None and gpus_per_worker < 0:
+        raise ConfigError(f"--gpus-per-worker={gpus_per_worker} must be 0 or more")
     secrets_dir = root / "secrets"
     secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(secrets_dir, 0o700)
@@ -147,12 +156,13 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
 
     if previous:
         state = previous
-        state.update(workers=workers, cpus_per_worker=cpus_per_worker, head_cpus=head_cpus, pids={}, ray_sessions=[])
+        state.update(workers=workers, cpus_per_worker=cpus_per_worker, head_cpus=head_cpus,
+                     gpus_per_worker=gpus_per_worker, pids={}, ray_sessions=[])
     else:
         pg_port = free_port()
         state = {
             "root": str(root), "token_file": str(token_file), "workers": workers,
-            "cpus_per_worker": cpus_per_worker, "head_cpus": head_cpus,
+            "cpus_per_worker": cpus_per_worker, "head_cpus": head_cpus, "gpus_per_worker": gpus_per_worker,
             "gcs_port": free_port(), "dashboard_port": free_port(),
             "node_ports": free_port_block(NODE_PORTS * (workers + 1)),
             "mlflow": {"port": free_port()},
@@ -220,7 +230,8 @@ def start_worker(state: dict[str, Any], i: int) -> None:
     """Start worker node ``i`` (1-based) on 127.0.0.<2 + i>: again, after it was lost."""
     ip = f"127.0.0.{2 + i}"
     worker = [_ray_bin(), "start", f"--address=127.0.0.2:{state['gcs_port']}", f"--temp-dir={state['ray_temp_dir']}",
-              *_node_args(ip, state["node_ports"] + NODE_PORTS * i, state["cpus_per_worker"])]
+              *_node_args(ip, state["node_ports"] + NODE_PORTS * i, state["cpus_per_worker"],
+                          state.get("gpus_per_worker"))]  # a state written before GPUs were an option has none
     log = Path(state["root"]) / "logs" / f"ray-worker-{i}.log"
     _ray_start(state, worker, {**os.environ, **_ray_env(state, ip)}, log)
 

@@ -95,7 +95,11 @@ def start(pg: Postgres, log: Path) -> None:
     existing = _psql(pg, "SELECT datname FROM pg_database").split()
     for database in DATABASES:
         if database not in existing:
-            _psql(pg, f"CREATE DATABASE {database}")
+            create_database(pg, database)
+
+
+def create_database(pg: Postgres, name: str) -> None:
+    _psql(pg, f"CREATE DATABASE {name}")
 
 
 def stop(pg: Postgres) -> None:

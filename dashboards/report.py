@@ -7,12 +7,16 @@ parent run under ``report/``. Each figure appears when the sweep has the data fo
     fig2_epochs_by_latent.png      validation token accuracy over epochs, a line per latent length
     fig3_accuracy_by_fraction.png  best accuracy against latent length as % of input, a line per input length
     seeds_bands.png, seeds_boxes.png   mean +- standard error and box plots over seeds, per epoch
+    summary.png                    above MANY trials: accuracy over epochs as percentile bands, and
+                                   each trial's best accuracy against its cost as a hexbin
     losses.png                     train loss (per step where the trial logged its curve) and validation
-                                   loss per trial
+                                   loss per trial (above MANY trials, of the DRAWN best)
     optuna_*.png                   optimization history, parameter importances, parallel
-                                   coordinates, or the Pareto front of a multi-objective sweep
+                                   coordinates (above MANY complete trials, of the MANY best), or
+                                   the Pareto front of a multi-objective sweep
 
-Then a sortable table of every trial, failed and running ones included, and validation samples
+Then a table of every trial, failed and running ones included (sortable, searchable, a page of
+100 rows at a time), and validation samples
 at each latent ratio with the reconstruction's wrong tokens highlighted. The page's HTML, CSS
 and sort script are the Jinja2 templates in ``dashboards/templates``; this module passes them data.
 """
@@ -30,8 +34,9 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import matplotlib
 import optuna
@@ -55,6 +60,11 @@ log = logging.getLogger(__name__)
 # Optuna's trial states, as runs closed before the seqae.outcome tag recorded them
 LEGACY_STATES = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed", "RUNNING": "interrupted"}
 CURVES = (M.VAL_TOKEN_ACCURACY, M.TRAIN_LOSS, M.VAL_LOSS, M.TRAIN_LOSS_STEPS, M.GLOBAL_STEP)
+# Above this many trials a line per trial is a smear: the figures summarize all of them (percentile
+# bands, a hexbin) and draw lines for the best DRAWN only, whose other curves alone are read.
+MANY = 50
+DRAWN = 12
+PAGE = 1000  # runs per search: MLflow's default page size
 
 # Autoescape is on for the .html templates: every value is text, escaped where it is rendered.
 TEMPLATES = Environment(loader=PackageLoader("dashboards"), autoescape=select_autoescape(["html"]),
@@ -78,6 +88,8 @@ class Trial:
     start: str | None = None  # the starting point it is, by name
     # with train.repeats > 1: each seed's value and the standard error of the token accuracies, at the kept epoch
     spread: dict[str, float] = field(default_factory=dict)
+    logged: set[str] = field(default_factory=lambda: set(CURVES))  # the metrics its run logged
+    samples_logged: bool = False  # its run holds best-model artifacts (samples.json): load_samples reads them
 
     @property
     def input_len(self) -> int:
@@ -113,14 +125,28 @@ class Trial:
         return self.state == "complete" and self.epochs < int(self.params.get("train.epochs", 0))
 
 
+def runs(client: MlflowClient, experiment_id: str) -> list[Any]:
+    """Every run of the experiment, a page at a time: one search returns at most one page, and a
+    sweep of 10,000 trials has 10,001 runs."""
+    found: list[Any] = []
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], max_results=PAGE, page_token=token)
+        found += page
+        token = page.token
+        if not token:
+            return found
+
+
 def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
-    """The parent run and every child run of a sweep, with their metric histories and samples."""
+    """The parent run and every child run of a sweep, with their validation accuracy over epochs
+    (the other curves: :func:`load_curves`, for the trials a figure draws one by one)."""
     client = MlflowClient(tracking_uri)
-    runs = client.search_runs([experiment_id], max_results=10_000)
-    parent = next((r for r in runs if r.data.tags.get(N.ROLE) == N.ROLE_SWEEP), None)
+    found = runs(client, experiment_id)
+    parent = next((r for r in found if r.data.tags.get(N.ROLE) == N.ROLE_SWEEP), None)
     trials = []
     now = time.time() * 1000
-    for run in runs:
+    for run in found:
         tags = run.data.tags
         if N.TRIAL not in tags:
             continue
@@ -135,23 +161,36 @@ def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
             node=tags.get("ray.node_ip", "") + (f" ({tags['ray.node_id'][:8]})" if "ray.node_id" in tags else ""),
             cost=run.data.metrics.get(M.RESOURCE_SECONDS), resource=tags.get(N.RESOURCE, "cpu"),
             test=run.data.metrics.get(M.TEST_TOKEN_ACCURACY), start=tags.get(N.START),
+            logged=set(run.data.metrics), samples_logged=bool(tags.get(N.ARTIFACTS_EPOCH)),
         )
-        for key in CURVES:
-            if key in run.data.metrics:
-                trial.curves[key] = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+        load_curves(client, [trial], (M.VAL_TOKEN_ACCURACY,))
         for key in run.data.metrics:
             if M.is_spread(key) and M.base_metric(key) in (M.VAL_TOKEN_ACCURACY, M.TEST_TOKEN_ACCURACY):
                 trial.spread[key] = next((m.value for m in client.get_metric_history(run.info.run_id, key)
                                           if m.step == trial.kept_epoch), run.data.metrics[key])
-        if tags.get(N.ARTIFACTS_EPOCH):
-            with tempfile.TemporaryDirectory() as tmp:
-                try:
-                    trial.samples = json.loads(Path(client.download_artifacts(run.info.run_id, "samples.json", tmp))
-                                               .read_text())
-                except Exception:  # noqa: BLE001 - a missing artifact only drops the samples
-                    log.warning("no samples for trial %d", trial.number)
         trials.append(trial)
     return parent, sorted(trials, key=lambda t: t.number)
+
+
+def load_curves(client: MlflowClient, trials: list[Trial], keys: tuple[str, ...] = CURVES) -> None:
+    """Read the metric histories ``keys`` of ``trials`` that they logged and have not read yet: a
+    call per trial and metric, so a large sweep's are read only for the trials drawn one by one."""
+    for trial in trials:
+        for key in keys:
+            if key in trial.logged and key not in trial.curves:
+                trial.curves[key] = sorted((m.step, m.value) for m in client.get_metric_history(trial.run_id, key))
+
+
+def load_samples(client: MlflowClient, trial: Trial) -> list[dict[str, list[str]]]:
+    """The validation samples the trial's best-model artifacts hold (empty if they are missing)."""
+    if not trial.samples and trial.samples_logged:
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                trial.samples = json.loads(Path(client.download_artifacts(trial.run_id, "samples.json", tmp))
+                                           .read_text())
+            except Exception:  # noqa: BLE001 - a missing artifact only drops the samples
+                log.warning("no samples for trial %d", trial.number)
+    return trial.samples
 
 
 # -- figures ---------------------------------------------------------------------------------
@@ -340,6 +379,45 @@ def step_curve(trial: Trial) -> list[tuple[float, float]]:
     return [(float(e), value) for e, (_, value) in zip(x, points)]
 
 
+def drawn(trials: list[Trial]) -> list[Trial]:
+    """The trials the figures draw one by one: all of a small sweep's, a large one's best ``DRAWN``."""
+    if len(trials) <= MANY:
+        return trials
+    return sorted((t for t in trials if t.best is not None), key=lambda t: -(t.best or 0.0))[:DRAWN]
+
+
+def summary_figure(trials: list[Trial], out: Path) -> Path | None:
+    """For a sweep of more than ``MANY`` trials: validation accuracy over epochs as the median and
+    the 10-90% and 25-75% bands over the trials that reached each epoch; and each trial's best
+    accuracy against its cost, as a hexbin (darker: more trials)."""
+    by_epoch = _by_epoch(trials)
+    if len(trials) <= MANY or not by_epoch:
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    epochs = list(by_epoch)
+    q = np.array([np.percentile(v, [10, 25, 50, 75, 90]) for v in by_epoch.values()])
+    left.fill_between(epochs, q[:, 0], q[:, 4], alpha=0.2, color="C0", label="10-90%")
+    left.fill_between(epochs, q[:, 1], q[:, 3], alpha=0.35, color="C0", label="25-75%")
+    left.plot(epochs, q[:, 2], color="C0", marker="o", label="median")
+    for epoch, values in by_epoch.items():
+        left.annotate(str(len(values)), (epoch, q[epochs.index(epoch), 0]), xytext=(0, -10),
+                      textcoords="offset points", fontsize=7, ha="center", color="#555")
+    left.set(ylabel="validation token accuracy", title=f"Accuracy over epochs, {len(trials)} trials (n per epoch)")
+    epoch_axis(left)
+    left.grid(alpha=0.3)
+    left.legend(fontsize=8)
+    costed = [(t.cost, t.best) for t in trials if t.cost and t.best is not None]
+    if costed:
+        x, y = zip(*costed)
+        cells = right.hexbin(x, y, gridsize=40, mincnt=1, cmap="Blues", bins="log")
+        fig.colorbar(cells, ax=right, label="trials")
+    unit = trials[0].resource
+    right.set(xlabel=f"cost ({unit}-seconds)", ylabel="best validation token accuracy",
+              title="Best accuracy against cost, per trial")
+    right.grid(alpha=0.3)
+    return save_figure(fig, out / "summary.png")
+
+
 def losses(trials: list[Trial], out: Path) -> Path | None:
     """Train loss (its per-step curve where logged, else each epoch's mean) and validation loss."""
     with_data = [t for t in trials if t.curves.get(M.TRAIN_LOSS)]
@@ -370,7 +448,7 @@ def optuna_figures(storage: str, study_name: str, out: Path) -> tuple[list[Path]
              if len(study.directions) > 1 else
              [("optuna_history.png", "optimization history", lambda: ovm.plot_optimization_history(study)),
               ("optuna_importances.png", "parameter importances", lambda: ovm.plot_param_importances(study)),
-              ("optuna_parallel.png", "parallel coordinates", lambda: ovm.plot_parallel_coordinate(study))])
+              ("optuna_parallel.png", "parallel coordinates", lambda: ovm.plot_parallel_coordinate(best_of(study)))])
     paths, notes = [], []
     for file_name, label, draw in plots:
         if len(complete) < 2:
@@ -387,6 +465,20 @@ def optuna_figures(storage: str, study_name: str, out: Path) -> tuple[list[Path]
             notes.append(f"Optuna {label}: {exc}")
             plt.close("all")
     return paths, notes
+
+
+def best_of(study: optuna.Study, n: int = MANY) -> optuna.Study:
+    """The study itself, or for one of more than ``n`` complete trials an in-memory copy of its
+    ``n`` best (a line per trial of thousands is a smear)."""
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
+    if len(complete) <= n or len(study.directions) > 1:
+        return study
+    sign = -1.0 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1.0
+    top = optuna.create_study(directions=study.directions)
+    if study.metric_names:
+        top.set_metric_names(study.metric_names)
+    top.add_trials(sorted(complete, key=lambda t: sign * t.values[0])[:n])
+    return top
 
 
 # -- the page: data for templates/report.html ------------------------------------------------
@@ -428,18 +520,23 @@ def _table(trials: list[Trial]) -> dict[str, Any]:
     return {"head": head, "rows": rows}
 
 
-def _samples(trials: list[Trial], per_ratio: int = 2) -> list[dict[str, Any]]:
+def _samples(trials: list[Trial], load: Callable[[Trial], list[dict[str, list[str]]]],
+             per_ratio: int = 2) -> list[dict[str, Any]]:
     """Per latent ratio, the best trial's first samples: the original tokens and (reconstructed,
-    original) token pairs, which the template highlights where they differ."""
+    original) token pairs, which the template highlights where they differ. ``load`` reads a
+    trial's samples: only the trials shown are read."""
     by_ratio: dict[tuple[int, int], list[Trial]] = defaultdict(list)
     for t in trials:
-        if t.samples and t.input_len:  # a run without its parameters cannot be placed
+        if (t.samples or t.samples_logged) and t.input_len:  # a run without its parameters cannot be placed
             by_ratio[(t.input_len, t.latent_len)].append(t)
     blocks = []
     for (input_len, latent), group in sorted(by_ratio.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
         best = max(group, key=lambda t: t.best or 0.0)
+        samples = load(best)
+        if not samples:
+            continue
         pairs = [{"original": sample["original"], "tokens": list(zip(sample["reconstruction"], sample["original"]))}
-                 for sample in best.samples[:per_ratio]]
+                 for sample in samples[:per_ratio]]
         blocks.append({"heading": f"{input_len} to {latent} tokens ({100 * latent / input_len:.0f}%), trial {best.number}",
                        "pairs": pairs})
     return blocks
@@ -466,7 +563,9 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.png"):
         old.unlink()
+    client = MlflowClient(backends["mlflow_tracking_uri"])
     parent, trials = collect(backends["mlflow_tracking_uri"], state.mlflow_experiment_id)
+    load_curves(client, drawn(trials))
     figures: list[tuple[Path, str]] = []
     notes: list[str] = []
     if (path := fig2(trials, out)) is not None:
@@ -475,8 +574,12 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
     if path is not None:
         figures.append((path, "Best accuracy against the latent length as a percentage of the input"))
     figures += [(p, "Accuracy over seeds, per epoch") for p in seeds_figures(trials, out)]
-    if (path := losses(trials, out)) is not None:
-        figures.append((path, "Train and validation loss per trial"))
+    if (path := summary_figure(trials, out)) is not None:
+        figures.append((path, f"All {len(trials)} trials: accuracy over epochs (percentiles) and against cost"))
+    shown = drawn(trials)
+    if (path := losses(shown, out)) is not None:
+        figures.append((path, "Train and validation loss per trial" if shown is trials else
+                        f"Train and validation loss of the {len(shown)} best trials (of {len(trials)})"))
     try:
         paths, optuna_notes = optuna_figures(backends["optuna_storage"], state.study_name, out)
         figures += [(p, p.stem.replace("_", " ")) for p in paths]
@@ -494,9 +597,9 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
         built=time.strftime("%Y-%m-%d %H:%M:%S"), experiment_id=str(state.mlflow_experiment_id),
         parent_run_id=parent.info.run_id if parent else "-", claims=_claims(verdicts),
         figures=[embedded(p, c) for p, c in figures], notes=notes, grid=grid_data(trials, state.spec.get("grid") or {}),
-        trials=_table(trials), samples=_samples(trials))
+        trials=_table(trials), samples=_samples(trials, partial(load_samples, client)))
     index = out / "index.html"
     index.write_text(page)
     if log_to_mlflow and parent is not None:
-        MlflowClient(backends["mlflow_tracking_uri"]).log_artifacts(parent.info.run_id, str(out), artifact_path="report")
+        client.log_artifacts(parent.info.run_id, str(out), artifact_path="report")
     return index

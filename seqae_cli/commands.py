@@ -7,6 +7,7 @@ reason): `seqae train` and `--help` load no Ray or MLflow, and MLflow is importe
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -16,11 +17,19 @@ from typing import Any
 
 from seqae_core.metrics import value_text
 from seqae_errors import ConfigError
-from sweeps.workspace import Submission, Workspace
+from sweeps.workspace import Submission, Workspace, listing
 
 
 def _workspace(args: argparse.Namespace) -> Workspace:
     return Workspace(args.workspace)
+
+
+def _imported() -> None:
+    """Called by a verb that reads or drives a sweep once its imports are done: their objects
+    (torch's, MLflow's, Optuna's: hundreds of thousands, alive until exit) leave the garbage
+    collector's view, whose full passes over them otherwise took as long again as reading a
+    study of thousands of trials (``seqae bench control-plane``)."""
+    gc.freeze()
 
 
 def _sets(args: argparse.Namespace) -> list[str]:
@@ -32,6 +41,7 @@ def cmd_sweep_run(args: argparse.Namespace) -> int:
     from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
     from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
 
+    _imported()
     workspace = _workspace(args)
     overrides = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
     name = lifecycle.create(workspace, args.file, args.name, _sets(args), overrides, or_resume=args.or_resume)
@@ -42,6 +52,7 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int:
     from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
     from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
 
+    _imported()
     workspace = _workspace(args)
     record = workspace.read_submission(args.name)
     if record is not None:
@@ -88,6 +99,7 @@ def cmd_sweep_fork(args: argparse.Namespace) -> int:
     from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
     from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
 
+    _imported()
     workspace = _workspace(args)
     name = lifecycle.fork(workspace, args.origin, args.file, args.name, _sets(args), {})
     return driver.drive(workspace, name, check_file=False, verbose=args.verbose)
@@ -118,6 +130,7 @@ def cmd_sweep_set(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from dashboards import report  # matplotlib and MLflow, only to draw the report
 
+    _imported()
     workspace = _workspace(args)
     try:
         index = report.build(workspace.read(args.name), workspace.report_dir(args.name))
@@ -176,9 +189,10 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         print(f"starting PostgreSQL and MLflow in {root.resolve()} ...", flush=True)
         state = local.up(root, ray=False, storage=args.storage)
     else:
-        print(f"starting a Ray head and {args.workers} workers, PostgreSQL and MLflow in {root.resolve()} ...",
+        gpus = "" if args.gpus_per_worker is None else f" with {args.gpus_per_worker} GPUs each"
+        print(f"starting a Ray head and {args.workers} workers{gpus}, PostgreSQL and MLflow in {root.resolve()} ...",
               flush=True)
-        state = local.up(root, args.workers, args.cpus_per_worker, args.head_cpus)
+        state = local.up(root, args.workers, args.cpus_per_worker, args.head_cpus, gpus_per_worker=args.gpus_per_worker)
     env = local.environment(state)
     if state["ray"]:
         print(f"Ray dashboard   {env['SEQAE_RAY_ADDRESS']}  (token in {state['token_file']})")
@@ -210,6 +224,7 @@ def cmd_sweep_extend(args: argparse.Namespace) -> int:
     from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
     from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
 
+    _imported()
     workspace = _workspace(args)
     driver.check_code(workspace.read(args.name), args.allow_code_change)  # before the sweep is changed
     if args.epochs is not None:
@@ -228,6 +243,7 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     from sweeps import status  # MLflow and Optuna, only to read a sweep
     from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
 
+    _imported()
     workspace = _workspace(args)
     record = workspace.read_submission(args.name)
     if record is not None and not workspace.exists(args.name):
@@ -292,6 +308,7 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
 def cmd_sweep_export(args: argparse.Namespace) -> int:
     from sweeps import export  # MLflow, Optuna and pandas, only to read a sweep
 
+    _imported()
     table = export.export(_workspace(args), args.name, args.format, args.out)
     print(f"wrote {table}")
     return 0
@@ -300,6 +317,7 @@ def cmd_sweep_export(args: argparse.Namespace) -> int:
 def cmd_sweep_compare(args: argparse.Namespace) -> int:
     from sweeps import compare  # MLflow, Optuna, pandas and matplotlib, only to read sweeps
 
+    _imported()
     text, page = compare.compare(_workspace(args), args.names, args.out)
     print(text)
     print(f"\npage: {page}")
@@ -307,9 +325,7 @@ def cmd_sweep_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep_list(args: argparse.Namespace) -> int:
-    from sweeps import status  # MLflow and Optuna, only to read a sweep
-
-    rows = status.listing(_workspace(args))
+    rows = listing(_workspace(args))
     if not rows:
         print("no sweeps in this workspace")
     for row in rows:
@@ -327,7 +343,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown benchmark suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
     data = args.data or os.environ.get("SEQAE_BENCH_DATA") or "wikimedia/wikipedia"
     run_benchmarks(args.suites, Path(args.out),
-                   {"shapes": args.shapes, "steps": args.steps, "workspace": args.workspace, "data": data})
+                   {"shapes": args.shapes, "steps": args.steps, "workspace": args.workspace, "data": data,
+                    "sizes": args.sizes, "optuna": args.optuna})
     return 0
 
 

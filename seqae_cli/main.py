@@ -1,5 +1,6 @@
 """The ``seqae`` command: ``main`` parses the arguments, sets MLflow's environment and runs the
-verb; a user's mistake (:class:`ConfigError`) is one line on stderr and exit code 2."""
+verb; a user's mistake (:class:`ConfigError`) is one line on stderr and exit code 2, a database
+that stayed away (:class:`StorageUnreachable`) one line and exit code 75."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import signal
 import sys
 
 from seqae_cli.parser import build_parser
-from seqae_errors import ConfigError
+from seqae_errors import ConfigError, StorageUnreachable
 
 EXIT_USAGE = 2  # bad input: the same code argparse uses
+EXIT_TEMPFAIL = 75  # a service away: try again later (sysexits.h's EX_TEMPFAIL)
 
 
 
@@ -42,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"seqae: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except StorageUnreachable as exc:
+        print(f"seqae: error: {exc}", file=sys.stderr)
+        return EXIT_TEMPFAIL
     except BrokenPipeError:  # `seqae sweep status x | head`: the reader has what it wanted
         sys.stderr.close()
         return 0

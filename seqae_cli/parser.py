@@ -174,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--workers", type=int, default=2, help="worker nodes (default: 2)")
             sub.add_argument("--cpus-per-worker", type=int, default=1, help="CPUs each worker offers (default: 1)")
             sub.add_argument("--head-cpus", type=int, default=0, help="CPUs the head offers to trials (default: 0)")
+            sub.add_argument("--gpus-per-worker", type=int, default=None,
+                             help="GPUs each worker offers (`ray start --num-gpus`; default: those Ray detects). "
+                                  "More than the machine has are logical: they rehearse GPU scheduling, and their "
+                                  "trials train on the CPU only if the sweep sets SEQAE_LOGICAL_GPUS=1")
         if verb == "services":
             sub.add_argument("--storage", help="shared storage for checkpoints and artifacts, e.g. s3://bucket/prefix")
         handlers = {"up": cmd_cluster_up, "services": cmd_cluster_up, "down": cmd_cluster_down,
@@ -183,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",
                        help="which to run (default: all): throughput, overhead, data, search, rungs, replay, "
-                            "defaults, gpu, scale, frontier-fig3, frontier-width, frontier-offcorpus")
+                            "defaults, gpu, scale, frontier-fig3, frontier-width, frontier-offcorpus, "
+                            "control-plane")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
     bench.add_argument("--data", default=None, help="dataset path (default: $SEQAE_BENCH_DATA, else wikimedia/wikipedia "
                                                     "from the Hugging Face Hub)")
@@ -192,5 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--workspace", default=None,
                        help="search and frontier-*: where their sweeps run and stay, so that a rerun continues them (default: a "
                             "temporary folder, removed after)")
+    bench.add_argument("--sizes", default="100,1000,10000",
+                       help="control-plane: the sweeps' sizes in finished trials, comma-separated")
+    bench.add_argument("--optuna", default="sqlite,postgresql",
+                       help="control-plane: the Optuna storages to build them in (sqlite, postgresql)")
     bench.set_defaults(handler=cmd_bench)
     return parser

@@ -19,6 +19,9 @@ MODEL_EPOCH = "seqae.epoch"  # a registered model version: the epoch of its tria
 ERROR = "seqae.error"  # a failed trial's run: the end of its traceback
 CONTINUED = "seqae.continued"  # a trial's run reopened by `seqae sweep extend --epochs`
 ARTIFACTS_EPOCH = "seqae.artifacts_epoch"  # a trial's run: the epoch whose best-model artifacts it holds
+GPU = "seqae.gpu"  # a trial's run that Ray gave a GPU: "cuda", or "logical" (trained on the CPU: SEQAE_LOGICAL_GPUS)
+GPU_IDS = "ray.gpu_ids"  # ... the ids ray.get_gpu_ids() gave it, comma-separated
+CUDA_VISIBLE_DEVICES = "ray.cuda_visible_devices"  # ... and the CUDA_VISIBLE_DEVICES Ray set from them
 
 # Optuna user attributes
 CONTROL = "seqae.control"  # the study's: SweepStudy.control()
@@ -29,4 +32,5 @@ START = "seqae.start"  # a starting point's trial (Optuna attribute and MLflow t
 PROPOSED_BY = "seqae.proposed_by"  # a trial's: "start", "grid", "random start-up", or the sampler that proposed it
 TEST = "seqae.test"  # a trial's: the test metrics of the checkpoint it kept (with a test split)
 SEEDS = "seqae.seeds"  # a trial's of several seeds (train.repeats): each seed's value and the standard error at the kept epoch
+CREATED = "seqae.created"  # every trial's (a system attribute): the token its creation is found by, should the answer be lost
 TUNE_TRIAL_IDS = "seqae.tune_trial_ids"  # a trial's: the Ray Tune trial ids that ran it, one per session

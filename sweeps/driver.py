@@ -22,7 +22,7 @@ import torch
 from dashboards import report
 from seqae_core import names as N
 from seqae_core.train import describe_precision
-from seqae_errors import ConfigError
+from seqae_errors import ConfigError, StorageUnreachable
 from sweeps import ledger, progress, provenance, runner
 from sweeps import spec as spec_lib
 from sweeps.lifecycle import load_spec
@@ -36,6 +36,7 @@ from sweeps.ray_connection import (
 )
 from sweeps.search import SweepStudy, open_study
 from sweeps.spec import cell_configs
+from sweeps.study_storage import PatientStorage, storage_lost
 from sweeps.sweep_data import prepare_data, published_data
 from sweeps.tracking import Tracker
 from sweeps.workspace import Backends, DriverLock, SweepState, Workspace
@@ -73,11 +74,23 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
     # `ray job stop` and service managers send SIGTERM: stop as gracefully as on Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
-        session = open_session(workspace, name, check_file, allow_code_change)
-        for note in ledger.reconcile(session.study, session.backends.storage, session.tracker, not extending):
-            print(f"seqae: {note}", flush=True)
-        writer = run(workspace, session, verbose)
-        left = close(workspace, session, writer)
+        session: Session | None = None
+        writer: Writer | None = None
+        try:
+            session = open_session(workspace, name, check_file, allow_code_change)
+            writer = Writer(unreachable, session.tracker.note_outage)
+            for note in ledger.reconcile(session.study, session.backends.storage, session.tracker, not extending):
+                print(f"seqae: {note}", flush=True)
+            run(workspace, session, writer, verbose)
+            left = close(workspace, session, writer)
+        except Exception as exc:  # Tune hands a searcher's error on wrapped: the storage's is found in the chain
+            lost = storage_lost(exc)
+            if lost is None:
+                raise
+            if session is not None and writer is not None:
+                abandon(workspace, session, writer, lost)
+            raise StorageUnreachable(f"{lost}; once it answers, continue the sweep with `seqae sweep resume {name}`") \
+                from None
     outcome = session.record["outcome"]
     print(f"seqae: sweep {name}: {outcome}; trials by state: {session.record['trials']}", flush=True)
     if left:
@@ -139,16 +152,18 @@ def check_code(state: SweepState, allow_code_change: bool) -> tuple[provenance.C
     return code, change
 
 
-def run(workspace: Workspace, session: Session, verbose: bool) -> Writer:
-    """Run the trials the study still has to run; returns the MLflow writer, still delivering."""
+def run(workspace: Workspace, session: Session, writer: Writer, verbose: bool) -> None:
+    """Run the trials the study still has to run, handing MLflow's writes to ``writer``."""
     state, spec, study = session.state, session.spec, session.study
     state.sessions.append(session.record)
     workspace.write(state)
-    writer = Writer(unreachable, session.tracker.note_outage)
     todo = study.remaining()
     print(f"seqae: sweep {state.name}{f' (profile {spec.profile})' if spec.profile else ''}: "
           f"{state.total_trials} trials planned, {todo} to run "
           f"(data ready in {session.data_seconds:.1f} s; training in {training_precision(spec)})", flush=True)
+    if spec.resources.gpu and os.environ.get(runner.LOGICAL_GPUS) == "1":
+        print(f"seqae: {runner.LOGICAL_GPUS}=1: a trial that Ray gives a GPU on a node without CUDA trains on the "
+              "CPU and says so (a rehearsal of GPU scheduling)", flush=True)
     session.record["interrupted"] = False
     if todo:
         connect_ray(workspace.root)
@@ -163,7 +178,6 @@ def run(workspace: Workspace, session: Session, verbose: bool) -> Writer:
         print(f"\n{progress.summary(study.trials(), spec.objectives)}\n", flush=True)
         print(f"seqae: {progress.best_line(study.best(), spec.objectives)}", flush=True)
         print("seqae: trials proposed by: " + ", ".join(f"{k} {v}" for k, v in study.proposals().items()), flush=True)
-    return writer
 
 
 def close(workspace: Workspace, session: Session, writer: Writer) -> int:
@@ -186,7 +200,7 @@ def close(workspace: Workspace, session: Session, writer: Writer) -> int:
     left = writer.close(MLFLOW_DRAIN_SECONDS)
     session.record.update(ended=time.time(), outcome=outcome, control=control, trials=study.counts(),
                           mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
-                          mlflow_writes_failed=len(writer.failed))
+                          mlflow_writes_failed=len(writer.failed), optuna_outage_seconds=optuna_outages(study))
     workspace.write(session.state)
     if not left:
         rebuild_report(session.state, workspace)
@@ -194,6 +208,28 @@ def close(workspace: Workspace, session: Session, writer: Writer) -> int:
                           f"trials by state: {session.record['trials']}")
     session.notifier.close()
     return int(left)
+
+
+def abandon(workspace: Workspace, session: Session, writer: Writer, lost: StorageUnreachable) -> None:
+    """End a session whose study's database stayed away past the limit, with what needs no study:
+    MLflow takes the writes it was handed and the sweep run is left KILLED, as after Ctrl-C (the
+    next session's reconcile closes the trials' runs), and sweep.json records why it ended."""
+    writer.submit("closing the sweep run", lambda: session.tracker.finish_parent("KILLED", "interrupted"))
+    # A database that is away is often MLflow's too: what it does not take soon, `resume` delivers.
+    left = writer.close(min(MLFLOW_DRAIN_SECONDS, 30))
+    if not any(record is session.record for record in session.state.sessions):  # it stopped before its trials ran
+        session.state.sessions.append(session.record)
+    session.record.update(ended=time.time(), outcome="storage unreachable", error=str(lost),
+                          mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
+                          mlflow_writes_failed=len(writer.failed), optuna_outage_seconds=optuna_outages(session.study))
+    workspace.write(session.state)
+    session.notifier.send("end", "the sweep stopped: its Optuna storage does not answer", str(lost))
+    session.notifier.close()
+
+
+def optuna_outages(study: SweepStudy) -> float:
+    """The seconds of database outages this session's study storage rode out."""
+    return round(sum(study.storage.outages), 1) if isinstance(study.storage, PatientStorage) else 0.0
 
 
 def rebuild_report(state: SweepState, workspace: Workspace) -> None:

@@ -36,7 +36,7 @@ from seqae_core.checkpoint import CheckpointStore
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.ledger import Outcome, resource_seconds
-from sweeps.mlflow_access import check_credentials
+from sweeps.mlflow_access import all_runs, check_credentials
 from sweeps.search import kept_record, read_only
 from sweeps.workspace import Backends, Workspace
 
@@ -53,8 +53,7 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
     if state.mlflow_experiment_id is not None:
         check_credentials(backends.mlflow_tracking_uri)
         client = MlflowClient(backends.mlflow_tracking_uri)
-        for page in _pages(client, state.mlflow_experiment_id):
-            runs.update({r.data.tags[N.TRIAL]: r for r in page if N.TRIAL in r.data.tags})
+        runs = {r.data.tags[N.TRIAL]: r for r in all_runs(client, state.mlflow_experiment_id) if N.TRIAL in r.data.tags}
     rows = []
     for trial in study.trials():
         progress = CheckpointStore.of_trial(backends.storage, trial.number).progress()
@@ -74,17 +73,6 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
             "mlflow_run_id": run.info.run_id if run else "",
         })
     return pd.DataFrame(rows)
-
-
-def _pages(client: MlflowClient, experiment_id: str) -> Any:
-    """Every run of the experiment, a page at a time (a search returns at most one page)."""
-    token = None
-    while True:
-        page = client.search_runs([experiment_id], max_results=1000, page_token=token)
-        yield page
-        token = page.token
-        if not token:
-            return
 
 
 def export(workspace: Workspace, name: str, fmt: str, out: str | None) -> Path:

@@ -33,6 +33,7 @@ from seqae_core import names as N
 from seqae_core.config import Config, build
 from seqae_errors import ConfigError
 from sweeps.spec import Distribution, SweepSpec, trial_layers
+from sweeps.study_storage import duplicates, open_storage
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -67,9 +68,8 @@ class TrialSpec:
 
 
 def storage(url: str) -> optuna.storages.BaseStorage:
-    if url.startswith("sqlite:"):
-        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
-    return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+    """The study's storage, riding out a restart of its database (:mod:`sweeps.study_storage`)."""
+    return open_storage(url)
 
 
 def sampler(spec: SweepSpec, total: int, held: int = 0) -> optuna.samplers.BaseSampler:
@@ -104,7 +104,7 @@ def best_epoch_values(spec: SweepSpec, history: list[dict[str, Any]]) -> list[fl
     return [float(kept_record(history)[o.metric]) for o in spec.objectives]
 
 
-def _directions(spec: SweepSpec) -> list[optuna.study.StudyDirection]:
+def directions_of(spec: SweepSpec) -> list[optuna.study.StudyDirection]:
     return [optuna.study.StudyDirection.MAXIMIZE if o.mode == "max" else optuna.study.StudyDirection.MINIMIZE
             for o in spec.objectives]
 
@@ -117,14 +117,14 @@ def read_only(spec: SweepSpec, url: str, name: str) -> SweepStudy:
         study = optuna.load_study(study_name=name, storage=backend)
     except KeyError:  # the sweep was recorded but its driver has not created the study yet
         backend = optuna.storages.InMemoryStorage()
-        study = optuna.create_study(storage=backend, study_name=name, directions=_directions(spec))
+        study = optuna.create_study(storage=backend, study_name=name, directions=directions_of(spec))
     return SweepStudy(spec, study, backend, total=0)
 
 
 def open_study(spec: SweepSpec, url: str, name: str, total: int, fingerprint: str) -> SweepStudy:
     """The sweep's study for its driver, created on first use; refused if another sweep owns it."""
     backend = storage(url)
-    study = optuna.create_study(storage=backend, study_name=name, directions=_directions(spec), load_if_exists=True)
+    study = optuna.create_study(storage=backend, study_name=name, directions=directions_of(spec), load_if_exists=True)
     study.sampler = sampler(spec, total, held=len(study.get_trials(deepcopy=False)))
     owner = study.user_attrs.get(N.FINGERPRINT)
     if owner is None:
@@ -142,8 +142,14 @@ class SweepStudy:
         self.spec, self.study, self.storage, self.total = spec, study, backend, total
         self.study_id = backend.get_study_id_from_name(study.study_name)
         self._issued: set[int] = set()
-        self._records = {t.user_attrs[N.CONTINUES]: t.number for t in study.get_trials(deepcopy=False)
+        self._records = {t.user_attrs[N.CONTINUES]: t.number for t in self._held()
                          if N.CONTINUES in t.user_attrs}  # sweep trial -> its newest Optuna trial, if not itself
+
+    def _held(self) -> list[optuna.trial.FrozenTrial]:
+        """Every record in the study, but a second record Optuna made of one trial (``duplicates``)."""
+        records = self.study.get_trials(deepcopy=False)
+        extra = duplicates(records)
+        return [t for t in records if t.number not in extra] if extra else records
 
     def _trial_id(self, number: int) -> int:
         """The storage's id of sweep trial ``number``'s newest record."""
@@ -168,7 +174,7 @@ class SweepStudy:
         """The sweep's own trials (not those a fork seeded the study with), each once, under its
         own number: a trial that was continued, as its newest record."""
         latest: dict[int, optuna.trial.FrozenTrial] = {}
-        for trial in self.study.get_trials(deepcopy=False):  # in number order: newer records last
+        for trial in self._held():  # in number order: newer records last
             if N.FORKED in trial.user_attrs:
                 continue
             number = trial.user_attrs.get(N.CONTINUES, trial.number)
@@ -200,7 +206,7 @@ class SweepStudy:
 
     def forked(self) -> list[optuna.trial.FrozenTrial]:
         """Finished trials of another sweep that `seqae sweep fork` seeded the study with."""
-        return [t for t in self.study.get_trials(deepcopy=False) if N.FORKED in t.user_attrs]
+        return [t for t in self._held() if N.FORKED in t.user_attrs]
 
     def seed_from(self, origin: SweepStudy) -> list[str]:
         """Add ``origin``'s complete trials that fit this sweep's space as finished trials, which
@@ -226,7 +232,7 @@ class SweepStudy:
             new = build(trial_layers(self.spec.source, self.spec.base, params)).flat()
             dropped = [f"{k}={v!r} (now {new[k]!r})" for k, v in trial.params.items() if k not in space and new[k] != v]
             self.study.add_trial(optuna.trial.create_trial(
-                params=params, distributions={k: _distribution(space[k]) for k in params}, values=trial.values,
+                params=params, distributions={k: optuna_distribution(space[k]) for k in params}, values=trial.values,
                 intermediate_values=trial.intermediate_values,
                 # a starting point seeded from the origin is not tried again; its test scores and seeds
                 # stay beside its values
@@ -252,7 +258,7 @@ class SweepStudy:
                                   start=trial.user_attrs.get(N.START))
         if not new or len(trials) >= self.total:
             return None
-        held = self.study.get_trials(deepcopy=False)  # a fork's seeded trials too: they count for both below
+        held = self._held()  # a fork's seeded trials too: they count for both below
         start = self._next_start(held)
         if start is not None:
             self.study.enqueue_trial(self.spec.start_params(start), user_attrs={N.START: start})
@@ -400,7 +406,7 @@ class SweepStudy:
         return sorted(own, key=lambda t: (-sign * t.values[0], t.number))
 
 
-def _distribution(dist: Distribution) -> optuna.distributions.BaseDistribution:
+def optuna_distribution(dist: Distribution) -> optuna.distributions.BaseDistribution:
     """The Optuna distribution ``_suggest_one`` samples from."""
     if dist.type == "categorical":
         return optuna.distributions.CategoricalDistribution(list(dist.choices))

@@ -1,6 +1,6 @@
-"""What `seqae sweep status` and `seqae sweep list` show: trials by state, the best, the cost
-against the budget, and where the runs and the study live; for local sweeps and for sweeps
-submitted to a cluster alike."""
+"""What `seqae sweep status` shows: trials by state, the best, the cost against the budget, and
+where the runs and the study live; for local sweeps and for sweeps submitted to a cluster alike.
+(`seqae sweep list` reads the sweeps' records alone: :func:`sweeps.workspace.listing`.)"""
 
 from __future__ import annotations
 
@@ -112,18 +112,3 @@ def cost(spec: spec_lib.SweepSpec, storage: str, study: SweepStudy) -> dict[str,
     return {"unit": f"{spec.share[0]}-hours", "hours": round(sum(per_trial.values()) / 3600, 6),
             "budget": spec.budget.hours if spec.budget else None,
             "per_trial_seconds": {str(n): round(s, 2) for n, s in per_trial.items()}}
-
-
-def listing(workspace: Workspace) -> list[dict[str, Any]]:
-    rows = []
-    for name in workspace.names():
-        if not workspace.exists(name):  # submitted; its state lives on the cluster
-            rows.append({"name": name, "trials": 0, "outcome": "submitted", "by_state": {}, "file": ""})
-            continue
-        state = workspace.read(name)
-        last = state.sessions[-1] if state.sessions else {}
-        rows.append({
-            "name": name, "trials": state.total_trials, "outcome": last.get("outcome", "not started"),
-            "by_state": last.get("trials", {}), "file": state.file,
-        })
-    return rows

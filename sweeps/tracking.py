@@ -57,6 +57,7 @@ from seqae_core.config import DataConfig, from_flat, to_yaml
 from seqae_errors import ConfigError
 from sweeps import textmodel
 from sweeps.ledger import Outcome, resource_seconds
+from sweeps.mlflow_access import all_runs
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +207,9 @@ class Tracker:
     def trial_result(self, number: int, result: dict[str, Any]) -> None:
         self.child_run(number)
         tags = [RunTag(f"ray.{k}", str(result[k])) for k in ("node_id", "node_ip", "hostname") if k in result]
+        # the GPUs Ray assigned the trial, as it saw them (sweeps.runner.trial_device)
+        gpu = (("gpu", N.GPU), ("gpu_ids", N.GPU_IDS), ("cuda_visible_devices", N.CUDA_VISIBLE_DEVICES))
+        tags += [RunTag(tag, str(result[k])) for k, tag in gpu if k in result]
         self._log_epoch(number, result, tags)
 
     def _log_epoch(self, number: int, record: dict[str, Any], tags: list[RunTag] | None = None) -> None:
@@ -278,8 +282,7 @@ class Tracker:
 
     def trial_runs(self) -> dict[int, Run]:
         """Each trial's MLflow run, by trial number (a trial without a run is absent)."""
-        runs = self.client.search_runs([self._experiment], max_results=10_000)
-        return {int(r.data.tags[N.TRIAL]): r for r in runs if N.TRIAL in r.data.tags}
+        return {int(r.data.tags[N.TRIAL]): r for r in all_runs(self.client, self._experiment) if N.TRIAL in r.data.tags}
 
     def note_outage(self, seconds: float) -> None:
         if self.parent_run_id:

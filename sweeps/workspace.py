@@ -270,3 +270,19 @@ def resolve_backends(workspace: Workspace, name: str, overrides: dict[str, str |
     elif "://" in chosen.storage and chosen.storage != defaults.storage:
         chosen.storage = f"{chosen.storage.rstrip('/')}/{name}"
     return chosen
+
+
+def listing(workspace: Workspace) -> list[dict[str, Any]]:
+    """What `seqae sweep list` shows: a row per sweep, from its record alone (no backend is read)."""
+    rows = []
+    for name in workspace.names():
+        if not workspace.exists(name):  # submitted; its state lives on the cluster
+            rows.append({"name": name, "trials": 0, "outcome": "submitted", "by_state": {}, "file": ""})
+            continue
+        state = workspace.read(name)
+        last = state.sessions[-1] if state.sessions else {}
+        rows.append({
+            "name": name, "trials": state.total_trials, "outcome": last.get("outcome", "not started"),
+            "by_state": last.get("trials", {}), "file": state.file,
+        })
+    return rows

@@ -2,9 +2,9 @@
 
 The sweep's driver hands every MLflow write to a :class:`Writer`: Tune's loop never waits on the
 server, and writes keep their order. While ``retryable`` says an error is the service being away
-(not a bug), the writer keeps the pending calls and retries them with tenacity's exponential
-backoff (capped, so that a recovered service is found within ``max_wait`` seconds); on recovery
-it delivers them and reports how long the outage lasted.
+(not a bug), the writer keeps the pending calls and retries them, for as long as it takes, by
+:func:`sweeps.outages.patiently`; on recovery it delivers them and reports how long the outage
+lasted.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import tenacity
 
+from sweeps.outages import FIRST_WAIT, MAX_WAIT, patiently
+
 log = logging.getLogger(__name__)
 
 
@@ -24,9 +26,9 @@ class Writer:
     """Runs calls in order on one thread, retrying through outages of the service they write to."""
 
     def __init__(self, retryable: Callable[[BaseException], bool], recovered: Callable[[float], None],
-                 first_wait: float = 0.5, max_wait: float = 8.0) -> None:
+                 first_wait: float = FIRST_WAIT, max_wait: float = MAX_WAIT) -> None:
         self.retryable, self.recovered = retryable, recovered
-        self.wait = tenacity.wait_exponential(multiplier=first_wait, min=first_wait, max=max_wait)
+        self.first_wait, self.max_wait = first_wait, max_wait
         self._queue: queue.Queue[tuple[str, Callable[[], Any]] | None] = queue.Queue()
         self.outage_since: float | None = None
         self.outages: list[float] = []
@@ -50,8 +52,8 @@ class Writer:
                 self._queue.task_done()
 
     def _deliver(self, what: str, call: Callable[[], Any]) -> None:
-        retrying = tenacity.Retrying(retry=tenacity.retry_if_exception(self.retryable), wait=self.wait,
-                                     before_sleep=lambda state: self._away(what, state), reraise=True)
+        retrying = patiently(self.retryable, lambda state: self._away(what, state), first_wait=self.first_wait,
+                             max_wait=self.max_wait)
         try:
             retrying(call)
         except Exception as exc:  # noqa: BLE001 - not an outage: a write that cannot succeed is reported

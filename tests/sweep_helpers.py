@@ -136,12 +136,17 @@ def tune_results(workspace: Path, name: str) -> dict[str, list[list[int]]]:
     return out
 
 
-def local_cluster(root: Path) -> Iterator[dict[str, Any]]:
-    """`seqae cluster up` in ``root`` (three nodes, PostgreSQL, MLflow), yielded as {root, state, env};
-    after the caller is done, `down`, and a check that no process or listening port of it is left."""
+def local_cluster(root: Path, workers: int = 2, cpus_per_worker: int = 1,
+                  gpus_per_worker: int | None = None) -> Iterator[dict[str, Any]]:
+    """`seqae cluster up` in ``root`` (a head and ``workers`` worker nodes, PostgreSQL, MLflow),
+    yielded as {root, state, env}; after the caller is done, `down`, and a check that no process or
+    listening port of it is left. ``gpus_per_worker``: each worker's GPUs (`ray start --num-gpus`),
+    logical ones on a machine without GPUs."""
     from cluster import local
 
-    up = seqae("cluster", "up", "--dir", str(root), "--workers", "2", timeout=300)
+    gpus = [] if gpus_per_worker is None else ["--gpus-per-worker", str(gpus_per_worker)]
+    up = seqae("cluster", "up", "--dir", str(root), "--workers", str(workers), "--cpus-per-worker",
+               str(cpus_per_worker), *gpus, timeout=300)
     try:  # a failed `up` may have started some of it
         assert up.returncode == 0, up.stdout + up.stderr
         state = local.read_state(root)

@@ -1,8 +1,8 @@
 """The chaos soak: a sweep of 12 short trials on the local three-node cluster with PostgreSQL and
 the MLflow server, under at least 8 faults drawn from a seed at random moments. After each driver
-death it runs `seqae sweep resume`, as a user would. It must end exactly as the same trials do
-without faults: every metric of every epoch equal to the last digit, each epoch once in MLflow and
-in Optuna, nothing RUNNING, the best model registered once.
+death it runs `seqae sweep resume`, as a user would; a PostgreSQL restart must kill no driver. It
+must end exactly as the same trials do without faults: every metric of every epoch equal to the
+last digit, each epoch once in MLflow and in Optuna, nothing RUNNING, the best model registered once.
 
 Two sweeps: ``grid``, whose 12 trials (6 seeds x 2 learning rates) are fixed in advance, so the
 faulted sweep must have the fault-free one's trials; and ``tpe``, whose proposals depend on the
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import time
@@ -272,12 +273,28 @@ def mlflow_restart(sweep: Sweep, rng: random.Random) -> None:
 
 
 def postgres_restart(sweep: Sweep, rng: random.Random) -> None:
+    """PostgreSQL (the study's database and MLflow's) away until the driver meets the outage, then
+    back: the same driver rides it out (its study's storage retries, the MLflow writer keeps its
+    writes) and goes on; no resume."""
     from cluster import postgres
 
     state = sweep.cluster["state"]
     pg = postgres.Postgres(**state["postgres"])
+    driver, log = sweep.driver, sweep.log(sweep.drivers)
+
+    def said(words: str) -> int:  # how often the driver said it (this fault may have come before)
+        return len(re.findall(words, log.read_text()))
+
+    away, back = said(r"the Optuna storage \S+ did not answer while"), said("the Optuna storage answers again")
     postgres.stop(pg)
-    postgres.start(pg, Path(state["root"]) / "logs" / "postgres.log")
+    try:
+        wait_for(lambda: said(r"the Optuna storage \S+ did not answer while") > away or driver.poll() is not None, 300,
+                 "the driver to meet PostgreSQL's outage")
+    finally:
+        postgres.start(pg, Path(state["root"]) / "logs" / "postgres.log")
+    wait_for(lambda: said("the Optuna storage answers again") > back or driver.poll() is not None, 300,
+             "the driver to find PostgreSQL back")
+    assert driver.poll() in (None, 0), f"driver {sweep.drivers} exited {driver.returncode} in a PostgreSQL restart; see {log}"
 
 
 INJECT = {kind: globals()[kind] for kind in FAULTS}

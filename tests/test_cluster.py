@@ -20,11 +20,14 @@ from tests.sweep_helpers import (
     SMOKE,
     STUDIES,
     finished,
+    kill_group,
     local_cluster,
+    metric_steps,
     mlflow_runs,
     optuna_trials,
     seqae,
     sets,
+    start,
     trial_metas,
     wait_for,
 )
@@ -342,6 +345,130 @@ def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster):
     runs = mlflow_runs(None, name, tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
     assert {r.info.status for r in runs} == {"FINISHED"}
     assert sorted(int(r.data.tags["seqae.trial"]) for r in runs if "seqae.trial" in r.data.tags) == [0, 1, 2, 3]
+
+
+# 22 and 23: PostgreSQL, which holds the Optuna study and MLflow's runs, restarted under a sweep ---------
+class Driver:
+    """A sweep's driver run from this machine on the cluster, as a user's terminal would (not a job:
+    the test holds the process), its output in ``log``."""
+
+    def __init__(self, cluster, name: str, log: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        state = cluster["state"]
+        self.env = {**cluster["env"], "RAY_ADDRESS": f"127.0.0.2:{state['gcs_port']}", "RAY_AUTH_MODE": "token",
+                    "RAY_AUTH_TOKEN_PATH": state["token_file"], **(env or {})}
+        self.log = log
+        self.process = start(*args, "--workspace", cluster["env"]["SEQAE_WORKSPACE"], log=log, env=self.env)
+
+    def said(self, pattern: str) -> bool:
+        return re.search(pattern, self.log.read_text(), re.M) is not None
+
+    def wait(self, timeout: float = 900) -> int:
+        return self.process.wait(timeout=timeout)
+
+
+def postgres_of(cluster):
+    from cluster import postgres
+
+    return postgres.Postgres(**cluster["state"]["postgres"])
+
+
+def start_postgres(cluster) -> None:
+    from cluster import postgres
+
+    pg = postgres_of(cluster)
+    if not postgres.running(pg):
+        postgres.start(pg, Path(cluster["state"]["root"]) / "logs" / "postgres.log")
+
+
+def assert_each_trial_once(cluster, name: str, n: int, epochs: int) -> None:
+    """n trials, each once in Optuna (no second record of a creation) and once in MLflow, every epoch once in both."""
+    from sweeps.study_storage import duplicates
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGPASSFILE", cluster["env"]["PGPASSFILE"])
+        trials = optuna_trials(None, name, cluster["env"]["SEQAE_OPTUNA_STORAGE"])
+    assert [(t.number, t.state.name) for t in trials] == [(k, "COMPLETE") for k in range(n)]
+    assert duplicates(trials) == set()
+    assert all(sorted(t.intermediate_values) == list(range(1, epochs + 1)) for t in trials), \
+        [sorted(t.intermediate_values) for t in trials]
+    uri = cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"]
+    runs = mlflow_runs(None, name, tracking_uri=uri)
+    assert {r.info.status for r in runs} == {"FINISHED"}, [(r.info.run_name, r.info.status) for r in runs]
+    kids = [r for r in runs if "seqae.trial" in r.data.tags]
+    assert sorted(int(r.data.tags["seqae.trial"]) for r in kids) == list(range(n))  # one run per trial
+    for kid in kids:
+        assert metric_steps(kid.info.run_id, "val_token_accuracy", None, tracking_uri=uri) == list(range(1, epochs + 1))
+    assert finished(Path(cluster["env"]["SEQAE_STORAGE"]) / name) == set(range(n))  # no trial lost
+
+
+def test_a_postgresql_restart_mid_sweep_is_ridden_out_by_the_same_driver(cluster, tmp_path):
+    """Scenario 22: PostgreSQL stopped after the sweep's first result, while trials train, and started
+    again once the driver has met the outage: the study's storage retries its calls and the MLflow
+    writer keeps its writes, so the same driver process finishes every trial, each once everywhere."""
+    from cluster import postgres
+
+    name, epochs, n = "pgrestart", 6, 4
+    args = ["sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", name,
+            *sets(*SWEEP, "data.max_pages=20", f"train.epochs={epochs}", f"train.patience={epochs}", f"trials.total={n}")]
+    driver = Driver(cluster, name, tmp_path / "driver.log", *args)
+    try:
+        wait_for(lambda: driver.said(r"^trial \d+  epoch 1/") or driver.process.poll() is not None, 600,
+                 "the sweep's first result")
+        postgres.stop(postgres_of(cluster))
+        try:
+            wait_for(lambda: driver.said(r"the Optuna storage \S+ did not answer while") or driver.process.poll()
+                     is not None, 300, "the driver to meet the outage")
+        finally:
+            start_postgres(cluster)
+        assert driver.wait() == 0, driver.log.read_text()[-4000:]
+    finally:
+        kill_group(driver.process)
+        start_postgres(cluster)
+    text = driver.log.read_text()
+    assert "the Optuna storage answers again after" in text and "did not answer for" not in text, text[-4000:]
+    sessions = json.loads((Path(cluster["env"]["SEQAE_WORKSPACE"]) / "sweeps" / name / "sweep.json").read_text())["sessions"]
+    assert len(sessions) == 1 and sessions[0]["outcome"] == "complete" and sessions[0]["pid"] == driver.process.pid
+    assert sessions[0]["optuna_outage_seconds"] > 0
+    assert_each_trial_once(cluster, name, n, epochs)
+
+
+def test_a_database_away_past_the_limit_stops_the_driver_in_one_line_and_resume_finishes(cluster, tmp_path):
+    """Scenario 23: PostgreSQL away longer than SEQAE_STORAGE_RETRY_SECONDS: the driver stops with exit
+    code 75 and one line naming the storage and `seqae sweep resume NAME`; once the database is
+    back, the resume finishes the sweep with nothing lost or doubled."""
+    from cluster import postgres
+
+    name, epochs, n = "pgaway", 4, 4
+    args = ["sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", name,
+            *sets(*SWEEP, "data.max_pages=20", f"train.epochs={epochs}", f"train.patience={epochs}", f"trials.total={n}")]
+    driver = Driver(cluster, name, tmp_path / "driver.log", *args, env={"SEQAE_STORAGE_RETRY_SECONDS": "5"})
+    try:
+        wait_for(lambda: driver.said(r"^trial \d+  epoch 1/") or driver.process.poll() is not None, 600,
+                 "the sweep's first result")
+        postgres.stop(postgres_of(cluster))
+        try:
+            assert driver.wait(timeout=300) == 75, driver.log.read_text()[-4000:]
+        finally:
+            start_postgres(cluster)
+    finally:
+        kill_group(driver.process)
+        start_postgres(cluster)
+    text = driver.log.read_text()
+    storage = cluster["env"]["SEQAE_OPTUNA_STORAGE"]
+    # exit code 75 is the command's own (an uncaught error exits 1); Ray's log may show the error it met
+    errors = [line for line in text.splitlines() if line.startswith("seqae: error: ")]
+    assert len(errors) == 1, text[-4000:]
+    assert errors[0].startswith(f"seqae: error: the Optuna storage {storage} did not answer for ")
+    assert errors[0].endswith(f"once it answers, continue the sweep with `seqae sweep resume {name}`")
+    sessions = json.loads((Path(cluster["env"]["SEQAE_WORKSPACE"]) / "sweeps" / name / "sweep.json").read_text())["sessions"]
+    assert sessions[-1]["outcome"] == "storage unreachable"
+
+    resumed = Driver(cluster, name, tmp_path / "resume.log", "sweep", "resume", name)
+    try:
+        assert resumed.wait() == 0, resumed.log.read_text()[-4000:]
+    finally:
+        kill_group(resumed.process)
+    assert_each_trial_once(cluster, name, n, epochs)
 
 
 def _trial_node_ip(cluster, name: str, number: int) -> str:

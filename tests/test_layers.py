@@ -23,7 +23,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "cluster": {"seqae_errors"},
     "dashboards": {"seqae_errors", "seqae_core", "cluster"},
     "sweeps": {"seqae_errors", "seqae_core", "dashboards"},
-    "benchmarks": {"seqae_errors", "seqae_core", "dashboards", "sweeps"},
+    "benchmarks": {"seqae_errors", "seqae_core", "cluster", "dashboards", "sweeps"},
     "seqae_cli": {"seqae_errors", "seqae_core", "cluster", "dashboards", "sweeps", "benchmarks"},
 }
 ENTRY_POINT = "seqae_cli"  # the `seqae` command: the one package whose functions import (each verb what it needs)
@@ -32,9 +32,9 @@ RAY_TUNE_HOME = "sweeps/runner.py"
 # The sweep service bottom to top: the records on disk and the spec, then the Optuna study and the outcomes, then
 # the adapters (MLflow, Ray, Tune), then what the verbs call.
 SWEEP_ORDER = [
-    "workspace", "provenance", "notify", "spec", "search", "ledger", "progress", "writer", "mlflow_access", "system_metrics",
-    "textmodel", "tracking", "registry", "ray_connection", "submit", "sweep_data", "runner", "lifecycle", "status",
-    "export", "compare", "driver",
+    "workspace", "provenance", "notify", "spec", "outages", "study_storage", "search", "ledger", "progress", "writer",
+    "mlflow_access", "system_metrics", "textmodel", "tracking", "registry", "ray_connection", "submit", "sweep_data",
+    "runner", "lifecycle", "status", "export", "compare", "driver",
 ]
 
 

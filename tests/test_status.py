@@ -20,8 +20,8 @@ from sweeps import spec as spec_lib
 from sweeps.ledger import decide, settle
 from sweeps.search import SweepStudy, open_study, read_only
 from sweeps.search import storage as optuna_storage
-from sweeps.status import cost, listing, status, trials_view
-from sweeps.workspace import Backends, Submission, SweepState, Workspace
+from sweeps.status import cost, status, trials_view
+from sweeps.workspace import Backends, Submission, SweepState, Workspace, listing
 from tests.conftest import WIKI_MINI
 from tests.sweep_helpers import STUDIES
 

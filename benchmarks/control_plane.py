@@ -1,0 +1,317 @@
+"""What the control plane costs as a sweep grows: finished sweeps of N trials, built straight into
+the real stores (no training, no Ray), and the commands a user runs on them, each in a fresh
+process, timed with its peak memory.
+
+A sweep is built the way `seqae sweep run` leaves the quickstart's when it has finished: its
+``sweep.json`` (seqae's own spec and workspace code); an Optuna study (SQLite in the workspace,
+or PostgreSQL on loopback through :mod:`cluster.postgres`) whose trials carry the parameters,
+values, intermediate values and attributes a driver writes, about 60% complete, 35% pruned and
+5% failed; an MLflow experiment (SQLite) with the sweep's run and a child run per trial (every
+config key as a parameter, three epochs of metrics, a short loss curve, the tags a driver sets,
+``samples.json`` as its best-model artifact); and each trial's checkpoint records (two epoch
+records and a best record, with tiny state).
+
+Timed, each as ``python -m seqae_cli ...`` in a new process: wall seconds from start to exit, its
+CPU seconds (user and system, from the child's own ``wait4`` rusage: what a busy machine inflates
+least) and its peak resident memory (the kernel's VmHWM, read as it exits: ``LAUNCH``):
+
+    status          seqae sweep status NAME
+    status --json   seqae sweep status NAME --json
+    sweep list      seqae sweep list
+    export          seqae sweep export NAME --format csv
+    report          seqae report NAME
+    driver start    a driver's start after `seqae sweep extend NAME --trials 1`, up to its first new
+                    trial: lock, sweep record, Optuna study, MLflow experiment and run, reconcile,
+                    the new trial asked of the study (:func:`driver_start`, run the same way in a new
+                    process). Data preparation and Ray's start are left out: neither depends on the
+                    sweep's size. ``start_s`` is that path alone, timed inside the process; ``wall_s``
+                    adds the interpreter's start and imports.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import optuna
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from cluster import postgres
+from seqae_core import metrics as M
+from seqae_core import names as N
+from seqae_core.checkpoint import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, CheckpointStore
+from sweeps import ledger
+from sweeps import spec as spec_lib
+from sweeps.lifecycle import extend, load_spec
+from sweeps.search import directions_of, optuna_distribution, open_study, storage
+from sweeps.tracking import Tracker
+from sweeps.workspace import Backends, DriverLock, SweepState, Workspace
+
+REPO = Path(__file__).resolve().parents[1]
+STUDY = REPO / "sweeps" / "studies" / "quickstart.yaml"
+EPOCHS = 3
+LOSS_POINTS = 8  # points of the training-loss curve per epoch
+NAME = "cp"
+
+
+def _history(rng: random.Random, epochs: int, test: bool) -> list[dict[str, Any]]:
+    """A trial's epoch records, as training reports them."""
+    acc, records = rng.uniform(0.3, 0.6), []
+    for epoch in range(1, epochs + 1):
+        acc = min(0.99, acc + rng.uniform(0.0, 0.1))
+        record = {M.EPOCH: epoch, M.TRAIN_LOSS: 3 - 2 * acc, M.VAL_LOSS: 3.1 - 2 * acc, M.VAL_TOKEN_ACCURACY: acc,
+                  M.VAL_SEQUENCE_ACCURACY: acc / 4, M.LEARNING_RATE: 1e-3, M.TOKENS_PER_S: 9000.0,
+                  M.EPOCH_SECONDS: rng.uniform(20, 40), M.LATENT_FRACTION: 0.5, M.BEST_EPOCH: epoch,
+                  M.BEST_VAL_TOKEN_ACCURACY: acc, M.DATA_SECONDS: 0.2, M.GLOBAL_STEP: 40 * epoch,
+                  M.TRAIN_LOSS_STEPS: [[40 * (epoch - 1) + 5 * k, 3 - 2 * acc + 0.1 / (k + 1)]
+                                       for k in range(1, LOSS_POINTS + 1)],
+                  "system/cpu_percent": 95.0, "system/memory_gib": 1.2}
+        if test:
+            record |= {M.TEST_LOSS: 3.2 - 2 * acc, M.TEST_TOKEN_ACCURACY: acc - 0.01, M.TEST_SEQUENCE_ACCURACY: acc / 5}
+        records.append(record)
+    return records
+
+
+def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0) -> Workspace:
+    """A finished quickstart sweep of ``trials`` trials named ``cp`` in a new workspace at ``root``."""
+    rng = random.Random(seed)
+    workspace = Workspace(root)
+    root.mkdir(parents=True, exist_ok=True)
+    spec = spec_lib.load(STUDY, [f"trials.total={trials}"])
+    backends = workspace.default_backends(NAME)
+    if optuna_url:
+        backends = Backends(backends.mlflow_tracking_uri, optuna_url, backends.storage)
+    state = SweepState(name=NAME, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=str(STUDY), sets=[],
+                       planned_trials=spec.planned_trials(), backends=asdict(backends), study_name=NAME)
+
+    # -- the study -----------------------------------------------------------------------------
+    study = optuna.create_study(storage=storage(backends.optuna_storage), study_name=NAME,
+                                directions=directions_of(spec))
+    study.set_user_attr(N.FINGERPRINT, state.fingerprint)
+    study.set_metric_names([o.metric for o in spec.objectives])
+    dists = {k: optuna_distribution(spec.search[k]) for k in spec.sampling_order()}
+    plans = []
+    for number in range(trials):
+        start = "paper_lr" if number == 0 else None
+        params = dict(spec.start_params("paper_lr")) if start else {
+            "train.lr": rng.uniform(3e-4, 3e-3), "model.d_model": rng.choice([64, 128]),
+            "model.d_attn": rng.choice([64, 128])}
+        fate = "COMPLETE" if start else rng.choices(["COMPLETE", "PRUNED", "FAIL"], [60, 35, 5])[0]
+        epochs = {"COMPLETE": EPOCHS, "PRUNED": rng.choice([1, 2]), "FAIL": 0}[fate]
+        plans.append((number, start, params, fate, _history(rng, epochs, test=True)))
+    frozen = []
+    for number, start, params, fate, history in plans:
+        attrs: dict[str, Any] = {N.PROPOSED_BY: "start" if start else "random start-up" if number < 3 else "tpe",
+                                 N.TUNE_TRIAL_IDS: [f"{number:05d}abcd"]}
+        if start:
+            attrs[N.START] = start
+        if history:
+            attrs[N.TEST] = {k: history[-1][k] for k in M.TEST_METRICS}
+        frozen.append(optuna.trial.create_trial(
+            state=TrialState[fate], params=params, distributions=dists,
+            values=[max(h[M.VAL_TOKEN_ACCURACY] for h in history)] if fate == "COMPLETE" else None,
+            intermediate_values={h[M.EPOCH]: h[M.VAL_TOKEN_ACCURACY] for h in history}, user_attrs=attrs,
+            system_attrs={"fixed_params": params} if start else {}))
+    study.add_trials(frozen)
+
+    # -- MLflow --------------------------------------------------------------------------------
+    client = MlflowClient(backends.mlflow_tracking_uri)
+    experiment_id = client.create_experiment(NAME, artifact_location=(workspace.artifact_root / NAME).as_uri(),
+                                             tags={N.FINGERPRINT: state.fingerprint, N.SWEEP: NAME})
+    parent = client.create_run(experiment_id, run_name=NAME, tags={N.SWEEP: NAME, N.ROLE: N.ROLE_SWEEP})
+    source = {"mlflow.source.name": str(STUDY), "mlflow.source.type": "LOCAL", "seqae.code": "0123456789ab",
+              "seqae.code_dirty": "false", "mlflow.source.git.commit": "0" * 40,
+              **{f"seqae.version.{p}": "1.0" for p in ("torch", "ray", "optuna", "mlflow", "transformers")}}
+    base = spec_lib.cell_configs(spec)[0].flat()
+    samples = [{"original": ["the", "cat", "sat"], "reconstruction": ["the", "dog", "sat"]}] * 2
+    with tempfile.TemporaryDirectory() as tmp:
+        sample_file = Path(tmp) / SAMPLES_JSON
+        sample_file.write_text(json.dumps(samples))
+        for number, start, params, fate, history in plans:
+            outcome = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}[fate]
+            run = client.create_run(experiment_id, run_name=f"trial-{number:04d}" + (f"-{start}" if start else ""),
+                                    tags={"mlflow.parentRunId": parent.info.run_id, N.SWEEP: NAME,
+                                          N.TRIAL: str(number), "optuna.trial_number": str(number)})
+            run_id = run.info.run_id
+            logged = {**base, **params, "model.latent_len": 32, "model.latent_fraction": 0.5}
+            now = int(time.time() * 1000)
+            metrics = [Metric(M.TRAIN_LOSS_STEPS, v, now, int(s)) for r in history for s, v in r[M.TRAIN_LOSS_STEPS]]
+            metrics += [Metric(k, float(v), now, r[M.EPOCH]) for r in history for k, v in r.items()
+                        if k not in (M.EPOCH, M.TRAIN_LOSS_STEPS)]
+            metrics.append(Metric(M.RESOURCE_SECONDS, sum(h[M.EPOCH_SECONDS] for h in history), now, len(history)))
+            tags = {**source, "ray.tune_trial_id": f"{number:05d}abcd", "ray.node_ip": "127.0.0.1",
+                    "ray.node_id": "f" * 56, "ray.hostname": "bench", N.OUTCOME: outcome, N.RESOURCE: "cpu",
+                    **({N.START: start} if start else {})}
+            if history:
+                tags[N.ARTIFACTS_EPOCH] = str(max(history, key=lambda h: h[M.VAL_TOKEN_ACCURACY])[M.EPOCH])
+                client.log_artifact(run_id, str(sample_file))
+            # one batch, as a driver's writes add up to (MLflow takes 1,000 entities in one)
+            client.log_batch(run_id, params=[Param(k, "null" if v is None else str(v)) for k, v in sorted(logged.items())],
+                             metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
+            client.set_terminated(run_id, "FAILED" if fate == "FAIL" else "FINISHED")
+
+            # -- the trial's checkpoint records --------------------------------------------
+            store = CheckpointStore.of_trial(backends.storage, number)
+            for record in history:
+                epoch = record[M.EPOCH]
+                plain = [{k: v for k, v in h.items() if k != M.TRAIN_LOSS_STEPS} | {M.TRAIN_LOSS_STEPS: []}
+                         for h in history[:epoch]]
+                store.save_epoch(epoch, {"epoch": epoch}, {"history": plain, "finished": fate == "COMPLETE"
+                                                           and epoch == len(history), "patience_spent": False})
+            if history:
+                kept = max(history, key=lambda h: h[M.VAL_TOKEN_ACCURACY])
+                store.save_best(kept[M.EPOCH], {MODEL: b"\0", SAMPLES_JSON: json.dumps(samples).encode(),
+                                                SAMPLES_TXT: b"", METRICS: b"{}"}, {"metrics": {}})
+    client.set_tag(parent.info.run_id, N.ENDED, "complete")
+    client.set_terminated(parent.info.run_id, "FINISHED")
+    counts: dict[str, int] = {}
+    for _, _, _, fate, _ in plans:
+        counts[fate] = counts.get(fate, 0) + 1
+    state.mlflow_experiment_id, state.mlflow_parent_run_id = experiment_id, parent.info.run_id
+    state.sessions = [{"started": time.time(), "ended": time.time(), "outcome": "complete", "trials": counts,
+                       "interrupted": False, "pid": 0, "host": "bench"}]
+    workspace.write(state)
+    return workspace
+
+
+def driver_start(root: str, name: str) -> None:
+    """A driver's start, up to its first new trial (the module's docstring says what is left out);
+    prints the seconds it took."""
+    gc.freeze()  # as the driver's verbs do once their imports are done (seqae_cli.commands._imported)
+    started = time.perf_counter()
+    workspace = Workspace(root)
+    with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
+        state = workspace.read(name)
+        spec = load_spec(state, check_file=False)
+        backends = Backends(**state.backends)
+        study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
+        tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage, workspace.artifact_root, spec.share)
+        tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, {})
+        notes = ledger.reconcile(study, backends.storage, tracker)
+        trial = study.next_trial()
+    assert trial is not None and not notes, (trial, notes)
+    print(json.dumps({"start_s": time.perf_counter() - started, "trial": trial.number}))
+
+
+# Runs a module as ``python -m`` would, then writes the process's peak resident memory (VmHWM) to
+# the file named first: the rusage of a child (``ru_maxrss``) counts the parent's memory copied
+# at the fork it was started by, which exec does not reset.
+LAUNCH = """import atexit, runpy, sys
+out, module = sys.argv[1], sys.argv[2]
+def peak():
+    with open("/proc/self/status") as status, open(out, "w") as f:
+        f.write(next(line for line in status if line.startswith("VmHWM:")).split()[1])
+atexit.register(peak)
+sys.argv = [module, *sys.argv[3:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
+def _timed(module: str, args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, float, str]:
+    """Run ``python -m module args`` in a new process: its wall seconds, its CPU seconds (user
+    and system, from its rusage), its peak resident MiB (``LAUNCH``) and its stdout."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
+            tempfile.NamedTemporaryFile("r") as peak:
+        start = time.perf_counter()
+        child = subprocess.Popen([sys.executable, "-c", LAUNCH, peak.name, module, *args], stdout=out, stderr=err,
+                                 env=env, cwd=cwd)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        text = out.read()
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"{module} {' '.join(args)} failed:\n{text[-2000:]}\n{err.read()[-3000:]}")
+        kib = float(peak.read() or "nan")
+    return wall, usage.ru_utime + usage.ru_stime, kib / 1024, text
+
+
+def measure(workspace: Workspace, env: dict[str, str]) -> list[dict[str, Any]]:
+    """Each command's wall seconds and peak memory on the sweep ``cp`` of ``workspace``."""
+    ws = ["--workspace", str(workspace.root)]
+    commands = {
+        "status": ["sweep", "status", NAME, *ws],
+        "status --json": ["sweep", "status", NAME, "--json", *ws],
+        "sweep list": ["sweep", "list", *ws],
+        "export": ["sweep", "export", NAME, "--format", "csv", "--out", str(workspace.root / "t.csv"), *ws],
+        "report": ["report", NAME, *ws],
+    }
+    rows = []
+    for label, args in commands.items():
+        wall, cpu, peak, _ = _timed("seqae_cli", args, env, workspace.root)
+        rows.append({"command": label, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak)})
+    extend(workspace, NAME, 1)  # as `seqae sweep extend NAME --trials 1` does before its driver starts
+    wall, cpu, peak, text = _timed("benchmarks.control_plane", [str(workspace.root), NAME], env, REPO)
+    start = json.loads(text.strip().splitlines()[-1])["start_s"]
+    rows.append({"command": "driver start", "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak),
+                 "start_s": round(start, 2)})
+    return rows
+
+
+def run(sizes: list[int], backends: list[str]) -> list[dict[str, Any]]:
+    """The table: a row per size, Optuna storage and command; then each command's growth from one
+    size to the next (time and memory ratios)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="seqae-cp-") as tmp:
+        pg = None
+        if "postgresql" in backends:
+            pg = postgres.create(Path(tmp) / "secrets", port=_free_port())
+            postgres.start(pg, Path(tmp) / "postgres.log")
+            env["PGPASSFILE"] = pg.pgpass
+            os.environ["PGPASSFILE"] = pg.pgpass
+        try:
+            for backend in backends:
+                for size in sizes:
+                    url = None
+                    if backend == "postgresql":
+                        assert pg is not None
+                        database = f"optuna_{size}"
+                        postgres.create_database(pg, database)
+                        url = pg.url(database)
+                    started = time.perf_counter()
+                    workspace = build(Path(tmp) / f"{backend}-{size}", size, url)
+                    built = time.perf_counter() - started
+                    for row in measure(workspace, env):
+                        rows.append({"trials": size, "optuna": backend, **row, "built_s": round(built)})
+        finally:
+            if pg is not None:
+                postgres.stop(pg)
+    return rows + growth(rows)
+
+
+def growth(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each command's time and memory at each size over the size before it (x10 trials: linear is 10)."""
+    out = []
+    by_key = {(r["optuna"], r["command"], r["trials"]): r for r in rows}
+    for (backend, command, size), row in by_key.items():
+        smaller = [s for (b, c, s) in by_key if (b, c) == (backend, command) and s < size]
+        if smaller:
+            before = by_key[(backend, command, max(smaller))]
+            out.append({"trials": f"{max(smaller)}->{size}", "optuna": backend, "command": command,
+                        "wall_s": f"x{row['wall_s'] / max(before['wall_s'], 1e-9):.2f}",
+                        "cpu_s": f"x{row['cpu_s'] / max(before['cpu_s'], 1e-9):.2f}",
+                        "peak_mib": f"x{row['peak_mib'] / max(before['peak_mib'], 1e-9):.2f}"})
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+if __name__ == "__main__":  # a driver's start, in a process of its own (measure)
+    driver_start(sys.argv[1], sys.argv[2])
