@@ -21,16 +21,17 @@ least) and its peak resident memory (the kernel's VmHWM, read as it exits: ``LAU
     export          seqae sweep export NAME --format csv
     report          seqae report NAME
     driver start    a driver's start after `seqae sweep extend NAME --trials 1`, up to its first new
-                    trial: lock, sweep record, Optuna study, MLflow experiment and run, reconcile,
-                    the new trial asked of the study (:func:`driver_start`, run the same way in a new
-                    process). Data preparation and Ray's start are left out: neither depends on the
-                    sweep's size. ``start_s`` is that path alone, timed inside the process; ``wall_s``
-                    adds the interpreter's start and imports.
+                    trial (``benchmarks/driver_start.py``, run the same way in a new process).
+                    ``start_s`` is that path alone, timed inside the process; ``wall_s`` adds the
+                    interpreter's start and imports.
+
+With ``--before DIR`` (a checkout of seqae from before the control plane's fixes), each command is
+timed again on the same sweeps with that code first on the path: the table's ``code`` column says
+which (``after`` is this checkout).
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import random
@@ -52,15 +53,14 @@ from cluster import postgres
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.checkpoint import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, CheckpointStore
-from sweeps import ledger
 from sweeps import spec as spec_lib
-from sweeps.lifecycle import extend, load_spec
-from sweeps.search import directions_of, optuna_distribution, open_study, storage
-from sweeps.tracking import Tracker
-from sweeps.workspace import Backends, DriverLock, SweepState, Workspace
+from sweeps.lifecycle import extend
+from sweeps.search import directions_of, optuna_distribution, storage
+from sweeps.workspace import Backends, SweepState, Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "sweeps" / "studies" / "quickstart.yaml"
+DRIVER_START = Path(__file__).resolve().parent / "driver_start.py"
 EPOCHS = 3
 LOSS_POINTS = 8  # points of the training-loss curve per epoch
 NAME = "cp"
@@ -186,46 +186,31 @@ def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0)
     return workspace
 
 
-def driver_start(root: str, name: str) -> None:
-    """A driver's start, up to its first new trial (the module's docstring says what is left out);
-    prints the seconds it took."""
-    gc.freeze()  # as the driver's verbs do once their imports are done (seqae_cli.commands._imported)
-    started = time.perf_counter()
-    workspace = Workspace(root)
-    with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
-        state = workspace.read(name)
-        spec = load_spec(state, check_file=False)
-        backends = Backends(**state.backends)
-        study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
-        tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage, workspace.artifact_root, spec.share)
-        tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, {})
-        notes = ledger.reconcile(study, backends.storage, tracker)
-        trial = study.next_trial()
-    assert trial is not None and not notes, (trial, notes)
-    print(json.dumps({"start_s": time.perf_counter() - started, "trial": trial.number}))
-
-
-# Runs a module as ``python -m`` would, then writes the process's peak resident memory (VmHWM) to
-# the file named first: the rusage of a child (``ru_maxrss``) counts the parent's memory copied
-# at the fork it was started by, which exec does not reset.
+# Runs a module as ``python -m`` would (or a script, given its path), then writes the process's
+# peak resident memory (VmHWM) to the file named first: the rusage of a child (``ru_maxrss``)
+# counts the parent's memory copied at the fork it was started by, which exec does not reset.
 LAUNCH = """import atexit, runpy, sys
-out, module = sys.argv[1], sys.argv[2]
+out, target = sys.argv[1], sys.argv[2]
 def peak():
     with open("/proc/self/status") as status, open(out, "w") as f:
         f.write(next(line for line in status if line.startswith("VmHWM:")).split()[1])
 atexit.register(peak)
-sys.argv = [module, *sys.argv[3:]]
-runpy.run_module(module, run_name="__main__", alter_sys=True)
+sys.argv = [target, *sys.argv[3:]]
+if target.endswith(".py"):
+    runpy.run_path(target, run_name="__main__")
+else:
+    runpy.run_module(target, run_name="__main__", alter_sys=True)
 """
 
 
-def _timed(module: str, args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, float, str]:
-    """Run ``python -m module args`` in a new process: its wall seconds, its CPU seconds (user
-    and system, from its rusage), its peak resident MiB (``LAUNCH``) and its stdout."""
+def _timed(target: str, args: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, float, str]:
+    """Run ``python -m target args`` (or the script ``target``) in a new process: its wall
+    seconds, its CPU seconds (user and system, from its rusage), its peak resident MiB (``LAUNCH``)
+    and its stdout."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
             tempfile.NamedTemporaryFile("r") as peak:
         start = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-c", LAUNCH, peak.name, module, *args], stdout=out, stderr=err,
+        child = subprocess.Popen([sys.executable, "-c", LAUNCH, peak.name, target, *args], stdout=out, stderr=err,
                                  env=env, cwd=cwd)
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - start
@@ -233,14 +218,18 @@ def _timed(module: str, args: list[str], env: dict[str, str], cwd: Path) -> tupl
         err.seek(0)
         text = out.read()
         if os.waitstatus_to_exitcode(status) != 0:
-            raise RuntimeError(f"{module} {' '.join(args)} failed:\n{text[-2000:]}\n{err.read()[-3000:]}")
+            raise RuntimeError(f"{target} {' '.join(args)} failed:\n{text[-2000:]}\n{err.read()[-3000:]}")
         kib = float(peak.read() or "nan")
     return wall, usage.ru_utime + usage.ru_stime, kib / 1024, text
 
 
-def measure(workspace: Workspace, env: dict[str, str]) -> list[dict[str, Any]]:
-    """Each command's wall seconds and peak memory on the sweep ``cp`` of ``workspace``."""
+def measure(workspace: Workspace, env: dict[str, str], freeze: bool) -> list[dict[str, Any]]:
+    """Each command's wall seconds, CPU seconds and peak memory on the sweep ``cp`` of
+    ``workspace``, with the seqae that ``env``'s path finds first (the processes run in the
+    workspace, so that this checkout is not found first by being the working directory);
+    ``freeze``: the driver's start freezes its imports, as that seqae's driver does."""
     ws = ["--workspace", str(workspace.root)]
+    (workspace.root / "t.csv").unlink(missing_ok=True)  # an earlier measure's export: export never overwrites
     commands = {
         "status": ["sweep", "status", NAME, *ws],
         "status --json": ["sweep", "status", NAME, "--json", *ws],
@@ -253,24 +242,29 @@ def measure(workspace: Workspace, env: dict[str, str]) -> list[dict[str, Any]]:
         wall, cpu, peak, _ = _timed("seqae_cli", args, env, workspace.root)
         rows.append({"command": label, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak)})
     extend(workspace, NAME, 1)  # as `seqae sweep extend NAME --trials 1` does before its driver starts
-    wall, cpu, peak, text = _timed("benchmarks.control_plane", [str(workspace.root), NAME], env, REPO)
+    args = [str(workspace.root), NAME, *(["--freeze"] if freeze else [])]
+    wall, cpu, peak, text = _timed(str(DRIVER_START), args, env, workspace.root)
     start = json.loads(text.strip().splitlines()[-1])["start_s"]
     rows.append({"command": "driver start", "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak),
                  "start_s": round(start, 2)})
     return rows
 
 
-def run(sizes: list[int], backends: list[str]) -> list[dict[str, Any]]:
-    """The table: a row per size, Optuna storage and command; then each command's growth from one
-    size to the next (time and memory ratios)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+def run(sizes: list[int], backends: list[str], before: Path | None = None) -> list[dict[str, Any]]:
+    """The table: a row per size, Optuna storage, code and command; then each command's growth
+    from one size to the next (time and memory ratios). ``before``: a checkout of seqae from before
+    the control plane's fixes, whose commands are timed on the same sweeps after this checkout's
+    (code ``before``; this checkout's is ``after``)."""
+    def path_env(code: Path) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
+
+    codes = {"after": (path_env(REPO), True), **({"before": (path_env(before), False)} if before else {})}
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="seqae-cp-") as tmp:
         pg = None
         if "postgresql" in backends:
             pg = postgres.create(Path(tmp) / "secrets", port=_free_port())
             postgres.start(pg, Path(tmp) / "postgres.log")
-            env["PGPASSFILE"] = pg.pgpass
             os.environ["PGPASSFILE"] = pg.pgpass
         try:
             for backend in backends:
@@ -284,8 +278,10 @@ def run(sizes: list[int], backends: list[str]) -> list[dict[str, Any]]:
                     started = time.perf_counter()
                     workspace = build(Path(tmp) / f"{backend}-{size}", size, url)
                     built = time.perf_counter() - started
-                    for row in measure(workspace, env):
-                        rows.append({"trials": size, "optuna": backend, **row, "built_s": round(built)})
+                    for code, (env, freeze) in codes.items():
+                        env = {**env, **({"PGPASSFILE": pg.pgpass} if pg else {})}
+                        for row in measure(workspace, env, freeze):
+                            rows.append({"trials": size, "optuna": backend, "code": code, **row, "built_s": round(built)})
         finally:
             if pg is not None:
                 postgres.stop(pg)
@@ -295,12 +291,12 @@ def run(sizes: list[int], backends: list[str]) -> list[dict[str, Any]]:
 def growth(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each command's time and memory at each size over the size before it (x10 trials: linear is 10)."""
     out = []
-    by_key = {(r["optuna"], r["command"], r["trials"]): r for r in rows}
-    for (backend, command, size), row in by_key.items():
-        smaller = [s for (b, c, s) in by_key if (b, c) == (backend, command) and s < size]
+    by_key = {(r["optuna"], r["code"], r["command"], r["trials"]): r for r in rows}
+    for (backend, code, command, size), row in by_key.items():
+        smaller = [s for (b, k, c, s) in by_key if (b, k, c) == (backend, code, command) and s < size]
         if smaller:
-            before = by_key[(backend, command, max(smaller))]
-            out.append({"trials": f"{max(smaller)}->{size}", "optuna": backend, "command": command,
+            before = by_key[(backend, code, command, max(smaller))]
+            out.append({"trials": f"{max(smaller)}->{size}", "optuna": backend, "code": code, "command": command,
                         "wall_s": f"x{row['wall_s'] / max(before['wall_s'], 1e-9):.2f}",
                         "cpu_s": f"x{row['cpu_s'] / max(before['cpu_s'], 1e-9):.2f}",
                         "peak_mib": f"x{row['peak_mib'] / max(before['peak_mib'], 1e-9):.2f}"})
@@ -311,7 +307,3 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-if __name__ == "__main__":  # a driver's start, in a process of its own (measure)
-    driver_start(sys.argv[1], sys.argv[2])

@@ -59,7 +59,8 @@ SUITES: dict[str, Suite] = {
     "scale": lambda o: _module("scale").run(o["data"]),
     **{part: _frontier(part) for part in ("frontier-fig3", "frontier-width", "frontier-offcorpus")},
     "control-plane": lambda o: _module("control_plane").run([int(n) for n in o["sizes"].split(",")],
-                                                            o["optuna"].split(",")),
+                                                            o["optuna"].split(","),
+                                                            Path(o["before"]) if o["before"] else None),
 }
 
 

@@ -341,10 +341,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
         raise ConfigError(f"unknown benchmark suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
+    if args.before and not (Path(args.before) / "seqae_cli" / "main.py").is_file():
+        raise ConfigError(f"--before {args.before!r} is not a checkout of seqae (no seqae_cli/main.py there)")
     data = args.data or os.environ.get("SEQAE_BENCH_DATA") or "wikimedia/wikipedia"
     run_benchmarks(args.suites, Path(args.out),
                    {"shapes": args.shapes, "steps": args.steps, "workspace": args.workspace, "data": data,
-                    "sizes": args.sizes, "optuna": args.optuna})
+                    "sizes": args.sizes, "optuna": args.optuna, "before": args.before})
     return 0
 
 

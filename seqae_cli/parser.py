@@ -201,5 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="control-plane: the sweeps' sizes in finished trials, comma-separated")
     bench.add_argument("--optuna", default="sqlite,postgresql",
                        help="control-plane: the Optuna storages to build them in (sqlite, postgresql)")
+    bench.add_argument("--before", default=None, metavar="DIR",
+                       help="control-plane: a checkout of seqae from before a change, whose commands are timed "
+                            "on the same sweeps too")
     bench.set_defaults(handler=cmd_bench)
     return parser

@@ -55,6 +55,20 @@ def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(MlflowClient, "search_runs", capped)
 
 
+# -- the benchmark's own measurement -------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_benchmark_times_every_command_with_each_code_on_the_same_sweeps():
+    """``--before`` times the commands again with another checkout first on the path (here this
+    one: the point is that both run, the driver's start twice on the same sweep)."""
+    rows = control_plane.run([4], ["sqlite"], before=control_plane.REPO)
+    commands = ["status", "status --json", "sweep list", "export", "report", "driver start"]
+    assert [(r["code"], r["command"]) for r in rows] == [(c, m) for c in ("after", "before") for m in commands]
+    assert all(r["trials"] == 4 and r["wall_s"] > 0 and r["cpu_s"] > 0 and r["peak_mib"] > 0 for r in rows)
+    assert all(0 < r["start_s"] < r["wall_s"] for r in rows if r["command"] == "driver start")
+
+
 # -- every run, a page at a time ----------------------------------------------------------------
 def test_every_run_is_read_when_they_take_several_pages(sweep, small_pages):
     state = sweep.read(control_plane.NAME)
