@@ -9,7 +9,9 @@ values, intermediate values and attributes a driver writes, about 60% complete, 
 5% failed; an MLflow experiment (SQLite) with the sweep's run and a child run per trial (every
 config key as a parameter, three epochs of metrics, a short loss curve, the tags a driver sets,
 ``samples.json`` as its best-model artifact); and each trial's checkpoint records (two epoch
-records and a best record, with tiny state).
+records and a best record, with tiny state). The study and the records are written in a second
+process beside MLflow's, and SQLite without waiting for the disk: 10,000 trials take a few
+minutes on two cores.
 
 Timed, each as ``python -m seqae_cli ...`` in a new process: wall seconds from start to exit, its
 CPU seconds (user and system, from the child's own ``wait4`` rusage: what a busy machine inflates
@@ -32,22 +34,29 @@ which (``after`` is this checkout).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing
 import os
 import random
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import optuna
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import Metric, Param
+from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 from cluster import postgres
 from seqae_core import metrics as M
@@ -64,6 +73,8 @@ DRIVER_START = Path(__file__).resolve().parent / "driver_start.py"
 EPOCHS = 3
 LOSS_POINTS = 8  # points of the training-loss curve per epoch
 NAME = "cp"
+Plan = tuple[int, str | None, dict[str, Any], str, list[dict[str, Any]]]  # number, start, params, fate, history
+SAMPLES = [{"original": ["the", "cat", "sat"], "reconstruction": ["the", "dog", "sat"]}] * 2  # a best record's
 
 
 def _history(rng: random.Random, epochs: int, test: bool) -> list[dict[str, Any]]:
@@ -84,6 +95,24 @@ def _history(rng: random.Random, epochs: int, test: bool) -> list[dict[str, Any]
     return records
 
 
+@contextlib.contextmanager
+def _unsynced() -> Iterator[None]:
+    """SQLite databases opened meanwhile are written without waiting for the disk (no fsync, the
+    rollback journal in memory): otherwise each transaction, one per Optuna trial and several per
+    MLflow run, waits for the disk. Neither setting outlives its connection: the files are
+    ordinary databases."""
+    def connected(connection: Any, _record: Any) -> None:
+        if isinstance(connection, sqlite3.Connection):
+            connection.execute("PRAGMA synchronous = OFF")
+            connection.execute("PRAGMA journal_mode = MEMORY")
+
+    event.listen(Engine, "connect", connected)
+    try:
+        yield
+    finally:
+        event.remove(Engine, "connect", connected)
+
+
 def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0) -> Workspace:
     """A finished quickstart sweep of ``trials`` trials named ``cp`` in a new workspace at ``root``."""
     rng = random.Random(seed)
@@ -95,14 +124,7 @@ def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0)
         backends = Backends(backends.mlflow_tracking_uri, optuna_url, backends.storage)
     state = SweepState(name=NAME, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=str(STUDY), sets=[],
                        planned_trials=spec.planned_trials(), backends=asdict(backends), study_name=NAME)
-
-    # -- the study -----------------------------------------------------------------------------
-    study = optuna.create_study(storage=storage(backends.optuna_storage), study_name=NAME,
-                                directions=directions_of(spec))
-    study.set_user_attr(N.FINGERPRINT, state.fingerprint)
-    study.set_metric_names([o.metric for o in spec.objectives])
-    dists = {k: optuna_distribution(spec.search[k]) for k in spec.sampling_order()}
-    plans = []
+    plans: list[Plan] = []
     for number in range(trials):
         start = "paper_lr" if number == 0 else None
         params = dict(spec.start_params("paper_lr")) if start else {
@@ -111,6 +133,33 @@ def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0)
         fate = "COMPLETE" if start else rng.choices(["COMPLETE", "PRUNED", "FAIL"], [60, 35, 5])[0]
         epochs = {"COMPLETE": EPOCHS, "PRUNED": rng.choice([1, 2]), "FAIL": 0}[fate]
         plans.append((number, start, params, fate, _history(rng, epochs, test=True)))
+
+    # The study and the checkpoint records are written by a second process while this one fills
+    # MLflow: each takes about half of the time. Spawned, not forked, as this process may run
+    # threads (MLflow's telemetry) that a fork would copy in the middle of holding a lock; so a
+    # script that calls build needs the usual ``if __name__ == "__main__"`` guard.
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as other:
+        study = other.submit(_study_and_records, spec, state.fingerprint, backends, plans)
+        experiment_id, parent_id = _tracking(workspace, spec, state.fingerprint, backends, plans)
+        study.result()
+    counts: dict[str, int] = {}
+    for _, _, _, fate, _ in plans:
+        counts[fate] = counts.get(fate, 0) + 1
+    state.mlflow_experiment_id, state.mlflow_parent_run_id = experiment_id, parent_id
+    state.sessions = [{"started": time.time(), "ended": time.time(), "outcome": "complete", "trials": counts,
+                       "interrupted": False, "pid": 0, "host": "bench"}]
+    workspace.write(state)
+    return workspace
+
+
+@_unsynced()
+def _study_and_records(spec: spec_lib.SweepSpec, fingerprint: str, backends: Backends, plans: list[Plan]) -> None:
+    """The sweep's Optuna study, and each trial's checkpoint records."""
+    study = optuna.create_study(storage=storage(backends.optuna_storage), study_name=NAME,
+                                directions=directions_of(spec))
+    study.set_user_attr(N.FINGERPRINT, fingerprint)
+    study.set_metric_names([o.metric for o in spec.objectives])
+    dists = {k: optuna_distribution(spec.search[k]) for k in spec.sampling_order()}
     frozen = []
     for number, start, params, fate, history in plans:
         attrs: dict[str, Any] = {N.PROPOSED_BY: "start" if start else "random start-up" if number < 3 else "tpe",
@@ -126,64 +175,63 @@ def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0)
             system_attrs={"fixed_params": params} if start else {}))
     study.add_trials(frozen)
 
-    # -- MLflow --------------------------------------------------------------------------------
+    for number, _, _, fate, history in plans:
+        store = CheckpointStore.of_trial(backends.storage, number)
+        for record in history[-store.keep:]:  # the records it keeps: it would prune older ones at once
+            epoch = record[M.EPOCH]
+            plain = [{k: v for k, v in h.items() if k != M.TRAIN_LOSS_STEPS} | {M.TRAIN_LOSS_STEPS: []}
+                     for h in history[:epoch]]
+            store.save_epoch(epoch, {"epoch": epoch}, {"history": plain, "finished": fate == "COMPLETE"
+                                                       and epoch == len(history), "patience_spent": False})
+        if history:
+            kept = max(history, key=lambda h: h[M.VAL_TOKEN_ACCURACY])
+            store.save_best(kept[M.EPOCH], {MODEL: b"\0", SAMPLES_JSON: json.dumps(SAMPLES).encode(),
+                                            SAMPLES_TXT: b"", METRICS: b"{}"}, {"metrics": {}})
+
+
+@_unsynced()
+def _tracking(workspace: Workspace, spec: spec_lib.SweepSpec, fingerprint: str, backends: Backends,
+              plans: list[Plan]) -> tuple[str, str]:
+    """The sweep's MLflow experiment, its run and a child run per trial: the experiment's id and the run's."""
     client = MlflowClient(backends.mlflow_tracking_uri)
     experiment_id = client.create_experiment(NAME, artifact_location=(workspace.artifact_root / NAME).as_uri(),
-                                             tags={N.FINGERPRINT: state.fingerprint, N.SWEEP: NAME})
+                                             tags={N.FINGERPRINT: fingerprint, N.SWEEP: NAME})
     parent = client.create_run(experiment_id, run_name=NAME, tags={N.SWEEP: NAME, N.ROLE: N.ROLE_SWEEP})
     source = {"mlflow.source.name": str(STUDY), "mlflow.source.type": "LOCAL", "seqae.code": "0123456789ab",
               "seqae.code_dirty": "false", "mlflow.source.git.commit": "0" * 40,
               **{f"seqae.version.{p}": "1.0" for p in ("torch", "ray", "optuna", "mlflow", "transformers")}}
     base = spec_lib.cell_configs(spec)[0].flat()
-    samples = [{"original": ["the", "cat", "sat"], "reconstruction": ["the", "dog", "sat"]}] * 2
     with tempfile.TemporaryDirectory() as tmp:
         sample_file = Path(tmp) / SAMPLES_JSON
-        sample_file.write_text(json.dumps(samples))
+        sample_file.write_text(json.dumps(SAMPLES))
         for number, start, params, fate, history in plans:
             outcome = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}[fate]
+            tags = {"mlflow.parentRunId": parent.info.run_id, N.SWEEP: NAME, N.TRIAL: str(number),
+                    "optuna.trial_number": str(number), **source, "ray.tune_trial_id": f"{number:05d}abcd",
+                    "ray.node_ip": "127.0.0.1", "ray.node_id": "f" * 56, "ray.hostname": "bench", N.OUTCOME: outcome,
+                    N.RESOURCE: "cpu", **({N.START: start} if start else {})}
+            if history:
+                tags[N.ARTIFACTS_EPOCH] = str(max(history, key=lambda h: h[M.VAL_TOKEN_ACCURACY])[M.EPOCH])
+            # What a driver writes over a trial's life, in as few calls as MLflow takes it (each is
+            # a transaction or more): every tag as the run is created, then one batch (up to 1,000
+            # entities); the artifact goes straight to the run's artifact store, which
+            # MlflowClient.log_artifact would first read the run again to find.
             run = client.create_run(experiment_id, run_name=f"trial-{number:04d}" + (f"-{start}" if start else ""),
-                                    tags={"mlflow.parentRunId": parent.info.run_id, N.SWEEP: NAME,
-                                          N.TRIAL: str(number), "optuna.trial_number": str(number)})
-            run_id = run.info.run_id
+                                    tags=tags)
+            if history:
+                get_artifact_repository(run.info.artifact_uri).log_artifact(str(sample_file))
             logged = {**base, **params, "model.latent_len": 32, "model.latent_fraction": 0.5}
             now = int(time.time() * 1000)
             metrics = [Metric(M.TRAIN_LOSS_STEPS, v, now, int(s)) for r in history for s, v in r[M.TRAIN_LOSS_STEPS]]
             metrics += [Metric(k, float(v), now, r[M.EPOCH]) for r in history for k, v in r.items()
                         if k not in (M.EPOCH, M.TRAIN_LOSS_STEPS)]
             metrics.append(Metric(M.RESOURCE_SECONDS, sum(h[M.EPOCH_SECONDS] for h in history), now, len(history)))
-            tags = {**source, "ray.tune_trial_id": f"{number:05d}abcd", "ray.node_ip": "127.0.0.1",
-                    "ray.node_id": "f" * 56, "ray.hostname": "bench", N.OUTCOME: outcome, N.RESOURCE: "cpu",
-                    **({N.START: start} if start else {})}
-            if history:
-                tags[N.ARTIFACTS_EPOCH] = str(max(history, key=lambda h: h[M.VAL_TOKEN_ACCURACY])[M.EPOCH])
-                client.log_artifact(run_id, str(sample_file))
-            # one batch, as a driver's writes add up to (MLflow takes 1,000 entities in one)
-            client.log_batch(run_id, params=[Param(k, "null" if v is None else str(v)) for k, v in sorted(logged.items())],
-                             metrics=metrics, tags=[RunTag(k, v) for k, v in tags.items()])
-            client.set_terminated(run_id, "FAILED" if fate == "FAIL" else "FINISHED")
-
-            # -- the trial's checkpoint records --------------------------------------------
-            store = CheckpointStore.of_trial(backends.storage, number)
-            for record in history:
-                epoch = record[M.EPOCH]
-                plain = [{k: v for k, v in h.items() if k != M.TRAIN_LOSS_STEPS} | {M.TRAIN_LOSS_STEPS: []}
-                         for h in history[:epoch]]
-                store.save_epoch(epoch, {"epoch": epoch}, {"history": plain, "finished": fate == "COMPLETE"
-                                                           and epoch == len(history), "patience_spent": False})
-            if history:
-                kept = max(history, key=lambda h: h[M.VAL_TOKEN_ACCURACY])
-                store.save_best(kept[M.EPOCH], {MODEL: b"\0", SAMPLES_JSON: json.dumps(samples).encode(),
-                                                SAMPLES_TXT: b"", METRICS: b"{}"}, {"metrics": {}})
+            client.log_batch(run.info.run_id, metrics=metrics,
+                             params=[Param(k, "null" if v is None else str(v)) for k, v in sorted(logged.items())])
+            client.set_terminated(run.info.run_id, "FAILED" if fate == "FAIL" else "FINISHED")
     client.set_tag(parent.info.run_id, N.ENDED, "complete")
     client.set_terminated(parent.info.run_id, "FINISHED")
-    counts: dict[str, int] = {}
-    for _, _, _, fate, _ in plans:
-        counts[fate] = counts.get(fate, 0) + 1
-    state.mlflow_experiment_id, state.mlflow_parent_run_id = experiment_id, parent.info.run_id
-    state.sessions = [{"started": time.time(), "ended": time.time(), "outcome": "complete", "trials": counts,
-                       "interrupted": False, "pid": 0, "host": "bench"}]
-    workspace.write(state)
-    return workspace
+    return experiment_id, parent.info.run_id
 
 
 # Runs a module as ``python -m`` would (or a script, given its path), then writes the process's
