@@ -212,9 +212,10 @@ def test_four_trials_share_each_logical_gpu_and_record_it_and_their_gpu_hours(gp
 @pytest.mark.slow
 def test_a_gpu_hours_budget_stops_a_sweep_on_logical_gpus(gpu_cluster):
     """0.0002 GPU-hours is 0.72 GPU-seconds: 2.9 seconds of training of quarter-GPU trials, well
-    under the 48 epochs the eight would train."""
+    under the first epoch of the eight that start at once; the four trials after them never start
+    (were all twelve to start, every trial would end and the sweep be complete)."""
     name = "gpubudget"
-    _submit(gpu_cluster, name, "budget.gpu_hours=0.0002")
+    _submit(gpu_cluster, name, "budget.gpu_hours=0.0002", "trials.total=12")
     info = wait_job(gpu_cluster, name)
     logs = _logs(gpu_cluster, name)
     assert info["job"]["status"] == "SUCCEEDED" and info["outcome"] == "stopped", logs[-4000:]
