@@ -207,7 +207,7 @@ def test_four_trials_share_each_logical_gpu_and_record_it_and_their_gpu_hours(gp
     assert all(n <= 4 for n in at_once_per_gpu.values()), at_once_per_gpu  # a quarter GPU each: four fill one
     assert max(at_once_per_gpu.values()) == 4, at_once_per_gpu
     _cost_is_gpu_fraction_times_wall_time(gpu_cluster, name, info)
-    print(f"trials at once per logical GPU: {at_once_per_gpu}; cost {info['cost']['hours']:.5f} gpu-hours")  # the figures, with -s
+    print(f"trials at once per logical GPU: {at_once_per_gpu}; cost {info['cost']['hours']:.5f} gpu-hours")
 
 
 @pytest.mark.slow

@@ -43,7 +43,8 @@ class Database:
     """A real SQLite study storage whose connection can be made to drop: before each of the next
     ``drops`` statements, or just after the next commit (the commit lands, its answer is lost)."""
 
-    def __init__(self, path: Path, seconds: float = 5.0) -> None:
+    # The limit is the driver's default: on a busy machine Optuna's own retries alone take seconds.
+    def __init__(self, path: Path, seconds: float = 120.0) -> None:
         self.url = f"sqlite:///{path / 'optuna.db'}"
         self.drops = 0  # statements still to fail
         self.dropped = 0  # statements failed so far
