@@ -2,7 +2,8 @@
 the real stores (no training, no Ray), and the commands a user runs on them, each in a fresh
 process, timed with its peak memory.
 
-A sweep is built the way `seqae sweep run` leaves the quickstart's when it has finished: its
+A sweep of N trials is built with N - 1 of them finished (the driver's start below asks for the
+Nth: a sweep holds 10,000 at most), the way `seqae sweep run` leaves the quickstart's: its
 ``sweep.json`` (seqae's own spec and workspace code); an Optuna study (SQLite in the workspace,
 or PostgreSQL on loopback through :mod:`cluster.postgres`) whose trials carry the parameters,
 values, intermediate values and attributes a driver writes, about 60% complete, 35% pruned and
@@ -324,7 +325,8 @@ def run(sizes: list[int], backends: list[str], before: Path | None = None) -> li
                         postgres.create_database(pg, database)
                         url = pg.url(database)
                     started = time.perf_counter()
-                    workspace = build(Path(tmp) / f"{backend}-{size}", size, url)
+                    # one trial short, for the one the driver's start asks for: a sweep holds 10,000 at most
+                    workspace = build(Path(tmp) / f"{backend}-{size}", size - 1, url)
                     built = time.perf_counter() - started
                     for code, (env, freeze) in codes.items():
                         env = {**env, **({"PGPASSFILE": pg.pgpass} if pg else {})}
