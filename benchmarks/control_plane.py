@@ -62,7 +62,8 @@ from sqlalchemy.engine import Engine
 from cluster import postgres
 from seqae_core import metrics as M
 from seqae_core import names as N
-from seqae_core.checkpoint import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, CheckpointStore
+from seqae_core.checkpoint import CheckpointStore
+from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT
 from sweeps import spec as spec_lib
 from sweeps.lifecycle import extend
 from sweeps.search import directions_of, optuna_distribution, storage
@@ -325,13 +326,16 @@ def run(sizes: list[int], backends: list[str], before: Path | None = None) -> li
                         postgres.create_database(pg, database)
                         url = pg.url(database)
                     started = time.perf_counter()
-                    # one trial short, for the one the driver's start asks for: a sweep holds 10,000 at most
-                    workspace = build(Path(tmp) / f"{backend}-{size}", size - 1, url)
+                    # a trial short per code, for the one each code's driver start asks for: a sweep
+                    # holds 10,000 at most
+                    workspace = build(Path(tmp) / f"{backend}-{size}", size - len(codes), url)
                     built = time.perf_counter() - started
                     for code, (env, freeze) in codes.items():
                         env = {**env, **({"PGPASSFILE": pg.pgpass} if pg else {})}
                         for row in measure(workspace, env, freeze):
                             rows.append({"trials": size, "optuna": backend, "code": code, **row, "built_s": round(built)})
+                            # a 10,000-trial table takes most of an hour: each row shows as it is measured
+                            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
         finally:
             if pg is not None:
                 postgres.stop(pg)

@@ -240,19 +240,22 @@ def cmd_sweep_extend(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep_status(args: argparse.Namespace) -> int:
-    from sweeps import status  # MLflow and Optuna, only to read a sweep
-    from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
+    from sweeps import status  # Optuna, only to read a sweep
 
-    _imported()
     workspace = _workspace(args)
     record = workspace.read_submission(args.name)
+    if record is not None:
+        # MLflow and Ray's Jobs client, only for a sweep submitted to a cluster: a local sweep's
+        # status loads neither
+        from sweeps import submit, submitted
+    _imported()
     if record is not None and not workspace.exists(args.name):
         # submitted, and its driver keeps its state in the cluster's workspace: read its trials
         # from the backends the submission named, once its driver has created the study
         from sweeps.search import study_exists  # Optuna, only to read a sweep
 
         if record.backends and study_exists(record.backends["optuna_storage"], args.name):
-            info = status.submitted_status(record)
+            info = submitted.submitted_status(record)
         else:
             info = {"name": args.name, "job": submit.job_info(record)}
             print(json.dumps(info) if args.json else f"sweep {args.name}: job {info['job']['id']} is "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dashboards.compare import Compared, build
 from seqae_core import metrics as M
-from seqae_core.checkpoint import CheckpointStore
+from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.export import trial_table
@@ -33,7 +33,7 @@ def _compared(workspace: Workspace, name: str, metric: str, sign: float) -> Comp
     top = complete.loc[(sign * complete[metric]).idxmax()] if len(complete) else None
     curve: list[tuple[int, float]] = []
     if top is not None:
-        progress = CheckpointStore.of_trial(Backends(**state.backends).storage, int(top.trial)).progress()
+        progress = RecordStore.of_trial(Backends(**state.backends).storage, int(top.trial)).progress()
         curve = [(int(h[M.EPOCH]), float(h[M.VAL_TOKEN_ACCURACY])) for h in progress.history] if progress else []
     counts = table.state.value_counts()
     test = top.get(M.TEST_TOKEN_ACCURACY) if top is not None else None

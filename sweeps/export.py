@@ -32,7 +32,7 @@ from mlflow.tracking import MlflowClient
 
 from seqae_core import metrics as M
 from seqae_core import names as N
-from seqae_core.checkpoint import CheckpointStore
+from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.ledger import Outcome, resource_seconds
@@ -55,8 +55,10 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
         client = MlflowClient(backends.mlflow_tracking_uri)
         runs = {r.data.tags[N.TRIAL]: r for r in all_runs(client, state.mlflow_experiment_id) if N.TRIAL in r.data.tags}
     rows = []
-    for trial in study.trials():
-        progress = CheckpointStore.of_trial(backends.storage, trial.number).progress()
+    trials = study.trials()
+    stores = RecordStore.of_trials(backends.storage, [t.number for t in trials])
+    for trial in trials:
+        progress = stores[trial.number].progress()
         history = progress.history if progress else []
         kept = kept_record(history) if history else {}
         run = runs.get(str(trial.number))

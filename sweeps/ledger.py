@@ -11,15 +11,17 @@ ended, each trial's checkpoint records say how far it got, MLflow shows it. This
 from __future__ import annotations
 
 import enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from mlflow.entities import Run
 from optuna.trial import TrialState
 
 from seqae_core import metrics as M
 from seqae_core import names as N
-from seqae_core.checkpoint import CheckpointStore, Progress
+from seqae_core.records import Progress, RecordStore
 from sweeps.search import SweepStudy
+
+if TYPE_CHECKING:  # only annotations name it: reading a sweep's outcomes loads no MLflow
+    from mlflow.entities import Run
 
 
 class Outcome(str, enum.Enum):
@@ -106,7 +108,7 @@ def reconcile(study: SweepStudy, storage: str, tracker: Runs, lift_drain: bool =
         study.set_control(drain=None)
         notes.append(f"the sweep had stopped starting trials ({drain}); resuming lifts that")
     for number in study.numbers(TrialState.RUNNING):
-        progress, epochs = CheckpointStore.of_trial(storage, number).progress(), study.epochs(number)
+        progress, epochs = RecordStore.of_trial(storage, number).progress(), study.epochs(number)
         if progress is not None and progress.done(epochs):
             settle(study, number, Outcome.COMPLETE, progress)
             notes.append(f"trial {number}: had finished training; recorded as complete")

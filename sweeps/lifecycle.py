@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from optuna.trial import TrialState
 
-from seqae_core.checkpoint import CheckpointStore
+from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.mlflow_access import check_credentials
@@ -156,7 +156,7 @@ def extend_epochs(workspace: Workspace, name: str, epochs: int, which: str) -> l
                               f"{name}` (or `seqae sweep stop {name}`) first, then extend its finished trials")
         notes, chosen = [], []
         for number in chosen_trials(study, which):
-            progress = CheckpointStore.of_trial(backends.storage, number).progress()
+            progress = RecordStore.of_trial(backends.storage, number).progress()
             if progress is None:
                 notes.append(f"trial {number}: left as it is: it has no checkpoint")
             elif progress.patience_spent:

@@ -23,9 +23,10 @@ from ray.tune.search import Searcher
 
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
-from seqae_core.checkpoint import Progress as CheckpointProgress
 from seqae_core.config import Config
 from seqae_core.data import shared_settings
+from seqae_core.records import Progress as CheckpointProgress
+from seqae_core.records import RecordStore
 from seqae_core.train import NonFiniteLossError, describe_precision, train
 from seqae_errors import ConfigError
 from sweeps import ledger
@@ -355,8 +356,9 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
 
 def _progresses(study: SweepStudy, storage: str) -> dict[int, CheckpointProgress]:
     """How far each trial that trained got, from its checkpoint records."""
-    found = {t.number: CheckpointStore.of_trial(storage, t.number).progress() for t in study.trials()
-             if t.state.name in ("COMPLETE", "PRUNED", "RUNNING")}
+    stores = RecordStore.of_trials(storage, [t.number for t in study.trials()
+                                             if t.state.name in ("COMPLETE", "PRUNED", "RUNNING")])
+    found = {number: store.progress() for number, store in stores.items()}
     return {number: progress for number, progress in found.items() if progress is not None}
 
 

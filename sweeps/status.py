@@ -1,22 +1,19 @@
 """What `seqae sweep status` shows: trials by state, the best, the cost against the budget, and
-where the runs and the study live; for local sweeps and for sweeps submitted to a cluster alike.
-(`seqae sweep list` reads the sweeps' records alone: :func:`sweeps.workspace.listing`.)"""
+where the runs and the study live, read from the Optuna study and the trials' records alone: no MLflow,
+Ray or PyTorch is loaded, so that it answers in about a second. (A sweep submitted to a cluster adds
+its job: :mod:`sweeps.submitted`; `seqae sweep list` reads the sweeps' records alone:
+:func:`sweeps.workspace.listing`.)"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mlflow.tracking import MlflowClient
-
 from seqae_core import names as N
-from seqae_core.checkpoint import CheckpointStore
+from seqae_core.records import RecordStore
 from sweeps import spec as spec_lib
 from sweeps.ledger import resource_seconds
-from sweeps.mlflow_access import check_credentials
 from sweeps.search import SweepStudy, read_only
-from sweeps.submit import job_info
-from sweeps.tracking import find_sweep_run
-from sweeps.workspace import Backends, Submission, Workspace, redact
+from sweeps.workspace import Backends, Workspace, redact
 
 
 def status(workspace: Workspace, name: str) -> dict[str, Any]:
@@ -35,33 +32,6 @@ def status(workspace: Workspace, name: str) -> dict[str, Any]:
         "sessions": len(state.sessions),
         "job": state.job,
         "forked_from": state.forked_from,
-    }
-
-
-def submitted_status(record: Submission) -> dict[str, Any]:
-    """The status of a sweep submitted from this workspace whose state lives in the cluster's
-    (``record.workspace``): its trials, best and cost, read from the backends the submission
-    named (its Optuna study, MLflow experiment and sweep run, and storage), beside its job's state."""
-    spec = spec_lib.load(record.sweep_file, record.sets)
-    backends = Backends(**record.backends)
-    check_credentials(backends.mlflow_tracking_uri)
-    view = trials_view(spec, backends, record.name, spec.planned_trials())
-    job = job_info(record)
-    by_state = view["trials_by_state"]
-    complete = not by_state.get("NOT_STARTED") and set(by_state) <= {"COMPLETE", "PRUNED", "FAIL"}
-    client = MlflowClient(backends.mlflow_tracking_uri)
-    experiment = client.get_experiment_by_name(record.name)
-    run = find_sweep_run(client, experiment.experiment_id) if experiment else None
-    return {
-        "name": record.name,
-        "workspace": record.workspace,
-        "outcome": "complete" if complete and by_state else f"job {job['status']}",
-        **view,
-        "mlflow_experiment_id": experiment.experiment_id if experiment else None,
-        "mlflow_parent_run_id": run.info.run_id if run else None,
-        "sessions": len(record.jobs),
-        "job": job,
-        "forked_from": None,
     }
 
 
@@ -107,8 +77,8 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
 
 def cost(spec: spec_lib.SweepSpec, storage: str, study: SweepStudy) -> dict[str, Any]:
     """Resource-hours spent per trial and in all, against the budget (``ledger.resource_seconds``)."""
-    per_trial = {t.number: resource_seconds(spec.share[1], CheckpointStore.of_trial(storage, t.number).progress())
-                 for t in study.trials()}
+    stores = RecordStore.of_trials(storage, [t.number for t in study.trials()])
+    per_trial = {number: resource_seconds(spec.share[1], store.progress()) for number, store in stores.items()}
     return {"unit": f"{spec.share[0]}-hours", "hours": round(sum(per_trial.values()) / 3600, 6),
             "budget": spec.budget.hours if spec.budget else None,
             "per_trial_seconds": {str(n): round(s, 2) for n, s in per_trial.items()}}

@@ -45,15 +45,9 @@ from mlflow.utils.validation import MAX_ENTITIES_PER_BATCH
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core import names as N
-from seqae_core.checkpoint import (
-    METRICS,
-    MODEL,
-    SAMPLES_JSON,
-    SAMPLES_TXT,
-    CheckpointStore,
-    Progress,
-)
+from seqae_core.checkpoint import CheckpointStore, tensors
 from seqae_core.config import DataConfig, from_flat, to_yaml
+from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, Progress
 from seqae_errors import ConfigError
 from sweeps import textmodel
 from sweeps.ledger import Outcome, resource_seconds
@@ -304,7 +298,7 @@ class Tracker:
             current = None
         if current is not None and (current.run_id, current.tags.get(N.MODEL_EPOCH)) == (run_id, str(best.epoch)):
             return str(current.version), False
-        saved = best.state(MODEL)
+        saved = tensors(best.files[MODEL])
         config = from_flat(saved["config"])
         mlflow.set_tracking_uri(self.uri)
         mlflow.set_registry_uri(self.uri)

@@ -14,7 +14,8 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from seqae_core import metrics as M
-from seqae_core.checkpoint import CheckpointStore, Progress
+from seqae_core.checkpoint import CheckpointStore
+from seqae_core.records import Progress
 from sweeps import spec as spec_lib
 from sweeps.ledger import Outcome, decide, reconcile, resource_seconds, settle
 from sweeps.search import SweepStudy, open_study

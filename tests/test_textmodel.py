@@ -67,6 +67,7 @@ def test_the_registered_model_is_text_in_text_out_without_pickle(registered, tex
     from transformers import AutoTokenizer
 
     from seqae_core import data as data_lib
+    from seqae_core.checkpoint import tensors
     from seqae_core.model import ReducingAutoencoder
     from seqae_core.train import autocast
 
@@ -100,7 +101,7 @@ def test_the_registered_model_is_text_in_text_out_without_pickle(registered, tex
     assert out.reconstruction[2] == "" and math.isnan(out.token_accuracy[2]) and out.latents[2].shape == (0, s, d)
 
     # The latents are the trained encoder's, on windows cut and padded as in training.
-    saved = registered.store.latest("best").state("model.pt")
+    saved = tensors(registered.store.latest("best").files["model.pt"])
     model = ReducingAutoencoder(registered.config, len(splits.token_ids))
     model.load_state_dict(saved["model"])
     model.eval()

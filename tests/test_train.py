@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from seqae_core import metrics as M
-from seqae_core.checkpoint import CheckpointStore
+from seqae_core.checkpoint import CheckpointStore, tensors
 from seqae_core.config import TrainConfig
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.train import (
@@ -90,8 +90,9 @@ def test_the_kept_checkpoint_is_scored_on_the_test_pages(tiny_config, data_cache
         assert m[M.TEST_TOKEN_ACCURACY] == reports[m[M.BEST_EPOCH] - 1][M.TEST_TOKEN_ACCURACY]
     best = store.latest("best")
     assert best.epoch == final[M.BEST_EPOCH]
-    model = ReducingAutoencoder(config, len(best.state("model.pt")["token_ids"]))
-    model.load_state_dict(best.state("model.pt")["model"])
+    saved = tensors(best.files["model.pt"])
+    model = ReducingAutoencoder(config, len(saved["token_ids"]))
+    model.load_state_dict(saved["model"])
     splits = data.load(config.data, data_cache)
     scores = evaluate(model, splits, splits.test, config, torch.device("cpu"))
     assert final[M.TEST_TOKEN_ACCURACY] == pytest.approx(scores.token_accuracy, abs=1e-6)
@@ -252,7 +253,7 @@ def test_checkpoint_store_falls_back_past_a_damaged_record(tmp_path):
     state_file.write_bytes(state_file.read_bytes()[:-7])  # truncated
     (tmp_path / "epoch-000002" / "manifest.json").unlink()  # never finished
     loaded = store.latest()
-    assert loaded.epoch == 1 and loaded.state("state.pt")["w"].tolist() == [1.0] * 4
+    assert loaded.epoch == 1 and tensors(loaded.files["state.pt"])["w"].tolist() == [1.0] * 4
     assert [s.split(":")[0] for s in loaded.skipped] == ["epoch-000003", "epoch-000002"]
     store.save_epoch(2, {"epoch": 2})  # a resumed run rewrites epoch 2 whole
     assert store.latest().epoch == 2
@@ -261,7 +262,7 @@ def test_checkpoint_store_falls_back_past_a_damaged_record(tmp_path):
 def test_an_object_store_lease_stops_a_stale_writer_before_it_writes(s3, monkeypatch, tmp_path):
     """On a real S3 server: a trial resumed elsewhere takes its store's lease; the writer that
     outlived its driver then fails its next record with LeaseLost, and writes nothing."""
-    from seqae_core.checkpoint import LeaseLost
+    from seqae_core.records import LeaseLost
 
     for key, value in s3.items():
         monkeypatch.setenv(key, value)
@@ -276,5 +277,5 @@ def test_an_object_store_lease_stops_a_stale_writer_before_it_writes(s3, monkeyp
             with pytest.raises(LeaseLost):
                 stale.record_verdict("would repeat")
             resumed.save_epoch(3, {"epoch": 3})
-    assert resumed.latest().state("state.pt") == {"epoch": 3} and resumed.verdict() is None
+    assert tensors(resumed.latest().files["state.pt"]) == {"epoch": 3} and resumed.verdict() is None
     assert sorted(resumed._epochs("epoch")) == [2, 3]  # keep=2; epoch 3 is the resumed writer's own
