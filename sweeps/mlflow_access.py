@@ -1,6 +1,6 @@
 """Whether MLflow may be written to: a refusal of the credentials stops a command at once (it
 is no outage), while a server or database that is away is an outage the writer waits out; and
-reading every run of an experiment, however many."""
+reading every run of an experiment, however many, and finding its sweep's parent run."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from seqae_core import names as N
 from seqae_errors import ConfigError
 
 
@@ -29,6 +30,13 @@ def all_runs(client: MlflowClient, experiment_id: str, filter_string: str = "") 
         token = page.token
         if not token:
             return
+
+
+def find_sweep_run(client: MlflowClient, experiment_id: str) -> Run | None:
+    """The sweep's parent run in its experiment (the first, if a killed driver left two)."""
+    found = client.search_runs([experiment_id], filter_string=f"tags.`{N.ROLE}` = '{N.ROLE_SWEEP}'",
+                               order_by=["attributes.start_time ASC"], max_results=1)
+    return found[0] if found else None
 
 
 def unreachable(exc: BaseException) -> bool:

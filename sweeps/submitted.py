@@ -9,10 +9,9 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 
 from sweeps import spec as spec_lib
-from sweeps.mlflow_access import check_credentials
+from sweeps.mlflow_access import check_credentials, find_sweep_run
 from sweeps.status import trials_view
 from sweeps.submit import job_info
-from sweeps.tracking import find_sweep_run
 from sweeps.workspace import Backends, Submission
 
 

@@ -51,7 +51,7 @@ from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, Progre
 from seqae_errors import ConfigError
 from sweeps import textmodel
 from sweeps.ledger import Outcome, resource_seconds
-from sweeps.mlflow_access import all_runs
+from sweeps.mlflow_access import all_runs, find_sweep_run
 
 log = logging.getLogger(__name__)
 
@@ -320,13 +320,6 @@ class Tracker:
         self.client.set_model_version_tag(model_name, version, N.MODEL_EPOCH, str(best.epoch))
         self.client.set_registered_model_alias(model_name, N.BEST_ALIAS, version)
         return version, True
-
-
-def find_sweep_run(client: MlflowClient, experiment_id: str) -> Run | None:
-    """The sweep's parent run in its experiment (the first, if a killed driver left two)."""
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{N.ROLE}` = '{N.ROLE_SWEEP}'",
-                               order_by=["attributes.start_time ASC"], max_results=1)
-    return found[0] if found else None
 
 
 def _metrics(result: dict[str, Any]) -> list[Metric]:
