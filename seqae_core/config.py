@@ -301,9 +301,11 @@ def parse_sets(sets: list[str] | tuple[str, ...]) -> dict[str, Any]:
 def read_yaml(path: str | Path) -> Any:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     return load_yaml(text, f"{path}: not valid YAML")
 
 

@@ -79,6 +79,15 @@ def test_config_file_errors_name_the_file_and_key(tmp_path, capsys):
     assert str(path) in err and "unknown key 'model.colour'" in err
 
 
+def test_a_config_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"model:\n  d_model: \xff\xfe\n")
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"seqae: error: {path}: not valid YAML: 'utf-8' codec can't decode byte 0xff")
+    assert len(err.strip().splitlines()) == 1, err
+
+
 SMALL = {**TINY, "data.max_pages": 3}  # whole runs in a subprocess: what they check does not depend on the size
 
 
