@@ -82,7 +82,7 @@ class RecordStore:
     """Epoch and best-model records of one training run under ``uri``."""
 
     def __init__(self, uri: str, keep: int = 2, located: tuple[pafs.FileSystem, str] | None = None) -> None:
-        """``located``: ``uri``'s filesystem and path, when the caller has them (:meth:`of_trials`)."""
+        """``located``: ``uri``'s filesystem and path, when the caller has them (:meth:`progress_of`)."""
         self.uri = uri
         self.fs, self.root = located or filesystem(uri)
         self.keep = keep
@@ -94,13 +94,13 @@ class RecordStore:
         return cls(f"{storage.rstrip('/')}/trials/{number:04d}")
 
     @classmethod
-    def of_trials(cls: type[S], storage: str, numbers: Iterable[int]) -> dict[int, S]:
-        """:meth:`of_trial` of each of ``numbers``, their folder located once: reading 10,000
+    def progress_of(cls, storage: str, numbers: Iterable[int]) -> dict[int, Progress | None]:
+        """:meth:`progress` of each trial of ``numbers``, their folder located once: reading 10,000
         trials' progress (a sweep's cost in `seqae sweep status`) took twice as long resolving
         each trial's path on its own."""
         uri = f"{storage.rstrip('/')}/trials"
         fs, root = filesystem(uri)
-        return {n: cls(f"{uri}/{n:04d}", located=(fs, f"{root}/{n:04d}")) for n in numbers}
+        return {n: cls(f"{uri}/{n:04d}", located=(fs, f"{root}/{n:04d}")).progress() for n in numbers}
 
     @staticmethod
     def trials(storage: str) -> list[int]:

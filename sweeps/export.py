@@ -56,9 +56,9 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
         runs = {r.data.tags[N.TRIAL]: r for r in all_runs(client, state.mlflow_experiment_id) if N.TRIAL in r.data.tags}
     rows = []
     trials = study.trials()
-    stores = RecordStore.of_trials(backends.storage, [t.number for t in trials])
+    progresses = RecordStore.progress_of(backends.storage, [t.number for t in trials])
     for trial in trials:
-        progress = stores[trial.number].progress()
+        progress = progresses[trial.number]
         history = progress.history if progress else []
         kept = kept_record(history) if history else {}
         run = runs.get(str(trial.number))

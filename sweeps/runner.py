@@ -356,9 +356,8 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
 
 def _progresses(study: SweepStudy, storage: str) -> dict[int, CheckpointProgress]:
     """How far each trial that trained got, from its checkpoint records."""
-    stores = RecordStore.of_trials(storage, [t.number for t in study.trials()
-                                             if t.state.name in ("COMPLETE", "PRUNED", "RUNNING")])
-    found = {number: store.progress() for number, store in stores.items()}
+    found = RecordStore.progress_of(storage, [t.number for t in study.trials()
+                                              if t.state.name in ("COMPLETE", "PRUNED", "RUNNING")])
     return {number: progress for number, progress in found.items() if progress is not None}
 
 

@@ -77,8 +77,8 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
 
 def cost(spec: spec_lib.SweepSpec, storage: str, study: SweepStudy) -> dict[str, Any]:
     """Resource-hours spent per trial and in all, against the budget (``ledger.resource_seconds``)."""
-    stores = RecordStore.of_trials(storage, [t.number for t in study.trials()])
-    per_trial = {number: resource_seconds(spec.share[1], store.progress()) for number, store in stores.items()}
+    progress = RecordStore.progress_of(storage, [t.number for t in study.trials()])
+    per_trial = {number: resource_seconds(spec.share[1], p) for number, p in progress.items()}
     return {"unit": f"{spec.share[0]}-hours", "hours": round(sum(per_trial.values()) / 3600, 6),
             "budget": spec.budget.hours if spec.budget else None,
             "per_trial_seconds": {str(n): round(s, 2) for n, s in per_trial.items()}}
