@@ -17,6 +17,9 @@ VAL_METRICS: tuple[str, ...] = (VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCUR
 LEARNING_RATE = "lr"
 TOKENS_PER_S = "tokens_per_s"
 EPOCH_SECONDS = "epoch_seconds"
+# The epoch's CPU time of the training process (every thread): what a trial costs when the
+# machine is shared, where wall time also counts the other processes' turns.
+EPOCH_CPU_SECONDS = "epoch_cpu_seconds"
 RESOURCE_SECONDS = "resource_seconds"  # a sweep trial's training wall time x the CPUs or GPU fraction it held
 LATENT_FRACTION = "latent_fraction"  # latent_len / input_len, constant per trial
 BEST_EPOCH = "best_epoch"
@@ -45,7 +48,7 @@ TRAIN_SECONDS = "train_seconds"
 
 PER_EPOCH: tuple[str, ...] = (
     EPOCH, TRAIN_LOSS, VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY, LEARNING_RATE, TOKENS_PER_S,
-    EPOCH_SECONDS, LATENT_FRACTION, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY, DATA_SECONDS, GLOBAL_STEP,
+    EPOCH_SECONDS, EPOCH_CPU_SECONDS, LATENT_FRACTION, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY, DATA_SECONDS, GLOBAL_STEP,
 )
 CUDA_PER_EPOCH: tuple[str, ...] = (GPU_MEMORY_GIB,)  # reported besides those on CUDA only
 # Reported besides those with a test split (data.test_fraction > 0): TEST_METRICS.

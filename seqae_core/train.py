@@ -298,7 +298,7 @@ def train(
             return summary(history, stopper, config.train.epochs, data_seconds)
 
     for epoch in range(first_epoch, config.train.epochs + 1):
-        epoch_start = time.perf_counter()
+        epoch_start, epoch_cpu_start = time.perf_counter(), time.process_time()
         losses, curves = [], []
         for replicate in replicates:
             with replicate.drawing(dev):
@@ -320,6 +320,7 @@ def train(
             M.LEARNING_RATE: first.scheduler.get_last_lr()[0],
             M.TOKENS_PER_S: len(replicates) * len(splits.train) * config.data.input_len / train_seconds,
             M.EPOCH_SECONDS: time.perf_counter() - epoch_start,
+            M.EPOCH_CPU_SECONDS: time.process_time() - epoch_cpu_start,
             M.LATENT_FRACTION: config.latent_fraction,
             M.BEST_EPOCH: stopper.best_epoch,
             M.BEST_VAL_TOKEN_ACCURACY: stopper.best,

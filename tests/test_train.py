@@ -15,7 +15,7 @@ from seqae_core.train import (
     train,
 )
 
-TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.DATA_SECONDS}
+TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.EPOCH_CPU_SECONDS, M.DATA_SECONDS}
 
 
 @pytest.fixture
