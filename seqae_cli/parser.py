@@ -186,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",
-                       help="which to run (default: all): throughput, overhead, data, search, rungs, replay, "
+                       help="which to run (default: all): throughput, overhead, data, search, rungs, table, replay, "
                             "defaults, gpu, scale, frontier-fig3, frontier-width, frontier-offcorpus, "
                             "control-plane")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
@@ -195,8 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--shapes", default="64:32,512:256", help="throughput: input:latent lengths")
     bench.add_argument("--steps", type=int, default=5, help="throughput: timed steps per measurement")
     bench.add_argument("--workspace", default=None,
-                       help="search and frontier-*: where their sweeps run and stay, so that a rerun continues them (default: a "
+                       help="search, table and frontier-*: where their sweeps and trainings run and stay, so that a rerun continues them (default: a "
                             "temporary folder, removed after)")
+    bench.add_argument("--seeds", default="0-999", metavar="FIRST-LAST",
+                       help="replay: the replay seeds, a range (default: 0-999, 1,000 replays of each method)")
+    bench.add_argument("--fraction", type=float, default=0.25,
+                       help="replay: the evidence table's latent fraction to replay on (0.5, 0.25 or 0.125)")
     bench.add_argument("--sizes", default="100,1000,10000",
                        help="control-plane: the sweeps' sizes in finished trials, comma-separated")
     bench.add_argument("--optuna", default="sqlite,postgresql",

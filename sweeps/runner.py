@@ -127,30 +127,55 @@ class _DriverOnly:
 
 class Spend:
     """The resource-seconds a sweep's trials have spent, all sessions: each epoch counted once,
-    whichever of Tune's hooks hands it over first."""
+    whichever of Tune's hooks hands it over first; and what the running trials are about to spend,
+    so that the budget is kept to within one epoch rather than overshot by every epoch in progress."""
 
     def __init__(self, share: float, spent: float = 0.0) -> None:
         self.share, self.total = share, spent
         self.counted: set[tuple[int, int]] = set()
+        self.running: dict[int, float] = {}  # a running trial's latest epoch cost: what its next one should cost
 
     def add(self, number: int, result: dict[str, Any]) -> None:
         if (number, int(result[M.EPOCH])) not in self.counted:
             self.counted.add((number, int(result[M.EPOCH])))
-            self.total += self.share * float(result[M.EPOCH_SECONDS])
+            cost = self.share * float(result[M.EPOCH_SECONDS])
+            self.total += cost
+            self.running[number] = cost
+
+    def ended(self, number: int) -> None:
+        self.running.pop(number, None)
+
+    def committed(self) -> float:
+        """Spent, plus one more epoch of every running trial at its latest epoch's cost."""
+        return self.total + sum(self.running.values())
+
+    def exhausted(self, seconds: float, starting: bool = False) -> bool:
+        """Whether ``seconds`` cannot pay one more epoch of every running trial (and, ``starting``,
+        the first epoch of a new trial, at the mean epoch cost so far)."""
+        typical = self.total / len(self.counted) if self.counted else 0.0
+        return self.committed() + (typical if starting else 0.0) > seconds
+
+    def describe(self, hours: float, unit: str) -> str:
+        return (f"the budget of {hours:g} {unit}-hours is spent ({self.total / 3600:.4f} spent, "
+                f"{self.committed() / 3600:.4f} with one more epoch of each running trial)")
 
 
 class BudgetStopper(_DriverOnly, tune.Stopper):
-    """Stops every running trial at the end of its epoch once the budget is spent (Tune asks a
-    stopper before the scheduler and the searcher hear of a result): the budget holds while trials
-    run, not only by starting no new ones, so a sweep overshoots it by at most the epochs that
-    were in progress when it ran out."""
+    """Stops a running trial at the end of its epoch when the budget cannot pay one more epoch of
+    it and of every other running trial (Tune asks a stopper before the scheduler and the searcher
+    hear of a result): the budget holds while trials run, not only by starting no new ones, and a
+    sweep ends within about one epoch of it."""
 
     def __init__(self, spend: Spend, seconds: float) -> None:
         self.spend, self.seconds = spend, seconds
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        self.spend.add(int(result["trial"]), result)
-        return self.spend.total >= self.seconds
+        number = int(result["trial"])
+        self.spend.add(number, result)
+        if self.spend.exhausted(self.seconds):
+            self.spend.ended(number)
+            return True
+        return False
 
     def stop_all(self) -> bool:
         return False
@@ -216,8 +241,8 @@ class StudySearcher(_DriverOnly, Searcher):
         why = None
         if objective.reached(value):
             why = f"trial {number} reached {objective.metric} {value:.4f}, the target {objective.target}"
-        elif budget and self.spend.total >= budget.hours * 3600:
-            why = f"the budget of {budget.hours:g} {budget.unit}-hours is spent ({self.spend.total / 3600:.4f})"
+        elif budget and self.spend.exhausted(budget.hours * 3600, starting=True):
+            why = self.spend.describe(budget.hours, budget.unit)
         if why and not self.study.control().get("drain"):
             self.study.set_control(drain=why)
 
@@ -228,6 +253,7 @@ class StudySearcher(_DriverOnly, Searcher):
             # Tune hands a trial's last result (and one its scheduler stopped it on) only to this
             # hook, not to on_trial_result: without this, Optuna would miss that epoch's value.
             self._result(number, result)
+        self.spend.ended(number)
         progress = CheckpointStore.of_trial(self.storage, number).progress()
         ledger.settle(self.study, number, ledger.decide(progress, error, self.study.epochs(number)), progress)
 

@@ -1,0 +1,54 @@
+"""A sweep's CPU-second budget (sweeps/runner.py: Spend, BudgetStopper) ends it within one epoch of
+the budget, with trials running side by side; driven with the results Tune would hand over."""
+
+from __future__ import annotations
+
+import heapq
+
+import pytest
+
+from seqae_core import metrics as M
+from sweeps.runner import BudgetStopper, Spend
+
+
+def spend_until_stopped(budget: float, epoch_costs: dict[int, float], workers: int = 2,
+                        epochs: int = 50) -> float:
+    """Trials of the given epoch costs (trial number: seconds) start one per free worker while
+    the budget can pay a new trial's first epoch; each epoch's result goes to the stopper, as Tune
+    hands it over. What the sweep spent in all."""
+    spend = Spend(1.0)
+    stopper = BudgetStopper(spend, budget)
+    waiting = sorted(epoch_costs)
+    events: list[tuple[float, int, int]] = []  # (ends at, trial, epoch)
+
+    def start(now: float) -> None:
+        if waiting and not spend.exhausted(budget, starting=True):
+            number = waiting.pop(0)
+            heapq.heappush(events, (now + epoch_costs[number], number, 1))
+
+    for _ in range(workers):
+        start(0.0)
+    while events:
+        now, number, epoch = heapq.heappop(events)
+        if stopper(str(number), {"trial": number, M.EPOCH: epoch, M.EPOCH_SECONDS: epoch_costs[number]}) \
+                or epoch == epochs:
+            spend.ended(number)
+            start(now)
+        else:
+            heapq.heappush(events, (now + epoch_costs[number], number, epoch + 1))
+    return spend.total
+
+
+@pytest.mark.parametrize("budget", [10.3, 25.0, 40.9])
+@pytest.mark.parametrize("costs", [{0: 1.0, 1: 1.0, 2: 1.0}, {0: 0.7, 1: 1.9, 2: 1.3, 3: 0.4}],
+                         ids=["equal epochs", "unequal epochs"])
+def test_a_budget_is_kept_to_within_one_epoch_with_two_trials_running(budget, costs):
+    spent = spend_until_stopped(budget, costs)
+    longest = max(costs.values())
+    assert budget - longest <= spent <= budget + longest, spent
+
+
+def test_the_first_epoch_is_always_paid_and_a_spent_budget_starts_nothing():
+    """A budget smaller than one epoch still trains the first epoch of each worker's trial (its
+    cost is not known before it ends), and no trial after."""
+    assert spend_until_stopped(0.5, {0: 2.0, 1: 2.0, 2: 2.0}) == 4.0
