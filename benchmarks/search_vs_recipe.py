@@ -5,17 +5,25 @@ At 50%, 25% and 12.5% latent (32 -> 16, 8 and 4 tokens on the offline corpus), e
 ``seqae sweep run`` on the same data, split and epochs:
 
     recipe     the paper's configuration (:data:`RECIPE`), trained from seeds 1-3
+    recipe@k   the recipe at equal compute: trained from k = :data:`BUDGET_TRAININGS` seeds of its
+               own (disjoint for each replicate) and the best by validation kept
     random     a random search over :data:`SPACE`, the recipe enqueued as its first trial
     tpe+asha   TPE with the quickstart's sampler settings and ASHA (grace 1, factor 2), the recipe
                enqueued first
 
-Each search runs from 3 sampler seeds, different at each fraction (the two searches share them),
-trains from seed 0, and holds a budget of :data:`BUDGET_TRAININGS` recipe trainings in
-CPU-seconds (what the recipe arm measured at that fraction): the sweep's own ``budget``, which
-stops running trials once it is spent. The search's best trial by validation is trained again
-from seeds 1-3 and scored once on test; when it is the recipe, the recipe arm's numbers are used.
-A gain is paired by training seed and its interval resamples search seeds, then training seeds
-(:mod:`benchmarks.intervals`).
+Each search runs from :data:`SEARCH_SEEDS` sampler seeds (10 at 25%, 3 elsewhere), different at
+each fraction (the two searches share them), trains from seed 0, and holds a budget of
+:data:`BUDGET_TRAININGS` recipe trainings in CPU-seconds (what the recipe arm measured at that
+fraction): the sweep's own ``budget``, which ends it within about one epoch of it; what it spent
+past it is counted in its CPU-seconds. Two questions, each scored on the test pages:
+
+- Does the search find a better *configuration*? Its best trial by validation is trained again
+  from seeds 1-3; the gain over the recipe is paired by training seed, averaged per search seed,
+  and its interval is Student's t over the search seeds (the unit that was replicated), with the
+  exact sign-flip test beside it (:mod:`benchmarks.intervals`); Holm adjusts the p-values over the
+  fractions, and the simultaneous (Bonferroni) interval is printed beside the adjusted p.
+- Does it return a better *model* than the recipe at equal compute? The search's best trial's own
+  test score against recipe@k's kept model, replicate by replicate.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import numpy as np
 import optuna
 import pandas as pd
 
-from benchmarks.intervals import holm, interval
+from benchmarks.intervals import Interval, holm, sign_flip_p, simultaneous_level, t_interval
 from benchmarks.sweep_runs import run_sweep
 from seqae_core import metrics as M
 from seqae_core import names as N
@@ -42,8 +50,9 @@ FRACTIONS = (0.5, 0.25, 0.125)
 INPUT_LEN = 32
 EPOCHS = 5  # the paper's learning-rate decay, 1e-3 -> 1e-4 over 5 epochs, to its end
 TRAINING_SEEDS = (1, 2, 3)
-SEARCH_SEEDS = 3
+SEARCH_SEEDS = {0.5: 3, 0.25: 10, 0.125: 3}  # 10 at 25%: enough for a t interval to exclude 0 at the spread seen
 BUDGET_TRAININGS = 6  # a search's budget: this many recipe trainings' CPU-seconds, its enqueued recipe included
+EQUAL_COMPUTE_SEEDS = 101  # recipe@k's replicate r trains from seeds 101 + k*r ... 101 + k*r + k - 1
 ARMS = ("random", "tpe+asha")
 TABLES = Path(__file__).resolve().parent / "tables"
 
@@ -84,10 +93,10 @@ def document(data_path: str, description: str, fixed: dict[str, Any]) -> dict[st
             "resources": {"cpu": 1, "gpu": 0}, "max_concurrent": 2}
 
 
-def _trained(data_path: str, fixed: dict[str, Any], fractions: list[float]) -> dict[str, Any]:
-    """``fixed`` trained from each of the training seeds at each of ``fractions``."""
-    doc = document(data_path, "a configuration trained from seeds 1-3", fixed)
-    doc["grid"] = {"model.latent_fraction": fractions, "train.seed": list(TRAINING_SEEDS)}
+def _trained(data_path: str, fixed: dict[str, Any], cells: list[tuple[float, int]]) -> dict[str, Any]:
+    """``fixed`` trained at each ``(fraction, training seed)`` of ``cells``."""
+    doc = document(data_path, "a configuration trained from several seeds", fixed)
+    doc["grid"] = {"model.latent_fraction,train.seed": [list(cell) for cell in cells]}
     doc["trials"] = {"per_cell": 1}
     return doc
 
@@ -107,22 +116,34 @@ def _study(workspace: Path, name: str) -> optuna.Study:
 
 @dataclass(frozen=True)
 class Scores:
-    """A configuration trained from each training seed: validation (kept epoch) and test, in seed order."""
+    """A configuration trained from each of ``seeds``: validation (kept epoch) and test, in seed order."""
 
     val: tuple[float, ...]
     test: tuple[float, ...]
     cpu_seconds: float  # one training's, the seeds' mean
+    seeds: tuple[int, ...] = TRAINING_SEEDS
+
+    def kept(self) -> float:
+        """The test accuracy of the training with the best validation accuracy: what k trainings return."""
+        return self.test[max(range(len(self.val)), key=lambda i: self.val[i])]
 
 
-def _scores(workspace: Path, name: str, fraction: float, runs: list[Any]) -> Scores:
+def _scores(workspace: Path, name: str, fraction: float, runs: list[Any], seeds: tuple[int, ...]) -> Scores:
     trials = sorted((t for t in _study(workspace, name).trials
-                     if t.params.get("model.latent_fraction", fraction) == fraction and t.value is not None),
-                    key=lambda t: t.params["train.seed"])
-    assert [t.params["train.seed"] for t in trials] == list(TRAINING_SEEDS), [t.params for t in trials]
+                     if t.params.get("model.latent_fraction", fraction) == fraction and t.value is not None
+                     and t.params["train.seed"] in seeds), key=lambda t: t.params["train.seed"])
+    assert tuple(t.params["train.seed"] for t in trials) == seeds, [t.params for t in trials]
     numbers = {str(t.number) for t in trials}
     cost = [r.data.metrics[M.RESOURCE_SECONDS] for r in runs if r.data.tags[N.TRIAL] in numbers]
     return Scores(tuple(float(t.value) for t in trials),  # type: ignore[arg-type]
-                  tuple(float(t.user_attrs[N.TEST][M.TEST_TOKEN_ACCURACY]) for t in trials), statistics.fmean(cost))
+                  tuple(float(t.user_attrs[N.TEST][M.TEST_TOKEN_ACCURACY]) for t in trials), statistics.fmean(cost),
+                  seeds)
+
+
+def equal_compute_seeds(replicate: int) -> tuple[int, ...]:
+    """recipe@k's training seeds for ``replicate``: k of its own, disjoint from every other's."""
+    first = EQUAL_COMPUTE_SEEDS + BUDGET_TRAININGS * replicate
+    return tuple(range(first, first + BUDGET_TRAININGS))
 
 
 @dataclass(frozen=True)
@@ -131,16 +152,19 @@ class Search:
     fraction: float
     seed: int
     best_val: float  # the best trial's validation accuracy, which chose it (training seed 0)
+    returned_test: float  # the best trial's own model on test: what the search returns
     config: dict[str, Any]  # the best trial's searched keys
     is_recipe: bool
     trials: int
-    cpu_seconds: float  # spent by the whole search
+    cpu_seconds: float  # spent by the whole search, past its budget included
+    budget_seconds: float
     scores: Scores  # the best configuration trained again from the training seeds
 
 
 def _searched(folder: Path, data_path: str, arm: str, fraction: float, seed: int, recipe: Scores) -> Search:
     name = f"{arm.replace('+', '-')}-{int(fraction * 1000)}-s{seed}"
-    _, runs = run_sweep(folder, name, _search(data_path, arm, fraction, seed, BUDGET_TRAININGS * recipe.cpu_seconds))
+    budget = BUDGET_TRAININGS * recipe.cpu_seconds
+    _, runs = run_sweep(folder, name, _search(data_path, arm, fraction, seed, budget))
     best = _study(folder / "ws", name).best_trial
     is_recipe = best.user_attrs.get(N.START) == "recipe"
     config = {k: v for k, v in best.params.items() if k in SPACE}
@@ -148,10 +172,11 @@ def _searched(folder: Path, data_path: str, arm: str, fraction: float, seed: int
         scores = recipe
     else:
         retrain = f"{name}-best"
-        _, reruns = run_sweep(folder, retrain, _trained(data_path, config, [fraction]))
-        scores = _scores(folder / "ws", retrain, fraction, reruns)
+        _, reruns = run_sweep(folder, retrain, _trained(data_path, config, [(fraction, t) for t in TRAINING_SEEDS]))
+        scores = _scores(folder / "ws", retrain, fraction, reruns, TRAINING_SEEDS)
     spent = sum(r.data.metrics.get(M.RESOURCE_SECONDS, 0.0) for r in runs)
-    return Search(arm, fraction, seed, float(best.value), config, is_recipe, len(runs), spent, scores)  # type: ignore[arg-type]
+    return Search(arm, fraction, seed, float(best.value), float(best.user_attrs[N.TEST][M.TEST_TOKEN_ACCURACY]),  # type: ignore[arg-type]
+                  config, is_recipe, len(runs), spent, budget, scores)
 
 
 def _short(config: dict[str, Any]) -> str:
@@ -161,53 +186,91 @@ def _short(config: dict[str, Any]) -> str:
                     for k, v in sorted(config.items()))
 
 
-def summarize(recipe: dict[float, Scores], searches: list[Search]) -> list[dict[str, Any]]:
-    """A row per fraction and arm: test accuracy (mean and standard deviation over every search
-    seed and training seed), the gain over the recipe paired by training seed with its 95%
-    interval and Holm-adjusted one-sided p (over the fractions, per arm), wins out of the search
-    seeds, the validation-to-test drop, CPU-seconds and the chosen configurations; then a row per
-    fraction for tpe+asha against random, paired by sampler seed and training seed."""
+def _latent(fraction: float) -> str:
+    return f"{INPUT_LEN}->{round(fraction * INPUT_LEN)}"
+
+
+def _claims(rows: list[tuple[dict[str, Any], np.ndarray]]) -> None:
+    """Fill each row's interval and tests from its per-search-seed differences; Holm over the rows
+    given (one family), and the family's simultaneous intervals."""
+    adjusted = holm([sign_flip_p(d) for _, d in rows])
+    level = simultaneous_level(len(rows))
+    for (row, differences), p in zip(rows, adjusted):
+        t, joint = t_interval(differences), t_interval(differences, level)
+        row.update({"gain_points": round(100 * t.estimate, 2), "gain_95ci_t": _bracket(t),
+                    "p_sign_flip": round(sign_flip_p(differences), 4), "p_holm": round(p, 4),
+                    f"gain_ci_{len(rows)}_claims": _bracket(joint), "search_seeds": len(differences)})
+
+
+def _bracket(interval: Interval) -> str:
+    return f"[{100 * interval.low:+.2f}, {100 * interval.high:+.2f}]"
+
+
+def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], searches: list[Search]) -> list[dict[str, Any]]:
+    """A row per fraction and arm: test accuracy over every search seed and training seed, and
+    per search arm the gain over the recipe, paired by training seed and averaged per search seed,
+    with its t interval over search seeds, exact sign-flip p, Holm-adjusted p over the fractions
+    and the fractions' simultaneous interval; wins, the validation-to-test drop, CPU-seconds
+    against the budget and the chosen configurations. Then per fraction tpe+asha against random
+    (paired by sampler seed and training seed), and each search's returned model against
+    recipe@k's (replicate by replicate)."""
     rows: list[dict[str, Any]] = []
-    for fraction in sorted(recipe, reverse=True):
+    fractions = sorted(recipe, reverse=True)
+    for fraction in fractions:
         r = recipe[fraction]
-        rows.append({"latent": f"{INPUT_LEN}->{round(fraction * INPUT_LEN)}", "arm": "recipe",
-                     "test_mean": round(statistics.fmean(r.test), 4), "test_sd": round(statistics.stdev(r.test), 4),
+        rows.append({"latent": _latent(fraction), "arm": "recipe", "test_mean": round(statistics.fmean(r.test), 4),
+                     "test_sd": round(statistics.stdev(r.test), 4),
                      "val_to_test_drop": round(statistics.fmean(r.val) - statistics.fmean(r.test), 4),
                      "cpu_s": round(len(r.test) * r.cpu_seconds), "chosen": "recipe"})
-    comparisons: list[tuple[dict[str, Any], float]] = []
+        if equal.get(fraction):
+            kept = [e.kept() for e in equal[fraction]]
+            rows.append({"latent": _latent(fraction), "arm": f"recipe@{BUDGET_TRAININGS}",
+                         "test_mean": round(statistics.fmean(kept), 4),
+                         "test_sd": round(statistics.stdev(kept), 4) if len(kept) > 1 else None,
+                         "cpu_s": round(statistics.fmean(BUDGET_TRAININGS * e.cpu_seconds for e in equal[fraction])),
+                         "chosen": f"the best of {BUDGET_TRAININGS} recipe trainings by validation"})
     for arm in ARMS:
-        arm_rows = []
-        for fraction in sorted(recipe, reverse=True):
+        family = []
+        for fraction in fractions:
             mine = sorted((s for s in searches if s.arm == arm and s.fraction == fraction), key=lambda s: s.seed)
             if not mine:
                 continue
             tests = np.array([s.scores.test for s in mine])
-            gain = interval(tests - np.array(recipe[fraction].test))
             recipe_mean = statistics.fmean(recipe[fraction].test)
-            arm_rows.append(({
-                "latent": f"{INPUT_LEN}->{round(fraction * INPUT_LEN)}", "arm": arm,
+            row = {
+                "latent": _latent(fraction), "arm": arm,
                 "test_mean": round(float(tests.mean()), 4), "test_sd": round(float(tests.std(ddof=1)), 4),
-                "gain_points": round(100 * gain.mean, 2),
-                "gain_95ci": f"[{100 * gain.low:+.2f}, {100 * gain.high:+.2f}]",
                 "wins": f"{sum(float(np.mean(s.scores.test)) > recipe_mean for s in mine)}/{len(mine)}",
                 "val_to_test_drop": round(statistics.fmean(s.best_val - float(np.mean(s.scores.test)) for s in mine), 4),
                 "cpu_s": round(statistics.fmean(s.cpu_seconds for s in mine)),
-                "budget_cpu_s": round(BUDGET_TRAININGS * recipe[fraction].cpu_seconds),
+                "budget_cpu_s": round(statistics.fmean(s.budget_seconds for s in mine)),
+                "overshoot_cpu_s_max": round(max(s.cpu_seconds - s.budget_seconds for s in mine), 1),
                 "trials": round(statistics.fmean(s.trials for s in mine), 1),
                 "chosen": " | ".join("recipe" if s.is_recipe else _short(s.config) for s in mine),
-            }, gain.p))
-        comparisons += arm_rows
-        for (row, _), adjusted in zip(arm_rows, holm([p for _, p in arm_rows])):
-            row["p_holm"] = round(adjusted, 4)
-    rows += [row for row, _ in comparisons]
-    for fraction in sorted(recipe, reverse=True):
+            }
+            family.append((row, (tests - np.array(recipe[fraction].test)).mean(axis=1)))
+        _claims(family)
+        rows += [row for row, _ in family]
+    contrasts: list[tuple[dict[str, Any], np.ndarray]] = []
+    for fraction in fractions:
         pairs = [sorted((s for s in searches if s.arm == arm and s.fraction == fraction), key=lambda s: s.seed)
                  for arm in ARMS]
         if all(pairs) and [s.seed for s in pairs[0]] == [s.seed for s in pairs[1]]:
-            gain = interval(np.array([s.scores.test for s in pairs[1]]) - np.array([s.scores.test for s in pairs[0]]))
-            rows.append({"latent": f"{INPUT_LEN}->{round(fraction * INPUT_LEN)}", "arm": "tpe+asha - random",
-                         "gain_points": round(100 * gain.mean, 2),
-                         "gain_95ci": f"[{100 * gain.low:+.2f}, {100 * gain.high:+.2f}]"})
+            contrasts.append(({"latent": _latent(fraction), "arm": "tpe+asha - random"},
+                              (np.array([s.scores.test for s in pairs[1]])
+                               - np.array([s.scores.test for s in pairs[0]])).mean(axis=1)))
+    _claims(contrasts)
+    rows += [row for row, _ in contrasts]
+    for arm in ARMS:
+        returned = []
+        for fraction in fractions:
+            mine = sorted((s for s in searches if s.arm == arm and s.fraction == fraction), key=lambda s: s.seed)
+            kept = [e.kept() for e in equal.get(fraction, [])]
+            if mine and len(kept) == len(mine):
+                returned.append(({"latent": _latent(fraction), "arm": f"{arm} - recipe@{BUDGET_TRAININGS} (returned model)"},
+                                 np.array([s.returned_test for s in mine]) - np.array(kept)))
+        _claims(returned)
+        rows += [row for row, _ in returned]
     return rows
 
 
@@ -246,18 +309,31 @@ def figure(recipe: dict[float, Scores], searches: list[Search], path: Path) -> P
 
 def run(data_path: str, workspace: Path) -> list[dict[str, Any]]:
     """Every arm at every fraction, in ``workspace`` (a rerun continues there); writes the table,
-    each search's outcome and the figure to benchmarks/tables/."""
+    each search's outcome, every recipe training and the figure to benchmarks/tables/."""
     workspace.mkdir(parents=True, exist_ok=True)
-    _, runs = run_sweep(workspace, "recipe", _trained(data_path, RECIPE, list(FRACTIONS)))
-    recipe = {f: _scores(workspace / "ws", "recipe", f, runs) for f in FRACTIONS}
+    replicates = {f: [equal_compute_seeds(r) for r in range(n)] for f, n in SEARCH_SEEDS.items()}
+    cells = [(f, t) for f in FRACTIONS for t in TRAINING_SEEDS] + [
+        (f, t) for f in FRACTIONS for seeds in replicates[f] for t in seeds]
+    _, runs = run_sweep(workspace, "recipe", _trained(data_path, RECIPE, cells))
+    recipe = {f: _scores(workspace / "ws", "recipe", f, runs, TRAINING_SEEDS) for f in FRACTIONS}
+    equal = {f: [_scores(workspace / "ws", "recipe", f, runs, seeds) for seeds in replicates[f]] for f in FRACTIONS}
     searches = [_searched(workspace, data_path, arm, fraction, 10 * i + s, recipe[fraction])
-                for i, fraction in enumerate(FRACTIONS) for arm in ARMS for s in range(SEARCH_SEEDS)]
-    rows = summarize(recipe, searches)
+                for i, fraction in enumerate(FRACTIONS) for arm in ARMS for s in range(SEARCH_SEEDS[fraction])]
+    rows = summarize(recipe, equal, searches)
     TABLES.mkdir(exist_ok=True)
     pd.DataFrame(rows).to_csv(TABLES / "search-vs-recipe.csv", index=False)
     pd.DataFrame([{"arm": s.arm, "fraction": s.fraction, "sampler_seed": s.seed, "best_val": s.best_val,
-                   "is_recipe": s.is_recipe, "trials": s.trials, "cpu_seconds": s.cpu_seconds, "config": _short(s.config),
+                   "returned_test": s.returned_test, "is_recipe": s.is_recipe, "trials": s.trials,
+                   "cpu_seconds": s.cpu_seconds, "budget_seconds": s.budget_seconds,
+                   "overshoot_seconds": s.cpu_seconds - s.budget_seconds, "config": _short(s.config),
                    **{f"test_seed_{t}": v for t, v in zip(TRAINING_SEEDS, s.scores.test)}} for s in searches]
                  ).to_csv(TABLES / "search-vs-recipe-searches.csv", index=False)
+    pd.DataFrame([{"arm": arm, "fraction": f, "replicate": r, "seed": seed, "val": val, "test": test,
+                   "cpu_seconds": scores.cpu_seconds}
+                  for f in FRACTIONS
+                  for arm, r, scores in [("recipe", None, recipe[f])] + [(f"recipe@{BUDGET_TRAININGS}", r, e)
+                                                                         for r, e in enumerate(equal[f])]
+                  for seed, val, test in zip(scores.seeds, scores.val, scores.test)]
+                 ).to_csv(TABLES / "search-vs-recipe-recipe.csv", index=False)
     figure(recipe, searches, TABLES / "search-vs-recipe.png")
     return rows

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from benchmarks.search_vs_recipe import Scores, Search, figure, summarize
+from benchmarks.search_vs_recipe import (BUDGET_TRAININGS, Scores, Search, equal_compute_seeds, figure,
+                                         summarize)
 
 SEED_EFFECT = (-0.02, 0.0, 0.03)  # what each training seed does to every configuration
 
@@ -14,44 +16,70 @@ def scores(level: float, val_above: float = 0.01, cpu_seconds: float = 60.0) -> 
     return Scores(tuple(t + val_above for t in test), test, cpu_seconds)
 
 
-def search(arm: str, fraction: float, seed: int, level: float, is_recipe: bool = False) -> Search:
+def search(arm: str, fraction: float, seed: int, level: float, is_recipe: bool = False, returned: float = 0.8,
+           spent: float = 350.0) -> Search:
     config = {} if is_recipe else {"model.block": "transformer", "train.lr": 0.00234, "model.dropout": 0.1234}
-    return Search(arm, fraction, seed, best_val=level + 0.05, config=config, is_recipe=is_recipe, trials=9,
-                  cpu_seconds=350.0, scores=scores(level))
+    return Search(arm, fraction, seed, best_val=level + 0.05, returned_test=returned, config=config,
+                  is_recipe=is_recipe, trials=9, cpu_seconds=spent, budget_seconds=360.0, scores=scores(level))
 
 
-def test_the_table_pairs_gains_by_training_seed_and_corrects_over_the_fractions():
-    """The recipe scores 0.80 (+ each seed's effect) at every fraction. tpe+asha's three searches
-    beat it by 4 points at every training seed at 25% (no spread once paired), and at 50% one of
-    them chose the recipe itself; random is 1 point worse everywhere."""
+def kept_of(values: list[float]) -> Scores:
+    """recipe@k replicate whose kept model (the best validation) scores ``values[-1]`` on test."""
+    return Scores(tuple(range(len(values))), tuple(values), 60.0, tuple(range(len(values))))
+
+
+def test_the_table_pairs_gains_by_training_seed_and_tests_over_search_seeds():
+    """The recipe scores 0.80 (+ each seed's effect) at every fraction. tpe+asha's ten searches at
+    25% beat it by 4 points at every training seed (no spread once paired: a zero-width t
+    interval, and the exact sign-flip p of ten positive seeds, 2^-10); at 50% one of three chose
+    the recipe itself; random is 1 point worse everywhere."""
     recipe = {f: scores(0.80) for f in (0.5, 0.25)}
-    searches = ([search("tpe+asha", 0.25, s, 0.84) for s in (10, 11, 12)]
+    searches = ([search("tpe+asha", 0.25, s, 0.84, spent=370.0) for s in range(10, 20)]
                 + [search("tpe+asha", 0.5, 0, 0.80, is_recipe=True), search("tpe+asha", 0.5, 1, 0.82),
                    search("tpe+asha", 0.5, 2, 0.82)]
-                + [search("random", f, s, 0.79) for f, seeds in ((0.5, (0, 1, 2)), (0.25, (10, 11, 12))) for s in seeds])
-    rows = {(r["latent"], r["arm"]): r for r in summarize(recipe, searches)}
+                + [search("random", 0.5, s, 0.79) for s in (0, 1, 2)]
+                + [search("random", 0.25, s, 0.79) for s in range(10, 20)])
+    rows = {(r["latent"], r["arm"]): r for r in summarize(recipe, {}, searches)}
 
     assert rows[("32->16", "recipe")]["test_mean"] == pytest.approx(0.8033, abs=1e-4)
     assert rows[("32->16", "recipe")]["val_to_test_drop"] == pytest.approx(0.01)
     assert rows[("32->16", "recipe")]["cpu_s"] == 180
 
     at_25 = rows[("32->8", "tpe+asha")]
-    assert at_25["gain_points"] == pytest.approx(4.0) and at_25["gain_95ci"] == "[+4.00, +4.00]"
-    assert at_25["wins"] == "3/3" and at_25["p_holm"] == 0.0
+    assert at_25["gain_points"] == pytest.approx(4.0) and at_25["gain_95ci_t"] == "[+4.00, +4.00]"
+    assert at_25["p_sign_flip"] == pytest.approx(round(2 ** -10, 4)) and at_25["search_seeds"] == 10
+    assert at_25["wins"] == "10/10" and at_25["budget_cpu_s"] == 360 and at_25["cpu_s"] == 370
+    assert at_25["overshoot_cpu_s_max"] == 10.0  # what it spent past its budget, counted
     assert at_25["val_to_test_drop"] == pytest.approx(0.05 - 0.0033, abs=1e-4)  # chosen by its own val: biased up
-    assert at_25["budget_cpu_s"] == 360 and at_25["cpu_s"] == 350
     assert at_25["chosen"].split(" | ")[0] == "block=transformer dropout=0.123 lr=2.3e-03"
 
     at_50 = rows[("32->16", "tpe+asha")]
     assert at_50["gain_points"] == pytest.approx(4 / 3, abs=0.005) and at_50["wins"] == "2/3"
     assert at_50["chosen"].startswith("recipe | ")
-    low, high = (float(x) for x in at_50["gain_95ci"].strip("[]").split(", "))
-    assert low == pytest.approx(0.0) and high == pytest.approx(2.0)  # a search seed that kept the recipe gains 0
+    low, high = (float(x) for x in at_50["gain_95ci_t"].strip("[]").split(", "))
+    assert low < 0 < high  # 0, 2, 2 points over 3 search seeds: the t interval reaches below 0
+    assert at_50["p_sign_flip"] == pytest.approx(0.25)  # flips of the two positive seeds only
+    assert at_50["p_holm"] == pytest.approx(0.25)  # Holm over the two fractions: the larger p, times 1
+    low_joint, high_joint = (float(x) for x in at_50["gain_ci_2_claims"].strip("[]").split(", "))
+    assert low_joint < low and high_joint > high  # simultaneous: wider
 
     for latent in ("32->16", "32->8"):
-        assert rows[(latent, "random")]["gain_points"] == pytest.approx(-1.0) and rows[(latent, "random")]["wins"] == "0/3"
+        assert rows[(latent, "random")]["gain_points"] == pytest.approx(-1.0)
         assert rows[(latent, "random")]["p_holm"] == 1.0
-    assert rows[("32->8", "tpe+asha - random")]["gain_points"] == pytest.approx(5.0)
+    contrast = rows[("32->8", "tpe+asha - random")]
+    assert contrast["gain_points"] == pytest.approx(5.0) and contrast["p_holm"] == pytest.approx(2 * 2 ** -10, abs=1e-4)
+
+
+def test_recipe_at_equal_compute_keeps_the_best_of_k_by_validation_and_pairs_replicates():
+    assert len(equal_compute_seeds(0)) == BUDGET_TRAININGS
+    assert not set(equal_compute_seeds(0)) & set(equal_compute_seeds(1))  # disjoint replicates
+    recipe = {0.25: scores(0.80)}
+    equal = {0.25: [kept_of([0.70, 0.75, 0.81]), kept_of([0.70, 0.79]), kept_of([0.82])]}
+    searches = [search("tpe+asha", 0.25, s, 0.84, returned=r) for s, r in zip(range(3), (0.86, 0.84, 0.85))]
+    rows = {(r["latent"], r["arm"]): r for r in summarize(recipe, equal, searches)}
+    assert rows[("32->8", f"recipe@{BUDGET_TRAININGS}")]["test_mean"] == pytest.approx(np.mean([0.81, 0.79, 0.82]), abs=1e-4)
+    returned = rows[("32->8", f"tpe+asha - recipe@{BUDGET_TRAININGS} (returned model)")]
+    assert returned["gain_points"] == pytest.approx(100 * np.mean([0.05, 0.05, 0.03]), abs=0.01)
 
 
 def test_the_figure_draws_every_arm(tmp_path):
