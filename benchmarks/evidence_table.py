@@ -35,8 +35,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import torch
 
 from seqae_core import metrics as M
+from seqae_core.config import from_flat
+from seqae_core.train import train
 
 TABLES = Path(__file__).resolve().parent / "tables"
 TABLE = TABLES / "evidence.parquet"
@@ -173,10 +176,6 @@ def settings(job: Job, data_path: str) -> dict[str, Any]:
 
 def _train(job: Job, data_path: str, out: Path) -> Path:
     """Train ``job`` in this (pool) process and write its rows to ``out``, atomically."""
-    import torch  # the pool's processes import the trainer; the parent only schedules
-
-    from seqae_core.config import from_flat
-    from seqae_core.train import train
     torch.set_num_threads(1)
     config = from_flat(settings(job, data_path))
     epochs: list[dict[str, Any]] = []
