@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -24,6 +24,7 @@ from seqae_core import metrics as M
 from seqae_core.config import Config, TrainConfig, from_flat
 from seqae_core.loss import score
 from seqae_core.model import ReducingAutoencoder
+from seqae_errors import ConfigError
 
 Report = Callable[[dict[str, Any], dict[str, Any]], None]
 STATE_FORMAT = 1
@@ -283,11 +284,14 @@ def train(
     kept_test: dict[str, float] = {}  # the kept checkpoint's test scores
     first_epoch = 1
     if resume is not None:
-        saved = from_flat(resume["config"])
-        same_but_epochs = replace(saved, train=replace(saved.train, epochs=config.train.epochs)) == config
-        if resume.get("format") != STATE_FORMAT or not same_but_epochs:
-            raise ValueError("the checkpoint was written for another config or format (only train.epochs may "
-                             "change, to train on); start a new run")
+        if resume.get("format") != STATE_FORMAT:
+            raise ConfigError(f"the checkpoint is of format {resume.get('format')!r}, not {STATE_FORMAT!r}: "
+                              "start a new run in another folder")
+        saved = from_flat(resume["config"]).flat()
+        changed = [f"{k}={saved[k]!r} -> {v!r}" for k, v in config.flat().items() if k != "train.epochs" and saved[k] != v]
+        if changed:
+            raise ConfigError(f"the checkpoint was written with another config ({', '.join(changed)}); only "
+                              "train.epochs may change, to train on: start a new run in another folder")
         for replicate, state in zip(replicates, [resume, *resume.get("repeats", [])]):
             replicate.load(state)
         stopper = EarlyStopping(**resume["early_stopping"])

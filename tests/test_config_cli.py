@@ -115,6 +115,16 @@ def test_train_command_prints_json_last(data_cache, tmp_path):
         capture_output=True, text=True, timeout=300,
     )
     assert again.returncode == 2 and "pass --resume" in again.stderr
+    # resuming it with another config is one line naming what changed, not a traceback
+    changed = {**SMALL, "model.d_model": SMALL["model.d_model"] * 2}
+    other = subprocess.run(
+        [sys.executable, "-m", "seqae_cli", "train", "--resume", "--cache-dir", str(data_cache),
+         "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(changed) for a in ("--set", s)]],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert other.returncode == 2 and "Traceback" not in other.stderr, other.stderr
+    lines = [line for line in other.stderr.splitlines() if line.startswith("seqae: error:")]
+    assert len(lines) == 1 and f"model.d_model={SMALL['model.d_model']} -> {changed['model.d_model']}" in lines[0]
 
 
 def test_the_transformer_block_has_defaults_of_its_own_and_a_set_key_wins():
