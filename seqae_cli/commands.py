@@ -342,6 +342,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from benchmarks.run import SUITES  # torch and the benchmarks, only for `seqae bench`
     from benchmarks.run import main as run_benchmarks  # torch and the benchmarks, only for `seqae bench`
 
+    if not args.suites:  # every suite together takes hours: a user names what to measure
+        raise ConfigError(f"name the benchmark suites to run (seqae bench SUITE ...): {', '.join(SUITES)}")
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
         raise ConfigError(f"unknown benchmark suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
