@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     export = with_workspace(sweeps.add_parser("export", help="every trial of a sweep as one table (CSV, Parquet or "
                                                              "JSON lines); the columns: sweeps/export.py"))
     export.add_argument("name")
-    export.add_argument("--format", default="csv", help="csv (default), parquet or jsonl")
+    export.add_argument("--format", default=None,
+                        help="csv, parquet or jsonl (default: what --out's suffix names, else csv)")
     export.add_argument("--out", help="the file to write (default: NAME-trials.EXT here); an existing one is refused")
     export.set_defaults(handler=cmd_sweep_export)
 

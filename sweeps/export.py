@@ -24,6 +24,8 @@ Columns, in order:
 
 from __future__ import annotations
 
+import contextlib
+
 from pathlib import Path
 from typing import Any
 
@@ -77,20 +79,35 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def export(workspace: Workspace, name: str, fmt: str, out: str | None) -> Path:
-    """Write sweep ``name``'s trial table as ``fmt`` to ``out`` (default ``NAME-trials.EXT`` here);
-    refuses an unknown format or an existing file before reading anything."""
+def export(workspace: Workspace, name: str, fmt: str | None, out: str | None) -> Path:
+    """Write sweep ``name``'s trial table as ``fmt`` to ``out`` (default ``NAME-trials.EXT`` here;
+    missing folders are made, as compare makes them). The format is ``fmt``, else the one ``out``'s
+    suffix names, else CSV; a suffix naming another format than ``fmt``, an unknown format or an
+    existing file is refused before anything is read, and the file appears whole or not at all."""
+    named = next((f for f, suffix in FORMATS.items() if out and Path(out).suffix == suffix), None)
+    fmt = fmt or named or "csv"
     if fmt not in FORMATS:
         raise ConfigError(f"--format={fmt!r}: choose from {', '.join(FORMATS)}")
+    if named and named != fmt:
+        raise ConfigError(f"--format={fmt} but --out={out} names {named}: give the file a {FORMATS[fmt]} suffix, "
+                          "or leave --format out to write what the suffix names")
     path = Path(out or f"{name}-trials{FORMATS[fmt]}")
     if path.exists():
         raise ConfigError(f"--out={path}: the file exists; remove it or choose another")
     workspace.read(name)  # an unknown sweep is refused, naming it
     table = trial_table(workspace, name)
-    if fmt == "csv":
-        table.to_csv(path, index=False)
-    elif fmt == "parquet":
-        table.to_parquet(path, index=False)
-    else:
-        table.to_json(path, orient="records", lines=True)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if fmt == "csv":
+            table.to_csv(partial, index=False)
+        elif fmt == "parquet":
+            table.to_parquet(partial, index=False)
+        else:
+            table.to_json(partial, orient="records", lines=True)
+        partial.rename(path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
+        raise ConfigError(f"--out={path}: cannot write it ({e.strerror or e})") from None
     return path

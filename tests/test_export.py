@@ -41,10 +41,12 @@ def test_the_table_has_a_row_per_trial_with_its_kept_epoch_cost_and_run(workspac
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_each_format_reads_back_with_pandas(workspace, tmp_path, fmt):  # noqa: F811
+    """Each format, named by --format or only by the suffix, into a folder that did not exist."""
     spec = quickstart()
     state = write_sweep(workspace, "qs", spec)
     run_trials(start_sweep(workspace, state), state.backends["storage"], [([10.0], 0.5, True), ([10.0], 0.4, True)])
-    path = export(workspace, "qs", fmt, str(tmp_path / f"t{FORMATS[fmt]}"))
+    path = export(workspace, "qs", fmt, str(tmp_path / "new" / f"t{FORMATS[fmt]}"))
+    assert export(workspace, "qs", None, str(tmp_path / f"u{FORMATS[fmt]}")).read_bytes() == path.read_bytes()
     read = {"csv": pd.read_csv, "parquet": pd.read_parquet, "jsonl": lambda p: pd.read_json(p, lines=True)}[fmt]
     back = read(path)
     assert list(back.trial) == [0, 1] and list(back[M.VAL_TOKEN_ACCURACY]) == [0.5, 0.4]
@@ -59,6 +61,11 @@ def test_bad_input_is_one_line_and_writes_nothing(workspace, tmp_path):  # noqa:
                                  ("nope", "csv", str(tmp_path / "n.csv"), "no sweep named 'nope'")):
         with pytest.raises(ConfigError, match=says):
             export(workspace, name, fmt, out)
+    with pytest.raises(ConfigError, match="--format=parquet but --out=.*x.csv names csv"):
+        export(workspace, "qs", "parquet", str(tmp_path / "x.csv"))
     assert taken.read_text() == "a user's file" and not (tmp_path / "n.csv").exists()
+    assert not (tmp_path / "x.csv").exists()
+    with pytest.raises(ConfigError, match="cannot write it"):  # a folder that cannot be: a file is in the way
+        export(workspace, "qs", None, str(taken / "x.csv"))
     run = seqae("sweep", "export", "nope", "--workspace", str(workspace.root), "--out", str(tmp_path / "n.csv"))
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "no sweep named 'nope'" in run.stderr, run.stderr
