@@ -141,11 +141,30 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _texts(args: argparse.Namespace) -> list[str]:
+    """The texts to encode: the arguments (``-``: standard input), then each ``--file``'s text;
+    refused in one line when there are none, one is empty, or a file cannot be read."""
+    texts = [sys.stdin.read() if text == "-" else text for text in args.texts]
+    for path in args.file:
+        try:
+            texts.append(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"--file {path}: cannot read it as UTF-8 text "
+                              f"({e.strerror if isinstance(e, OSError) else e.reason})") from None
+    if not texts:
+        raise ConfigError("nothing to encode: give TEXT arguments, - for standard input, or --file PATH")
+    for n, text in enumerate(texts, 1):
+        if not text.strip():
+            raise ConfigError(f"text {n} is empty: there is nothing to encode")
+    return texts
+
+
 def cmd_encode(args: argparse.Namespace) -> int:
     from seqae_core.checkpoint import marked  # torch, only for `seqae encode` and `seqae train`
     from seqae_core.data import detokenize  # transformers, only for `seqae encode`
     from sweeps.registry import load_registered  # MLflow, only for `seqae encode`
 
+    texts = _texts(args)
     workspace = _workspace(args)
     uri = os.environ.get("SEQAE_MLFLOW_TRACKING_URI")
     if uri is None:
@@ -154,7 +173,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
                               "pass --workspace, or set SEQAE_MLFLOW_TRACKING_URI")
         uri = f"sqlite:///{workspace.root / 'mlflow.db'}"
     model_uri, model = load_registered(uri, args.model)
-    out = model.predict(args.texts)
+    out = model.predict(texts)
     print(f"{model_uri}: each text's reconstruction from its latents, wrong tokens [[marked]]")
     for n, row in enumerate(out.itertuples(), 1):
         print(f"\ntext {n}: token accuracy {row.token_accuracy:.4f} ({len(row.tokens)} tokens, "

@@ -155,7 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     encode.add_argument("model", help="NAME (the version of its sweep's best trial, alias @best), NAME/VERSION, "
                                       "NAME@ALIAS or models:/NAME/VERSION, "
                                       "in the workspace's MLflow (or $SEQAE_MLFLOW_TRACKING_URI)")
-    encode.add_argument("texts", nargs="+", metavar="TEXT", help="texts to encode and reconstruct")
+    encode.add_argument("texts", nargs="*", metavar="TEXT",
+                        help="texts to encode and reconstruct; - reads one from standard input")
+    encode.add_argument("--file", action="append", default=[], metavar="PATH",
+                        help="a UTF-8 file whose whole text is one more text to encode (repeatable)")
     encode.set_defaults(handler=cmd_encode)
 
     ui = with_workspace(commands.add_parser("ui", help="the MLflow UI and optuna-dashboard on a workspace"))

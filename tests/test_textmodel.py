@@ -4,6 +4,7 @@ serve` and `seqae encode`, on a model trained for seconds and registered by the 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 import os
@@ -165,7 +166,7 @@ def test_mlflow_models_serve_answers_text_requests(registered, texts, tmp_path):
         stop_group(server.pid)
 
 
-def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered, texts, capsys):
+def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered, texts, capsys, monkeypatch, tmp_path):
     from seqae_cli.main import main
     from seqae_core.checkpoint import marked
 
@@ -191,6 +192,19 @@ def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered
     assert main(["encode", "tiny", "a text", "--workspace", str(registered.workspace / "none")]) == 2
     assert "no sweeps have run in" in capsys.readouterr().err
     assert not (registered.workspace / "none").exists()  # nothing created
+
+    # a text from standard input (-) and one from a file read as the same text given as an argument
+    assert main(["encode", "tiny", texts[0], texts[0], *workspace]) == 0
+    given = capsys.readouterr().out
+    (tmp_path / "page.txt").write_text(texts[0], encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", io.StringIO(texts[0]))
+    assert main(["encode", "tiny", "-", "--file", str(tmp_path / "page.txt"), *workspace]) == 0
+    assert capsys.readouterr().out == given
+    for args, says in (([""], "text 1 is empty"), ([], "nothing to encode"),
+                       (["--file", str(tmp_path / "none.txt")], "cannot read it")):
+        assert main(["encode", "tiny", *args, *workspace]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err and "Traceback" not in err, err
 
 
 def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best(registered, data_cache):
