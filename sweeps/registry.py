@@ -33,6 +33,10 @@ def load_registered(tracking_uri: str, model: str) -> tuple[str, Any]:
             known = ", ".join(sorted(m.name for m in client.search_registered_models())) or "none"
             raise ConfigError(f"model {model!r}: no registered model named {name!r} {where} (registered: {known})")
         if at:
+            aliases = sorted({a for v in versions for a in v.aliases})
+            if alias not in aliases:
+                raise ConfigError(f"model {model!r}: {name!r} has no alias {alias!r} {where} "
+                                  f"(aliases: {', '.join('@' + a for a in aliases) or 'none'})")
             version = client.get_model_version_by_alias(name, alias).version
         elif not version:
             version = next((v.version for v in versions if N.BEST_ALIAS in v.aliases), "")

@@ -186,7 +186,8 @@ def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered
     assert main(["encode", registered.model_uri, "a text", *workspace]) == 0  # a models:/ URI as well
     assert capsys.readouterr().out.startswith(f"{registered.model_uri}: ")
     for bad, says in (("nope", "no registered model named 'nope'"), ("tiny/9", "'tiny' has no version 9"),
-                      ("tiny/x", "expected NAME, NAME/VERSION or NAME@ALIAS")):
+                      ("tiny/x", "expected NAME, NAME/VERSION or NAME@ALIAS"),
+                      ("tiny@nope", "'tiny' has no alias 'nope'")):
         assert main(["encode", bad, "a text", *workspace]) == 2
         assert f"seqae: error: model {bad!r}: {says}" in capsys.readouterr().err
     assert main(["encode", "tiny", "a text", "--workspace", str(registered.workspace / "none")]) == 2
