@@ -101,6 +101,12 @@ class Sweep:
     def log(self, n: int) -> Path:
         return self.logs / f"{self.name}-driver-{n}.log"
 
+    def running(self) -> tuple[int, Path]:
+        """The number and log of the driver that runs the sweep now: after two resumes at once, the
+        one that won, which need not be the last one started."""
+        number = self.numbers[self.driver.pid]
+        return number, self.log(number)
+
     def resume(self) -> subprocess.Popen:
         self.driver = self.start("sweep", "resume", self.name)
         return self.driver
@@ -113,9 +119,9 @@ class Sweep:
         for _ in range(3):
             if self.driver.wait(timeout=1200) == 0:
                 return
-            print(f"  driver {self.drivers} exited {self.driver.returncode}: resume", flush=True)
+            print(f"  driver {self.running()[0]} exited {self.driver.returncode}: resume", flush=True)
             self.resume()
-        raise AssertionError(f"sweep {self.name} did not finish; see {self.log(self.drivers)}")
+        raise AssertionError(f"sweep {self.name} did not finish; see {self.running()[1]}")
 
     def finish_timed(self) -> dict[str, Any]:
         """A fault-free sweep to its end: its seconds and results."""
@@ -167,7 +173,7 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request
         for at, kind in faults:
             wait_for(lambda: sweep.epochs() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep")
             if sweep.driver.poll() is not None:  # it died of the last fault: resume as a user would
-                print(f"  driver {sweep.drivers} exited {sweep.driver.returncode}: resume", flush=True)
+                print(f"  driver {sweep.running()[0]} exited {sweep.driver.returncode}: resume", flush=True)
                 sweep.resume()
                 wait_for(lambda: sweep.epochs() >= at, 900, f"epoch {at} of the sweep")
             print(f"  epoch {sweep.epochs()}: {kind}", flush=True)
@@ -280,7 +286,7 @@ def postgres_restart(sweep: Sweep, rng: random.Random) -> None:
 
     state = sweep.cluster["state"]
     pg = postgres.Postgres(**state["postgres"])
-    driver, log = sweep.driver, sweep.log(sweep.drivers)
+    driver, (number, log) = sweep.driver, sweep.running()
 
     def said(words: str) -> int:  # how often the driver said it (this fault may have come before)
         return len(re.findall(words, log.read_text()))
@@ -294,7 +300,7 @@ def postgres_restart(sweep: Sweep, rng: random.Random) -> None:
         postgres.start(pg, Path(state["root"]) / "logs" / "postgres.log")
     wait_for(lambda: said("the Optuna storage answers again") > back or driver.poll() is not None, 300,
              "the driver to find PostgreSQL back")
-    assert driver.poll() in (None, 0), f"driver {sweep.drivers} exited {driver.returncode} in a PostgreSQL restart; see {log}"
+    assert driver.poll() in (None, 0), f"driver {number} exited {driver.returncode} in a PostgreSQL restart; see {log}"
 
 
 INJECT = {kind: globals()[kind] for kind in FAULTS}
