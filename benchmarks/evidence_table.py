@@ -265,7 +265,8 @@ def card(table: pd.DataFrame) -> str:
         f"`seqae_core.train` in a pool of {WORKERS} single-threaded processes on consecutive {INPUT_LEN}-token "
         f"windows of the first {PAGES} pages of the offline corpus (10% of the pages held out for test, corpus "
         f"vocabulary), d_ffn 256, residual on, batch 16, lr decaying linearly to 1e-4 over the {EPOCHS} epochs, "
-        "no early stop, bf16 autocast where the CPU has it. `cpu_seconds` is the epoch's process CPU time, "
+        "no early stop, `train.precision` auto (bf16 autocast only on a CPU with native bf16, else fp32; the "
+        "machines are in the tables' README). `cpu_seconds` is the epoch's process CPU time, "
         "`wall_seconds` its wall time; `test_*` score the checkpoint early stopping keeps by that epoch.",
         *([f"- **Epoch CPU-seconds:** median {epochs['50%']:.2f}, range {epochs['min']:.2f}-{epochs['max']:.2f}."]
           if epochs is not None else []),
