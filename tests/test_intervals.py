@@ -61,7 +61,7 @@ def test_the_order_statistic_interval_covers_the_median_of_replay_costs():
 def test_the_ratio_interval_covers_the_ratio_of_medians():
     rng = np.random.default_rng(2)
     truth = 0.5  # a method whose costs are half the grid's, in distribution
-    intervals = [ratio_interval(rng.exponential(150.0, 300), rng.exponential(300.0, 300), draws=400, seed=r)
+    intervals = [ratio_interval(rng.exponential(150.0, 200), rng.exponential(300.0, 200), draws=300, seed=r)
                  for r in range(REPETITIONS)]
     share = covered(intervals, truth)
     assert COVERAGE[0] <= share <= COVERAGE[1], share

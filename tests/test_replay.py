@@ -78,7 +78,7 @@ def test_the_target_is_cross_fitted_never_read_from_the_table_the_cost_comes_fro
 
 def test_the_summary_has_intervals_for_every_method_target_and_budget():
     tables = {1: table(0.01), 2: table(0.0)}
-    runs: list[Run] = replays(tables, (GRID, ASHA_TPE), range(6))
+    runs: list[Run] = replays(tables, (GRID, ASHA_TPE), range(4))
     rows = summarize(runs, {1: 1.0, 2: 1.0})
     assert len(rows) == 2 * 3 + 2 * 3
     cost_rows = [r for r in rows if r["target"].startswith("p")]
