@@ -131,8 +131,8 @@ class Spend:
     so that the budget is kept to within one epoch rather than overshot by every epoch in progress."""
 
     def __init__(self, share: float, spent: float = 0.0) -> None:
-        self.share, self.total = share, spent
-        self.counted: set[tuple[int, int]] = set()
+        self.share, self.total, self.before = share, spent, spent  # before: earlier sessions' spend
+        self.counted: set[tuple[int, int]] = set()  # this session's epochs
         self.running: dict[int, float] = {}  # a running trial's latest epoch cost: what its next one should cost
 
     def add(self, number: int, result: dict[str, Any]) -> None:
@@ -151,8 +151,8 @@ class Spend:
 
     def exhausted(self, seconds: float, starting: bool = False) -> bool:
         """Whether ``seconds`` cannot pay one more epoch of every running trial (and, ``starting``,
-        the first epoch of a new trial, at the mean epoch cost so far)."""
-        typical = self.total / len(self.counted) if self.counted else 0.0
+        the first epoch of a new trial, at the mean cost of this session's epochs)."""
+        typical = (self.total - self.before) / len(self.counted) if self.counted else 0.0
         return self.committed() + (typical if starting else 0.0) > seconds
 
     def describe(self, hours: float, unit: str) -> str:

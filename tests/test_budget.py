@@ -52,3 +52,12 @@ def test_the_first_epoch_is_always_paid_and_a_spent_budget_starts_nothing():
     """A budget smaller than one epoch still trains the first epoch of each worker's trial (its
     cost is not known before it ends), and no trial after."""
     assert spend_until_stopped(0.5, {0: 2.0, 1: 2.0, 2: 2.0}) == 4.0
+
+
+def test_a_resumed_sweep_prices_a_new_trial_at_this_sessions_epochs_not_at_all_it_spent():
+    """Resumed with 10 s spent before, one epoch of 1 s since: a new trial's first epoch is priced
+    at 1 s, so a budget of 20 s can pay it (11 spent + 1 for the running trial + 1)."""
+    spend = Spend(1.0, spent=10.0)
+    spend.add(0, {M.EPOCH: 1, M.EPOCH_SECONDS: 1.0})
+    assert not spend.exhausted(20.0, starting=True)
+    assert spend.exhausted(12.5, starting=True) and not spend.exhausted(12.5)
