@@ -291,12 +291,6 @@ def _number(value: float) -> str:
     return "inf" if value == math.inf else f"{value:.0f}"
 
 
-def seed_range(text: str) -> range:
-    """``0-999`` -> range(0, 1000)."""
-    first, _, last = text.partition("-")
-    return range(int(first), int(last or first) + 1)
-
-
 def run(seeds: range, fraction: float = FRACTION, table_path: Path = E.TABLE, workers: int = WORKERS,
         methods: tuple[Method, ...] = METHODS) -> list[dict[str, Any]]:
     """Replay ``methods`` from ``seeds`` on the evidence table at ``fraction``; writes every replay

@@ -54,7 +54,7 @@ SUITES: dict[str, Suite] = {
     "search": _in_workspace(lambda data, workspace: _module("search_vs_recipe").run(data, workspace)),
     "rungs": lambda o: _module("rung_agreement").run(o["data"]),
     "table": _in_workspace(lambda data, workspace: _module("evidence_table").run(data, workspace)),
-    "replay": lambda o: _module("replay").run(_module("replay").seed_range(o["seeds"]), o["fraction"]),
+    "replay": lambda o: _module("replay").run(o["seeds"], o["fraction"]),
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
     "gpu": lambda o: _module("gpu_packing").run(o["data"]),
     "scale": lambda o: _module("scale").run(o["data"]),

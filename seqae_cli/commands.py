@@ -368,12 +368,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown benchmark suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
     if args.before and not (Path(args.before) / "seqae_cli" / "main.py").is_file():
         raise ConfigError(f"--before {args.before!r} is not a checkout of seqae (no seqae_cli/main.py there)")
-    if not re.fullmatch(r"\d+(-\d+)?", args.seeds) or int(args.seeds.split("-")[0]) > int(args.seeds.split("-")[-1]):
+    bounds = re.fullmatch(r"(\d+)(?:-(\d+))?", args.seeds)
+    seeds = range(int(bounds[1]), int(bounds[2] or bounds[1]) + 1) if bounds else range(0)
+    if not seeds:
         raise ConfigError(f"--seeds {args.seeds!r} is not a range FIRST-LAST of whole numbers (for example 0-999)")
     data = args.data or os.environ.get("SEQAE_BENCH_DATA") or "wikimedia/wikipedia"
     run_benchmarks(args.suites, Path(args.out),
                    {"shapes": args.shapes, "steps": args.steps, "workspace": args.workspace, "data": data,
-                    "sizes": args.sizes, "optuna": args.optuna, "before": args.before, "seeds": args.seeds,
+                    "sizes": args.sizes, "optuna": args.optuna, "before": args.before, "seeds": seeds,
                     "fraction": args.fraction})
     return 0
 
