@@ -12,6 +12,7 @@ from seqae_core.checkpoint import CheckpointStore
 from seqae_core.config import Config, from_flat, load, to_yaml
 from seqae_errors import ConfigError
 from tests.conftest import TINY, sets
+from tests.refusal import assert_refused
 
 
 def test_defaults_are_the_papers_recipe():
@@ -67,8 +68,7 @@ def test_set_values_are_typed():
 def test_cli_rejects_bad_input_before_loading_data(bad, message, capsys):
     # data.path points nowhere: the error must come from the config, before any data loads.
     code = main(["train", "--set", "data.path=/nonexistent", *[a for s in bad for a in ("--set", s)]])
-    assert code == 2
-    assert message in capsys.readouterr().err
+    assert_refused(code, capsys.readouterr().err, message)
 
 
 def test_config_file_errors_name_the_file_and_key(tmp_path, capsys):

@@ -14,6 +14,7 @@ from seqae_core.train import autocast_dtype, describe_precision, train
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from tests.oracles import reference_attention
+from tests.refusal import assert_refused
 from tests.sweep_helpers import SMOKE, STUDIES
 
 
@@ -88,6 +89,5 @@ def test_fractional_gpus_are_valid_and_a_gpu_sweep_without_gpus_is_refused(tmp_p
     workspace = tmp_path / "ws"
     code = main(["sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace),
                  *[a for s in [*SMOKE, "resources.gpu=0.25"] for a in ("--set", s)]])
-    assert code == 2
-    assert "resources.gpu=0.25 per trial, but no GPU is available" in capsys.readouterr().err
-    assert not workspace.exists()  # refused before anything was created
+    assert_refused(code, capsys.readouterr().err, "resources.gpu=0.25 per trial, but no GPU is available",
+                   created=(workspace,))

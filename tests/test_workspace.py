@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from seqae_cli.main import main
 from seqae_errors import ConfigError
 from sweeps.workspace import (
     Backends,
@@ -26,6 +27,8 @@ from sweeps.workspace import (
     redact,
     resolve_backends,
 )
+from tests.refusal import assert_refused
+from tests.sweep_helpers import STUDIES, TINY, sets
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = ("SEQAE_MLFLOW_TRACKING_URI", "SEQAE_OPTUNA_STORAGE", "SEQAE_STORAGE", "SEQAE_WORKSPACE")
@@ -342,3 +345,27 @@ def test_a_chosen_storage_gets_the_sweep_name_appended(ws, tmp_path, monkeypatch
 def test_the_default_storage_given_as_a_flag_is_kept_as_it_is(ws):
     default = str(ws.root / "sweeps" / "lr-search")
     assert resolve_backends(ws, "lr-search", {"storage": default}).storage == default
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "%2e%2e%2f", "x" * 300, "abc\u202edef", "..", "-rf"])
+def test_sweep_names_that_could_escape_are_refused(tmp_path, bad, capsys):
+    workspace = tmp_path / "ws"
+    code = main(["sweep", "run", str(STUDIES / "quickstart.yaml"), f"--name={bad}", "--workspace", str(workspace)])
+    assert_refused(code, capsys.readouterr().err, "is not allowed", created=(workspace,))
+
+
+def test_nul_bytes_and_symlinks_out_of_the_workspace_are_refused(tmp_path, capsys):
+    with pytest.raises(ConfigError):
+        check_name("a\x00b")
+    with pytest.raises(ConfigError):
+        Workspace(str(tmp_path / "ws\x00"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for link in ("sweeps", "mlflow.db", "cache"):
+        workspace = tmp_path / f"ws-{link}"
+        workspace.mkdir()
+        (workspace / link).symlink_to(outside / link)
+        code = main(["sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace), *sets(*TINY)])
+        assert_refused(code, capsys.readouterr().err, "leads outside the workspace")
+        assert list(outside.iterdir()) == []  # nothing written outside
+        assert sorted(p.name for p in workspace.iterdir()) == [link]
