@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.receiver import receiver  # noqa: F401 - the webhook fixture every test module may ask for
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("SEQAE_SHARED", REPO.parent / "shared")).resolve()
 WIKI_MINI = SHARED / "data" / "wikipedia-mini"
@@ -97,3 +99,15 @@ def s3():
         yield env
     finally:
         server.stop()
+
+
+# Modules that start a three-raylet cluster on the loopback addresses 127.0.0.2-4: one at a time.
+CLUSTERS = {"test_chaos", "test_cluster", "test_logical_gpus"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each module's tests in one test process (its module fixtures are built once), and the
+    cluster modules all in the same one; pytest-xdist spreads these groups over its processes."""
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else item.nodeid
+        item.add_marker(pytest.mark.xdist_group("clusters" if module in CLUSTERS else module))

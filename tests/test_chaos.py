@@ -9,14 +9,20 @@ faulted sweep must have the fault-free one's trials; and ``tpe``, whose proposal
 order in which trials finish, faults or not. Its trials must be 12 different learning rates, and
 the reference is a fault-free sweep of those same 12, run after it.
 
-It runs when ``SEQAE_CHAOS_SEEDS`` names seeds (``SEQAE_CHAOS_SEEDS=1,2,3 pytest tests/test_chaos.py
--s``, about 9 minutes a seed and sweep on 2 cores; ``-k grid`` or ``-k tpe`` for one): with the rest
-of the suite it would not fit CI's hour. A failing seed is in the test's id, and the same command
-with that seed replays its schedule.
+Every run of the suite soaks one seed, derived from the product code of the commit checked out, so
+that each landing that changes it tries a new schedule, on one of the two sweeps (the seed's
+parity picks it). ``SEQAE_CHAOS_SEEDS``
+names seeds instead, and then both sweeps run for each (``SEQAE_CHAOS_SEEDS=1,2,3 pytest
+tests/test_chaos.py -s``; ``-k grid`` or ``-k tpe`` for one). A failing seed is in the test's id,
+and the same command with that seed replays its schedule.
+
+Each fault says whether it ends the driver: the ones that kill it resume it, as a user would; a
+driver that dies of any other fault, or ends with an error, fails the soak.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import re
@@ -44,8 +50,31 @@ from tests.sweep_helpers import (
     wait_for_writers_to_exit,
 )
 
-SEEDS = [int(s) for s in os.environ.get("SEQAE_CHAOS_SEEDS", "").split(",") if s]
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SEEDS, reason="the chaos soak runs with SEQAE_CHAOS_SEEDS=1,2,3")]
+
+
+CODE = ("seqae_errors", "seqae_core", "sweeps", "cluster", "dashboards", "seqae_cli")
+
+
+def commit_seed() -> int:
+    """A seed from the product code of the commit checked out (the trees of its packages): each
+    landing that changes the code soaks another schedule; one that changes only the tests or the
+    documentation soaks the same one again."""
+    trees = subprocess.run(["git", "ls-tree", "HEAD", "--", *CODE], capture_output=True, text=True,
+                           cwd=Path(__file__).resolve().parents[1])
+    return int(hashlib.sha256(trees.stdout.encode()).hexdigest()[:8], 16) % 10_000
+
+
+def soaks() -> list[tuple[int, str]]:
+    """(seed, sweep) pairs: both sweeps of each seed ``SEQAE_CHAOS_SEEDS`` names, or else the
+    commit's seed on the sweep its parity picks."""
+    named = [int(s) for s in os.environ.get("SEQAE_CHAOS_SEEDS", "").split(",") if s]
+    if named:
+        return [(seed, search) for seed in named for search in ("grid", "tpe")]
+    seed = commit_seed()
+    return [(seed, ("grid", "tpe")[seed % 2])]
+
+
+pytestmark = pytest.mark.slow
 EPOCHS, CELLS = 4, 12
 BASE = [*TINY, f"train.epochs={EPOCHS}", f"train.patience={EPOCHS}", "retries=20"]
 GRID = [*BASE, "search={}", "start={}", "trials={per_cell: 1}", "grid.train.seed=[0, 1, 2, 3, 4, 5]", "grid.train.lr=[0.003, 0.01]"]
@@ -115,13 +144,16 @@ class Sweep:
         return sum(m["epoch"] for m in trial_metas(self.storage).values())
 
     def finish(self) -> None:
-        """Wait for the driver; a driver that died (a fault it did not ride out) is resumed, twice at most."""
-        for _ in range(3):
-            if self.driver.wait(timeout=1200) == 0:
-                return
-            print(f"  driver {self.running()[0]} exited {self.driver.returncode}: resume", flush=True)
-            self.resume()
-        raise AssertionError(f"sweep {self.name} did not finish; see {self.running()[1]}")
+        """Wait for the driver, which must end the sweep: whatever faults came before, no driver
+        that is left running may fail."""
+        code = self.driver.wait(timeout=1200)
+        assert code == 0, f"driver {self.running()[0]} of sweep {self.name} exited {code}; see {self.running()[1]}"
+
+    def alive(self, after: str) -> None:
+        """The driver rode out ``after`` (a fault that does not end it), or ended the sweep."""
+        number, log = self.running()
+        code = self.driver.poll()
+        assert code in (None, 0), f"driver {number} exited {code} after {after}; see {log}"
 
     def finish_timed(self) -> dict[str, Any]:
         """A fault-free sweep to its end: its seconds and results."""
@@ -163,8 +195,7 @@ def calm(cluster, tmp_path_factory):
     return Sweep(cluster, "calm", tmp_path_factory.mktemp("calm-logs"), GRID).finish_timed()
 
 
-@pytest.mark.parametrize("search", ["grid", "tpe"])
-@pytest.mark.parametrize("seed", SEEDS, ids=[f"seed-{s}" for s in SEEDS])
+@pytest.mark.parametrize("seed, search", soaks(), ids=[f"seed-{seed}-{search}" for seed, search in soaks()])
 def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request, tmp_path, seed, search):
     faults = schedule(seed)
     print(f"\nchaos seed {seed} ({search}): " + ", ".join(f"{kind} at epoch {at}" for at, kind in faults), flush=True)
@@ -172,12 +203,13 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request
     try:
         for at, kind in faults:
             wait_for(lambda: sweep.epochs() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep")
-            if sweep.driver.poll() is not None:  # it died of the last fault: resume as a user would
-                print(f"  driver {sweep.running()[0]} exited {sweep.driver.returncode}: resume", flush=True)
-                sweep.resume()
-                wait_for(lambda: sweep.epochs() >= at, 900, f"epoch {at} of the sweep")
+            sweep.alive(after="the fault before")
+            resumed = sweep.drivers
             print(f"  epoch {sweep.epochs()}: {kind}", flush=True)
             INJECT[kind](sweep, random.Random(seed * 1000 + at))
+            # the faults that end the driver resume it themselves; no other fault may end it
+            assert (sweep.drivers > resumed) == (kind in ENDS_DRIVER), (kind, sweep.drivers, resumed)
+            sweep.alive(after=kind)
         sweep.finish()
     finally:
         sweep.stop()
@@ -274,8 +306,10 @@ def mlflow_restart(sweep: Sweep, rng: random.Random) -> None:
     state = sweep.cluster["state"]
     stop_group(state["pids"]["mlflow"])
     at = sweep.epochs()
-    wait_for(lambda: sweep.epochs() > at or sweep.driver.poll() is not None, 300, "an epoch without MLflow")
-    local.start_mlflow(state)
+    try:
+        wait_for(lambda: sweep.epochs() > at or sweep.driver.poll() is not None, 300, "an epoch without MLflow")
+    finally:
+        local.start_mlflow(state)
 
 
 def postgres_restart(sweep: Sweep, rng: random.Random) -> None:
@@ -304,3 +338,4 @@ def postgres_restart(sweep: Sweep, rng: random.Random) -> None:
 
 
 INJECT = {kind: globals()[kind] for kind in FAULTS}
+ENDS_DRIVER = {"driver_sigkill", "driver_sigterm", "second_driver", "cut_checkpoint"}

@@ -173,12 +173,19 @@ def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path):
     assert outcomes(workspace, "killed") == expected
 
 
-def test_a_spent_budget_stops_the_running_trial_at_its_epoch_and_the_sweep_and_every_trial_shows_its_cost(tmp_path):
+def test_a_spent_budget_stops_the_running_trial_at_its_epoch_and_the_sweep_and_every_trial_shows_its_cost(
+        tmp_path, receiver):
     workspace, name = tmp_path / "ws", "budget"
+    # 1e-7 cpu-hours is 0.36 ms: spent by the first epoch on any machine
     run = seqae(*run_args(workspace, name, "trials.total=6", "max_concurrent=1", "train.epochs=2",
-                          "budget.cpu_hours=0.0001"))
+                          "budget.cpu_hours=1e-7", receiver.notify()))
     assert run.returncode == 0, run.stdout[-3000:]
-    assert "the budget of 0.0001 cpu-hours is spent" in run.stdout
+    assert "the budget of 1e-07 cpu-hours is spent" in run.stdout
+    # told that no new trial starts, then that the sweep ended, stopped
+    assert f"seqae {name}: no new trials start" in receiver.titles(), receiver.titles()
+    assert receiver.titles()[-1] == f"seqae {name}: the sweep is stopped", receiver.titles()
+    assert "the budget of 1e-07 cpu-hours is spent" in next(
+        m["message"] for m in receiver.received if m["title"].endswith("no new trials start"))
     info = status(name, workspace)
     # one trial at a time, and its first epoch spends the budget: it stops there, not at its last epoch
     assert info["outcome"] == "stopped" and info["trials_by_state"] == {"PRUNED": 1, "NOT_STARTED": 5}
@@ -186,10 +193,10 @@ def test_a_spent_budget_stops_the_running_trial_at_its_epoch_and_the_sweep_and_e
     assert helpers.metric_steps(run_id, "val_token_accuracy", workspace) == [1]
     runs = helpers.mlflow_runs(workspace, name)
     parent = next(r for r in runs if r.data.tags.get("seqae.role") == "sweep")
-    assert parent.info.status == "FINISHED" and "the budget of 0.0001 cpu-hours is spent" in parent.data.tags["seqae.ended"]
+    assert parent.info.status == "FINISHED" and "the budget of 1e-07 cpu-hours is spent" in parent.data.tags["seqae.ended"]
     assert [(r.info.status, r.data.tags["seqae.outcome"]) for r in runs if r is not parent] == [("FINISHED", "pruned")]
     cost = info["cost"]
-    assert cost["unit"] == "cpu-hours" and cost["budget"] == 0.0001 and cost["hours"] >= 0.0001
+    assert cost["unit"] == "cpu-hours" and cost["budget"] == 1e-7 and cost["hours"] >= 1e-7
     children = {r.data.tags["seqae.trial"]: r for r in helpers.mlflow_runs(workspace, name) if "seqae.trial" in r.data.tags}
     assert set(children) == set(cost["per_trial_seconds"])
     for number, seconds in cost["per_trial_seconds"].items():  # resources.cpu=1: cost = training wall time

@@ -3,12 +3,8 @@ sends, what a dead receiver does to it (nothing), and how URLs are configured.""
 
 from __future__ import annotations
 
-import json
 import re
 import socket
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -16,38 +12,6 @@ from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.notify import ENV, Notifier, resolve
 from tests.sweep_helpers import STUDIES, run_args, seqae
-
-
-class Receiver(ThreadingHTTPServer):
-    """A webhook on loopback that keeps every JSON body posted to it."""
-
-    def __init__(self) -> None:
-        self.received: list[dict] = []
-        received = self.received
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-
-    @property
-    def url(self) -> str:
-        return f"json://127.0.0.1:{self.server_address[1]}/hook"
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server
-    server.shutdown()
-    server.server_close()
 
 
 def closed_port() -> int:
@@ -99,9 +63,9 @@ def test_a_bad_notify_section_is_refused_by_key_without_repeating_the_url(notify
 @pytest.mark.slow
 def test_a_sweep_tells_its_receiver_and_finishes_the_same_when_the_receiver_is_down(tmp_path, receiver):
     workspace = tmp_path / "ws"
-    told = seqae(*run_args(workspace, "told", "trials.total=2", "train.epochs=1", f"notify={{urls: ['{receiver.url}']}}"))
+    told = seqae(*run_args(workspace, "told", "trials.total=2", "train.epochs=1", receiver.notify()))
     assert told.returncode == 0, told.stdout[-3000:] + told.stderr[-3000:]
-    titles = [m["title"] for m in receiver.received]
+    titles = receiver.titles()
     # the first result is a new best, whichever of the two trials running at once it came from
     assert re.fullmatch(r"seqae told: a new best, trial [01]", titles[0]), titles
     assert titles[-1] == "seqae told: the sweep is complete", titles

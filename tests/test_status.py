@@ -265,12 +265,16 @@ def test_control_of_a_submission_that_names_no_storage_says_it_has_not_started(w
         lifecycle.control(workspace, "remote", drain="stop")
 
 
-def test_reading_a_local_sweeps_status_loads_no_pytorch_mlflow_or_ray():
+def test_reading_a_local_sweeps_status_loads_no_pytorch_mlflow_or_ray(workspace):
     """Their imports were most of `seqae sweep status`'s time (3.5 of 7 s at 10,000 trials,
-    ``seqae bench control-plane``): the status of a local sweep reads the Optuna study and the
-    trials' records alone."""
+    ``seqae bench control-plane``): the status of a local sweep, through the command line's own
+    path, reads the Optuna study and the trials' records alone."""
+    state = write_sweep(workspace, "light", quickstart())
+    run_trials(start_sweep(workspace, state), state.backends["storage"], [([2.0, 2.0], 0.5, True)])
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, sweeps.status; "
-         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'mlflow', 'ray', 'transformers'}))"],
+        [sys.executable, "-c", "import sys; from seqae_cli.main import main; "
+         f"code = main(['sweep', 'status', 'light', '--workspace', {str(workspace.root)!r}]); "
+         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'mlflow', 'ray', 'transformers'}), code)"],
         capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
-    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+    assert "COMPLETE 1" in loaded.stdout, loaded.stdout + loaded.stderr  # it read the sweep
+    assert loaded.stdout.splitlines()[-1] == "[] 0", loaded.stdout + loaded.stderr
