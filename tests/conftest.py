@@ -70,13 +70,6 @@ def screenshot_dir() -> Path:
     return folder
 
 
-def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's hook signature
-    if SCREENSHOTS:
-        terminalreporter.write_sep("-", "screenshots saved")
-        for path in SCREENSHOTS:
-            terminalreporter.write_line(path)
-
-
 @pytest.fixture(scope="session")
 def s3():
     """A real S3-compatible server (moto's) on loopback, with a bucket ``seqae``: yields the
@@ -101,13 +94,14 @@ def s3():
         server.stop()
 
 
-# Modules that start a three-raylet cluster on the loopback addresses 127.0.0.2-4: one at a time.
-CLUSTERS = {"test_chaos", "test_cluster", "test_logical_gpus"}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each module's tests in one test process (its module fixtures are built once), and the
-    cluster modules all in the same one; pytest-xdist spreads these groups over its processes."""
-    for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else item.nodeid
-        item.add_marker(pytest.mark.xdist_group("clusters" if module in CLUSTERS else module))
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The screenshots browser tests saved (in this process), and the chaos soak's line (its seed,
+    faults and drivers) at the end of every run that soaked one, also from a pytest-xdist worker."""
+    if SCREENSHOTS:
+        terminalreporter.write_sep("-", "screenshots saved")
+        for path in SCREENSHOTS:
+            terminalreporter.write_line(path)
+    for report in terminalreporter.stats.get("passed", []):
+        for key, line in getattr(report, "user_properties", []):
+            if key == "chaos" and report.when == "call":
+                terminalreporter.write_line(line)

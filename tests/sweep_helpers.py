@@ -142,6 +142,13 @@ def local_cluster(root: Path, workers: int = 2, cpus_per_worker: int = 1,
     yielded as {root, state, env}; after the caller is done, `down`, and a check that no process or
     listening port of it is left. ``gpus_per_worker``: each worker's GPUs (`ray start --num-gpus`),
     logical ones on a machine without GPUs."""
+    # one cluster at a time on the loopback addresses, whichever test process (pytest-xdist) asks:
+    # the lock sits in the folder every process's temporary folders are made in
+    with FileLock(root.parent.parent / "local-cluster.lock"):
+        yield from _local_cluster(root, workers, cpus_per_worker, gpus_per_worker)
+
+
+def _local_cluster(root: Path, workers: int, cpus_per_worker: int, gpus_per_worker: int | None) -> Iterator[dict[str, Any]]:
     from cluster import local
 
     gpus = [] if gpus_per_worker is None else ["--gpus-per-worker", str(gpus_per_worker)]

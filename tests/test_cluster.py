@@ -352,7 +352,7 @@ def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster):
     assert sorted(int(r.data.tags["seqae.trial"]) for r in runs if "seqae.trial" in r.data.tags) == [0, 1, 2, 3]
 
 
-# 23: PostgreSQL, which holds the Optuna study and MLflow's runs, away under a sweep (22, its restart, is a fault of every chaos soak) ---
+# 22 and 23: PostgreSQL, which holds the Optuna study and MLflow's runs, restarted under a sweep ---------
 class Driver:
     """A sweep's driver run from this machine on the cluster, as a user's terminal would (not a job:
     the test holds the process), its output in ``log``."""
@@ -404,6 +404,37 @@ def assert_each_trial_once(cluster, name: str, n: int, epochs: int) -> None:
     for kid in kids:
         assert metric_steps(kid.info.run_id, "val_token_accuracy", None, tracking_uri=uri) == list(range(1, epochs + 1))
     assert finished(Path(cluster["env"]["SEQAE_STORAGE"]) / name) == set(range(n))  # no trial lost
+
+
+def test_a_postgresql_restart_mid_sweep_is_ridden_out_by_the_same_driver(cluster, tmp_path):
+    """Scenario 22: PostgreSQL stopped after the sweep's first result, while trials train, and started
+    again once the driver has met the outage: the study's storage retries its calls and the MLflow
+    writer keeps its writes, so the same driver process finishes every trial, each once everywhere."""
+    from cluster import postgres
+
+    name, epochs, n = "pgrestart", 6, 4
+    args = ["sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", name,
+            *sets(*SWEEP, "data.max_pages=20", f"train.epochs={epochs}", f"train.patience={epochs}", f"trials.total={n}")]
+    driver = Driver(cluster, name, tmp_path / "driver.log", *args)
+    try:
+        wait_for(lambda: driver.said(r"^trial \d+  epoch 1/") or driver.process.poll() is not None, 600,
+                 "the sweep's first result")
+        postgres.stop(postgres_of(cluster))
+        try:
+            wait_for(lambda: driver.said(r"the Optuna storage \S+ did not answer while") or driver.process.poll()
+                     is not None, 300, "the driver to meet the outage")
+        finally:
+            start_postgres(cluster)
+        assert driver.wait() == 0, driver.log.read_text()[-4000:]
+    finally:
+        kill_group(driver.process)
+        start_postgres(cluster)
+    text = driver.log.read_text()
+    assert "the Optuna storage answers again after" in text and "did not answer for" not in text, text[-4000:]
+    sessions = json.loads((Path(cluster["env"]["SEQAE_WORKSPACE"]) / "sweeps" / name / "sweep.json").read_text())["sessions"]
+    assert len(sessions) == 1 and sessions[0]["outcome"] == "complete" and sessions[0]["pid"] == driver.process.pid
+    assert sessions[0]["optuna_outage_seconds"] > 0
+    assert_each_trial_once(cluster, name, n, epochs)
 
 
 def test_a_database_away_past_the_limit_stops_the_driver_in_one_line_and_resume_finishes(cluster, tmp_path, receiver):

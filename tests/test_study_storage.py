@@ -7,8 +7,8 @@ Real SQLite storages whose connection is made to drop, before a statement (throu
 events) or just after a commit (through the connection's own ``commit``), with the error SQLite
 gives on a closed connection, which SQLAlchemy takes for a disconnect as it does PostgreSQL's
 "server closed the connection unexpectedly"; and a real refused connection to a PostgreSQL URL
-where nothing listens. The restart of a real PostgreSQL under a running sweep is a fault of every chaos soak
-(``tests/test_chaos.py``, ``postgres_restart``).
+where nothing listens. The restart of a real PostgreSQL under a running sweep is
+``tests/test_cluster.py::test_a_postgresql_restart_mid_sweep_is_ridden_out_by_the_same_driver``.
 """
 
 from __future__ import annotations
