@@ -32,7 +32,6 @@ class Receiver(ThreadingHTTPServer):
     def url(self) -> str:
         return f"json://127.0.0.1:{self.server_address[1]}/hook"
 
-
     def titles(self) -> list[str]:
         return [m["title"] for m in self.received]
 

@@ -49,8 +49,6 @@ from tests.sweep_helpers import (
     wait_for_writers_to_exit,
 )
 
-
-
 CODE = ("seqae_errors", "seqae_core", "sweeps", "cluster", "dashboards", "seqae_cli")
 
 
@@ -73,7 +71,8 @@ def soaks() -> list[tuple[int, str]]:
     return [(int(seed), search) for seed in given.split(",") if seed for search in ("grid", "tpe")]
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not soaks(), reason="the chaos soak runs with SEQAE_CHAOS_SEEDS=commit "
+SOAKS = soaks()  # once: with "commit" each call asks git
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SOAKS, reason="the chaos soak runs with SEQAE_CHAOS_SEEDS=commit "
                                                                       "(the commit's seed) or SEQAE_CHAOS_SEEDS=1,2,3")]
 EPOCHS, CELLS = 4, 12
 BASE = [*TINY, f"train.epochs={EPOCHS}", f"train.patience={EPOCHS}", "retries=20"]
@@ -195,7 +194,7 @@ def calm(cluster, tmp_path_factory):
     return Sweep(cluster, "calm", tmp_path_factory.mktemp("calm-logs"), GRID).finish_timed()
 
 
-@pytest.mark.parametrize("seed, search", soaks(), ids=[f"seed-{seed}-{search}" for seed, search in soaks()])
+@pytest.mark.parametrize("seed, search", SOAKS, ids=[f"seed-{seed}-{search}" for seed, search in SOAKS])
 def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request, record_property, tmp_path, seed,
                                                                 search):
     faults = schedule(seed)
