@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,25 @@ def data_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not WIKI_MINI.exists():
         pytest.fail(f"the offline data is missing: {WIKI_MINI} (set SEQAE_SHARED)")
     return tmp_path_factory.mktemp("data-cache")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def mlflow_uris_stay_in_their_module():
+    """``mlflow.set_tracking_uri``/``set_registry_uri`` (called by in-process tests and the product
+    code they run) set process globals and MLFLOW_*_URI environment variables: without this, the
+    next module's ``MlflowClient(uri)`` would look models up in another test's registry, and every
+    process its tests start would inherit that test's URIs."""
+    _forget_mlflow_uris()
+    yield
+    _forget_mlflow_uris()
+
+
+def _forget_mlflow_uris() -> None:
+    if "mlflow" in sys.modules:
+        sys.modules["mlflow"].set_tracking_uri(None)
+        sys.modules["mlflow"].set_registry_uri(None)
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
+        os.environ.pop(name, None)
 
 
 @pytest.fixture

@@ -82,7 +82,7 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{workspace / 'mlflow.db'}"
-    client = MlflowClient(uri, registry_uri=uri)  # not the registry another test's MLflow calls left set
+    client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("quickstart")
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"  # model training, not GenAI
     assert experiment.tags["mlflow.experiment.primaryMetric.name"] == "val_token_accuracy"
