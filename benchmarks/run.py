@@ -31,19 +31,19 @@ def _throughput(options: dict[str, Any]) -> list[dict[str, Any]]:
     return rows + ([] if torch.cuda.is_available() else throughput.quickstart_paths(options["data"]))
 
 
-def _in_workspace(measure: Callable[[str, Path], list[dict[str, Any]]]) -> Suite:
+def _in_workspace(measure: Callable[[dict[str, Any], Path], list[dict[str, Any]]]) -> Suite:
     """A suite whose sweeps run and stay in ``--workspace`` (a rerun continues them), else in a
     temporary folder."""
     def suite(options: dict[str, Any]) -> list[dict[str, Any]]:
         if options["workspace"]:
-            return measure(options["data"], Path(options["workspace"]))
+            return measure(options, Path(options["workspace"]))
         with tempfile.TemporaryDirectory() as folder:
-            return measure(options["data"], Path(folder))
+            return measure(options, Path(folder))
     return suite
 
 
 def _frontier(part: str) -> Suite:
-    return _in_workspace(lambda data, workspace: _module("frontier").run(part, data, workspace))
+    return _in_workspace(lambda o, workspace: _module("frontier").run(part, o["data"], workspace))
 
 
 SUITES: dict[str, Suite] = {
@@ -51,10 +51,11 @@ SUITES: dict[str, Suite] = {
     "overhead": lambda o: _module("sweep_overhead").run(o["data"]),
     "data": lambda o: (_module("data_prep").prefix_vs_whole(o["data"]) + _module("data_prep").cache_hit(o["data"])
                        + _module("data_prep").parallel(o["data"])),
-    "search": _in_workspace(lambda data, workspace: _module("search_vs_recipe").run(data, workspace)),
+    "search": _in_workspace(lambda o, workspace: _module("search_vs_recipe").run(
+        o["data"], workspace, *[(o["fraction"],)] if o["fraction"] else [])),
     "rungs": lambda o: _module("rung_agreement").run(o["data"]),
-    "table": _in_workspace(lambda data, workspace: _module("evidence_table").run(data, workspace)),
-    "replay": lambda o: _module("replay").run(o["seeds"], o["fraction"]),
+    "table": _in_workspace(lambda o, workspace: _module("evidence_table").run(o["data"], workspace)),
+    "replay": lambda o: _module("replay").run(o["seeds"], o["fraction"] or _module("replay").FRACTION),
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
     "gpu": lambda o: _module("gpu_packing").run(o["data"]),
     "scale": lambda o: _module("scale").run(o["data"]),

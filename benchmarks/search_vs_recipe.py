@@ -40,6 +40,7 @@ import pandas as pd
 
 from benchmarks.intervals import Interval, holm, sign_flip_p, simultaneous_level, t_interval
 from benchmarks.sweep_runs import run_sweep
+from seqae_errors import ConfigError
 from seqae_core import metrics as M
 from seqae_core import names as N
 
@@ -307,33 +308,52 @@ def figure(recipe: dict[float, Scores], searches: list[Search], path: Path) -> P
     return path
 
 
-def run(data_path: str, workspace: Path) -> list[dict[str, Any]]:
-    """Every arm at every fraction, in ``workspace`` (a rerun continues there); writes the table,
-    each search's outcome, every recipe training and the figure to benchmarks/tables/."""
+def outputs(fractions: tuple[float, ...]) -> dict[str, Path]:
+    """Where a run over ``fractions`` writes: ``search-vs-recipe*`` for every fraction, else with
+    the fraction in the name (``-0250``), so that measuring one fraction keeps the others' files."""
+    tag = "" if set(fractions) == set(FRACTIONS) else "-" + "-".join(f"{round(f * 1000):04d}" for f in fractions)
+    return {part: TABLES / f"search-vs-recipe{tag}{suffix}" for part, suffix in
+            (("table", ".csv"), ("searches", "-searches.csv"), ("recipe", "-recipe.csv"), ("figure", ".png"))}
+
+
+def run(data_path: str, workspace: Path, fractions: tuple[float, ...] = FRACTIONS) -> list[dict[str, Any]]:
+    """Every arm at each of ``fractions``, in ``workspace`` (a rerun continues there; each fraction's
+    sweeps are its own, so fractions can be measured one at a time); writes the table, each search's
+    outcome, every recipe training and the figure to benchmarks/tables/ (:func:`outputs`)."""
+    if not set(fractions) <= set(FRACTIONS):
+        raise ConfigError(f"--fraction {fractions[0]} is not one of bench search's latent fractions "
+                          f"({', '.join(str(f) for f in sorted(FRACTIONS))})")
     workspace.mkdir(parents=True, exist_ok=True)
-    replicates = {f: [equal_compute_seeds(r) for r in range(n)] for f, n in SEARCH_SEEDS.items()}
-    cells = [(f, t) for f in FRACTIONS for t in TRAINING_SEEDS] + [
-        (f, t) for f in FRACTIONS for seeds in replicates[f] for t in seeds]
-    _, runs = run_sweep(workspace, "recipe", _trained(data_path, RECIPE, cells))
-    recipe = {f: _scores(workspace / "ws", "recipe", f, runs, TRAINING_SEEDS) for f in FRACTIONS}
-    equal = {f: [_scores(workspace / "ws", "recipe", f, runs, seeds) for seeds in replicates[f]] for f in FRACTIONS}
-    searches = [_searched(workspace, data_path, arm, fraction, 10 * i + s, recipe[fraction])
-                for i, fraction in enumerate(FRACTIONS) for arm in ARMS for s in range(SEARCH_SEEDS[fraction])]
+    recipe: dict[float, Scores] = {}
+    equal: dict[float, list[Scores]] = {}
+    searches: list[Search] = []
+    for i, fraction in enumerate(FRACTIONS):
+        if fraction not in fractions:
+            continue
+        replicates = [equal_compute_seeds(r) for r in range(SEARCH_SEEDS[fraction])]
+        cells = [(fraction, t) for t in TRAINING_SEEDS] + [(fraction, t) for seeds in replicates for t in seeds]
+        name = f"recipe-{round(fraction * 1000)}"
+        _, runs = run_sweep(workspace, name, _trained(data_path, RECIPE, cells))
+        recipe[fraction] = _scores(workspace / "ws", name, fraction, runs, TRAINING_SEEDS)
+        equal[fraction] = [_scores(workspace / "ws", name, fraction, runs, seeds) for seeds in replicates]
+        searches += [_searched(workspace, data_path, arm, fraction, 10 * i + s, recipe[fraction])
+                     for arm in ARMS for s in range(SEARCH_SEEDS[fraction])]
     rows = summarize(recipe, equal, searches)
+    out = outputs(fractions)
     TABLES.mkdir(exist_ok=True)
-    pd.DataFrame(rows).to_csv(TABLES / "search-vs-recipe.csv", index=False)
+    pd.DataFrame(rows).to_csv(out["table"], index=False)
     pd.DataFrame([{"arm": s.arm, "fraction": s.fraction, "sampler_seed": s.seed, "best_val": s.best_val,
                    "returned_test": s.returned_test, "is_recipe": s.is_recipe, "trials": s.trials,
                    "cpu_seconds": s.cpu_seconds, "budget_seconds": s.budget_seconds,
                    "overshoot_seconds": s.cpu_seconds - s.budget_seconds, "config": _short(s.config),
                    **{f"test_seed_{t}": v for t, v in zip(TRAINING_SEEDS, s.scores.test)}} for s in searches]
-                 ).to_csv(TABLES / "search-vs-recipe-searches.csv", index=False)
+                 ).to_csv(out["searches"], index=False)
     pd.DataFrame([{"arm": arm, "fraction": f, "replicate": r, "seed": seed, "val": val, "test": test,
                    "cpu_seconds": scores.cpu_seconds}
-                  for f in FRACTIONS
+                  for f in recipe
                   for arm, r, scores in [("recipe", None, recipe[f])] + [(f"recipe@{BUDGET_TRAININGS}", r, e)
                                                                          for r, e in enumerate(equal[f])]
                   for seed, val, test in zip(scores.seeds, scores.val, scores.test)]
-                 ).to_csv(TABLES / "search-vs-recipe-recipe.csv", index=False)
-    figure(recipe, searches, TABLES / "search-vs-recipe.png")
+                 ).to_csv(out["recipe"], index=False)
+    figure(recipe, searches, out["figure"])
     return rows

@@ -203,8 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "temporary folder, removed after)")
     bench.add_argument("--seeds", default="0-999", metavar="FIRST-LAST",
                        help="replay: the replay seeds, a range (default: 0-999, 1,000 replays of each method)")
-    bench.add_argument("--fraction", type=float, default=0.25,
-                       help="replay: the evidence table's latent fraction to replay on (0.5, 0.25 or 0.125)")
+    bench.add_argument("--fraction", type=float, default=None,
+                       help="replay: the evidence table's latent fraction to replay on (0.5, 0.25 or 0.125; default "
+                            "0.25); search: measure only this fraction (default: 0.5, 0.25 and 0.125)")
     bench.add_argument("--sizes", default="100,1000,10000",
                        help="control-plane: the sweeps' sizes in finished trials, comma-separated")
     bench.add_argument("--optuna", default="sqlite,postgresql",

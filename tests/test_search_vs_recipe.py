@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.search_vs_recipe import (BUDGET_TRAININGS, Scores, Search, equal_compute_seeds, figure,
-                                         summarize)
+from benchmarks.search_vs_recipe import (BUDGET_TRAININGS, FRACTIONS, Scores, Search, equal_compute_seeds, figure,
+                                         outputs, run, summarize)
+from seqae_errors import ConfigError
 
 SEED_EFFECT = (-0.02, 0.0, 0.03)  # what each training seed does to every configuration
 
@@ -86,3 +87,12 @@ def test_the_figure_draws_every_arm(tmp_path):
     recipe = {0.25: scores(0.8)}
     path = figure(recipe, [search("random", 0.25, 0, 0.79), search("tpe+asha", 0.25, 0, 0.84)], tmp_path / "f.png")
     assert path.stat().st_size > 10_000
+
+
+def test_one_fraction_at_a_time_keeps_the_other_fractions_files_and_an_unknown_fraction_is_refused(tmp_path):
+    every, quarter = outputs(FRACTIONS), outputs((0.25,))
+    assert every["table"].name == "search-vs-recipe.csv" and quarter["table"].name == "search-vs-recipe-0250.csv"
+    assert not {p.name for p in every.values()} & {p.name for p in quarter.values()}
+    with pytest.raises(ConfigError, match=r"--fraction 0.3 is not one of bench search's latent fractions"):
+        run("unused", tmp_path / "ws", (0.3,))
+    assert not (tmp_path / "ws").exists()  # refused before anything was created
