@@ -8,15 +8,17 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
-import json
 import re
 import typing
 from collections.abc import Callable
 from typing import Any
 
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
 from seqae_cli.parser import build_parser
 from seqae_core import config as config_lib
-from sweeps.spec import SweepSpec
+from sweeps.spec import Distribution, SweepSpec
 
 
 def _commands(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, argparse.ArgumentParser]]:
@@ -67,13 +69,71 @@ def _type(hint: Any) -> str:
     return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
-def sweep_schema() -> str:
-    """The sweep file's JSON schema, as pydantic states it."""
-    schema = SweepSpec.model_json_schema(by_alias=True)
-    return f"```json\n{json.dumps(schema, indent=1)}\n```\n"
+def _model(annotation: Any) -> type[BaseModel] | None:
+    """The section model a field holds, through ``X | None``, ``tuple[X, ...]`` and ``dict[str, X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for m in map(_model, typing.get_args(annotation)) if m is not None), None)
 
 
-PARTS: dict[str, Callable[[], str]] = {"cli": cli, "config-keys": config_keys, "sweep-schema": sweep_schema}
+def _literal(annotation: Any) -> tuple[Any, ...]:
+    """The values a ``Literal`` allows, through ``X | None`` and ``tuple[X, ...]``; () for other types."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return typing.get_args(annotation)
+    return next((v for v in map(_literal, typing.get_args(annotation)) if v), ())
+
+
+def _kind(info: FieldInfo) -> str:
+    """The field's type (a section's, the values a Literal allows; a pipe would end the table's
+    cell), then its bounds."""
+    annotation, listed = info.annotation, typing.get_origin(info.annotation) is tuple
+    section, values = _model(annotation), _literal(annotation)
+    if section is not None and section is not Distribution:
+        kind = "a section" + (", or a list of them" if listed else "")
+    elif values:
+        kind = ("a list of " if listed else "one of ") + ", ".join(f"`{v}`" for v in values)
+    else:
+        text = re.sub(r"\b[\w.]+\.", "", _type(annotation)).replace(" | ", " or ")
+        kind = "`" + re.sub(r"tuple\[(.*?), \.\.\.\]", r"list[\1]", text) + "`"  # YAML has lists
+    bounds = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "at least"}
+    limits = [f"{sign} {getattr(m, name)}" for m in info.metadata for name, sign in bounds.items()
+              if getattr(m, name, None) is not None]
+    return ", ".join([kind] + limits)
+
+
+def _default(info: FieldInfo) -> str:
+    if info.is_required():
+        return "required"
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return f"`{value.model_dump(exclude_none=True, by_alias=True)}`"
+    if isinstance(value, tuple) and value and isinstance(value[0], BaseModel):
+        return f"`{[v.model_dump(exclude_none=True) for v in value]}`"
+    return f"`{value!r}`" if value not in ((), {}) else "none"
+
+
+def sweep_fields(model: type[BaseModel] = SweepSpec, prefix: str = "") -> list[tuple[str, FieldInfo]]:
+    """Every key of a sweep file, sections' keys after their section's: ``scheduler.type``,
+    ``search.KEY.low``, ``objective.metric``."""
+    found = []
+    for name, info in model.model_fields.items():
+        key = prefix + (info.alias or name)
+        found.append((key, info))
+        section = _model(info.annotation)
+        if section is not None:
+            mapped = typing.get_origin(info.annotation) is dict
+            found += sweep_fields(section, f"{key}.KEY." if mapped else f"{key}.")
+    return found
+
+
+def sweep_keys() -> str:
+    """A table of every sweep-file key: its type, default, allowed values and meaning, from the
+    schema's field descriptions."""
+    rows = [f"| `{key}` | {_kind(info)} | {_default(info)} | {info.description} |" for key, info in sweep_fields()]
+    return "| key | type or values | default | meaning |\n| --- | --- | --- | --- |\n" + "\n".join(rows) + "\n"
+
+
+PARTS: dict[str, Callable[[], str]] = {"cli": cli, "config-keys": config_keys, "sweep-keys": sweep_keys}
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:

@@ -25,10 +25,10 @@ from seqae_errors import ConfigError
 class DataConfig:
     path: str = "wikimedia/wikipedia"  # Hub id or a local folder in the same layout
     name: str | None = "20231101.en"  # dataset config; the paper used 20220301.en of `wikipedia`
-    split: str = "train"
-    text_column: str = "text"
-    tokenizer: str = "bert-base-uncased"
-    input_len: int = 512
+    split: str = "train"  # the dataset split the pages come from (validation and test are drawn from it)
+    text_column: str = "text"  # the column holding each page's text
+    tokenizer: str = "bert-base-uncased"  # Hugging Face tokenizer id or folder (the paper: BERT's)
+    input_len: int = 512  # N: tokens per sample, the encoder's input and the decoder's output
     samples: Literal["first", "windows"] = "first"  # first: one sample per page (the paper)
     # tokenizer: the tokenizer's ids (the paper); corpus: only the ids that occur in the data,
     # renumbered, so the vocabulary head is smaller (see seqae_core.data)
@@ -40,15 +40,16 @@ class DataConfig:
     # page when a number drawn for it from test_seed falls below test_fraction, so the same pages
     # stay out whatever max_pages, val_fraction and split_seed are. 0: no test split (the paper's 80/20).
     test_fraction: float = 0.0
-    test_seed: int = 0
+    test_seed: int = 0  # draws the test pages (see test_fraction)
 
 
 @dataclass(frozen=True)
 class ModelConfig:
+    # paper: the reducing attention alone (the paper's); transformer: with a residual, LayerNorm and an FFN
     block: Literal["paper", "transformer"] = "paper"
     # Exactly one of latent_len / latent_fraction may be set; neither means half the input.
     latent_len: int | None = None
-    latent_fraction: float | None = None
+    latent_fraction: float | None = None  # latent tokens as a share of input_len (the other way to set latent_len)
     # Each latent token's width: the encoder's output is projected to it and back before the
     # decoder, so a latent can be narrowed as well as shortened; None keeps d_model.
     latent_dim: int | None = None
@@ -56,8 +57,8 @@ class ModelConfig:
     d_attn: int = 512  # width of Q, K, V (paper: 512)
     heads: int = 1  # attention heads (the paper: 1)
     d_ffn: int = 1024  # FFN hidden width, transformer blocks only
-    dropout: float = 0.0
-    pos_encoding: Literal["learned", "sinusoidal", "none"] = "learned"
+    dropout: float = 0.0  # on attention weights and block outputs (the paper: none)
+    pos_encoding: Literal["learned", "sinusoidal", "none"] = "learned"  # positions added to the token embeddings
     layers: int = 1  # blocks per side
     # The vocabulary head shares the token embedding (as in BERT), so a token never seen in
     # training can still be reconstructed: its embedding reaches the head unchanged.
@@ -68,7 +69,7 @@ class ModelConfig:
     # attention(X)``, which the laptop-scale ablation found to be what the block needs to learn;
     # and a LayerNorm before the attention.
     residual: bool = False
-    norm: bool = False
+    norm: bool = False  # the paper block's LayerNorm before the attention (see residual)
     w_s_init: Literal["interpolate", "random"] = "interpolate"  # W_S's start: linear interpolation, or N(0, 1/n_in)
 
 
@@ -76,15 +77,15 @@ class ModelConfig:
 class TrainConfig:
     lr: float = 1e-3  # start learning rate
     lr_final: float = 1e-4  # reached after lr_decay_epochs, then constant
-    lr_decay_epochs: int = 5
+    lr_decay_epochs: int = 5  # epochs from lr to lr_final (the paper: 5)
     # paper: linear for input_len <= 256, else lr_final throughout (the paper's rule);
     # linear: from lr to lr_final over lr_decay_epochs, then constant; constant: lr throughout
     lr_schedule: Literal["paper", "linear", "constant"] = "paper"
-    weight_decay: float = 0.01
-    epochs: int = 20
+    weight_decay: float = 0.01  # AdamW's (its default)
+    epochs: int = 20  # at most this many (the paper: 20), fewer when patience stops it
     patience: int = 5  # epochs without a better val_token_accuracy before stopping
-    batch_size: int = 16
-    seed: int = 0
+    batch_size: int = 16  # samples per optimizer step (the paper: 16)
+    seed: int = 0  # initial weights and batch order
     # models trained side by side, seeds seed, seed + 1, ...: the run's metrics, early stopping and a
     # sweep's objective are their mean (see seqae_core.metrics.across_seeds)
     repeats: int = 1

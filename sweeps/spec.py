@@ -1,31 +1,8 @@
 """Sweep files: what a sweep runs, checked before anything is created.
 
-A sweep file is YAML with these top-level keys (every study in ``sweeps/studies`` is an example):
-
-    description  free text
-    config       the base config, with the same keys as ``seqae train --config``
-    grid         cartesian axes: ``{config key: [values]}``; ``{"key_a,key_b": [[a, b], ...]}`` zips keys
-    search       Optuna distributions: ``{config key: {type: loguniform|uniform|int|categorical, ...}}``;
-                 ``when: {other key: value or [values]}`` samples a key only under those values of
-                 another searched key or a grid axis (define-by-run: absent from other trials)
-    start        named starting points tried first, in order, before any proposal:
-                 ``{paper: {model.block: paper, ...}, defaults: {}}``; each runs to its full epochs
-                 (the scheduler never stops it) and counts toward ``trials``
-    objective    ``{metric, mode, target}``, or a list of them for a multi-objective sweep; once a trial
-                 reaches the ``target`` (optional, one objective only), the sweep starts no new trials
-    trials       ``{per_cell: N}`` (N trials in each grid cell) or ``{total: N}``
-    sampler      ``{type: tpe|gp|random|nsga2, seed, ...}``; TPE by default, NSGA-II for multi-objective;
-                 TPE's ``n_startup_trials``, ``multivariate``, ``group``, ``constant_liar`` and GP's
-                 ``n_startup_trials`` are pinned here, not left to the installed Optuna's defaults
-    scheduler    ``{type: none|asha, grace_period, reduction_factor}``
-    resources    ``{cpu, gpu}`` per trial; fractional GPUs are allowed
-    max_concurrent, retries
-    budget       ``{cpu_hours: X}`` or ``{gpu_hours: X}``: once its trials have spent it, running trials
-                 stop at the end of their epoch and no new one starts
-    notify       ``{urls: [...], events: [best, failed, stopped, end]}``: Apprise URLs to tell (``env:NAME``
-                 reads one from the environment, where tokens belong), and of what (sweeps/notify.py)
-    profiles     named blocks of overrides, e.g. ``{laptop: {description, data.max_pages: 300, ...}}``:
-                 ``--profile laptop`` (or ``--set profile=laptop``) applies one before any ``--set``
+A sweep file is YAML; every study in ``sweeps/studies`` is an example. Its keys, their types,
+defaults and meanings are stated once, as the field descriptions of the models below, and the
+reference (docs/reference/sweep-schema.md) is generated from them.
 
 Every error is a :class:`~seqae_errors.ConfigError` naming the file, the key and the value.
 """
@@ -92,14 +69,18 @@ class _Section(BaseModel):
 class Distribution(_Section):
     """What Optuna samples for one config key."""
 
-    type: Literal["loguniform", "uniform", "int", "categorical"]
-    low: float | None = None
-    high: float | None = None
-    step: int | None = Field(default=None, gt=0)  # int only
-    log: bool = False  # int only (loguniform is always on a log scale)
-    choices: tuple[Any, ...] = Field(default=(), strict=False)  # categorical only
-    # Sampled only when each of these keys (another searched key, or a grid axis) has one of these values.
-    when: dict[str, tuple[Any, ...]] = Field(default_factory=dict, strict=False)
+    type: Literal["loguniform", "uniform", "int", "categorical"] = Field(
+        description="how the key is sampled: loguniform and uniform between low and high, int a whole number "
+                    "between them, categorical one of choices")
+    low: float | None = Field(default=None, description="the smallest value (loguniform, uniform, int)")
+    high: float | None = Field(default=None, description="the largest value, included (loguniform, uniform, int)")
+    step: int | None = Field(default=None, gt=0, description="int only: the spacing of the values from low")
+    log: bool = Field(default=False, description="int only: sample on a log scale (loguniform always is)")
+    choices: tuple[Any, ...] = Field(default=(), strict=False, description="categorical only: the values, no repeats")
+    when: dict[str, tuple[Any, ...]] = Field(
+        default_factory=dict, strict=False,
+        description="sample the key only when each of these keys (another searched key, or a grid axis) takes one "
+                    "of these values; absent from the other trials (define-by-run)")
 
     @field_validator("when", mode="before")
     @classmethod
@@ -149,9 +130,11 @@ class Distribution(_Section):
 
 
 class Objective(_Section):
-    metric: str
-    mode: Literal["min", "max"]
-    target: float | None = None  # once a trial reaches it, the sweep starts no new trials
+    metric: str = Field(description="a validation metric every training reports (test metrics are refused): "
+                                    + ", ".join(M.OBJECTIVES))
+    mode: Literal["min", "max"] = Field(description="max for accuracies, min for losses and sizes")
+    target: float | None = Field(default=None, description="one objective only: once a trial reaches it, the sweep "
+                                                           "starts no new trials (running ones finish)")
 
     def reached(self, value: float) -> bool:
         return self.target is not None and (value >= self.target if self.mode == "max" else value <= self.target)
@@ -171,8 +154,8 @@ class Objective(_Section):
 
 
 class _Trials(_Section):
-    per_cell: int | None = Field(default=None, gt=0)  # trials in each grid cell
-    total: int | None = Field(default=None, gt=0)  # trials in the whole sweep
+    per_cell: int | None = Field(default=None, gt=0, description="trials in each grid cell (one of per_cell, total)")
+    total: int | None = Field(default=None, gt=0, description="trials in the whole sweep (one of per_cell, total)")
 
     @model_validator(mode="after")
     def _one(self) -> _Trials:
@@ -196,14 +179,19 @@ SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 class _Sampler(_Section):
-    type: Literal["tpe", "gp", "random", "nsga2"] | None = None  # TPE, or NSGA-II for several objectives
-    seed: int = Field(default=0, ge=0, lt=2**32)  # numpy seeds Optuna's samplers: 0 .. 2**32 - 1
-    # random proposals before the model takes over: counted over finished trials (TPE: complete
-    # and pruned ones, GP: complete ones), starting points and a fork's seeded trials included
-    n_startup_trials: int | None = Field(default=None, ge=0)
-    multivariate: bool | None = None  # TPE only
-    group: bool | None = None  # TPE only
-    constant_liar: bool | None = None  # TPE only
+    type: Literal["tpe", "gp", "random", "nsga2"] | None = Field(
+        default=None, description="Optuna's sampler; unset: TPE, or NSGA-II for several objectives")
+    seed: int = Field(default=0, ge=0, lt=2**32, description="seeds the sampler (numpy's range: 0 .. 2**32 - 1)")
+    n_startup_trials: int | None = Field(
+        default=None, ge=0,
+        description="TPE and GP: random proposals before the model takes over, counted over finished trials "
+                    "(TPE: complete and pruned, GP: complete), starting points and a fork's trials included (10 when unset)")
+    multivariate: bool | None = Field(default=None, description="TPE only: model the searched keys jointly "
+                                                                 "(true when unset)")
+    group: bool | None = Field(default=None, description="TPE only: model keys that occur together as a group "
+                                                          "(what a conditional space needs; true when unset)")
+    constant_liar: bool | None = Field(default=None, description="TPE only: give running trials a pessimistic value, "
+                                                                  "so trials started together differ (true when unset)")
 
     @model_validator(mode="before")
     @classmethod
@@ -225,14 +213,17 @@ class _Sampler(_Section):
 
 
 class _Scheduler(_Section):
-    type: Literal["none", "asha"] = "none"
-    grace_period: int = Field(default=1, gt=0)
-    reduction_factor: int = Field(default=2, ge=2)
+    type: Literal["none", "asha"] = Field(default="none", description="asha: stop the trials behind at each rung "
+                                                                       "(one objective only); none: train every trial out")
+    grace_period: int = Field(default=1, gt=0, description="ASHA: the epoch of the first rung")
+    reduction_factor: int = Field(default=2, ge=2, description="ASHA: 1 in this many trials goes on past each rung; "
+                                                               "rungs at grace_period x factor^k epochs")
 
 
 class _Resources(_Section):
-    cpu: float = Field(default=1.0, gt=0)
-    gpu: float = Field(default=0.0, ge=0)
+    cpu: float = Field(default=1.0, gt=0, description="CPUs Ray reserves for each trial")
+    gpu: float = Field(default=0.0, ge=0, description="GPUs for each trial; a fraction packs several trials on one "
+                                                       "GPU, above 1 a whole number")
 
     @model_validator(mode="after")
     def _whole(self) -> _Resources:
@@ -242,8 +233,10 @@ class _Resources(_Section):
 
 
 class _Budget(_Section):
-    cpu_hours: float | None = Field(default=None, gt=0)  # training wall time x CPUs per trial, summed
-    gpu_hours: float | None = Field(default=None, gt=0)  # training wall time x GPU fraction per trial, summed
+    cpu_hours: float | None = Field(default=None, gt=0, description="training wall time x CPUs per trial, summed "
+                                                                     "over trials (one of cpu_hours, gpu_hours)")
+    gpu_hours: float | None = Field(default=None, gt=0, description="training wall time x GPU fraction per trial, "
+                                                                     "summed over trials")
 
     @model_validator(mode="after")
     def _one(self) -> _Budget:
@@ -261,8 +254,9 @@ class _Budget(_Section):
 
 
 class _Notify(_Section):
-    urls: tuple[str, ...] = Field(default=(), strict=False)  # Apprise URLs; env:NAME reads one from $NAME
-    events: tuple[notify.Event, ...] = Field(default=notify.EVENTS, strict=False)  # which of them
+    urls: tuple[str, ...] = Field(default=(), strict=False, description="Apprise URLs to tell; env:NAME reads one "
+                                                                        "from $NAME, where tokens belong")
+    events: tuple[notify.Event, ...] = Field(default=notify.EVENTS, strict=False, description="what they are told of")
 
     @model_validator(mode="after")
     def _understood(self) -> _Notify:
@@ -296,23 +290,39 @@ class SweepSpec(_Section):
 
     model_config = ConfigDict(populate_by_name=True)
 
-    description: str = ""
-    base: dict[str, Any] = Field(default_factory=dict, alias="config")
-    grid: dict[str, tuple[Any, ...]] = Field(default_factory=dict)
-    search: dict[str, Distribution] = Field(default_factory=dict)
-    start: dict[str, dict[str, Any]] = Field(default_factory=dict, strict=False)  # name -> flat config keys
+    description: str = Field(default="", description="free text, shown by status and the report")
+    base: dict[str, Any] = Field(default_factory=dict, alias="config",
+                                 description="the base config of every trial: the keys of `seqae train --config`")
+    grid: dict[str, tuple[Any, ...]] = Field(
+        default_factory=dict, description="cartesian axes, {config key: [values]}; an axis \"key_a,key_b\" of "
+                                          "[[a, b], ...] varies the keys together")
+    search: dict[str, Distribution] = Field(default_factory=dict,
+                                            description="what Optuna samples: {config key: distribution}")
+    start: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, strict=False,
+        description="named starting points tried first, in order: {name: {config key: value}}; each trains all its "
+                    "epochs (the scheduler never stops it) and counts toward trials")
     objectives: Annotated[tuple[Objective, ...], BeforeValidator(_listed)] = Field(
-        default=(DEFAULT_OBJECTIVE,), alias="objective", min_length=1, strict=False)
-    trials: _Trials = _Trials(per_cell=1)
-    sampler: _Sampler = _Sampler()
-    scheduler: _Scheduler = _Scheduler()
-    resources: _Resources = _Resources()
-    max_concurrent: int = Field(default=1, gt=0)
-    retries: int = Field(default=0, ge=0)
-    budget: _Budget | None = None  # once spent, running trials stop at their epoch's end and none starts
-    notify: _Notify | None = None  # who is told of a new best, a failure, a stop and the end (sweeps/notify.py)
-    profiles: dict[str, Any] | None = Field(default=None, strict=False)  # checked, then dropped, by parse
-    profile: str | None = None  # the profile applied, if any
+        default=(DEFAULT_OBJECTIVE,), alias="objective", min_length=1, strict=False,
+        description="what the search optimizes: one objective, or a list of them for a Pareto front")
+    trials: _Trials = Field(default=_Trials(per_cell=1), description="how many trials: per grid cell, or in all")
+    sampler: _Sampler = Field(default=_Sampler(), description="who proposes the trials, with its settings pinned "
+                                                              "here rather than left to the installed Optuna's")
+    scheduler: _Scheduler = Field(default=_Scheduler(), description="who stops trials early")
+    resources: _Resources = Field(default=_Resources(), description="what each trial gets from Ray")
+    max_concurrent: int = Field(default=1, gt=0, description="trials running at once; `seqae sweep set` changes it "
+                                                             "while the sweep runs")
+    retries: int = Field(default=0, ge=0, description="times a trial whose worker was lost starts again from its "
+                                                      "newest checkpoint (a diverging loss or a bad config is not "
+                                                      "retried: it would fail again)")
+    budget: _Budget | None = Field(default=None, description="once its trials have spent it, running trials stop at "
+                                                             "their epoch's end and no new one starts")
+    notify: _Notify | None = Field(default=None, description="who is told of a new best, a failure, a stop and the end")
+    profiles: dict[str, Any] | None = Field(
+        default=None, strict=False,
+        description="named blocks of overrides, {name: {description, config key: value, ...}}; `--profile NAME` "
+                    "applies one before any --set")
+    profile: str | None = Field(default=None, description="the profile applied, if any (set by --profile)")
     _source: str = PrivateAttr(default="")
 
     @property
