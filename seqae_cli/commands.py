@@ -25,7 +25,7 @@ def _workspace(args: argparse.Namespace) -> Workspace:
     return Workspace(args.workspace)
 
 
-def _imported() -> None:
+def _freeze_imported_objects() -> None:
     """Called by a verb that reads or drives a sweep once its imports are done: their objects
     (torch's, MLflow's, Optuna's: hundreds of thousands, alive until exit) leave the garbage
     collector's view, whose full passes over them otherwise took as long again as reading a
@@ -42,7 +42,7 @@ def cmd_sweep_run(args: argparse.Namespace) -> int:
     from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
     from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
 
-    _imported()
+    _freeze_imported_objects()
     workspace = _workspace(args)
     overrides = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
     name = lifecycle.create(workspace, args.file, args.name, _sets(args), overrides, or_resume=args.or_resume)
@@ -53,7 +53,7 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int:
     from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
     from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
 
-    _imported()
+    _freeze_imported_objects()
     workspace = _workspace(args)
     record = workspace.read_submission(args.name)
     if record is not None:
@@ -100,7 +100,7 @@ def cmd_sweep_fork(args: argparse.Namespace) -> int:
     from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
     from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
 
-    _imported()
+    _freeze_imported_objects()
     workspace = _workspace(args)
     name = lifecycle.fork(workspace, args.origin, args.file, args.name, _sets(args), {})
     return driver.drive(workspace, name, check_file=False, verbose=args.verbose)
@@ -131,7 +131,7 @@ def cmd_sweep_set(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from dashboards import report  # matplotlib and MLflow, only to draw the report
 
-    _imported()
+    _freeze_imported_objects()
     workspace = _workspace(args)
     try:
         index = report.build(workspace.read(args.name), workspace.report_dir(args.name))
@@ -244,7 +244,7 @@ def cmd_sweep_extend(args: argparse.Namespace) -> int:
     from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
     from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
 
-    _imported()
+    _freeze_imported_objects()
     workspace = _workspace(args)
     driver.check_code(workspace.read(args.name), args.allow_code_change)  # before the sweep is changed
     if args.epochs is not None:
@@ -268,7 +268,7 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         # MLflow and Ray's Jobs client, only for a sweep submitted to a cluster: a local sweep's
         # status loads neither
         from sweeps import submit, submitted
-    _imported()
+    _freeze_imported_objects()
     if record is not None and not workspace.exists(args.name):
         # submitted, and its driver keeps its state in the cluster's workspace: read its trials
         # from the backends the submission named, once its driver has created the study
@@ -331,7 +331,7 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
 def cmd_sweep_export(args: argparse.Namespace) -> int:
     from sweeps import export  # MLflow, Optuna and pandas, only to read a sweep
 
-    _imported()
+    _freeze_imported_objects()
     table = export.export(_workspace(args), args.name, args.format, args.out)
     print(f"wrote {table}")
     return 0
@@ -340,7 +340,7 @@ def cmd_sweep_export(args: argparse.Namespace) -> int:
 def cmd_sweep_compare(args: argparse.Namespace) -> int:
     from sweeps import compare  # MLflow, Optuna, pandas and matplotlib, only to read sweeps
 
-    _imported()
+    _freeze_imported_objects()
     text, page = compare.compare(_workspace(args), args.names, args.out)
     print(text)
     print(f"\npage: {page}")

@@ -5,7 +5,7 @@ and writes bytes, so that what only reads a sweep (``seqae sweep status``, the l
 imports no PyTorch. What the bytes of a training checkpoint are is ``seqae_core.checkpoint``'s.
 
 A store holds records, each a folder of files plus a ``manifest.json`` written last with the
-size and SHA-256 of every file, and the record's :class:`Progress` (epoch records) or metrics
+size and SHA-256 of every file, and the record's :class:`TrialProgress` (epoch records) or metrics
 (best records):
 
     epoch-000003/state.pt      everything needed to continue exactly (see ``seqae_core.train``)
@@ -64,7 +64,7 @@ class Loaded:
 
 
 @dataclass(frozen=True)
-class Progress:
+class TrialProgress:
     """What the newest epoch record says of its run, read from the manifest alone."""
 
     epoch: int
@@ -94,7 +94,7 @@ class RecordStore:
         return cls(f"{storage.rstrip('/')}/trials/{number:04d}")
 
     @classmethod
-    def progress_of(cls, storage: str, numbers: Iterable[int]) -> dict[int, Progress | None]:
+    def progress_of(cls, storage: str, numbers: Iterable[int]) -> dict[int, TrialProgress | None]:
         """:meth:`progress` of each trial of ``numbers``, their folder located once: reading 10,000
         trials' progress (a sweep's cost in `seqae sweep status`) took twice as long resolving
         each trial's path on its own."""
@@ -112,12 +112,12 @@ class RecordStore:
                       if info.type == pafs.FileType.Directory and info.base_name.isdigit())
 
     # -- what the sweep reads ------------------------------------------------------------------
-    def progress(self) -> Progress | None:
+    def progress(self) -> TrialProgress | None:
         """How far the run got, without loading a checkpoint; None before its first epoch."""
         meta = self.newest_meta("epoch")
         if meta is None:
             return None
-        return Progress(int(meta["epoch"]), list(meta.get("history", [])), bool(meta.get("finished")),
+        return TrialProgress(int(meta["epoch"]), list(meta.get("history", [])), bool(meta.get("finished")),
                         bool(meta.get("patience_spent")))
 
     def best_epoch(self) -> int | None:

@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 
 from seqae_core import metrics as M
 from seqae_core import names as N
-from seqae_core.records import Progress, RecordStore
+from seqae_core.records import TrialProgress, RecordStore
 from sweeps.search import SweepStudy
 
 if TYPE_CHECKING:  # only annotations name it: reading a sweep's outcomes loads no MLflow
@@ -60,13 +60,13 @@ class Runs(Protocol):
     def trial_ended(self, number: int, outcome: Outcome, error: str | None = None) -> None: ...
 
 
-def resource_seconds(share: float, progress: Progress | None) -> float:
+def resource_seconds(share: float, progress: TrialProgress | None) -> float:
     """What a trial cost: its training wall time (every epoch it ran, over all sessions) times the
     CPUs or the GPU fraction it held (``SweepSpec.share``)."""
     return share * sum(float(h[M.EPOCH_SECONDS]) for h in (progress.history if progress else []))
 
 
-def decide(progress: Progress | None, error: bool, epochs: int | None = None) -> Outcome:
+def decide(progress: TrialProgress | None, error: bool, epochs: int | None = None) -> Outcome:
     """How a trial ended when Tune lets go of it: an error or no epoch is a failure; records that
     say it finished (to ``epochs``, if `seqae sweep extend` raised its limit) make it complete;
     otherwise the scheduler stopped it."""
@@ -75,7 +75,7 @@ def decide(progress: Progress | None, error: bool, epochs: int | None = None) ->
     return Outcome.COMPLETE if progress.done(epochs) else Outcome.PRUNED
 
 
-def settle(study: SweepStudy, number: int, outcome: Outcome, progress: Progress | None) -> None:
+def settle(study: SweepStudy, number: int, outcome: Outcome, progress: TrialProgress | None) -> None:
     """Record a trial's outcome in the study (a finished trial once: later calls change nothing),
     with the test metrics of the checkpoint it kept."""
     if outcome in (Outcome.COMPLETE, Outcome.PRUNED) and progress is not None:

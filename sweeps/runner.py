@@ -25,8 +25,7 @@ from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
 from seqae_core.config import Config
 from seqae_core.data import shared_settings
-from seqae_core.records import Progress as CheckpointProgress
-from seqae_core.records import RecordStore
+from seqae_core.records import RecordStore, TrialProgress
 from seqae_core.train import NonFiniteLossError, describe_precision, train
 from seqae_errors import ConfigError
 from sweeps import ledger
@@ -380,7 +379,7 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
                 recorded[trial.trial_id] = value
 
 
-def _progresses(study: SweepStudy, storage: str) -> dict[int, CheckpointProgress]:
+def _progresses(study: SweepStudy, storage: str) -> dict[int, TrialProgress]:
     """How far each trial that trained got, from its checkpoint records."""
     found = RecordStore.progress_of(storage, [t.number for t in study.trials()
                                               if t.state.name in ("COMPLETE", "PRUNED", "RUNNING")])

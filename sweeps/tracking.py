@@ -47,7 +47,7 @@ from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.checkpoint import CheckpointStore, tensors
 from seqae_core.config import DataConfig, from_flat, to_yaml
-from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, Progress
+from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, TrialProgress
 from seqae_errors import ConfigError
 from sweeps import textmodel
 from sweeps.ledger import Outcome, resource_seconds
@@ -242,7 +242,7 @@ class Tracker:
                               tags=tags)
         self.client.set_terminated(run_id, outcome.mlflow_status)
 
-    def sync_trial(self, number: int) -> Progress | None:
+    def sync_trial(self, number: int) -> TrialProgress | None:
         """Log the epochs and artifacts the run is missing, from the trial's checkpoint store;
         returns the store's progress."""
         run_id = self.child_run(number)

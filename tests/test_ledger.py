@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
-from seqae_core.records import Progress
+from seqae_core.records import TrialProgress
 from sweeps import spec as spec_lib
 from sweeps.ledger import Outcome, decide, reconcile, resource_seconds, settle
 from sweeps.search import SweepStudy, open_study
@@ -162,7 +162,7 @@ def test_a_second_settle_of_a_finished_trial_changes_nothing(tmp_path, storage, 
     settle(study, number, first, write_records(storage, number, history([0.3, 0.5]), finished=True).progress())
     before = new_study(tmp_path).trials()[0]
     assert before.state == first.optuna_state
-    later = Progress(3, history([0.9, 0.95, 0.99]), finished=True)  # records that would give another value
+    later = TrialProgress(3, history([0.9, 0.95, 0.99]), finished=True)  # records that would give another value
     for outcome in Outcome:
         settle(study, number, outcome, later)
     [after] = new_study(tmp_path).trials()
