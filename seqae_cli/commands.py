@@ -267,7 +267,7 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     if record is not None:
         # MLflow and Ray's Jobs client, only for a sweep submitted to a cluster: a local sweep's
         # status loads neither
-        from sweeps import submit, submitted
+        from sweeps import remote_status, submit
     _freeze_imported_objects()
     if record is not None and not workspace.exists(args.name):
         # submitted, and its driver keeps its state in the cluster's workspace: read its trials
@@ -275,7 +275,7 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         from sweeps.search import study_exists  # Optuna, only to read a sweep
 
         if record.backends and study_exists(record.backends["optuna_storage"], args.name):
-            info = submitted.submitted_status(record)
+            info = remote_status.status_of(record)
         else:
             info = {"name": args.name, "job": submit.job_info(record)}
             print(json.dumps(info) if args.json else f"sweep {args.name}: job {info['job']['id']} is "

@@ -1,12 +1,12 @@
 """`seqae sweep compare A B [...]`: sweeps of one objective side by side (a fork beside its
 origin, or sweeps of different studies), in the terminal and as a page in the report's style
-(:mod:`dashboards.compare`), from each sweep's trial table (:mod:`sweeps.export`)."""
+(:mod:`dashboards.compare_page`), from each sweep's trial table (:mod:`sweeps.export`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from dashboards.compare import Compared, build
+from dashboards.compare_page import Compared, build
 from seqae_core import metrics as M
 from seqae_core.records import RecordStore
 from seqae_errors import ConfigError

@@ -1,4 +1,4 @@
-"""`seqae sweep compare` (sweeps/compare.py, dashboards/compare.py) on real Optuna studies, real
+"""`seqae sweep compare` (sweeps/compare.py, dashboards/compare_page.py) on real Optuna studies, real
 checkpoint records and a real workspace; no training."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from sweeps.submit import job_info
 from sweeps.workspace import Backends, Submission
 
 
-def submitted_status(record: Submission) -> dict[str, Any]:
+def status_of(record: Submission) -> dict[str, Any]:
     """The status of a sweep submitted from this workspace whose state lives in the cluster's
     (``record.workspace``): its trials, best and cost, read from the backends the submission
     named (its Optuna study, MLflow experiment and sweep run, and storage), beside its job's state."""
