@@ -12,6 +12,12 @@
 
 Names and paths are checked before anything is written: a sweep name is a plain file name, and
 no path the service writes may leave the workspace, through ``..`` or a symbolic link.
+
+A workspace is a folder that can move (to a bigger disk, a shared folder, off a laptop):
+``sweep.json`` records the folder it was written in, and a sweep read from another folder has
+every path inside the old one (its SQLite databases, its checkpoints, MLflow's artifact locations)
+read inside the new one. A sweep that has run but whose stores are not where its record says is
+refused, naming the path, before anything is read or created.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import json
 import os
 import re
 import socket
+import sqlite3
 import time
 import unicodedata
 from dataclasses import asdict, dataclass, field
@@ -99,6 +106,7 @@ class SweepState:
     job: dict[str, Any] | None = None  # set when the sweep was submitted to a cluster
     forked_from: str | None = None  # the sweep whose finished trials seeded this one's study
     code: dict[str, Any] | None = None  # the code its last session ran: {"commit": ..., "files": {path: sha256}}
+    root: str | None = None  # the workspace's folder when this was written (see :meth:`Workspace.read`)
 
     @property
     def total_trials(self) -> int:
@@ -198,10 +206,51 @@ class Workspace:
         if not path.exists():
             known = ", ".join(self.names()) or "none"
             raise ConfigError(f"no sweep named {name!r} in {self.root} (sweeps there: {known})")
-        return SweepState(**json.loads(path.read_text()))
+        state = SweepState(**json.loads(path.read_text()))
+        written_in = Path(state.root) if state.root else _legacy_root(state)
+        if written_in is not None and written_in != self.root:  # the workspace moved, or this is a copy
+            state.backends = {key: moved(value, written_in, self.root) for key, value in state.backends.items()}
+            self._relocate_artifacts(state, written_in)
+        state.root = str(self.root)
+        if state.sessions:  # its driver has run, so its stores exist
+            self._check_stores(state)
+        return state
 
     def write(self, state: SweepState) -> None:
+        state.root = str(self.root)
         write_json(self.sweep_dir(state.name) / "sweep.json", asdict(state))
+
+    def _local_stores(self, state: SweepState) -> list[tuple[str, Path]]:
+        """The stores of ``state`` that are files or folders on this machine, with their names."""
+        stores = [(label, Path(uri.removeprefix("sqlite:///"))) for label, uri in (
+            ("MLflow database", state.backends.get("mlflow_tracking_uri", "")),
+            ("Optuna database", state.backends.get("optuna_storage", ""))) if uri.startswith("sqlite:///")]
+        storage = state.backends.get("storage", "")
+        return stores + ([("checkpoint storage", Path(storage))] if storage and "://" not in storage else [])
+
+    def _check_stores(self, state: SweepState) -> None:
+        """The stores the workspace holds itself exist (a store elsewhere, a server's or a folder
+        of the user's, answers for itself)."""
+        for label, path in self._local_stores(state):
+            if path.is_relative_to(self.root) and not path.exists():
+                raise ConfigError(f"sweep {state.name!r}: its {label} {path} is missing (its sweep.json in "
+                                  f"{self.root} says it is there); move or copy the whole workspace folder, "
+                                  "stores included")
+
+    def _relocate_artifacts(self, state: SweepState, old: Path) -> None:
+        """MLflow keeps artifact locations as absolute ``file://`` URIs in its database: in the
+        workspace's own database, those inside the old folder are made to name the new one, or the
+        UI, the report and `seqae encode` would read the old folder's files (or none)."""
+        database = dict(self._local_stores(state)).get("MLflow database")
+        if database is None or not database.exists() or not database.is_relative_to(self.root):
+            return
+        before, after = old.as_uri() + "/", self.root.as_uri() + "/"
+        with contextlib.closing(sqlite3.connect(database, timeout=60)) as db, db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            for table, column in MLFLOW_LOCATIONS:
+                if table in tables:
+                    db.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) "  # noqa: S608 - names are ours
+                               f"WHERE substr({column}, 1, ?) = ?", (after, len(before) + 1, len(before), before))
 
     def read_submission(self, name: str) -> Submission | None:
         """The record of a sweep submitted from this workspace, or None if it was not."""
@@ -210,6 +259,30 @@ class Workspace:
 
     def write_submission(self, record: Submission) -> None:
         write_json(self.sweep_dir(record.name) / SUBMISSION, asdict(record))
+
+
+# Where MLflow's SQLite store keeps artifact locations (absolute file:// URIs for a local workspace).
+MLFLOW_LOCATIONS = (("experiments", "artifact_location"), ("runs", "artifact_uri"), ("model_versions", "source"),
+                    ("model_versions", "storage_location"), ("logged_models", "artifact_location"))
+
+
+def moved(value: str, old: Path, new: Path) -> str:
+    """``value``, a path or a ``sqlite:///`` URI, inside ``new`` instead of ``old`` when it lay
+    inside ``old``; anything else (a server's URI, a path elsewhere) as it is."""
+    prefix = "sqlite:///" if value.startswith("sqlite:///") else ""
+    path = value.removeprefix(prefix)
+    if "://" in path or not Path(path).is_relative_to(old):
+        return value
+    return prefix + str(new / Path(path).relative_to(old))
+
+
+def _legacy_root(state: SweepState) -> Path | None:
+    """The folder a ``sweep.json`` written before it recorded one was written in, where its
+    checkpoints lie in the workspace's own ``sweeps/<name>``; None when they lie elsewhere."""
+    storage = Path(state.backends.get("storage", ""))
+    if "://" in str(storage) or storage.parts[-2:] != ("sweeps", state.name):
+        return None
+    return storage.parent.parent
 
 
 def write_json(path: Path, document: Any) -> None:
@@ -279,7 +352,11 @@ def listing(workspace: Workspace) -> list[dict[str, Any]]:
         if not workspace.exists(name):  # submitted; its state lives on the cluster
             rows.append({"name": name, "trials": 0, "outcome": "submitted", "by_state": {}, "file": ""})
             continue
-        state = workspace.read(name)
+        try:
+            state = workspace.read(name)
+        except ConfigError as exc:  # one sweep's missing stores do not hide the others
+            rows.append({"name": name, "trials": 0, "outcome": "unreadable", "by_state": {}, "file": str(exc)})
+            continue
         last = state.sessions[-1] if state.sessions else {}
         rows.append({
             "name": name, "trials": state.total_trials, "outcome": last.get("outcome", "not started"),

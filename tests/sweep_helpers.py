@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from typing import Any, Iterator
 import pytest
 from filelock import FileLock
 
+from cluster.procs import free_port
 from seqae_core.checkpoint import CheckpointStore
 from tests.conftest import REPO, WIKI_MINI
 
@@ -172,3 +174,29 @@ def _local_cluster(root: Path, workers: int, cpus_per_worker: int, gpus_per_work
 
         listening = [c for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.laddr.port in ports]
         assert listening == [], listening  # nothing of the cluster's is left listening, whatever Ray started
+
+
+def start_ui(workspace, log):
+    """`seqae ui` on two free ports, once it says both serve: (process, mlflow_port, optuna_port)."""
+    mlflow_port, optuna_port = free_port(), free_port()
+    ui = start("ui", "--workspace", str(workspace), "--mlflow-port", str(mlflow_port),
+               "--optuna-port", str(optuna_port), log=log)
+    try:
+        wait_for(lambda: "Ctrl-C stops both" in log.read_text(), 120, "seqae ui")
+    except BaseException:
+        kill_group(ui)
+        raise
+    return ui, mlflow_port, optuna_port
+
+
+def stop_ui(ui, signum, log, ports) -> None:
+    """Send ``signum`` to `seqae ui` alone; it exits cleanly and neither port answers any more."""
+    ui.send_signal(signum)
+    try:
+        assert ui.wait(timeout=60) == 0
+    finally:
+        kill_group(ui)
+    assert "stopped the MLflow UI and optuna-dashboard" in log.read_text()
+    for port in ports:
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()

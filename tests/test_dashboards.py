@@ -12,10 +12,9 @@ import socket
 
 import pytest
 
-from cluster.procs import free_port
 from seqae_core.checkpoint import CheckpointStore
 from tests.conftest import SCREENSHOTS
-from tests.sweep_helpers import SMOKE, STUDIES, kill_group, seqae, sets, start, wait_for
+from tests.sweep_helpers import SMOKE, STUDIES, kill_group, seqae, sets, start, start_ui, stop_ui, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -113,32 +112,6 @@ def test_the_loss_curve_is_drawn_against_epochs_with_whole_epoch_ticks(tmp_path)
     plt.close(fig)
     assert ticks and all(t == int(t) for t in ticks), ticks
     assert report.losses([trial], tmp_path) == tmp_path / "losses.png"
-
-
-def start_ui(workspace, log):
-    """`seqae ui` on two free ports, once it says both serve: (process, mlflow_port, optuna_port)."""
-    mlflow_port, optuna_port = free_port(), free_port()
-    ui = start("ui", "--workspace", str(workspace), "--mlflow-port", str(mlflow_port),
-               "--optuna-port", str(optuna_port), log=log)
-    try:
-        wait_for(lambda: "Ctrl-C stops both" in log.read_text(), 120, "seqae ui")
-    except BaseException:
-        kill_group(ui)
-        raise
-    return ui, mlflow_port, optuna_port
-
-
-def stop_ui(ui, signum, log, ports) -> None:
-    """Send ``signum`` to `seqae ui` alone; it exits cleanly and neither port answers any more."""
-    ui.send_signal(signum)
-    try:
-        assert ui.wait(timeout=60) == 0
-    finally:
-        kill_group(ui)
-    assert "stopped the MLflow UI and optuna-dashboard" in log.read_text()
-    for port in ports:
-        with pytest.raises(OSError):
-            socket.create_connection(("127.0.0.1", port), timeout=2).close()
 
 
 def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, screenshot_dir, tmp_path):

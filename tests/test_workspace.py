@@ -24,6 +24,8 @@ from sweeps.workspace import (
     SweepState,
     Workspace,
     check_name,
+    listing,
+    moved,
     redact,
     resolve_backends,
 )
@@ -369,3 +371,39 @@ def test_nul_bytes_and_symlinks_out_of_the_workspace_are_refused(tmp_path, capsy
         assert_refused(code, capsys.readouterr().err, "leads outside the workspace")
         assert list(outside.iterdir()) == []  # nothing written outside
         assert sorted(p.name for p in workspace.iterdir()) == [link]
+
+
+# -- a workspace that moves --------------------------------------------------------------------
+def test_a_path_inside_the_old_folder_moves_with_it_and_every_other_stays():
+    old, new = Path("/laptop/ws"), Path("/disk/ws")
+    assert moved("sqlite:////laptop/ws/mlflow.db", old, new) == "sqlite:////disk/ws/mlflow.db"
+    assert moved("/laptop/ws/sweeps/s", old, new) == "/disk/ws/sweeps/s"
+    for elsewhere in ("sqlite:////laptop/ws2/optuna.db", "/ckpt/s", "postgresql://me@db/optuna", "s3://bucket/s",
+                      "http://mlflow:5000"):
+        assert moved(elsewhere, old, new) == elsewhere
+
+
+def test_a_copied_sweep_reads_its_stores_inside_the_copy_and_records_where_it_now_is(tmp_path):
+    old, new = Workspace(tmp_path / "old"), Workspace(tmp_path / "new")
+    written = state(backends={"mlflow_tracking_uri": f"sqlite:///{old.root / 'mlflow.db'}",
+                              "optuna_storage": "postgresql://me@db/optuna", "storage": str(old.sweep_dir("lr-search"))})
+    old.write(written)
+    (new.root / "sweeps").mkdir(parents=True)
+    (old.root / "sweeps" / "lr-search").rename(new.root / "sweeps" / "lr-search")
+    read = new.read("lr-search")
+    assert read.backends == {"mlflow_tracking_uri": f"sqlite:///{new.root / 'mlflow.db'}",
+                             "optuna_storage": "postgresql://me@db/optuna", "storage": str(new.sweep_dir("lr-search"))}
+    assert read.root == str(new.root)
+    legacy = json.loads((new.sweep_dir("lr-search") / "sweep.json").read_text()) | {"root": None}
+    (new.sweep_dir("lr-search") / "sweep.json").write_text(json.dumps(legacy))  # written before roots were recorded
+    assert new.read("lr-search").backends == read.backends
+
+
+def test_a_sweep_that_ran_and_whose_database_did_not_travel_is_refused_naming_it(tmp_path):
+    ws = Workspace(tmp_path / "new")
+    ws.write(state(backends=ws.default_backends("lr-search").__dict__, sessions=[{"started": 1.0}]))
+    with pytest.raises(ConfigError, match=f"its MLflow database {ws.root / 'mlflow.db'} is missing"):
+        ws.read("lr-search")
+    assert listing(ws)[0]["outcome"] == "unreadable"  # the others are still listed
+    ws.write(state("fresh", backends=ws.default_backends("fresh").__dict__))  # created, its driver not yet run
+    assert ws.read("fresh").sessions == []

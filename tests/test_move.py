@@ -1,0 +1,68 @@
+"""A workspace is a folder that can move: a finished sweep's workspace, moved to another folder,
+answers `status`, `export`, `report`, `resume`, `encode` and `seqae ui` from there, and nothing
+appears at the folder it left."""
+
+from __future__ import annotations
+
+import shutil
+import urllib.request
+
+import pandas as pd
+import pytest
+
+from tests.refusal import assert_refused
+from tests.sweep_helpers import run_args, seqae, start_ui, status, stop_ui
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_moved_workspace_answers_from_its_new_folder_and_nothing_appears_at_the_old(tmp_path):
+    old, new = tmp_path / "laptop" / "ws", tmp_path / "bigger-disk" / "ws"
+    run = seqae(*run_args(old, "moving", "trials.total=2", "train.epochs=1"))
+    assert run.returncode == 0, run.stdout[-3000:]
+    before = status("moving", old)
+    new.parent.mkdir()
+    shutil.move(old, new)
+    (tmp_path / "laptop").rmdir()
+    ws = ["--workspace", str(new)]
+
+    after = status("moving", new)
+    assert after["trials_by_state"] == before["trials_by_state"] == {"COMPLETE": 2}
+    assert after["best"] == before["best"]
+    for store in ("mlflow_tracking_uri", "optuna_storage", "storage"):
+        assert str(new) in after[store] and str(old) not in after[store], after[store]
+
+    exported = seqae("sweep", "export", "moving", "--out", str(tmp_path / "trials.csv"), *ws)
+    assert exported.returncode == 0, exported.stderr
+    assert len(pd.read_csv(tmp_path / "trials.csv")) == 2
+    report = seqae("report", "moving", *ws)
+    assert report.returncode == 0, report.stderr
+    assert (new / "sweeps" / "moving" / "report" / "index.html").exists()
+    resumed = seqae("sweep", "resume", "moving", *ws)
+    assert resumed.returncode == 0 and "the best model is still" in resumed.stdout, resumed.stdout[-3000:]
+    encoded = seqae("encode", "moving", "a short text to reconstruct", *ws)  # the registered model's files
+    assert encoded.returncode == 0 and "token accuracy" in encoded.stdout, encoded.stderr
+
+    ui, mlflow_port, optuna_port = start_ui(new, tmp_path / "ui.log")
+    try:  # the UI serves the sweep run's report from the new folder
+        query = f"path=report/index.html&run_uuid={after['mlflow_parent_run_id']}"
+        with urllib.request.urlopen(f"http://127.0.0.1:{mlflow_port}/get-artifact?{query}", timeout=60) as page:
+            assert b"moving" in page.read()
+    finally:
+        stop_ui(ui, 2, tmp_path / "ui.log", (mlflow_port, optuna_port))
+    assert not (tmp_path / "laptop").exists()  # no verb wrote, or created a database, at the old folder
+
+
+def test_a_sweep_whose_stores_were_left_behind_is_refused_naming_the_path(tmp_path):
+    """Only sweep.json travelled (its databases did not): refused in one line, nothing created."""
+    old = tmp_path / "old" / "ws"
+    run = seqae(*run_args(old, "half", "trials.total=1", "train.epochs=1"))
+    assert run.returncode == 0, run.stdout[-3000:]
+    new = tmp_path / "new" / "ws"
+    shutil.copytree(old / "sweeps", new / "sweeps")
+    shutil.rmtree(tmp_path / "old")
+    for verb in (["sweep", "status", "half"], ["sweep", "export", "half", "--out", str(tmp_path / "t.csv")],
+                 ["report", "half"]):
+        refused = seqae(*verb, "--workspace", str(new))
+        assert_refused(refused.returncode, refused.stderr, f"its MLflow database {new / 'mlflow.db'} is missing",
+                       created=(new / "mlflow.db", new / "optuna.db", tmp_path / "old", tmp_path / "t.csv"))
