@@ -22,6 +22,7 @@ from ray import tune
 from ray.tune.search import Searcher
 
 from seqae_core import metrics as M
+from seqae_core import names as N
 from seqae_core.checkpoint import CheckpointStore
 from seqae_core.config import Config
 from seqae_core.data import shared_settings
@@ -291,6 +292,18 @@ class TrackingCallback(_DriverOnly, tune.Callback):
             log.exception("cannot read the Optuna state of trial %d; MLflow will be reconciled on resume", number)
             return
         self.writer.submit(f"closing trial {number}", lambda: self.tracker.trial_ended(number, outcome, error))
+        if self.study.spec.multi_objective:  # a front has no one best to chart
+            return
+        try:
+            best, ended = self.study.best(), sum(t.state.is_finished() for t in self.study.trials())
+        except Exception:  # noqa: BLE001 - as above: a chart point is not worth stopping the sweep for
+            log.exception("cannot read the best trial after trial %d; its chart point is skipped", number)
+            return
+        if best:
+            values = {self.study.spec.objectives[0].metric: float(best[0].values[0])}
+            test = best[0].user_attrs.get(N.TEST, {}).get(M.TEST_TOKEN_ACCURACY)
+            values |= {M.TEST_TOKEN_ACCURACY: float(test)} if test is not None else {}
+            self.writer.submit("recording the best so far", lambda: self.tracker.best_so_far(ended, values))
 
 
 class ProgressCallback(_DriverOnly, tune.Callback):

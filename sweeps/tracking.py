@@ -240,7 +240,16 @@ class Tracker:
         epochs = len(progress.history) if progress else 0
         self.client.log_batch(run_id, metrics=[Metric(M.RESOURCE_SECONDS, cost, int(time.time() * 1000), epochs)],
                               tags=tags)
+        if outcome is Outcome.PRUNED:  # told apart at a glance in the runs list, not only by its tag
+            self.client.update_run(run_id, name=f"trial-{number:04d}-pruned")
         self.client.set_terminated(run_id, outcome.mlflow_status)
+
+    def best_so_far(self, ended: int, values: dict[str, float]) -> None:
+        """The sweep run's progress as MLflow charts it: the best trial's ``values`` (its objective,
+        and its test score beside it) at the number of trials ``ended``, as ``best/<metric>``."""
+        assert self.parent_run_id is not None
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.parent_run_id, metrics=[Metric(f"best/{k}", v, now, ended) for k, v in values.items()])
 
     def sync_trial(self, number: int) -> TrialProgress | None:
         """Log the epochs and artifacts the run is missing, from the trial's checkpoint store;

@@ -194,7 +194,8 @@ def test_a_spent_budget_stops_the_running_trial_at_its_epoch_and_the_sweep_and_e
     runs = helpers.mlflow_runs(workspace, name)
     parent = next(r for r in runs if r.data.tags.get("seqae.role") == "sweep")
     assert parent.info.status == "FINISHED" and "the budget of 1e-07 cpu-hours is spent" in parent.data.tags["seqae.ended"]
-    assert [(r.info.status, r.data.tags["seqae.outcome"]) for r in runs if r is not parent] == [("FINISHED", "pruned")]
+    assert [(r.info.status, r.data.tags["seqae.outcome"], r.info.run_name) for r in runs if r is not parent] == [
+        ("FINISHED", "pruned", "trial-0000-pruned")]
     cost = info["cost"]
     assert cost["unit"] == "cpu-hours" and cost["budget"] == 1e-7 and cost["hours"] >= 1e-7
     children = {r.data.tags["seqae.trial"]: r for r in helpers.mlflow_runs(workspace, name) if "seqae.trial" in r.data.tags}

@@ -218,6 +218,8 @@ def test_reconcile_after_a_driver_died_mid_sweep(tmp_path, storage):
     assert {n: (r.info.status, r.data.tags["seqae.outcome"]) for n, r in runs.items()} == {
         0: ("FINISHED", "complete"), 1: ("KILLED", "interrupted"), 2: ("FAILED", "failed"), 3: ("FINISHED", "pruned"),
         4: ("FINISHED", "pruned")}
+    assert {n: r.info.run_name for n, r in runs.items() if r.info.run_name.endswith("-pruned")} == {
+        3: "trial-0003-pruned", 4: "trial-0004-pruned"}  # told apart at a glance
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     for n, accuracies, cost in ((0, [0.5, 0.8, 0.7], 30.0), (4, [0.2], 30.0)):  # rebuilt from the records
         run = runs[n]

@@ -117,6 +117,13 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     info = status("quickstart", workspace)
     assert info["trials_total"] == n and info["trials_by_state"] == {"COMPLETE": n}
     assert info["mlflow_parent_run_id"] == parents[0].info.run_id
+    # the sweep run charts its progress: the best so far, and its test score, against trials ended
+    best = {m: [p.value for p in sorted(client.get_metric_history(parents[0].info.run_id, f"best/{m}"),
+                                        key=lambda p: p.step)] for m in ("val_token_accuracy", "test_token_accuracy")}
+    assert metric_steps(parents[0].info.run_id, "best/val_token_accuracy", workspace) == list(range(1, n + 1))
+    assert best["val_token_accuracy"] == sorted(best["val_token_accuracy"])  # never worse
+    assert best["val_token_accuracy"][-1] == info["best"]["values"]["val_token_accuracy"]
+    assert best["test_token_accuracy"][-1] == info["best"]["test"]["test_token_accuracy"]
     assert info["optuna_study_name"] == "quickstart" and info["optuna_storage"].startswith("sqlite:///")
     assert info["best"]["values"]["val_token_accuracy"] == max(t.value for t in trials)
     versions = client.search_model_versions("name='quickstart'")
