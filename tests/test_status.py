@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from seqae_cli.main import main
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
 from seqae_errors import ConfigError
@@ -24,6 +25,7 @@ from sweeps.search import SweepStudy, open_study, read_only
 from sweeps.search import storage as optuna_storage
 from sweeps.status import cost, status, trials_view
 from sweeps.workspace import Backends, Submission, SweepState, Workspace, listing
+from tests.refusal import assert_refused
 from tests.conftest import WIKI_MINI
 from tests.sweep_helpers import STUDIES
 
@@ -224,6 +226,16 @@ def test_control_refuses_an_unknown_sweep_a_limit_too_high_and_a_sweep_not_start
     with pytest.raises(ConfigError, match=f"max_concurrent={too_many:,} is above seqae's limit"):
         lifecycle.control(workspace, "alpha", max_concurrent=too_many)
     assert read_only(quickstart(), state.backends["optuna_storage"], "alpha").control() == {}  # nothing written
+
+
+def test_the_control_verbs_refuse_in_one_line_what_they_cannot_change(tmp_path, capsys):
+    """`seqae sweep set` changes max_concurrent only, within its limits; `stop` names the sweeps there."""
+    for verb, says in ((["set", "nothing", "retries=2"], "max_concurrent=N only"),
+                       (["set", "nothing", "max_concurrent=0"], "at least 1"),
+                       (["set", "nothing", "max_concurrent=5000"], "max_concurrent=5,000 is above seqae's limit of 1,000"),
+                       (["stop", "nothing"], "no sweep named 'nothing'")):
+        code = main(["sweep", *verb, "--workspace", str(tmp_path / "ws")])
+        assert_refused(code, capsys.readouterr().err, says, created=(tmp_path / "ws" / "sweeps",))
 
 
 @pytest.mark.parametrize("environment", [
