@@ -5,6 +5,7 @@ appears at the folder it left."""
 from __future__ import annotations
 
 import shutil
+import signal
 import urllib.request
 
 import pandas as pd
@@ -49,7 +50,7 @@ def test_a_moved_workspace_answers_from_its_new_folder_and_nothing_appears_at_th
         with urllib.request.urlopen(f"http://127.0.0.1:{mlflow_port}/get-artifact?{query}", timeout=60) as page:
             assert b"moving" in page.read()
     finally:
-        stop_ui(ui, 2, tmp_path / "ui.log", (mlflow_port, optuna_port))
+        stop_ui(ui, signal.SIGTERM, tmp_path / "ui.log", (mlflow_port, optuna_port))  # a process manager's stop
     assert not (tmp_path / "laptop").exists()  # no verb wrote, or created a database, at the old folder
 
 
