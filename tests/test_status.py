@@ -75,6 +75,8 @@ def write_sweep(workspace: Workspace, name: str, spec: spec_lib.SweepSpec,
     state = SweepState(name=name, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=str(QUICKSTART),
                        sets=SETS, planned_trials=spec.planned_trials(),
                        backends=asdict(workspace.default_backends(name)), study_name=name, sessions=sessions or [])
+    if sessions:  # a driver has run: it created the sweep's MLflow database
+        Path(state.backends["mlflow_tracking_uri"].removeprefix("sqlite:///")).touch()
     workspace.write(state)
     return state
 
