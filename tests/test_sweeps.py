@@ -45,9 +45,12 @@ def test_every_study_and_each_of_its_profiles_loads_and_plans_its_trials(study):
 
 # One run per study: a study with a profile runs under its last one (the file's own keys, with
 # the profile's overrides, which is how its users run it); the file as written loads above.
+SMOKE_RUNS = {study: (_profiles(study) or [None])[-1] for study in sorted(STUDY_SMOKE)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("study, profile", [pytest.param(s, p, id=f"{s}-{p or 'as-written'}")
-                                            for s in sorted(STUDY_SMOKE) for p in [([None, *_profiles(s)])[-1]]])
+                                            for s, p in SMOKE_RUNS.items()])
 def test_study_runs_in_smoke_mode(study, profile, tmp_path):
     workspace = tmp_path / "ws"
     run = seqae("sweep", "run", str(STUDIES / f"{study}.yaml"), "--workspace", str(workspace),
