@@ -17,13 +17,14 @@ from typing import Any
 from scipy.stats import kendalltau
 
 from benchmarks.sweep_runs import sweep_events
-from sweeps.spec import read_document
+from sweeps.overrides import read_document
+from sweeps.spec import SWEEP_KEYS
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "sweeps" / "studies" / "quickstart.yaml"
 
 
 def _document(data_path: str, epochs: int, trials: int, seed: int) -> dict[str, Any]:
-    doc = read_document(QUICKSTART)
+    doc = read_document(QUICKSTART, SWEEP_KEYS)
     doc["config"]["data"]["path"] = data_path
     doc["config"]["train"].update(epochs=epochs, patience=epochs)
     doc.update(trials={"total": trials}, sampler={"type": "random", "seed": seed}, start={},

@@ -8,6 +8,7 @@ reconciles MLflow with the study and the checkpoints, then runs the trials that 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ from functools import partial
 from typing import Any
 
 import torch
+from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
 from dashboards import report
 from seqae_core import names as N
@@ -262,16 +264,17 @@ def register_best(study: SweepStudy, tracker: Tracker, name: str) -> None:
 
 
 def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:
-    """The parent run's params: the sweep's settings and its base config."""
-    params: dict[str, Any] = {
-        "sweep.file": state.file, "sweep.fingerprint": state.fingerprint, "sweep.trials": state.planned_trials,
-        "sweep.sampler": spec.sampler.type, "sweep.seed": spec.sampler.seed, "sweep.scheduler": spec.scheduler.type,
-        "sweep.objective": ",".join(f"{o.metric}:{o.mode}" for o in spec.objectives),
-        "sweep.grid": ",".join(spec.grid) or "-", "sweep.search": ",".join(spec.search) or "-",
-        "sweep.resources": f"cpu={spec.resources.cpu},gpu={spec.resources.gpu}", "sweep.max_concurrent": spec.max_concurrent,
-        "sweep.retries": spec.retries, "sweep.profile": spec.profile or "-",
-        "sweep.forked_from": state.forked_from or "-",
-    }
+    """The parent run's params: where the sweep came from, each part of its stored form (a part
+    that is a mapping or list as compact JSON, within MLflow's length for a param) and its base
+    config, a param per key."""
+    params: dict[str, Any] = {"sweep.file": state.file, "sweep.fingerprint": state.fingerprint,
+                              "sweep.planned_trials": state.planned_trials,
+                              "sweep.forked_from": state.forked_from or "-"}
+    for part, value in spec.to_dict().items():
+        if part != "config":
+            shown = json.dumps(value, separators=(",", ":")) if isinstance(value, (dict, list)) else value
+            params[f"sweep.{part}"] = shown if len(str(shown)) <= MAX_PARAM_VAL_LENGTH else (
+                str(shown)[: MAX_PARAM_VAL_LENGTH - 3] + "...")
     params.update({f"config.{k}": v for k, v in spec.base.items()})
     return params
 

@@ -26,9 +26,11 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -40,13 +42,12 @@ from seqae_core.config import (
     build,
     coerce,
     flatten,
-    load_yaml,
-    parse_sets,
 )
 from seqae_errors import ConfigError
 from sweeps import notify
+from sweeps.overrides import apply_profile, apply_sets, mapping, read_document
+from sweeps.spec_messages import reason
 
-MAX_FILE_BYTES = 256 * 1024  # sweep files are documents, not data
 # A typo such as `trials.total: 100000000` must not start a sweep that cannot end: Optuna's samplers
 # read the whole history at every ask, and the report and the MLflow UI list every trial.
 MAX_TRIALS = 10_000
@@ -122,10 +123,12 @@ class Distribution(_Section):
         return (isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
                 and (self.type != "int" or float(value).is_integer()))
 
-    def to_dict(self) -> dict[str, Any]:
-        out = self.model_dump(mode="json", exclude_defaults=True) | {"type": self.type}
-        if self.when:
-            out["when"] = {k: list(v) for k, v in self.when.items()}
+    @model_serializer(mode="wrap")
+    def _canonical(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Only what differs from the defaults (a key that does not apply to the type is refused
+        when read back), an int's bounds as whole numbers."""
+        out = {k: v for k, v in dump(self).items()
+               if k == "type" or getattr(self, k) != type(self).model_fields[k].get_default(call_default_factory=True)}
         return out | ({"low": int(self.low or 0), "high": int(self.high or 0)} if self.type == "int" else {})
 
 
@@ -381,7 +384,7 @@ class SweepSpec(_Section):
             if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
                 raise ConfigError(f"{source}: start: {name!r} is not a name (letters, digits, '_', '.', '-')")
             where = f"{source}: start.{name}"
-            starts[name] = {k: coerce(k, v, where) for k, v in flatten(_mapping(point or {}, f"start.{name}", source),
+            starts[name] = {k: coerce(k, v, where) for k, v in flatten(mapping(point or {}, f"start.{name}", source),
                                                                        where).items()}
         return starts
 
@@ -492,22 +495,9 @@ class SweepSpec(_Section):
         return (self.trials.per_cell or 1) * len(self.cells())
 
     def to_dict(self) -> dict[str, Any]:
-        """The canonical form stored with a sweep: it reloads to the same spec and is diffed on resume."""
-        return ({"profile": self.profile} if self.profile else {}) | {
-            "description": self.description,
-            "config": dict(sorted(self.base.items())),
-            "grid": {k: [list(x) if isinstance(x, tuple) else x for x in v] for k, v in self.grid.items()},
-            "search": {k: d.to_dict() for k, d in self.search.items()},
-            "objective": [o.model_dump(exclude_none=True) for o in self.objectives],
-            "trials": self.trials.model_dump(exclude_none=True),
-            "sampler": self.sampler.model_dump(exclude_none=True),
-            "scheduler": self.scheduler.model_dump(),
-            "resources": self.resources.model_dump(),
-            "max_concurrent": self.max_concurrent,
-            "retries": self.retries,
-        } | ({"budget": self.budget.model_dump(exclude_none=True)} if self.budget else {}) | (
-            {"notify": {"urls": list(self.notify.urls), "events": list(self.notify.events)}} if self.notify else {}) | (
-            {"start": {name: dict(sorted(point.items())) for name, point in self.start.items()}} if self.start else {})
+        """The canonical form stored with a sweep: every field, as JSON, so that it reloads to the
+        same spec (no field can be left out of it) and is diffed on resume."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
@@ -516,102 +506,10 @@ class SweepSpec(_Section):
 SWEEP_KEYS = [f.alias or name for name, f in SweepSpec.model_fields.items()]
 
 
-def read_document(path: str | Path) -> dict[str, Any]:
-    """The YAML mapping in ``path``, refusing files that are large or use aliases."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    if size > MAX_FILE_BYTES:
-        raise ConfigError(f"{path}: {size} bytes is too large for a sweep file (limit {MAX_FILE_BYTES})")
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not a valid sweep file: {exc}") from None
-    document = load_yaml(text, f"{path}: not a valid sweep file")
-    if not isinstance(document, dict):
-        raise ConfigError(f"{path}: a sweep file is a mapping of {', '.join(SWEEP_KEYS)}; "
-                          f"got {type(document).__name__}")
-    return _mapping(document, "the document", str(path))
-
-
-def apply_sets(document: dict[str, Any], sets: list[str] | tuple[str, ...], source: str) -> dict[str, Any]:
-    """``--set`` overrides on a sweep document.
-
-    ``data.* / model.* / train.*`` pin a config key: it is set in ``config`` and leaves the grid,
-    the search and the starting points. Other keys address the document itself: ``trials.total=2``,
-    ``max_concurrent=2``, ``grid.data.input_len=[16,32]``, ``search.train.lr={...}``, and
-    ``profile=laptop`` applies the file's profile of that name (the CLI's ``--profile``)."""
-    return _override(document, parse_sets(sets), source, "--set ")
-
-
-def _override(document: dict[str, Any], overrides: dict[str, Any], source: str, label: str) -> dict[str, Any]:
-    doc = copy.deepcopy(document)
-    for key, value in overrides.items():
-        where = f"{label}{key}"
-        section = key.split(".", 1)[0]
-        if key == "profile":
-            doc = _apply_profile(doc, value, source)
-        elif key in KEYS or section in ("data", "model", "train"):
-            doc.setdefault("config", {})
-            if not isinstance(doc["config"], dict):
-                raise ConfigError(f"{source}: config must be a mapping")
-            doc["config"] = {**flatten(doc["config"], source), key: value}
-            if isinstance(doc.get("start"), dict):  # a pinned key holds for the starting points too
-                doc["start"] = {name: {k: v for k, v in flatten(point, source).items() if k != key}
-                                if isinstance(point, dict) else point for name, point in doc["start"].items()}
-            for axis in ("grid", "search"):
-                if isinstance(doc.get(axis), dict):
-                    doc[axis].pop(key, None)
-                    zipped = [a for a in doc[axis] if key in str(a).split(",")]
-                    if zipped:
-                        raise ConfigError(f"{where}: {key} is part of the zipped grid axis {zipped[0]!r} in "
-                                          f"{source}; set the whole axis with grid.{zipped[0]}=[[...]]")
-        elif section in ("grid", "search") and "." in key:
-            doc.setdefault(section, {})
-            if not isinstance(doc[section], dict):
-                raise ConfigError(f"{source}: {section} must be a mapping")
-            doc[section][key.split(".", 1)[1]] = value
-        elif section not in SWEEP_KEYS:  # named as given, not as the section `ata` that `ata.input_len` would add
-            raise ConfigError(f"{where}: unknown key {section!r}; set a config key (data.*, model.*, train.*) or one "
-                              f"of {', '.join(SWEEP_KEYS)}")
-        else:
-            node = doc
-            *parents, last = key.split(".")
-            for name in parents:
-                node = node.setdefault(name, {})
-                if not isinstance(node, dict):
-                    raise ConfigError(f"{where}: {name} is not a mapping in {source}")
-            node[last] = value
-    return doc
-
-
-def _apply_profile(doc: dict[str, Any], name: Any, source: str) -> dict[str, Any]:
-    """The document with its profile ``name`` applied: the profile's keys are overrides of the same
-    form as ``--set``; its ``description`` is added to the sweep's."""
-    profiles = doc.pop("profiles", None) or {}
-    if not isinstance(profiles, dict):
-        raise ConfigError(f"{source}: profiles must map names to blocks of overrides, got {profiles!r}")
-    if doc.get("profile"):
-        raise ConfigError(f"{source}: profile={name!r}: profile {doc['profile']!r} is already applied; one at a time")
-    if not isinstance(name, str) or name not in profiles:
-        raise ConfigError(f"{source}: profile={name!r} is not defined; this file's profiles: "
-                          f"{', '.join(map(str, profiles)) or 'none'}")
-    overrides = dict(_mapping(profiles[name], f"profiles.{name}", source))
-    note = overrides.pop("description", "")
-    if not isinstance(note, str):
-        raise ConfigError(f"{source}: profiles.{name}.description must be text")
-    doc = _override(doc, overrides, source, f"{source}: profiles.{name}.")
-    doc["profile"] = name
-    doc["description"] = f"{doc.get('description', '')} [profile {name}: {note}]" if note else doc.get("description", "")
-    return doc
-
-
 def load(path: str | Path, sets: list[str] | tuple[str, ...] = ()) -> SweepSpec:
     """Read, override and validate a sweep file."""
     source = str(path)
-    return parse(apply_sets(read_document(path), sets, source), source)
+    return parse(apply_sets(read_document(path, SWEEP_KEYS), sets, source, SWEEP_KEYS), source)
 
 
 def local_path(value: str) -> str:
@@ -630,42 +528,17 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
     try:
         spec = SweepSpec.model_validate(doc, context={"source": source})
     except ValidationError as exc:
-        raise ConfigError(_reason(exc, source)) from None
+        raise ConfigError(reason(exc, source)) from None
     if spec.profiles is not None:  # every profile must give a valid sweep, whichever is run
         for name in spec.profiles:
             try:
-                parse(_apply_profile(copy.deepcopy(doc), name, source), source)
+                parse(apply_profile(copy.deepcopy(doc), name, source, SWEEP_KEYS), source)
             except ConfigError as exc:
                 raise ConfigError(f"{exc} (with profile {name!r})") from None
         spec = spec.model_copy(update={"profiles": None})  # the sweep is what they were applied to
     spec._source = source
     _check_trial_configs(spec)
     return spec
-
-
-def _reason(exc: ValidationError, source: str) -> str:
-    """The first problem pydantic found, as ``source: key=value must be ...`` with the key's full
-    path; a check of seqae's own (a ConfigError) as it said it."""
-    error = exc.errors()[0]
-    if isinstance((error.get("ctx") or {}).get("error"), ConfigError):
-        return str(error["ctx"]["error"])
-    return f"{source}: {_problem(error)}"
-
-
-def _problem(error: Any) -> str:
-    where = _path(error["loc"])
-    if error["type"] == "extra_forbidden":  # the key as written: a dotted one (`ata.input_len`) is one key
-        *parents, key = error["loc"]
-        return f"unknown key {key!r}" + (f" in {_path(parents)}" if parents else "")
-    message = re.sub(r"^Value error, |(?<= or) instance of \w+", "", error["msg"])
-    message = message.replace("Input should be", "must be").replace("Value should", "must").replace(
-        "a valid dictionary or", "a mapping")
-    return f"{where}: {message}" if error["type"] == "value_error" else f"{where}={error['input']!r} {message}"
-
-
-def _path(loc: Any) -> str:
-    """pydantic's location of an error as a key's path: ``search.train.lr.low``, ``objective[0].mode``."""
-    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
 
 
 def trial_layers(source: str, base: dict[str, Any], params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -693,7 +566,7 @@ def _check_trial_configs(spec: SweepSpec) -> None:
 
 def _grid(grid: Any, source: str) -> dict[str, tuple[Any, ...]]:
     axes: dict[str, tuple[Any, ...]] = {}
-    for axis, values in _mapping(grid, "grid", source).items():
+    for axis, values in mapping(grid, "grid", source).items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{source}: grid.{axis}={values!r} must be a non-empty list of values")
         keys = axis.split(",")
@@ -799,15 +672,6 @@ def _check_sampler(spec: SweepSpec, source: str) -> None:
         why = f"{categorical} is categorical" if categorical else "it has conditions"
         raise ConfigError(f"{source}: sampler.type='gp' models numeric spaces only; this one is not ({why}); use "
                           "type: tpe")
-
-
-def _mapping(value: Any, where: str, source: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{source}: {where} must be a mapping; got {value!r}")
-    keys = [key for key in value if not isinstance(key, str)]
-    if keys:
-        raise ConfigError(f"{source}: {where}: key {keys[0]!r} must be a string")
-    return value
 
 
 def diff(stored: SweepSpec, current: SweepSpec) -> str:
