@@ -7,6 +7,7 @@ reason): `seqae train` and `--help` load no Ray or MLflow, and MLflow is importe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -38,20 +39,18 @@ def _sets(args: argparse.Namespace) -> list[str]:
     return ([f"profile={args.profile}"] if args.profile else []) + args.set
 
 
-def cmd_sweep_run(args: argparse.Namespace) -> int:
-    from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
-    from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
+def cmd_sweep_run(args: argparse.Namespace) -> int | None:  # the driver's exit code
+    from sweeps.api import Sweep  # Ray, MLflow and torch, only for the verbs that drive a sweep
 
     _freeze_imported_objects()
-    workspace = _workspace(args)
-    overrides = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
-    name = lifecycle.create(workspace, args.file, args.name, _sets(args), overrides, or_resume=args.or_resume)
-    return driver.drive(workspace, name, check_file=False, verbose=args.verbose)
+    backends = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
+    return Sweep.run(args.file, set=_sets(args), name=args.name, workspace=args.workspace, or_resume=args.or_resume,
+                     backends=backends, verbose=args.verbose).exit_code
 
 
-def cmd_sweep_resume(args: argparse.Namespace) -> int:
-    from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
+def cmd_sweep_resume(args: argparse.Namespace) -> int | None:  # the driver's exit code
     from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
+    from sweeps.api import Sweep  # Ray, MLflow and torch, only for the verbs that drive a sweep
 
     _freeze_imported_objects()
     workspace = _workspace(args)
@@ -60,7 +59,7 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int:
         submit.resubmit(workspace, record)
         print(submit.describe(record))
         return 0
-    return driver.drive(workspace, args.name, verbose=args.verbose, allow_code_change=args.allow_code_change)
+    return Sweep(args.name, workspace).resume(allow_code_change=args.allow_code_change, verbose=args.verbose).exit_code
 
 
 def _record(args: argparse.Namespace) -> Submission:
@@ -96,14 +95,12 @@ def cmd_sweep_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sweep_fork(args: argparse.Namespace) -> int:
-    from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
-    from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
+def cmd_sweep_fork(args: argparse.Namespace) -> int | None:  # the driver's exit code
+    from sweeps.api import Sweep  # Ray, MLflow and torch, only for the verbs that drive a sweep
 
     _freeze_imported_objects()
-    workspace = _workspace(args)
-    name = lifecycle.fork(workspace, args.origin, args.file, args.name, _sets(args), {})
-    return driver.drive(workspace, name, check_file=False, verbose=args.verbose)
+    return Sweep.fork(args.origin, args.file, set=_sets(args), name=args.name, workspace=args.workspace,
+                      verbose=args.verbose).exit_code
 
 
 def cmd_sweep_stop(args: argparse.Namespace) -> int:
@@ -240,23 +237,18 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
     return 0 if all(info["services"].values()) else 1
 
 
-def cmd_sweep_extend(args: argparse.Namespace) -> int:
-    from sweeps import driver  # Ray, MLflow and torch, only for the verbs that drive a sweep
-    from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
+def cmd_sweep_extend(args: argparse.Namespace) -> int | None:  # the driver's exit code
+    from sweeps.api import Sweep  # Ray, MLflow and torch, only for the verbs that drive a sweep
 
     _freeze_imported_objects()
-    workspace = _workspace(args)
-    driver.check_code(workspace.read(args.name), args.allow_code_change)  # before the sweep is changed
+    sweep = Sweep(args.name, _workspace(args))
     if args.epochs is not None:
-        for note in lifecycle.extend_epochs(workspace, args.name, args.epochs, args.trials or "best:1"):
-            print(f"seqae: {note}", flush=True)
-        return driver.drive(workspace, args.name, verbose=args.verbose, extending=True,
-                            allow_code_change=args.allow_code_change)
+        return sweep.extend(epochs=args.epochs, which=args.trials or "best:1", allow_code_change=args.allow_code_change,
+                            verbose=args.verbose).exit_code
     if args.trials is None or not args.trials.isdigit():
         raise ConfigError(f"--trials={args.trials!r}: give how many trials to add (or --epochs N to train finished "
                           "trials on)")
-    lifecycle.extend(workspace, args.name, int(args.trials))
-    return driver.drive(workspace, args.name, verbose=args.verbose, allow_code_change=args.allow_code_change)
+    return sweep.extend(trials=int(args.trials), allow_code_change=args.allow_code_change, verbose=args.verbose).exit_code
 
 
 def cmd_sweep_status(args: argparse.Namespace) -> int:
@@ -274,57 +266,56 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         # from the backends the submission named, once its driver has created the study
         from sweeps.search import study_exists  # Optuna, only to read a sweep
 
-        if record.backends and study_exists(record.backends["optuna_storage"], args.name):
-            info = remote_status.status_of(record)
-        else:
-            info = {"name": args.name, "job": submit.job_info(record)}
-            print(json.dumps(info) if args.json else f"sweep {args.name}: job {info['job']['id']} is "
-                  f"{info['job']['status']} (its driver has not started its trials yet)")
+        if not (record.backends and study_exists(record.backends["optuna_storage"], args.name)):
+            job = submit.job_info(record)
+            print(json.dumps({"name": args.name, "job": job}) if args.json else f"sweep {args.name}: job {job['id']} "
+                  f"is {job['status']} (its driver has not started its trials yet)")
             return 0
+        info = remote_status.status_of(record)
     else:
         info = status.status(workspace, args.name)
         if record is not None:
-            info["job"] = submit.job_info(record)
+            info = dataclasses.replace(info, job=submit.job_info(record))
     if args.json:
-        print(json.dumps(info))
+        print(json.dumps(info.as_json()))
         return 0
-    print(f"sweep {info['name']} ({info['outcome']}) in {info['workspace']}")
-    if info["profile"]:
-        print(f"  profile: {info['profile']}: {info['description']}")
-    control = info["control"]
+    print(f"sweep {info.name} ({info.outcome}) in {info.workspace}")
+    if info.profile:
+        print(f"  profile: {info.profile}: {info.description}")
+    control = info.control
     if control.get("drain"):
-        print(f"  {'stopping' if info['outcome'] == 'running' else 'stopped'}: no new trials ({control['drain']})")
+        print(f"  {'stopping' if info.outcome == 'running' else 'stopped'}: no new trials ({control['drain']})")
     if control.get("max_concurrent"):
         when = next(e["at"] for e in reversed(control["log"]) if "max_concurrent" in e)
         print(f"  max_concurrent: {control['max_concurrent']} (set {when})")
-    if info["forked_from"]:
-        print(f"  forked from {info['forked_from']}: {info['seeded_trials']} of its trials seeded the study")
-    print(f"  trials: {info['trials_total']} planned; " + ", ".join(f"{k} {v}" for k, v in info["trials_by_state"].items()))
-    if info["proposed_by"]:
-        print("  proposed by: " + ", ".join(f"{k} {v}" for k, v in info["proposed_by"].items()))
-    for start, trial in info["starts"].items():
-        value = "".join(f", {k} {value_text(v, trial['seeds'] or {}, k)}" for k, v in trial["values"].items())
-        print(f"  start {start}: trial {trial['trial']} ({trial['state']}{value})")
-    for note in info["notes"]:
+    if info.forked_from:
+        print(f"  forked from {info.forked_from}: {info.seeded_trials} of its trials seeded the study")
+    print(f"  trials: {info.trials_total} planned; " + ", ".join(f"{k} {v}" for k, v in info.trials_by_state.items()))
+    if info.proposed_by:
+        print("  proposed by: " + ", ".join(f"{k} {v}" for k, v in info.proposed_by.items()))
+    for start, trial in info.starts.items():
+        value = "".join(f", {k} {value_text(v, trial.seeds or {}, k)}" for k, v in trial.values.items())
+        print(f"  start {start}: trial {trial.trial} ({trial.state}{value})")
+    for note in info.notes:
         print(f"  note: {note}")
-    cost = info["cost"]
-    budget = f" of a budget of {cost['budget']:g}" if cost["budget"] else ""
-    print(f"  cost: {cost['hours']:.4f} {cost['unit']}{budget}")
-    best = info["best"]
+    cost = info.cost
+    budget = f" of a budget of {cost.budget:g}" if cost.budget else ""
+    print(f"  cost: {cost.hours:.4f} {cost.unit}{budget}")
+    best = info.best
     for entry in best if isinstance(best, list) else [best] if best else []:
-        seeds = entry.get("seeds") or {}
-        values = ", ".join(f"{k} {value_text(v, seeds, k, seeds=True)}" for k, v in entry["values"].items())
-        test = ", ".join(f"{k} {value_text(v, seeds, k, seeds=True)}" for k, v in (entry.get("test") or {}).items())
-        start = f" (start {entry['start']})" if entry.get("start") else ""
-        print(f"  best: trial {entry['trial']}{start}: {values} (validation, selected on)")
+        seeds = entry.seeds or {}
+        values = ", ".join(f"{k} {value_text(v, seeds, k, seeds=True)}" for k, v in entry.values.items())
+        test = ", ".join(f"{k} {value_text(v, seeds, k, seeds=True)}" for k, v in (entry.test or {}).items())
+        start = f" (start {entry.start})" if entry.start else ""
+        print(f"  best: trial {entry.trial}{start}: {values} (validation, selected on)")
         print(f"        {f'{test} (test pages, never selected on)' if test else 'no test split: data.test_fraction is 0'}")
-        for key, value in sorted(entry["params"].items()):
+        for key, value in sorted(entry.params.items()):
             print(f"        {key} = {value}")
-    print(f"  MLflow: {info['mlflow_tracking_uri']} experiment {info['mlflow_experiment_id']}, "
-          f"sweep run {info['mlflow_parent_run_id']}")
-    print(f"  Optuna: {info['optuna_storage']} study {info['optuna_study_name']}")
-    if info.get("job"):
-        print(f"  job: {info['job']['id']} {info['job']['status']} ({info['job']['dashboard']})")
+    print(f"  MLflow: {info.mlflow_tracking_uri} experiment {info.mlflow_experiment_id}, "
+          f"sweep run {info.mlflow_parent_run_id}")
+    print(f"  Optuna: {info.optuna_storage} study {info.optuna_study_name}")
+    if info.job:
+        print(f"  job: {info.job['id']} {info.job['status']} ({info.job['dashboard']})")
     return 0
 
 

@@ -4,18 +4,16 @@ backends the submission named, beside its Ray job's state and its MLflow runs.""
 
 from __future__ import annotations
 
-from typing import Any
-
 from mlflow.tracking import MlflowClient
 
 from sweeps import spec as spec_lib
 from sweeps.mlflow_access import check_credentials, find_sweep_run
-from sweeps.status import trials_view
+from sweeps.status import SweepStatus, trials_view
 from sweeps.submit import job_info
 from sweeps.workspace import Backends, Submission
 
 
-def status_of(record: Submission) -> dict[str, Any]:
+def status_of(record: Submission) -> SweepStatus:
     """The status of a sweep submitted from this workspace whose state lives in the cluster's
     (``record.workspace``): its trials, best and cost, read from the backends the submission
     named (its Optuna study, MLflow experiment and sweep run, and storage), beside its job's state."""
@@ -24,19 +22,13 @@ def status_of(record: Submission) -> dict[str, Any]:
     check_credentials(backends.mlflow_tracking_uri)
     view = trials_view(spec, backends, record.name, spec.planned_trials())
     job = job_info(record)
-    by_state = view["trials_by_state"]
+    by_state = view.trials_by_state
     complete = not by_state.get("NOT_STARTED") and set(by_state) <= {"COMPLETE", "PRUNED", "FAIL"}
     client = MlflowClient(backends.mlflow_tracking_uri)
     experiment = client.get_experiment_by_name(record.name)
     run = find_sweep_run(client, experiment.experiment_id) if experiment else None
-    return {
-        "name": record.name,
-        "workspace": record.workspace,
-        "outcome": "complete" if complete and by_state else f"job {job['status']}",
-        **view,
-        "mlflow_experiment_id": experiment.experiment_id if experiment else None,
-        "mlflow_parent_run_id": run.info.run_id if run else None,
-        "sessions": len(record.jobs),
-        "job": job,
-        "forked_from": None,
-    }
+    return SweepStatus(**vars(view), name=record.name, workspace=record.workspace,
+                       outcome="complete" if complete and by_state else f"job {job['status']}",
+                       mlflow_experiment_id=experiment.experiment_id if experiment else None,
+                       mlflow_parent_run_id=run.info.run_id if run else None, sessions=len(record.jobs), job=job,
+                       forked_from=None)

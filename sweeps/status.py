@@ -6,6 +6,7 @@ its job: :mod:`sweeps.submitted`; `seqae sweep list` reads the sweeps' records a
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from seqae_core import names as N
@@ -16,26 +17,91 @@ from sweeps.search import SweepStudy, read_only
 from sweeps.workspace import Backends, Workspace, redact
 
 
-def status(workspace: Workspace, name: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Cost:
+    """Resource-hours spent in all and per trial (``ledger.resource_seconds``), against the budget."""
+
+    unit: str  # "cpu-hours" or "gpu-hours"
+    hours: float
+    budget: float | None
+    per_trial_seconds: dict[str, float]  # by trial number, as text (JSON's keys)
+
+
+@dataclass(frozen=True)
+class BestTrial:
+    trial: int
+    values: dict[str, float]  # each objective's, on validation: what the search selected on
+    params: dict[str, Any]  # its searched and grid keys, as Optuna holds them
+    test: dict[str, float] | None  # the kept checkpoint's, on pages nothing selected on; None without a test split
+    seeds: dict[str, Any] | None  # with train.repeats > 1: each seed's value and the standard error
+    start: str | None  # the starting point it was, if it was one
+
+
+@dataclass(frozen=True)
+class StartTrial:
+    """The trial a starting point of the sweep file ran as."""
+
+    trial: int
+    state: str
+    values: dict[str, float]
+    test: dict[str, float] | None
+    seeds: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class TrialsView:
+    """What a sweep's Optuna study and trial stores say, and where its runs and study live."""
+
+    profile: str | None
+    description: str
+    trials_total: int
+    trials_by_state: dict[str, int]  # Optuna's states, and NOT_STARTED for the trials to come
+    best: BestTrial | list[BestTrial] | None  # a list for several objectives: the Pareto front
+    objectives: list[str]
+    mlflow_tracking_uri: str  # passwords masked
+    optuna_storage: str
+    optuna_study_name: str
+    storage: str
+    control: dict[str, Any]  # what `seqae sweep stop|set` recorded (SweepStudy.control's record)
+    cost: Cost
+    seeded_trials: int  # a fork's trials taken from its origin
+    sampler: dict[str, Any]
+    proposed_by: dict[str, int]  # how many trials each proposer proposed: "start", "random start-up", "tpe", ...
+    starts: dict[str, StartTrial]
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class SweepStatus(TrialsView):
+    """`seqae sweep status`: the trials' view, with the sweep's own record (``--json`` prints it)."""
+
+    name: str
+    workspace: str
+    outcome: str  # the last session's: complete, stopped, interrupted, ...; "not started"
+    mlflow_experiment_id: str | None
+    mlflow_parent_run_id: str | None
+    sessions: int
+    job: dict[str, Any] | None  # a submitted sweep's Ray job (sweeps.submit.job_info)
+    forked_from: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def status(workspace: Workspace, name: str) -> SweepStatus:
     """Trials by state, the best so far, and where the runs and the study live."""
     state = workspace.read(name)
     spec = spec_lib.parse(state.spec, state.file)
     backends = Backends(**state.backends)
     last = state.sessions[-1] if state.sessions else {}
-    return {
-        "name": name,
-        "workspace": str(workspace.root),
-        "outcome": last.get("outcome", "not started"),
-        **trials_view(spec, backends, state.study_name, state.total_trials),
-        "mlflow_experiment_id": state.mlflow_experiment_id,
-        "mlflow_parent_run_id": state.mlflow_parent_run_id,
-        "sessions": len(state.sessions),
-        "job": state.job,
-        "forked_from": state.forked_from,
-    }
+    view = trials_view(spec, backends, state.study_name, state.total_trials)
+    return SweepStatus(**vars(view), name=name, workspace=str(workspace.root),
+                       outcome=last.get("outcome", "not started"), mlflow_experiment_id=state.mlflow_experiment_id,
+                       mlflow_parent_run_id=state.mlflow_parent_run_id, sessions=len(state.sessions), job=state.job,
+                       forked_from=state.forked_from)
 
 
-def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, total: int) -> dict[str, Any]:
+def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, total: int) -> TrialsView:
     """What a sweep's Optuna study and trial stores say: trials by state, the best, the control
     record, the cost; and where the runs and the study live."""
     study = read_only(spec, backends.optuna_storage, study_name)
@@ -44,41 +110,26 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
     if created < total:
         by_state["NOT_STARTED"] = total - created
     metrics = [o.metric for o in spec.objectives]
-    best = [
-        {"trial": t.number, "values": dict(zip(metrics, t.values)), "params": t.params,
-         "test": t.user_attrs.get(N.TEST),  # the kept checkpoint's, on pages nothing selected on; None without a test split
-         "seeds": t.user_attrs.get(N.SEEDS),  # with train.repeats > 1: each seed's value and the standard error
-         "start": t.user_attrs.get(N.START)}
-        for t in study.best()
-    ]
-    return {
-        "profile": spec.profile,
-        "description": spec.description,
-        "trials_total": total,
-        "trials_by_state": by_state,
-        "best": best[0] if len(best) == 1 else best or None,
-        "objectives": [f"{o.metric} ({o.mode})" for o in spec.objectives],
-        "mlflow_tracking_uri": redact(backends.mlflow_tracking_uri),
-        "optuna_storage": redact(backends.optuna_storage),
-        "optuna_study_name": study_name,
-        "storage": backends.storage,
-        "control": study.control(),
-        "cost": cost(spec, backends.storage, study),
-        "seeded_trials": len(study.forked()),
-        "sampler": spec.sampler.model_dump(exclude_none=True),
-        "proposed_by": study.proposals(),  # how many trials each proposer proposed: "start", "random start-up", "tpe", ...
-        "starts": {t.user_attrs[N.START]: {"trial": t.number, "state": t.state.name,
-                                           "values": dict(zip(metrics, t.values or [])),
-                                           "test": t.user_attrs.get(N.TEST), "seeds": t.user_attrs.get(N.SEEDS)}
-                   for t in study.trials() if N.START in t.user_attrs},
-        "notes": spec.notes(),
-    }
+    best = [BestTrial(t.number, dict(zip(metrics, t.values)), t.params, t.user_attrs.get(N.TEST),
+                      t.user_attrs.get(N.SEEDS), t.user_attrs.get(N.START))
+            for t in study.best()]
+    return TrialsView(
+        profile=spec.profile, description=spec.description, trials_total=total, trials_by_state=by_state,
+        best=best[0] if len(best) == 1 else best or None, objectives=[f"{o.metric} ({o.mode})" for o in spec.objectives],
+        mlflow_tracking_uri=redact(backends.mlflow_tracking_uri), optuna_storage=redact(backends.optuna_storage),
+        optuna_study_name=study_name, storage=backends.storage, control=study.control(),
+        cost=cost(spec, backends.storage, study), seeded_trials=len(study.forked()),
+        sampler=spec.sampler.model_dump(exclude_none=True), proposed_by=study.proposals(),
+        starts={t.user_attrs[N.START]: StartTrial(t.number, t.state.name, dict(zip(metrics, t.values or [])),
+                                                  t.user_attrs.get(N.TEST), t.user_attrs.get(N.SEEDS))
+                for t in study.trials() if N.START in t.user_attrs},
+        notes=spec.notes(),
+    )
 
 
-def cost(spec: spec_lib.SweepSpec, storage: str, study: SweepStudy) -> dict[str, Any]:
+def cost(spec: spec_lib.SweepSpec, storage: str, study: SweepStudy) -> Cost:
     """Resource-hours spent per trial and in all, against the budget (``ledger.resource_seconds``)."""
     progress = RecordStore.progress_of(storage, [t.number for t in study.trials()])
     per_trial = {number: resource_seconds(spec.share[1], p) for number, p in progress.items()}
-    return {"unit": f"{spec.share[0]}-hours", "hours": round(sum(per_trial.values()) / 3600, 6),
-            "budget": spec.budget.hours if spec.budget else None,
-            "per_trial_seconds": {str(n): round(s, 2) for n, s in per_trial.items()}}
+    return Cost(f"{spec.share[0]}-hours", round(sum(per_trial.values()) / 3600, 6), spec.budget.hours if spec.budget else None,
+                {str(n): round(s, 2) for n, s in per_trial.items()})

@@ -34,7 +34,7 @@ RAY_TUNE_HOME = "sweeps/runner.py"
 SWEEP_ORDER = [
     "workspace", "provenance", "notify", "overrides", "spec_messages", "spec", "outages", "study_storage", "search", "ledger", "progress", "writer",
     "mlflow_access", "system_metrics", "textmodel", "tracking", "registry", "ray_connection", "submit", "sweep_data",
-    "runner", "lifecycle", "status", "remote_status", "export", "compare", "driver",
+    "runner", "lifecycle", "status", "remote_status", "export", "compare", "driver", "api",
 ]
 
 

@@ -23,7 +23,7 @@ from sweeps import spec as spec_lib
 from sweeps.ledger import decide, settle
 from sweeps.search import SweepStudy, open_study, read_only
 from sweeps.search import storage as optuna_storage
-from sweeps.status import cost, status, trials_view
+from sweeps.status import BestTrial, Cost, StartTrial, cost, status, trials_view
 from sweeps.workspace import Backends, Submission, SweepState, Workspace, listing
 from tests.refusal import assert_refused
 from tests.conftest import WIKI_MINI
@@ -126,9 +126,9 @@ def test_cost_counts_every_epoch_of_every_trial_times_its_share(tmp_path, url, e
 
     spent = cost(spec, storage, read_only(spec, url, "cost"))
 
-    assert spent["per_trial_seconds"] == {"0": 1800 * share, "1": 450 * share, "2": 0.0}
-    assert spent["hours"] == pytest.approx(2250 * share / 3600)
-    assert spent["unit"] == unit and spent["budget"] == budget
+    assert spent.per_trial_seconds == {"0": 1800 * share, "1": 450 * share, "2": 0.0}
+    assert spent.hours == pytest.approx(2250 * share / 3600)
+    assert spent.unit == unit and spent.budget == budget
 
 
 # -- trials_view ------------------------------------------------------------------------------
@@ -142,28 +142,27 @@ def test_trials_view_shows_trials_by_state_the_best_and_the_control_record(tmp_p
 
     view = trials_view(spec, backends, "view", spec.planned_trials())
 
-    assert view["trials_total"] == 5
-    assert view["trials_by_state"] == {"COMPLETE": 2, "PRUNED": 1, "RUNNING": 1, "NOT_STARTED": 1}
-    assert view["best"] == {"trial": numbers[1], "values": {M.VAL_TOKEN_ACCURACY: 0.8},
-                            "params": study.trials()[numbers[1]].params, "test": None, "seeds": None, "start": None}
-    assert view["starts"] == {"paper_lr": {"trial": numbers[0], "state": "COMPLETE", "values": {M.VAL_TOKEN_ACCURACY: 0.6},
-                                           "test": None, "seeds": None}}
-    assert view["proposed_by"] == {"start": 1, "random start-up": 1, "tpe": 2}
-    assert view["best"]["params"].keys() == {"train.lr", "model.d_model", "model.d_attn"}
-    assert view["control"]["drain"] == "the objective's target is reached"
-    assert view["cost"]["per_trial_seconds"] == {"0": 30.0, "1": 60.0, "2": 10.0, "3": 10.0}
-    assert view["objectives"] == ["val_token_accuracy (max)"]
-    assert view["mlflow_tracking_uri"] == "postgresql://seqae:***@db:5432/mlflow"  # never the password
-    assert (view["optuna_storage"], view["optuna_study_name"], view["storage"]) == (url, "view", storage)
-    assert view["seeded_trials"] == 0
+    assert view.trials_total == 5
+    assert view.trials_by_state == {"COMPLETE": 2, "PRUNED": 1, "RUNNING": 1, "NOT_STARTED": 1}
+    assert view.best == BestTrial(numbers[1], {M.VAL_TOKEN_ACCURACY: 0.8}, study.trials()[numbers[1]].params, None,
+                                  None, None)
+    assert view.starts == {"paper_lr": StartTrial(numbers[0], "COMPLETE", {M.VAL_TOKEN_ACCURACY: 0.6}, None, None)}
+    assert view.proposed_by == {"start": 1, "random start-up": 1, "tpe": 2}
+    assert view.best.params.keys() == {"train.lr", "model.d_model", "model.d_attn"}
+    assert view.control["drain"] == "the objective's target is reached"
+    assert view.cost.per_trial_seconds == {"0": 30.0, "1": 60.0, "2": 10.0, "3": 10.0}
+    assert view.objectives == ["val_token_accuracy (max)"]
+    assert view.mlflow_tracking_uri == "postgresql://seqae:***@db:5432/mlflow"  # never the password
+    assert (view.optuna_storage, view.optuna_study_name, view.storage) == (url, "view", storage)
+    assert view.seeded_trials == 0
 
 
 def test_trials_view_of_a_sweep_whose_study_does_not_exist_yet(tmp_path, url):
     spec = quickstart()
     view = trials_view(spec, Backends(f"sqlite:///{tmp_path}/mlflow.db", url, str(tmp_path)), "later", 5)
-    assert view["trials_by_state"] == {"NOT_STARTED": 5}
-    assert view["best"] is None and view["control"] == {}
-    assert view["cost"] == {"unit": "cpu-hours", "hours": 0.0, "budget": None, "per_trial_seconds": {}}
+    assert view.trials_by_state == {"NOT_STARTED": 5}
+    assert view.best is None and view.control == {}
+    assert view.cost == Cost("cpu-hours", 0.0, None, {})
 
 
 # -- listing and status -----------------------------------------------------------------------
@@ -187,17 +186,17 @@ def test_listing_and_status_of_local_and_submitted_sweeps(workspace):
     ]
 
     shown = status(workspace, "alpha")
-    assert (shown["name"], shown["workspace"], shown["outcome"], shown["sessions"]) == (
+    assert (shown.name, shown.workspace, shown.outcome, shown.sessions) == (
         "alpha", str(workspace.root), "stopped", 2)
-    assert shown["trials_by_state"] == {"COMPLETE": 2, "PRUNED": 1, "NOT_STARTED": 2}
-    assert shown["best"]["trial"] == numbers[1] and shown["best"]["values"] == {M.VAL_TOKEN_ACCURACY: 0.7}
-    assert shown["cost"]["per_trial_seconds"] == {"0": 5.0, "1": 10.0, "2": 5.0}
-    assert shown["optuna_storage"] == f"sqlite:///{workspace.root / 'optuna.db'}" and shown["storage"] == storage
-    assert (shown["job"], shown["forked_from"], shown["mlflow_experiment_id"]) == (None, None, None)
+    assert shown.trials_by_state == {"COMPLETE": 2, "PRUNED": 1, "NOT_STARTED": 2}
+    assert shown.best.trial == numbers[1] and shown.best.values == {M.VAL_TOKEN_ACCURACY: 0.7}
+    assert shown.cost.per_trial_seconds == {"0": 5.0, "1": 10.0, "2": 5.0}
+    assert shown.optuna_storage == f"sqlite:///{workspace.root / 'optuna.db'}" and shown.storage == storage
+    assert (shown.job, shown.forked_from, shown.mlflow_experiment_id) == (None, None, None)
 
     waiting = status(workspace, "gamma")
-    assert waiting["outcome"] == "not started" and waiting["sessions"] == 0
-    assert waiting["trials_by_state"] == {"NOT_STARTED": 5} and waiting["best"] is None
+    assert waiting.outcome == "not started" and waiting.sessions == 0
+    assert waiting.trials_by_state == {"NOT_STARTED": 5} and waiting.best is None
 
 
 # -- lifecycle.control ------------------------------------------------------------------------
