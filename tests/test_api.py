@@ -37,7 +37,7 @@ def workspace(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_the_python_page_runs_as_written(workspace, capsys):
     page: dict[str, object] = {}
-    exec(compile(_page_code(), str(PAGE), "exec"), page)  # noqa: S102: the page's own code, as a user runs it
+    exec(compile(_page_code(), str(PAGE), "exec"), page)  # the page's own code, as a user runs it
     sweep = page["sweep"]
     assert isinstance(sweep, Sweep) and sweep.exit_code == 0 and sweep.workspace.root == workspace.resolve()
     assert page["info"].trials_by_state == {"COMPLETE": 3}
