@@ -4,9 +4,11 @@ The evidence table (``benchmarks/evidence_table.py``) holds every epoch of 96 co
 three latent fractions, trained from two seeds. A method is replayed against one seed's table:
 the service's own Optuna sampler (``sweeps.search.sampler``, the quickstart's TPE settings)
 proposes over the table's grid, each proposal trains the nearest configuration of the table, the
-service's own ASHA (``sweeps.runner.ResumableASHA``, the quickstart's grace 1 and factor 2) stops,
-and :data:`WORKERS` asynchronous one-CPU workers take the measured epochs' process CPU-seconds. A
-proposal reads only what the sweep would have known when it was made.
+service's own ASHA or asynchronous Hyperband (``sweeps.runner.ResumableASHA``, the quickstart's
+grace 1 and factor 2) stops, and :data:`WORKERS` asynchronous one-CPU workers take the measured
+epochs' process CPU-seconds. A proposal reads only what the sweep would have known when it was
+made. A warm-started method first runs the best configurations of another fraction's table, as
+``warm_start`` runs an earlier sweep's (:func:`methods_at`).
 
 **Cross-fitting.** The targets (:data:`TARGET_PERCENTILES`, registered before the table was built)
 are percentiles of the configurations' best validation accuracy on one seed's table; the cost of
@@ -78,14 +80,36 @@ class Curve:
 class Method:
     name: str
     sampler: str  # grid (every configuration, in an order the seed shuffles), random or tpe
-    asha: bool
+    scheduler: str = "none"  # or asha, or hyperband (asynchronous: ASHA in brackets), the service's own
+    startup: int = 2  # TPE's random start-up trials: the quickstart's 2
+    warm_from: float | None = None  # transfer: the other fraction whose table's best configurations run first
 
 
-METHODS = (Method("grid", "grid", False), Method("random", "random", False), Method("tpe", "tpe", False),
-           Method("asha+random", "random", True), Method("asha+tpe", "tpe", True))
+# Registered before measuring: the methods published (grid to asha+tpe), TPE's start-up at 1, 5
+# and 10 random trials (Optuna's default is 10; the quickstart's 2), and Hyperband with random
+# search and with TPE (Optuna's recommended approximation of BOHB: TPE learns from every rung's
+# results, the pruned trials ranked by how far they got, then by their value there).
+METHODS = (Method("grid", "grid"), Method("random", "random"), Method("tpe", "tpe"),
+           Method("asha+random", "random", "asha"), Method("asha+tpe", "tpe", "asha"),
+           Method("asha+tpe startup 1", "tpe", "asha", startup=1),
+           Method("asha+tpe startup 5", "tpe", "asha", startup=5),
+           Method("asha+tpe startup 10", "tpe", "asha", startup=10),
+           Method("hyperband+random", "random", "hyperband"), Method("hyperband+tpe", "tpe", "hyperband"))
+# Transfer, registered likewise: a search at one fraction that starts from the best configurations
+# of a search at another (a user's earlier sweep of the same model family), run first as starting
+# points (to the end, as the service's warm_start runs them), against a cold start.
+WARM_FROM = {0.125: 0.25, 0.25: 0.5, 0.5: 0.25}
+WARM_TOP = 5  # the earlier sweep's best configurations that run first
 # The quickstart's TPE and ASHA (sweeps/studies/quickstart.yaml): what users run.
-TPE = {"n_startup_trials": 2, "multivariate": True, "group": True, "constant_liar": True}
+TPE = {"multivariate": True, "group": True, "constant_liar": True}
 GRACE_PERIOD, REDUCTION_FACTOR = 1, 2
+
+
+def methods_at(fraction: float) -> tuple[Method, ...]:
+    """What is replayed at ``fraction``: :data:`METHODS`, and ASHA+TPE warm-started from the
+    fraction :data:`WARM_FROM` names."""
+    source = WARM_FROM[fraction]
+    return (*METHODS, Method(f"asha+tpe warm from {source:.1%}", "tpe", "asha", warm_from=source))
 
 
 @dataclass(frozen=True)
@@ -111,24 +135,31 @@ def targets_for(target_table: list[Curve]) -> tuple[float, ...]:
     return tuple(float(np.percentile([max(c.val) for c in target_table], p)) for p in TARGET_PERCENTILES)
 
 
-def _spec(method: Method, seed: int) -> spec_lib.SweepSpec:
-    """A sweep over the table's grid with ``method``'s sampler, as a user would write it."""
+def _spec(method: Method, seed: int, epochs: int) -> spec_lib.SweepSpec:
+    """A sweep over the table's grid with ``method``'s sampler and scheduler, as a user would write it."""
     search: dict[str, dict[str, Any]] = {k: {"type": "categorical", "choices": list(v)}
                                          for k, v in E.GRID.items() if k != "model.heads"}
     search["model.heads"] = {"type": "categorical", "choices": list(E.GRID["model.heads"]),
                              "when": {"model.block": "transformer"}}
-    doc = {"search": search, "trials": {"total": 10_000},
-           "sampler": {"type": method.sampler, "seed": seed, **(TPE if method.sampler == "tpe" else {})}}
+    tpe = {**TPE, "n_startup_trials": method.startup} if method.sampler == "tpe" else {}
+    scheduler = {"type": method.scheduler, "grace_period": GRACE_PERIOD, "reduction_factor": REDUCTION_FACTOR}
+    doc = {"config": {"train": {"epochs": epochs}}, "search": search, "trials": {"total": 10_000},
+           "sampler": {"type": method.sampler, "seed": seed, **tpe},
+           "scheduler": scheduler if method.scheduler != "none" else {"type": "none"}}
     return spec_lib.parse(doc, f"replay of {method.name}")
 
 
 class Proposals:
     """The service's sampler over the table's grid; each proposal trains the nearest configuration
-    of the table (the table is a space-filling subset of the grid)."""
+    of the table (the table is a space-filling subset of the grid). ``first``: configurations
+    proposed before the sampler's own (a warm start), in order."""
 
-    def __init__(self, table: list[Curve], method: Method, seed: int) -> None:
-        self.spec = _spec(method, seed)
+    def __init__(self, table: list[Curve], spec: spec_lib.SweepSpec, first: tuple[dict[str, Any], ...] = ()) -> None:
+        self.spec = spec
         self.study = optuna.create_study(direction="maximize", sampler=sampler(self.spec, 10_000))
+        for params in first:
+            self.study.enqueue_trial({k: v for k, v in params.items() if k != "model.heads" or
+                                      params["model.block"] == "transformer"})
         self.table = table
         self.coords = E._coordinates([c.params for c in table])
 
@@ -143,18 +174,26 @@ class Proposals:
         return self.table[nearest], trial
 
 
+def warm_start(source: list[Curve], top: int = WARM_TOP) -> tuple[dict[str, Any], ...]:
+    """The ``top`` configurations of an earlier search's table, by their best validation accuracy."""
+    return tuple(c.params for c in sorted(source, key=lambda c: max(c.val), reverse=True)[:top])
+
+
 def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, ...], *,
-           workers: int = WORKERS, budgets: tuple[float, ...] = BUDGETS) -> Trace:
+           workers: int = WORKERS, budgets: tuple[float, ...] = BUDGETS, first: tuple[dict[str, Any], ...] = ()) -> Trace:
     """Run ``method`` against ``table`` until ``budgets[-1]`` x the grid's cost is spent (a grid:
-    until every configuration is trained)."""
+    until every configuration is trained); ``first``: a warm start's configurations."""
     grid_cost = sum(sum(c.cpu) for c in table)
     horizon = budgets[-1] * grid_cost
     epochs = len(table[0].val)
     order = list(table)
     np.random.default_rng(seed).shuffle(order)  # type: ignore[arg-type]
-    proposals = None if method.sampler == "grid" else Proposals(table, method, seed)
+    spec = None if method.sampler == "grid" else _spec(method, seed, epochs)  # a grid has no sampler, nor scheduler
+    proposals = None if spec is None else Proposals(table, spec, first)
     asha = (ResumableASHA({}, 1.0, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=epochs,
-                          grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR) if method.asha else None)
+                          grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR,
+                          brackets=spec.scheduler.brackets(epochs))
+            if spec is not None and method.scheduler != "none" else None)
     events: list[tuple[float, int, int]] = []  # (ends at, tie-break, trial number): a trial's epoch ends
     running: dict[int, tuple[Curve, Any, SimpleNamespace, int, float]] = {}  # curve, trial, view, epoch, since
     counter = itertools.count()
@@ -177,7 +216,9 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
             curve, handle = proposals.ask()
         number = started
         started += 1
-        view = SimpleNamespace(trial_id=str(number), config={"trial": TrialSpec(number, {}, None)})
+        # a warm start's configurations run as the service runs them, as starting points: to the end
+        start = "warm" if number < len(first) and proposals is not None else None
+        view = SimpleNamespace(trial_id=str(number), config={"trial": TrialSpec(number, {}, None, start=start)})
         if asha is not None:
             asha.on_trial_add(None, view)
         running[number] = (curve, handle, view, 1, now)
@@ -237,20 +278,23 @@ class Run:
     trace: Trace
 
 
-def _one(tables: dict[int, list[Curve]], method: Method, seed: int) -> Run:
+def _one(tables: dict[int, list[Curve]], method: Method, seed: int, sources: dict[int, list[Curve]]) -> Run:
     seeds = sorted(tables)
     cost_seed, target_seed = seeds[seed % 2], seeds[1 - seed % 2]
     table = tables[cost_seed]
     targets = targets_for(tables[target_seed])
+    # a warm start's earlier search ran on the other seed's table too: it never sees the cost table's noise
+    first = warm_start(sources[target_seed]) if method.warm_from is not None else ()
     return Run(method.name, seed, cost_seed, targets, max(c.test[-1] for c in table),
-               replay(table, method, seed, targets))
+               replay(table, method, seed, targets, first=first))
 
 
-def replays(tables: dict[int, list[Curve]], methods: tuple[Method, ...], seeds: range,
-            workers: int = 1) -> list[Run]:
-    """Every method replayed from every seed (in a pool of ``workers`` processes)."""
+def replays(tables: dict[int, list[Curve]], methods: tuple[Method, ...], seeds: range, workers: int = 1,
+            sources: dict[int, list[Curve]] | None = None) -> list[Run]:
+    """Every method replayed from every seed (in a pool of ``workers`` processes); ``sources``: the
+    table, by seed, that warm-started methods take their first configurations from."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    jobs = [(tables, m, s) for m in methods for s in seeds]
+    jobs = [(tables, m, s, sources or {}) for m in methods for s in seeds]
     if workers <= 1:
         return [_one(*job) for job in jobs]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
@@ -276,7 +320,8 @@ def summarize(runs: list[Run], taus: dict[int, float]) -> list[dict[str, Any]]:
                 "vs_grid": (ratio_interval(costs, [r.trace.costs[i] for r in grid]).ratio() if grid else ""),
                 "reached": f"{share.estimate:.1%} [{share.low:.1%}, {share.high:.1%}]",
                 "trials_median": _number(float(np.median([r.trace.trials_to[i] for r in mine]))),
-                **({"first_rung_tau": f"{np.mean(list(taus.values())):.3f}"} if method.startswith("asha") else {}),
+                **({"first_rung_tau": f"{np.mean(list(taus.values())):.3f}"}
+                   if method.startswith(("asha", "hyperband")) else {}),
             })
     for j, budget in enumerate(BUDGETS):
         for method, mine in by_method.items():
@@ -292,18 +337,25 @@ def _number(value: float) -> str:
 
 
 def run(seeds: range, fraction: float = FRACTION, table_path: Path = E.TABLE, workers: int = WORKERS,
-        methods: tuple[Method, ...] = METHODS) -> list[dict[str, Any]]:
-    """Replay ``methods`` from ``seeds`` on the evidence table at ``fraction``; writes every replay
-    to ``benchmarks/tables/replay-<fraction>-<seeds>.parquet``."""
+        methods: tuple[Method, ...] | None = None) -> list[dict[str, Any]]:
+    """Replay ``methods`` (:func:`methods_at` the fraction) from ``seeds`` on the evidence table at
+    ``fraction``; writes every replay to ``benchmarks/tables/replay-<fraction>-<seeds>.parquet``."""
     if fraction not in E.FRACTIONS:
         raise ConfigError(f"--fraction {fraction} is not a fraction of the evidence table "
                           f"({', '.join(str(f) for f in sorted(E.FRACTIONS))})")
+    methods = methods or methods_at(fraction)
     table = pd.read_parquet(table_path)
-    tables = {s: curves(table, fraction, s) for s in E.SEEDS}
-    if any(len(t) != E.SIZE for t in tables.values()):
-        raise ConfigError(f"the evidence table at {fraction:.1%} has {', '.join(str(len(t)) for t in tables.values())} "
-                         f"configurations per seed, not {E.SIZE}: build it first (seqae bench table)")
-    done = replays(tables, methods, seeds, workers)
+    needed = {fraction, *(m.warm_from for m in methods if m.warm_from is not None)}
+    by_fraction = {f: {s: curves(table, f, s) for s in E.SEEDS} for f in needed}
+    short = {f: [len(t) for t in tables.values()] for f, tables in by_fraction.items()
+             if any(len(t) != E.SIZE for t in tables.values())}
+    if short:
+        f, sizes = next(iter(short.items()))
+        raise ConfigError(f"the evidence table at {f:.1%} has {', '.join(map(str, sizes))} configurations per seed, "
+                          f"not {E.SIZE}: build it first (seqae bench table)")
+    tables = by_fraction[fraction]
+    warm = next((m.warm_from for m in methods if m.warm_from is not None), None)
+    done = replays(tables, methods, seeds, workers, by_fraction[warm] if warm is not None else None)
     out = TABLES / f"replay-{round(fraction * 1000):04d}-seeds-{seeds.start}-{seeds.stop - 1}.parquet"
     pd.DataFrame([{"method": r.method, "seed": r.seed, "cost_seed": r.cost_seed, "best_test": r.best_test,
                    "trials": r.trace.trials,

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from optuna.trial import TrialState
 
+from seqae_core.config import build
 from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
@@ -56,6 +57,7 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
             f"continue it with `seqae sweep resume {name}`, add trials with `seqae sweep extend {name}`, "
             "or pick another --name"
         )
+    warm = warm_starts(workspace, spec)
     backends = resolve_backends(workspace, name, overrides)
 
     check_credentials(backends.mlflow_tracking_uri)
@@ -74,6 +76,7 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
     state = SweepState(
         name=name, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=file,
         sets=list(sets), planned_trials=spec.planned_trials(), backends=asdict(backends), study_name=name,
+        warm_starts=warm,
     )
     with DriverLock(workspace.root / ".create.lock"):
         if workspace.exists(name):
@@ -106,8 +109,49 @@ def fork(workspace: Workspace, origin: str, file: str, name: str | None, sets: l
     return name
 
 
+def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, dict[str, Any]]:
+    """``spec.warm_start`` resolved: the ``top`` best complete trials of each earlier sweep it
+    names (same objective) whose searched values fit ``spec``'s space, as starting points named
+    ``SWEEP.tNUMBER`` (the values of the keys ``spec`` searches; its own base config sets the rest).
+    Refused in one line: an unknown sweep, another objective, nothing that fits, or more starting
+    points than trials."""
+    if spec.warm_start is None:
+        return {}
+    objectives = [(o.metric, o.mode) for o in spec.objectives]
+    points: dict[str, dict[str, Any]] = {}
+    for origin in spec.warm_start.sweeps:
+        source = workspace.read(origin)  # an unknown sweep is refused, naming it
+        source_spec = spec_lib.parse(source.spec, source.file)
+        if [(o.metric, o.mode) for o in source_spec.objectives] != objectives:
+            raise ConfigError(f"warm_start.from: sweep {origin!r} optimizes {[o.metric for o in source_spec.objectives]}, "
+                              f"this sweep {[o.metric for o in spec.objectives]}: its best trials would mean something else")
+        backends = Backends(**source.backends)
+        study = read_only(source_spec, backends.optuna_storage, source.study_name) if study_exists(
+            backends.optuna_storage, source.study_name) else None
+        found = 0
+        for trial in study.ranked() if study else []:
+            values = build(spec_lib.trial_layers(source_spec.source, source_spec.base, trial.params)).flat()
+            params: dict[str, Any] = {}
+            for key in spec.sampling_order():
+                if spec.search[key].active(params):
+                    params[key] = values[key]
+            if all(spec.search[k].contains(v) for k, v in params.items()) and params not in points.values():
+                points[f"{origin}.t{trial.number}"] = params
+                found += 1
+                if found == spec.warm_start.top:
+                    break
+        if not found:
+            raise ConfigError(f"warm_start.from: sweep {origin!r} has no complete trial whose searched values fit this "
+                              "sweep's search space")
+    if len(spec.start) + len(points) > spec.planned_trials():
+        raise ConfigError(f"warm_start: {len(points)} configurations and {len(spec.start)} starting points, but the "
+                          f"sweep plans {spec.planned_trials()} trials; raise trials.total or lower warm_start.top")
+    return points
+
+
 def load_spec(state: SweepState, check_file: bool) -> spec_lib.SweepSpec:
-    """The stored spec; with ``check_file``, refuse if the sweep file now says something else."""
+    """The stored spec, its warm start's configurations among its starting points (after the
+    file's own); with ``check_file``, refuse if the sweep file now says something else."""
     stored = spec_lib.parse(state.spec, state.file)
     if check_file and Path(state.file).exists():
         current = spec_lib.load(state.file, state.sets)
@@ -117,7 +161,7 @@ def load_spec(state: SweepState, check_file: bool) -> spec_lib.SweepSpec:
                 f"{state.file} changed since sweep {state.name!r} started, so resuming would mix two sweeps:\n"
                 f"{changes}\nrestore the file, or run the new version under another --name"
             )
-    return stored
+    return stored.model_copy(update={"start": {**stored.start, **state.warm_starts}}) if state.warm_starts else stored
 
 
 def extend(workspace: Workspace, name: str, trials: int) -> None:

@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import ray
 import torch
 from ray import tune
@@ -350,21 +351,31 @@ class NotifyCallback(_DriverOnly, tune.Callback):
 
 
 class ResumableASHA(tune.schedulers.ASHAScheduler):
-    """Ray's ASHA, whose rungs live in the driver's memory only (ray-project/ray#30838), rebuilt
-    from the trials' checkpoint records when a session starts: each trial of an earlier session
-    counts at every rung it reached, and a continued trial keeps its place in them, so it is
-    promoted or stopped as it would have been had the driver not died. (With trials running
-    concurrently, which trials reached a rung before another is not recorded; the rebuilt rungs
-    hold them all.) It reads Ray's private ``_brackets`` and ``_Bracket._rungs``; the ASHA test in
-    tests/test_control.py fails if a Ray upgrade changes them."""
+    """Ray's ASHA (or, with several ``brackets``, its asynchronous Hyperband), whose rungs live in
+    the driver's memory only (ray-project/ray#30838), rebuilt from the trials' checkpoint records
+    when a session starts: each trial of an earlier session counts at every rung it reached, and a
+    continued trial keeps its place in them, so it is promoted or stopped as it would have been had
+    the driver not died. (With trials running concurrently, which trials reached a rung before
+    another is not recorded; the rebuilt rungs hold them all.) A trial's bracket is drawn from its
+    number, with Ray's odds, so that it is the same in every session. It reads Ray's private
+    ``_brackets``, ``_trial_info`` and ``_Bracket._rungs``; the ASHA test in tests/test_control.py
+    fails if a Ray upgrade changes them."""
 
     def __init__(self, history: dict[int, dict[int, float]], sign: float, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.bracket = self._brackets[0]  # one bracket: ASHA's default
+        sizes = np.array([len(bracket._rungs) for bracket in self._brackets])
+        odds = np.exp(sizes - sizes.max())  # Ray's: more trials to the brackets with more rungs
+        self._odds = odds / odds.sum()
         for number, values in history.items():
-            for milestone, recorded in self.bracket._rungs:
+            for milestone, recorded in self.bracket_of(number)._rungs:
                 if int(milestone) in values:
                     recorded[f"past-{number}"] = sign * values[int(milestone)]
+
+    def bracket_of(self, number: int) -> Any:
+        """Trial ``number``'s bracket (Ray's ``_Bracket``)."""
+        if len(self._brackets) == 1:
+            return self._brackets[0]
+        return self._brackets[int(np.random.default_rng(number).choice(len(self._brackets), p=self._odds))]
 
     def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
         """ASHA's decision, except that a starting point always goes on: it is evaluated to the full
@@ -378,17 +389,20 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
         (a starting point never does: it runs to the full budget)."""
         if start:
             return False
-        for _, recorded in reversed(self.bracket._rungs):  # lowest rung first
+        bracket = self.bracket_of(number)
+        for _, recorded in reversed(bracket._rungs):  # lowest rung first
             mine = recorded.get(f"past-{number}")
-            cutoff = self.bracket.cutoff({k: v for k, v in recorded.items() if k != f"past-{number}"})
+            cutoff = bracket.cutoff({k: v for k, v in recorded.items() if k != f"past-{number}"})
             if mine is not None and cutoff is not None and mine < cutoff:
                 return True
         return False
 
     def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
         super().on_trial_add(tune_controller, trial)
-        for _, recorded in self.bracket._rungs:  # a continued trial's rungs passed are its own again
-            if (value := recorded.pop(f"past-{trial.config['trial'].number}", None)) is not None:
+        number = trial.config["trial"].number
+        bracket = self._trial_info[trial.trial_id] = self.bracket_of(number)
+        for _, recorded in bracket._rungs:  # a continued trial's rungs passed are its own again
+            if (value := recorded.pop(f"past-{number}", None)) is not None:
                 recorded[trial.trial_id] = value
 
 
@@ -427,14 +441,17 @@ def run_session(
     continuing = study.continuing()
     if continuing:  # trials `seqae sweep extend` reopened train on past max_t, to limits of their own
         epochs = max(epochs, *continuing.values())
-        if spec.scheduler.type == "asha":
-            print(f"seqae: trials {list(continuing)} train on to their new epoch limit; ASHA stops no trial this session",
+        if spec.scheduler.type != "none":
+            print(f"seqae: trials {list(continuing)} train on to their new epoch limit; {spec.scheduler.label} stops "
+                  "no trial this session",
                   flush=True)
-    elif spec.scheduler.type == "asha":
+    elif spec.scheduler.type != "none":
+        grace, factor = spec.scheduler.grace_period, spec.scheduler.reduction_factor
         scheduler = ResumableASHA(
             {n: {int(h[M.EPOCH]): float(h[objective.metric]) for h in p.history} for n, p in progresses.items()},
-            1.0 if objective.mode == "max" else -1.0,
-            time_attr=M.EPOCH, max_t=epochs, grace_period=spec.scheduler.grace_period, reduction_factor=spec.scheduler.reduction_factor,
+            1.0 if objective.mode == "max" else -1.0, time_attr=M.EPOCH, max_t=epochs, grace_period=grace,
+            reduction_factor=factor,
+            brackets=spec.scheduler.brackets(epochs),
         )
         for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):
             if scheduler.stops(number, study.trial_spec(number).start is not None):  # the rungs it passed before the driver died stop it

@@ -216,11 +216,28 @@ class _Sampler(_Section):
 
 
 class _Scheduler(_Section):
-    type: Literal["none", "asha"] = Field(default="none", description="asha: stop the trials behind at each rung "
-                                                                       "(one objective only); none: train every trial out")
+    type: Literal["none", "asha", "hyperband"] = Field(
+        default="none", description="asha: stop the trials behind at each rung (one objective only); hyperband: "
+                                    "asynchronous Hyperband, ASHA in brackets whose first rungs come later and later "
+                                    "(grace_period x factor^b), each trial in one, most in the first; none: train "
+                                    "every trial out")
     grace_period: int = Field(default=1, gt=0, description="ASHA: the epoch of the first rung")
     reduction_factor: int = Field(default=2, ge=2, description="ASHA: 1 in this many trials goes on past each rung; "
                                                                "rungs at grace_period x factor^k epochs")
+
+    @property
+    def label(self) -> str:
+        """The scheduler's name in messages."""
+        return {"asha": "ASHA", "hyperband": "Hyperband"}.get(self.type, "no scheduler")
+
+    def rungs(self, epochs: int) -> list[int]:
+        """The epochs at which ASHA (Hyperband's first bracket) decides, in trials of ``epochs``."""
+        return list(itertools.takewhile(lambda rung: rung < epochs,
+                                        (self.grace_period * self.reduction_factor**k for k in itertools.count())))
+
+    def brackets(self, epochs: int) -> int:
+        """Ray's brackets: one for ASHA; for Hyperband one per rung, each starting a rung later."""
+        return max(1, len(self.rungs(epochs))) if self.type == "hyperband" else 1
 
 
 class _Resources(_Section):
@@ -272,6 +289,14 @@ class _Notify(_Section):
         return self
 
 
+class _WarmStart(_Section):
+    sweeps: tuple[str, ...] = Field(alias="from", min_length=1, strict=False,
+                                    description="earlier sweeps of this workspace with the same objective, at "
+                                                "any fixed settings (another latent fraction, another input length)")
+    top: int = Field(default=5, ge=1, le=100, description="how many of each one's best complete trials (those whose "
+                                                           "searched values fit this sweep's space) run first")
+
+
 def _listed(value: Any) -> Any:
     return value if isinstance(value, list) else [value]
 
@@ -321,6 +346,10 @@ class SweepSpec(_Section):
     budget: _Budget | None = Field(default=None, description="once its trials have spent it, running trials stop at "
                                                              "their epoch's end and no new one starts")
     notify: _Notify | None = Field(default=None, description="who is told of a new best, a failure, a stop and the end")
+    warm_start: _WarmStart | None = Field(
+        default=None, description="transfer: the best configurations of earlier sweeps run first, as starting points "
+                                  "named SWEEP.tNUMBER (this sweep's fixed settings hold for them); resolved when the "
+                                  "sweep is created")
     profiles: dict[str, Any] | None = Field(
         default=None, strict=False,
         description="named blocks of overrides, {name: {description, config key: value, ...}}; `--profile NAME` "
@@ -410,8 +439,12 @@ class SweepSpec(_Section):
             raise ConfigError(f"{source}: objective names a metric twice")
         if several > 1 and any(o.target is not None for o in self.objectives):
             raise ConfigError(f"{source}: objective.target needs one objective; this sweep has {several}")
-        if self.scheduler.type == "asha" and several > 1:
-            raise ConfigError(f"{source}: scheduler.type='asha' needs one objective; this sweep has {several}")
+        if self.warm_start is not None and several > 1:
+            raise ConfigError(f"{source}: warm_start needs one objective (its sweeps' best trials); this sweep has "
+                              f"{several}")
+        if self.scheduler.type != "none" and several > 1:
+            raise ConfigError(f"{source}: scheduler.type={self.scheduler.type!r} needs one objective; this sweep has "
+                              f"{several}")
         _check_conditions(self, source)
         _check_starts(self, source)
         _check_sampler(self, source)
@@ -478,13 +511,13 @@ class SweepSpec(_Section):
                 notes.append(f"{self.planned_trials()} trials, {startup} random start-up trials (sampler.n_startup_trials): "
                              f"this is a random search, {str(self.sampler.type).upper()} proposes no trial; lower "
                              "sampler.n_startup_trials or raise trials.total")
-        if self.scheduler.type == "asha":
+        if self.scheduler.type != "none":
             grace, factor = self.scheduler.grace_period, self.scheduler.reduction_factor
             epochs = max(config.train.epochs for config in cell_configs(self))
-            rungs = list(itertools.takewhile(lambda rung: rung < epochs,
-                                             (grace * factor**k for k in itertools.count())))
+            rungs = self.scheduler.rungs(epochs)
             if len(rungs) < 2:
-                notes.append(f"ASHA decides {f'once, at epoch {rungs[0]}' if rungs else 'never'} of {epochs} "
+                notes.append(f"{self.scheduler.label} decides {f'once, at epoch {rungs[0]}' if rungs else 'never'} of "
+                             f"{epochs} "
                              f"(scheduler.grace_period {grace}, reduction_factor {factor}): a trial is stopped at most "
                              f"once; train.epochs above {grace * factor} gives it a second rung")
         return notes
@@ -639,8 +672,10 @@ def _sampling_order(search: dict[str, Distribution], grid: set[str], source: str
 
 
 def _check_starts(spec: SweepSpec, source: str) -> None:
-    """Starting points go with a search, fit in the trial budget, and each is a valid config whose
-    searched values lie in the searched space."""
+    """Starting points (and a warm start's) go with a search, fit in the trial budget, and each is a
+    valid config whose searched values lie in the searched space."""
+    if spec.warm_start is not None and not spec.search:
+        raise ConfigError(f"{source}: warm_start: the earlier sweeps' configurations need a search to start")
     if not spec.start:
         return
     if spec.grid:

@@ -105,6 +105,7 @@ class SweepState:
     sessions: list[dict[str, Any]] = field(default_factory=list)
     job: dict[str, Any] | None = None  # set when the sweep was submitted to a cluster
     forked_from: str | None = None  # the sweep whose finished trials seeded this one's study
+    warm_starts: dict[str, dict[str, Any]] = field(default_factory=dict)  # warm_start resolved: {SWEEP.tN: searched values}
     code: dict[str, Any] | None = None  # the code its last session ran: {"commit": ..., "files": {path: sha256}}
     root: str | None = None  # the workspace's folder when this was written (see :meth:`Workspace.read`)
 

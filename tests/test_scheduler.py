@@ -32,7 +32,7 @@ def test_a_starting_point_is_never_stopped_but_counts_at_every_rung():
     for epoch in (1, 3):
         assert asha.on_trial_result(None, start, {M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: 0.1}) == TrialScheduler.CONTINUE
     assert asha.on_trial_result(None, start, {M.EPOCH: 9, M.VAL_TOKEN_ACCURACY: 0.1}) == TrialScheduler.STOP  # the end
-    assert "t3" in dict(asha.bracket._rungs)[1]  # its value counts at the rung like any trial's
+    assert "t3" in dict(asha.bracket_of(3)._rungs)[1]  # its value counts at the rung like any trial's
     assert not asha.stops(3, start=True)
 
 

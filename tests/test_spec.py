@@ -102,7 +102,7 @@ BAD = [
                  id="unknown-metric"),
     pytest.param({**GOOD, "objective": {"metric": "val_loss", "mode": "lowest"}},
                  "objective[0].mode='lowest' must be 'min' or 'max'", id="bad-mode"),
-    pytest.param({**GOOD, "scheduler": {"type": "hyperband"}}, "scheduler.type='hyperband'", id="bad-scheduler"),
+    pytest.param({**GOOD, "scheduler": {"type": "bohb"}}, "scheduler.type='bohb'", id="bad-scheduler"),
     pytest.param({**GOOD, "objective": [{"metric": "val_token_accuracy", "mode": "max", "target": 0.9},
                                         {"metric": "latent_fraction", "mode": "min"}]},
                  "objective.target needs one objective", id="target-with-two-objectives"),
@@ -278,7 +278,7 @@ EVERY_FIELD = [
      "notify": {"urls": ["json://localhost:8080"], "events": ["best", "end"]},
      "profiles": {"small": {"description": "fewer trials", "trials.per_cell": 1}}},
     {**SEARCH, "search": {"train.lr": {"type": "uniform", "low": 1e-4, "high": 1e-2}},
-     "start": {"paper": {"train.lr": 1e-3}}, "budget": {"cpu_hours": 0.5}},
+     "start": {"paper": {"train.lr": 1e-3}}, "budget": {"cpu_hours": 0.5}, "warm_start": {"from": ["earlier"], "top": 2}},
 ]
 
 

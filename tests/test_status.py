@@ -27,7 +27,7 @@ from sweeps.status import BestTrial, Cost, StartTrial, cost, status, trials_view
 from sweeps.workspace import Backends, Submission, SweepState, Workspace, listing
 from tests.refusal import assert_refused
 from tests.conftest import WIKI_MINI
-from tests.sweep_helpers import STUDIES
+from tests.sweep_helpers import STUDIES, sets
 
 QUICKSTART = STUDIES / "quickstart.yaml"
 SETS = [f"data.path={WIKI_MINI}", "trials.total=5"]
@@ -291,3 +291,39 @@ def test_reading_a_local_sweeps_status_loads_no_pytorch_mlflow_or_ray(workspace)
         capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
     assert "COMPLETE 1" in loaded.stdout, loaded.stdout + loaded.stderr  # it read the sweep
     assert loaded.stdout.splitlines()[-1] == "[] 0", loaded.stdout + loaded.stderr
+
+
+# -- warm_start -------------------------------------------------------------------------------
+def test_a_warm_start_runs_each_earlier_sweeps_best_fitting_trials_first(workspace):
+    """The earlier sweep ran at another latent length: its two best complete trials become starting
+    points named after it, holding the values of the keys this sweep searches, after the file's own."""
+    state = write_sweep(workspace, "at-25", quickstart())
+    study = start_sweep(workspace, state)
+    numbers = run_trials(study, state.backends["storage"], [([1.0], 0.6, True), ([1.0], 0.9, True),
+                                                            ([1.0], 0.95, False), ([1.0], 0.8, True)])
+    spec = quickstart("model.latent_len=16", "warm_start={from: [at-25], top: 2}")
+    warm = lifecycle.warm_starts(workspace, spec)
+    trials = study.trials()
+    assert list(warm) == [f"at-25.t{numbers[1]}", f"at-25.t{numbers[3]}"]  # the best two complete, best first
+    assert warm[f"at-25.t{numbers[1]}"] == {k: trials[numbers[1]].params[k] for k in spec.sampling_order()}
+    later = write_sweep(workspace, "at-50", spec)
+    later.warm_starts = warm
+    assert list(lifecycle.load_spec(later, check_file=False).start) == ["paper_lr", *warm]
+
+
+@pytest.mark.parametrize("settings, says", [
+    pytest.param(["warm_start={from: [missing]}"], "no sweep named 'missing'", id="unknown-sweep"),
+    pytest.param(["objective={metric: val_loss, mode: min}"], "warm_start.from: sweep 'at-25' optimizes",
+                 id="another-objective"),
+    pytest.param(["start={}", "search.model.d_model={type: categorical, choices: [32]}"],
+                 "warm_start.from: sweep 'at-25' has no complete trial whose searched values fit", id="nothing-fits"),
+    pytest.param(["warm_start={from: [at-25], top: 5}"],
+                 "warm_start: 5 configurations and 1 starting points, but the sweep plans 5 trials", id="too-many"),
+])
+def test_a_warm_start_is_refused_in_one_line_before_anything_is_created(workspace, capsys, settings, says):
+    state = write_sweep(workspace, "at-25", quickstart())
+    run_trials(start_sweep(workspace, state), state.backends["storage"],
+               [([1.0], 0.6 + 0.01 * n, True) for n in range(5)])
+    code = main(["sweep", "run", str(QUICKSTART), "--workspace", str(workspace.root), "--name", "later",
+                 *sets(*SETS, "warm_start={from: [at-25]}", *settings)])
+    assert_refused(code, capsys.readouterr().err, says, created=(workspace.sweep_dir("later"),))
