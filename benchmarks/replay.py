@@ -337,9 +337,11 @@ def _number(value: float) -> str:
 
 
 def run(seeds: range, fraction: float = FRACTION, table_path: Path = E.TABLE, workers: int = WORKERS,
-        methods: tuple[Method, ...] | None = None) -> list[dict[str, Any]]:
+        methods: tuple[Method, ...] | None = None, folder: Path = TABLES) -> list[dict[str, Any]]:
     """Replay ``methods`` (:func:`methods_at` the fraction) from ``seeds`` on the evidence table at
-    ``fraction``; writes every replay to ``benchmarks/tables/replay-<fraction>-<seeds>.parquet``."""
+    ``fraction``; writes every replay to ``folder/replay-<fraction>-<seeds>.parquet``. A method
+    that file already holds for every seed is read back, not replayed again: the methods are
+    replayed in resumable parts, and one added later runs alone."""
     if fraction not in E.FRACTIONS:
         raise ConfigError(f"--fraction {fraction} is not a fraction of the evidence table "
                           f"({', '.join(str(f) for f in sorted(E.FRACTIONS))})")
@@ -354,14 +356,38 @@ def run(seeds: range, fraction: float = FRACTION, table_path: Path = E.TABLE, wo
         raise ConfigError(f"the evidence table at {f:.1%} has {', '.join(map(str, sizes))} configurations per seed, "
                           f"not {E.SIZE}: build it first (seqae bench table)")
     tables = by_fraction[fraction]
-    warm = next((m.warm_from for m in methods if m.warm_from is not None), None)
-    done = replays(tables, methods, seeds, workers, by_fraction[warm] if warm is not None else None)
-    out = TABLES / f"replay-{round(fraction * 1000):04d}-seeds-{seeds.start}-{seeds.stop - 1}.parquet"
+    out = folder / f"replay-{round(fraction * 1000):04d}-seeds-{seeds.start}-{seeds.stop - 1}.parquet"
+    done = _read_runs(out, seeds) if out.exists() else []  # a rerun replays only the methods the file lacks
+    for method in methods:  # one method at a time, written as it ends: a kill loses at most one
+        if method.name not in {r.method for r in done}:
+            sources = by_fraction[method.warm_from] if method.warm_from is not None else None
+            done += replays(tables, (method,), seeds, workers, sources)
+            _write_runs(out, done)
+    order = [m.name for m in methods]
+    return summarize(sorted((r for r in done if r.method in order), key=lambda r: (order.index(r.method), r.seed)),
+                     {s: first_rung_tau(t) for s, t in tables.items()})
+
+
+def _write_runs(path: Path, runs: list[Run]) -> None:
+    """Every replay of ``runs``, a row each; the file is replaced whole or not at all."""
+    partial = path.with_name(f".{path.name}.partial")
     pd.DataFrame([{"method": r.method, "seed": r.seed, "cost_seed": r.cost_seed, "best_test": r.best_test,
                    "trials": r.trace.trials,
                    **{f"target_p{p}": t for p, t in zip(TARGET_PERCENTILES, r.targets)},
                    **{f"cpu_s_p{p}": c for p, c in zip(TARGET_PERCENTILES, r.trace.costs)},
                    **{f"trials_p{p}": c for p, c in zip(TARGET_PERCENTILES, r.trace.trials_to)},
-                   **{f"test_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.returned_test)}} for r in done]
-                 ).to_parquet(out, index=False)
-    return summarize(done, {s: first_rung_tau(t) for s, t in tables.items()})
+                   **{f"test_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.returned_test)}} for r in runs]
+                 ).to_parquet(partial, index=False)
+    partial.replace(path)
+
+
+def _read_runs(path: Path, seeds: range) -> list[Run]:
+    """The replays a file holds (:func:`_write_runs`), of the methods it has every seed of."""
+    frame = pd.read_parquet(path)
+    complete = [m for m, group in frame.groupby("method", sort=False) if sorted(group.seed) == list(seeds)]
+    return [Run(row["method"], int(row["seed"]), int(row["cost_seed"]),
+                tuple(float(row[f"target_p{p}"]) for p in TARGET_PERCENTILES), float(row["best_test"]),
+                Trace(tuple(float(row[f"cpu_s_p{p}"]) for p in TARGET_PERCENTILES),
+                      tuple(float(row[f"trials_p{p}"]) for p in TARGET_PERCENTILES),
+                      tuple(float(row[f"test_at_{b:g}x"]) for b in BUDGETS), int(row["trials"])))
+            for row in frame[frame.method.isin(complete)].to_dict("records")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from benchmarks import evidence_table as E
@@ -18,6 +19,7 @@ from benchmarks.replay import (
     methods_at,
     replay,
     replays,
+    run as replay_all,
     summarize,
     targets_for,
     warm_start,
@@ -144,3 +146,24 @@ def test_a_warm_start_runs_the_earlier_searchs_best_configurations_first():
     runs = replays({1: curves, 2: other}, (warm,), range(2), sources={1: curves, 2: other})
     assert all(r.trace.trials_to[0] <= WARM_TOP for r in runs)
     assert [m.name for m in methods_at(0.125)][-1] == "asha+tpe warm from 25.0%"
+
+
+def test_a_rerun_replays_only_the_methods_its_file_lacks(tmp_path):
+    """The replays are written a method at a time; a second call with one more method reads the
+    others back (here marked, so a replay again would show) and replays only the new one."""
+    rows = [{"latent_fraction": 0.25, "seed": seed, "config_id": c.config_id, "epoch": e + 1,
+             "val_token_accuracy": c.val[e], "test_token_accuracy": c.test[e], "cpu_seconds": c.cpu[e]}
+            for seed, shift in ((1, 0.01), (2, 0.0)) for c in table(shift) for e in range(len(c.val))]
+    path = tmp_path / "evidence.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    replay_all(range(3), 0.25, path, workers=1, methods=(GRID, RANDOM), folder=tmp_path)
+    out = tmp_path / "replay-0250-seeds-0-2.parquet"
+    first = pd.read_parquet(out)
+    assert sorted(first.method.unique()) == ["grid", "random"] and len(first) == 6
+    first.loc[first.method == "random", "trials"] = -1  # what a replay would never write
+    first.to_parquet(out)
+    rows = replay_all(range(3), 0.25, path, workers=1, methods=(GRID, RANDOM, ASHA_RANDOM), folder=tmp_path)
+    again = pd.read_parquet(out)
+    assert list(again.method.unique()) == ["grid", "random", "asha+random"] and len(again) == 9
+    assert (again[again.method == "random"].trials == -1).all()
+    assert {r["method"] for r in rows} == {"grid", "random", "asha+random"}
