@@ -24,6 +24,7 @@ and sort script are the Jinja2 templates in ``dashboards/templates``; this modul
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
 import math
@@ -122,7 +123,8 @@ class Trial:
 
     @property
     def stopped_early(self) -> bool:
-        return self.state == "complete" and self.epochs < int(self.params.get("train.epochs", 0))
+        """Stopped by the scheduler (pruned), or by early stopping before its last epoch."""
+        return self.state == "pruned" or (self.state == "complete" and self.epochs < int(self.params.get("train.epochs", 0)))
 
 
 def runs(client: MlflowClient, experiment_id: str) -> list[Any]:
@@ -467,6 +469,56 @@ def optuna_figures(storage: str, study_name: str, out: Path) -> tuple[list[Path]
     return paths, notes
 
 
+@dataclass(frozen=True)
+class Story:
+    """What a sweep found, the report's first lines: read from its Optuna study, the record the
+    search selected on, so it follows the sweep's objectives whatever they are."""
+
+    found: list[str]  # the best trial (or the front), its validation and test scores, who proposed it
+    starts: list[str]  # each starting point's trial, with the same scores
+    proposed_by: str  # how many trials each proposer proposed
+    cost: str  # what the trials spent, against the budget
+
+
+def _scores(trial: optuna.trial.FrozenTrial, metrics: list[str]) -> str:
+    """The trial's objectives on validation, and the same measures on test (``val_x``: ``test_x``)."""
+    values = ", ".join(f"{m} {v:.4f}" for m, v in zip(metrics, trial.values or []))
+    test = trial.user_attrs.get(N.TEST) or {}
+    shown = ", ".join(f"{k} {test[k]:.4f}" for k in (m.replace("val_", "test_", 1) for m in metrics) if k in test)
+    return f"{values} (validation, selected on)" + (f"; {shown} (test pages, never selected on)" if shown else
+                                                  "; no test score (no test split)")
+
+
+def story(storage: str, study_name: str, spec: dict[str, Any], trials: list[Trial]) -> Story:
+    """The story of the sweep whose canonical file is ``spec`` (its objectives and budget)."""
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    metrics = [o["metric"] for o in spec.get("objective") or [{"metric": M.VAL_TOKEN_ACCURACY}]]
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
+                and N.FORKED not in t.user_attrs]
+    if not complete:
+        found = ["No trial has completed yet."]
+    elif len(metrics) > 1:
+        front = [t for t in study.best_trials if t in complete]
+        found = [f"A front of {len(front)} trials on {' and '.join(metrics)}:"] + [
+            f"trial {t.number}: {_scores(t, metrics)}" for t in sorted(front, key=lambda t: t.values[0])]
+    else:
+        sign = 1.0 if (spec.get("objective") or [{"mode": "max"}])[0].get("mode", "max") == "max" else -1.0
+        best = min(complete, key=lambda t: (-sign * t.values[0], t.number))
+        by = best.user_attrs.get(N.START) and f"starting point {best.user_attrs[N.START]}" or best.user_attrs.get(
+            N.PROPOSED_BY, "unrecorded")
+        found = [f"The best trial is {best.number} (proposed by {by}): {_scores(best, metrics)}."]
+    starts = [f"Starting point {t.user_attrs[N.START]}: trial {t.number}, " + (
+        _scores(t, metrics) if t.state == optuna.trial.TrialState.COMPLETE else t.state.name.lower())
+        for t in study.get_trials(deepcopy=False) if N.START in t.user_attrs]
+    proposers = Counter(t.user_attrs.get(N.PROPOSED_BY, "unrecorded") for t in study.get_trials(deepcopy=False)
+                        if N.FORKED not in t.user_attrs)
+    unit = trials[0].resource if trials else "cpu"
+    spent = sum(t.cost or 0.0 for t in trials) / 3600
+    budget = (spec.get("budget") or {}).get(f"{unit}_hours")
+    return Story(found, starts, ", ".join(f"{who} {n}" for who, n in proposers.items()) or "no trial yet",
+                 f"{spent:.4f} {unit}-hours" + (f" of a budget of {budget:g}" if budget else ""))
+
+
 def best_of(study: optuna.Study, n: int = MANY) -> optuna.Study:
     """The study itself, or for one of more than ``n`` complete trials an in-memory copy of its
     ``n`` best (a line per trial of thousands is a smear)."""
@@ -542,6 +594,16 @@ def _samples(trials: list[Trial], load: Callable[[Trial], list[dict[str, list[st
     return blocks
 
 
+def template_digest() -> str:
+    """The SHA-256 of the report's templates: the README's picture of a report records the digest
+    it was taken with, and a test fails when the templates change without a new picture."""
+    folder = Path(__file__).resolve().parent / "templates"
+    digest = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
 class SweepRecord(Protocol):
     """What the report reads of a sweep's record (the sweeps package's ``SweepState``)."""
 
@@ -589,13 +651,20 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
     (out / "fig3_points.json").write_text(json.dumps({str(k): v for k, v in fig3_points.items()}, indent=1))
     verdicts = claims.check(test_points(trials), seed_spreads(trials), claims.not_studied(state.spec))
     (out / "claims.json").write_text(json.dumps([v.__dict__ for v in verdicts], indent=1))
+    tested = [v for v in verdicts if v.verdict != claims.NOT_TESTED]
+    try:
+        told: Story | None = story(backends["optuna_storage"], state.study_name, state.spec, trials)
+    except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
+        told = None
+        notes.append(f"What the sweep found is unavailable: the Optuna study cannot be read ({exc})")
 
     counts = Counter(t.state for t in trials)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials yet"
     page = TEMPLATES.get_template("report.html").render(
         name=state.name, done=len(trials), total=state.total_trials, summary=summary,
         built=time.strftime("%Y-%m-%d %H:%M:%S"), experiment_id=str(state.mlflow_experiment_id),
-        parent_run_id=parent.info.run_id if parent else "-", claims=_claims(verdicts),
+        parent_run_id=parent.info.run_id if parent else "-", story=told, claims=_claims(tested),
+        untested=", ".join(v.claim for v in verdicts if v.verdict == claims.NOT_TESTED),
         figures=[embedded(p, c) for p, c in figures], notes=notes, grid=grid_data(trials, state.spec.get("grid") or {}),
         trials=_table(trials), samples=_samples(trials, partial(load_samples, client)))
     index = out / "index.html"

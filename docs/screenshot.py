@@ -15,8 +15,11 @@ from pathlib import Path
 import markdown
 
 from dashboards.browser import headless_chromium
+from dashboards.report import template_digest
 
 DOCS = Path(__file__).resolve().parent
+REPORT_PICTURE = DOCS / "images" / "report.png"
+REPORT_DIGEST = DOCS / "images" / "report.png.templates-sha256"  # tests/test_reference.py compares it
 
 
 def picture(page: Path, out: Path, height: int = 1100) -> Path:
@@ -47,4 +50,5 @@ if __name__ == "__main__":
         print(readme(Path(rest[0])))
     else:
         workspace, name = (rest + ["seqae-runs", "quickstart"][len(rest):])[:2]
-        print(picture(Path(workspace) / "sweeps" / name / "report" / "index.html", DOCS / "images" / "report.png"))
+        print(picture(Path(workspace) / "sweeps" / name / "report" / "index.html", REPORT_PICTURE))
+        REPORT_DIGEST.write_text(template_digest() + "\n")  # the templates this picture shows

@@ -4,6 +4,7 @@ fails here, not in a user's reading."""
 from __future__ import annotations
 
 from docs.hooks import config_keys, sweep_fields, sweep_keys
+from tests.conftest import REPO
 from seqae_core import config as config_lib
 from seqae_core import metrics as M
 
@@ -26,3 +27,13 @@ def test_every_config_key_has_a_description():
             for line in config_keys().splitlines() if line.startswith("| `")}
     assert set(rows) == set(config_lib.KEYS)
     assert [key for key, meaning in rows.items() if not meaning] == []
+
+
+def test_the_readmes_picture_of_a_report_shows_todays_templates():
+    """docs/screenshot.py records the templates' digest beside the picture it takes."""
+    from dashboards.report import template_digest
+
+    recorded = (REPO / "docs" / "images" / "report.png.templates-sha256").read_text().strip()
+    assert recorded == template_digest(), (
+        "the report's templates changed since docs/images/report.png was taken: run the quickstart, then "
+        "python docs/screenshot.py report")
