@@ -61,4 +61,7 @@ def connect_ray(home: Path) -> None:
         home.mkdir(parents=True, exist_ok=True)
         os.chdir(home)
     else:
+        # Token authentication is Ray's own default for a new local cluster; chosen here explicitly,
+        # it stays on, and Ray does not print a warning that it chose it
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
         ray.init(include_dashboard=False, logging_level=logging.WARNING)

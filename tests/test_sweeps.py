@@ -81,6 +81,8 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     header = lines.index(next(line for line in lines if re.match(r"trial +state", line)))
     assert [re.match(r"\d+(?: \(\w+\))? +(\w+)", line).group(1) for line in lines[header + 1: header + 1 + n]] == ["COMPLETE"] * n
     assert "Configuration for experiment" not in run.stdout and "TensorBoard" not in run.stdout
+    # nothing a user did not ask for: no traceback, no warning of Ray's, Tune's, MLflow's or matplotlib's
+    assert not re.search(r"Traceback|WARNING|Warning|fontManager", run.stdout + run.stderr), run.stderr[-3000:]
     assert re.search(r"^trial 0  epoch 1/2  start paper_lr: lr=1\.0e-03  ", run.stdout, re.M)  # the file's starting point first
     assert re.search(r"^seqae: best: trial \d  val_token_accuracy 0\.\d{4} \(validation, selected on\)  "
                      r"test_token_accuracy 0\.\d{4} \(test pages, never selected on\)$", run.stdout, re.M)
