@@ -3,6 +3,7 @@ their own log files, free loopback ports, and waiting until a service answers.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -49,17 +50,24 @@ def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None, user: s
 
 def stop_group(pid: int, grace: float = 10.0) -> None:
     """SIGTERM the process group of ``pid``, then SIGKILL what is left after ``grace`` seconds."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
+    stop_groups([pid], grace)
+
+
+def stop_groups(pids: list[int], grace: float = 10.0) -> None:
+    """SIGTERM the process groups of ``pids`` together, then SIGKILL what is left of them after
+    ``grace`` seconds: their graces run at once, not one after another."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
     deadline = time.time() + grace
-    while time.time() < deadline and alive_group(pid):
+    while time.time() < deadline and any(alive_group(pid) for pid in pids):
+        for pid in pids:  # a leader that is our child and has exited stays a zombie, "alive", until reaped
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
         time.sleep(0.2)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
 
 
 def alive_group(pid: int) -> bool:
