@@ -53,6 +53,7 @@ import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from dashboards import claims  # noqa: E402
+from dashboards.mlflow_runs import all_runs  # noqa: E402
 from seqae_core import metrics as M  # noqa: E402
 from seqae_core.config import parse_scalar  # noqa: E402
 
@@ -65,7 +66,6 @@ CURVES = (M.VAL_TOKEN_ACCURACY, M.TRAIN_LOSS, M.VAL_LOSS, M.TRAIN_LOSS_STEPS, M.
 # bands, a hexbin) and draw lines for the best DRAWN only, whose other curves alone are read.
 MANY = 50
 DRAWN = 12
-PAGE = 1000  # runs per search: MLflow's default page size
 
 # Autoescape is on for the .html templates: every value is text, escaped where it is rendered.
 TEMPLATES = Environment(loader=PackageLoader("dashboards"), autoescape=select_autoescape(["html"]),
@@ -127,24 +127,11 @@ class Trial:
         return self.state == "pruned" or (self.state == "complete" and self.epochs < int(self.params.get("train.epochs", 0)))
 
 
-def runs(client: MlflowClient, experiment_id: str) -> list[Any]:
-    """Every run of the experiment, a page at a time: one search returns at most one page, and a
-    sweep of 10,000 trials has 10,001 runs."""
-    found: list[Any] = []
-    token = None
-    while True:
-        page = client.search_runs([experiment_id], max_results=PAGE, page_token=token)
-        found += page
-        token = page.token
-        if not token:
-            return found
-
-
 def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
     """The parent run and every child run of a sweep, with their validation accuracy over epochs
     (the other curves: :func:`load_curves`, for the trials a figure draws one by one)."""
     client = MlflowClient(tracking_uri)
-    found = runs(client, experiment_id)
+    found = list(all_runs(client, experiment_id))
     parent = next((r for r in found if r.data.tags.get(N.ROLE) == N.ROLE_SWEEP), None)
     trials = []
     now = time.time() * 1000

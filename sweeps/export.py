@@ -32,13 +32,14 @@ from typing import Any
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
+from dashboards.mlflow_runs import all_runs
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.ledger import Outcome, resource_seconds
-from sweeps.mlflow_access import all_runs, check_credentials
+from sweeps.mlflow_access import check_credentials
 from sweeps.search import kept_record, read_only
 from sweeps.workspace import Backends, Workspace
 

@@ -5,7 +5,6 @@ reading every run of an experiment, however many, and finding its sweep's parent
 from __future__ import annotations
 
 import os
-from typing import Iterator
 
 import requests
 import sqlalchemy.exc
@@ -15,21 +14,6 @@ from mlflow.tracking import MlflowClient
 
 from seqae_core import names as N
 from seqae_errors import ConfigError
-
-
-PAGE = 1000  # runs per search: MLflow's default page size
-
-
-def all_runs(client: MlflowClient, experiment_id: str, filter_string: str = "") -> Iterator[Run]:
-    """Every run of the experiment that matches ``filter_string``, a page at a time: one search
-    returns at most one page (``max_results``), and a sweep of 10,000 trials has 10,001 runs."""
-    token = None
-    while True:
-        page = client.search_runs([experiment_id], filter_string=filter_string, max_results=PAGE, page_token=token)
-        yield from page
-        token = page.token
-        if not token:
-            return
 
 
 def find_sweep_run(client: MlflowClient, experiment_id: str) -> Run | None:

@@ -42,6 +42,7 @@ from mlflow.utils.mlflow_tags import (
 )
 from mlflow.utils.validation import MAX_ENTITIES_PER_BATCH
 
+from dashboards.mlflow_runs import all_runs
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core import names as N
@@ -51,7 +52,7 @@ from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, TrialP
 from seqae_errors import ConfigError
 from sweeps import textmodel
 from sweeps.ledger import Outcome, resource_seconds
-from sweeps.mlflow_access import all_runs, find_sweep_run
+from sweeps.mlflow_access import find_sweep_run
 
 log = logging.getLogger(__name__)
 
