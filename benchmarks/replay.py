@@ -39,12 +39,12 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import optuna
 import pandas as pd
+from ray.tune.experiment import Trial
 from scipy.stats import kendalltau
 
 from benchmarks import evidence_table as E
@@ -195,7 +195,7 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
                           brackets=spec.scheduler.brackets(epochs))
             if spec is not None and method.scheduler != "none" else None)
     events: list[tuple[float, int, int]] = []  # (ends at, tie-break, trial number): a trial's epoch ends
-    running: dict[int, tuple[Curve, Any, SimpleNamespace, int, float]] = {}  # curve, trial, view, epoch, since
+    running: dict[int, tuple[Curve, Any, Trial, int, float]] = {}  # curve, trial, view, epoch, since
     counter = itertools.count()
     started, closed = 0, 0.0  # trials started; CPU-seconds of the epochs ended
     costs, trials_to = [math.inf] * len(targets), [math.inf] * len(targets)
@@ -218,7 +218,8 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
         started += 1
         # a warm start's configurations run as the service runs them, as starting points: to the end
         start = "warm" if number < len(first) and proposals is not None else None
-        view = SimpleNamespace(trial_id=str(number), config={"trial": TrialSpec(number, {}, None, start=start)})
+        view = Trial("replay", config={"trial": TrialSpec(number, {}, None, start=start)}, trial_id=str(number),
+                     stub=True)  # what the scheduler reads of a Tune trial: its id and config
         if asha is not None:
             asha.on_trial_add(None, view)
         running[number] = (curve, handle, view, 1, now)

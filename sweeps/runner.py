@@ -20,6 +20,7 @@ import numpy as np
 import ray
 import torch
 from ray import tune
+from ray.tune.experiment import Trial
 from ray.tune.search import Searcher
 
 from seqae_core import metrics as M
@@ -265,27 +266,27 @@ class TrackingCallback(_DriverOnly, tune.Callback):
     def __init__(self, tracker: Tracker, writer: Writer, study: SweepStudy) -> None:
         self.tracker, self.writer, self.study = tracker, writer, study
 
-    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         spec: TrialSpec = trial.config["trial"]
         self.writer.submit(f"starting trial {spec.number}", lambda: self.tracker.trial_started(
             spec.number, spec.logged_params, trial.trial_id, spec.continued,
             None if spec.config is None else spec.config.data, spec.start))
 
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any) -> None:
+    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any) -> None:
         number, kept = trial.config["trial"].number, dict(result)
         self.writer.submit(f"logging trial {number}", lambda: self.tracker.trial_result(number, kept))
 
-    def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         log.warning("trial %d lost its worker (failure %d); it continues from its checkpoint",
                     trial.config["trial"].number, trial.num_failures)
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self._ended(trial, None)
 
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self._ended(trial, last_error(trial))
 
-    def _ended(self, trial: Any, error: str | None) -> None:
+    def _ended(self, trial: Trial, error: str | None) -> None:
         number = trial.config["trial"].number
         try:
             outcome = ledger.Outcome(self.study.state(number).name)
@@ -313,16 +314,16 @@ class ProgressCallback(_DriverOnly, tune.Callback):
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
 
-    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict[str, Any], **info: Any) -> None:
+    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any) -> None:
         spec: TrialSpec = trial.config["trial"]
         self.progress.result(spec.number, spec.params, result, spec.start)
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         finished = (trial.last_result or {}).get("finished", False)
         self.progress.ended(trial.config["trial"].number, _epochs(trial),
                             "finished" if finished else "stopped by the scheduler")
 
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self.progress.ended(trial.config["trial"].number, _epochs(trial), "failed", last_error(trial))
 
 
@@ -338,14 +339,14 @@ class NotifyCallback(_DriverOnly, tune.Callback):
         best = self.study.best()
         return best[0].number if len(best) == 1 else None
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         best = self._best()
         if best is not None and best != self.best:
             self.best = best
             line = best_line(self.study.best(), self.study.spec.objectives)
             self.notifier.send("best", f"a new best, trial {best}", line)
 
-    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         number = trial.config["trial"].number
         self.notifier.send("failed", f"trial {number} failed", last_error(trial)[-1000:])
 
@@ -377,7 +378,7 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
             return self._brackets[0]
         return self._brackets[int(np.random.default_rng(number).choice(len(self._brackets), p=self._odds))]
 
-    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         """ASHA's decision, except that a starting point always goes on: it is evaluated to the full
         budget (its values still count at each rung, as any trial's)."""
         decision = super().on_trial_result(tune_controller, trial, result)
@@ -397,7 +398,7 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
                 return True
         return False
 
-    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         super().on_trial_add(tune_controller, trial)
         number = trial.config["trial"].number
         bracket = self._trial_info[trial.trial_id] = self.bracket_of(number)
@@ -413,11 +414,11 @@ def _progresses(study: SweepStudy, storage: str) -> dict[int, TrialProgress]:
     return {number: progress for number, progress in found.items() if progress is not None}
 
 
-def _epochs(trial: Any) -> int:
+def _epochs(trial: Trial) -> int:
     return int((trial.last_result or {}).get(M.EPOCH, 0))
 
 
-def last_error(trial: Any) -> str:
+def last_error(trial: Trial) -> str:
     """The last line of the trial's latest error ("NonFiniteLossError: ..."), read from the
     trial's local error file: Tune writes it before calling back, whereas the copy in the
     storage path may not be synced yet."""
