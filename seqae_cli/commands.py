@@ -374,7 +374,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from seqae_core import config as config_lib  # torch, only for `seqae train`
     from seqae_core import train as train_lib  # torch, only for `seqae train`
-    from seqae_core.checkpoint import CheckpointStore  # torch, only for `seqae encode` and `seqae train`
+    from seqae_core.checkpoint import Checkpoint, CheckpointStore  # torch, only for `seqae encode` and `seqae train`
 
     config = config_lib.load(args.config, args.set)
     store, resume = None, None
@@ -387,14 +387,14 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"seqae: skipped checkpoint {note}", file=sys.stderr)
         if resume is not None and not args.resume:
             raise ConfigError(
-                f"--checkpoint-dir {args.checkpoint_dir} already holds a run (epoch {resume['epoch']}); "
+                f"--checkpoint-dir {args.checkpoint_dir} already holds a run (epoch {resume.epoch}); "
                 "pass --resume to continue it, or choose another folder"
             )
         if args.resume:
-            print(f"seqae: resuming after epoch {resume['epoch']}" if resume else
+            print(f"seqae: resuming after epoch {resume.epoch}" if resume else
                   "seqae: no valid checkpoint found; starting from epoch 1", file=sys.stderr)
 
-    def report(metrics: dict[str, Any], checkpoint: dict[str, Any]) -> None:
+    def report(metrics: dict[str, Any], checkpoint: Checkpoint) -> None:
         if store is not None:
             store.save(metrics, checkpoint)
         print(

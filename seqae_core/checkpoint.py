@@ -7,36 +7,74 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from seqae_core import data as data_lib
 from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, STATE, RecordStore
+from seqae_errors import ConfigError
+
+
+STATE_FORMAT = 1  # the layout of a saved state (Checkpoint.state); a state of another is refused, not misread
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """An epoch's checkpoint as ``seqae_core.train`` reports it: everything needed to continue the
+    training exactly, and on a new best its sample reconstructions. Saved as plain tensors, lists
+    and dicts (:meth:`state`, which torch loads ``weights_only``), read back by :meth:`of_state`."""
+
+    config: dict[str, Any]  # the flat config it trains
+    epoch: int
+    seeds: list[dict[str, Any]]  # each seed's model, optimizer, scheduler and random stream; train.seed's first
+    early_stopping: dict[str, Any]  # seqae_core.train.EarlyStopping's fields
+    history: list[dict[str, Any]]  # every epoch's metrics so far
+    finished: bool  # trained to its last epoch, or stopped early
+    patience_spent: bool  # stopped early: more epochs would not train it on
+    token_ids: torch.Tensor  # the tokenizer's id of each of the model's ids
+    samples: list[dict[str, list[str]]] | None = None  # on a new best: originals and reconstructions
+
+    def state(self) -> dict[str, Any]:
+        """The saved layout: the first seed's state beside the rest, the other seeds' as ``repeats``."""
+        return {"format": STATE_FORMAT, "config": self.config, "epoch": self.epoch, **self.seeds[0],
+                "repeats": self.seeds[1:], "early_stopping": self.early_stopping, "history": self.history,
+                "finished": self.finished, "patience_spent": self.patience_spent, "token_ids": self.token_ids,
+                "samples": self.samples}
+
+    @classmethod
+    def of_state(cls, state: dict[str, Any]) -> Checkpoint:
+        if state.get("format") != STATE_FORMAT:
+            raise ConfigError(f"the checkpoint is of format {state.get('format')!r}, not {STATE_FORMAT!r}: start a "
+                              "new run in another folder")
+        first = {key: state[key] for key in ("model", "optimizer", "scheduler", "rng")}
+        return cls(state["config"], state["epoch"], [first, *state.get("repeats", [])], state["early_stopping"],
+                   state["history"], state["finished"], state["patience_spent"], state["token_ids"], state.get("samples"))
 
 
 class CheckpointStore(RecordStore):
     """A record store that training saves its checkpoints in and resumes from."""
 
-    def save(self, metrics: dict[str, Any], checkpoint: dict[str, Any]) -> None:
+    def save(self, metrics: dict[str, Any], checkpoint: Checkpoint) -> None:
         """An epoch's checkpoint (``seqae_core.train``'s report), and the best-model record when
         the epoch is a new best (its checkpoint then carries sample reconstructions)."""
-        epoch = checkpoint["epoch"]
-        self.save_epoch(epoch, checkpoint, {key: checkpoint[key] for key in ("history", "finished", "patience_spent")})
-        samples = checkpoint["samples"]
-        if samples is not None:
-            self.save_best(epoch, {
-                MODEL: tensor_bytes({"config": checkpoint["config"], "model": checkpoint["model"],
-                                     "token_ids": checkpoint["token_ids"]}),
-                SAMPLES_JSON: json.dumps(samples).encode(),
-                SAMPLES_TXT: samples_text(samples).encode(),
+        self.save_epoch(checkpoint.epoch, checkpoint.state(), {"history": checkpoint.history,
+                                                               "finished": checkpoint.finished,
+                                                               "patience_spent": checkpoint.patience_spent})
+        if checkpoint.samples is not None:
+            self.save_best(checkpoint.epoch, {
+                MODEL: tensor_bytes({"config": checkpoint.config, "model": checkpoint.seeds[0]["model"],
+                                     "token_ids": checkpoint.token_ids}),
+                SAMPLES_JSON: json.dumps(checkpoint.samples).encode(),
+                SAMPLES_TXT: samples_text(checkpoint.samples).encode(),
                 METRICS: json.dumps(metrics, indent=1).encode(),
             }, {"metrics": metrics})
 
-    def resume(self) -> tuple[dict[str, Any] | None, list[str]]:
+    def resume(self) -> tuple[Checkpoint | None, list[str]]:
         """The newest valid checkpoint (or None) and notes on the records skipped for it."""
         loaded = self.latest("epoch")
-        return (None if loaded.epoch is None else tensors(loaded.files[STATE])), loaded.skipped
+        return (None if loaded.epoch is None else Checkpoint.of_state(tensors(loaded.files[STATE]))), loaded.skipped
 
     def save_epoch(self, epoch: int, state: dict[str, Any], meta: dict[str, Any] | None = None) -> None:
         self._write(f"epoch-{epoch:06d}", {STATE: tensor_bytes(state)}, {"epoch": epoch, **(meta or {})})

@@ -21,13 +21,13 @@ from tqdm import tqdm
 
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
+from seqae_core.checkpoint import Checkpoint
 from seqae_core.config import Config, TrainConfig, from_flat
 from seqae_core.loss import score
 from seqae_core.model import ReducingAutoencoder
 from seqae_errors import ConfigError
 
-Report = Callable[[dict[str, Any], dict[str, Any]], None]
-STATE_FORMAT = 1
+Report = Callable[[dict[str, Any], Checkpoint], None]
 SAMPLES = 8  # validation samples shown beside their reconstructions
 
 
@@ -243,7 +243,7 @@ def train(
     config: Config,
     report: Report | None = None,
     *,
-    resume: dict[str, Any] | None = None,
+    resume: Checkpoint | None = None,
     device: str | None = None,
     cache_dir: Any = None,
     published: str | None = None,
@@ -284,21 +284,18 @@ def train(
     kept_test: dict[str, float] = {}  # the kept checkpoint's test scores
     first_epoch = 1
     if resume is not None:
-        if resume.get("format") != STATE_FORMAT:
-            raise ConfigError(f"the checkpoint is of format {resume.get('format')!r}, not {STATE_FORMAT!r}: "
-                              "start a new run in another folder")
-        saved = from_flat(resume["config"]).flat()
+        saved = from_flat(resume.config).flat()
         changed = [f"{k}={saved[k]!r} -> {v!r}" for k, v in config.flat().items() if k != "train.epochs" and saved[k] != v]
         if changed:
             raise ConfigError(f"the checkpoint was written with another config ({', '.join(changed)}); only "
                               "train.epochs may change, to train on: start a new run in another folder")
-        for replicate, state in zip(replicates, [resume, *resume.get("repeats", [])]):
+        for replicate, state in zip(replicates, resume.seeds):
             replicate.load(state)
-        stopper = EarlyStopping(**resume["early_stopping"])
-        history = list(resume["history"])
+        stopper = EarlyStopping(**resume.early_stopping)
+        history = list(resume.history)
         kept_test = {k: v for k, v in history[-1].items() if M.base_metric(k) in M.TEST_METRICS}
-        first_epoch = resume["epoch"] + 1
-        if resume["finished"] and (stopper.should_stop or resume["epoch"] >= config.train.epochs):
+        first_epoch = resume.epoch + 1
+        if resume.finished and (stopper.should_stop or resume.epoch >= config.train.epochs):
             return summary(history, stopper, config.train.epochs, data_seconds)
 
     for epoch in range(first_epoch, config.train.epochs + 1):
@@ -337,20 +334,11 @@ def train(
         }
         history.append(metrics)
         if report is not None:
-            checkpoint = {
-                "format": STATE_FORMAT,
-                "config": config.flat(),
-                "epoch": epoch,
-                **first.state(),
-                "repeats": [r.state() for r in replicates[1:]],  # the other seeds'
-                "early_stopping": asdict(stopper),
-                "history": history,
-                "finished": stop,
-                "patience_spent": stopper.should_stop,
-                "token_ids": torch.from_numpy(splits.token_ids),
-                "samples": reconstruct(first.model, splits, dev) if improved else None,
-            }
-            report(dict(metrics), checkpoint)
+            report(dict(metrics), Checkpoint(
+                config=config.flat(), epoch=epoch, seeds=[r.state() for r in replicates],
+                early_stopping=asdict(stopper), history=history, finished=stop, patience_spent=stopper.should_stop,
+                token_ids=torch.from_numpy(splits.token_ids),
+                samples=reconstruct(first.model, splits, dev) if improved else None))
         if stop:
             break
     return summary(history, stopper, config.train.epochs, data_seconds)

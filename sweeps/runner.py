@@ -25,7 +25,7 @@ from ray.tune.search import Searcher
 
 from seqae_core import metrics as M
 from seqae_core import names as N
-from seqae_core.checkpoint import CheckpointStore
+from seqae_core.checkpoint import Checkpoint, CheckpointStore
 from seqae_core.config import Config
 from seqae_core.data import shared_settings
 from seqae_core.records import RecordStore, TrialProgress
@@ -77,15 +77,15 @@ def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runt
     for note in skipped:
         print(f"seqae: trial {number}: skipped damaged checkpoint {note}", flush=True)
     if resume is not None:
-        print(f"seqae: trial {number}: continuing after epoch {resume['epoch']}", flush=True)
+        print(f"seqae: trial {number}: continuing after epoch {resume.epoch}", flush=True)
     elif skipped or continued:
         print(f"seqae: trial {number}: no valid checkpoint left; starting over from epoch 1", flush=True)
     device, gpu = trial_device(number, trial_config)
     node_id = ray.get_runtime_context().get_node_id()
 
-    def report(metrics: dict[str, Any], checkpoint: dict[str, Any]) -> None:
+    def report(metrics: dict[str, Any], checkpoint: Checkpoint) -> None:
         store.save(metrics, checkpoint)
-        tune.report({**metrics, "trial": number, "node_id": node_id, **gpu, "finished": checkpoint["finished"]})
+        tune.report({**metrics, "trial": number, "node_id": node_id, **gpu, "finished": checkpoint.finished})
 
     # Data the driver published is fetched into this node's own cache (SEQAE_CACHE_DIR), once per node.
     published = runtime["published"].get(shared_settings(trial_config.data))

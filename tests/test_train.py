@@ -66,7 +66,7 @@ def test_reports_every_epoch_and_returns_the_best(tiny_config, data_cache):
     assert final[M.BEST_EPOCH] == best[M.EPOCH]
     assert final[M.EPOCHS_RUN] == 3 and final[M.STOPPED_EARLY] is False
     assert final[M.LATENT_FRACTION] == 0.5
-    assert reports[-1][1]["finished"] is True and reports[0][1]["finished"] is False
+    assert reports[-1][1].finished is True and reports[0][1].finished is False
     for key in ("model", "optimizer", "scheduler", "early_stopping", "rng", "history", "epoch"):
         assert key in reports[0][1]
 
@@ -138,7 +138,7 @@ def test_repeats_train_each_seed_as_its_own_run_and_report_their_mean(tiny_confi
     final = train(tiny_config(**settings, **{"train.seed": 4, "train.repeats": 2}),
                   lambda m, c: reports.append((m, c)), cache_dir=data_cache)
     for epoch, (record, checkpoint) in enumerate(reports):
-        assert len(checkpoint["repeats"]) == 1
+        assert len(checkpoint.seeds) == 2
         for metric in (M.VAL_LOSS, M.VAL_TOKEN_ACCURACY, M.VAL_SEQUENCE_ACCURACY, *M.TEST_METRICS):
             seeds = M.seed_values(record, metric)
             assert sorted(seeds) == [4, 5]
@@ -176,7 +176,7 @@ def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, 
     with pytest.raises(Stop):
         train(config, stop_after_two, cache_dir=data_cache)
     state, skipped = store.resume()
-    assert state["epoch"] == 2 and skipped == []
+    assert state.epoch == 2 and skipped == []
     resumed = []
     final = train(config, lambda m, c: resumed.append(m), resume=state, cache_dir=data_cache)
     assert [m[M.EPOCH] for m in resumed] == [3, 4]
