@@ -44,7 +44,6 @@ from typing import Any
 import numpy as np
 import optuna
 import pandas as pd
-from ray.tune.experiment import Trial
 from scipy.stats import kendalltau
 
 from benchmarks import evidence_table as E
@@ -52,7 +51,7 @@ from benchmarks.intervals import bootstrap_mean, median_interval, ratio_interval
 from seqae_core import metrics as M
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
-from sweeps.runner import ResumableASHA
+from sweeps.runner import ResumableASHA, stub_trial
 from sweeps.search import TrialSpec, sampler
 
 WORKERS = 2
@@ -195,7 +194,7 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
                           brackets=spec.scheduler.brackets(epochs))
             if spec is not None and method.scheduler != "none" else None)
     events: list[tuple[float, int, int]] = []  # (ends at, tie-break, trial number): a trial's epoch ends
-    running: dict[int, tuple[Curve, Any, Trial, int, float]] = {}  # curve, trial, view, epoch, since
+    running: dict[int, tuple[Curve, Any, Any, int, float]] = {}  # curve, Optuna trial, Tune stub trial, epoch, since
     counter = itertools.count()
     started, closed = 0, 0.0  # trials started; CPU-seconds of the epochs ended
     costs, trials_to = [math.inf] * len(targets), [math.inf] * len(targets)
@@ -218,8 +217,7 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
         started += 1
         # a warm start's configurations run as the service runs them, as starting points: to the end
         start = "warm" if number < len(first) and proposals is not None else None
-        view = Trial("replay", config={"trial": TrialSpec(number, {}, None, start=start)}, trial_id=str(number),
-                     stub=True)  # what the scheduler reads of a Tune trial: its id and config
+        view = stub_trial(TrialSpec(number, {}, None, start=start))
         if asha is not None:
             asha.on_trial_add(None, view)
         running[number] = (curve, handle, view, 1, now)

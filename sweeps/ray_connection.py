@@ -61,7 +61,8 @@ def connect_ray(home: Path) -> None:
         home.mkdir(parents=True, exist_ok=True)
         os.chdir(home)
     else:
-        # Token authentication is Ray's own default for a new local cluster; chosen here explicitly,
-        # it stays on, and Ray does not print a warning that it chose it
-        os.environ.setdefault("RAY_AUTH_MODE", "token")
+        # A new local cluster turns on token authentication (Ray's default, kept) and warns that it
+        # did, on every sweep: nothing a seqae user can act on. (Setting RAY_AUTH_MODE here instead
+        # would be too late: Ray read its configuration when it was imported.)
+        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         ray.init(include_dashboard=False, logging_level=logging.WARNING)

@@ -407,6 +407,12 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
                 recorded[trial.trial_id] = value
 
 
+def stub_trial(spec: TrialSpec) -> Trial:
+    """A Tune trial that carries ``spec`` and nothing else: what a scheduler reads of a trial (its
+    id and config), for replaying :class:`ResumableASHA` without Tune (``benchmarks/replay.py``)."""
+    return Trial("replay", config={"trial": spec}, trial_id=str(spec.number), stub=True)
+
+
 def _progresses(study: SweepStudy, storage: str) -> dict[int, TrialProgress]:
     """How far each trial that trained got, from its checkpoint records."""
     found = RecordStore.progress_of(storage, [t.number for t in study.trials()

@@ -68,7 +68,7 @@ def test_reports_every_epoch_and_returns_the_best(tiny_config, data_cache):
     assert final[M.LATENT_FRACTION] == 0.5
     assert reports[-1][1].finished is True and reports[0][1].finished is False
     for key in ("model", "optimizer", "scheduler", "early_stopping", "rng", "history", "epoch"):
-        assert key in reports[0][1]
+        assert key in reports[0][1].state()
 
 
 def test_the_kept_checkpoint_is_scored_on_the_test_pages(tiny_config, data_cache, tmp_path):
