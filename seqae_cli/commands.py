@@ -44,8 +44,8 @@ def cmd_sweep_run(args: argparse.Namespace) -> int | None:  # the driver's exit 
 
     _freeze_imported_objects()
     backends = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
-    return Sweep.run(args.file, set=_sets(args), name=args.name, workspace=args.workspace, or_resume=args.or_resume,
-                     backends=backends, verbose=args.verbose).exit_code
+    return Sweep.run(args.file, set=args.set, profile=args.profile, name=args.name, workspace=args.workspace,
+                     or_resume=args.or_resume, backends=backends, verbose=args.verbose).exit_code
 
 
 def cmd_sweep_resume(args: argparse.Namespace) -> int | None:  # the driver's exit code
@@ -99,7 +99,7 @@ def cmd_sweep_fork(args: argparse.Namespace) -> int | None:  # the driver's exit
     from sweeps.api import Sweep  # Ray, MLflow and torch, only for the verbs that drive a sweep
 
     _freeze_imported_objects()
-    return Sweep.fork(args.origin, args.file, set=_sets(args), name=args.name, workspace=args.workspace,
+    return Sweep.fork(args.origin, args.file, set=args.set, profile=args.profile, name=args.name, workspace=args.workspace,
                       verbose=args.verbose).exit_code
 
 

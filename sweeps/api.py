@@ -24,6 +24,8 @@ from seqae_errors import ConfigError
 from sweeps import compare, driver, export, lifecycle, registry, status
 from sweeps.workspace import Backends, Workspace
 
+BACKENDS = ("storage", "mlflow_tracking_uri", "optuna_storage")  # what ``backends=`` may name
+
 
 class Sweep:
     """Sweep ``name`` in ``workspace`` (a folder; unset: ``$SEQAE_WORKSPACE``, else ``./seqae-runs``).
@@ -32,7 +34,7 @@ class Sweep:
     else the driver's code for an interrupted sweep (it continues with :meth:`resume`)."""
 
     def __init__(self, name: str, workspace: str | Path | Workspace | None = None) -> None:
-        self.workspace = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
+        self.workspace = _workspace(workspace)
         self.workspace.read(name)  # an unknown sweep is refused, naming it
         self.name = name
         self.exit_code: int | None = None
@@ -52,13 +54,12 @@ class Sweep:
         ``--set``) and record it, without running it; ``backends`` may name ``storage``,
         ``mlflow_tracking_uri`` and ``optuna_storage`` (else the workspace's own). With ``or_resume``
         an existing sweep of that name is taken if the file still describes it."""
-        place = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
-        sets = ([f"profile={profile}"] if profile else []) + list(set)
-        overrides = {key: None for key in ("storage", "mlflow_tracking_uri", "optuna_storage")} | (backends or {})
-        unknown = sorted(overrides.keys() - {"storage", "mlflow_tracking_uri", "optuna_storage"})
+        place = _workspace(workspace)
+        sets = _sets(set, profile)
+        overrides = dict.fromkeys(BACKENDS) | (backends or {})
+        unknown = sorted(overrides.keys() - frozenset(BACKENDS))
         if unknown:
-            raise ConfigError(f"backends: unknown key {unknown[0]!r}; choose from storage, mlflow_tracking_uri, "
-                              "optuna_storage")
+            raise ConfigError(f"backends: unknown key {unknown[0]!r}; choose from {', '.join(BACKENDS)}")
         created = lifecycle.create(place, str(file), name, sets, overrides, or_resume=or_resume)
         return cls(created, place)
 
@@ -79,9 +80,8 @@ class Sweep:
              verbose: bool = False) -> Sweep:
         """A new sweep from ``file`` whose study starts with sweep ``origin``'s finished trials that
         fit its space, run until it ends."""
-        place = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
-        sets = ([f"profile={profile}"] if profile else []) + list(set)
-        sweep = cls(lifecycle.fork(place, origin, str(file), name, sets, {}), place)
+        place = _workspace(workspace)
+        sweep = cls(lifecycle.fork(place, origin, str(file), name, _sets(set, profile), {}), place)
         sweep.exit_code = driver.drive(sweep.workspace, sweep.name, check_file=False, verbose=verbose)
         return sweep
 
@@ -150,3 +150,12 @@ class Sweep:
             return report.build(self.workspace.read(self.name), self.workspace.report_dir(self.name))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+
+
+def _workspace(workspace: str | Path | Workspace | None) -> Workspace:
+    return workspace if isinstance(workspace, Workspace) else Workspace(workspace)
+
+
+def _sets(overrides: list[str] | tuple[str, ...], profile: str | None) -> list[str]:
+    """The profile is the first override, so every ``set`` applies on top of it (as ``--profile``)."""
+    return ([f"profile={profile}"] if profile else []) + list(overrides)
