@@ -34,7 +34,8 @@ def start(root: str, name: str) -> float:
         study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
         tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage, workspace.artifact_root, spec.share)
         tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, {})
-        ledger.reconcile(study, backends.storage, tracker)
+        ledger.reconcile_study(study, backends.storage)
+        ledger.reconcile_runs(study, tracker)
         trial = study.next_trial()
     if trial is None:
         raise SystemExit(f"sweep {name} in {root} has no trial left to start")

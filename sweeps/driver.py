@@ -28,7 +28,7 @@ from seqae_errors import ConfigError, StorageUnreachable
 from sweeps import ledger, progress, provenance, runner
 from sweeps import spec as spec_lib
 from sweeps.lifecycle import load_spec
-from sweeps.mlflow_access import check_credentials, unreachable
+from sweeps.mlflow_access import check_credentials, unreachable, waiting_for_mlflow
 from sweeps.notify import EVENTS, Notifier, resolve
 from sweeps.ray_connection import (
     check_cluster,
@@ -81,7 +81,10 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
         try:
             session = open_session(workspace, name, check_file, allow_code_change)
             writer = Writer(unreachable, session.tracker.note_outage)
-            for note in ledger.reconcile(session.study, session.backends.storage, session.tracker, not extending):
+            notes = ledger.reconcile_study(session.study, session.backends.storage, not extending)
+            notes += waiting_for_mlflow(session.backends.mlflow_tracking_uri, "reconciling the trials' runs",
+                                        partial(ledger.reconcile_runs, session.study, session.tracker))
+            for note in notes:
                 print(f"seqae: {note}", flush=True)
             run(workspace, session, writer, verbose)
             left = close(workspace, session, writer)
@@ -126,8 +129,9 @@ def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_c
                       workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None,
                       spec.share, entries, code.run_tags(state.file), code.diff)
     objective = spec.objectives[0]
-    tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, sweep_params(spec, state),
-                 (objective.metric, objective.mode))
+    waiting_for_mlflow(backends.mlflow_tracking_uri, "opening the sweep's experiment",
+                       partial(tracker.open, state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id,
+                               sweep_params(spec, state), (objective.metric, objective.mode)))
     state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
     record = {"started": started, "pid": os.getpid(), "host": socket.gethostname(), "outcome": "running",
               "job": os.environ.get("RAY_JOB_ID")}

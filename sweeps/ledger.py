@@ -5,7 +5,8 @@ ended, each trial's checkpoint records say how far it got, MLflow shows it. This
 
 - :class:`Outcome`: how a trial ended, and what Optuna and MLflow call that;
 - :func:`decide`: the outcome of a trial Tune let go of, read from its checkpoint records;
-- :func:`reconcile`: what a new driver does before any trial starts, after a crash or a stop.
+- :func:`reconcile_study` and :func:`reconcile_runs`: what a new driver does before any trial starts, after a
+  crash or a stop.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class Outcome(str, enum.Enum):
 
 
 class Runs(Protocol):
-    """What :func:`reconcile` needs of the MLflow side (:class:`sweeps.tracking.Tracker`, which
+    """What :func:`reconcile_runs` needs of the MLflow side (:class:`sweeps.tracking.Tracker`, which
     sits above this module)."""
 
     def trial_runs(self) -> dict[int, Run]: ...
@@ -87,17 +88,13 @@ def settle(study: SweepStudy, number: int, outcome: Outcome, progress: TrialProg
         study.tell(number, outcome.optuna_state)
 
 
-def reconcile(study: SweepStudy, storage: str, tracker: Runs, lift_drain: bool = True) -> list[str]:
-    """Bring the study and MLflow up to date after a driver died, before any new trial starts:
+def reconcile_study(study: SweepStudy, storage: str, lift_drain: bool = True) -> list[str]:
+    """Bring the study up to date after a driver died, before any new trial starts:
 
     1. RUNNING trials whose records say they finished are completed in place;
     2. other RUNNING trials stay RUNNING, to be continued from their newest valid checkpoint;
        WAITING ones (enqueued, never started) get their parameters and run now;
-    3. MLflow runs left RUNNING are closed: with their trial's outcome if it ended, else as KILLED
-       until the trial continues (then the same run is reopened); a run whose status is not its
-       ended trial's is closed again, and an ended trial without a run gets one, filled from its
-       records (a driver that died in an MLflow outage may have left either);
-    4. a drain left by an earlier session (`seqae sweep stop`, a reached target) is lifted: a
+    3. a drain left by an earlier session (`seqae sweep stop`, a reached target) is lifted: a
        resume asks for the trials that are left (`seqae sweep extend --epochs` keeps it: it
        trains on chosen trials only).
 
@@ -114,6 +111,17 @@ def reconcile(study: SweepStudy, storage: str, tracker: Runs, lift_drain: bool =
             notes.append(f"trial {number}: had finished training; recorded as complete")
         elif epochs is None:  # `seqae sweep extend` says what it reopened
             notes.append(f"trial {number}: was interrupted; it will continue from its checkpoint")
+    return notes
+
+
+def reconcile_runs(study: SweepStudy, tracker: Runs) -> list[str]:
+    """Bring MLflow up to the study (after :func:`reconcile_study`): runs left RUNNING are closed,
+    with their trial's outcome if it ended, else as KILLED until the trial continues (then the
+    same run is reopened); a run whose status is not its ended trial's is closed again, and an
+    ended trial without a run gets one, filled from its records (a driver that died in an MLflow
+    outage may have left either). Every step looks before it writes: a call cut short by an
+    outage is done again whole. Returns a note per change."""
+    notes = []
     outcomes = {t.number: Outcome(t.state.name) for t in study.trials()}
     runs = tracker.trial_runs()
     for number, run in runs.items():

@@ -8,11 +8,24 @@ that double from ``first_wait`` up to ``max_wait`` seconds: a service that is ba
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import tenacity
 
 FIRST_WAIT, MAX_WAIT = 0.5, 8.0
+
+
+def retry_seconds() -> float:
+    """How long a call a driver cannot go on without waits for its service to answer again
+    (``SEQAE_STORAGE_RETRY_SECONDS``): the study's database, or MLflow while a driver starts."""
+    return float(os.environ.get("SEQAE_STORAGE_RETRY_SECONDS", "120"))
+
+
+def first_line(error: BaseException) -> str:
+    """What an error says, in one line a person reads in a log."""
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else type(error).__name__
 
 
 def patiently(retryable: Callable[[BaseException], bool], away: Callable[[tenacity.RetryCallState], None],

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import sqlite3
 import time
 import uuid
@@ -51,7 +50,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from seqae_core import names as N
 from seqae_errors import StorageUnreachable
-from sweeps.outages import FIRST_WAIT, MAX_WAIT, patiently
+from sweeps.outages import FIRST_WAIT, MAX_WAIT, first_line, patiently, retry_seconds
 from sweeps.workspace import redact
 
 if TYPE_CHECKING:  # BaseStorage.get_all_studies returns it, from Optuna's private module only
@@ -59,11 +58,6 @@ if TYPE_CHECKING:  # BaseStorage.get_all_studies returns it, from Optuna's priva
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def retry_seconds() -> float:
-    """How long a storage call waits for the database to answer again (``SEQAE_STORAGE_RETRY_SECONDS``)."""
-    return float(os.environ.get("SEQAE_STORAGE_RETRY_SECONDS", "120"))
 
 
 def transient(exc: BaseException) -> bool:
@@ -115,7 +109,7 @@ class PatientStorage(BaseStorage):
             error = exc.__cause__ or exc
             self.lost = StorageUnreachable(
                 f"the Optuna storage {redact(self.url)} did not answer for {time.time() - started:.0f} s while "
-                f"{what} ({type(error).__name__}: {_first_line(error)}); check that its database is up and reachable "
+                f"{what} ({type(error).__name__}: {first_line(error)}); check that its database is up and reachable "
                 "(SEQAE_STORAGE_RETRY_SECONDS sets how long seqae waits for it)")
             raise self.lost from exc
         raise AssertionError("tenacity stopped without raising")
@@ -124,7 +118,7 @@ class PatientStorage(BaseStorage):
         if state.attempt_number == 1:
             error = state.outcome.exception() if state.outcome else None
             log.warning("the Optuna storage %s did not answer while %s (%s); retrying for up to %.0f s",
-                        redact(self.url), what, _first_line(error.__cause__ or error) if error else "?", self.seconds)
+                        redact(self.url), what, first_line(error.__cause__ or error) if error else "?", self.seconds)
 
     # -- the calls that must not be done twice --------------------------------------------------
     def create_new_study(self, directions: Sequence[StudyDirection], study_name: str | None = None) -> int:
@@ -272,11 +266,6 @@ def duplicates(trials: list[FrozenTrial]) -> set[int]:
         elif token is not None:
             seen.add(token)
     return extra
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0][:200] if lines else type(error).__name__
 
 
 def open_storage(url: str) -> PatientStorage:

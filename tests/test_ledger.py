@@ -1,6 +1,6 @@
 """sweeps/ledger.py: how a trial ended (``Outcome``, ``decide``), recording it in the study
 (``settle``), what it cost (``resource_seconds``), and what a new driver repairs after a crash
-(``reconcile``), on a real Optuna study, a real MLflow store (both SQLite in ``tmp_path``) and
+(``reconcile_study``, ``reconcile_runs``), on a real Optuna study, a real MLflow store (both SQLite in ``tmp_path``) and
 checkpoint records written through ``CheckpointStore``. No Ray and no training."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
 from seqae_core.records import TrialProgress
 from sweeps import spec as spec_lib
-from sweeps.ledger import Outcome, decide, reconcile, resource_seconds, settle
+from sweeps.ledger import Outcome, decide, reconcile_runs, reconcile_study, resource_seconds, settle
 from sweeps.search import SweepStudy, open_study
 from sweeps.search import storage as optuna_storage
 from sweeps.tracking import Tracker
@@ -181,6 +181,11 @@ def test_resource_seconds_is_the_share_times_every_epochs_seconds(tmp_path):
 
 
 # -- reconcile --------------------------------------------------------------------------------
+def reconcile(study: SweepStudy, storage: str, tracker: Tracker, lift_drain: bool = True) -> list[str]:
+    """What a starting driver does: the study first, then MLflow's runs."""
+    return [*reconcile_study(study, storage, lift_drain), *reconcile_runs(study, tracker)]
+
+
 def test_reconcile_after_a_driver_died_mid_sweep(tmp_path, storage):
     """Trial 0 finished training while no driver ran; trial 1 was interrupted; trial 2 failed and
     trial 3 was pruned, but their runs stayed RUNNING or have another status; trial 4 was pruned

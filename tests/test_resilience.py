@@ -335,6 +335,40 @@ def test_mlflow_outage_delays_tracking_but_loses_nothing(tmp_path):
         stop_group(server)
 
 
+def test_a_driver_that_starts_while_mlflow_is_away_waits_for_it_then_says_so_in_one_line(tmp_path):
+    """A driver cannot train before it has the sweep's experiment and parent run: it waits for the
+    server like for the study's database (SEQAE_STORAGE_RETRY_SECONDS), then stops in one line with
+    exit 75, creating nothing in MLflow; a resume that meets the outage rides it out and finishes."""
+    from cluster import mlflow_server
+    from cluster.procs import stop_group
+
+    workspace, name, port = tmp_path / "ws", "away", free_port()
+    backend, artifacts = f"sqlite:///{tmp_path / 'server.db'}", str(tmp_path / "server-artifacts")
+    uri = f"http://127.0.0.1:{port}"
+    env = {"SEQAE_MLFLOW_TRACKING_URI": uri}
+    gave_up = seqae(*run_args(workspace, name, "trials.total=1", "train.epochs=2", "data.max_pages=20"),
+                    env={**env, "SEQAE_STORAGE_RETRY_SECONDS": "2"})
+    assert gave_up.returncode == 75, gave_up.stderr[-3000:]
+    said = [line for line in gave_up.stderr.splitlines() if line.startswith("seqae: error:")]
+    assert len(said) == 1 and "Traceback" not in gave_up.stderr, gave_up.stderr[-3000:]
+    assert f"MLflow at {uri} did not answer" in said[0] and f"seqae sweep resume {name}" in said[0], said
+    log = tmp_path / "resume.log"
+    driver = start("sweep", "resume", name, "--workspace", str(workspace), log=log, env=env)
+    server = None
+    try:
+        wait_for(lambda: "did not answer while opening the sweep's experiment" in log.read_text(), 300,
+                 "the resumed driver to meet the outage")
+        server = mlflow_server.start(backend, artifacts, port, tmp_path / "server.log")
+        assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
+        runs = mlflow_runs(None, name, tracking_uri=uri)
+        assert {r.info.status for r in runs} == {"FINISHED"} and len(children(runs)) == 1
+        assert metric_steps(children(runs)[0].info.run_id, "val_token_accuracy", None, tracking_uri=uri) == [1, 2]
+    finally:
+        kill_group(driver)
+        if server is not None:
+            stop_group(server)
+
+
 # 10: bad sweep files create nothing (test_spec.py) ----------------------------------------
 
 
