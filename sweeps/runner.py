@@ -486,7 +486,9 @@ def run_session(
             max_concurrent_trials=max(1, study.remaining()),
             # A trial's process spends about 11 CPU-seconds importing torch, Ray Tune and seqae before
             # its first step: an ended trial's process trains the next one with the same resources.
-            reuse_actors=True,
+            # Not where a node can be lost alone: Tune (2.60) counts the death of a kept process twice
+            # when its node dies between two trials, and fails the next trial whatever its retries.
+            reuse_actors=sum(node["Alive"] for node in ray.nodes()) == 1,
             trial_name_creator=lambda t: f"trial-{t.config['trial'].number:04d}",
             trial_dirname_creator=lambda t: f"trial-{t.config['trial'].number:04d}",
         ),
