@@ -200,10 +200,15 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request
     faults = schedule(seed)
     print(f"\nchaos seed {seed} ({search}): " + ", ".join(f"{kind} at epoch {at}" for at, kind in faults), flush=True)
     sweep = Sweep(cluster, f"{search}-{seed}", tmp_path, GRID if search == "grid" else [*TPE, f"sampler.seed={seed}"])
+    injected = 0
     try:
         for at, kind in faults:
             wait_for(lambda: sweep.epochs() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep")
             sweep.alive(after="the fault before")
+            if sweep.driver.poll() == 0:  # the sweep ended first (a fault's wait can outlast the training left)
+                print(f"  the sweep ended before epoch {at}: {len(faults) - injected} faults not injected", flush=True)
+                break
+            injected += 1
             resumed = sweep.drivers
             print(f"  epoch {sweep.epochs()}: {kind}", flush=True)
             INJECT[kind](sweep, random.Random(seed * 1000 + at))
@@ -240,7 +245,7 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request
     versions = MlflowClient(uri).search_model_versions(f"name='{sweep.name}'")
     assert len(versions) == 1, [v.version for v in versions]
     # in the suite's summary (tests/conftest.py), also from a pytest-xdist worker
-    record_property("chaos", f"chaos seed {seed} ({search}): {len(faults)} faults, {sweep.drivers} drivers, "
+    record_property("chaos", f"chaos seed {seed} ({search}): {injected} of {len(faults)} faults, {sweep.drivers} drivers, "
                              f"{seconds:.0f} s against {calm['seconds']:.0f} s without faults "
                              f"(+{seconds / calm['seconds'] - 1:.0%}); identical to the fault-free run")
 
@@ -299,16 +304,29 @@ def worker_sigkill(sweep: Sweep, rng: random.Random) -> None:
     wait_for(lambda: ip in local.worker_raylets(state), 60, f"worker {ip} to come back")
 
 
+MLFLOW_AWAY = r"MLflow at \S+ did not answer while"  # what a starting driver says while it waits for MLflow
+
+
+def said(log: Path, words: str) -> int:
+    """How often a driver's log says ``words`` (a fault may have come before)."""
+    return len(re.findall(words, log.read_text()))
+
+
 def mlflow_restart(sweep: Sweep, rng: random.Random) -> None:
-    """The MLflow server away while an epoch trains, then back on the same port."""
+    """The MLflow server away while an epoch trains, or while a starting driver waits for it, then
+    back on the same port."""
     from cluster import local
     from cluster.procs import stop_group
 
     state = sweep.cluster["state"]
+    driver, log = sweep.driver, sweep.running()[1]
+    waiting = said(log, MLFLOW_AWAY)  # a driver that is starting waits for MLflow before any epoch
     stop_group(state["pids"]["mlflow"])
     at = sweep.epochs()
     try:
-        wait_for(lambda: sweep.epochs() > at or sweep.driver.poll() is not None, 300, "an epoch without MLflow")
+        # once every epoch is trained, the outage covers the driver's closing writes, which it keeps until MLflow is back
+        wait_for(lambda: sweep.epochs() > at or sweep.epochs() >= CELLS * EPOCHS or said(log, MLFLOW_AWAY) > waiting
+                 or driver.poll() is not None, 300, "an epoch without MLflow, or the driver waiting for it")
     finally:
         local.start_mlflow(state)
 
@@ -322,18 +340,17 @@ def postgres_restart(sweep: Sweep, rng: random.Random) -> None:
     state = sweep.cluster["state"]
     pg = postgres.Postgres(**state["postgres"])
     driver, (number, log) = sweep.driver, sweep.running()
-
-    def said(words: str) -> int:  # how often the driver said it (this fault may have come before)
-        return len(re.findall(words, log.read_text()))
-
-    away, back = said(r"the Optuna storage \S+ did not answer while"), said("the Optuna storage answers again")
+    # the study's storage meets the outage, or, in a driver that is starting, MLflow (whose database it is)
+    away_said, back_said = rf"the Optuna storage \S+ did not answer while|{MLFLOW_AWAY}", \
+        "the Optuna storage answers again|MLflow answers again after"
+    away, back = said(log, away_said), said(log, back_said)
     postgres.stop(pg)
     try:
-        wait_for(lambda: said(r"the Optuna storage \S+ did not answer while") > away or driver.poll() is not None, 300,
+        wait_for(lambda: said(log, away_said) > away or driver.poll() is not None, 300,
                  "the driver to meet PostgreSQL's outage")
     finally:
         postgres.start(pg, Path(state["root"]) / "logs" / "postgres.log")
-    wait_for(lambda: said("the Optuna storage answers again") > back or driver.poll() is not None, 300,
+    wait_for(lambda: said(log, back_said) > back or driver.poll() is not None, 300,
              "the driver to find PostgreSQL back")
     assert driver.poll() in (None, 0), f"driver {number} exited {driver.returncode} in a PostgreSQL restart; see {log}"
 
