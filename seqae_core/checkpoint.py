@@ -69,11 +69,14 @@ class CheckpointStore(RecordStore):
                 SAMPLES_JSON: json.dumps(checkpoint.samples).encode(),
                 SAMPLES_TXT: samples_text(checkpoint.samples).encode(),
                 METRICS: json.dumps(metrics, indent=1).encode(),
-            }, {"metrics": metrics})
+            }, {"metrics": metrics, "config": checkpoint.config})  # the config outlives model.pt (release)
 
     def resume(self) -> tuple[Checkpoint | None, list[str]]:
         """The newest valid checkpoint (or None) and notes on the records skipped for it."""
         loaded = self.latest("epoch")
+        if loaded.meta.get("released"):
+            raise ConfigError(f"{self.uri}: its checkpoints were released when it ended outside the trials a sweep "
+                              "keeps (checkpoints.keep_best): it cannot train on")
         return (None if loaded.epoch is None else Checkpoint.of_state(tensors(loaded.files[STATE]))), loaded.skipped
 
     def save_epoch(self, epoch: int, state: dict[str, Any], meta: dict[str, Any] | None = None) -> None:

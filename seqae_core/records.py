@@ -17,6 +17,11 @@ size and SHA-256 of every file, and the record's :class:`TrialProgress` (epoch r
 
 A record whose manifest is missing, or whose files do not match it, is never loaded: the
 store falls back to the newest valid record and says which one it skipped and why.
+
+A run that ended outside the ones a sweep keeps is *released* (:meth:`RecordStore.release`): its
+newest epoch record keeps its manifest (the run's progress) without ``state.pt``, its best record
+keeps the samples and metrics without ``model.pt``, and the older epoch records go. It can no
+longer train on; everything that reads how it went reads it as before.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ class TrialProgress:
     history: list[dict[str, Any]]  # every epoch's metrics so far
     finished: bool  # trained to its last epoch or stopped early: nothing left to run
     patience_spent: bool = False  # stopped early: more epochs would not train it on
+    released: bool = False  # its checkpoints are gone (RecordStore.release): it cannot train on
 
     def done(self, epochs: int | None = None) -> bool:
         """Nothing left to run; with ``epochs``, a limit raised since (``seqae sweep extend``), also
@@ -118,7 +124,7 @@ class RecordStore:
         if meta is None:
             return None
         return TrialProgress(int(meta["epoch"]), list(meta.get("history", [])), bool(meta.get("finished")),
-                        bool(meta.get("patience_spent")))
+                             bool(meta.get("patience_spent")), bool(meta.get("released")))
 
     def best_epoch(self) -> int | None:
         """The epoch of the newest best-model record, without reading its files."""
@@ -129,12 +135,13 @@ class RecordStore:
         self._write(f"best-{epoch:06d}", files, {"epoch": epoch, **meta})
         self._prune("best", 1)
 
-    def latest(self, kind: str = "epoch") -> Loaded:
-        """The newest record of ``kind`` whose files match their manifest."""
+    def latest(self, kind: str = "epoch", only: tuple[str, ...] | None = None) -> Loaded:
+        """The newest record of ``kind`` whose files match their manifest; ``only``: of its files,
+        just these (a reader that needs no model neither reads one nor minds its release)."""
         loaded = Loaded()
         for epoch in sorted(self._epochs(kind), reverse=True):
             name = f"{kind}-{epoch:06d}"
-            problem, files, meta = self._read(name)
+            problem, files, meta = self._read(name, only)
             if problem is None:
                 loaded.epoch, loaded.files, loaded.meta = epoch, files, meta
                 break
@@ -171,6 +178,48 @@ class RecordStore:
         """The lock a local store's writer holds (:meth:`exclusive`)."""
         return f"{self.root}/.writer.lock"
 
+    def release(self) -> int:
+        """Drop what only training on needs (see the module's docstring); returns the bytes freed.
+        Of each kind, the newest record with a readable manifest stays, that manifest replaced
+        before its dropped file goes, so that a crash leaves the record whole or released, never
+        a manifest naming a missing file; every other record of the kind goes."""
+        freed = 0
+        for kind, dropped in (("epoch", STATE), ("best", MODEL)):
+            kept = False
+            for epoch in sorted(self._epochs(kind), reverse=True):
+                folder = f"{self.root}/{kind}-{epoch:06d}"
+                manifest = None if kept else self._manifest(folder)
+                if manifest is not None:
+                    kept = True
+                    freed += self._strip(folder, manifest, dropped)
+                else:
+                    freed += self._size(folder)
+                    self.fs.delete_dir(folder)
+        return freed
+
+    def _manifest(self, folder: str) -> dict[str, Any] | None:
+        """The record's manifest, or None where it is missing or unreadable."""
+        try:
+            with self.fs.open_input_stream(f"{folder}/manifest.json") as f:
+                manifest = json.loads(f.read())
+        except (OSError, ValueError):
+            return None
+        valid = isinstance(manifest, dict) and all(isinstance(manifest.get(k), dict) for k in ("files", "meta"))
+        return manifest if valid else None
+
+    def _strip(self, folder: str, manifest: dict[str, Any], dropped: str) -> int:
+        size = int(manifest["files"].pop(dropped, {}).get("bytes", 0))
+        manifest["meta"]["released"] = True
+        with self.fs.open_output_stream(f"{folder}/manifest.json.tmp") as out:
+            out.write(json.dumps(manifest, indent=1).encode())
+        self.fs.move(f"{folder}/manifest.json.tmp", f"{folder}/manifest.json")
+        if self.fs.get_file_info(f"{folder}/{dropped}").type != pafs.FileType.NotFound:
+            self.fs.delete_file(f"{folder}/{dropped}")
+        return size
+
+    def _size(self, folder: str) -> int:
+        return sum(info.size or 0 for info in self.fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True)))
+
     def records(self, kind: str = "epoch") -> list[str]:
         """The paths of the records of ``kind`` (``epoch`` or ``best``), oldest first, valid or not."""
         return [f"{self.root}/{kind}-{epoch:06d}" for epoch in sorted(self._epochs(kind))]
@@ -179,11 +228,9 @@ class RecordStore:
         """The metadata of the newest record of ``kind`` with a readable manifest, without
         reading its files: enough to know a run's metric history and whether it finished."""
         for epoch in sorted(self._epochs(kind), reverse=True):
-            try:
-                with self.fs.open_input_stream(f"{self.root}/{kind}-{epoch:06d}/manifest.json") as f:
-                    return dict(json.loads(f.read())["meta"])
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
+            manifest = self._manifest(f"{self.root}/{kind}-{epoch:06d}")
+            if manifest is not None:
+                return dict(manifest["meta"])
         return None
 
     def record_verdict(self, error: str) -> None:
@@ -239,13 +286,15 @@ class RecordStore:
             out.write(manifest)
         self.fs.move(f"{folder}/manifest.json.tmp", f"{folder}/manifest.json")
 
-    def _read(self, name: str) -> tuple[str | None, dict[str, bytes], dict[str, Any]]:
+    def _read(self, name: str, only: tuple[str, ...] | None = None) -> tuple[str | None, dict[str, bytes], dict[str, Any]]:
         folder = f"{self.root}/{name}"
         try:
             with self.fs.open_input_stream(f"{folder}/manifest.json") as f:
                 manifest = json.loads(f.read())
             files = {}
             for file_name, expected in manifest["files"].items():
+                if only is not None and file_name not in only:
+                    continue
                 with self.fs.open_input_stream(f"{folder}/{file_name}") as f:
                     data = f.read()
                 if len(data) != expected["bytes"]:

@@ -198,11 +198,13 @@ def extend_epochs(workspace: Workspace, name: str, epochs: int, which: str) -> l
         if study.remaining() and not study.control().get("drain"):
             raise ConfigError(f"sweep {name!r} still has {study.remaining()} trials to run; `seqae sweep resume "
                               f"{name}` (or `seqae sweep stop {name}`) first, then extend its finished trials")
-        notes, chosen = [], []
+        notes, chosen, released = [], [], []
         for number in chosen_trials(study, which):
             progress = RecordStore.of_trial(backends.storage, number).progress()
             if progress is None:
                 notes.append(f"trial {number}: left as it is: it has no checkpoint")
+            elif progress.released:
+                released.append(number)
             elif progress.patience_spent:
                 notes.append(f"trial {number}: left as it is: its patience ran out at epoch {progress.epoch}")
             elif progress.epoch >= epochs:
@@ -210,6 +212,12 @@ def extend_epochs(workspace: Workspace, name: str, epochs: int, which: str) -> l
             else:
                 chosen.append(number)
                 notes.append(f"trial {number}: trains on from epoch {progress.epoch} to {epochs}")
+        if released:
+            keep = spec.checkpoints.keep_best
+            raise ConfigError(f"--trials={which}: trials {', '.join(map(str, released))} cannot train on: their "
+                              f"checkpoints were released when they ended outside the {keep} best "
+                              f"(checkpoints.keep_best={keep}); extend --trials best:{keep} or fewer, or run the next "
+                              "sweep with a larger checkpoints.keep_best")
         if not chosen:
             raise ConfigError(f"--epochs={epochs} gives none of the chosen trials more to train:\n" + "\n".join(notes))
         for number in chosen:

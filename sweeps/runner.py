@@ -34,6 +34,7 @@ from seqae_errors import ConfigError
 from sweeps import ledger
 from sweeps.notify import Notifier
 from sweeps.progress import Progress, best_line
+from sweeps.retention import Retention
 from sweeps.search import SweepStudy, TrialSpec
 from sweeps.spec import SweepSpec
 from sweeps.system_metrics import SystemMetrics
@@ -186,12 +187,12 @@ class BudgetStopper(_DriverOnly, tune.Stopper):
 class StudySearcher(_DriverOnly, Searcher):
     """Asks the sweep's Optuna study for trials and tells it how they ended."""
 
-    def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str, spend: Spend,
+    def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str, spend: Spend, retention: Retention,
                  notifier: Notifier | None = None) -> None:
         objective = spec.objectives[0]
         super().__init__(metric=objective.metric, mode=objective.mode)
         self.spec, self.study, self.storage = spec, study, storage
-        self.spend, self.notifier = spend, notifier
+        self.spend, self.retention, self.notifier = spend, retention, notifier
         self.plans: dict[str, TrialSpec] = {}
         self.live: set[str] = set()  # Tune trials started and not yet ended
         self.limit = spec.max_concurrent
@@ -258,6 +259,7 @@ class StudySearcher(_DriverOnly, Searcher):
         self.spend.ended(number)
         progress = CheckpointStore.of_trial(self.storage, number).progress()
         ledger.settle(self.study, number, ledger.decide(progress, error, self.study.epochs(number)), progress)
+        self.retention.settle(number)
 
 
 class TrackingCallback(_DriverOnly, tune.Callback):
@@ -442,7 +444,9 @@ def run_session(
     trial result; ``verbose`` brings back Ray Tune's own status tables."""
     progresses = _progresses(study, storage)
     spend = Spend(spec.share[1], sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values()))
-    searcher = StudySearcher(spec, study, storage, spend, notifier)
+    retention = Retention(study, storage, spec.checkpoints.keep_best, progresses)
+    retention.settle()
+    searcher = StudySearcher(spec, study, storage, spend, retention, notifier)
     objective = spec.objectives[0]
     scheduler = None
     continuing = study.continuing()
@@ -506,3 +510,6 @@ def run_session(
         tuner.fit()
     finally:
         progress.close()
+    retention.settle()  # trials whose workers still held their checkpoints when they ended
+    if line := retention.summary():
+        print(f"seqae: {line}", flush=True)

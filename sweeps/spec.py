@@ -289,6 +289,14 @@ class _Notify(_Section):
         return self
 
 
+class _Checkpoints(_Section):
+    keep_best: int = Field(default=5, ge=1, description="how many of the best complete trials (the Pareto front's, "
+                                                         "with several objectives) keep their checkpoints once ended; "
+                                                         "every other ended trial keeps its progress, samples and "
+                                                         "metrics, but not its model: it cannot train on "
+                                                         "(`extend --epochs`)")
+
+
 class _WarmStart(_Section):
     sweeps: tuple[str, ...] = Field(alias="from", min_length=1, strict=False,
                                     description="earlier sweeps of this workspace with the same objective, at "
@@ -345,6 +353,9 @@ class SweepSpec(_Section):
                                                       "retried: it would fail again)")
     budget: _Budget | None = Field(default=None, description="once its trials have spent it, running trials stop at "
                                                              "their epoch's end and no new one starts")
+    checkpoints: _Checkpoints = Field(default=_Checkpoints(), description="which ended trials keep their "
+                                                                          "checkpoints: what running trials need is "
+                                                                          "always kept")
     notify: _Notify | None = Field(default=None, description="who is told of a new best, a failure, a stop and the end")
     warm_start: _WarmStart | None = Field(
         default=None, description="transfer: the best configurations of earlier sweeps run first, as starting points "

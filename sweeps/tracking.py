@@ -263,25 +263,22 @@ class Tracker:
             self._log_epoch(number, record)
         if store.best_epoch() in (None, cache.artifacts_epoch):
             return progress
-        best = store.latest("best")
+        best = store.latest("best", only=(SAMPLES_TXT, SAMPLES_JSON, METRICS))
         if best.epoch is not None and best.epoch != cache.artifacts_epoch:
-            self._log_best(run_id, best.files)
+            self._log_best(run_id, best.files, best.meta)
             self.client.set_tag(run_id, N.ARTIFACTS_EPOCH, str(best.epoch))
             cache.artifacts_epoch = best.epoch
         return progress
 
-    def _log_best(self, run_id: str, files: dict[str, bytes]) -> None:
-        saved = json.loads(files[METRICS])
+    def _log_best(self, run_id: str, files: dict[str, bytes], meta: dict[str, Any]) -> None:
+        """The best epoch's samples, metrics and config; its model goes to MLflow only where the
+        sweep registers it (:meth:`register_best`), so that MLflow does not grow by a model per trial."""
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
-            (folder / "checkpoint").mkdir()
-            (folder / "checkpoint" / "model.pt").write_bytes(files[MODEL])
             (folder / "samples.txt").write_bytes(files[SAMPLES_TXT])
             (folder / "samples.json").write_bytes(files[SAMPLES_JSON])
-            (folder / "best_metrics.json").write_text(json.dumps(saved, indent=1))
-
-            state = torch.load(folder / "checkpoint" / "model.pt", map_location="cpu", weights_only=True)
-            (folder / "config.yaml").write_text(to_yaml(from_flat(state["config"])))
+            (folder / "best_metrics.json").write_text(json.dumps(json.loads(files[METRICS]), indent=1))
+            (folder / "config.yaml").write_text(to_yaml(from_flat(meta["config"])))
             self.client.log_artifacts(run_id, str(folder))
 
     def trial_runs(self) -> dict[int, Run]:

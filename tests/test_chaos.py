@@ -284,9 +284,10 @@ def cut_checkpoint(sweep: Sweep, rng: random.Random) -> None:
     metas = trial_metas(sweep.storage)
     assert metas, "no trial has a record to cut yet"
     # an unfinished trial's record if there is one (it must continue from the one before); else a
-    # finished trial's newest, which every reader (status, cost, reconcile) must pass over
+    # finished trial's newest, which every reader (status, cost, reconcile) must pass over (a
+    # released trial's has no state to cut)
     open_trials = sorted(n for n, m in metas.items() if not m["finished"])
-    number = rng.choice(open_trials or sorted(metas))
+    number = rng.choice(open_trials or sorted(n for n, m in metas.items() if not m.get("released")))
     newest = Path(CheckpointStore.of_trial(str(sweep.storage), number).records()[-1]) / "state.pt"
     newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
     print(f"    cut {'open' if open_trials else 'finished'} trial {number}'s {newest.parent.name} short", flush=True)

@@ -69,6 +69,7 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     n = 3
     run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace),
                 *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", f"trials.total={n}", "train.log_every_steps=3",
+                      "checkpoints.keep_best=1",
                       # relative, as the README writes it: trials run in Ray's working directory, not here
                       f"data.path={os.path.relpath(WIKI_MINI, REPO)}"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -120,7 +121,8 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
         assert json.loads(dataset.source)["path"] == str(WIKI_MINI.resolve()) and dataset.source_type == "hugging_face"
         assert json.loads(dataset.profile)["config"]["input_len"] == 16
         artifacts = {a.path for a in client.list_artifacts(child.info.run_id)}
-        assert {"config.yaml", "checkpoint", "samples.txt"} <= artifacts
+        assert {"config.yaml", "samples.txt", "best_metrics.json"} <= artifacts
+        assert "checkpoint" not in artifacts  # a model per trial is not MLflow's to keep: the registry has the best
         samples = client.download_artifacts(child.info.run_id, "samples.txt", str(tmp_path))
         assert "original:" in open(samples).read()
 
@@ -142,6 +144,14 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     assert best["test_token_accuracy"][-1] == info["best"]["test"]["test_token_accuracy"]
     assert info["optuna_study_name"] == "quickstart" and info["optuna_storage"].startswith("sqlite:///")
     assert info["best"]["values"]["val_token_accuracy"] == max(t.value for t in trials)
+    # Disk: only the best trial keeps its model and optimizer state; the others keep what status reads.
+    assert re.search(rf"^seqae: checkpoints kept for the 1 best trials \(checkpoints.keep_best=1\); released for "
+                     rf"{n - 1} ended trials, \d+\.\d MB freed$", run.stdout, re.M), run.stdout[-2000:]
+    for trial in trials:
+        store = Path(info["storage"]) / "trials" / f"{trial.number:04d}"
+        kept = trial.number == info["best"]["trial"]
+        assert {p.name for p in store.rglob("*.pt")} == ({"state.pt", "model.pt"} if kept else set()), trial.number
+        assert kept or sum(f.stat().st_size for f in store.rglob("*") if f.is_file()) < 100_000
     versions = client.search_model_versions("name='quickstart'")
     assert len(versions) == 1 and versions[0].run_id == next(
         c.info.run_id for c in children if int(c.data.tags["seqae.trial"]) == info["best"]["trial"])
