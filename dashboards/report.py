@@ -429,19 +429,25 @@ def losses(trials: list[Trial], out: Path) -> Path | None:
     return save_figure(fig, out / "losses.png")
 
 
+IMPORTANCE_TRIALS = 5
+
+
 def optuna_figures(storage: str, study_name: str, out: Path) -> tuple[list[Path], list[str]]:
     """Optuna's own plots; returns the figures and notes on the ones the study cannot have yet."""
     study = optuna.load_study(study_name=study_name, storage=storage)
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
-    plots = ([("optuna_pareto_front.png", "Pareto front", lambda: ovm.plot_pareto_front(study))]
+    # (file, label, the completed trials it needs, how to draw it): fANOVA's forest fitted to fewer
+    # than IMPORTANCE_TRIALS points ranks noise, and costs a scikit-learn import to say so
+    plots = ([("optuna_pareto_front.png", "Pareto front", 2, lambda: ovm.plot_pareto_front(study))]
              if len(study.directions) > 1 else
-             [("optuna_history.png", "optimization history", lambda: ovm.plot_optimization_history(study)),
-              ("optuna_importances.png", "parameter importances", lambda: ovm.plot_param_importances(study)),
-              ("optuna_parallel.png", "parallel coordinates", lambda: ovm.plot_parallel_coordinate(best_of(study)))])
+             [("optuna_history.png", "optimization history", 2, lambda: ovm.plot_optimization_history(study)),
+              ("optuna_importances.png", "parameter importances", IMPORTANCE_TRIALS,
+               lambda: ovm.plot_param_importances(study)),
+              ("optuna_parallel.png", "parallel coordinates", 2, lambda: ovm.plot_parallel_coordinate(best_of(study)))])
     paths, notes = [], []
-    for file_name, label, draw in plots:
-        if len(complete) < 2:
-            notes.append(f"Optuna {label}: needs two completed trials, the study has {len(complete)}")
+    for file_name, label, needs, draw in plots:
+        if len(complete) < needs:
+            notes.append(f"Optuna {label}: needs {needs} completed trials, the study has {len(complete)}")
             continue
         try:
             with warnings.catch_warnings():

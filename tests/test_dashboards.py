@@ -68,6 +68,8 @@ def test_report_renders_every_figure_without_console_errors(finished_sweep, scre
     assert '<table id="claims">' not in index.read_text()  # a search tests none of the paper's claims: one line says so
     pngs = sorted(p.name for p in index.parent.glob("*.png"))
     assert {"losses.png", "optuna_history.png", "optuna_parallel.png"} <= set(pngs)
+    assert "optuna_importances.png" not in pngs  # 3 trials: too few to rank parameters, and the report says so
+    assert "Optuna parameter importances: needs 5 completed trials, the study has 3" in index.read_text()
     driver = browser()
     try:
         driver.get(index.as_uri())
