@@ -87,6 +87,7 @@ class Tracker:
         self.experiment_id: str | None = None
         self.parent_run_id: str | None = None
         self._runs: dict[int, _RunCache] = {}
+        self._stamps: dict[tuple[str, int], int] = {}
 
     # -- experiment and parent run ----------------------------------------------------------
     def open(self, fingerprint: str, experiment_id: str | None, parent_run_id: str | None, params: dict[str, Any],
@@ -217,10 +218,10 @@ class Tracker:
             if tags:
                 self.client.log_batch(cache.run_id, tags=tags)
             return
-        now = int(time.time() * 1000)
+        now = self._stamp(cache.run_id, epoch)
         points = [Metric(M.TRAIN_LOSS_STEPS, float(loss), now, int(step))
                   for step, loss in record.get(M.TRAIN_LOSS_STEPS, []) if int(step) not in cache.logged_points]
-        own = _metrics(record) + [Metric(k, float(v), now, epoch) for k, v in record.items()
+        own = _metrics(record, now) + [Metric(k, float(v), now, epoch) for k, v in record.items()
                                   if k.startswith(M.SYSTEM_PREFIX)]
         while len(points) + len(own) + len(tags) > MAX_ENTITIES_PER_BATCH:  # a long epoch's curve first, in parts
             part, points = points[:MAX_ENTITIES_PER_BATCH], points[MAX_ENTITIES_PER_BATCH:]
@@ -229,6 +230,13 @@ class Tracker:
         self.client.log_batch(cache.run_id, metrics=points + own, tags=tags)
         cache.logged_points.update(m.step for m in points)
         cache.logged_steps.add(epoch)
+
+    def _stamp(self, run_id: str, step: int) -> int:
+        """The timestamp of a run's metrics at ``step``, the same at every attempt: a batch retried
+        after MLflow committed part of it (``log_batch`` writes metrics and tags in separate
+        transactions) is then the same rows again, which MLflow's primary key (key, timestamp, step,
+        value) keeps once."""
+        return self._stamps.setdefault((run_id, step), int(time.time() * 1000))
 
     def trial_ended(self, number: int, outcome: Outcome, error: str | None = None) -> None:
         """Make the run whole from the checkpoint store, then set the status of ``outcome``."""
@@ -239,7 +247,7 @@ class Tracker:
             tags.append(RunTag(N.ERROR, error[-4000:]))
         cost = resource_seconds(self.share[1], progress)
         epochs = len(progress.history) if progress else 0
-        self.client.log_batch(run_id, metrics=[Metric(M.RESOURCE_SECONDS, cost, int(time.time() * 1000), epochs)],
+        self.client.log_batch(run_id, metrics=[Metric(M.RESOURCE_SECONDS, cost, self._stamp(run_id, epochs), epochs)],
                               tags=tags)
         if outcome is Outcome.PRUNED:  # told apart at a glance in the runs list, not only by its tag
             self.client.update_run(run_id, name=f"trial-{number:04d}-pruned")
@@ -249,7 +257,7 @@ class Tracker:
         """The sweep run's progress as MLflow charts it: the best trial's ``values`` (its objective,
         and its test score beside it) at the number of trials ``ended``, as ``best/<metric>``."""
         assert self.parent_run_id is not None
-        now = int(time.time() * 1000)
+        now = self._stamp(self.parent_run_id, ended)
         self.client.log_batch(self.parent_run_id, metrics=[Metric(f"best/{k}", v, now, ended) for k, v in values.items()])
 
     def sync_trial(self, number: int) -> TrialProgress | None:
@@ -329,8 +337,7 @@ class Tracker:
         return version, True
 
 
-def _metrics(result: dict[str, Any]) -> list[Metric]:
-    now = int(time.time() * 1000)
+def _metrics(result: dict[str, Any], now: int) -> list[Metric]:
     epoch = int(result[M.EPOCH])
     return [Metric(k, float(v), now, epoch) for k, v in result.items() if k in LOGGED_METRICS or M.is_spread(k)]
 

@@ -321,3 +321,36 @@ def test_reconcile_lifts_a_drain_only_when_asked(tmp_path, storage, lift_drain):
         assert notes == []
         assert control["drain"] == "stopped by `seqae sweep stop`"
         assert len(control["log"]) == 1
+
+
+# -- a write retried after MLflow committed part of it ------------------------------------------
+def test_an_epoch_written_again_after_its_answer_was_lost_is_logged_once(tmp_path, storage):
+    """MLflow's ``log_batch`` commits metrics and tags in separate transactions, so an outage can
+    land the metrics and fail the batch; the writer then runs the same call again. Every epoch must
+    still be in the run's history once (the CI failure this guards: ``[1, 1, 2, ...]`` after a
+    PostgreSQL restart)."""
+    study = new_study(tmp_path)
+    tracker = new_tracker(tmp_path, storage)
+    number = new_trial(study)
+    tracker.open_run(number, study.trial_spec(number).logged_params)
+    real, lost = tracker.client.log_batch, []
+
+    def commits_then_fails(run_id, metrics=(), params=(), tags=()):  # noqa: ANN001, ANN202 - MlflowClient's
+        real(run_id, metrics=metrics, params=params, tags=())  # the metrics' transaction commits
+        if tags and not lost:
+            lost.append(run_id)
+            raise ConnectionError("server closed the connection before answering")  # the tags' does not
+        real(run_id, tags=tags)
+
+    tracker.client.log_batch = commits_then_fails
+    result = {**history([0.5])[0], "node_ip": "127.0.0.1"}
+    with pytest.raises(ConnectionError):
+        tracker.trial_result(number, result)
+    tracker.trial_result(number, result)  # the writer's retry of the same call
+    tracker.trial_result(number, {**history([0.5, 0.6])[1], "node_ip": "127.0.0.1"})
+
+    run_id = tracker.child_run(number)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    assert lost and [(m.step, m.value) for m in client.get_metric_history(run_id, M.VAL_TOKEN_ACCURACY)] == [
+        (1, 0.5), (2, 0.6)]
+    assert client.get_run(run_id).data.tags["ray.node_ip"] == "127.0.0.1"
