@@ -59,7 +59,7 @@ class Retention:
             with store.exclusive(timeout=0):
                 self.freed += store.release()
         except Timeout:
-            log.info("trial %d: a worker still holds its checkpoints; they are released later", number)
+            log.debug("trial %d: a worker still holds its checkpoints; they are released later", number)
             return False
         self.released += 1
         return True
@@ -68,7 +68,9 @@ class Retention:
         """What this session released, in a line, if anything."""
         if not self.released:
             return None
+        best = "the best trial" if self.keep == 1 else f"the {self.keep} best trials"
         kept = (f"the Pareto front's {len(self.kept)} trials" if self.study.spec.multi_objective
-                else f"the {self.keep} best trials (checkpoints.keep_best={self.keep})")
-        return (f"checkpoints kept for {kept}; released for {self.released} ended trials, "
+                else f"{best} (checkpoints.keep_best={self.keep})")
+        trials = "trial" if self.released == 1 else "trials"
+        return (f"checkpoints kept for {kept}; released for {self.released} ended {trials}, "
                 f"{self.freed / 1e6:.1f} MB freed")

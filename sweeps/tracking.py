@@ -39,6 +39,7 @@ from mlflow.utils.mlflow_tags import (
     MLFLOW_DATASET_CONTEXT,
     MLFLOW_EXPERIMENT_PRIMARY_METRIC_GREATER_IS_BETTER,
     MLFLOW_EXPERIMENT_PRIMARY_METRIC_NAME,
+    MLFLOW_MODEL_VERSIONS,
 )
 from mlflow.utils.validation import MAX_ENTITIES_PER_BATCH
 
@@ -322,7 +323,7 @@ class Tracker:
         with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
             artifacts = textmodel.write_artifacts(Path(tmp), saved, data_lib.load_tokenizer(config.data.tokenizer))
             info = mlflow.pyfunc.log_model(
-                name="model", python_model=textmodel.__file__, artifacts=artifacts, registered_model_name=model_name,
+                name="model", python_model=textmodel.__file__, artifacts=artifacts,
                 # the model's code imports these; `mlflow models serve` and load_model put them on sys.path
                 code_paths=[str(root / "seqae_core"), str(root / "seqae_errors")],
                 signature=textmodel.SIGNATURE,
@@ -331,10 +332,25 @@ class Tracker:
                                   for m in (torch, transformers, safetensors, mlflow)],
             )
         self.client.set_terminated(run_id, status)
-        version = str(info.registered_model_version)
+        version = self._new_version(model_name, info.model_id, run_id)
         self.client.set_model_version_tag(model_name, version, N.MODEL_EPOCH, str(best.epoch))
         self.client.set_registered_model_alias(model_name, N.BEST_ALIAS, version)
         return version, True
+
+    def _new_version(self, model_name: str, model_id: str, run_id: str) -> str:
+        """Register the logged model ``model_id`` as a new version of ``model_name`` and link the two
+        as ``log_model(registered_model_name=...)`` does, through the client, which prints nothing
+        to the driver's output (the fluent path prints two lines of its own)."""
+        try:
+            self.client.create_registered_model(model_name)
+        except MlflowException as exc:
+            if exc.error_code not in ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS"):
+                raise
+        version = self.client.create_model_version(model_name, f"models:/{model_id}", run_id, model_id=model_id)
+        linked = json.loads(self.client.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS, "[]"))
+        self.client.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps(
+            [*linked, {"name": model_name, "version": version.version}])})
+        return str(version.version)
 
 
 def _metrics(result: dict[str, Any], now: int) -> list[Metric]:

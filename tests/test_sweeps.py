@@ -145,7 +145,7 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     assert info["optuna_study_name"] == "quickstart" and info["optuna_storage"].startswith("sqlite:///")
     assert info["best"]["values"]["val_token_accuracy"] == max(t.value for t in trials)
     # Disk: only the best trial keeps its model and optimizer state; the others keep what status reads.
-    assert re.search(rf"^seqae: checkpoints kept for the 1 best trials \(checkpoints.keep_best=1\); released for "
+    assert re.search(rf"^seqae: checkpoints kept for the best trial \(checkpoints.keep_best=1\); released for "
                      rf"{n - 1} ended trials, \d+\.\d MB freed$", run.stdout, re.M), run.stdout[-2000:]
     for trial in trials:
         store = Path(info["storage"]) / "trials" / f"{trial.number:04d}"

@@ -208,9 +208,11 @@ def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered
         assert err.count("\n") == 1 and says in err and "Traceback" not in err, err
 
 
-def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best(registered, data_cache):
+def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best(registered, data_cache, capfd):
     """Registering the same best trial again (a resumed sweep whose best did not change) adds no
-    version; a new best does, and ``@best`` moves to it, which `seqae encode NAME` loads."""
+    version; a new best does, and ``@best`` moves to it, which `seqae encode NAME` loads. Each
+    version is linked from its logged model, as MLflow's UI shows it, and registering prints
+    nothing into the driver's output."""
     from mlflow.tracking import MlflowClient
 
     from seqae_core.checkpoint import CheckpointStore
@@ -232,3 +234,8 @@ def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best
     assert best.tags["seqae.epoch"] == str(store.latest("best").epoch)
     assert load_registered(registered.uri, "champion")[0] == "models:/champion/2"
     assert load_registered(registered.uri, "champion/1")[0] == "models:/champion/1"
+    logged = client.get_run(best.run_id).outputs.model_outputs[-1].model_id
+    linked = json.loads(client.get_logged_model(logged).tags["mlflow.modelVersions"])
+    assert linked == [{"name": "champion", "version": 2}]
+    printed = capfd.readouterr()
+    assert "registered model" not in printed.err and "Created version" not in printed.err, printed.err
