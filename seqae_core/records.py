@@ -210,9 +210,7 @@ class RecordStore:
     def _strip(self, folder: str, manifest: dict[str, Any], dropped: str) -> int:
         size = int(manifest["files"].pop(dropped, {}).get("bytes", 0))
         manifest["meta"]["released"] = True
-        with self.fs.open_output_stream(f"{folder}/manifest.json.tmp") as out:
-            out.write(json.dumps(manifest, indent=1).encode())
-        self.fs.move(f"{folder}/manifest.json.tmp", f"{folder}/manifest.json")
+        self._put_manifest(folder, manifest)
         if self.fs.get_file_info(f"{folder}/{dropped}").type != pafs.FileType.NotFound:
             self.fs.delete_file(f"{folder}/{dropped}")
         return size
@@ -280,10 +278,14 @@ class RecordStore:
             with self.fs.open_output_stream(f"{folder}/{file_name}") as out:
                 out.write(data)
             listing[file_name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        manifest = json.dumps({"files": listing, "meta": meta}, indent=1).encode()
-        # The manifest goes last, through a temporary name, so it only exists once the files do.
+        # The manifest goes last, so it only exists once the files do.
+        self._put_manifest(folder, {"files": listing, "meta": meta})
+
+    def _put_manifest(self, folder: str, manifest: dict[str, Any]) -> None:
+        """Write the record's manifest through a temporary name, so a crash leaves the old one or
+        the new one whole, never half of one."""
         with self.fs.open_output_stream(f"{folder}/manifest.json.tmp") as out:
-            out.write(manifest)
+            out.write(json.dumps(manifest, indent=1).encode())
         self.fs.move(f"{folder}/manifest.json.tmp", f"{folder}/manifest.json")
 
     def _read(self, name: str, only: tuple[str, ...] | None = None) -> tuple[str | None, dict[str, bytes], dict[str, Any]]:

@@ -42,11 +42,12 @@ class Retention:
         a trial pushed out of the kept ones by a better one is released with it."""
         if ended is not None:
             self.pending.add(ended)
-        best = self.study.best() if self.study.spec.multi_objective else self.study.ranked()[: self.keep]
+        trials = self.study.trials()
+        best = self.study.best(trials) if self.study.spec.multi_objective else self.study.ranked(trials)[: self.keep]
         kept = {t.number for t in best}
         self.pending |= self.kept - kept
         self.kept = kept
-        states = {t.number: t.state for t in self.study.trials()}
+        states = {t.number: t.state for t in trials}
         for number in sorted(self.pending - kept):
             if states.get(number) not in ENDED:  # running again (an extend): it comes back when it ends
                 self.pending.discard(number)

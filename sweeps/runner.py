@@ -299,7 +299,8 @@ class TrackingCallback(_DriverOnly, tune.Callback):
         if self.study.spec.multi_objective:  # a front has no one best to chart
             return
         try:
-            best, ended = self.study.best(), sum(t.state.is_finished() for t in self.study.trials())
+            trials = self.study.trials()
+            best, ended = self.study.best(trials), sum(t.state.is_finished() for t in trials)
         except Exception:  # noqa: BLE001 - as above: a chart point is not worth stopping the sweep for
             log.exception("cannot read the best trial after trial %d; its chart point is skipped", number)
             return

@@ -392,17 +392,20 @@ class SweepStudy:
         trial = self.storage.get_trial(self._trial_id(number))
         return trial if trial.state == TrialState.RUNNING else None
 
-    def best(self) -> list[optuna.trial.FrozenTrial]:
-        """The best trial, or the Pareto front of a multi-objective sweep (of its own trials)."""
+    def best(self, trials: list[optuna.trial.FrozenTrial] | None = None) -> list[optuna.trial.FrozenTrial]:
+        """The best trial, or the Pareto front of a multi-objective sweep, of its own trials
+        (``trials``: those already read from ``trials()``, so a caller that has them reads once)."""
+        trials = self.trials() if trials is None else trials
         if self.spec.multi_objective:
-            own = {t.number for t in self.trials() if t.state == TrialState.COMPLETE}
+            own = {t.number for t in trials if t.state == TrialState.COMPLETE}
             return [t for t in self.study.best_trials if t.number in own] if own else []
-        return self.ranked()[:1]
+        return self.ranked(trials)[:1]
 
-    def ranked(self) -> list[optuna.trial.FrozenTrial]:
-        """The complete trials of a single-objective sweep, best first (the lower number first on a tie)."""
+    def ranked(self, trials: list[optuna.trial.FrozenTrial] | None = None) -> list[optuna.trial.FrozenTrial]:
+        """The complete trials of a single-objective sweep, best first (the lower number first on
+        a tie); ``trials`` as for ``best``."""
         sign = 1.0 if self.spec.objectives[0].mode == "max" else -1.0
-        own = [t for t in self.trials() if t.state == TrialState.COMPLETE]
+        own = [t for t in (self.trials() if trials is None else trials) if t.state == TrialState.COMPLETE]
         return sorted(own, key=lambda t: (-sign * t.values[0], t.number))
 
 

@@ -294,9 +294,12 @@ class Tracker:
         """Each trial's MLflow run, by trial number (a trial without a run is absent)."""
         return {int(r.data.tags[N.TRIAL]): r for r in all_runs(self.client, self._experiment) if N.TRIAL in r.data.tags}
 
-    def note_outage(self, seconds: float) -> None:
+    def note_outage(self, number: int, seconds: float) -> None:
+        """Log this session's ``number``-th MLflow outage, ``seconds`` long, on the sweep's run (its
+        step the outage's number, so a retried write and two outages of one length stay apart)."""
         if self.parent_run_id:
-            self.client.log_metric(self.parent_run_id, "mlflow_outage_seconds", seconds)
+            self.client.log_metric(self.parent_run_id, "mlflow_outage_seconds", seconds,
+                                   self._stamp(self.parent_run_id, number), number)
 
     def register_best(self, number: int, model_name: str) -> tuple[str | None, bool]:
         """Log the best trial's model as a text-in, text-out MLflow model (:mod:`sweeps.textmodel`)

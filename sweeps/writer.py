@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 class Writer:
     """Runs calls in order on one thread, retrying through outages of the service they write to."""
 
-    def __init__(self, retryable: Callable[[BaseException], bool], recovered: Callable[[float], None],
+    def __init__(self, retryable: Callable[[BaseException], bool], recovered: Callable[[int, float], None],
                  first_wait: float = FIRST_WAIT, max_wait: float = MAX_WAIT) -> None:
         self.retryable, self.recovered = retryable, recovered
         self.first_wait, self.max_wait = first_wait, max_wait
@@ -64,7 +64,9 @@ class Writer:
             self.outages.append(seconds)
             self.outage_since = None
             log.warning("MLflow answers again after %.0f s; delivering the writes kept meanwhile", seconds)
-            self.submit("recording the outage", lambda: self.recovered(seconds))
+            # Numbered (1, 2, ...) so that a retried record is the same record, not a second outage.
+            number = len(self.outages)
+            self.submit("recording the outage", lambda: self.recovered(number, seconds))
 
     def _away(self, what: str, state: tenacity.RetryCallState) -> None:
         if self.outage_since is None:

@@ -354,3 +354,16 @@ def test_an_epoch_written_again_after_its_answer_was_lost_is_logged_once(tmp_pat
     assert lost and [(m.step, m.value) for m in client.get_metric_history(run_id, M.VAL_TOKEN_ACCURACY)] == [
         (1, 0.5), (2, 0.6)]
     assert client.get_run(run_id).data.tags["ray.node_ip"] == "127.0.0.1"
+
+
+def test_an_outage_recorded_again_is_logged_once_and_two_outages_of_one_length_twice(tmp_path, storage):
+    """The writer records each outage's length on the sweep's run as a write of its own, which it
+    retries like any other: the same outage written twice is one row, two outages two rows."""
+    tracker = new_tracker(tmp_path, storage)
+    tracker.note_outage(1, 12.5)
+    tracker.note_outage(1, 12.5)  # the writer's retry after the answer was lost
+    tracker.note_outage(2, 12.5)  # a second outage, as long as the first
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    assert tracker.parent_run_id is not None
+    outages = client.get_metric_history(tracker.parent_run_id, "mlflow_outage_seconds")
+    assert sorted((m.step, m.value) for m in outages) == [(1, 12.5), (2, 12.5)]

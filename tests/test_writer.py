@@ -50,7 +50,7 @@ class Service:
 
 
 @pytest.fixture
-def recoveries() -> list[float]:
+def recoveries() -> list[tuple[int, float]]:
     return []
 
 
@@ -62,9 +62,9 @@ def service():
 
 
 @pytest.fixture
-def make_writer(recoveries: list[float]):
+def make_writer(recoveries: list[tuple[int, float]]):
     def make() -> Writer:
-        return Writer(offline, recoveries.append, **FAST)
+        return Writer(offline, lambda number, seconds: recoveries.append((number, seconds)), **FAST)
 
     return make
 
@@ -97,7 +97,7 @@ def test_an_outage_is_waited_out_and_the_writes_kept_meanwhile_land_in_order(mak
     assert service.attempts["epoch 1"] >= 2  # refused at least once, then retried until it landed
     assert {service.attempts[f"epoch {n}"] for n in (2, 3, 4)} == {1}  # the rest went through first time
     assert len(writer.outages) == 1 and writer.outages[0] >= 0
-    assert recoveries == writer.outages  # recovered(seconds) once, with the outage's length
+    assert recoveries == [(1, writer.outages[0])]  # recovered once, numbered, with the outage's length
     assert writer.outage_since is None and writer.failed == []
 
 
@@ -117,7 +117,7 @@ def test_each_outage_is_recorded_once_and_reported_once(make_writer, service, re
     assert service.landed == ["a", "b", "c", "d"]
     assert service.attempts == {"a": 4, "b": 1, "c": 3, "d": 1}
     assert len(writer.outages) == 2
-    assert recoveries == writer.outages
+    assert recoveries == list(enumerate(writer.outages, 1))  # numbered, so a retried record is not a new one
     assert writer.failed == []
 
 
