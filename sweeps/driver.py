@@ -41,6 +41,7 @@ from sweeps.spec import cell_configs
 from sweeps.study_storage import PatientStorage, storage_lost
 from sweeps.sweep_data import prepare_data, published_data
 from sweeps.tracking import Tracker
+from sweeps.trial import LOGICAL_GPUS
 from sweeps.workspace import Backends, DriverLock, SweepState, Workspace
 from sweeps.writer import Writer
 
@@ -167,8 +168,8 @@ def run(workspace: Workspace, session: Session, writer: Writer, verbose: bool) -
     print(f"seqae: sweep {state.name}{f' (profile {spec.profile})' if spec.profile else ''}: "
           f"{state.total_trials} trials planned, {todo} to run "
           f"(data ready in {session.data_seconds:.1f} s; training in {training_precision(spec)})", flush=True)
-    if spec.resources.gpu and os.environ.get(runner.LOGICAL_GPUS) == "1":
-        print(f"seqae: {runner.LOGICAL_GPUS}=1: a trial that Ray gives a GPU on a node without CUDA trains on the "
+    if spec.resources.gpu and os.environ.get(LOGICAL_GPUS) == "1":
+        print(f"seqae: {LOGICAL_GPUS}=1: a trial that Ray gives a GPU on a node without CUDA trains on the "
               "CPU and says so (a rehearsal of GPU scheduling)", flush=True)
     session.record["interrupted"] = False
     if todo:

@@ -31,7 +31,7 @@ def check_cluster(backends: Backends) -> None:
 def check_resources(spec: spec_lib.SweepSpec, cpus: float, gpus: float) -> None:
     """Refuse a trial that asks for more than the cluster (or this machine) has: Ray would wait
     for such resources forever. GPUs are those Ray counts, logical ones included (a rehearsal of
-    GPU scheduling, whose trials decide their device: ``sweeps.runner.trial_device``)."""
+    GPU scheduling, whose trials decide their device: ``sweeps.trial.trial_device``)."""
     if spec.resources.gpu > gpus:
         raise ConfigError(f"{spec.source}: resources.gpu={spec.resources.gpu} per trial, but "
                           f"{'no GPU is' if not gpus else f'only {gpus:g} GPUs are'} available; set resources.gpu=0 "

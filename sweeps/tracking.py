@@ -204,7 +204,7 @@ class Tracker:
     def trial_result(self, number: int, result: dict[str, Any]) -> None:
         self.child_run(number)
         tags = [RunTag(f"ray.{k}", str(result[k])) for k in ("node_id", "node_ip", "hostname") if k in result]
-        # the GPUs Ray assigned the trial, as it saw them (sweeps.runner.trial_device)
+        # the GPUs Ray assigned the trial, as it saw them (sweeps.trial.trial_device)
         gpu = (("gpu", N.GPU), ("gpu_ids", N.GPU_IDS), ("cuda_visible_devices", N.CUDA_VISIBLE_DEVICES))
         tags += [RunTag(tag, str(result[k])) for k, tag in gpu if k in result]
         self._log_epoch(number, result, tags)

@@ -23,7 +23,7 @@ from seqae_core import names as N
 from seqae_core import train as train_lib
 from seqae_core.checkpoint import CheckpointStore
 from seqae_errors import ConfigError
-from sweeps import runner
+from sweeps.trial import LOGICAL_GPUS, _train_trial, trial_device
 from sweeps import spec as spec_lib
 from sweeps.ray_connection import check_resources
 from tests.sweep_helpers import STUDIES, local_cluster, mlflow_runs, seqae, trial_metas
@@ -59,16 +59,16 @@ def ray_gave(monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(map(str, ids)))  # as Ray sets it
 
-    monkeypatch.delenv(runner.LOGICAL_GPUS, raising=False)
+    monkeypatch.delenv(LOGICAL_GPUS, raising=False)
     monkeypatch.setattr(train_lib, "native_bf16_flags", lambda: [])  # the message's precision, on any CPU
     return give
 
 
 def test_a_trial_without_gpus_trains_on_the_cpu_and_one_on_a_real_gpu_on_cuda(ray_gave, tiny_config, capsys):
     ray_gave([], cuda=True)
-    assert runner.trial_device(0, tiny_config()) == ("cpu", {})
+    assert trial_device(0, tiny_config()) == ("cpu", {})
     ray_gave([1], cuda=True)
-    assert runner.trial_device(0, tiny_config()) == ("cuda", {"gpu": "cuda", "gpu_ids": "1",
+    assert trial_device(0, tiny_config()) == ("cuda", {"gpu": "cuda", "gpu_ids": "1",
                                                               "cuda_visible_devices": "1"})
     assert capsys.readouterr().out == ""
 
@@ -79,19 +79,19 @@ def test_a_trial_given_a_logical_gpu_fails_without_the_opt_in(ray_gave, tiny_con
     expected = (r"trial 3: Ray assigned it GPU 1 \(CUDA_VISIBLE_DEVICES=1\), but torch finds no CUDA device on "
                 r"this node: the GPU is logical .* set SEQAE_LOGICAL_GPUS=1 to rehearse GPU scheduling")
     with pytest.raises(ConfigError, match=expected):
-        runner.trial_device(3, tiny_config())
+        trial_device(3, tiny_config())
     # the trial function itself refuses, before anything is trained or saved
     store = CheckpointStore.of_trial(str(tmp_path / "storage"), 3)
     with pytest.raises(ConfigError, match=expected):
-        runner._train_trial(3, tiny_config(), store, {"published": {}, "cache_dir": str(tmp_path)}, False)
+        _train_trial(3, tiny_config(), store, {"published": {}, "cache_dir": str(tmp_path)}, False)
     assert store.progress() is None
 
 
 def test_with_the_opt_in_a_trial_given_a_logical_gpu_trains_on_the_cpu_and_says_so(ray_gave, tiny_config,
                                                                                       monkeypatch, capsys):
     ray_gave([1], cuda=False)
-    monkeypatch.setenv(runner.LOGICAL_GPUS, "1")
-    assert runner.trial_device(3, tiny_config()) == ("cpu", {"gpu": "logical", "gpu_ids": "1",
+    monkeypatch.setenv(LOGICAL_GPUS, "1")
+    assert trial_device(3, tiny_config()) == ("cpu", {"gpu": "logical", "gpu_ids": "1",
                                                              "cuda_visible_devices": "1"})
     said = capsys.readouterr().out
     assert said == ("seqae: trial 3: Ray assigned it GPU 1 (CUDA_VISIBLE_DEVICES=1), a logical GPU: this node has "
@@ -99,11 +99,11 @@ def test_with_the_opt_in_a_trial_given_a_logical_gpu_trains_on_the_cpu_and_says_
                     "SEQAE_LOGICAL_GPUS=1 makes it a rehearsal of GPU scheduling, its cost counted in GPU-hours\n")
     # a real GPU is used where there is one, opt-in or not
     ray_gave([1], cuda=True)
-    assert runner.trial_device(3, tiny_config())[0] == "cuda"
+    assert trial_device(3, tiny_config())[0] == "cuda"
 
 
 def test_a_gpu_sweep_is_still_refused_where_ray_counts_no_gpus_even_with_the_opt_in(monkeypatch):
-    monkeypatch.setenv(runner.LOGICAL_GPUS, "1")
+    monkeypatch.setenv(LOGICAL_GPUS, "1")
     spec = spec_lib.load(STUDIES / "quickstart.yaml", ["resources.gpu=0.25"])
     with pytest.raises(ConfigError, match=r"resources.gpu=0.25 per trial, but no GPU is available.*"
                                           r"`seqae cluster up --gpus-per-worker N`"):
@@ -144,13 +144,13 @@ def gpu_cluster(tmp_path_factory):
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the rehearsal is for machines without one")
     with pytest.MonkeyPatch.context() as mp:
-        mp.delenv(runner.LOGICAL_GPUS, raising=False)
+        mp.delenv(LOGICAL_GPUS, raising=False)
         yield from local_cluster(tmp_path_factory.mktemp("gpu-cluster"), workers=1, cpus_per_worker=8,
                                  gpus_per_worker=2)
 
 
 def _submit(cluster, name: str, *extra: str, opt_in: bool = True) -> None:
-    submit(cluster, name, *SWEEP, *extra, env={runner.LOGICAL_GPUS: "1"} if opt_in else None)
+    submit(cluster, name, *SWEEP, *extra, env={LOGICAL_GPUS: "1"} if opt_in else None)
 
 
 def _trial_runs(cluster, name: str) -> dict[int, Any]:
