@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from typing import Callable, TypeVar
 
 import requests
-import tenacity
 import sqlalchemy.exc
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from seqae_core import names as N
-from seqae_errors import ConfigError, StorageUnreachable
-from sweeps.outages import first_line, patiently, retry_seconds
+from seqae_errors import ConfigError
+from sweeps.outages import Service, retry_seconds, waited_for
 from sweeps.workspace import redact
 
 log = logging.getLogger(__name__)
@@ -50,27 +48,8 @@ def waiting_for_mlflow(uri: str, what: str, call: Callable[[], T]) -> T:
     without (its experiment and parent run, its trials' runs reconciled) has no writer to keep it
     for later. ``call`` must look before it writes, since an attempt may be cut short. A server
     away past the limit ends in :class:`~seqae_errors.StorageUnreachable`, which names it."""
-    started, seconds = time.time(), retry_seconds()
-
-    def away(state: tenacity.RetryCallState) -> None:
-        if state.attempt_number == 1:
-            error = state.outcome.exception() if state.outcome else None
-            log.warning("MLflow at %s did not answer while %s (%s); retrying for up to %.0f s", redact(uri), what,
-                        first_line(error) if error else "?", seconds)
-
-    retrying = patiently(unreachable, away, seconds)
-    try:
-        result = retrying(call)
-    except Exception as exc:
-        if not unreachable(exc):
-            raise
-        raise StorageUnreachable(
-            f"MLflow at {redact(uri)} did not answer for {time.time() - started:.0f} s while {what} "
-            f"({type(exc).__name__}: {first_line(exc)}); check that its server is up and reachable "
-            "(SEQAE_STORAGE_RETRY_SECONDS sets how long seqae waits for it)") from exc
-    if retrying.statistics.get("attempt_number", 1) > 1:
-        log.warning("MLflow answers again after %.0f s", time.time() - started)
-    return result
+    service = Service("MLflow", f"MLflow at {redact(uri)}", "check that its server is up and reachable")
+    return waited_for(service, what, call, unreachable, log, retry_seconds())
 
 
 def check_credentials(uri: str) -> None:

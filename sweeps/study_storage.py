@@ -36,21 +36,19 @@ from __future__ import annotations
 import copy
 import logging
 import sqlite3
-import time
 import uuid
 from collections.abc import Callable, Container, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import optuna
 import sqlalchemy.exc
-import tenacity
 from optuna.storages import BaseStorage
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from seqae_core import names as N
 from seqae_errors import StorageUnreachable
-from sweeps.outages import FIRST_WAIT, MAX_WAIT, first_line, patiently, retry_seconds
+from sweeps.outages import FIRST_WAIT, MAX_WAIT, Service, retry_seconds, waited_for
 from sweeps.workspace import redact
 
 if TYPE_CHECKING:  # BaseStorage.get_all_studies returns it, from Optuna's private module only
@@ -88,37 +86,18 @@ class PatientStorage(BaseStorage):
 
     def _call(self, what: str, call: Callable[[], T], again: Callable[[], T] | None = None) -> T:
         """``call()``, retried while the database is away; an attempt after a failed one runs
-        ``again()`` instead when given: the failed attempt may have committed."""
+        ``again()`` instead when given: the failed attempt may have committed. Once the database
+        stayed away past the limit, every call fails at once with the same error."""
         if self.lost is not None:
             raise self.lost
-        started = time.time()
-        retrying = patiently(transient, lambda state: self._away(what, state), self.seconds,
-                             self.first_wait, self.max_wait)
+        service = Service("the Optuna storage", f"the Optuna storage {redact(self.url)}",
+                          "check that its database is up and reachable")
         try:
-            for attempt in retrying:
-                with attempt:
-                    first = attempt.retry_state.attempt_number == 1
-                    result = (call if first or again is None else again)()
-                    if not first:
-                        self.outages.append(time.time() - started)
-                        log.warning("the Optuna storage answers again after %.0f s", self.outages[-1])
-                    return result
-        except Exception as exc:
-            if not transient(exc):
-                raise
-            error = exc.__cause__ or exc
-            self.lost = StorageUnreachable(
-                f"the Optuna storage {redact(self.url)} did not answer for {time.time() - started:.0f} s while "
-                f"{what} ({type(error).__name__}: {first_line(error)}); check that its database is up and reachable "
-                "(SEQAE_STORAGE_RETRY_SECONDS sets how long seqae waits for it)")
-            raise self.lost from exc
-        raise AssertionError("tenacity stopped without raising")
-
-    def _away(self, what: str, state: tenacity.RetryCallState) -> None:
-        if state.attempt_number == 1:
-            error = state.outcome.exception() if state.outcome else None
-            log.warning("the Optuna storage %s did not answer while %s (%s); retrying for up to %.0f s",
-                        redact(self.url), what, first_line(error.__cause__ or error) if error else "?", self.seconds)
+            return waited_for(service, what, call, transient, log, self.seconds, again, self.first_wait,
+                              self.max_wait, self.outages)
+        except StorageUnreachable as lost:
+            self.lost = lost
+            raise
 
     # -- the calls that must not be done twice --------------------------------------------------
     def create_new_study(self, directions: Sequence[StudyDirection], study_name: str | None = None) -> int:
