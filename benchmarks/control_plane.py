@@ -126,12 +126,14 @@ def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0)
         backends = Backends(backends.mlflow_tracking_uri, optuna_url, backends.storage)
     state = SweepState(name=NAME, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=str(STUDY), sets=[],
                        planned_trials=spec.planned_trials(), backends=asdict(backends), study_name=NAME)
+    lr, d_model, d_attn = (spec.search[key] for key in ("train.lr", "model.d_model", "model.d_attn"))
+    assert lr.low is not None and lr.high is not None  # a loguniform has bounds
     plans: list[Plan] = []
     for number in range(trials):
         start = "paper_lr" if number == 0 else None
-        params = dict(spec.start_params("paper_lr")) if start else {
-            "train.lr": rng.uniform(3e-4, 3e-3), "model.d_model": rng.choice([64, 128]),
-            "model.d_attn": rng.choice([64, 128])}
+        params = dict(spec.start_params("paper_lr")) if start else {  # inside the quickstart's own space
+            "train.lr": rng.uniform(lr.low, lr.high), "model.d_model": rng.choice(d_model.choices),
+            "model.d_attn": rng.choice(d_attn.choices)}
         fate = "COMPLETE" if start else rng.choices(["COMPLETE", "PRUNED", "FAIL"], [60, 35, 5])[0]
         epochs = {"COMPLETE": EPOCHS, "PRUNED": rng.choice([1, 2]), "FAIL": 0}[fate]
         plans.append((number, start, params, fate, _history(rng, epochs, test=True)))

@@ -74,9 +74,10 @@ def test_cli_rejects_bad_input_before_loading_data(bad, message, capsys):
 def test_config_file_errors_name_the_file_and_key(tmp_path, capsys):
     path = tmp_path / "c.yaml"
     path.write_text("model:\n  d_model: 64\n  colour: red\n")
-    assert main(["train", "--config", str(path)]) == 2
+    code = main(["train", "--config", str(path)])
     err = capsys.readouterr().err
-    assert str(path) in err and "unknown key 'model.colour'" in err
+    assert_refused(code, err, "unknown key 'model.colour'")
+    assert str(path) in err
 
 
 def test_a_config_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, capsys):
@@ -91,8 +92,9 @@ def test_a_config_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, capsys):
 SMALL = {**TINY, "data.max_pages": 3}  # whole runs in a subprocess: what they check does not depend on the size
 
 
-def test_train_command_prints_json_last(data_cache, tmp_path):
-    """The real console script, end to end on the tiny config."""
+def test_train_command_prints_json_last(data_cache, tmp_path, capsys):
+    """The real console script, end to end on the tiny config; then its refusals of that folder,
+    through the same entry point in this process."""
     run = subprocess.run(
         [sys.executable, "-m", "seqae_cli", "train", "--json", "--cache-dir", str(data_cache),
          "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(SMALL) for a in ("--set", s)]],
@@ -108,23 +110,18 @@ def test_train_command_prints_json_last(data_cache, tmp_path):
     assert store.progress().epoch == 2
     best = Path(store.records("best")[-1])
     assert "reconstructed:" in (best / "samples.txt").read_text()
+    records = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
     # the folder now holds a run: reusing it without --resume is refused, nothing overwritten
-    again = subprocess.run(
-        [sys.executable, "-m", "seqae_cli", "train", "--cache-dir", str(data_cache),
-         "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(SMALL) for a in ("--set", s)]],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert again.returncode == 2 and "pass --resume" in again.stderr
+    code = main(["train", "--cache-dir", str(data_cache), "--checkpoint-dir", str(tmp_path / "ckpt"),
+                 *[a for s in sets(SMALL) for a in ("--set", s)]])
+    assert_refused(code, capsys.readouterr().err, "pass --resume")
     # resuming it with another config is one line naming what changed, not a traceback
     changed = {**SMALL, "model.d_model": SMALL["model.d_model"] * 2}
-    other = subprocess.run(
-        [sys.executable, "-m", "seqae_cli", "train", "--resume", "--cache-dir", str(data_cache),
-         "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(changed) for a in ("--set", s)]],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert other.returncode == 2 and "Traceback" not in other.stderr, other.stderr
-    lines = [line for line in other.stderr.splitlines() if line.startswith("seqae: error:")]
-    assert len(lines) == 1 and f"model.d_model={SMALL['model.d_model']} -> {changed['model.d_model']}" in lines[0]
+    code = main(["train", "--resume", "--cache-dir", str(data_cache), "--checkpoint-dir", str(tmp_path / "ckpt"),
+                 *[a for s in sets(changed) for a in ("--set", s)]])
+    assert_refused(code, capsys.readouterr().err, f"model.d_model={SMALL['model.d_model']} -> {changed['model.d_model']}")
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == records
+    assert CheckpointStore(str(tmp_path / "ckpt")).progress().epoch == 2
 
 
 def test_the_transformer_block_has_defaults_of_its_own_and_a_set_key_wins():

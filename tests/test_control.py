@@ -202,7 +202,7 @@ def test_fork_seeds_a_new_study_with_the_finished_trials_that_fit(tmp_path):
     wide = seqae(*run_args(workspace, "wide", "trials.total=4", "train.epochs=2"))  # TPE over train.lr only
     assert wide.returncode == 0, wide.stdout[-3000:]
     lrs = sorted(t.params["train.lr"] for t in trials(workspace, "wide"))
-    narrowed = f"search.train.lr={{type: loguniform, low: {lrs[2]!r}, high: 3.0e-3}}"  # two of the four fit
+    narrowed = f"search.train.lr={{type: loguniform, low: {lrs[2]!r}, high: 1.0e-2}}"  # two of the four fit
     fork = seqae("sweep", "fork", "wide", "--file", str(STUDIES / "quickstart.yaml"), "--name", "narrow",
                  "--workspace", str(workspace),
                  *helpers.sets(*TINY, "trials.total=2", "train.epochs=2", narrowed, "start={}"))  # its lr may lie outside
@@ -219,6 +219,6 @@ def test_fork_seeds_a_new_study_with_the_finished_trials_that_fit(tmp_path):
     info = status("narrow", workspace)  # the seeded trials are not the sweep's own: two of its own ran
     assert info["trials_by_state"] == {"COMPLETE": 2} and info["seeded_trials"] == 2 and info["forked_from"] == "wide"
     own = [t for t in study.trials if "seqae.forked_from" not in t.user_attrs]
-    assert all(lrs[2] <= t.params["train.lr"] <= 3.0e-3 for t in own)
+    assert all(lrs[2] <= t.params["train.lr"] <= 1.0e-2 for t in own)
     parent = next(r for r in helpers.mlflow_runs(workspace, "narrow") if r.data.tags.get("seqae.role") == "sweep")
     assert parent.data.params["sweep.forked_from"] == "wide"

@@ -38,8 +38,9 @@ def test_prefix_tokenization_equals_whole_page_tokenization(tokenizer, pages, n)
 
 
 def test_first_vs_windows(tiny_config, data_cache):
-    first = data.load(tiny_config(**{"data.samples": "first"}).data, data_cache)
-    windows = data.load(tiny_config(**{"data.samples": "windows"}).data, data_cache)
+    # in the tokenizer's ids: a corpus vocabulary numbers each entry's ids its own way
+    first = data.load(tiny_config(**{"data.samples": "first", "data.vocab": "tokenizer"}).data, data_cache)
+    windows = data.load(tiny_config(**{"data.samples": "windows", "data.vocab": "tokenizer"}).data, data_cache)
     n_pages, t = 6, 16
     # first: one sample per page (all pages here are longer than 16 tokens, so none is padded)
     assert first.tokens.shape == (n_pages, t)
@@ -59,7 +60,7 @@ def test_first_vs_windows(tiny_config, data_cache):
 
 
 def test_corpus_vocabulary_renumbers_the_ids_the_pages_use_and_maps_back(tiny_config, data_cache, tokenizer):
-    full = data.load(tiny_config().data, data_cache)
+    full = data.load(tiny_config(**{"data.vocab": "tokenizer"}).data, data_cache)
     corpus = data.load(tiny_config(**{"data.vocab": "corpus"}).data, data_cache)
     assert full.entry != corpus.entry  # the vocabulary is part of the cache key
     used = np.unique(np.asarray(full.tokens))

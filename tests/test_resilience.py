@@ -129,13 +129,13 @@ def test_a_starting_point_of_two_seeds_runs_first_under_its_name_to_its_last_epo
     workspace, name = tmp_path / "ws", "start"
     storage = workspace / "sweeps" / name
     args = run_args(workspace, name, "trials.total=3", "train.epochs=4", "max_concurrent=1", "scheduler.type=asha",
-                    "scheduler.grace_period=1", "scheduler.reduction_factor=2", "start={slow: {train.lr: 3.0e-4}}",
+                    "scheduler.grace_period=1", "scheduler.reduction_factor=2", "start={slow: {train.lr: 1.2e-3}}",
                     "train.repeats=2")
     log = tmp_path / "driver.log"
     driver = start(*args, log=log)
     # the driver prints a trial's epoch after the trial's worker has checkpointed it, so the kill
     # waits for the printed line, which shows the starting point's name and its seeds' spread
-    first_epoch = re.compile(r"^trial 0  epoch 1/4  start slow: lr=3\.0e-04 .* val_token_accuracy 0\.\d{4} ± 0\.\d{4}  best",
+    first_epoch = re.compile(r"^trial 0  epoch 1/4  start slow: lr=1\.2e-03 .* val_token_accuracy 0\.\d{4} ± 0\.\d{4}  best",
                              re.M)
     wait_for(lambda: first_epoch.search(log.read_text()), 300, "the starting point's first epoch printed")
     os.kill(driver.pid, signal.SIGKILL)
@@ -150,7 +150,7 @@ def test_a_starting_point_of_two_seeds_runs_first_under_its_name_to_its_last_epo
     first = optuna_trials(workspace, name)[0]
     assert first.user_attrs["seqae.start"] == "slow" and first.user_attrs["seqae.proposed_by"] == "start"
     assert first.state.name == "COMPLETE" and sorted(first.intermediate_values) == [1, 2, 3, 4]
-    assert first.params["train.lr"] == 3.0e-4
+    assert first.params["train.lr"] == 1.2e-3
     run = next(r for r in children(mlflow_runs(workspace, name)) if r.data.tags["seqae.trial"] == "0")
     assert (run.data.tags["seqae.start"], run.info.run_name, run.info.status) == ("slow", "trial-0000-slow", "FINISHED")
     for metric in ("val_token_accuracy", "seed_0/val_token_accuracy", "seed_1/val_token_accuracy",
