@@ -124,7 +124,7 @@ def test_a_reached_target_drains_the_sweep_and_extend_trains_its_best_trial_on(t
     assert len(versions) == (1 if top["epoch"] <= 3 else 2), [(v.version, v.tags) for v in versions]
 
 
-ASHA = ["scheduler.type=asha", "scheduler.grace_period=1", "scheduler.reduction_factor=2", "max_concurrent=1",
+RUNGS = ["scheduler.grace_period=1", "scheduler.reduction_factor=2", "max_concurrent=1",
         "train.epochs=4", "train.patience=4", "train.lr_schedule=constant", "search={}", "start={}",
         "grid.train.lr=[0.03, 0.0001, 0.01, 0.00003, 0.003, 0.001]"]
 
@@ -136,11 +136,14 @@ def outcomes(workspace, name) -> dict[int, tuple]:
             for t in trials(workspace, name)}
 
 
-def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path):
+@pytest.mark.parametrize("scheduler", ["asha", "hyperband"])
+def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path, scheduler):
     """Ray's ASHA forgets its rungs with its driver; seqae rebuilds them from the trials' records,
-    so a sweep killed mid-trial and resumed prunes exactly the trials an uninterrupted one does."""
+    so a sweep killed mid-trial and resumed prunes exactly the trials an uninterrupted one does.
+    Hyperband's too: each trial's bracket comes from its number, so the resumed driver puts every
+    trial back in the bracket it had."""
     workspace = tmp_path / "ws"
-    plain = seqae(*run_args(workspace, "plain", *ASHA))
+    plain = seqae(*run_args(workspace, "plain", f"scheduler.type={scheduler}", *RUNGS))
     assert plain.returncode == 0, plain.stdout[-3000:]
     expected = outcomes(workspace, "plain")
     states_seen = [state for state, _ in expected.values()]
@@ -150,7 +153,7 @@ def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path):
     assert {n: (r.info.status, r.data.tags["seqae.outcome"]) for n, r in runs.items()} == {
         n: ("FINISHED", state.lower()) for n, (state, _) in expected.items()}
 
-    driver = start(*run_args(workspace, "killed", *ASHA), log=tmp_path / "driver.log")
+    driver = start(*run_args(workspace, "killed", f"scheduler.type={scheduler}", *RUNGS), log=tmp_path / "driver.log")
     storage = workspace / "sweeps" / "killed"
     try:  # kill the driver while a trial past the first rung is still training
         wait_for(lambda: any(meta["epoch"] >= 1 and not meta["finished"] and number >= 2
