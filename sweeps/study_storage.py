@@ -77,11 +77,12 @@ class PatientStorage(BaseStorage):
 
     def __init__(self, connect: Callable[[], BaseStorage], url: str, seconds: float | None = None,
                  first_wait: float = FIRST_WAIT, max_wait: float = MAX_WAIT) -> None:
-        self.url = url
         self.seconds = retry_seconds() if seconds is None else seconds
         self.first_wait, self.max_wait = first_wait, max_wait
         self.lost: StorageUnreachable | None = None  # set once the database stayed away past the limit
         self.outages: list[float] = []  # how long each outage this storage rode out lasted, in seconds
+        self.service = Service("the Optuna storage", f"the Optuna storage {redact(url)}",
+                               "check that its database is up and reachable")
         self.backend = self._call("connecting", connect)
 
     def _call(self, what: str, call: Callable[[], T], again: Callable[[], T] | None = None) -> T:
@@ -90,10 +91,8 @@ class PatientStorage(BaseStorage):
         stayed away past the limit, every call fails at once with the same error."""
         if self.lost is not None:
             raise self.lost
-        service = Service("the Optuna storage", f"the Optuna storage {redact(self.url)}",
-                          "check that its database is up and reachable")
         try:
-            return waited_for(service, what, call, transient, log, self.seconds, again, self.first_wait,
+            return waited_for(self.service, what, call, transient, log, self.seconds, again, self.first_wait,
                               self.max_wait, self.outages)
         except StorageUnreachable as lost:
             self.lost = lost

@@ -88,7 +88,7 @@ class Tracker:
         self.experiment_id: str | None = None
         self.parent_run_id: str | None = None
         self._runs: dict[int, _RunCache] = {}
-        self._stamps: dict[tuple[str, int], int] = {}
+        self._stamps: dict[tuple[str, str, int], int] = {}
 
     # -- experiment and parent run ----------------------------------------------------------
     def open(self, fingerprint: str, experiment_id: str | None, parent_run_id: str | None, params: dict[str, Any],
@@ -219,7 +219,7 @@ class Tracker:
             if tags:
                 self.client.log_batch(cache.run_id, tags=tags)
             return
-        now = self._stamp(cache.run_id, epoch)
+        now = self._stamp(cache.run_id, M.EPOCH, epoch)
         points = [Metric(M.TRAIN_LOSS_STEPS, float(loss), now, int(step))
                   for step, loss in record.get(M.TRAIN_LOSS_STEPS, []) if int(step) not in cache.logged_points]
         own = _metrics(record, now) + [Metric(k, float(v), now, epoch) for k, v in record.items()
@@ -232,12 +232,14 @@ class Tracker:
         cache.logged_points.update(m.step for m in points)
         cache.logged_steps.add(epoch)
 
-    def _stamp(self, run_id: str, step: int) -> int:
-        """The timestamp of a run's metrics at ``step``, the same at every attempt: a batch retried
+    def _stamp(self, run_id: str, series: str, step: int) -> int:
+        """The timestamp of a run's ``series`` (an epoch's metrics, the cost, the best so far, an
+        outage) at ``step``, taken at its first write and the same at every attempt: a batch retried
         after MLflow committed part of it (``log_batch`` writes metrics and tags in separate
         transactions) is then the same rows again, which MLflow's primary key (key, timestamp, step,
-        value) keeps once."""
-        return self._stamps.setdefault((run_id, step), int(time.time() * 1000))
+        value) keeps once. Each series keeps its own time: outage 1 is not stamped with the time of
+        the first best-so-far point."""
+        return self._stamps.setdefault((run_id, series, step), int(time.time() * 1000))
 
     def trial_ended(self, number: int, outcome: Outcome, error: str | None = None) -> None:
         """Make the run whole from the checkpoint store, then set the status of ``outcome``."""
@@ -248,8 +250,8 @@ class Tracker:
             tags.append(RunTag(N.ERROR, error[-4000:]))
         cost = resource_seconds(self.share[1], progress)
         epochs = len(progress.history) if progress else 0
-        self.client.log_batch(run_id, metrics=[Metric(M.RESOURCE_SECONDS, cost, self._stamp(run_id, epochs), epochs)],
-                              tags=tags)
+        stamp = self._stamp(run_id, M.RESOURCE_SECONDS, epochs)
+        self.client.log_batch(run_id, metrics=[Metric(M.RESOURCE_SECONDS, cost, stamp, epochs)], tags=tags)
         if outcome is Outcome.PRUNED:  # told apart at a glance in the runs list, not only by its tag
             self.client.update_run(run_id, name=f"trial-{number:04d}-pruned")
         self.client.set_terminated(run_id, outcome.mlflow_status)
@@ -258,7 +260,7 @@ class Tracker:
         """The sweep run's progress as MLflow charts it: the best trial's ``values`` (its objective,
         and its test score beside it) at the number of trials ``ended``, as ``best/<metric>``."""
         assert self.parent_run_id is not None
-        now = self._stamp(self.parent_run_id, ended)
+        now = self._stamp(self.parent_run_id, "best", ended)
         self.client.log_batch(self.parent_run_id, metrics=[Metric(f"best/{k}", v, now, ended) for k, v in values.items()])
 
     def sync_trial(self, number: int) -> TrialProgress | None:
@@ -298,8 +300,8 @@ class Tracker:
         """Log this session's ``number``-th MLflow outage, ``seconds`` long, on the sweep's run (its
         step the outage's number, so a retried write and two outages of one length stay apart)."""
         if self.parent_run_id:
-            self.client.log_metric(self.parent_run_id, "mlflow_outage_seconds", seconds,
-                                   self._stamp(self.parent_run_id, number), number)
+            key = "mlflow_outage_seconds"
+            self.client.log_metric(self.parent_run_id, key, seconds, self._stamp(self.parent_run_id, key, number), number)
 
     def register_best(self, number: int, model_name: str) -> tuple[str | None, bool]:
         """Log the best trial's model as a text-in, text-out MLflow model (:mod:`sweeps.textmodel`)
