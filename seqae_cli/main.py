@@ -13,6 +13,7 @@ from seqae_errors import ConfigError, StorageUnreachable
 
 EXIT_USAGE = 2  # bad input: the same code argparse uses
 EXIT_TEMPFAIL = 75  # a service away: try again later (sysexits.h's EX_TEMPFAIL)
+OURS = ("seqae_errors", "seqae_core", "sweeps", "cluster", "dashboards", "benchmarks", "seqae_cli")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    # seqae's own lines from INFO up; other libraries' only from WARNING up: their INFO lines
+    # (matplotlib's "generated new fontManager", datasets' "JAX version ... available") are not
+    # what the user asked for.
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    for package in OURS:
+        logging.getLogger(package).setLevel(logging.INFO)
     try:
         return int(args.handler(args) or 0)
     except ConfigError as exc:

@@ -92,6 +92,17 @@ def test_a_config_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, capsys):
 SMALL = {**TINY, "data.max_pages": 3}  # whole runs in a subprocess: what they check does not depend on the size
 
 
+def test_the_cli_shows_its_own_info_lines_and_other_libraries_only_from_warning(tmp_path):
+    """matplotlib's "generated new fontManager" and datasets' "JAX version ... available" are INFO
+    lines of theirs, which a user who ran `seqae` did not ask for; seqae's own INFO lines stay."""
+    code = ("import logging, sys; from seqae_cli.main import main; main(['sweep', 'list', '--workspace', sys.argv[1]]); "
+            "logging.getLogger('matplotlib.font_manager').info('generated new fontManager'); "
+            "logging.getLogger('datasets.config').warning('a warning of theirs'); "
+            "logging.getLogger('sweeps.driver').info('a line of seqae')")
+    err = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True).stderr
+    assert err.splitlines() == ["a warning of theirs", "a line of seqae"]
+
+
 def test_train_command_prints_json_last(data_cache, tmp_path, capsys):
     """The real console script, end to end on the tiny config; then its refusals of that folder,
     through the same entry point in this process."""
