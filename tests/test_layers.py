@@ -173,3 +173,13 @@ def test_a_cycle_between_files_is_caught():
 
 def test_the_command_line_may_import_a_verb_lazily():
     assert violations(imports("def bench():\n    from benchmarks.run import SUITES", "seqae_cli/commands.py")) == []
+
+
+def test_the_architecture_page_names_every_module_of_the_product():
+    """docs/explanation/architecture.md is the map of the tree: a module it does not name is one a
+    reader cannot find there."""
+    page = (ROOT / "docs" / "explanation" / "architecture.md").read_text()
+    unnamed = [f"{package}/{path.name}" for package in MAY_IMPORT if package != "benchmarks"
+               for path in sorted((ROOT / package).glob("*.py"))
+               if path.stem not in ("__init__", "__main__") and f"`{path.stem}`" not in page]
+    assert unnamed == []
