@@ -111,6 +111,18 @@ class Config:
     def latent_fraction(self) -> float:
         return self.latent_len / self.data.input_len
 
+    @property
+    def latent_floats(self) -> int:
+        """The floats one sample's latent holds: latent_len tokens of ``model.latent_dim`` each
+        (``model.d_model`` unless narrowed)."""
+        return self.latent_len * (self.model.latent_dim or self.model.d_model)
+
+    @property
+    def latent_share(self) -> float:
+        """The latent's floats as a share of the embedded input's (input_len x d_model): how far a
+        sample is compressed, whether by fewer tokens or narrower ones."""
+        return self.latent_floats / (self.data.input_len * self.model.d_model)
+
     def flat(self) -> dict[str, Any]:
         """``{"data.path": ..., "model.d_model": ...}``: every key, defaults included."""
         return {key: getattr(getattr(self, key.split(".")[0]), key.split(".")[1]) for key in KEYS}

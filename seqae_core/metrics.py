@@ -22,6 +22,8 @@ EPOCH_SECONDS = "epoch_seconds"
 EPOCH_CPU_SECONDS = "epoch_cpu_seconds"
 RESOURCE_SECONDS = "resource_seconds"  # a sweep trial's training wall time x the CPUs or GPU fraction it held
 LATENT_FRACTION = "latent_fraction"  # latent_len / input_len, constant per trial
+LATENT_FLOATS = "latent_floats"  # latent_len x latent_dim: the floats a sample is compressed to, constant per trial
+LATENT_SHARE = "latent_share"  # latent floats / the embedded input's (input_len x d_model), constant per trial
 BEST_EPOCH = "best_epoch"
 BEST_VAL_TOKEN_ACCURACY = "best_val_token_accuracy"
 # The kept checkpoint's (the best epoch's so far) scores on the test pages, which nothing selects
@@ -48,7 +50,8 @@ TRAIN_SECONDS = "train_seconds"
 
 PER_EPOCH: tuple[str, ...] = (
     EPOCH, TRAIN_LOSS, VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY, LEARNING_RATE, TOKENS_PER_S,
-    EPOCH_SECONDS, EPOCH_CPU_SECONDS, LATENT_FRACTION, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY, DATA_SECONDS, GLOBAL_STEP,
+    EPOCH_SECONDS, EPOCH_CPU_SECONDS, LATENT_FRACTION, LATENT_FLOATS, LATENT_SHARE, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY,
+    DATA_SECONDS, GLOBAL_STEP,
 )
 CUDA_PER_EPOCH: tuple[str, ...] = (GPU_MEMORY_GIB,)  # reported besides those on CUDA only
 # Reported besides those with a test split (data.test_fraction > 0): TEST_METRICS.
@@ -59,6 +62,8 @@ OBJECTIVES: dict[str, tuple[str, ...]] = {
     VAL_LOSS: ("min",),
     TRAIN_LOSS: ("min",),
     LATENT_FRACTION: ("min", "max"),
+    LATENT_FLOATS: ("min", "max"),
+    LATENT_SHARE: ("min", "max"),
     TOKENS_PER_S: ("max",),
 }
 # A trial with train.repeats > 1 trains one model per seed (train.seed, train.seed + 1, ...): its

@@ -323,6 +323,8 @@ def train(
             M.EPOCH_SECONDS: time.perf_counter() - epoch_start,
             M.EPOCH_CPU_SECONDS: time.process_time() - epoch_cpu_start,
             M.LATENT_FRACTION: config.latent_fraction,
+            M.LATENT_FLOATS: config.latent_floats,
+            M.LATENT_SHARE: config.latent_share,
             M.BEST_EPOCH: stopper.best_epoch,
             M.BEST_VAL_TOKEN_ACCURACY: stopper.best,
             M.DATA_SECONDS: data_seconds,
@@ -350,7 +352,7 @@ def summary(history: list[dict[str, Any]], stopper: EarlyStopping, epochs: int, 
     train_seconds = sum(h[M.EPOCH_SECONDS] for h in history)
     return {
         **{k: best[k] for k in (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.VAL_SEQUENCE_ACCURACY, M.TRAIN_LOSS, M.LATENT_FRACTION,
-                                *M.TEST_METRICS) if k in best},
+                                M.LATENT_FLOATS, M.LATENT_SHARE, *M.TEST_METRICS) if k in best},
         **{k: v for k, v in best.items() if M.is_spread(k)},
         M.BEST_EPOCH: stopper.best_epoch,
         M.EPOCHS_RUN: len(history),

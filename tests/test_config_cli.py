@@ -30,6 +30,15 @@ def test_latent_fraction_resolves_against_the_input_length():
     assert from_flat({"data.input_len": 128, "model.latent_len": 72}).latent_fraction == 72 / 128
 
 
+def test_the_latents_size_counts_its_tokens_and_their_width():
+    """Shortening and narrowing compress alike: 16 of 64 tokens at full width, and 64 tokens of a
+    quarter of the width, are each a quarter of the embedded input's floats."""
+    shorter = from_flat({"data.input_len": 64, "model.d_model": 128, "model.latent_len": 16})
+    narrower = from_flat({"data.input_len": 64, "model.d_model": 128, "model.latent_len": 64, "model.latent_dim": 32})
+    assert (shorter.latent_floats, shorter.latent_share) == (16 * 128, 0.25)
+    assert (narrower.latent_floats, narrower.latent_share) == (64 * 32, 0.25)
+
+
 def test_yaml_round_trip(tmp_path):
     config = from_flat(TINY)
     path = tmp_path / "c.yaml"

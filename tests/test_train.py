@@ -57,8 +57,8 @@ def test_overfits_one_batch_at_half_length(tiny_config, data_cache, latent_dim):
 
 
 def test_reports_every_epoch_and_returns_the_best(tiny_config, data_cache):
-    reports = []
-    final = train(tiny_config(**{"train.epochs": 3}), lambda m, c: reports.append((m, c)), cache_dir=data_cache)
+    reports, tiny = [], tiny_config(**{"train.epochs": 3})
+    final = train(tiny, lambda m, c: reports.append((m, c)), cache_dir=data_cache)
     assert [m[M.EPOCH] for m, _ in reports] == [1, 2, 3]
     assert set(M.PER_EPOCH) <= set(reports[0][0])
     best = max(reports, key=lambda r: r[0][M.VAL_TOKEN_ACCURACY])[0]
@@ -66,6 +66,7 @@ def test_reports_every_epoch_and_returns_the_best(tiny_config, data_cache):
     assert final[M.BEST_EPOCH] == best[M.EPOCH]
     assert final[M.EPOCHS_RUN] == 3 and final[M.STOPPED_EARLY] is False
     assert final[M.LATENT_FRACTION] == 0.5
+    assert (final[M.LATENT_FLOATS], final[M.LATENT_SHARE]) == (tiny.latent_floats, 0.5)  # not narrowed: as the fraction
     assert reports[-1][1].finished is True and reports[0][1].finished is False
     for key in ("model", "optimizer", "scheduler", "early_stopping", "rng", "history", "epoch"):
         assert key in reports[0][1].state()
