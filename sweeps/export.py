@@ -15,6 +15,11 @@ Columns, in order:
     kept_epoch       the epoch early stopping kept (the first of the best validation accuracy)
     last_epoch       the last epoch trained
     val_*, test_*    the kept epoch's validation metrics, and its test metrics (never selected on)
+    OBJECTIVE        with several objectives: each objective's value that is not a val_* column
+                     (``latent_share``, for example), at the kept epoch
+    pareto_rank      with several objectives: 1 for the trials on the front (no finished trial is
+                     as good in every objective and better in one), 2 for those only rank 1 beats,
+                     ...; empty for a trial that did not finish
     *_stderr         with train.repeats > 1: the standard error over the seeds (each seed's value
                      is in MLflow)
     cost_seconds     resource-seconds spent: training wall time x the CPUs or GPU fraction held
@@ -29,8 +34,10 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from mlflow.tracking import MlflowClient
+from optuna.trial import FrozenTrial
 
 from dashboards.mlflow_runs import all_runs
 from seqae_core import metrics as M
@@ -59,6 +66,9 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
         runs = {r.data.tags[N.TRIAL]: r for r in all_runs(client, state.mlflow_experiment_id) if N.TRIAL in r.data.tags}
     rows = []
     trials = study.trials()
+    several = spec.multi_objective
+    ranks = pareto_ranks(trials, [o.mode for o in spec.objectives]) if several else {}
+    extra = [o.metric for o in spec.objectives if several and o.metric not in (*M.VAL_METRICS, *M.TEST_METRICS)]
     progresses = RecordStore.progress_of(backends.storage, [t.number for t in trials])
     for trial in trials:
         progress = progresses[trial.number]
@@ -73,11 +83,39 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
             "kept_epoch": kept.get(M.EPOCH), "last_epoch": history[-1][M.EPOCH] if history else None,
             **{k: kept.get(k) for k in (*M.VAL_METRICS, *M.TEST_METRICS)},
             **{k: v for k, v in kept.items() if k.endswith("_stderr")},
+            **{k: kept.get(k) for k in extra},
+            **({"pareto_rank": ranks.get(trial.number)} if several else {}),
             "cost_seconds": round(resource_seconds(spec.share[1], progress), 3),
             "node": run.data.tags.get("ray.node_ip", "") if run else "",
             "mlflow_run_id": run.info.run_id if run else "",
         })
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if several:  # whole numbers, empty where a trial did not finish
+        table["pareto_rank"] = table["pareto_rank"].astype("Int64")
+    return table
+
+
+def pareto_ranks(trials: list[FrozenTrial], modes: list[str]) -> dict[int, int]:
+    """Each finished trial's Pareto rank by its objective ``values`` (``modes``: "min" or "max"
+    each): 1 for those no other trial dominates (as good in every objective, better in one), then
+    1 + the rank of the worst-ranked trial that dominates it, by peeling one front at a time."""
+    done = [t for t in trials if t.values is not None and t.state.name == "COMPLETE"]
+    if not done:
+        return {}
+    signs = np.array([1.0 if mode == "min" else -1.0 for mode in modes])
+    values = np.array([t.values for t in done], dtype=float) * signs  # every column to be minimized
+    n = len(done)
+    as_good, better = np.ones((n, n), dtype=bool), np.zeros((n, n), dtype=bool)
+    for column in values.T:  # [i, j]: i is as good as j in every objective, and better in one
+        as_good &= column[:, None] <= column[None, :]
+        better |= column[:, None] < column[None, :]
+    dominates = as_good & better
+    rank, left, front = np.zeros(n, dtype=int), np.ones(n, dtype=bool), 0
+    while left.any():
+        front += 1
+        top = left & ~dominates[left].any(axis=0)  # dominated by none of the trials still left
+        rank[top], left = front, left & ~top
+    return {t.number: int(r) for t, r in zip(done, rank)}
 
 
 def export(workspace: Workspace, name: str, fmt: str | None, out: str | None) -> Path:

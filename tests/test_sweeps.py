@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 from sweeps import spec as spec_lib
+from sweeps.export import trial_table
+from sweeps.workspace import Workspace
 from tests.conftest import REPO, WIKI_MINI
 from tests.sweep_helpers import SMOKE, STUDIES, metric_steps, mlflow_runs, optuna_trials, seqae, sets, status
 
@@ -21,7 +23,7 @@ STUDY_SMOKE = {
     "paper_seeds": ["grid.data.input_len,model.latent_len=[[16, 9]]", "grid.train.seed=[0]"],
     "search_lr_dims": ["data.input_len=16", "model.latent_len=8", "trials.total=3", "search.model.layers={type: int, low: 1, high: 2}",
                        "scheduler.type=asha"],
-    "frontier": ["data.input_len=16", "trials.total=3"],
+    "frontier": ["data.input_len=16", "trials.total=3", "search.model.latent_dim={type: categorical, choices: [4, 8, 16]}"],
     "ablation_paper_block": ["data.input_len=16", "grid.model.latent_len=[8]"],
 }
 
@@ -61,6 +63,14 @@ def test_study_runs_in_smoke_mode(study, profile, tmp_path):
     done = sum(info["trials_by_state"].get(s, 0) for s in ("COMPLETE", "PRUNED"))
     assert done == info["trials_total"] >= 2, info
     assert info["best"], info
+    if study == "frontier":  # the second objective is the latent's floats over the embedded input's (16 x 16)
+        shares = [(t.values[1], t.params["model.latent_fraction"], t.params["model.latent_dim"])
+                  for t in optuna_trials(workspace, study) if t.values]
+        assert shares and all(share == max(1, round(fraction * 16)) * dim / 256 for share, fraction, dim in shares), shares
+        table = trial_table(Workspace(workspace), study)  # export's: each trial's latent share and Pareto rank
+        best = info["best"] if isinstance(info["best"], list) else [info["best"]]  # status's front: one trial, or several
+        assert set(table.trial[table.pareto_rank == 1]) == {b["trial"] for b in best}, table
+        assert table.latent_share.notna().all(), table
 
 
 @pytest.mark.slow
