@@ -32,5 +32,6 @@ START = "seqae.start"  # a starting point's trial (Optuna attribute and MLflow t
 PROPOSED_BY = "seqae.proposed_by"  # a trial's: "start", "grid", "random start-up", or the sampler that proposed it
 TEST = "seqae.test"  # a trial's: the test metrics of the checkpoint it kept (with a test split)
 SEEDS = "seqae.seeds"  # a trial's of several seeds (train.repeats): each seed's value and the standard error at the kept epoch
+CONSTRAINTS = "seqae.constraints"  # a finished trial's (with constraints): how far the kept checkpoint is outside each bound, 0 or less inside
 CREATED = "seqae.created"  # every trial's (a system attribute): the token its creation is found by, should the answer be lost
 TUNE_TRIAL_IDS = "seqae.tune_trial_ids"  # a trial's: the Ray Tune trial ids that ran it, one per session

@@ -17,9 +17,11 @@ Columns, in order:
     val_*, test_*    the kept epoch's validation metrics, and its test metrics (never selected on)
     OBJECTIVE        with several objectives: each objective's value that is not a val_* column
                      (``latent_share``, for example), at the kept epoch
+    feasible         with constraints: whether the trial's kept checkpoint met every one
     pareto_rank      with several objectives: 1 for the trials on the front (no finished trial is
                      as good in every objective and better in one), 2 for those only rank 1 beats,
-                     ...; empty for a trial that did not finish
+                     ...; among the trials that met the constraints; empty for the others and for
+                     a trial that did not finish
     *_stderr         with train.repeats > 1: the standard error over the seeds (each seed's value
                      is in MLflow)
     cost_seconds     resource-seconds spent: training wall time x the CPUs or GPU fraction held
@@ -47,7 +49,7 @@ from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.ledger import Outcome, resource_seconds
 from sweeps.mlflow_access import check_credentials
-from sweeps.search import kept_record, read_only
+from sweeps.search import feasible, kept_record, read_only
 from sweeps.workspace import Backends, Workspace
 
 FORMATS = {"csv": ".csv", "parquet": ".parquet", "jsonl": ".jsonl"}
@@ -67,7 +69,7 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
     rows = []
     trials = study.trials()
     several = spec.multi_objective
-    ranks = pareto_ranks(trials, [o.mode for o in spec.objectives]) if several else {}
+    ranks = pareto_ranks([t for t in trials if feasible(t)], [o.mode for o in spec.objectives]) if several else {}
     extra = [o.metric for o in spec.objectives if several and o.metric not in (*M.VAL_METRICS, *M.TEST_METRICS)]
     progresses = RecordStore.progress_of(backends.storage, [t.number for t in trials])
     for trial in trials:
@@ -84,6 +86,7 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
             **{k: kept.get(k) for k in (*M.VAL_METRICS, *M.TEST_METRICS)},
             **{k: v for k, v in kept.items() if k.endswith("_stderr")},
             **{k: kept.get(k) for k in extra},
+            **({"feasible": feasible(trial) if trial.state.is_finished() else None} if spec.constraints else {}),
             **({"pareto_rank": ranks.get(trial.number)} if several else {}),
             "cost_seconds": round(resource_seconds(spec.share[1], progress), 3),
             "node": run.data.tags.get("ray.node_ip", "") if run else "",

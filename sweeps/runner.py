@@ -153,14 +153,15 @@ class StudySearcher(_DriverOnly, Searcher):
         self._result(self.plans[trial_id].number, result)
 
     def _result(self, number: int, result: dict[str, Any]) -> None:
-        """An epoch's value to Optuna; the sweep drains once it reaches the objective's target, or
-        once its trials have spent its budget."""
+        """An epoch's value to Optuna; the sweep drains once it reaches the objective's target
+        within its constraints, or once its trials have spent its budget."""
         self.study.report(number, int(result[M.EPOCH]), result)
         self.spend.add(number, result)
         objective, budget = self.spec.objectives[0], self.spec.budget
         value = float(result[objective.metric])
         why = None
-        if objective.reached(value):
+        meets = all(c.violation(float(result[c.metric])) <= 0.0 for c in self.spec.constraints or ())
+        if objective.reached(value) and meets:
             why = f"trial {number} reached {objective.metric} {value:.4f}, the target {objective.target}"
         elif budget and self.spend.exhausted(budget.hours * 3600, starting=True):
             why = self.spend.describe(budget.hours, budget.unit)

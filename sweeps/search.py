@@ -76,18 +76,34 @@ def sampler(spec: SweepSpec, total: int, held: int = 0) -> optuna.samplers.BaseS
     """The sweep's sampler, for a study that already holds ``held`` trials. A new study's sampler
     is seeded with the sweep's seed; a resumed one's with a seed drawn from it and ``held``, since
     the sweep's seed alone would replay its random draws from the start, and a resumed sweep would
-    propose its first trials' parameters again (Optuna keeps no sampler state in the storage)."""
+    propose its first trials' parameters again (Optuna keeps no sampler state in the storage).
+    With constraints, the sampler reads each finished trial's :data:`N.CONSTRAINTS`: Optuna then
+    proposes with them in mind and keeps the infeasible trials off its best trial and front."""
     settings = spec.sampler
     seed = settings.seed if held == 0 else random.Random(f"{settings.seed}:{held}").getrandbits(31)
+    bounds = violations if spec.constraints else None
     if settings.type == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if settings.type == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, min(50, total // 3)))
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, min(50, total // 3)),
+                                             constraints_func=bounds)
     if settings.type == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=settings.n_startup_trials or 0)
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=settings.n_startup_trials or 0,
+                                         constraints_func=bounds)
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings.n_startup_trials or 0,
                                       multivariate=bool(settings.multivariate), group=bool(settings.group),
-                                      constant_liar=bool(settings.constant_liar))
+                                      constant_liar=bool(settings.constant_liar), constraints_func=bounds)
+
+
+def violations(trial: optuna.trial.FrozenTrial) -> list[float]:
+    """How far a finished trial's kept checkpoint is outside each constraint (Optuna's
+    ``constraints_func``); a trial that kept none (pruned before its first record) meets none."""
+    return list(trial.user_attrs.get(N.CONSTRAINTS) or [1.0])
+
+
+def feasible(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether a trial met every constraint of its sweep (a sweep without constraints: always)."""
+    return all(v <= 0.0 for v in trial.user_attrs.get(N.CONSTRAINTS, []))
 
 
 def study_exists(url: str, name: str) -> bool:
@@ -370,7 +386,8 @@ class SweepStudy:
             return
         kept = kept_record(history)
         for attr, values in ((N.TEST, {k: kept[k] for k in M.TEST_METRICS if k in kept}),
-                             (N.SEEDS, {k: v for k, v in kept.items() if M.is_spread(k)})):
+                             (N.SEEDS, {k: v for k, v in kept.items() if M.is_spread(k)}),
+                             (N.CONSTRAINTS, [c.violation(float(kept[c.metric])) for c in self.spec.constraints or ()])):
             if values:
                 self.storage.set_trial_user_attr(self._trial_id(number), attr, values)
 
@@ -397,15 +414,15 @@ class SweepStudy:
         (``trials``: those already read from ``trials()``, so a caller that has them reads once)."""
         trials = self.trials() if trials is None else trials
         if self.spec.multi_objective:
-            own = {t.number for t in trials if t.state == TrialState.COMPLETE}
+            own = {t.number for t in trials if t.state == TrialState.COMPLETE and feasible(t)}
             return [t for t in self.study.best_trials if t.number in own] if own else []
         return self.ranked(trials)[:1]
 
     def ranked(self, trials: list[optuna.trial.FrozenTrial] | None = None) -> list[optuna.trial.FrozenTrial]:
-        """The complete trials of a single-objective sweep, best first (the lower number first on
-        a tie); ``trials`` as for ``best``."""
+        """The complete trials of a single-objective sweep that meet its constraints, best first
+        (the lower number first on a tie); ``trials`` as for ``best``."""
         sign = 1.0 if self.spec.objectives[0].mode == "max" else -1.0
-        own = [t for t in (self.trials() if trials is None else trials) if t.state == TrialState.COMPLETE]
+        own = [t for t in (self.trials() if trials is None else trials) if t.state == TrialState.COMPLETE and feasible(t)]
         return sorted(own, key=lambda t: (-sign * t.values[0], t.number))
 
 

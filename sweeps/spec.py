@@ -144,16 +144,39 @@ class Objective(_Section):
 
     @model_validator(mode="after")
     def _reported(self) -> Objective:
-        if self.metric in M.TEST_METRICS:
-            raise ValueError(f"metric={self.metric!r} is measured on the test pages, which no choice may see (not "
-                             "the search, a target or a scheduler); optimize a validation metric, and the test "
-                             "metrics are reported beside it")
-        if self.metric not in M.OBJECTIVES:
-            raise ValueError(f"metric={self.metric!r} is not reported by the trainer; choose from "
-                             f"{', '.join(M.OBJECTIVES)}")
+        _check_selectable(self.metric)
         if self.mode not in M.OBJECTIVES[self.metric]:
             raise ValueError(f"mode={self.mode!r} for {self.metric} optimizes in the wrong direction")
         return self
+
+
+def _check_selectable(metric: str) -> None:
+    """A metric a choice may rest on: reported by every training, and not measured on the test pages."""
+    if metric in M.TEST_METRICS:
+        raise ValueError(f"metric={metric!r} is measured on the test pages, which no choice may see (not the "
+                         "search, a target, a constraint or a scheduler); use a validation metric, and the test "
+                         "metrics are reported beside it")
+    if metric not in M.OBJECTIVES:
+        raise ValueError(f"metric={metric!r} is not reported by the trainer; choose from {', '.join(M.OBJECTIVES)}")
+
+
+class Constraint(_Section):
+    metric: str = Field(description="a metric an objective may name (test metrics are refused)")
+    at_least: float | None = Field(default=None, description="a trial meets it with the metric at least this "
+                                                             "(one of at_least, at_most)")
+    at_most: float | None = Field(default=None, description="a trial meets it with the metric at most this "
+                                                            "(one of at_least, at_most)")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> Constraint:
+        _check_selectable(self.metric)
+        if (self.at_least is None) == (self.at_most is None):
+            raise ValueError(f"the constraint on {self.metric} needs exactly one of at_least or at_most")
+        return self
+
+    def violation(self, value: float) -> float:
+        """How far ``value`` is outside the bound, 0 or less when inside it (Optuna's convention)."""
+        return self.at_least - value if self.at_least is not None else value - (self.at_most or 0.0)
 
 
 class _Trials(_Section):
@@ -341,6 +364,11 @@ class SweepSpec(_Section):
     objectives: Annotated[tuple[Objective, ...], BeforeValidator(_listed)] = Field(
         default=(DEFAULT_OBJECTIVE,), alias="objective", min_length=1, strict=False,
         description="what the search optimizes: one objective, or a list of them for a Pareto front")
+    constraints: tuple[Constraint, ...] | None = Field(
+        default=None, strict=False,
+        description="bounds a trial must meet to count, for example [{metric: val_token_accuracy, at_least: 0.9}]: "
+                    "the best trial and the Pareto front are chosen among the trials that meet them, and the "
+                    "sampler (TPE, NSGA-II or GP) proposes with them in mind")
     trials: _Trials = Field(default=_Trials(per_cell=1), description="how many trials: per grid cell, or in all")
     sampler: _Sampler = Field(default=_Sampler(), description="who proposes the trials, with its settings pinned "
                                                               "here rather than left to the installed Optuna's")
@@ -456,6 +484,9 @@ class SweepSpec(_Section):
         if self.scheduler.type != "none" and several > 1:
             raise ConfigError(f"{source}: scheduler.type={self.scheduler.type!r} needs one objective; this sweep has "
                               f"{several}")
+        if self.constraints and self.sampler.type == "random":
+            raise ConfigError(f"{source}: constraints need a sampler that models them (tpe, nsga2 or gp); "
+                              "sampler.type='random' proposes without them")
         _check_conditions(self, source)
         _check_starts(self, source)
         _check_sampler(self, source)

@@ -98,3 +98,16 @@ def test_the_first_pareto_rank_is_optunas_front():
     ranks = pareto_ranks(study.trials, ["max", "min", "min"])
     assert {n for n, r in ranks.items() if r == 1} == {t.number for t in study.best_trials}
     assert max(ranks.values()) > 2
+
+
+def test_a_trial_outside_a_constraint_is_never_the_best_and_export_says_which(workspace):  # noqa: F811
+    """A bound on the objective's own metric, so the epoch records need nothing else: the most
+    accurate trial breaks ``val_token_accuracy <= 0.55`` and the best is the next one."""
+    spec = quickstart("constraints=[{metric: val_token_accuracy, at_most: 0.55}]")
+    state = write_sweep(workspace, "qs", spec)
+    study = start_sweep(workspace, state)
+    numbers = run_trials(study, state.backends["storage"], [([10.0], 0.6, True), ([10.0], 0.5, True),
+                                                            ([10.0], 0.4, True), ([], 0.0, None)])
+    assert [t.number for t in study.best()] == [numbers[1]]
+    assert [t.number for t in study.ranked()] == numbers[1:3]
+    assert list(trial_table(workspace, "qs").feasible) == [False, True, True, None]

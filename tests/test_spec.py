@@ -170,6 +170,14 @@ BAD = [
     pytest.param({**GOOD, "search": {"train.repeats": {"type": "int", "low": 1, "high": 3}}},
                  "search.train.repeats: the number of seeds is how a trial is measured", id="searched-repeats"),
     pytest.param({**GOOD, "config": {"train": {"repeats": 0}}}, "train.repeats=0 must be positive", id="no-repeats"),
+    pytest.param({**GOOD, "constraints": [{"metric": "val_tokn_accuracy", "at_least": 0.9}]},
+                 "constraints[0]: metric='val_tokn_accuracy' is not reported by the trainer", id="constraint-unknown-metric"),
+    pytest.param({**GOOD, "constraints": [{"metric": "test_token_accuracy", "at_least": 0.9}]},
+                 "constraints[0]: metric='test_token_accuracy' is measured on the test pages", id="constraint-on-test"),
+    pytest.param({**GOOD, "constraints": [{"metric": "val_loss", "at_least": 0.1, "at_most": 2.0}]},
+                 "the constraint on val_loss needs exactly one of at_least or at_most", id="constraint-two-bounds"),
+    pytest.param({**GOOD, "constraints": [{"metric": "val_loss", "at_most": 2.0}], "sampler": {"type": "random"}},
+                 "constraints need a sampler that models them", id="constraint-random-sampler"),
 ]
 LIMITS = [
     pytest.param({**GOOD, "trials": {"total": 100_000_000}}, "trials.total=100,000,000 is above seqae's limit of "
@@ -273,6 +281,7 @@ EVERY_FIELD = [
                 "model.layers": {"type": "int", "low": 1, "high": 4, "step": 1, "log": True},
                 "model.heads": {"type": "categorical", "choices": [2, 4], "when": {"train.seed": [2]}}},
      "objective": {"metric": "val_token_accuracy", "mode": "max", "target": 0.99}, "trials": {"per_cell": 2},
+     "constraints": [{"metric": "val_loss", "at_most": 2.0}],
      "sampler": {"type": "tpe", "seed": 7, "n_startup_trials": 3, "multivariate": False, "group": False,
                  "constant_liar": False},
      "scheduler": {"type": "asha", "grace_period": 2, "reduction_factor": 3}, "resources": {"cpu": 2, "gpu": 0.5},
@@ -280,7 +289,8 @@ EVERY_FIELD = [
      "notify": {"urls": ["json://localhost:8080"], "events": ["best", "end"]},
      "profiles": {"small": {"description": "fewer trials", "trials.per_cell": 1}}},
     {**SEARCH, "search": {"train.lr": {"type": "uniform", "low": 1e-4, "high": 1e-2}},
-     "start": {"paper": {"train.lr": 1e-3}}, "budget": {"cpu_hours": 0.5}, "warm_start": {"from": ["earlier"], "top": 2}},
+     "start": {"paper": {"train.lr": 1e-3}}, "budget": {"cpu_hours": 0.5}, "warm_start": {"from": ["earlier"], "top": 2},
+     "constraints": [{"metric": "latent_share", "at_least": 0.1}]},
 ]
 
 

@@ -23,7 +23,8 @@ STUDY_SMOKE = {
     "paper_seeds": ["grid.data.input_len,model.latent_len=[[16, 9]]", "grid.train.seed=[0]"],
     "search_lr_dims": ["data.input_len=16", "model.latent_len=8", "trials.total=3", "search.model.layers={type: int, low: 1, high: 2}",
                        "scheduler.type=asha"],
-    "frontier": ["data.input_len=16", "trials.total=3", "search.model.latent_dim={type: categorical, choices: [4, 8, 16]}"],
+    "frontier": ["data.input_len=16", "trials.total=3", "search.model.latent_dim={type: categorical, choices: [4, 8, 16]}",
+                 "constraints=[{metric: latent_share, at_most: 1.0}]"],  # NSGA-II's constraints, met by every latent
     "ablation_paper_block": ["data.input_len=16", "grid.model.latent_len=[8]"],
 }
 
@@ -70,7 +71,7 @@ def test_study_runs_in_smoke_mode(study, profile, tmp_path):
         table = trial_table(Workspace(workspace), study)  # export's: each trial's latent share and Pareto rank
         best = info["best"] if isinstance(info["best"], list) else [info["best"]]  # status's front: one trial, or several
         assert set(table.trial[table.pareto_rank == 1]) == {b["trial"] for b in best}, table
-        assert table.latent_share.notna().all(), table
+        assert table.latent_share.notna().all() and table.feasible.all(), table
 
 
 @pytest.mark.slow
