@@ -17,6 +17,7 @@ storage interface (``BaseStorage``), never through its private attributes.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import random
 import time
@@ -81,7 +82,7 @@ def sampler(spec: SweepSpec, total: int, held: int = 0) -> optuna.samplers.BaseS
     proposes with them in mind and keeps the infeasible trials off its best trial and front."""
     settings = spec.sampler
     seed = settings.seed if held == 0 else random.Random(f"{settings.seed}:{held}").getrandbits(31)
-    bounds = violations if spec.constraints else None
+    bounds = functools.partial(violations, len(spec.constraints)) if spec.constraints else None
     if settings.type == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if settings.type == "nsga2":
@@ -95,10 +96,10 @@ def sampler(spec: SweepSpec, total: int, held: int = 0) -> optuna.samplers.BaseS
                                       constant_liar=bool(settings.constant_liar), constraints_func=bounds)
 
 
-def violations(trial: optuna.trial.FrozenTrial) -> list[float]:
-    """How far a finished trial's kept checkpoint is outside each constraint (Optuna's
-    ``constraints_func``); a trial that kept none (pruned before its first record) meets none."""
-    return list(trial.user_attrs.get(N.CONSTRAINTS) or [1.0])
+def violations(count: int, trial: optuna.trial.FrozenTrial) -> list[float]:
+    """How far a finished trial's kept checkpoint is outside each of the ``count`` constraints
+    (Optuna's ``constraints_func``); a trial that kept no checkpoint meets none."""
+    return list(trial.user_attrs.get(N.CONSTRAINTS) or [1.0] * count)
 
 
 def feasible(trial: optuna.trial.FrozenTrial) -> bool:

@@ -176,7 +176,10 @@ class Constraint(_Section):
 
     def violation(self, value: float) -> float:
         """How far ``value`` is outside the bound, 0 or less when inside it (Optuna's convention)."""
-        return self.at_least - value if self.at_least is not None else value - (self.at_most or 0.0)
+        if self.at_least is not None:
+            return self.at_least - value
+        assert self.at_most is not None  # exactly one bound (_one_bound)
+        return value - self.at_most
 
 
 class _Trials(_Section):
