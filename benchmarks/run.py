@@ -56,6 +56,7 @@ SUITES: dict[str, Suite] = {
     "rungs": lambda o: _module("rung_agreement").run(o["data"]),
     "table": _in_workspace(lambda o, workspace: _module("evidence_table").run(o["data"], workspace)),
     "replay": lambda o: _module("replay").run(o["seeds"], o["fraction"] or _module("replay").FRACTION),
+    "front": lambda o: _module("front_replay").run(o["seeds"]),
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
     "gpu": lambda o: _module("gpu_packing").run(o["data"]),
     "scale": lambda o: _module("scale").run(o["data"]),

@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",
-                       help="which to run, one or more: throughput, overhead, data, search, rungs, table, replay, "
+                       help="which to run, one or more: throughput, overhead, data, search, rungs, table, replay, front, "
                             "defaults, gpu, scale, frontier-fig3, frontier-width, frontier-offcorpus, "
                             "control-plane")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
@@ -202,7 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="search, table and frontier-*: where their sweeps and trainings run and stay, so that a rerun continues them (default: a "
                             "temporary folder, removed after)")
     bench.add_argument("--seeds", default="0-999", metavar="FIRST-LAST",
-                       help="replay: the replay seeds, a range (default: 0-999, 1,000 replays of each method)")
+                       help="replay, front: the replay seeds, a range (default: 0-999, 1,000 replays of each method)")
     bench.add_argument("--fraction", type=float, default=None,
                        help="replay: the evidence table's latent fraction to replay on (0.5, 0.25 or 0.125; default "
                             "0.25); search: measure only this fraction (default: 0.5, 0.25 and 0.125)")

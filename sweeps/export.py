@@ -36,10 +36,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from mlflow.tracking import MlflowClient
-from optuna.trial import FrozenTrial
 
 from dashboards.mlflow_runs import all_runs
 from seqae_core import metrics as M
@@ -49,6 +47,7 @@ from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.ledger import Outcome, resource_seconds
 from sweeps.mlflow_access import check_credentials
+from sweeps.pareto import pareto_ranks
 from sweeps.search import feasible, kept_record, read_only
 from sweeps.workspace import Backends, Workspace
 
@@ -69,8 +68,10 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
     rows = []
     trials = study.trials()
     several = spec.multi_objective
-    ranks = pareto_ranks([t for t in trials if feasible(t)], [o.mode for o in spec.objectives]) if several else {}
-    extra = [o.metric for o in spec.objectives if several and o.metric not in (*M.VAL_METRICS, *M.TEST_METRICS)]
+    met = {t.number: feasible(t) for t in trials}
+    ranks = pareto_ranks([t for t in trials if met[t.number]], [o.mode for o in spec.objectives]) if several else {}
+    # the objectives beyond the validation and test metrics every row has (the latent's size)
+    extra = [o.metric for o in spec.objectives if o.metric not in (*M.VAL_METRICS, *M.TEST_METRICS)]
     progresses = RecordStore.progress_of(backends.storage, [t.number for t in trials])
     for trial in trials:
         progress = progresses[trial.number]
@@ -86,7 +87,7 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
             **{k: kept.get(k) for k in (*M.VAL_METRICS, *M.TEST_METRICS)},
             **{k: v for k, v in kept.items() if k.endswith("_stderr")},
             **{k: kept.get(k) for k in extra},
-            **({"feasible": feasible(trial) if trial.state.is_finished() else None} if spec.constraints else {}),
+            **({"feasible": met[trial.number] if trial.state.is_finished() else None} if spec.constraints else {}),
             **({"pareto_rank": ranks.get(trial.number)} if several else {}),
             "cost_seconds": round(resource_seconds(spec.share[1], progress), 3),
             "node": run.data.tags.get("ray.node_ip", "") if run else "",
@@ -96,29 +97,6 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
     if several:  # whole numbers, empty where a trial did not finish
         table["pareto_rank"] = table["pareto_rank"].astype("Int64")
     return table
-
-
-def pareto_ranks(trials: list[FrozenTrial], modes: list[str]) -> dict[int, int]:
-    """Each finished trial's Pareto rank by its objective ``values`` (``modes``: "min" or "max"
-    each): 1 for those no other trial dominates (as good in every objective, better in one), then
-    1 + the rank of the worst-ranked trial that dominates it, by peeling one front at a time."""
-    done = [t for t in trials if t.values is not None and t.state.name == "COMPLETE"]
-    if not done:
-        return {}
-    signs = np.array([1.0 if mode == "min" else -1.0 for mode in modes])
-    values = np.array([t.values for t in done], dtype=float) * signs  # every column to be minimized
-    n = len(done)
-    as_good, better = np.ones((n, n), dtype=bool), np.zeros((n, n), dtype=bool)
-    for column in values.T:  # [i, j]: i is as good as j in every objective, and better in one
-        as_good &= column[:, None] <= column[None, :]
-        better |= column[:, None] < column[None, :]
-    dominates = as_good & better
-    rank, left, front = np.zeros(n, dtype=int), np.ones(n, dtype=bool), 0
-    while left.any():
-        front += 1
-        top = left & ~dominates[left].any(axis=0)  # dominated by none of the trials still left
-        rank[top], left = front, left & ~top
-    return {t.number: int(r) for t, r in zip(done, rank)}
 
 
 def export(workspace: Workspace, name: str, fmt: str | None, out: str | None) -> Path:

@@ -160,7 +160,7 @@ class StudySearcher(_DriverOnly, Searcher):
         objective, budget = self.spec.objectives[0], self.spec.budget
         value = float(result[objective.metric])
         why = None
-        meets = all(c.violation(float(result[c.metric])) <= 0.0 for c in self.spec.constraints or ())
+        meets = all(v <= 0.0 for v in self.spec.violations(result))
         if objective.reached(value) and meets:
             why = f"trial {number} reached {objective.metric} {value:.4f}, the target {objective.target}"
         elif budget and self.spend.exhausted(budget.hours * 3600, starting=True):

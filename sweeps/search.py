@@ -388,7 +388,7 @@ class SweepStudy:
         kept = kept_record(history)
         for attr, values in ((N.TEST, {k: kept[k] for k in M.TEST_METRICS if k in kept}),
                              (N.SEEDS, {k: v for k, v in kept.items() if M.is_spread(k)}),
-                             (N.CONSTRAINTS, [c.violation(float(kept[c.metric])) for c in self.spec.constraints or ()])):
+                             (N.CONSTRAINTS, self.spec.violations(kept))):
             if values:
                 self.storage.set_trial_user_attr(self._trial_id(number), attr, values)
 

@@ -508,6 +508,10 @@ class SweepSpec(_Section):
     def multi_objective(self) -> bool:
         return len(self.objectives) > 1
 
+    def violations(self, record: dict[str, Any]) -> list[float]:
+        """How far an epoch's ``record`` is outside each constraint (0 or less: inside it)."""
+        return [c.violation(float(record[c.metric])) for c in self.constraints or ()]
+
     def cells(self) -> list[dict[str, Any]]:
         """The grid's cells in a fixed order (one empty cell without a grid). An axis named
         ``"a,b"`` is zipped: its values are pairs that vary together."""

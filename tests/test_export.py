@@ -10,7 +10,7 @@ import pytest
 
 from seqae_core import metrics as M
 from seqae_errors import ConfigError
-from sweeps.export import FORMATS, export, pareto_ranks, trial_table
+from sweeps.export import FORMATS, export, trial_table
 from sweeps.tracking import Tracker
 from tests.sweep_helpers import seqae
 from tests.test_status import quickstart, run_trials, start_sweep, template, workspace, write_sweep  # noqa: F401
@@ -71,33 +71,6 @@ def test_bad_input_is_one_line_and_writes_nothing(workspace, tmp_path):  # noqa:
         export(workspace, "qs", None, str(taken / "x.csv"))
     run = seqae("sweep", "export", "nope", "--workspace", str(workspace.root), "--out", str(tmp_path / "n.csv"))
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "no sweep named 'nope'" in run.stderr, run.stderr
-
-
-def _finished(values: list[float], number: int) -> optuna.trial.FrozenTrial:
-    trial = optuna.trial.create_trial(values=values, state=optuna.trial.TrialState.COMPLETE)
-    trial.number = number
-    return trial
-
-
-def test_pareto_ranks_peel_one_front_at_a_time():
-    """Accuracy up, latent share down: (0.9, 0.5), (0.8, 0.25) and (0.6, 0.125) are the front, and
-    so is a tie with one of them; (0.7, 0.5) loses to (0.9, 0.5) and (0.8, 0.25) only; (0.6, 0.5)
-    also to (0.7, 0.5). A failed trial has no rank."""
-    points = [[0.9, 0.5], [0.8, 0.25], [0.6, 0.125], [0.7, 0.5], [0.6, 0.5], [0.8, 0.25]]
-    trials = [_finished(v, i) for i, v in enumerate(points)]
-    failed = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL)
-    failed.number = 6
-    assert pareto_ranks([*trials, failed], ["max", "min"]) == {0: 1, 1: 1, 2: 1, 3: 2, 4: 3, 5: 1}
-
-
-def test_the_first_pareto_rank_is_optunas_front():
-    rng = np.random.default_rng(0)
-    study = optuna.create_study(directions=["maximize", "minimize", "minimize"])
-    for values in rng.integers(0, 6, (60, 3)).tolist():  # small integers: many ties and dominated points
-        study.add_trial(optuna.trial.create_trial(values=values, state=optuna.trial.TrialState.COMPLETE))
-    ranks = pareto_ranks(study.trials, ["max", "min", "min"])
-    assert {n for n, r in ranks.items() if r == 1} == {t.number for t in study.best_trials}
-    assert max(ranks.values()) > 2
 
 
 def test_a_trial_outside_a_constraint_is_never_the_best_and_export_says_which(workspace):  # noqa: F811

@@ -34,7 +34,7 @@ RAY_TUNE_HOMES = ("sweeps/trial.py", "sweeps/runner.py")  # a trial in its worke
 SWEEP_ORDER = [
     "workspace", "provenance", "notify", "overrides", "spec_messages", "spec", "outages", "study_storage", "search", "retention", "ledger", "progress", "writer",
     "mlflow_access", "system_metrics", "textmodel", "tracking", "registry", "ray_connection", "submit", "sweep_data",
-    "trial", "runner", "lifecycle", "status", "remote_status", "export", "compare", "driver", "api",
+    "trial", "runner", "lifecycle", "status", "remote_status", "pareto", "export", "compare", "driver", "api",
 ]
 
 

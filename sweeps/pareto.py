@@ -1,0 +1,61 @@
+"""Pareto fronts of several objectives: each point's rank by non-dominated sorting, and the
+hypervolume a front dominates. Used by export (a trial's ``pareto_rank``) and by the frontier's
+replay (``benchmarks/front_replay.py``); ``modes`` say each objective's direction, "min" or "max"."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from optuna.trial import FrozenTrial
+
+
+def _minimized(values: np.ndarray | Sequence[Sequence[float]], modes: Sequence[str]) -> np.ndarray:
+    """``values`` with every column turned to be minimized."""
+    return np.asarray(values, dtype=float) * np.array([1.0 if mode == "min" else -1.0 for mode in modes])
+
+
+def ranks(values: np.ndarray | Sequence[Sequence[float]], modes: Sequence[str]) -> np.ndarray:
+    """Each row's Pareto rank: 1 for those no other row dominates (as good in every objective,
+    better in one), then 1 + the rank of the worst-ranked row that dominates it, by peeling one
+    front at a time."""
+    points = _minimized(values, modes)
+    n = len(points)
+    as_good, better = np.ones((n, n), dtype=bool), np.zeros((n, n), dtype=bool)
+    for column in points.T:  # [i, j]: i is as good as j in every objective, and better in one
+        as_good &= column[:, None] <= column[None, :]
+        better |= column[:, None] < column[None, :]
+    dominates = as_good & better
+    rank, left, front = np.zeros(n, dtype=int), np.ones(n, dtype=bool), 0
+    while left.any():
+        front += 1
+        top = left & ~dominates[left].any(axis=0)  # dominated by none of the rows still left
+        rank[top], left = front, left & ~top
+    return rank
+
+
+def pareto_ranks(trials: list[FrozenTrial], modes: Sequence[str]) -> dict[int, int]:
+    """Each complete trial's Pareto rank (:func:`ranks`) by its objective values, by trial number."""
+    done = [t for t in trials if t.values is not None and t.state.name == "COMPLETE"]
+    if not done:
+        return {}
+    return {t.number: int(r) for t, r in zip(done, ranks([t.values for t in done], modes))}
+
+
+def hypervolume(values: np.ndarray | Sequence[Sequence[float]], modes: Sequence[str],
+                reference: Sequence[float]) -> float:
+    """The area that the points of two objectives dominate up to ``reference`` (a point every
+    useful one beats): the sum of horizontal strips, one per point that lowers the second
+    objective, the points taken by their first. A point not better than ``reference`` in both
+    adds nothing; no point: 0."""
+    if len(modes) != 2:
+        raise ValueError(f"hypervolume of {len(modes)} objectives: only two are supported")
+    points = _minimized(np.asarray(values, dtype=float).reshape(-1, 2), modes)
+    ref = _minimized([reference], modes)[0]
+    points = points[(points < ref).all(axis=1)]
+    area, floor = 0.0, ref[1]
+    for x, y in points[np.lexsort((points[:, 1], points[:, 0]))]:
+        if y < floor:
+            area += (ref[0] - x) * (floor - y)
+            floor = y
+    return float(area)
