@@ -189,7 +189,7 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
     np.random.default_rng(seed).shuffle(order)  # type: ignore[arg-type]
     spec = None if method.sampler == "grid" else _spec(method, seed, epochs)  # a grid has no sampler, nor scheduler
     proposals = None if spec is None else Proposals(table, spec, first)
-    asha = (ResumableASHA({}, 1.0, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=epochs,
+    asha = (ResumableASHA({}, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=epochs,
                           grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR,
                           brackets=spec.scheduler.brackets(epochs))
             if spec is not None and method.scheduler != "none" else None)

@@ -1,9 +1,11 @@
 """Pareto fronts of several objectives: each point's rank by non-dominated sorting, and the
-hypervolume a front dominates. Used by export (a trial's ``pareto_rank``) and by the frontier's
-replay (``benchmarks/front_replay.py``); ``modes`` say each objective's direction, "min" or "max"."""
+hypervolume a front dominates. Used by ASHA's rungs with several objectives (:func:`behind`), by
+export (a trial's ``pareto_rank``) and by the frontier's replay (``benchmarks/front_replay.py``);
+``modes`` say each objective's direction, "min" or "max"."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,6 +34,19 @@ def ranks(values: np.ndarray | Sequence[Sequence[float]], modes: Sequence[str]) 
         top = left & ~dominates[left].any(axis=0)  # dominated by none of the rows still left
         rank[top], left = front, left & ~top
     return rank
+
+
+def behind(others: Sequence[Sequence[float]], mine: Sequence[float], keep: float) -> bool:
+    """Whether ``mine`` falls outside the best ``keep`` share of ``others`` and itself, every
+    objective maximized, by non-dominated sorting: the points are ranked (:func:`ranks`), the rank
+    of the last point inside the share is the bar, and ``mine`` is behind when its rank is worse.
+    Ties in rank share the bar's fate, so a point on the front is never behind. No others: not behind."""
+    if not others:
+        return False
+    points = [*others, mine]
+    rank = ranks(points, ["max"] * len(mine))
+    bar = np.sort(rank)[max(1, math.ceil(len(points) * keep)) - 1]
+    return bool(rank[-1] > bar)
 
 
 def pareto_ranks(trials: list[FrozenTrial], modes: Sequence[str]) -> dict[int, int]:

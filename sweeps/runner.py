@@ -28,10 +28,11 @@ from seqae_core.checkpoint import CheckpointStore
 from seqae_core.records import RecordStore, TrialProgress
 from sweeps import ledger
 from sweeps.notify import Notifier
+from sweeps.pareto import behind
 from sweeps.progress import Progress, best_line
 from sweeps.retention import Retention
 from sweeps.search import SweepStudy, TrialSpec
-from sweeps.spec import SweepSpec
+from sweeps.spec import Objective, SweepSpec
 from sweeps.trial import run_trial
 from sweeps.tracking import Tracker
 from sweeps.writer import Writer
@@ -284,7 +285,8 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
     ``_brackets``, ``_trial_info`` and ``_Bracket._rungs``; the ASHA test in tests/test_control.py
     fails if a Ray upgrade changes them."""
 
-    def __init__(self, history: dict[int, dict[int, float]], sign: float, **kwargs: Any) -> None:
+    def __init__(self, history: dict[int, dict[int, Any]], **kwargs: Any) -> None:
+        """``history``: each earlier trial's value at each epoch, as its rungs record it (:meth:`value`)."""
         super().__init__(**kwargs)
         sizes = np.array([len(bracket._rungs) for bracket in self._brackets])
         odds = np.exp(sizes - sizes.max())  # Ray's: more trials to the brackets with more rungs
@@ -292,7 +294,18 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
         for number, values in history.items():
             for milestone, recorded in self.bracket_of(number)._rungs:
                 if int(milestone) in values:
-                    recorded[f"past-{number}"] = sign * values[int(milestone)]
+                    recorded[f"past-{number}"] = values[int(milestone)]
+
+    @staticmethod
+    def value(objectives: tuple[Objective, ...], record: dict[str, Any]) -> Any:
+        """What a rung records of an epoch's ``record``: the objective's value, turned to be
+        maximized (Ray's ASHA records it so)."""
+        return objectives[0].sign * float(record[objectives[0].metric])
+
+    def behind(self, bracket: Any, others: dict[str, Any], mine: Any) -> bool:
+        """Whether ``mine`` falls below the rung's cutoff among ``others`` (Ray's rule)."""
+        cutoff = bracket.cutoff(others)
+        return cutoff is not None and mine < cutoff
 
     def bracket_of(self, number: int) -> Any:
         """Trial ``number``'s bracket (Ray's ``_Bracket``)."""
@@ -303,9 +316,12 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         """ASHA's decision, except that a starting point always goes on: it is evaluated to the full
         budget (its values still count at each rung, as any trial's)."""
-        decision = super().on_trial_result(tune_controller, trial, result)
+        decision = self.decide(tune_controller, trial, result)
         before_the_end = result.get(self._time_attr, 0) < self._max_t
         return tune.schedulers.TrialScheduler.CONTINUE if trial.config["trial"].start and before_the_end else decision
+
+    def decide(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        return super().on_trial_result(tune_controller, trial, result)
 
     def stops(self, number: int, start: bool = False) -> bool:
         """Whether a continued trial falls below a cutoff at a rung it passed before the crash
@@ -315,8 +331,8 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
         bracket = self.bracket_of(number)
         for _, recorded in reversed(bracket._rungs):  # lowest rung first
             mine = recorded.get(f"past-{number}")
-            cutoff = bracket.cutoff({k: v for k, v in recorded.items() if k != f"past-{number}"})
-            if mine is not None and cutoff is not None and mine < cutoff:
+            if mine is not None and self.behind(bracket, {k: v for k, v in recorded.items() if k != f"past-{number}"},
+                                                mine):
                 return True
         return False
 
@@ -327,6 +343,50 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
         for _, recorded in bracket._rungs:  # a continued trial's rungs passed are its own again
             if (value := recorded.pop(f"past-{number}", None)) is not None:
                 recorded[trial.trial_id] = value
+
+
+class ParetoASHA(ResumableASHA):
+    """ASHA (or asynchronous Hyperband) over several objectives: a rung records each trial's
+    objectives, every one turned to be maximized, and a trial reaching it goes on unless
+    non-dominated sorting puts it behind the best 1 in ``reduction_factor`` of the trials recorded
+    there and itself (:func:`sweeps.pareto.behind`); a trial on the rung's front always goes on.
+    Syne Tune's MO-ASHA ranks the same way and breaks ties in rank as well; here they go on
+    together. Resumes as :class:`ResumableASHA` does."""
+
+    def __init__(self, history: dict[int, dict[int, Any]], objectives: tuple[Objective, ...], **kwargs: Any) -> None:
+        super().__init__(history, **kwargs)
+        self._objectives = objectives
+
+    @staticmethod
+    def value(objectives: tuple[Objective, ...], record: dict[str, Any]) -> Any:
+        return tuple(o.sign * float(record[o.metric]) for o in objectives)
+
+    def behind(self, bracket: Any, others: dict[str, Any], mine: Any) -> bool:
+        return behind(list(others.values()), mine, 1 / bracket.rf)
+
+    def decide(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        """Ray's ASHA step for a vector: at the end, stop; at the highest rung the trial reached and
+        has no value at yet, record it there and go on unless it is behind."""
+        if self._time_attr not in result:
+            return tune.schedulers.TrialScheduler.CONTINUE
+        if result[self._time_attr] >= self._max_t:
+            return tune.schedulers.TrialScheduler.STOP
+        return self._record(trial, result)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> None:
+        if self._time_attr in result:
+            self._record(trial, result)
+        del self._trial_info[trial.trial_id]
+
+    def _record(self, trial: Trial, result: dict[str, Any]) -> str:
+        bracket, mine = self._trial_info[trial.trial_id], self.value(self._objectives, result)
+        for milestone, recorded in bracket._rungs:  # the highest rung first
+            if result[self._time_attr] >= milestone and trial.trial_id not in recorded:
+                others = dict(recorded)
+                recorded[trial.trial_id] = mine
+                return (tune.schedulers.TrialScheduler.STOP if self.behind(bracket, others, mine)
+                        else tune.schedulers.TrialScheduler.CONTINUE)
+        return tune.schedulers.TrialScheduler.CONTINUE
 
 
 def stub_trial(spec: TrialSpec) -> Trial:
@@ -377,13 +437,14 @@ def run_session(
                   "no trial this session",
                   flush=True)
     elif spec.scheduler.type != "none":
-        grace, factor = spec.scheduler.grace_period, spec.scheduler.reduction_factor
-        scheduler = ResumableASHA(
-            {n: {int(h[M.EPOCH]): float(h[objective.metric]) for h in p.history} for n, p in progresses.items()},
-            1.0 if objective.mode == "max" else -1.0, time_attr=M.EPOCH, max_t=epochs, grace_period=grace,
-            reduction_factor=factor,
-            brackets=spec.scheduler.brackets(epochs),
-        )
+        rungs: dict[str, Any] = {"time_attr": M.EPOCH, "max_t": epochs, "grace_period": spec.scheduler.grace_period,
+                                 "reduction_factor": spec.scheduler.reduction_factor,
+                                 "brackets": spec.scheduler.brackets(epochs)}
+        kind = ParetoASHA if spec.multi_objective else ResumableASHA
+        history = {n: {int(h[M.EPOCH]): kind.value(spec.objectives, h) for h in p.history}
+                   for n, p in progresses.items()}
+        scheduler = (ParetoASHA(history, spec.objectives, **rungs) if spec.multi_objective
+                     else ResumableASHA(history, **rungs))
         for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):
             if scheduler.stops(number, study.trial_spec(number).start is not None):  # the rungs it passed before the driver died stop it
                 print(f"seqae: trial {number}: ASHA's rungs, rebuilt from the trials' records, stop it", flush=True)

@@ -139,6 +139,11 @@ class Objective(_Section):
     target: float | None = Field(default=None, description="one objective only: once a trial reaches it, the sweep "
                                                            "starts no new trials (running ones finish)")
 
+    @property
+    def sign(self) -> float:
+        """1 to maximize, -1 to minimize: the value times it is to be maximized."""
+        return 1.0 if self.mode == "max" else -1.0
+
     def reached(self, value: float) -> bool:
         return self.target is not None and (value >= self.target if self.mode == "max" else value <= self.target)
 
@@ -243,7 +248,8 @@ class _Sampler(_Section):
 
 class _Scheduler(_Section):
     type: Literal["none", "asha", "hyperband"] = Field(
-        default="none", description="asha: stop the trials behind at each rung (one objective only); hyperband: "
+        default="none", description="asha: stop the trials behind at each rung (with several objectives, by "
+                                    "non-dominated sorting: a trial on the rung's Pareto front goes on); hyperband: "
                                     "asynchronous Hyperband, ASHA in brackets whose first rungs come later and later "
                                     "(grace_period x factor^b), each trial in one, most in the first; none: train "
                                     "every trial out")
@@ -483,9 +489,6 @@ class SweepSpec(_Section):
             raise ConfigError(f"{source}: objective.target needs one objective; this sweep has {several}")
         if self.warm_start is not None and several > 1:
             raise ConfigError(f"{source}: warm_start needs one objective (its sweeps' best trials); this sweep has "
-                              f"{several}")
-        if self.scheduler.type != "none" and several > 1:
-            raise ConfigError(f"{source}: scheduler.type={self.scheduler.type!r} needs one objective; this sweep has "
                               f"{several}")
         if self.constraints and self.sampler.type == "random":
             raise ConfigError(f"{source}: constraints need a sampler that models them (tpe, nsga2 or gp); "

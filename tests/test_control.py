@@ -132,18 +132,25 @@ RUNGS = ["scheduler.grace_period=1", "scheduler.reduction_factor=2", "max_concur
 def outcomes(workspace, name) -> dict[int, tuple]:
     """Each trial's state, and a complete trial's value. (A pruned trial's value is its last epoch's,
     and Tune may let a trial train one epoch past ASHA's stop while the decision travels.)"""
-    return {t.number: (t.state.name, t.value if t.state.name == "COMPLETE" else None)
+    return {t.number: (t.state.name, t.values if t.state.name == "COMPLETE" else None)
             for t in trials(workspace, name)}
 
 
-@pytest.mark.parametrize("scheduler", ["asha", "hyperband"])
-def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path, scheduler):
+# Two objectives: accuracy and the latent's share, three learning rates at two latent lengths.
+TWO_OBJECTIVES = ["objective=[{metric: val_token_accuracy, mode: max}, {metric: latent_share, mode: min}]",
+                  "grid.train.lr=[0.03, 0.0001, 0.003]", "grid.model.latent_len=[8, 4]"]
+
+
+@pytest.mark.parametrize("scheduler, extra", [("asha", []), ("hyperband", []), ("asha", TWO_OBJECTIVES)],
+                         ids=["asha", "hyperband", "asha-two-objectives"])
+def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path, scheduler, extra):
     """Ray's ASHA forgets its rungs with its driver; seqae rebuilds them from the trials' records,
     so a sweep killed mid-trial and resumed prunes exactly the trials an uninterrupted one does.
     Hyperband's too: each trial's bracket comes from its number, so the resumed driver puts every
-    trial back in the bracket it had."""
+    trial back in the bracket it had. And with two objectives, whose rungs rank by non-dominated
+    sorting (a trial's values are then its objectives')."""
     workspace = tmp_path / "ws"
-    plain = seqae(*run_args(workspace, "plain", f"scheduler.type={scheduler}", *RUNGS))
+    plain = seqae(*run_args(workspace, "plain", f"scheduler.type={scheduler}", *RUNGS, *extra))
     assert plain.returncode == 0, plain.stdout[-3000:]
     expected = outcomes(workspace, "plain")
     states_seen = [state for state, _ in expected.values()]
@@ -153,7 +160,8 @@ def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path, schedu
     assert {n: (r.info.status, r.data.tags["seqae.outcome"]) for n, r in runs.items()} == {
         n: ("FINISHED", state.lower()) for n, (state, _) in expected.items()}
 
-    driver = start(*run_args(workspace, "killed", f"scheduler.type={scheduler}", *RUNGS), log=tmp_path / "driver.log")
+    driver = start(*run_args(workspace, "killed", f"scheduler.type={scheduler}", *RUNGS, *extra),
+                   log=tmp_path / "driver.log")
     storage = workspace / "sweeps" / "killed"
     try:  # kill the driver while a trial past the first rung is still training
         wait_for(lambda: any(meta["epoch"] >= 1 and not meta["finished"] and number >= 2

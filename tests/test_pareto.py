@@ -6,7 +6,7 @@ import numpy as np
 import optuna
 import pytest
 
-from sweeps.pareto import hypervolume, pareto_ranks, ranks
+from sweeps.pareto import behind, hypervolume, pareto_ranks, ranks
 
 
 def _finished(values: list[float], number: int) -> optuna.trial.FrozenTrial:
@@ -61,3 +61,17 @@ def test_the_hypervolume_of_integer_points_counts_the_unit_cells_they_dominate()
 def test_the_hypervolume_of_three_objectives_is_refused():
     with pytest.raises(ValueError, match="3 objectives"):
         hypervolume([[0, 0, 0]], ["min", "min", "min"], [1, 1, 1])
+
+
+def test_behind_keeps_the_best_share_by_rank_and_a_front_point_always():
+    """Maximized: (3, 1), (1, 3) and (2, 2) are one front, (1, 1) is behind them all. Of five
+    points the best half is 3 (ceil 2.5): the whole first front goes on, (1, 1) does not; a point
+    that joins the front goes on whatever its rank among many; with no others nothing is behind."""
+    front = [[3, 1], [1, 3], [2, 2]]
+    assert behind([*front, [0, 0]], [1, 1], 1 / 2)
+    assert not behind([*front, [0, 0]], [2.5, 1.5], 1 / 2)
+    assert not behind([[5, 0]] * 9, [0, 5], 1 / 3)  # alone in its corner of the front
+    assert behind([[5, 5]] * 9, [4, 4], 1 / 3)
+    assert not behind([], [0, 0], 1 / 2)
+    # one objective: below the best half of the others is behind, as Ray's cutoff would have it
+    assert behind([[0.9], [0.8], [0.7]], [0.6], 1 / 2) and not behind([[0.9], [0.8], [0.7]], [0.85], 1 / 2)

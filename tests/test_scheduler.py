@@ -8,8 +8,9 @@ from types import SimpleNamespace
 from ray.tune.schedulers import TrialScheduler
 
 from seqae_core import metrics as M
-from sweeps.runner import ResumableASHA
+from sweeps.runner import ParetoASHA, ResumableASHA
 from sweeps.search import TrialSpec
+from sweeps.spec import Objective
 
 
 def _trial(number: int, start: str | None = None) -> SimpleNamespace:
@@ -18,7 +19,7 @@ def _trial(number: int, start: str | None = None) -> SimpleNamespace:
 
 
 def test_a_starting_point_is_never_stopped_but_counts_at_every_rung():
-    asha = ResumableASHA({}, 1.0, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=9,
+    asha = ResumableASHA({}, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=9,
                          grace_period=1, reduction_factor=3)
     good = [_trial(n) for n in range(3)]
     start, weak = _trial(3, "paper"), _trial(4)
@@ -47,3 +48,29 @@ def test_rung_agreement_ranks_the_trials_at_each_epoch_against_their_final_objec
     assert [r["kendall_tau"] for r in rows] == [-1.0, 1.0, 1.0]
     assert [r["best_in_top_1/3"] for r in rows] == [False, True, True]
     assert [r["regret_of_leader"] for r in rows] == [0.6, 0.0, 0.0]
+
+
+def test_several_objectives_rank_a_rung_by_non_dominated_sorting_and_resume_the_same():
+    """Accuracy up, latent share down, factor 2. Three trials reach the first rung; a fourth with the
+    lowest accuracy but the smallest latent is on the rung's front and goes on; a fifth that the
+    others beat on both stops. Rebuilt from the trials' records, a rung judges each trial against all
+    it holds (which reached it first is not recorded, as with one objective): the fifth and the third
+    are behind again, the second, behind the first alone when it arrived, is now inside the best half."""
+    objectives = (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"), Objective(metric=M.LATENT_SHARE, mode="min"))
+    settings = {"time_attr": M.EPOCH, "max_t": 4, "grace_period": 1, "reduction_factor": 2,
+                "metric": M.VAL_TOKEN_ACCURACY, "mode": "max"}  # Tune sets the first objective so
+    asha = ParetoASHA({}, objectives, **settings)
+    points = [(0.9, 0.5), (0.8, 0.5), (0.7, 0.5), (0.3, 0.125), (0.6, 0.5)]
+    decisions, history = [], {}
+    for number, (accuracy, share) in enumerate(points):
+        trial = _trial(number)
+        asha.on_trial_add(None, trial)
+        record = {M.EPOCH: 1, M.VAL_TOKEN_ACCURACY: accuracy, M.LATENT_SHARE: share}
+        decisions.append(asha.on_trial_result(None, trial, record))
+        history[number] = {1: ParetoASHA.value(objectives, record)}
+    assert decisions == [TrialScheduler.CONTINUE, TrialScheduler.STOP, TrialScheduler.STOP,
+                         TrialScheduler.CONTINUE, TrialScheduler.STOP]
+    end = {M.EPOCH: 4, M.VAL_TOKEN_ACCURACY: 0.95, M.LATENT_SHARE: 0.5}
+    assert asha.on_trial_result(None, _trial(0), end) == TrialScheduler.STOP  # its last epoch
+    rebuilt = ParetoASHA(history, objectives, **settings)
+    assert [rebuilt.stops(n) for n in range(5)] == [False, False, True, False, True]
