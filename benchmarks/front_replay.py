@@ -6,13 +6,15 @@ the evidence table against the grid and random search.
 proposes with the service's own sampler (``sweeps.search.sampler``) for two objectives,
 validation accuracy (max) and the latent share (min; on this table the latent fraction, each
 latent token as wide as d_model); a proposal trains the table's nearest configuration at its
-fraction, to the end (no multi-objective early stopping here), on :data:`WORKERS` asynchronous
-one-CPU workers that take the measured epochs' process CPU-seconds. The grid trains all 288, in
+fraction, to the end or until the service's multi-objective ASHA (``sweeps.runner.ParetoASHA``,
+the quickstart's grace 1 and factor 2) stops it, on :data:`WORKERS` asynchronous one-CPU workers
+that take the measured epochs' process CPU-seconds. The grid trains all 288, in
 an order the seed shuffles. Each replay's costs come from one training seed's table, alternating
 with the replay seed.
 
 **What is scored** (registered before measuring): after each trial ends, the front a sweep
-returns (its complete trials that no other beats on validation accuracy and latent share) is
+returns (its complete trials, not the ones ASHA stopped, that no other beats on validation
+accuracy and latent share) is
 scored by the hypervolume of its *test* accuracies (each trial's kept checkpoint) against
 log2 of the latent share: each halving of the latent counts alike, the reference point at the
 whole input (log2 1 = 0) and at the lowest test accuracy of any of the table's 288 trainings.
@@ -44,12 +46,14 @@ import pandas as pd
 
 from benchmarks import evidence_table as E
 from benchmarks.intervals import median_interval, ratio_interval, t_interval, wilson
-from benchmarks.replay import TPE, Curve, curves
+from benchmarks.replay import GRACE_PERIOD, REDUCTION_FACTOR, TPE, Curve, curves
 from seqae_core import metrics as M
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.pareto import hypervolume, ranks
-from sweeps.search import sampler
+from sweeps.runner import ParetoASHA, stub_trial
+from sweeps.search import TrialSpec, sampler
+from sweeps.spec import Objective
 
 WORKERS = 2
 # Shares of the grid front's test hypervolume: the frontier issue's 95%, to be reached for at most
@@ -65,11 +69,16 @@ TOTAL = round(TARGET_COST * E.SIZE * len(E.FRACTIONS))  # trials.total a user wo
 class Method:
     name: str
     sampler: str  # grid (all 288, shuffled), random, nsga2 or tpe: the service's, for two objectives
+    scheduler: str = "none"  # or asha: the service's, ranking each rung by non-dominated sorting
 
 
 # Registered before measuring: the grid, random search, and the service's two multi-objective
-# samplers as a user gets them (NSGA-II's population from trials.total; TPE with the quickstart's settings).
-METHODS = (Method("grid", "grid"), Method("random", "random"), Method("nsga2", "nsga2"), Method("tpe", "tpe"))
+# samplers as a user gets them (NSGA-II's population from trials.total; TPE with the quickstart's
+# settings), each also with multi-objective ASHA.
+METHODS = (Method("grid", "grid"), Method("random", "random"), Method("nsga2", "nsga2"), Method("tpe", "tpe"),
+           Method("asha+random", "random", "asha"), Method("asha+nsga2", "nsga2", "asha"),
+           Method("asha+tpe", "tpe", "asha"))
+OBJECTIVES = (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"), Objective(metric=M.LATENT_SHARE, mode="min"))
 
 
 @dataclass(frozen=True)
@@ -112,8 +121,9 @@ def _spec(method: Method, seed: int) -> spec_lib.SweepSpec:
     search["model.latent_fraction"] = {"type": "categorical", "choices": sorted(E.FRACTIONS)}
     tpe = {**TPE, "n_startup_trials": 2} if method.sampler == "tpe" else {}
     doc = {"config": {"train": {"epochs": E.EPOCHS}}, "search": search, "trials": {"total": TOTAL},
-           "objective": [{"metric": M.VAL_TOKEN_ACCURACY, "mode": "max"}, {"metric": M.LATENT_SHARE, "mode": "min"}],
-           "sampler": {"type": method.sampler, "seed": seed, **tpe}, "scheduler": {"type": "none"}}
+           "objective": [o.model_dump(exclude_none=True) for o in OBJECTIVES],
+           "sampler": {"type": method.sampler, "seed": seed, **tpe},
+           "scheduler": {"type": method.scheduler, "grace_period": GRACE_PERIOD, "reduction_factor": REDUCTION_FACTOR}}
     return spec_lib.parse(doc, f"front replay of {method.name}")
 
 
@@ -143,13 +153,18 @@ def replay(tables: dict[float, list[Curve]], method: Method, seed: int) -> Trace
     """Run ``method`` on one seed's ``tables`` (by fraction) until the last budget is spent."""
     space = [Point(f, c) for f, table in sorted(tables.items()) for c in table]
     grid_cost = sum(sum(p.curve.cpu) for p in space)
+    epochs = len(space[0].curve.val)
     reference = min(p.curve.test[-1] for p in space)
     whole = front_hypervolume(space, reference)
     order = list(space)
     np.random.default_rng(seed).shuffle(order)  # type: ignore[arg-type]
-    proposals = None if method.sampler == "grid" else Proposals(tables, _spec(method, seed))
-    events: list[tuple[float, int, int]] = []  # (ends at, tie-break, trial number)
-    running: dict[int, tuple[Point, Any, float]] = {}  # point, Optuna trial, started at
+    spec = None if method.sampler == "grid" else _spec(method, seed)
+    proposals = None if spec is None else Proposals(tables, spec)
+    asha = (ParetoASHA({}, OBJECTIVES, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=epochs,
+                       grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR)
+            if method.scheduler == "asha" else None)
+    events: list[tuple[float, int, int]] = []  # (an epoch ends at, tie-break, trial number)
+    running: dict[int, tuple[Point, Any, Any, int, float]] = {}  # point, Optuna trial, Tune stub, epoch, since
     ended: list[Point] = []
     counter = itertools.count()
     started, closed = 0, 0.0
@@ -168,8 +183,11 @@ def replay(tables: dict[float, list[Curve]], method: Method, seed: int) -> Trace
             point, handle = order[started], None
         else:
             point, handle = proposals.ask()
-        running[started] = (point, handle, now)
-        heapq.heappush(events, (now + sum(point.curve.cpu), next(counter), started))
+        view = stub_trial(TrialSpec(started, {}, None))
+        if asha is not None:
+            asha.on_trial_add(None, view)
+        running[started] = (point, handle, view, 1, now)
+        heapq.heappush(events, (now + point.curve.cpu[0], next(counter), started))
         started += 1
 
     for _ in range(WORKERS):
@@ -180,8 +198,18 @@ def replay(tables: dict[float, list[Curve]], method: Method, seed: int) -> Trace
             shares.append(score / whole)  # what had ended before the budget ran out
         if len(shares) == len(BUDGETS):
             break
-        point, handle, _ = running.pop(number)
-        closed += sum(point.curve.cpu)
+        point, handle, view, epoch, _ = running.pop(number)
+        closed += point.curve.cpu[epoch - 1]
+        record = {M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: point.curve.val[epoch - 1], M.LATENT_SHARE: point.fraction}
+        if epoch < epochs and (asha is None or asha.on_trial_result(None, view, record) != ParetoASHA.STOP):
+            running[number] = (point, handle, view, epoch + 1, now)
+            heapq.heappush(events, (now + point.curve.cpu[epoch], next(counter), number))
+            continue
+        if epoch < epochs:  # stopped by ASHA: pruned, off the front a sweep returns
+            assert proposals is not None
+            proposals.study.tell(handle, state=optuna.trial.TrialState.PRUNED)
+            start(now)
+            continue
         ended.append(point)
         if proposals is not None:  # the values a sweep records: the kept (best validation) epoch's
             proposals.study.tell(handle, [max(point.curve.val), point.fraction])
