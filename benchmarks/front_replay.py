@@ -46,7 +46,7 @@ import pandas as pd
 
 from benchmarks import evidence_table as E
 from benchmarks.intervals import median_interval, ratio_interval, t_interval, wilson
-from benchmarks.replay import GRACE_PERIOD, REDUCTION_FACTOR, TPE, Curve, curves
+from benchmarks.replay import GRACE_PERIOD, REDUCTION_FACTOR, TPE, Curve, complete_rows, curves, write_rows
 from seqae_core import metrics as M
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
@@ -295,20 +295,15 @@ def run(seeds: range, table_path: Path = E.TABLE, workers: int = WORKERS, method
 
 
 def _write_runs(path: Path, runs: list[Run]) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    pd.DataFrame([{"method": r.method, "seed": r.seed, "cost_seed": r.cost_seed, "trials": r.trace.trials,
+    write_rows(path, [{"method": r.method, "seed": r.seed, "cost_seed": r.cost_seed, "trials": r.trace.trials,
                    **{f"cost_vs_grid_{t:g}": c for t, c in zip(TARGETS, r.trace.costs)},
                    **{f"trials_to_{t:g}": n for t, n in zip(TARGETS, r.trace.trials_to)},
-                   **{f"hv_share_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.shares)}} for r in runs]
-                 ).to_parquet(partial, index=False)
-    partial.replace(path)
+                   **{f"hv_share_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.shares)}} for r in runs])
 
 
 def _read_runs(path: Path, seeds: range) -> list[Run]:
-    frame = pd.read_parquet(path)
-    complete = [m for m, group in frame.groupby("method", sort=False) if sorted(group.seed) == list(seeds)]
     return [Run(row["method"], int(row["seed"]), int(row["cost_seed"]),
                 Trace(tuple(float(row[f"cost_vs_grid_{t:g}"]) for t in TARGETS),
                       tuple(float(row[f"trials_to_{t:g}"]) for t in TARGETS),
                       tuple(float(row[f"hv_share_at_{b:g}x"]) for b in BUDGETS), int(row["trials"])))
-            for row in frame[frame.method.isin(complete)].to_dict("records")]
+            for row in complete_rows(path, seeds)]

@@ -367,26 +367,35 @@ def run(seeds: range, fraction: float = FRACTION, table_path: Path = E.TABLE, wo
                      {s: first_rung_tau(t) for s, t in tables.items()})
 
 
-def _write_runs(path: Path, runs: list[Run]) -> None:
-    """Every replay of ``runs``, a row each; the file is replaced whole or not at all."""
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """A replay file: a row per replay, the file replaced whole or not at all."""
     partial = path.with_name(f".{path.name}.partial")
-    pd.DataFrame([{"method": r.method, "seed": r.seed, "cost_seed": r.cost_seed, "best_test": r.best_test,
+    pd.DataFrame(rows).to_parquet(partial, index=False)
+    partial.replace(path)
+
+
+def complete_rows(path: Path, seeds: range) -> list[dict[str, Any]]:
+    """The rows of a replay file (:func:`write_rows`) of the methods it has every seed of."""
+    frame = pd.read_parquet(path)
+    complete = [m for m, group in frame.groupby("method", sort=False) if sorted(group.seed) == list(seeds)]
+    return frame[frame.method.isin(complete)].to_dict("records")  # type: ignore[return-value]
+
+
+def _write_runs(path: Path, runs: list[Run]) -> None:
+    """Every replay of ``runs``, a row each."""
+    write_rows(path, [{"method": r.method, "seed": r.seed, "cost_seed": r.cost_seed, "best_test": r.best_test,
                    "trials": r.trace.trials,
                    **{f"target_p{p}": t for p, t in zip(TARGET_PERCENTILES, r.targets)},
                    **{f"cpu_s_p{p}": c for p, c in zip(TARGET_PERCENTILES, r.trace.costs)},
                    **{f"trials_p{p}": c for p, c in zip(TARGET_PERCENTILES, r.trace.trials_to)},
-                   **{f"test_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.returned_test)}} for r in runs]
-                 ).to_parquet(partial, index=False)
-    partial.replace(path)
+                   **{f"test_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.returned_test)}} for r in runs])
 
 
 def _read_runs(path: Path, seeds: range) -> list[Run]:
     """The replays a file holds (:func:`_write_runs`), of the methods it has every seed of."""
-    frame = pd.read_parquet(path)
-    complete = [m for m, group in frame.groupby("method", sort=False) if sorted(group.seed) == list(seeds)]
     return [Run(row["method"], int(row["seed"]), int(row["cost_seed"]),
                 tuple(float(row[f"target_p{p}"]) for p in TARGET_PERCENTILES), float(row["best_test"]),
                 Trace(tuple(float(row[f"cpu_s_p{p}"]) for p in TARGET_PERCENTILES),
                       tuple(float(row[f"trials_p{p}"]) for p in TARGET_PERCENTILES),
                       tuple(float(row[f"test_at_{b:g}x"]) for b in BUDGETS), int(row["trials"])))
-            for row in frame[frame.method.isin(complete)].to_dict("records")]
+            for row in complete_rows(path, seeds)]

@@ -169,7 +169,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
             raise ConfigError(f"model {args.model!r}: no sweeps have run in {workspace.root} yet (no mlflow.db); "
                               "pass --workspace, or set SEQAE_MLFLOW_TRACKING_URI")
         uri = f"sqlite:///{workspace.root / 'mlflow.db'}"
-    model_uri, model = load_registered(uri, args.model)
+    model_uri, model = load_registered(uri, args.model, args.at)
     out = model.predict(texts)
     print(f"{model_uri}: each text's reconstruction from its latents, wrong tokens [[marked]]")
     for n, row in enumerate(out.itertuples(), 1):

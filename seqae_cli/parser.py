@@ -159,6 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="texts to encode and reconstruct; - reads one from standard input")
     encode.add_argument("--file", action="append", default=[], metavar="PATH",
                         help="a UTF-8 file whose whole text is one more text to encode (repeatable)")
+    encode.add_argument("--at", type=float, default=None, metavar="SHARE",
+                        help="with a sweep's Pareto front registered by latent share: its model of the largest "
+                             "latent share at most SHARE (0.25: a latent of a quarter of the input's floats)")
     encode.set_defaults(handler=cmd_encode)
 
     ui = with_workspace(commands.add_parser("ui", help="the MLflow UI and optuna-dashboard on a workspace"))

@@ -16,6 +16,16 @@ OUTCOME = "seqae.outcome"  # a trial's run: complete, pruned, failed or interrup
 ENDED = "seqae.ended"  # the sweep's parent run: how its last session ended (complete, or why it stopped early)
 BEST_ALIAS = "best"  # the registered model's alias on the version of the sweep's best trial
 MODEL_EPOCH = "seqae.epoch"  # a registered model version: the epoch of its trial's checkpoint it holds
+OBJECTIVE = "seqae.objective."  # ... + a metric: a version of a multi-objective sweep's front, its operating point
+LATENT_ALIAS = "latent-"  # a front version's alias: its latent share in percent (latent_alias)
+
+
+def latent_alias(share: float) -> str:
+    """The alias of a front model at latent ``share``: ``latent-25pct``, ``latent-12_5pct`` (MLflow's
+    aliases take no dots)."""
+    return f"{LATENT_ALIAS}{share * 100:g}pct".replace(".", "_")
+
+
 ERROR = "seqae.error"  # a failed trial's run: the end of its traceback
 CONTINUED = "seqae.continued"  # a trial's run reopened by `seqae sweep extend --epochs`
 ARTIFACTS_EPOCH = "seqae.artifacts_epoch"  # a trial's run: the epoch whose best-model artifacts it holds

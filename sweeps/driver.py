@@ -22,6 +22,7 @@ import torch
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
 from dashboards import report
+from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.train import describe_precision
 from seqae_errors import ConfigError, StorageUnreachable
@@ -255,17 +256,50 @@ def training_precision(spec: spec_lib.SweepSpec) -> str:
 
 
 def register_best(study: SweepStudy, tracker: Tracker, name: str) -> None:
-    best = study.best()
-    if not best:
-        return
-    trial = max(best, key=lambda t: t.values[0] * (1 if study.spec.objectives[0].mode == "max" else -1))
-    version, new = tracker.register_best(trial.number, name)
-    if version and new:
-        print(f"seqae: registered the model of trial {trial.number} as {name!r} version {version} "
-              f"(@{N.BEST_ALIAS})", flush=True)
-    elif version:
-        print(f"seqae: the best model is still trial {trial.number}'s, {name!r} version {version} (@{N.BEST_ALIAS})",
-              flush=True)
+    front = study.best()
+    if front:
+        register_front(front, study.spec.objectives, tracker, name)
+
+
+def register_front(front: list[Any], objectives: tuple[spec_lib.Objective, ...], tracker: Tracker, name: str) -> None:
+    """Register the model of the best of ``front`` (Optuna's trials; ``@best``: by the first
+    objective); with several objectives, every model of the Pareto front, each version tagged with
+    its objectives' values and, where the latent's share is one of them, aliased by it
+    (``@latent-25pct``), which `seqae encode --at` chooses among; the aliases of shares no longer on
+    the front are removed. A version that holds a trial's kept checkpoint already is pointed at again."""
+    several = len(objectives) > 1
+    best = max(front, key=lambda t: t.values[0] * objectives[0].sign)
+    aliases = latent_aliases(front, objectives) if several else {}
+    for trial in sorted(front, key=lambda t: t.number) if several else [best]:
+        tags = {f"{N.OBJECTIVE}{o.metric}": repr(v) for o, v in zip(objectives, trial.values)} if several else {}
+        version, new = tracker.register(trial.number, name, ((N.BEST_ALIAS,) if trial is best else ())
+                                        + aliases.get(trial.number, ()), tags)
+        if trial is not best:
+            continue
+        if version and new:
+            print(f"seqae: registered the model of trial {trial.number} as {name!r} version {version} "
+                  f"(@{N.BEST_ALIAS})", flush=True)
+        elif version:
+            print(f"seqae: the best model is still trial {trial.number}'s, {name!r} version {version} "
+                  f"(@{N.BEST_ALIAS})", flush=True)
+    if several:
+        kept = [a for names in aliases.values() for a in names]
+        tracker.drop_aliases(name, N.LATENT_ALIAS, set(kept))
+        print(f"seqae: the Pareto front's {len(front)} models are versions of {name!r}"
+              + (f", by latent share: {', '.join('@' + a for a in kept)}" if kept else ""), flush=True)
+
+
+def latent_aliases(front: list[Any], objectives: tuple[spec_lib.Objective, ...]) -> dict[int, tuple[str, ...]]:
+    """Each front trial's operating-point alias, by trial number, where the latent's share is an
+    objective: one alias per share, on the lowest-numbered trial at it, the smallest share first."""
+    metrics = [o.metric for o in objectives]
+    if M.LATENT_SHARE not in metrics:
+        return {}
+    at = metrics.index(M.LATENT_SHARE)
+    owners: dict[str, int] = {}
+    for trial in sorted(front, key=lambda t: (t.values[at], t.number)):
+        owners.setdefault(N.latent_alias(trial.values[at]), trial.number)
+    return {n: tuple(a for a, owner in owners.items() if owner == n) for n in dict.fromkeys(owners.values())}
 
 
 def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:

@@ -283,7 +283,7 @@ class Tracker:
 
     def _log_best(self, run_id: str, files: dict[str, bytes], meta: dict[str, Any]) -> None:
         """The best epoch's samples, metrics and config; its model goes to MLflow only where the
-        sweep registers it (:meth:`register_best`), so that MLflow does not grow by a model per trial."""
+        sweep registers it (:meth:`register`), so that MLflow does not grow by a model per trial."""
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             (folder / "samples.txt").write_bytes(files[SAMPLES_TXT])
@@ -303,21 +303,21 @@ class Tracker:
             key = "mlflow_outage_seconds"
             self.client.log_metric(self.parent_run_id, key, seconds, self._stamp(self.parent_run_id, key, number), number)
 
-    def register_best(self, number: int, model_name: str) -> tuple[str | None, bool]:
-        """Log the best trial's model as a text-in, text-out MLflow model (:mod:`sweeps.textmodel`)
-        and register it, unless the version the ``@best`` alias points at already holds this
-        trial's kept checkpoint; the alias then points at it. Returns the version, and whether it
-        is new."""
+    def register(self, number: int, model_name: str, aliases: tuple[str, ...] = (N.BEST_ALIAS,),
+                 tags: dict[str, str] | None = None) -> tuple[str | None, bool]:
+        """Log trial ``number``'s kept checkpoint as a text-in, text-out MLflow model
+        (:mod:`sweeps.textmodel`) and register it, unless a version of ``model_name`` already holds
+        it; ``aliases`` then point at that version, which carries ``tags``. Returns the version, and
+        whether it is new."""
 
         best = CheckpointStore.of_trial(self.storage, number).latest("best")
         if best.epoch is None:
             return None, False
         run_id = self.child_run(number)
-        try:
-            current = self.client.get_model_version_by_alias(model_name, N.BEST_ALIAS)
-        except MlflowException:  # no such model, or no alias on it yet
-            current = None
-        if current is not None and (current.run_id, current.tags.get(N.MODEL_EPOCH)) == (run_id, str(best.epoch)):
+        held = self.client.search_model_versions(f"name = '{model_name}' and run_id = '{run_id}'")
+        current = next((v for v in held if v.tags.get(N.MODEL_EPOCH) == str(best.epoch)), None)
+        if current is not None:
+            self._point(model_name, str(current.version), aliases, tags or {})
             return str(current.version), False
         saved = tensors(best.files[MODEL])
         config = from_flat(saved["config"])
@@ -339,8 +339,21 @@ class Tracker:
         self.client.set_terminated(run_id, status)
         version = self._new_version(model_name, info.model_id, run_id)
         self.client.set_model_version_tag(model_name, version, N.MODEL_EPOCH, str(best.epoch))
-        self.client.set_registered_model_alias(model_name, N.BEST_ALIAS, version)
+        self._point(model_name, version, aliases, tags or {})
         return version, True
+
+    def _point(self, model_name: str, version: str, aliases: tuple[str, ...], tags: dict[str, str]) -> None:
+        for key, value in tags.items():
+            self.client.set_model_version_tag(model_name, version, key, value)
+        for alias in aliases:
+            self.client.set_registered_model_alias(model_name, alias, version)
+
+    def drop_aliases(self, model_name: str, prefix: str, keep: set[str]) -> None:
+        """Remove ``model_name``'s aliases that start with ``prefix`` and are not in ``keep`` (a
+        model that left the front loses its operating point's alias; its version stays)."""
+        for alias in self.client.get_registered_model(model_name).aliases:
+            if alias.startswith(prefix) and alias not in keep:
+                self.client.delete_registered_model_alias(model_name, alias)
 
     def _new_version(self, model_name: str, model_id: str, run_id: str) -> str:
         """Register the logged model ``model_id`` as a new version of ``model_name`` and link the two

@@ -109,7 +109,7 @@ def test_hyperband_draws_each_trials_bracket_from_its_number_so_every_session_ag
     trials in the first (Ray's odds); a trial's bracket is the same in a new scheduler (a resumed
     driver's), with the rungs it passed rebuilt there."""
     def scheduler(history=None):
-        return ResumableASHA(history or {}, 1.0, time_attr="epoch", metric="v", mode="max", max_t=9, grace_period=1,
+        return ResumableASHA(history or {}, time_attr="epoch", metric="v", mode="max", max_t=9, grace_period=1,
                              reduction_factor=2, brackets=4)
     first, again = scheduler(), scheduler({7: {2: 0.5, 4: 0.6}})
     assert [int(b._rungs[-1][0]) for b in first._brackets] == [1, 2, 4, 8]

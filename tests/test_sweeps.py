@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mlflow.tracking import MlflowClient
+
+from seqae_core.names import latent_alias
 from sweeps import spec as spec_lib
 from sweeps.export import trial_table
 from sweeps.workspace import Workspace
@@ -24,7 +27,7 @@ STUDY_SMOKE = {
     "search_lr_dims": ["data.input_len=16", "model.latent_len=8", "trials.total=3", "search.model.layers={type: int, low: 1, high: 2}",
                        "scheduler.type=asha"],
     "frontier": ["data.input_len=16", "trials.total=3", "search.model.latent_dim={type: categorical, choices: [4, 8, 16]}",
-                 "constraints=[{metric: latent_share, at_most: 1.0}]"],  # NSGA-II's constraints, met by every latent
+                 "constraints=[{metric: latent_share, at_most: 1.0}]"],  # TPE's constraints, met by every latent
     "ablation_paper_block": ["data.input_len=16", "grid.model.latent_len=[8]"],
 }
 
@@ -72,6 +75,14 @@ def test_study_runs_in_smoke_mode(study, profile, tmp_path):
         best = info["best"] if isinstance(info["best"], list) else [info["best"]]  # status's front: one trial, or several
         assert set(table.trial[table.pareto_rank == 1]) == {b["trial"] for b in best}, table
         assert table.latent_share.notna().all() and table.feasible.all(), table
+        # the registry keeps the front: a version per model, an alias per latent share on it, read through MLflow
+        client = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
+        front = table[table.pareto_rank == 1]
+        aliases = client.get_registered_model(study).aliases
+        by_alias = {a: client.get_run(client.get_model_version(study, v).run_id).data.tags["seqae.trial"]
+                    for a, v in aliases.items()}
+        assert {a for a in aliases if a.startswith("latent-")} == {latent_alias(x) for x in front.latent_share}, aliases
+        assert {int(n) for n in by_alias.values()} <= set(front.trial), (by_alias, front)
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ from tests.sweep_helpers import seqae
 @pytest.fixture(scope="module")
 def registered(tmp_path_factory, data_cache):
     """A tiny model on a corpus vocabulary (its ids are not the tokenizer's), trained 3 epochs
-    into a trial's checkpoint store and registered as 'tiny' by ``Tracker.register_best``, in a
+    into a trial's checkpoint store and registered as 'tiny' by ``Tracker.register``, in a
     workspace's MLflow (SQLite, artifacts in the workspace)."""
     import mlflow
 
@@ -44,7 +44,7 @@ def registered(tmp_path_factory, data_cache):
     tracker = Tracker(uri, "tiny", storage, workspace / "mlartifacts")
     tracker.open("test", None, None, {})
     tracker.child_run(0, config.flat())
-    version, new = tracker.register_best(0, "tiny")
+    version, new = tracker.register(0, "tiny")
     assert new
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
@@ -220,15 +220,15 @@ def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best
     from sweeps.registry import load_registered
 
     tracker, client = registered.tracker, MlflowClient(registered.uri)
-    assert tracker.register_best(0, "champion") == ("1", True)
-    assert tracker.register_best(0, "champion") == ("1", False)
+    assert tracker.register(0, "champion") == ("1", True)
+    assert tracker.register(0, "champion") == ("1", False)
     assert len(client.search_model_versions("name='champion'")) == 1
 
     config = dataclasses.replace(registered.config, train=dataclasses.replace(registered.config.train, seed=7))
     store = CheckpointStore.of_trial(registered.storage, 1)
     train(config, store.save, cache_dir=data_cache)
     tracker.child_run(1, config.flat())
-    assert tracker.register_best(1, "champion") == ("2", True)
+    assert tracker.register(1, "champion") == ("2", True)
     best = client.get_model_version_by_alias("champion", "best")
     assert (str(best.version), best.run_id) == ("2", tracker.child_run(1))
     assert best.tags["seqae.epoch"] == str(store.latest("best").epoch)
@@ -239,3 +239,54 @@ def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best
     assert linked == [{"name": "champion", "version": 2}]
     printed = capfd.readouterr()
     assert "registered model" not in printed.err and "Created version" not in printed.err, printed.err
+
+
+def test_the_front_is_registered_by_operating_point_and_encode_chooses_by_size(registered, data_cache, capsys):
+    """Two objectives, accuracy and latent share: the front's two models become versions tagged with
+    their operating points, @best on the more accurate, @latent-50pct and @latent-25pct on each;
+    `seqae encode --at` loads the largest share that fits. When the front loses a model, its alias
+    goes and its version stays; registering again adds no version. Read back through MLflow's client."""
+    import optuna
+    from mlflow.tracking import MlflowClient
+
+    from seqae_cli.main import main
+    from seqae_core.checkpoint import CheckpointStore
+    from seqae_core.train import train
+    from sweeps.driver import register_front
+    from sweeps.spec import Objective
+
+    tracker, client = registered.tracker, MlflowClient(registered.uri)
+    config = dataclasses.replace(registered.config, train=dataclasses.replace(registered.config.train, seed=8))
+    train(config, CheckpointStore.of_trial(registered.storage, 5).save, cache_dir=data_cache)
+    tracker.child_run(5, config.flat())
+    objectives = (Objective(metric="val_token_accuracy", mode="max"), Objective(metric="latent_share", mode="min"))
+
+    def trial(number: int, values: list[float]) -> optuna.trial.FrozenTrial:
+        frozen = optuna.trial.create_trial(values=values, state=optuna.trial.TrialState.COMPLETE)
+        frozen.number = number
+        return frozen
+
+    register_front([trial(0, [0.9, 0.5]), trial(5, [0.7, 0.25])], objectives, tracker, "frontier")
+    assert "the Pareto front's 2 models are versions of 'frontier', by latent share: @latent-25pct, @latent-50pct" \
+        in capsys.readouterr().out
+    aliases = client.get_registered_model("frontier").aliases
+    assert aliases == {"best": 1, "latent-50pct": 1, "latent-25pct": 2}, aliases
+    versions = {str(v.version): v for v in client.search_model_versions("name='frontier'")}
+    assert {n: (v.run_id, v.tags["seqae.objective.latent_share"], v.tags["seqae.objective.val_token_accuracy"])
+            for n, v in versions.items()} == {"1": (tracker.child_run(0), "0.5", "0.9"),
+                                              "2": (tracker.child_run(5), "0.25", "0.7")}
+    workspace = ["--workspace", str(registered.workspace)]
+    for at, version in (("0.3", "2"), ("0.5", "1"), ("1", "1")):
+        assert main(["encode", "frontier", "a text", "--at", at, *workspace]) == 0
+        assert capsys.readouterr().out.startswith(f"models:/frontier/{version}: ")
+    for args, says in ((["frontier", "a text", "--at", "0.1"], "no model of the front has a latent share at most "
+                                                               "0.1 (shares: 0.25, 0.5)"),
+                       (["frontier@best", "a text", "--at", "0.3"], "--at chooses the version by its latent share"),
+                       (["tiny", "a text", "--at", "0.3"], "'tiny' has none")):
+        assert main(["encode", *args, *workspace]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err and "Traceback" not in err, err
+
+    register_front([trial(0, [0.9, 0.5])], objectives, tracker, "frontier")  # trial 5 left the front
+    assert client.get_registered_model("frontier").aliases == {"best": 1, "latent-50pct": 1}
+    assert len(client.search_model_versions("name='frontier'")) == 2
