@@ -1,7 +1,7 @@
-"""``seqae bench frontier-fig3 frontier-width frontier-offcorpus``: the compression frontier, the
-paper's question at laptop scale with a search behind it, scored on the test pages.
+"""``seqae bench frontier-fig3 frontier-width frontier-offcorpus frontier-sweep``: the compression
+frontier, the paper's question at laptop scale with a search behind it, scored on the test pages.
 
-Three parts, each a suite of ``seqae bench`` that runs real sweeps in ``--workspace`` (a rerun
+Four parts, each a suite of ``seqae bench`` that runs real sweeps in ``--workspace`` (a rerun
 continues them) and then rewrites the published table from every part found there:
 
     frontier-fig3       Fig. 3: input lengths :data:`INPUT_LENS` x latent fractions
@@ -17,6 +17,12 @@ continues them) and then rewrites the published table from every part found ther
                         corpus of another kind (installed packages' READMEs,
                         :mod:`benchmarks.corpora`), each registered model scored on both corpora's
                         test pages through ``seqae encode``'s text-in model
+    frontier-sweep      the front found by one two-objective sweep at 32 tokens (multi-objective
+                        TPE with multi-objective ASHA, as the replay measured best,
+                        :mod:`benchmarks.front_replay`) for at most :data:`SWEEP_COST` of the
+                        CPU-seconds the grid spent on its cells at :data:`FLOAT_SHARES`, against
+                        the grid's front there (:func:`sweep_summary`; so it runs after
+                        frontier-width)
 
 Every training uses the evidence's data and schedule (``benchmarks.search_vs_recipe``: 32-token
 windows of 30 pages, 10% test pages, lr decay 1e-3 -> 1e-4 over 5 epochs) for :data:`EPOCHS`
@@ -38,6 +44,7 @@ import pyarrow as pa
 from mlflow.tracking import MlflowClient
 
 from benchmarks.corpora import package_descriptions
+from benchmarks.replay import GRACE_PERIOD, REDUCTION_FACTOR, TPE
 from benchmarks.search_vs_recipe import INPUT_LEN, RECIPE, TABLES, document
 from benchmarks.sweep_runs import run_sweep
 from dashboards import claims
@@ -68,6 +75,18 @@ TUNED: dict[str, Any] = {
     "model.reduction": "gradual", "model.dropout": 0.13429052904240055, "train.lr": 0.003922683093146944,
 }
 CONFIGURATIONS = {"recipe": RECIPE, "tuned": TUNED}
+
+# The sweep's protocol, registered before it ran: frontier.yaml's latent keys at the evidence's 32
+# tokens, the rest of the tuned configuration fixed, so that its front and the grid's differ only in
+# where they trained. It may spend SWEEP_COST of what the grid's cells at FLOAT_SHARES cost (the
+# service's budget enforces it). At each share, each side's model is the one with the best validation
+# accuracy at that share or below (the sweep's among its complete trials), scored on test; the sweep
+# matches the grid where it trails by at most MATCH, the spread of the grid's own cells between
+# two seeds (0.0-1.8 points at 32 tokens), and the target is SWEEP_TARGET of the shares.
+SWEEP_SPACE = {"model.latent_fraction": {"type": "uniform", "low": 0.05, "high": 1.0},
+               "model.latent_dim": {"type": "categorical", "choices": [16, 32, 64, 128, 256]}}
+SWEEP_COST, MATCH, SWEEP_TARGET = 0.5, 0.01, 3
+SHARE_TOLERANCE = 0.002  # the even splits' whole lengths and widths miss their share by up to 0.0005
 WIKI, PACKAGES = "wikipedia-mini", "packages"
 CPUS = document("", "", {})["resources"]["cpu"]  # each training's
 
@@ -92,6 +111,7 @@ SCHEMA = pa.schema([
     ("test_loss", pa.float64()),
     ("wall_seconds", pa.float64()),  # the epoch's
     ("cpu_seconds", pa.float64()),  # the epoch's wall time x the CPUs the trial held
+    ("outcome", pa.string()),  # complete, or pruned: stopped by the sweep's ASHA
 ])
 
 
@@ -140,6 +160,16 @@ def _off_corpus_doc(data_path: str) -> dict[str, Any]:
     return _grid(doc, "train.seed", [SEEDS[0]])
 
 
+def _sweep_doc(data_path: str, budget_seconds: float) -> dict[str, Any]:
+    doc = document(data_path, "the compression frontier in one sweep: TPE and ASHA, two objectives",
+                   {**_fixed("tuned"), "train.seed": SEEDS[0]})
+    doc.update(search=SWEEP_SPACE, trials={"total": 40}, budget={"cpu_hours": budget_seconds / 3600},
+               objective=[{"metric": M.VAL_TOKEN_ACCURACY, "mode": "max"}, {"metric": M.LATENT_SHARE, "mode": "min"}],
+               sampler={"type": "tpe", "seed": 0, "n_startup_trials": 2, **TPE},
+               scheduler={"type": "asha", "grace_period": GRACE_PERIOD, "reduction_factor": REDUCTION_FACTOR})
+    return doc
+
+
 def _rows(client: MlflowClient, runs: list[Any], part: str, configuration: str, trained_on: str) -> list[dict[str, Any]]:
     """A row per epoch of each trial run, in :data:`SCHEMA`."""
     rows = []
@@ -163,6 +193,7 @@ def _rows(client: MlflowClient, runs: list[Any], part: str, configuration: str, 
                 "val_token_accuracy": val[epoch], "val_loss": history[M.VAL_LOSS][epoch],
                 "test_token_accuracy": history[M.TEST_TOKEN_ACCURACY][epoch],
                 "test_loss": history[M.TEST_LOSS][epoch], "wall_seconds": wall, "cpu_seconds": wall * CPUS,
+                "outcome": run.data.tags[N.OUTCOME],
             })
     return rows
 
@@ -180,6 +211,62 @@ def width(data_path: str, workspace: Path) -> list[dict[str, Any]]:
         raise RuntimeError(f"run frontier-fig3 in {workspace} first: the width part compares with its tuned cells")
     client, runs = run_sweep(workspace, "frontier-width", _width_doc(data_path))
     return _rows(client, runs, "width", "tuned", WIKI)
+
+
+def grid_cells(table: pd.DataFrame) -> pd.DataFrame:
+    """Every epoch of the grid's tuned trainings at the sweep's input length whose latent is one of
+    :data:`FLOAT_SHARES` of the input's floats (Fig. 3's and the width part's, every seed)."""
+    cells = table[table["part"].isin(["fig3", "width"]) & (table["configuration"] == "tuned")
+                  & (table["input_len"] == INPUT_LEN)]
+    near = cells["float_share"].map(lambda share: min(abs(share - s) for s in FLOAT_SHARES) <= SHARE_TOLERANCE)
+    return cells[near]
+
+
+def sweep(data_path: str, workspace: Path) -> list[dict[str, Any]]:
+    saved = workspace / "frontier-rows.parquet"
+    if not saved.exists() or grid_cells(pd.read_parquet(saved)).empty:
+        raise RuntimeError(f"run frontier-fig3 and frontier-width in {workspace} first: the sweep's budget is a share "
+                           "of their cells' compute")
+    budget = SWEEP_COST * float(grid_cells(pd.read_parquet(saved))["cpu_seconds"].sum())
+    client, runs = run_sweep(workspace, "frontier-sweep", _sweep_doc(data_path, budget))
+    return _rows(client, runs, "sweep", "tuned", WIKI)
+
+
+def _chosen(kept_rows: pd.DataFrame, share: float) -> pd.Series | None:
+    """The model with the best validation accuracy at ``share`` of the input's floats or below (the
+    smaller latent on a tie), or None."""
+    fits = kept_rows[kept_rows["float_share"] <= share + SHARE_TOLERANCE]
+    if fits.empty:
+        return None
+    return fits.sort_values(["val_token_accuracy", "float_share"], ascending=[False, True]).iloc[0]
+
+
+def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per share of :data:`FLOAT_SHARES`: the grid's and the sweep's chosen model (its shape,
+    latent length and width, validation and test accuracy), the difference on test and whether the
+    sweep matches; then a row of compute (CPU-seconds) and the verdict on the target."""
+    grid, swept = grid_cells(table), table[table["part"] == "sweep"]
+    if swept.empty:
+        return pd.DataFrame()
+    grid_kept, swept_kept = kept(grid), kept(swept[swept["outcome"] == "complete"])
+    rows = []
+    for share in FLOAT_SHARES:
+        row: dict[str, Any] = {"float_share": share}
+        for side, cells in (("grid", grid_kept), ("sweep", swept_kept)):
+            chosen = _chosen(cells, share)
+            row.update({f"{side}_{key}": None if chosen is None else chosen[key]
+                        for key in ("shape", "latent_len", "latent_dim", "val_token_accuracy", "test_token_accuracy")})
+        test = row["sweep_test_token_accuracy"]
+        row["test_difference"] = None if test is None else test - row["grid_test_token_accuracy"]
+        row["matches"] = test is not None and row["test_difference"] >= -MATCH
+        rows.append(row)
+    grid_cost, sweep_cost = float(grid["cpu_seconds"].sum()), float(swept["cpu_seconds"].sum())
+    matched = sum(row["matches"] for row in rows)
+    rows.append({"grid_cpu_seconds": grid_cost, "sweep_cpu_seconds": sweep_cost, "cost_ratio": sweep_cost / grid_cost,
+                 "trials": int((swept["epoch"] == 1).sum()),
+                 "complete": swept_kept.shape[0], "matched": matched,
+                 "target": "met" if matched >= SWEEP_TARGET and sweep_cost <= SWEEP_COST * grid_cost else "missed"})
+    return pd.DataFrame(rows)
 
 
 def _test_texts(config: DataConfig) -> list[str]:
@@ -324,7 +411,8 @@ def publish(table: pd.DataFrame, workspace: Path, out: Path = TABLES) -> None:
     client.set_terminated(run.info.run_id)
 
 
-PARTS = {"frontier-fig3": ("fig3", fig3), "frontier-width": ("width", width), "frontier-offcorpus": ("offcorpus", off_corpus)}
+PARTS = {"frontier-fig3": ("fig3", fig3), "frontier-width": ("width", width),
+         "frontier-offcorpus": ("offcorpus", off_corpus), "frontier-sweep": ("sweep", sweep)}
 
 
 def run(suite: str, data_path: str, workspace: Path) -> list[dict[str, Any]]:
@@ -341,4 +429,6 @@ def run(suite: str, data_path: str, workspace: Path) -> list[dict[str, Any]]:
             for c, vs in verdicts(table).items() for v in vs]
     if part == "width":
         return width_summary(table).round(4).to_dict("records")
+    if part == "sweep":
+        return sweep_summary(table).round(4).to_dict("records")
     return off_corpus_summary(table).round(4).reset_index().to_dict("records")

@@ -60,7 +60,7 @@ SUITES: dict[str, Suite] = {
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
     "gpu": lambda o: _module("gpu_packing").run(o["data"]),
     "scale": lambda o: _module("scale").run(o["data"]),
-    **{part: _frontier(part) for part in ("frontier-fig3", "frontier-width", "frontier-offcorpus")},
+    **{part: _frontier(part) for part in ("frontier-fig3", "frontier-width", "frontier-offcorpus", "frontier-sweep")},
     "control-plane": lambda o: _module("control_plane").run([int(n) for n in o["sizes"].split(",")],
                                                             o["optuna"].split(","),
                                                             Path(o["before"]) if o["before"] else None),
