@@ -20,7 +20,8 @@ continues them) and then rewrites the published table from every part found ther
     frontier-sweep      the front found by one two-objective sweep at 32 tokens (multi-objective
                         TPE with multi-objective ASHA, as the replay measured best,
                         :mod:`benchmarks.front_replay`) for at most :data:`SWEEP_COST` of the
-                        CPU-seconds the grid spent on its cells at :data:`FLOAT_SHARES`, against
+                        CPU-seconds the grid spent on its cells at :data:`FLOAT_SHARES` (at this
+                        machine's speed: one cell, :data:`CALIBRATION`, is trained again), against
                         the grid's front there (:func:`sweep_summary`; so it runs after
                         frontier-width)
 
@@ -86,12 +87,15 @@ CONFIGURATIONS = {"recipe": RECIPE, "tuned": TUNED}
 SWEEP_SPACE = {"model.latent_fraction": {"type": "uniform", "low": 0.05, "high": 1.0},
                "model.latent_dim": {"type": "categorical", "choices": [16, 32, 64, 128, 256]}}
 SWEEP_COST, MATCH, SWEEP_TARGET = 0.5, 0.01, 3
+# The grid's CPU-seconds were measured on another machine: the sweep's budget is scaled by how much
+# longer this machine takes to train one of the grid's cells again (its width cell 32 x 64, seed 1).
+CALIBRATION = {"model.latent_len": 32, "model.latent_dim": 64}
 SHARE_TOLERANCE = 0.002  # the even splits' whole lengths and widths miss their share by up to 0.0005
 WIKI, PACKAGES = "wikipedia-mini", "packages"
 CPUS = document("", "", {})["resources"]["cpu"]  # each training's
 
 SCHEMA = pa.schema([
-    ("part", pa.string()),  # fig3, width or offcorpus
+    ("part", pa.string()),  # fig3, width, offcorpus, sweep, or calibration (a width cell again, for the sweep)
     ("configuration", pa.string()),  # recipe or tuned
     ("shape", pa.string()),  # sequence (latent_len < input_len), width (latent_dim < d_model), both, or full
     ("input_len", pa.int64()),
@@ -227,9 +231,22 @@ def sweep(data_path: str, workspace: Path) -> list[dict[str, Any]]:
     if not saved.exists() or grid_cells(pd.read_parquet(saved)).empty:
         raise RuntimeError(f"run frontier-fig3 and frontier-width in {workspace} first: the sweep's budget is a share "
                            "of their cells' compute")
-    budget = SWEEP_COST * float(grid_cells(pd.read_parquet(saved))["cpu_seconds"].sum())
+    doc = document(data_path, "a cell of the grid trained again: this machine's speed",
+                   {**_fixed("tuned"), **CALIBRATION, "train.seed": SEEDS[0]})
+    client, runs = run_sweep(workspace, "frontier-calibration", _grid(doc, "train.seed", [SEEDS[0]]))
+    calibration = _rows(client, runs, "calibration", "tuned", WIKI)
+    budget = SWEEP_COST * speed(pd.DataFrame(calibration), pd.read_parquet(saved)) \
+        * float(grid_cells(pd.read_parquet(saved))["cpu_seconds"].sum())
     client, runs = run_sweep(workspace, "frontier-sweep", _sweep_doc(data_path, budget))
-    return _rows(client, runs, "sweep", "tuned", WIKI)
+    return calibration + _rows(client, runs, "sweep", "tuned", WIKI)
+
+
+def speed(calibration: pd.DataFrame, table: pd.DataFrame) -> float:
+    """This machine's CPU-seconds for the calibration cell over the grid's for the same cell."""
+    cell = table[(table["part"] == "width") & (table["input_len"] == INPUT_LEN) & (table["seed"] == SEEDS[0])
+                 & (table["latent_len"] == CALIBRATION["model.latent_len"])
+                 & (table["latent_dim"] == CALIBRATION["model.latent_dim"])]
+    return float(calibration["cpu_seconds"].sum() / cell["cpu_seconds"].sum())
 
 
 def _chosen(kept_rows: pd.DataFrame, share: float) -> pd.Series | None:
@@ -244,8 +261,10 @@ def _chosen(kept_rows: pd.DataFrame, share: float) -> pd.Series | None:
 def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Per share of :data:`FLOAT_SHARES`: the grid's and the sweep's chosen model (its shape,
     latent length and width, validation and test accuracy), the difference on test and whether the
-    sweep matches; then a row of compute (CPU-seconds) and the verdict on the target."""
+    sweep matches; then a row of compute (the grid's CPU-seconds at this machine's speed, and its
+    epochs) and the verdict on the target."""
     grid, swept = grid_cells(table), table[table["part"] == "sweep"]
+    calibration = table[table["part"] == "calibration"]
     if swept.empty:
         return pd.DataFrame()
     grid_kept, swept_kept = kept(grid), kept(swept[swept["outcome"] == "complete"])
@@ -260,9 +279,11 @@ def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
         row["test_difference"] = None if test is None else test - row["grid_test_token_accuracy"]
         row["matches"] = test is not None and row["test_difference"] >= -MATCH
         rows.append(row)
-    grid_cost, sweep_cost = float(grid["cpu_seconds"].sum()), float(swept["cpu_seconds"].sum())
+    ratio = speed(calibration, table)
+    grid_cost, sweep_cost = ratio * float(grid["cpu_seconds"].sum()), float(swept["cpu_seconds"].sum())
     matched = sum(row["matches"] for row in rows)
-    rows.append({"grid_cpu_seconds": grid_cost, "sweep_cpu_seconds": sweep_cost, "cost_ratio": sweep_cost / grid_cost,
+    rows.append({"speed": ratio, "grid_cpu_seconds": grid_cost, "sweep_cpu_seconds": sweep_cost,
+                 "cost_ratio": sweep_cost / grid_cost, "grid_epochs": len(grid), "sweep_epochs": len(swept),
                  "trials": int((swept["epoch"] == 1).sum()),
                  "complete": swept_kept.shape[0], "matched": matched,
                  "target": "met" if matched >= SWEEP_TARGET and sweep_cost <= SWEEP_COST * grid_cost else "missed"})
