@@ -46,11 +46,12 @@ import pandas as pd
 
 from benchmarks import evidence_table as E
 from benchmarks.intervals import median_interval, ratio_interval, t_interval, wilson
-from benchmarks.replay import GRACE_PERIOD, REDUCTION_FACTOR, TPE, Curve, complete_rows, curves, write_rows
+from benchmarks.replay import (GRACE_PERIOD, REDUCTION_FACTOR, TPE, Curve, complete_rows, curves, nearest, suggested,
+                               write_rows)
 from seqae_core import metrics as M
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
-from sweeps.pareto import hypervolume, ranks
+from seqae_core.pareto import hypervolume, ranks
 from sweeps.runner import ParetoASHA, stub_trial
 from sweeps.search import TrialSpec, sampler
 from sweeps.spec import Objective
@@ -139,14 +140,9 @@ class Proposals:
 
     def ask(self) -> tuple[Point, optuna.Trial]:
         trial = self.study.ask()
-        params: dict[str, Any] = {}
-        for key in self.spec.sampling_order():
-            if self.spec.search[key].active(params):
-                params[key] = trial.suggest_categorical(key, self.spec.search[key].choices)  # type: ignore[arg-type]
+        params = suggested(self.spec, trial)
         fraction = params.pop("model.latent_fraction")
-        point = E._coordinates([{**params, "model.heads": params.get("model.heads", 1)}])[0]
-        nearest = int(np.argmin(np.linalg.norm(self.coords - point, axis=1)))
-        return Point(fraction, self.tables[fraction][nearest]), trial
+        return Point(fraction, self.tables[fraction][nearest(self.coords, params)]), trial
 
 
 def replay(tables: dict[float, list[Curve]], method: Method, seed: int) -> Trace:

@@ -164,13 +164,23 @@ class Proposals:
 
     def ask(self) -> tuple[Curve, optuna.Trial]:
         trial = self.study.ask()
-        params: dict[str, Any] = {}
-        for key in self.spec.sampling_order():
-            if self.spec.search[key].active(params):
-                params[key] = trial.suggest_categorical(key, self.spec.search[key].choices)  # type: ignore[arg-type]
-        point = E._coordinates([{**params, "model.heads": params.get("model.heads", 1)}])[0]
-        nearest = int(np.argmin(np.linalg.norm(self.coords - point, axis=1)))
-        return self.table[nearest], trial
+        return self.table[nearest(self.coords, suggested(self.spec, trial))], trial
+
+
+def suggested(spec: spec_lib.SweepSpec, trial: optuna.Trial) -> dict[str, Any]:
+    """The configuration ``trial`` proposes in ``spec``'s space, its keys in the service's order."""
+    params: dict[str, Any] = {}
+    for key in spec.sampling_order():
+        if spec.search[key].active(params):
+            params[key] = trial.suggest_categorical(key, spec.search[key].choices)  # type: ignore[arg-type]
+    return params
+
+
+def nearest(coords: np.ndarray, params: dict[str, Any]) -> int:
+    """The index of the table's configuration (``coords``: :func:`E._coordinates` of its
+    configurations) nearest to ``params``."""
+    point = E._coordinates([{**params, "model.heads": params.get("model.heads", 1)}])[0]
+    return int(np.argmin(np.linalg.norm(coords - point, axis=1)))
 
 
 def warm_start(source: list[Curve], top: int = WARM_TOP) -> tuple[dict[str, Any], ...]:
@@ -189,7 +199,7 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
     np.random.default_rng(seed).shuffle(order)  # type: ignore[arg-type]
     spec = None if method.sampler == "grid" else _spec(method, seed, epochs)  # a grid has no sampler, nor scheduler
     proposals = None if spec is None else Proposals(table, spec, first)
-    asha = (ResumableASHA({}, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=epochs,
+    asha = (ResumableASHA({}, spec.objectives, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=epochs,
                           grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR,
                           brackets=spec.scheduler.brackets(epochs))
             if spec is not None and method.scheduler != "none" else None)

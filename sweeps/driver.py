@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+from optuna.trial import FrozenTrial
 
 from dashboards import report
 from seqae_core import metrics as M
@@ -261,7 +262,7 @@ def register_best(study: SweepStudy, tracker: Tracker, name: str) -> None:
         register_front(front, study.spec.objectives, tracker, name)
 
 
-def register_front(front: list[Any], objectives: tuple[spec_lib.Objective, ...], tracker: Tracker, name: str) -> None:
+def register_front(front: list[FrozenTrial], objectives: tuple[spec_lib.Objective, ...], tracker: Tracker, name: str) -> None:
     """Register the model of the best of ``front`` (Optuna's trials; ``@best``: by the first
     objective); with several objectives, every model of the Pareto front, each version tagged with
     its objectives' values and, where the latent's share is one of them, aliased by it
@@ -289,7 +290,7 @@ def register_front(front: list[Any], objectives: tuple[spec_lib.Objective, ...],
               + (f", by latent share: {', '.join('@' + a for a in kept)}" if kept else ""), flush=True)
 
 
-def latent_aliases(front: list[Any], objectives: tuple[spec_lib.Objective, ...]) -> dict[int, tuple[str, ...]]:
+def latent_aliases(front: list[FrozenTrial], objectives: tuple[spec_lib.Objective, ...]) -> dict[int, tuple[str, ...]]:
     """Each front trial's operating-point alias, by trial number, where the latent's share is an
     objective: one alias per share, on the lowest-numbered trial at it, the smallest share first."""
     metrics = [o.metric for o in objectives]

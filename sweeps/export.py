@@ -32,26 +32,35 @@ Columns, in order:
 from __future__ import annotations
 
 import contextlib
-
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from mlflow.tracking import MlflowClient
+from optuna.trial import FrozenTrial
 
 from dashboards.mlflow_runs import all_runs
 from seqae_core import metrics as M
 from seqae_core import names as N
+from seqae_core.pareto import ranks
 from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.ledger import Outcome, resource_seconds
 from sweeps.mlflow_access import check_credentials
-from sweeps.pareto import pareto_ranks
 from sweeps.search import feasible, kept_record, read_only
 from sweeps.workspace import Backends, Workspace
 
 FORMATS = {"csv": ".csv", "parquet": ".parquet", "jsonl": ".jsonl"}
+
+
+def pareto_ranks(trials: list[FrozenTrial], modes: Sequence[str]) -> dict[int, int]:
+    """Each complete trial's Pareto rank (:func:`seqae_core.pareto.ranks`) by its objective values, by trial number."""
+    done = [t for t in trials if t.values is not None and t.state.name == "COMPLETE"]
+    if not done:
+        return {}
+    return {t.number: int(r) for t, r in zip(done, ranks([t.values for t in done], modes))}
 
 
 def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:

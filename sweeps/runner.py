@@ -28,7 +28,7 @@ from seqae_core.checkpoint import CheckpointStore
 from seqae_core.records import RecordStore, TrialProgress
 from sweeps import ledger
 from sweeps.notify import Notifier
-from sweeps.pareto import behind
+from seqae_core.pareto import behind
 from sweeps.progress import Progress, best_line
 from sweeps.retention import Retention
 from sweeps.search import SweepStudy, TrialSpec
@@ -285,22 +285,24 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
     ``_brackets``, ``_trial_info`` and ``_Bracket._rungs``; the ASHA test in tests/test_control.py
     fails if a Ray upgrade changes them."""
 
-    def __init__(self, history: dict[int, dict[int, Any]], **kwargs: Any) -> None:
-        """``history``: each earlier trial's value at each epoch, as its rungs record it (:meth:`value`)."""
+    def __init__(self, history: dict[int, list[dict[str, Any]]], objectives: tuple[Objective, ...],
+                 **kwargs: Any) -> None:
+        """``history``: each earlier trial's epoch records (its checkpoint records' results)."""
         super().__init__(**kwargs)
+        self._objectives = objectives
         sizes = np.array([len(bracket._rungs) for bracket in self._brackets])
         odds = np.exp(sizes - sizes.max())  # Ray's: more trials to the brackets with more rungs
         self._odds = odds / odds.sum()
-        for number, values in history.items():
+        for number, records in history.items():
+            values = {int(record[M.EPOCH]): self.value(record) for record in records}
             for milestone, recorded in self.bracket_of(number)._rungs:
                 if int(milestone) in values:
                     recorded[f"past-{number}"] = values[int(milestone)]
 
-    @staticmethod
-    def value(objectives: tuple[Objective, ...], record: dict[str, Any]) -> Any:
+    def value(self, record: dict[str, Any]) -> Any:
         """What a rung records of an epoch's ``record``: the objective's value, turned to be
         maximized (Ray's ASHA records it so)."""
-        return objectives[0].sign * float(record[objectives[0].metric])
+        return self._objectives[0].sign * float(record[self._objectives[0].metric])
 
     def behind(self, bracket: Any, others: dict[str, Any], mine: Any) -> bool:
         """Whether ``mine`` falls below the rung's cutoff among ``others`` (Ray's rule)."""
@@ -353,13 +355,8 @@ class ParetoASHA(ResumableASHA):
     Syne Tune's MO-ASHA ranks the same way and breaks ties in rank as well; here they go on
     together. Resumes as :class:`ResumableASHA` does."""
 
-    def __init__(self, history: dict[int, dict[int, Any]], objectives: tuple[Objective, ...], **kwargs: Any) -> None:
-        super().__init__(history, **kwargs)
-        self._objectives = objectives
-
-    @staticmethod
-    def value(objectives: tuple[Objective, ...], record: dict[str, Any]) -> Any:
-        return tuple(o.sign * float(record[o.metric]) for o in objectives)
+    def value(self, record: dict[str, Any]) -> Any:
+        return tuple(o.sign * float(record[o.metric]) for o in self._objectives)
 
     def behind(self, bracket: Any, others: dict[str, Any], mine: Any) -> bool:
         return behind(list(others.values()), mine, 1 / bracket.rf)
@@ -379,7 +376,7 @@ class ParetoASHA(ResumableASHA):
         del self._trial_info[trial.trial_id]
 
     def _record(self, trial: Trial, result: dict[str, Any]) -> str:
-        bracket, mine = self._trial_info[trial.trial_id], self.value(self._objectives, result)
+        bracket, mine = self._trial_info[trial.trial_id], self.value(result)
         for milestone, recorded in bracket._rungs:  # the highest rung first
             if result[self._time_attr] >= milestone and trial.trial_id not in recorded:
                 others = dict(recorded)
@@ -441,10 +438,7 @@ def run_session(
                                  "reduction_factor": spec.scheduler.reduction_factor,
                                  "brackets": spec.scheduler.brackets(epochs)}
         kind = ParetoASHA if spec.multi_objective else ResumableASHA
-        history = {n: {int(h[M.EPOCH]): kind.value(spec.objectives, h) for h in p.history}
-                   for n, p in progresses.items()}
-        scheduler = (ParetoASHA(history, spec.objectives, **rungs) if spec.multi_objective
-                     else ResumableASHA(history, **rungs))
+        scheduler = kind({n: p.history for n, p in progresses.items()}, spec.objectives, **rungs)
         for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):
             if scheduler.stops(number, study.trial_spec(number).start is not None):  # the rungs it passed before the driver died stop it
                 print(f"seqae: trial {number}: ASHA's rungs, rebuilt from the trials' records, stop it", flush=True)

@@ -32,7 +32,7 @@ RAY_TUNE_HOMES = ("sweeps/trial.py", "sweeps/runner.py")  # a trial in its worke
 # The sweep service bottom to top: the records on disk and the spec, then the Optuna study and the outcomes, then
 # the adapters (MLflow, Ray, Tune), then what the verbs call.
 SWEEP_ORDER = [
-    "workspace", "provenance", "notify", "overrides", "spec_messages", "spec", "outages", "pareto", "study_storage", "search", "retention", "ledger", "progress", "writer",
+    "workspace", "provenance", "notify", "overrides", "spec_messages", "spec", "outages", "study_storage", "search", "retention", "ledger", "progress", "writer",
     "mlflow_access", "system_metrics", "textmodel", "tracking", "registry", "ray_connection", "submit", "sweep_data",
     "trial", "runner", "lifecycle", "status", "remote_status", "export", "compare", "driver", "api",
 ]

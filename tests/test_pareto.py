@@ -6,7 +6,8 @@ import numpy as np
 import optuna
 import pytest
 
-from sweeps.pareto import behind, hypervolume, pareto_ranks, ranks
+from seqae_core.pareto import behind, hypervolume, ranks
+from sweeps.export import pareto_ranks
 
 
 def _finished(values: list[float], number: int) -> optuna.trial.FrozenTrial:

@@ -24,7 +24,9 @@ from benchmarks.replay import (
     targets_for,
     warm_start,
 )
+from seqae_core import metrics as M
 from sweeps.runner import ResumableASHA
+from sweeps.spec import Objective
 
 GRID, RANDOM, TPE, ASHA_RANDOM, ASHA_TPE = METHODS[:5]
 HYPERBAND_RANDOM, HYPERBAND_TPE = (m for m in METHODS if m.scheduler == "hyperband")
@@ -109,9 +111,11 @@ def test_hyperband_draws_each_trials_bracket_from_its_number_so_every_session_ag
     trials in the first (Ray's odds); a trial's bracket is the same in a new scheduler (a resumed
     driver's), with the rungs it passed rebuilt there."""
     def scheduler(history=None):
-        return ResumableASHA(history or {}, time_attr="epoch", metric="v", mode="max", max_t=9, grace_period=1,
-                             reduction_factor=2, brackets=4)
-    first, again = scheduler(), scheduler({7: {2: 0.5, 4: 0.6}})
+        return ResumableASHA(history or {}, (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"),), time_attr=M.EPOCH,
+                             metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=9, grace_period=1, reduction_factor=2,
+                             brackets=4)
+    first, again = scheduler(), scheduler({7: [{M.EPOCH: 2, M.VAL_TOKEN_ACCURACY: 0.5},
+                                               {M.EPOCH: 4, M.VAL_TOKEN_ACCURACY: 0.6}]})
     assert [int(b._rungs[-1][0]) for b in first._brackets] == [1, 2, 4, 8]
     counts = np.bincount([first._brackets.index(first.bracket_of(n)) for n in range(1000)], minlength=4)
     assert counts[0] > counts[1] > counts[2] > counts[3] > 0

@@ -19,8 +19,8 @@ def _trial(number: int, start: str | None = None) -> SimpleNamespace:
 
 
 def test_a_starting_point_is_never_stopped_but_counts_at_every_rung():
-    asha = ResumableASHA({}, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=9,
-                         grace_period=1, reduction_factor=3)
+    asha = ResumableASHA({}, (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"),), time_attr=M.EPOCH,
+                         metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=9, grace_period=1, reduction_factor=3)
     good = [_trial(n) for n in range(3)]
     start, weak = _trial(3, "paper"), _trial(4)
     for trial in [*good, start, weak]:
@@ -67,7 +67,7 @@ def test_several_objectives_rank_a_rung_by_non_dominated_sorting_and_resume_the_
         asha.on_trial_add(None, trial)
         record = {M.EPOCH: 1, M.VAL_TOKEN_ACCURACY: accuracy, M.LATENT_SHARE: share}
         decisions.append(asha.on_trial_result(None, trial, record))
-        history[number] = {1: ParetoASHA.value(objectives, record)}
+        history[number] = [record]
     assert decisions == [TrialScheduler.CONTINUE, TrialScheduler.STOP, TrialScheduler.STOP,
                          TrialScheduler.CONTINUE, TrialScheduler.STOP]
     end = {M.EPOCH: 4, M.VAL_TOKEN_ACCURACY: 0.95, M.LATENT_SHARE: 0.5}

@@ -1,7 +1,8 @@
 """Pareto fronts of several objectives: each point's rank by non-dominated sorting, and the
-hypervolume a front dominates. Used by ASHA's rungs with several objectives (:func:`behind`), by
-export (a trial's ``pareto_rank``) and by the frontier's replay (``benchmarks/front_replay.py``);
-``modes`` say each objective's direction, "min" or "max"."""
+hypervolume a front dominates. Used by the sweep service's ASHA with several objectives
+(:func:`behind`) and its export (a trial's ``pareto_rank``), by the report's front and by the
+frontier's replay (``benchmarks/front_replay.py``); ``modes`` say each objective's direction, "min"
+or "max"."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from optuna.trial import FrozenTrial
 
 
 def _minimized(values: np.ndarray | Sequence[Sequence[float]], modes: Sequence[str]) -> np.ndarray:
@@ -48,13 +48,6 @@ def behind(others: Sequence[Sequence[float]], mine: Sequence[float], keep: float
     bar = np.sort(rank)[max(1, math.ceil(len(points) * keep)) - 1]
     return bool(rank[-1] > bar)
 
-
-def pareto_ranks(trials: list[FrozenTrial], modes: Sequence[str]) -> dict[int, int]:
-    """Each complete trial's Pareto rank (:func:`ranks`) by its objective values, by trial number."""
-    done = [t for t in trials if t.values is not None and t.state.name == "COMPLETE"]
-    if not done:
-        return {}
-    return {t.number: int(r) for t, r in zip(done, ranks([t.values for t in done], modes))}
 
 
 def hypervolume(values: np.ndarray | Sequence[Sequence[float]], modes: Sequence[str],
