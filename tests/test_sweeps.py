@@ -83,6 +83,13 @@ def test_study_runs_in_smoke_mode(study, profile, tmp_path):
                     for a, v in aliases.items()}
         assert {a for a in aliases if a.startswith("latent-")} == {latent_alias(x) for x in front.latent_share}, aliases
         assert {int(n) for n in by_alias.values()} <= set(front.trial), (by_alias, front)
+        # the report draws the same front on test, beside the published grid's at 16 tokens
+        report = workspace / "sweeps" / study / "report"
+        drawn = json.loads((report / "front.json").read_text())
+        flat = [x for point in sorted(map(tuple, drawn["front"])) for x in point]
+        assert flat == pytest.approx([x for point in sorted(zip(front.test_token_accuracy, front.latent_share)) for x in point])
+        assert drawn["grid"] and (report / "front.png").exists() and "front.png" in (report / "index.html").read_text()
+        assert len(drawn["spent"]) == len(drawn["test"]) == len(table[table.state == "COMPLETE"])
 
 
 @pytest.mark.slow
