@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 
 from benchmarks import frontier as F
 from seqae_core import metrics as M
+from seqae_core import names as N
 
 
 def test_fig3_trains_every_cell_from_one_seed_and_the_spread_cells_from_two():
@@ -35,7 +36,7 @@ def test_width_cells_reach_each_share_of_the_input_floats(d_model):
 
 
 def _run(client: MlflowClient, experiment: str, params: dict, val: list[float], test: list[float]) -> None:
-    run = client.create_run(experiment)
+    run = client.create_run(experiment, tags={N.OUTCOME: "complete"})
     client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()], metrics=[
         Metric(key, value, 0, epoch)
         for epoch, (v, t) in enumerate(zip(val, test), 1)
@@ -96,3 +97,37 @@ def test_publishing_writes_the_table_and_logs_it_in_the_workspace_not_where_it_r
         assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == \
             ["frontier.csv", "frontier.md", "frontier.parquet"]
 
+
+
+def _cell(part: str, latent_len: int, latent_dim: int, val: float, test: float, cpu: float = 10.0,
+          outcome: str = "complete", seed: int = 1) -> dict:
+    """One training of one epoch at 32 tokens, d_model 256, as the table holds it."""
+    shape = "both" if latent_len < 32 and latent_dim < 256 else "sequence" if latent_len < 32 else "width"
+    return {"part": part, "configuration": "tuned", "shape": shape, "input_len": 32, "latent_len": latent_len, "latent_dim": latent_dim,
+            "d_model": 256, "float_share": latent_len * latent_dim / (32 * 256), "seed": seed, "epoch": 1,
+            "kept_epoch": 1, "trained_on": F.WIKI, "scored_on": F.WIKI, "val_token_accuracy": val,
+            "test_token_accuracy": test, "cpu_seconds": cpu, "outcome": outcome}
+
+
+def test_the_sweep_is_judged_share_by_share_on_test_against_the_grid_at_this_machines_speed():
+    """Each side's model at a share is its best by validation at that share or below; the sweep
+    matches where it trails on test by at most MATCH; its compute is measured against the grid's
+    at this machine's speed (the calibration cell took twice the grid's CPU-seconds here)."""
+    table = pd.DataFrame([
+        _cell("width", 32, 128, 0.99, 0.99), _cell("width", 32, 64, 0.98, 0.97), _cell("width", 32, 32, 0.90, 0.93),
+        _cell("width", 32, 16, 0.80, 0.80), _cell("fig3", 12, 256, 0.99, 0.99),  # 0.375: not one of the four shares
+        _cell("calibration", 32, 64, 0.98, 0.97, cpu=20.0),
+        _cell("sweep", 32, 100, 0.985, 0.975),  # share 0.39: chosen at 0.5, trailing by 1.5 points
+        _cell("sweep", 30, 64, 0.97, 0.965),  # share 0.23: chosen at 0.25, within a point
+        _cell("sweep", 28, 32, 0.99, 0.50, outcome="pruned"),  # stopped: not on the sweep's front
+        _cell("sweep", 32, 30, 0.91, 0.94),  # share 0.117: beats the grid at 0.125
+    ])
+    summary = F.sweep_summary(table)
+    shares, cost = summary.iloc[:4], summary.iloc[4]
+    assert shares["float_share"].tolist() == list(F.FLOAT_SHARES)
+    assert shares["sweep_latent_dim"].tolist()[:3] == [100, 64, 30] and pd.isna(shares["sweep_latent_dim"].iloc[3])
+    assert shares["test_difference"].round(4).tolist()[:3] == [-0.015, -0.005, 0.01]
+    assert shares["matches"].tolist() == [False, True, True, False]  # nothing of the sweep's at 0.0625 or below
+    assert (cost["speed"], cost["grid_cpu_seconds"], cost["sweep_cpu_seconds"]) == (2.0, 80.0, 40.0)
+    assert (cost["cost_ratio"], cost["grid_epochs"], cost["sweep_epochs"], cost["matched"]) == (0.5, 4, 4, 2)
+    assert cost["target"] == "missed"  # 2 of 4 shares, at half the grid's compute: SWEEP_TARGET is 3
