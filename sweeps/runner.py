@@ -25,10 +25,10 @@ from ray.tune.search import Searcher
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.checkpoint import CheckpointStore
+from seqae_core.pareto import behind
 from seqae_core.records import RecordStore, TrialProgress
 from sweeps import ledger
 from sweeps.notify import Notifier
-from seqae_core.pareto import behind
 from sweeps.progress import Progress, best_line
 from sweeps.retention import Retention
 from sweeps.search import SweepStudy, TrialSpec
@@ -351,7 +351,7 @@ class ParetoASHA(ResumableASHA):
     """ASHA (or asynchronous Hyperband) over several objectives: a rung records each trial's
     objectives, every one turned to be maximized, and a trial reaching it goes on unless
     non-dominated sorting puts it behind the best 1 in ``reduction_factor`` of the trials recorded
-    there and itself (:func:`sweeps.pareto.behind`); a trial on the rung's front always goes on.
+    there and itself (:func:`seqae_core.pareto.behind`); a trial on the rung's front always goes on.
     Syne Tune's MO-ASHA ranks the same way and breaks ties in rank as well; here they go on
     together. Resumes as :class:`ResumableASHA` does."""
 
