@@ -525,16 +525,15 @@ def front(trials: list[optuna.trial.FrozenTrial], metrics: list[str], modes: lis
         return [n for n, rank in zip(numbers, ranks([valid[n] for n in numbers], modes)) if rank == 1]
 
     spent, validation, test, total = [], [], [], 0.0
-    done: list[int] = []
+    top: list[int] = []  # the front so far: a new trial's front is that of the old front and itself
     for t in ended:
         total += costs.get(t.number, 0.0)
         if t.number in tested:
-            done.append(t.number)
+            top = first([*top, t.number])
             spent.append(total)
-            validation.append(hypervolume([valid[n] for n in first(done)], modes, reference))
-            test.append(hypervolume([tested[n] for n in first(done)], modes, reference))
-    return Front(metrics, modes, list(tested.values()), [tested[n] for n in first(done)], spent, validation, test,
-                 reference)
+            validation.append(hypervolume([valid[n] for n in top], modes, reference))
+            test.append(hypervolume([tested[n] for n in top], modes, reference))
+    return Front(metrics, modes, list(tested.values()), [tested[n] for n in top], spent, validation, test, reference)
 
 
 def grid_front(path: Path, input_len: int, metrics: list[str], modes: list[str]) -> list[tuple[float, ...]] | None:
@@ -783,8 +782,11 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
     except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
         notes.append(f"Optuna plots unavailable: {exc}")
     objectives = state.spec.get("objective") or []
-    if len(objectives) == 2 and (path := _front(state, trials, objectives, out)) is not None:
-        figures.append((path, "The front on test beside the published grid's, and its hypervolume against compute"))
+    try:
+        if len(objectives) == 2 and (path := _front(state, trials, objectives, out)) is not None:
+            figures.append((path, "The front on test beside the published grid's, and its hypervolume against compute"))
+    except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
+        notes.append(f"The front is unavailable: the Optuna study cannot be read ({exc})")
     (out / "fig3_points.json").write_text(json.dumps({str(k): v for k, v in fig3_points.items()}, indent=1))
     verdicts = claims.check(test_points(trials), seed_spreads(trials), claims.not_studied(state.spec))
     (out / "claims.json").write_text(json.dumps([v.__dict__ for v in verdicts], indent=1))
