@@ -228,15 +228,15 @@ def grid_cells(table: pd.DataFrame) -> pd.DataFrame:
 
 def sweep(data_path: str, workspace: Path) -> list[dict[str, Any]]:
     saved = workspace / "frontier-rows.parquet"
-    if not saved.exists() or grid_cells(pd.read_parquet(saved)).empty:
+    table = pd.read_parquet(saved) if saved.exists() else pd.DataFrame(columns=SCHEMA.names)
+    if grid_cells(table).empty:
         raise RuntimeError(f"run frontier-fig3 and frontier-width in {workspace} first: the sweep's budget is a share "
                            "of their cells' compute")
     doc = document(data_path, "a cell of the grid trained again: this machine's speed",
                    {**_fixed("tuned"), **CALIBRATION, "train.seed": SEEDS[0]})
     client, runs = run_sweep(workspace, "frontier-calibration", _grid(doc, "train.seed", [SEEDS[0]]))
     calibration = _rows(client, runs, "calibration", "tuned", WIKI)
-    budget = SWEEP_COST * speed(pd.DataFrame(calibration), pd.read_parquet(saved)) \
-        * float(grid_cells(pd.read_parquet(saved))["cpu_seconds"].sum())
+    budget = SWEEP_COST * speed(pd.DataFrame(calibration), table) * float(grid_cells(table)["cpu_seconds"].sum())
     client, runs = run_sweep(workspace, "frontier-sweep", _sweep_doc(data_path, budget))
     return calibration + _rows(client, runs, "sweep", "tuned", WIKI)
 

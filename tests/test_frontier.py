@@ -98,7 +98,6 @@ def test_publishing_writes_the_table_and_logs_it_in_the_workspace_not_where_it_r
             ["frontier.csv", "frontier.md", "frontier.parquet"]
 
 
-
 def _cell(part: str, latent_len: int, latent_dim: int, val: float, test: float, cpu: float = 10.0,
           outcome: str = "complete", seed: int = 1) -> dict:
     """One training of one epoch at 32 tokens, d_model 256, as the table holds it."""
