@@ -20,7 +20,7 @@ from sweeps import ledger
 from sweeps.lifecycle import load_spec
 from sweeps.search import open_study
 from sweeps.tracking import Tracker
-from sweeps.workspace import Backends, DriverLock, Workspace
+from sweeps.workspace import DriverLock, Workspace
 
 
 def start(root: str, name: str) -> float:
@@ -30,7 +30,7 @@ def start(root: str, name: str) -> float:
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
         state = workspace.read(name)
         spec = load_spec(state, check_file=False)
-        backends = Backends(**state.backends)
+        backends = state.backends
         study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
         tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage, workspace.artifact_root, spec.share)
         tracker.open(state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id, {})

@@ -724,21 +724,33 @@ def template_digest() -> str:
     return digest.hexdigest()
 
 
+class Stores(Protocol):
+    """Where the report reads a sweep's runs and study (the sweeps package's ``Backends``)."""
+
+    @property
+    def mlflow_tracking_uri(self) -> str: ...
+
+    @property
+    def optuna_storage(self) -> str: ...
+
+
 class SweepRecord(Protocol):
     """What the report reads of a sweep's record (the sweeps package's ``SweepState``)."""
 
     name: str
     spec: dict[str, Any]  # the canonical sweep file: its grid labels the grid table
-    backends: dict[str, str]  # mlflow_tracking_uri, optuna_storage
     study_name: str
     mlflow_experiment_id: str | None
+
+    @property
+    def backends(self) -> Stores: ...
 
     @property
     def total_trials(self) -> int: ...
 
 
 def _front(state: SweepRecord, trials: list[Trial], objectives: list[dict[str, str]], out: Path) -> Path | None:
-    study = optuna.load_study(study_name=state.study_name, storage=state.backends["optuna_storage"])
+    study = optuna.load_study(study_name=state.study_name, storage=state.backends.optuna_storage)
     metrics, modes = [o["metric"] for o in objectives], [o.get("mode", "max") for o in objectives]
     lengths = {t.input_len for t in trials}
     input_len = lengths.pop() if len(lengths) == 1 else 0
@@ -758,8 +770,8 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.png"):
         old.unlink()
-    client = MlflowClient(backends["mlflow_tracking_uri"])
-    parent, trials = collect(backends["mlflow_tracking_uri"], state.mlflow_experiment_id)
+    client = MlflowClient(backends.mlflow_tracking_uri)
+    parent, trials = collect(backends.mlflow_tracking_uri, state.mlflow_experiment_id)
     load_curves(client, drawn(trials))
     figures: list[tuple[Path, str]] = []
     notes: list[str] = []
@@ -776,7 +788,7 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
         figures.append((path, "Train and validation loss per trial" if shown is trials else
                         f"Train and validation loss of the {len(shown)} best trials (of {len(trials)})"))
     try:
-        paths, optuna_notes = optuna_figures(backends["optuna_storage"], state.study_name, out)
+        paths, optuna_notes = optuna_figures(backends.optuna_storage, state.study_name, out)
         figures += [(p, p.stem.replace("_", " ")) for p in paths]
         notes += optuna_notes
     except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
@@ -792,7 +804,7 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
     (out / "claims.json").write_text(json.dumps([v.__dict__ for v in verdicts], indent=1))
     tested = [v for v in verdicts if v.verdict != claims.NOT_TESTED]
     try:
-        told: Story | None = story(backends["optuna_storage"], state.study_name, state.spec, trials)
+        told: Story | None = story(backends.optuna_storage, state.study_name, state.spec, trials)
     except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
         told = None
         notes.append(f"What the sweep found is unavailable: the Optuna study cannot be read ({exc})")

@@ -266,7 +266,7 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         # from the backends the submission named, once its driver has created the study
         from sweeps.search import study_exists  # Optuna, only to read a sweep
 
-        if not (record.backends and study_exists(record.backends["optuna_storage"], args.name)):
+        if not (record.backends and study_exists(record.backends.optuna_storage, args.name)):
             job = submit.job_info(record)
             print(json.dumps({"name": args.name, "job": job}) if args.json else f"sweep {args.name}: job {job['id']} "
                   f"is {job['status']} (its driver has not started its trials yet)")

@@ -22,7 +22,7 @@ import pandas as pd
 from dashboards import report
 from seqae_errors import ConfigError
 from sweeps import compare, driver, export, lifecycle, registry, status
-from sweeps.workspace import Backends, Workspace
+from sweeps.workspace import Workspace
 
 BACKENDS = ("storage", "mlflow_tracking_uri", "optuna_storage")  # what ``backends=`` may name
 
@@ -135,7 +135,7 @@ class Sweep:
     def best_model(self) -> Any:
         """The registered model of the sweep's best trial (alias ``@best``), an MLflow pyfunc:
         ``.predict(["text", ...])`` gives each text's reconstruction and token accuracy."""
-        backends = Backends(**self.workspace.read(self.name).backends)
+        backends = self.workspace.read(self.name).backends
         return registry.load_registered(backends.mlflow_tracking_uri, self.name)[1]
 
     def compare(self, *others: str | Sweep, out: str | Path | None = None) -> tuple[str, Path]:

@@ -13,7 +13,7 @@ from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.export import trial_table
 from sweeps.progress import text_table
-from sweeps.workspace import Backends, Workspace
+from sweeps.workspace import Workspace
 
 
 def _compared(workspace: Workspace, name: str, metric: str, sign: float) -> Compared:
@@ -33,7 +33,7 @@ def _compared(workspace: Workspace, name: str, metric: str, sign: float) -> Comp
     top = complete.loc[(sign * complete[metric]).idxmax()] if len(complete) else None
     curve: list[tuple[int, float]] = []
     if top is not None:
-        progress = RecordStore.of_trial(Backends(**state.backends).storage, int(top.trial)).progress()
+        progress = RecordStore.of_trial(state.backends.storage, int(top.trial)).progress()
         curve = [(int(h[M.EPOCH]), float(h[M.VAL_TOKEN_ACCURACY])) for h in progress.history] if progress else []
     counts = table.state.value_counts()
     test = top.get(M.TEST_TOKEN_ACCURACY) if top is not None else None

@@ -115,7 +115,7 @@ def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_c
     state = workspace.read(name)
     spec = load_spec(state, check_file)
     code, change = check_code(state, allow_code_change)
-    backends = Backends(**state.backends)
+    backends = state.backends
     check_credentials(backends.mlflow_tracking_uri)  # before the data is prepared, which may take minutes
     if os.environ.get("RAY_ADDRESS"):
         connect_ray(workspace.root)

@@ -50,7 +50,7 @@ from sweeps import spec as spec_lib
 from sweeps.ledger import Outcome, resource_seconds
 from sweeps.mlflow_access import check_credentials
 from sweeps.search import feasible, kept_record, read_only
-from sweeps.workspace import Backends, Workspace
+from sweeps.workspace import Workspace
 
 FORMATS = {"csv": ".csv", "parquet": ".parquet", "jsonl": ".jsonl"}
 
@@ -67,7 +67,7 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
     """A row per trial of sweep ``name`` (the module's docstring lists the columns)."""
     state = workspace.read(name)
     spec = spec_lib.parse(state.spec, state.file)
-    backends = Backends(**state.backends)
+    backends = state.backends
     study = read_only(spec, backends.optuna_storage, state.study_name)
     runs: dict[str, Any] = {}
     if state.mlflow_experiment_id is not None:

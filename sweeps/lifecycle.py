@@ -7,7 +7,6 @@ names the key or value."""
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from sweeps.ray_connection import (
 from sweeps.search import SweepStudy, open_study, read_only, study_exists
 from sweeps.sweep_data import check_data
 from sweeps.workspace import (
-    Backends,
     DriverLock,
     SweepState,
     Workspace,
@@ -75,7 +73,7 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
                           f"{name!r}; pick another --name")
     state = SweepState(
         name=name, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=file,
-        sets=list(sets), planned_trials=spec.planned_trials(), backends=asdict(backends), study_name=name,
+        sets=list(sets), planned_trials=spec.planned_trials(), backends=backends, study_name=name,
         warm_starts=warm,
     )
     with DriverLock(workspace.root / ".create.lock"):
@@ -102,8 +100,8 @@ def fork(workspace: Workspace, origin: str, file: str, name: str | None, sets: l
     state.forked_from = origin
     workspace.write(state)
     spec = spec_lib.parse(state.spec, state.file)
-    study = open_study(spec, state.backends["optuna_storage"], name, state.total_trials, state.fingerprint)
-    origin_study = read_only(source_spec, Backends(**source.backends).optuna_storage, source.study_name)
+    study = open_study(spec, state.backends.optuna_storage, name, state.total_trials, state.fingerprint)
+    origin_study = read_only(source_spec, source.backends.optuna_storage, source.study_name)
     for note in study.seed_from(origin_study):
         print(f"seqae: fork of {origin}: {note}", flush=True)
     return name
@@ -125,7 +123,7 @@ def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, dic
         if [(o.metric, o.mode) for o in source_spec.objectives] != objectives:
             raise ConfigError(f"warm_start.from: sweep {origin!r} optimizes {[o.metric for o in source_spec.objectives]}, "
                               f"this sweep {[o.metric for o in spec.objectives]}: its best trials would mean something else")
-        backends = Backends(**source.backends)
+        backends = source.backends
         study = read_only(source_spec, backends.optuna_storage, source.study_name) if study_exists(
             backends.optuna_storage, source.study_name) else None
         found = 0
@@ -187,7 +185,7 @@ def extend_epochs(workspace: Workspace, name: str, epochs: int, which: str) -> l
     if spec.multi_objective:
         raise ConfigError(f"sweep {name!r} has several objectives; `extend --epochs` trains on single-objective "
                           "sweeps' trials")
-    backends = Backends(**state.backends)
+    backends = state.backends
     if not study_exists(backends.optuna_storage, state.study_name):
         raise ConfigError(f"sweep {name!r} has not run yet; nothing to extend")
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
@@ -252,9 +250,9 @@ def control(workspace: Workspace, name: str, **changes: Any) -> dict[str, Any]:
                              spec_lib.MAX_CONCURRENT)
     if workspace.exists(name):
         state = workspace.read(name)
-        spec, url = spec_lib.parse(state.spec, state.file), Backends(**state.backends).optuna_storage
+        spec, url = spec_lib.parse(state.spec, state.file), state.backends.optuna_storage
     elif (record := workspace.read_submission(name)) is not None:
-        spec, url = spec_lib.load(record.sweep_file, record.sets), record.backends.get("optuna_storage", "")
+        spec, url = spec_lib.load(record.sweep_file, record.sets), record.backends.optuna_storage if record.backends else ""
     else:
         workspace.read(name)  # raises: no such sweep
     if not url or not study_exists(url, name):

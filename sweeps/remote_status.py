@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from mlflow.tracking import MlflowClient
 
+from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.mlflow_access import check_credentials, find_sweep_run
 from sweeps.status import SweepStatus, trials_view
 from sweeps.submit import job_info
-from sweeps.workspace import Backends, Submission
+from sweeps.workspace import Submission
 
 
 def status_of(record: Submission) -> SweepStatus:
@@ -18,7 +19,9 @@ def status_of(record: Submission) -> SweepStatus:
     (``record.workspace``): its trials, best and cost, read from the backends the submission
     named (its Optuna study, MLflow experiment and sweep run, and storage), beside its job's state."""
     spec = spec_lib.load(record.sweep_file, record.sets)
-    backends = Backends(**record.backends)
+    backends = record.backends
+    if backends is None:  # a record from before submissions named their stores
+        raise ConfigError(f"sweep {record.name!r}: its submission names no stores to read its trials from")
     check_credentials(backends.mlflow_tracking_uri)
     view = trials_view(spec, backends, record.name, spec.planned_trials())
     job = job_info(record)

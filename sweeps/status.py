@@ -92,7 +92,7 @@ def status(workspace: Workspace, name: str) -> SweepStatus:
     """Trials by state, the best so far, and where the runs and the study live."""
     state = workspace.read(name)
     spec = spec_lib.parse(state.spec, state.file)
-    backends = Backends(**state.backends)
+    backends = state.backends
     last = state.sessions[-1] if state.sessions else {}
     view = trials_view(spec, backends, state.study_name, state.total_trials)
     return SweepStatus(**vars(view), name=name, workspace=str(workspace.root),

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +95,7 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
     # a password refused), for `status` here
     backends = resolve_backends(Workspace(cluster_workspace), name, {})
     record = Submission(name=name, address=url, file=str(relative), sets=sets, workspace=cluster_workspace,
-                        working_dir=str(working_dir), backends=asdict(backends))
+                        working_dir=str(working_dir), backends=backends)
     _submit(workspace, record, env)
     return record
 

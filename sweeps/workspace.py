@@ -85,6 +85,10 @@ class Backends:
     def local(self) -> bool:
         return self.mlflow_tracking_uri.startswith("sqlite:") or self.optuna_storage.startswith("sqlite:")
 
+    def moved(self, old: Path, new: Path) -> Backends:
+        """These stores with those inside the folder ``old`` inside ``new`` instead (see :func:`moved`)."""
+        return Backends(**{key: moved(value, old, new) for key, value in asdict(self).items()})
+
 
 @dataclass
 class SweepState:
@@ -96,7 +100,7 @@ class SweepState:
     file: str  # the sweep file it came from
     sets: list[str]  # the --set overrides it was started with
     planned_trials: int
-    backends: dict[str, str]
+    backends: Backends
     study_name: str
     created: float = field(default_factory=time.time)
     extra_trials: int = 0  # added by `seqae sweep extend`
@@ -127,7 +131,7 @@ class Submission:
     workspace: str  # the cluster's workspace, where its driver keeps the sweep
     working_dir: str  # the directory packaged as the job's working directory
     jobs: list[str] = field(default_factory=list)  # Ray Job ids, oldest first
-    backends: dict[str, str] = field(default_factory=dict)  # picked as its driver picks them (Backends)
+    backends: Backends | None = None  # picked as its driver picks them
 
     @property
     def sweep_file(self) -> str:
@@ -207,10 +211,11 @@ class Workspace:
         if not path.exists():
             known = ", ".join(self.names()) or "none"
             raise ConfigError(f"no sweep named {name!r} in {self.root} (sweeps there: {known})")
-        state = SweepState(**json.loads(path.read_text()))
+        document = json.loads(path.read_text())
+        state = SweepState(**{**document, "backends": Backends(**document["backends"])})
         written_in = Path(state.root) if state.root else _legacy_root(state)
         if written_in is not None and written_in != self.root:  # the workspace moved, or this is a copy
-            state.backends = {key: moved(value, written_in, self.root) for key, value in state.backends.items()}
+            state.backends = state.backends.moved(written_in, self.root)
             self._relocate_artifacts(state, written_in)
         state.root = str(self.root)
         if state.sessions:  # its driver has run, so its stores exist
@@ -224,9 +229,9 @@ class Workspace:
     def _local_stores(self, state: SweepState) -> list[tuple[str, Path]]:
         """The stores of ``state`` that are files or folders on this machine, with their names."""
         stores = [(label, Path(uri.removeprefix("sqlite:///"))) for label, uri in (
-            ("MLflow database", state.backends.get("mlflow_tracking_uri", "")),
-            ("Optuna database", state.backends.get("optuna_storage", ""))) if uri.startswith("sqlite:///")]
-        storage = state.backends.get("storage", "")
+            ("MLflow database", state.backends.mlflow_tracking_uri),
+            ("Optuna database", state.backends.optuna_storage)) if uri.startswith("sqlite:///")]
+        storage = state.backends.storage
         return stores + ([("checkpoint storage", Path(storage))] if storage and "://" not in storage else [])
 
     def _check_stores(self, state: SweepState) -> None:
@@ -256,7 +261,11 @@ class Workspace:
     def read_submission(self, name: str) -> Submission | None:
         """The record of a sweep submitted from this workspace, or None if it was not."""
         path = self.sweep_dir(name) / SUBMISSION
-        return Submission(**json.loads(path.read_text())) if path.exists() else None
+        if not path.exists():
+            return None
+        document = json.loads(path.read_text())
+        stores = document.pop("backends", None)  # a record written before its driver's stores were
+        return Submission(**document, backends=Backends(**stores) if stores else None)
 
     def write_submission(self, record: Submission) -> None:
         write_json(self.sweep_dir(record.name) / SUBMISSION, asdict(record))
@@ -280,7 +289,7 @@ def moved(value: str, old: Path, new: Path) -> str:
 def _legacy_root(state: SweepState) -> Path | None:
     """The folder a ``sweep.json`` written before it recorded one was written in, where its
     checkpoints lie in the workspace's own ``sweeps/<name>``; None when they lie elsewhere."""
-    storage = Path(state.backends.get("storage", ""))
+    storage = Path(state.backends.storage)
     if "://" in str(storage) or storage.parts[-2:] != ("sweeps", state.name):
         return None
     return storage.parent.parent

@@ -16,7 +16,7 @@ def sweep(workspace, name, plans, *extra, forked_from=None):  # noqa: F811
     state = write_sweep(workspace, name, quickstart(*extra))
     state.forked_from = forked_from
     workspace.write(state)
-    run_trials(start_sweep(workspace, state), state.backends["storage"], plans)
+    run_trials(start_sweep(workspace, state), state.backends.storage, plans)
 
 
 def test_two_sweeps_side_by_side_in_the_terminal_and_on_a_page(workspace, tmp_path):  # noqa: F811

@@ -18,9 +18,9 @@ def test_the_table_has_a_row_per_trial_with_its_kept_epoch_cost_and_run(workspac
     spec = quickstart("resources.cpu=2")
     state = write_sweep(workspace, "qs", spec)
     study = start_sweep(workspace, state)
-    storage = state.backends["storage"]
+    storage = state.backends.storage
     numbers = run_trials(study, storage, [([10.0, 20.0], 0.6, True), ([5.0], 0.3, False), ([], 0.0, None)])
-    tracker = Tracker(state.backends["mlflow_tracking_uri"], "qs", storage, workspace.artifact_root, spec.share)
+    tracker = Tracker(state.backends.mlflow_tracking_uri, "qs", storage, workspace.artifact_root, spec.share)
     tracker.open(state.fingerprint, None, None, {}, (M.VAL_TOKEN_ACCURACY, "max"))
     state.mlflow_experiment_id = tracker.experiment_id
     workspace.write(state)
@@ -44,7 +44,7 @@ def test_each_format_reads_back_with_pandas(workspace, tmp_path, fmt):  # noqa: 
     """Each format, named by --format or only by the suffix, into a folder that did not exist."""
     spec = quickstart()
     state = write_sweep(workspace, "qs", spec)
-    run_trials(start_sweep(workspace, state), state.backends["storage"], [([10.0], 0.5, True), ([10.0], 0.4, True)])
+    run_trials(start_sweep(workspace, state), state.backends.storage, [([10.0], 0.5, True), ([10.0], 0.4, True)])
     path = export(workspace, "qs", fmt, str(tmp_path / "new" / f"t{FORMATS[fmt]}"))
     assert export(workspace, "qs", None, str(tmp_path / f"u{FORMATS[fmt]}")).read_bytes() == path.read_bytes()
     read = {"csv": pd.read_csv, "parquet": pd.read_parquet, "jsonl": lambda p: pd.read_json(p, lines=True)}[fmt]
@@ -77,7 +77,7 @@ def test_a_trial_outside_a_constraint_is_never_the_best_and_export_says_which(wo
     spec = quickstart("constraints=[{metric: val_token_accuracy, at_most: 0.55}]")
     state = write_sweep(workspace, "qs", spec)
     study = start_sweep(workspace, state)
-    numbers = run_trials(study, state.backends["storage"], [([10.0], 0.6, True), ([10.0], 0.5, True),
+    numbers = run_trials(study, state.backends.storage, [([10.0], 0.6, True), ([10.0], 0.5, True),
                                                             ([10.0], 0.4, True), ([], 0.0, None)])
     assert [t.number for t in study.best()] == [numbers[1]]
     assert [t.number for t in study.ranked()] == numbers[1:3]

@@ -129,7 +129,7 @@ def test_extending_a_released_trial_is_refused_in_one_line_and_reopens_nothing(w
     state.sets = [*state.sets, "checkpoints.keep_best=2"]  # as `seqae sweep run --set` records it
     workspace.write(state)
     study = start_sweep(workspace, state)
-    storage = state.backends["storage"]
+    storage = state.backends.storage
     accuracies = [0.9, 0.8, 0.7, 0.6, 0.5]
     numbers = run_trials(study, storage, [([1.0, 1.0], a, True) for a in accuracies])
     for number, accuracy in zip(numbers, accuracies):

@@ -72,15 +72,15 @@ def test_the_benchmark_times_every_command_with_each_code_on_the_same_sweeps():
 # -- every run, a page at a time ----------------------------------------------------------------
 def test_every_run_is_read_when_they_take_several_pages(sweep, small_pages):
     state = sweep.read(control_plane.NAME)
-    client = MlflowClient(state.backends["mlflow_tracking_uri"])
+    client = MlflowClient(state.backends.mlflow_tracking_uri)
     assert len(client.search_runs([state.mlflow_experiment_id], max_results=10_000)) == 3  # one page
 
-    tracker = Tracker(state.backends["mlflow_tracking_uri"], control_plane.NAME, state.backends["storage"])
+    tracker = Tracker(state.backends.mlflow_tracking_uri, control_plane.NAME, state.backends.storage)
     tracker.experiment_id = state.mlflow_experiment_id
     assert sorted(tracker.trial_runs()) == list(range(8))
     table = trial_table(sweep, control_plane.NAME)
     assert len(table) == 8 and (table.mlflow_run_id != "").all()
-    parent, trials = report.collect(state.backends["mlflow_tracking_uri"], state.mlflow_experiment_id)
+    parent, trials = report.collect(state.backends.mlflow_tracking_uri, state.mlflow_experiment_id)
     assert parent is not None and [t.number for t in trials] == list(range(8))
 
 
@@ -139,7 +139,7 @@ def test_a_large_sweeps_report_summarizes_and_reads_only_what_it_draws(sweep, tm
     index = report.build(state, tmp_path / "report", log_to_mlflow=False)
 
     read = dict(histories)
-    _, trials = report.collect(state.backends["mlflow_tracking_uri"], state.mlflow_experiment_id)
+    _, trials = report.collect(state.backends.mlflow_tracking_uri, state.mlflow_experiment_id)
     assert read["val_token_accuracy"] == sum(bool(t.accuracy) for t in trials)  # each trial's, once
     assert read["train_loss"] == 3 and read["val_loss"] == 3  # the drawn trials' only
     assert len(downloads) == 1  # one latent ratio: its best trial's samples
@@ -151,7 +151,7 @@ def test_a_large_sweeps_report_summarizes_and_reads_only_what_it_draws(sweep, tm
 
 def test_a_small_sweeps_report_draws_every_trial(sweep, tmp_path):
     state = sweep.read(control_plane.NAME)
-    _, trials = report.collect(state.backends["mlflow_tracking_uri"], state.mlflow_experiment_id)
+    _, trials = report.collect(state.backends.mlflow_tracking_uri, state.mlflow_experiment_id)
     assert report.drawn(trials) == trials and report.summary_figure(trials, tmp_path) is None
 
 

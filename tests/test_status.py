@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -74,9 +73,9 @@ def write_sweep(workspace: Workspace, name: str, spec: spec_lib.SweepSpec,
     """A local sweep's ``sweep.json``, with the workspace's own backends, as `seqae sweep run` records it."""
     state = SweepState(name=name, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=str(QUICKSTART),
                        sets=SETS, planned_trials=spec.planned_trials(),
-                       backends=asdict(workspace.default_backends(name)), study_name=name, sessions=sessions or [])
+                       backends=workspace.default_backends(name), study_name=name, sessions=sessions or [])
     if sessions:  # a driver has run: it created the sweep's MLflow database
-        Path(state.backends["mlflow_tracking_uri"].removeprefix("sqlite:///")).touch()
+        Path(state.backends.mlflow_tracking_uri.removeprefix("sqlite:///")).touch()
     workspace.write(state)
     return state
 
@@ -84,7 +83,7 @@ def write_sweep(workspace: Workspace, name: str, spec: spec_lib.SweepSpec,
 def start_sweep(workspace: Workspace, state: SweepState) -> SweepStudy:
     """The sweep's study, as its first driver creates it."""
     spec = spec_lib.parse(state.spec, state.file)
-    return open_study(spec, state.backends["optuna_storage"], state.study_name, state.total_trials, state.fingerprint)
+    return open_study(spec, state.backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +170,7 @@ def test_listing_and_status_of_local_and_submitted_sweeps(workspace):
     sessions = [{"outcome": "interrupted", "trials": {"COMPLETE": 1}},
                 {"outcome": "stopped", "trials": {"COMPLETE": 2, "PRUNED": 1}}]
     alpha = write_sweep(workspace, "alpha", spec, sessions)
-    storage = alpha.backends["storage"]
+    storage = alpha.backends.storage
     numbers = run_trials(start_sweep(workspace, alpha), storage,
                          [([5.0], 0.5, True), ([5.0, 5.0], 0.7, True), ([5.0], 0.1, False)])
     write_sweep(workspace, "gamma", spec)  # recorded, never run
@@ -203,7 +202,7 @@ def test_listing_and_status_of_local_and_submitted_sweeps(workspace):
 def test_control_of_a_local_sweep_writes_the_record_into_its_study(workspace):
     state = write_sweep(workspace, "alpha", quickstart())
     start_sweep(workspace, state)
-    spec, url = spec_lib.parse(state.spec, state.file), state.backends["optuna_storage"]
+    spec, url = spec_lib.parse(state.spec, state.file), state.backends.optuna_storage
 
     returned = lifecycle.control(workspace, "alpha", drain="stopped by `seqae sweep stop`")
     lifecycle.control(workspace, "alpha", max_concurrent=4)
@@ -226,7 +225,7 @@ def test_control_refuses_an_unknown_sweep_a_limit_too_high_and_a_sweep_not_start
     too_many = spec_lib.MAX_CONCURRENT + 1
     with pytest.raises(ConfigError, match=f"max_concurrent={too_many:,} is above seqae's limit"):
         lifecycle.control(workspace, "alpha", max_concurrent=too_many)
-    assert read_only(quickstart(), state.backends["optuna_storage"], "alpha").control() == {}  # nothing written
+    assert read_only(quickstart(), state.backends.optuna_storage, "alpha").control() == {}  # nothing written
 
 
 def test_the_control_verbs_refuse_in_one_line_what_they_cannot_change(tmp_path, capsys):
@@ -253,7 +252,7 @@ def test_control_of_a_submitted_sweep_uses_its_records_file_and_storage(tmp_path
     workspace.write_submission(Submission(
         name="remote", address="http://head:8265", file="studies/quick.yaml", sets=SETS, workspace="/cluster/ws",
         working_dir=str(source), jobs=["raysubmit_1"],
-        backends={"mlflow_tracking_uri": "http://mlflow:5000", "optuna_storage": url, "storage": "/cluster/ws/x"}))
+        backends=Backends("http://mlflow:5000", url, "/cluster/ws/x")))
     spec = spec_lib.load(source / "studies" / "quick.yaml", SETS)
     open_study(spec, url, "remote", spec.planned_trials(), spec.fingerprint())
     (tmp_path / "elsewhere").mkdir()
@@ -283,7 +282,7 @@ def test_reading_a_local_sweeps_status_loads_no_pytorch_mlflow_or_ray(workspace)
     ``seqae bench control-plane``): the status of a local sweep, through the command line's own
     path, reads the Optuna study and the trials' records alone."""
     state = write_sweep(workspace, "light", quickstart())
-    run_trials(start_sweep(workspace, state), state.backends["storage"], [([2.0, 2.0], 0.5, True)])
+    run_trials(start_sweep(workspace, state), state.backends.storage, [([2.0, 2.0], 0.5, True)])
     loaded = subprocess.run(
         [sys.executable, "-c", "import sys; from seqae_cli.main import main; "
          f"code = main(['sweep', 'status', 'light', '--workspace', {str(workspace.root)!r}]); "
@@ -299,7 +298,7 @@ def test_a_warm_start_runs_each_earlier_sweeps_best_fitting_trials_first(workspa
     points named after it, holding the values of the keys this sweep searches, after the file's own."""
     state = write_sweep(workspace, "at-25", quickstart())
     study = start_sweep(workspace, state)
-    numbers = run_trials(study, state.backends["storage"], [([1.0], 0.6, True), ([1.0], 0.9, True),
+    numbers = run_trials(study, state.backends.storage, [([1.0], 0.6, True), ([1.0], 0.9, True),
                                                             ([1.0], 0.95, False), ([1.0], 0.8, True)])
     spec = quickstart("model.latent_len=16", "warm_start={from: [at-25], top: 2}")
     warm = lifecycle.warm_starts(workspace, spec)
@@ -322,7 +321,7 @@ def test_a_warm_start_runs_each_earlier_sweeps_best_fitting_trials_first(workspa
 ])
 def test_a_warm_start_is_refused_in_one_line_before_anything_is_created(workspace, capsys, settings, says):
     state = write_sweep(workspace, "at-25", quickstart())
-    run_trials(start_sweep(workspace, state), state.backends["storage"],
+    run_trials(start_sweep(workspace, state), state.backends.storage,
                [([1.0], 0.6 + 0.01 * n, True) for n in range(5)])
     code = main(["sweep", "run", str(QUICKSTART), "--workspace", str(workspace.root), "--name", "later",
                  *sets(*SETS, "warm_start={from: [at-25]}", *settings)])

@@ -51,7 +51,8 @@ def state(name: str = "lr-search", **changes) -> SweepState:
     fields = {
         "name": name, "spec": {"objective": {"metric": "val_token_accuracy", "mode": "max"}, "trials": {"total": 8}},
         "fingerprint": "3f2a9c", "file": "sweeps/studies/search_lr_dims.yaml", "sets": ["train.epochs=3"],
-        "planned_trials": 8, "backends": {"storage": "/ckpt/lr-search"}, "study_name": "seqae-lr-search",
+        "planned_trials": 8, "study_name": "seqae-lr-search",
+        "backends": Backends("sqlite:////ws/mlflow.db", "sqlite:////ws/optuna.db", "/ckpt/lr-search"),
         "created": 1700000000.5,
     }
     return SweepState(**{**fields, **changes})
@@ -208,7 +209,7 @@ def test_read_of_an_unknown_sweep_names_the_sweeps_there(ws):
 def test_submission_round_trips_and_names_its_sweep_file(ws):
     assert ws.read_submission("lr-search") is None  # never submitted
     written = submission(jobs=["raysubmit_1", "raysubmit_2"],
-                         backends={"mlflow_tracking_uri": "http://mlflow:5000", "storage": "s3://b/lr-search"})
+                         backends=Backends("http://mlflow:5000", "sqlite:////ws/optuna.db", "s3://b/lr-search"))
     ws.write_submission(written)
 
     read = ws.read_submission("lr-search")
@@ -385,14 +386,14 @@ def test_a_path_inside_the_old_folder_moves_with_it_and_every_other_stays():
 
 def test_a_copied_sweep_reads_its_stores_inside_the_copy_and_records_where_it_now_is(tmp_path):
     old, new = Workspace(tmp_path / "old"), Workspace(tmp_path / "new")
-    written = state(backends={"mlflow_tracking_uri": f"sqlite:///{old.root / 'mlflow.db'}",
-                              "optuna_storage": "postgresql://me@db/optuna", "storage": str(old.sweep_dir("lr-search"))})
+    written = state(backends=Backends(f"sqlite:///{old.root / 'mlflow.db'}", "postgresql://me@db/optuna",
+                                      str(old.sweep_dir("lr-search"))))
     old.write(written)
     (new.root / "sweeps").mkdir(parents=True)
     (old.root / "sweeps" / "lr-search").rename(new.root / "sweeps" / "lr-search")
     read = new.read("lr-search")
-    assert read.backends == {"mlflow_tracking_uri": f"sqlite:///{new.root / 'mlflow.db'}",
-                             "optuna_storage": "postgresql://me@db/optuna", "storage": str(new.sweep_dir("lr-search"))}
+    assert read.backends == Backends(f"sqlite:///{new.root / 'mlflow.db'}", "postgresql://me@db/optuna",
+                                     str(new.sweep_dir("lr-search")))
     assert read.root == str(new.root)
     legacy = json.loads((new.sweep_dir("lr-search") / "sweep.json").read_text()) | {"root": None}
     (new.sweep_dir("lr-search") / "sweep.json").write_text(json.dumps(legacy))  # written before roots were recorded
@@ -401,9 +402,9 @@ def test_a_copied_sweep_reads_its_stores_inside_the_copy_and_records_where_it_no
 
 def test_a_sweep_that_ran_and_whose_database_did_not_travel_is_refused_naming_it(tmp_path):
     ws = Workspace(tmp_path / "new")
-    ws.write(state(backends=ws.default_backends("lr-search").__dict__, sessions=[{"started": 1.0}]))
+    ws.write(state(backends=ws.default_backends("lr-search"), sessions=[{"started": 1.0}]))
     with pytest.raises(ConfigError, match=f"its MLflow database {ws.root / 'mlflow.db'} is missing"):
         ws.read("lr-search")
     assert listing(ws)[0]["outcome"] == "unreadable"  # the others are still listed
-    ws.write(state("fresh", backends=ws.default_backends("fresh").__dict__))  # created, its driver not yet run
+    ws.write(state("fresh", backends=ws.default_backends("fresh")))  # created, its driver not yet run
     assert ws.read("fresh").sessions == []
