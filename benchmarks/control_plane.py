@@ -123,7 +123,7 @@ def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0)
     backends = workspace.default_backends(NAME)
     if optuna_url:
         backends = Backends(backends.mlflow_tracking_uri, optuna_url, backends.storage)
-    state = SweepState(name=NAME, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=str(STUDY), sets=[],
+    state = SweepState(name=NAME, spec=spec, fingerprint=spec.fingerprint(), file=str(STUDY), sets=[],
                        planned_trials=spec.planned_trials(), backends=backends, study_name=NAME)
     lr, d_model, d_attn = (spec.search[key] for key in ("train.lr", "model.d_model", "model.d_attn"))
     assert lr.low is not None and lr.high is not None  # a loguniform has bounds

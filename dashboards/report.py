@@ -734,13 +734,21 @@ class Stores(Protocol):
     def optuna_storage(self) -> str: ...
 
 
+class Document(Protocol):
+    """A sweep file as the report reads it (the sweeps package's ``SweepSpec``)."""
+
+    def to_dict(self) -> dict[str, Any]: ...  # the canonical sweep file: its grid labels the grid table
+
+
 class SweepRecord(Protocol):
     """What the report reads of a sweep's record (the sweeps package's ``SweepState``)."""
 
     name: str
-    spec: dict[str, Any]  # the canonical sweep file: its grid labels the grid table
     study_name: str
     mlflow_experiment_id: str | None
+
+    @property
+    def spec(self) -> Document: ...
 
     @property
     def backends(self) -> Stores: ...
@@ -793,18 +801,19 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
         notes += optuna_notes
     except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
         notes.append(f"Optuna plots unavailable: {exc}")
-    objectives = state.spec.get("objective") or []
+    document = state.spec.to_dict()
+    objectives = document.get("objective") or []
     try:
         if len(objectives) == 2 and (path := _front(state, trials, objectives, out)) is not None:
             figures.append((path, "The front on test beside the published grid's, and its hypervolume against compute"))
     except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
         notes.append(f"The front is unavailable: the Optuna study cannot be read ({exc})")
     (out / "fig3_points.json").write_text(json.dumps({str(k): v for k, v in fig3_points.items()}, indent=1))
-    verdicts = claims.check(test_points(trials), seed_spreads(trials), claims.not_studied(state.spec))
+    verdicts = claims.check(test_points(trials), seed_spreads(trials), claims.not_studied(document))
     (out / "claims.json").write_text(json.dumps([v.__dict__ for v in verdicts], indent=1))
     tested = [v for v in verdicts if v.verdict != claims.NOT_TESTED]
     try:
-        told: Story | None = story(backends.optuna_storage, state.study_name, state.spec, trials)
+        told: Story | None = story(backends.optuna_storage, state.study_name, document, trials)
     except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
         told = None
         notes.append(f"What the sweep found is unavailable: the Optuna study cannot be read ({exc})")
@@ -816,7 +825,7 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
         built=time.strftime("%Y-%m-%d %H:%M:%S"), experiment_id=str(state.mlflow_experiment_id),
         parent_run_id=parent.info.run_id if parent else "-", story=told, claims=_claims(tested),
         untested=", ".join(v.claim for v in verdicts if v.verdict == claims.NOT_TESTED),
-        figures=[embedded(p, c) for p, c in figures], notes=notes, grid=grid_data(trials, state.spec.get("grid") or {}),
+        figures=[embedded(p, c) for p, c in figures], notes=notes, grid=grid_data(trials, document.get("grid") or {}),
         trials=_table(trials), samples=_samples(trials, partial(load_samples, client)))
     index = out / "index.html"
     index.write_text(page)

@@ -10,7 +10,6 @@ from dashboards.compare_page import Compared, build
 from seqae_core import metrics as M
 from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
-from sweeps import spec as spec_lib
 from sweeps.export import trial_table
 from sweeps.progress import text_table
 from sweeps.workspace import Workspace
@@ -18,7 +17,7 @@ from sweeps.workspace import Workspace
 
 def _compared(workspace: Workspace, name: str, metric: str, sign: float) -> Compared:
     state = workspace.read(name)
-    spec = spec_lib.parse(state.spec, state.file)
+    spec = state.spec
     table = trial_table(workspace, name)
     ended = table[table.ended != ""].sort_values("ended")
     spent, best, points = 0.0, None, []
@@ -56,7 +55,7 @@ def compare(workspace: Workspace, names: list[str], out: str | None = None) -> t
     objectives = {}
     for name in names:
         state = workspace.read(name)
-        objective = spec_lib.parse(state.spec, state.file).objectives[0]
+        objective = state.spec.objectives[0]
         objectives[name] = (objective.metric, objective.mode)
     if len(set(objectives.values())) > 1:
         raise ConfigError("these sweeps optimize different objectives: " + ", ".join(

@@ -46,7 +46,6 @@ from seqae_core import names as N
 from seqae_core.pareto import ranks
 from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
-from sweeps import spec as spec_lib
 from sweeps.ledger import Outcome, resource_seconds
 from sweeps.mlflow_access import check_credentials
 from sweeps.search import feasible, kept_record, read_only
@@ -66,7 +65,7 @@ def pareto_ranks(trials: list[FrozenTrial], modes: Sequence[str]) -> dict[int, i
 def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
     """A row per trial of sweep ``name`` (the module's docstring lists the columns)."""
     state = workspace.read(name)
-    spec = spec_lib.parse(state.spec, state.file)
+    spec = state.spec
     backends = state.backends
     study = read_only(spec, backends.optuna_storage, state.study_name)
     runs: dict[str, Any] = {}

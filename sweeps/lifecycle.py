@@ -72,7 +72,7 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
         raise ConfigError(f"the Optuna storage {redact(backends.optuna_storage)} already has a study named "
                           f"{name!r}; pick another --name")
     state = SweepState(
-        name=name, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=file,
+        name=name, spec=spec, fingerprint=spec.fingerprint(), file=file,
         sets=list(sets), planned_trials=spec.planned_trials(), backends=backends, study_name=name,
         warm_starts=warm,
     )
@@ -90,7 +90,7 @@ def fork(workspace: Workspace, origin: str, file: str, name: str | None, sets: l
     """A new sweep from ``file`` whose study starts with ``origin``'s finished trials that fit its
     space (``SweepStudy.seed_from``); returns its name. Nothing is created if either is refused."""
     source = workspace.read(origin)
-    source_spec = spec_lib.parse(source.spec, source.file)
+    source_spec = source.spec
     objectives = [(o.metric, o.mode) for o in source_spec.objectives]
     if [(o.metric, o.mode) for o in spec_lib.load(file, sets).objectives] != objectives:
         raise ConfigError(f"{file} optimizes something else than sweep {origin!r} ({objectives}); a fork keeps "
@@ -99,7 +99,7 @@ def fork(workspace: Workspace, origin: str, file: str, name: str | None, sets: l
     state = workspace.read(name)
     state.forked_from = origin
     workspace.write(state)
-    spec = spec_lib.parse(state.spec, state.file)
+    spec = state.spec
     study = open_study(spec, state.backends.optuna_storage, name, state.total_trials, state.fingerprint)
     origin_study = read_only(source_spec, source.backends.optuna_storage, source.study_name)
     for note in study.seed_from(origin_study):
@@ -119,7 +119,7 @@ def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, dic
     points: dict[str, dict[str, Any]] = {}
     for origin in spec.warm_start.sweeps:
         source = workspace.read(origin)  # an unknown sweep is refused, naming it
-        source_spec = spec_lib.parse(source.spec, source.file)
+        source_spec = source.spec
         if [(o.metric, o.mode) for o in source_spec.objectives] != objectives:
             raise ConfigError(f"warm_start.from: sweep {origin!r} optimizes {[o.metric for o in source_spec.objectives]}, "
                               f"this sweep {[o.metric for o in spec.objectives]}: its best trials would mean something else")
@@ -150,7 +150,8 @@ def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, dic
 def load_spec(state: SweepState, check_file: bool) -> spec_lib.SweepSpec:
     """The stored spec, its warm start's configurations among its starting points (after the
     file's own); with ``check_file``, refuse if the sweep file now says something else."""
-    stored = spec_lib.parse(state.spec, state.file)
+    stored = state.spec
+    spec_lib.check_trial_configs(stored)  # under this code, which may have changed since the sweep was created
     if check_file and Path(state.file).exists():
         current = spec_lib.load(state.file, state.sets)
         changes = spec_lib.diff(stored, current)
@@ -250,7 +251,7 @@ def control(workspace: Workspace, name: str, **changes: Any) -> dict[str, Any]:
                              spec_lib.MAX_CONCURRENT)
     if workspace.exists(name):
         state = workspace.read(name)
-        spec, url = spec_lib.parse(state.spec, state.file), state.backends.optuna_storage
+        spec, url = state.spec, state.backends.optuna_storage
     elif (record := workspace.read_submission(name)) is not None:
         spec, url = spec_lib.load(record.sweep_file, record.sets), record.backends.optuna_storage if record.backends else ""
     else:

@@ -608,12 +608,21 @@ def local_path(value: str) -> str:
         return value
 
 
-def parse(doc: dict[str, Any], source: str) -> SweepSpec:
-    """Validate a sweep document (the mapping in a file, or :meth:`SweepSpec.to_dict`)."""
+def validate(doc: dict[str, Any], source: str) -> SweepSpec:
+    """A sweep document checked against the schema alone: what a sweep's record holds
+    (:meth:`SweepSpec.to_dict`), whose profiles and cross-field checks :func:`parse` applied when
+    the sweep was created."""
     try:
         spec = SweepSpec.model_validate(doc, context={"source": source})
     except ValidationError as exc:
         raise ConfigError(reason(exc, source)) from None
+    spec._source = source
+    return spec
+
+
+def parse(doc: dict[str, Any], source: str) -> SweepSpec:
+    """Validate a sweep document (the mapping in a file, or :meth:`SweepSpec.to_dict`)."""
+    spec = validate(doc, source)
     if spec.profiles is not None:  # every profile must give a valid sweep, whichever is run
         for name in spec.profiles:
             try:
@@ -622,7 +631,7 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
                 raise ConfigError(f"{exc} (with profile {name!r})") from None
         spec = spec.model_copy(update={"profiles": None})  # the sweep is what they were applied to
     spec._source = source
-    _check_trial_configs(spec)
+    check_trial_configs(spec)
     return spec
 
 
@@ -631,7 +640,7 @@ def trial_layers(source: str, base: dict[str, Any], params: dict[str, Any]) -> l
     return [(f"{source}: config", base), (f"{source}: trial parameters", params)]
 
 
-def _check_trial_configs(spec: SweepSpec) -> None:
+def check_trial_configs(spec: SweepSpec) -> None:
     """Every grid cell must give a valid config, alone and with each searched value (each
     categorical choice, each numeric bound) set on it. Combinations of several searched values
     are not tried: a trial whose combination is invalid fails on its own, and the sweep goes on."""

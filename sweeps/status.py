@@ -91,7 +91,7 @@ class SweepStatus(TrialsView):
 def status(workspace: Workspace, name: str) -> SweepStatus:
     """Trials by state, the best so far, and where the runs and the study live."""
     state = workspace.read(name)
-    spec = spec_lib.parse(state.spec, state.file)
+    spec = state.spec
     backends = state.backends
     last = state.sessions[-1] if state.sessions else {}
     view = trials_view(spec, backends, state.study_name, state.total_trials)

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 from filelock import FileLock, Timeout
 
 from seqae_errors import ConfigError
+from sweeps.spec import SweepSpec, validate
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 DEFAULT_WORKSPACE = "seqae-runs"
@@ -95,7 +96,7 @@ class SweepState:
     """The contents of ``sweep.json``."""
 
     name: str
-    spec: dict[str, Any]  # the canonical sweep (spec.SweepSpec.to_dict)
+    spec: SweepSpec  # kept as SweepSpec.to_dict, the canonical sweep
     fingerprint: str
     file: str  # the sweep file it came from
     sets: list[str]  # the --set overrides it was started with
@@ -212,7 +213,8 @@ class Workspace:
             known = ", ".join(self.names()) or "none"
             raise ConfigError(f"no sweep named {name!r} in {self.root} (sweeps there: {known})")
         document = json.loads(path.read_text())
-        state = SweepState(**{**document, "backends": Backends(**document["backends"])})
+        state = SweepState(**{**document, "spec": validate(document["spec"], document["file"]),
+                              "backends": Backends(**document["backends"])})
         written_in = Path(state.root) if state.root else _legacy_root(state)
         if written_in is not None and written_in != self.root:  # the workspace moved, or this is a copy
             state.backends = state.backends.moved(written_in, self.root)
@@ -224,7 +226,7 @@ class Workspace:
 
     def write(self, state: SweepState) -> None:
         state.root = str(self.root)
-        write_json(self.sweep_dir(state.name) / "sweep.json", asdict(state))
+        write_json(self.sweep_dir(state.name) / "sweep.json", {**asdict(state), "spec": state.spec.to_dict()})
 
     def _local_stores(self, state: SweepState) -> list[tuple[str, Path]]:
         """The stores of ``state`` that are files or folders on this machine, with their names."""

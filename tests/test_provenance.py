@@ -11,9 +11,10 @@ from mlflow.tracking import MlflowClient
 
 from seqae_errors import ConfigError
 from sweeps import provenance
+from sweeps import spec as spec_lib
 from sweeps.driver import check_code
 from sweeps.workspace import Backends, SweepState
-from tests.sweep_helpers import REPO, mlflow_runs, optuna_trials, run_args, seqae
+from tests.sweep_helpers import REPO, STUDIES, mlflow_runs, optuna_trials, run_args, seqae
 
 
 def git(*args: str, cwd=REPO) -> str:
@@ -33,8 +34,8 @@ def test_the_code_is_this_checkout_its_commit_and_the_versions_that_matter():
 
 def test_a_changed_file_is_refused_by_name_unless_allowed():
     code = provenance.current()
-    state = SweepState(name="s", spec={}, fingerprint="f", file="f.yaml", sets=[], planned_trials=1, backends=Backends("", "", ""),
-                       study_name="s", code={"commit": "0" * 40, "files": {**code.files, "sweeps/runner.py": "old",
+    state = SweepState(name="s", spec=spec_lib.load(STUDIES / "quickstart.yaml"), fingerprint="f", file="f.yaml",
+                       sets=[], planned_trials=1, backends=Backends("", "", ""), study_name="s", code={"commit": "0" * 40, "files": {**code.files, "sweeps/runner.py": "old",
                                                                            "sweeps/gone.py": "x"}})
     with pytest.raises(ConfigError, match=r"its code changed since its last session \(2 files: sweeps/gone.py, "
                                           r"sweeps/runner.py; commit 0000000 -> \w{7}\).*`seqae sweep resume s "

@@ -71,7 +71,7 @@ def run_trials(study: SweepStudy, storage: str, plans: list[tuple[list[float], f
 def write_sweep(workspace: Workspace, name: str, spec: spec_lib.SweepSpec,
                 sessions: list[dict] | None = None) -> SweepState:
     """A local sweep's ``sweep.json``, with the workspace's own backends, as `seqae sweep run` records it."""
-    state = SweepState(name=name, spec=spec.to_dict(), fingerprint=spec.fingerprint(), file=str(QUICKSTART),
+    state = SweepState(name=name, spec=spec, fingerprint=spec.fingerprint(), file=str(QUICKSTART),
                        sets=SETS, planned_trials=spec.planned_trials(),
                        backends=workspace.default_backends(name), study_name=name, sessions=sessions or [])
     if sessions:  # a driver has run: it created the sweep's MLflow database
@@ -82,7 +82,7 @@ def write_sweep(workspace: Workspace, name: str, spec: spec_lib.SweepSpec,
 
 def start_sweep(workspace: Workspace, state: SweepState) -> SweepStudy:
     """The sweep's study, as its first driver creates it."""
-    spec = spec_lib.parse(state.spec, state.file)
+    spec = state.spec
     return open_study(spec, state.backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
 
 
@@ -202,7 +202,7 @@ def test_listing_and_status_of_local_and_submitted_sweeps(workspace):
 def test_control_of_a_local_sweep_writes_the_record_into_its_study(workspace):
     state = write_sweep(workspace, "alpha", quickstart())
     start_sweep(workspace, state)
-    spec, url = spec_lib.parse(state.spec, state.file), state.backends.optuna_storage
+    spec, url = state.spec, state.backends.optuna_storage
 
     returned = lifecycle.control(workspace, "alpha", drain="stopped by `seqae sweep stop`")
     lifecycle.control(workspace, "alpha", max_concurrent=4)

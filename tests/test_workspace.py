@@ -16,6 +16,7 @@ import pytest
 
 from seqae_cli.main import main
 from seqae_errors import ConfigError
+from sweeps import spec as spec_lib
 from sweeps.workspace import (
     Backends,
     DriverLock,
@@ -47,11 +48,13 @@ def ws(tmp_path: Path) -> Workspace:
     return Workspace(tmp_path / "runs")
 
 
+LR_DIMS = STUDIES / "search_lr_dims.yaml"
+
+
 def state(name: str = "lr-search", **changes) -> SweepState:
     fields = {
-        "name": name, "spec": {"objective": {"metric": "val_token_accuracy", "mode": "max"}, "trials": {"total": 8}},
-        "fingerprint": "3f2a9c", "file": "sweeps/studies/search_lr_dims.yaml", "sets": ["train.epochs=3"],
-        "planned_trials": 8, "study_name": "seqae-lr-search",
+        "name": name, "spec": spec_lib.load(LR_DIMS), "fingerprint": "3f2a9c", "file": str(LR_DIMS),
+        "sets": ["train.epochs=3"], "planned_trials": 8, "study_name": "seqae-lr-search",
         "backends": Backends("sqlite:////ws/mlflow.db", "sqlite:////ws/optuna.db", "/ckpt/lr-search"),
         "created": 1700000000.5,
     }
