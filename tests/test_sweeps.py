@@ -25,7 +25,11 @@ STUDY_SMOKE = {
     "paper_fig3": ["grid.data.input_len=[16]", "grid.model.latent_fraction=[1.0, 0.25]"],
     "paper_seeds": ["grid.data.input_len,model.latent_len=[[16, 9]]", "grid.train.seed=[0]"],
     "search_lr_dims": ["data.input_len=16", "model.latent_len=8", "trials.total=3", "search.model.layers={type: int, low: 1, high: 2}",
-                       "scheduler.type=asha"],
+                       "scheduler.type=asha",  # and SMOKE's widths, searched: the file's are 8-32x wider
+                       "search.model.d_model={type: categorical, choices: [16, 32]}",
+                       "search.model.d_attn={type: categorical, choices: [16, 32]}",
+                       "search.model.d_ffn={type: categorical, choices: [32, 64], when: {model.block: transformer}}",
+                       "start.paper={model.block: paper, model.d_model: 16, model.d_attn: 32, model.residual: true}"],
     "frontier": ["data.input_len=16", "trials.total=3", "search.model.latent_dim={type: categorical, choices: [4, 8, 16]}",
                  "constraints=[{metric: latent_share, at_most: 1.0}]"],  # TPE's constraints, met by every latent
     "ablation_paper_block": ["data.input_len=16", "grid.model.latent_len=[8]"],
