@@ -231,8 +231,8 @@ class _Sampler(_Section):
     @classmethod
     def _defaults(cls, value: Any) -> Any:
         kind = value.get("type") if isinstance(value, dict) else None
-        if not isinstance(kind, str) or kind not in SAMPLER_DEFAULTS:  # pydantic names what is wrong with it
-            return value
+        if not isinstance(kind, str) or kind not in SAMPLER_DEFAULTS or set(value) - set(cls.model_fields):
+            return value  # pydantic names what is wrong with it: the type, or an unknown key (a typo) first
         defaults = SAMPLER_DEFAULTS[kind]
         extra = sorted(k for k in (set(value) & set(SAMPLER_DEFAULTS["tpe"])) - set(defaults) if value[k] is not None)
         if extra:

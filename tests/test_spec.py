@@ -160,6 +160,11 @@ BAD = [
                  "sampler: 'n_startup_trials' does not apply to type 'random'", id="startup-for-random"),
     pytest.param({**SEARCH, "sampler": {"type": "gp", "multivariate": True}},
                  "sampler: 'multivariate' does not apply to type 'gp'", id="multivariate-for-gp"),
+    # a misspelt type leaves the default (NSGA-II for two objectives): the typo is named, not the TPE-only key
+    pytest.param({**SEARCH, "objective": [{"metric": "val_token_accuracy", "mode": "max"},
+                                          {"metric": "latent_share", "mode": "min"}],
+                  "sampler": {"tpye": "tpe", "constant_liar": True}}, "unknown key 'tpye' in sampler",
+                 id="misspelt-sampler-type"),
     pytest.param({**SEARCH, "search": {"model.d_model": {"type": "categorical", "choices": [32, 64]}},
                   "sampler": {"type": "gp"}}, "sampler.type='gp' models numeric spaces only; this one is not "
                  "(model.d_model is categorical)", id="gp-with-categorical"),
