@@ -240,14 +240,14 @@ def test_damaged_newest_checkpoints_are_skipped_and_said(tmp_path):
 def test_a_raising_trial_and_a_nan_trial_fail_everywhere_and_the_sweep_goes_on(tmp_path, receiver):
     workspace, name = tmp_path / "ws", "failing"
     # lr 1e30 drives the loss to NaN; d_attn 24 with 16 heads is a combination no config allows
-    extra = ["train.lr=0.001", "grid.train.lr=[1e30, 0.003]", "train.lr_schedule=constant", "trials={per_cell: 4}",
+    extra = ["train.lr=0.001", "grid.train.lr=[1e30, 0.003]", "train.lr_schedule=constant", "trials={per_cell: 2}",
              "search.model.d_attn={type: categorical, choices: [16, 24]}",
-             "search.model.heads={type: categorical, choices: [1, 16]}", "sampler={type: random, seed: 3}", "start={}",
+             "search.model.heads={type: categorical, choices: [1, 16]}", "sampler={type: random, seed: 5}", "start={}",
              receiver.notify()]
     run = seqae(*run_args(workspace, name, *extra))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]  # the sweep completes
     trials = optuna_trials(workspace, name)
-    assert len(trials) == 8  # Optuna kept sampling after failures
+    assert len(trials) == 4  # Optuna kept sampling after failures
     runs = {int(r.data.tags["seqae.trial"]): r for r in children(mlflow_runs(workspace, name))}
     kinds = set()
     for trial in trials:
@@ -265,7 +265,7 @@ def test_a_raising_trial_and_a_nan_trial_fail_everywhere_and_the_sweep_goes_on(t
         assert ("divisible by model.heads" in error) if invalid else ("NonFiniteLossError" in error), error
         tune_dir = next((workspace / "sweeps" / name / "tune").glob(f"session-*/trial-{trial.number:04d}"))
         assert (tune_dir / "error.txt").exists()  # ERROR in Tune too
-    assert kinds == {"invalid", "nan", "ok"}, f"seed 3 should sample every outcome: {kinds}"
+    assert kinds == {"invalid", "nan", "ok"}, f"seed 5 should sample every outcome: {kinds}"
     failed = sorted(t.number for t in trials if t.state.name == "FAIL")  # each failure told once, with its error
     told = {m["title"]: m["message"] for m in receiver.received if m["title"].endswith(" failed")}
     assert sorted(told) == sorted(f"seqae {name}: trial {n} failed" for n in failed), receiver.titles()
