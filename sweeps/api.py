@@ -135,8 +135,7 @@ class Sweep:
     def best_model(self) -> Any:
         """The registered model of the sweep's best trial (alias ``@best``), an MLflow pyfunc:
         ``.predict(["text", ...])`` gives each text's reconstruction and token accuracy."""
-        backends = self.workspace.read(self.name).backends
-        return registry.load_registered(backends.mlflow_tracking_uri, self.name)[1]
+        return registry.load_registered(self.workspace.read(self.name).backends.mlflow_tracking_uri, self.name)[1]
 
     def compare(self, *others: str | Sweep, out: str | Path | None = None) -> tuple[str, Path]:
         """This sweep beside ``others`` (of the same objective, in the same workspace): the

@@ -99,8 +99,7 @@ def fork(workspace: Workspace, origin: str, file: str, name: str | None, sets: l
     state = workspace.read(name)
     state.forked_from = origin
     workspace.write(state)
-    spec = state.spec
-    study = open_study(spec, state.backends.optuna_storage, name, state.total_trials, state.fingerprint)
+    study = open_study(state.spec, state.backends.optuna_storage, name, state.total_trials, state.fingerprint)
     origin_study = read_only(source_spec, source.backends.optuna_storage, source.study_name)
     for note in study.seed_from(origin_study):
         print(f"seqae: fork of {origin}: {note}", flush=True)

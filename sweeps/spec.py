@@ -629,8 +629,7 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
                 parse(apply_profile(copy.deepcopy(doc), name, source, SWEEP_KEYS), source)
             except ConfigError as exc:
                 raise ConfigError(f"{exc} (with profile {name!r})") from None
-        spec = spec.model_copy(update={"profiles": None})  # the sweep is what they were applied to
-    spec._source = source
+        spec = spec.model_copy(update={"profiles": None})  # the sweep is what they were applied to (its source kept)
     check_trial_configs(spec)
     return spec
 
