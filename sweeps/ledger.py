@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # only annotations name it: reading a sweep's outcomes loads 
 
 
 class Outcome(str, enum.Enum):
-    COMPLETE = "COMPLETE"  # trained to its last epoch, or stopped early by its patience
+    COMPLETE = "COMPLETE"  # trained to its last epoch, or stopped early by its patience or the budget
     PRUNED = "PRUNED"  # stopped by the scheduler (ASHA) before it finished
     FAIL = "FAIL"  # raised, or ended before its first epoch
     RUNNING = "RUNNING"  # interrupted with its driver: the next session continues it
@@ -67,13 +67,15 @@ def resource_seconds(share: float, progress: TrialProgress | None) -> float:
     return share * sum(float(h[M.EPOCH_SECONDS]) for h in (progress.history if progress else []))
 
 
-def decide(progress: TrialProgress | None, error: bool, epochs: int | None = None) -> Outcome:
+def decide(progress: TrialProgress | None, error: bool, epochs: int | None = None, budget_stopped: bool = False
+           ) -> Outcome:
     """How a trial ended when Tune lets go of it: an error or no epoch is a failure; records that
-    say it finished (to ``epochs``, if `seqae sweep extend` raised its limit) make it complete;
-    otherwise the scheduler stopped it."""
+    say it finished (to ``epochs``, if `seqae sweep extend` raised its limit) make it complete, as
+    does the budget's stop (nothing ranked it below another: the epoch it kept competes for the
+    best); otherwise the scheduler stopped it."""
     if error or progress is None or not progress.history:
         return Outcome.FAIL
-    return Outcome.COMPLETE if progress.done(epochs) else Outcome.PRUNED
+    return Outcome.COMPLETE if budget_stopped or progress.done(epochs) else Outcome.PRUNED
 
 
 def settle(study: SweepStudy, number: int, outcome: Outcome, progress: TrialProgress | None) -> None:

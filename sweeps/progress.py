@@ -85,7 +85,7 @@ class Progress:
         return line
 
     def ended(self, number: int, epochs_run: int, how: str, why: str | None = None) -> None:
-        """A trial ended (``how``: finished, stopped by the scheduler, failed; ``why``: the error):
+        """A trial ended (``how``: finished, stopped by the scheduler or the budget, failed; ``why``: the error):
         the epochs it will not run leave the sweep's remaining work."""
         self.work = max(self.work - max(self.epochs - epochs_run, 0), self.done, 1)
         self.bar.total = self.work

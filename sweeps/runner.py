@@ -56,6 +56,7 @@ class Spend:
         self.share, self.total, self.before = share, spent, spent  # before: earlier sessions' spend
         self.counted: set[tuple[int, int]] = set()  # this session's epochs
         self.running: dict[int, float] = {}  # a running trial's latest epoch cost: what its next one should cost
+        self.stopped: set[int] = set()  # the trials the budget stopped
 
     def add(self, number: int, result: dict[str, Any]) -> None:
         if (number, int(result[M.EPOCH])) not in self.counted:
@@ -96,6 +97,7 @@ class BudgetStopper(_DriverOnly, tune.Stopper):
         self.spend.add(number, result)
         if self.spend.exhausted(self.seconds):
             self.spend.ended(number)
+            self.spend.stopped.add(number)
             return True
         return False
 
@@ -178,7 +180,8 @@ class StudySearcher(_DriverOnly, Searcher):
             self._result(number, result)
         self.spend.ended(number)
         progress = CheckpointStore.of_trial(self.storage, number).progress()
-        ledger.settle(self.study, number, ledger.decide(progress, error, self.study.epochs(number)), progress)
+        outcome = ledger.decide(progress, error, self.study.epochs(number), number in self.spend.stopped)
+        ledger.settle(self.study, number, outcome, progress)
         self.retention.settle(number)
 
 
@@ -234,17 +237,18 @@ class TrackingCallback(_DriverOnly, tune.Callback):
 class ProgressCallback(_DriverOnly, tune.Callback):
     """Hands Tune's trial events to the sweep's :class:`~sweeps.progress.Progress` lines."""
 
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
+    def __init__(self, progress: Progress, spend: Spend) -> None:
+        self.progress, self.spend = progress, spend
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any) -> None:
         spec: TrialSpec = trial.config["trial"]
         self.progress.result(spec.number, spec.params, result, spec.start)
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        number = trial.config["trial"].number
         finished = (trial.last_result or {}).get("finished", False)
-        self.progress.ended(trial.config["trial"].number, _epochs(trial),
-                            "finished" if finished else "stopped by the scheduler")
+        self.progress.ended(number, _epochs(trial), "finished" if finished else
+                            "stopped by the budget" if number in self.spend.stopped else "stopped by the scheduler")
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self.progress.ended(trial.config["trial"].number, _epochs(trial), "failed", last_error(trial))
@@ -476,7 +480,7 @@ def run_session(
             storage_path=f"{storage.rstrip('/')}/tune",
             failure_config=tune.FailureConfig(max_failures=spec.retries),
             stop=BudgetStopper(spend, spec.budget.hours * 3600) if spec.budget else None,
-            callbacks=[TrackingCallback(tracker, writer, study), ProgressCallback(progress),
+            callbacks=[TrackingCallback(tracker, writer, study), ProgressCallback(progress, spend),
                        *([NotifyCallback(notifier, study)] if notifier else [])],
             verbose=1 if verbose else 0,
         ),

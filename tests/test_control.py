@@ -190,14 +190,16 @@ def test_a_spent_budget_stops_the_running_trial_at_its_epoch_and_the_sweep_and_e
         m["message"] for m in receiver.received if m["title"].endswith("no new trials start"))
     info = status(name, workspace)
     # one trial at a time, and its first epoch spends the budget: it stops there, not at its last epoch
-    assert info["outcome"] == "stopped" and info["trials_by_state"] == {"PRUNED": 1, "NOT_STARTED": 5}
+    assert info["outcome"] == "stopped" and info["trials_by_state"] == {"COMPLETE": 1, "NOT_STARTED": 5}
+    assert "trial 0  stopped by the budget after 1 epoch" in run.stdout
     run_id = next(r.info.run_id for r in helpers.mlflow_runs(workspace, name) if "seqae.trial" in r.data.tags)
     assert helpers.metric_steps(run_id, "val_token_accuracy", workspace) == [1]
     runs = helpers.mlflow_runs(workspace, name)
     parent = next(r for r in runs if r.data.tags.get("seqae.role") == "sweep")
     assert parent.info.status == "FINISHED" and "the budget of 1e-07 cpu-hours is spent" in parent.data.tags["seqae.ended"]
-    assert [(r.info.status, r.data.tags["seqae.outcome"], r.info.run_name) for r in runs if r is not parent] == [
-        ("FINISHED", "pruned", "trial-0000-pruned")]
+    # the budget, not a rung, stopped it: complete, and the sweep's best
+    assert [(r.info.status, r.data.tags["seqae.outcome"]) for r in runs if r is not parent] == [("FINISHED", "complete")]
+    assert info["best"]["trial"] == 0, info["best"]
     cost = info["cost"]
     assert cost["unit"] == "cpu-hours" and cost["budget"] == 1e-7 and cost["hours"] >= 1e-7
     children = {r.data.tags["seqae.trial"]: r for r in helpers.mlflow_runs(workspace, name) if "seqae.trial" in r.data.tags}

@@ -119,6 +119,14 @@ def test_decide_reads_the_outcome_from_the_records(tmp_path, epochs_run, finishe
     assert decide(progress, error, limit) is expected
 
 
+def test_a_trial_the_budget_stopped_is_complete_with_the_epoch_it_kept(tmp_path):
+    """Nothing ranked it below another trial, so it competes for the best (a rung's stop prunes)."""
+    progress = write_records(str(tmp_path), 0, history([0.5, 0.7]), False, False).progress()
+    assert decide(progress, False, None, budget_stopped=True) is Outcome.COMPLETE
+    assert decide(progress, False, None) is Outcome.PRUNED
+    assert decide(progress, True, None, budget_stopped=True) is Outcome.FAIL
+
+
 def test_decide_fails_a_trial_without_records_or_without_an_epoch(tmp_path):
     assert CheckpointStore.of_trial(str(tmp_path), 0).progress() is None
     assert decide(None, error=False) is Outcome.FAIL
