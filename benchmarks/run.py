@@ -42,6 +42,13 @@ def _in_workspace(measure: Callable[[dict[str, Any], Path], list[dict[str, Any]]
     return suite
 
 
+def _search_gpu(data: str, workspace: Path) -> list[dict[str, Any]]:
+    if not torch.cuda.is_available():
+        return [{"status": "skipped: no GPU on this machine"}]
+    search = _module("search_vs_recipe")
+    return search.run(data, workspace, tuple(search.GPU.search_seeds), search.GPU)
+
+
 def _frontier(part: str) -> Suite:
     return _in_workspace(lambda o, workspace: _module("frontier").run(part, o["data"], workspace))
 
@@ -53,6 +60,7 @@ SUITES: dict[str, Suite] = {
                        + _module("data_prep").parallel(o["data"])),
     "search": _in_workspace(lambda o, workspace: _module("search_vs_recipe").run(
         o["data"], workspace, *[(o["fraction"],)] if o["fraction"] else [])),
+    "search-gpu": _in_workspace(lambda o, workspace: _search_gpu(o["data"], workspace)),
     "rungs": lambda o: _module("rung_agreement").run(o["data"]),
     "table": _in_workspace(lambda o, workspace: _module("evidence_table").run(o["data"], workspace)),
     "replay": lambda o: _module("replay").run(o["seeds"], o["fraction"] or _module("replay").FRACTION),

@@ -24,6 +24,10 @@ past it is counted in its CPU-seconds. Two questions, each scored on the test pa
   fractions, and the simultaneous (Bonferroni) interval is printed beside the adjusted p.
 - Does it return a better *model* than the recipe at equal compute? The search's best trial's own
   test score against recipe@k's kept model, replicate by replicate.
+
+``seqae bench search-gpu`` runs the same protocol as the :data:`GPU` profile: the 25% fraction at
+the paper's 512 -> 128 tokens and widths (:data:`PAPER_RECIPE`, :data:`PAPER_SPACE`), each trial a
+quarter of a GPU, four at once, the budget in GPU-seconds; its files are ``search-vs-recipe-gpu*``.
 """
 
 from __future__ import annotations
@@ -71,6 +75,37 @@ SPACE = {
     "model.dropout": {"type": "uniform", "low": 0.0, "high": 0.2},
     "model.heads": {"type": "categorical", "choices": [1, 2, 4, 8], "when": {"model.block": "transformer"}},
 }
+PAPER_RECIPE = {**RECIPE, "model.d_model": 256, "model.d_attn": 512}  # the paper's Table I: embedding 256, attention 512
+PAPER_SPACE = {**SPACE, "model.d_model": {"type": "categorical", "choices": [128, 256, 512]},
+               "model.d_attn": {"type": "categorical", "choices": [256, 512, 1024]}}
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What bench search trains on and pays with."""
+
+    name: str  # its `seqae bench` suite
+    input_len: int
+    max_pages: int | None  # None: every page of the corpus
+    recipe: dict[str, Any]
+    space: dict[str, Any]
+    gpu: float  # each trial's share of a GPU; 0 on CPUs. The budget's currency follows: GPU- or CPU-seconds
+    max_concurrent: int
+    search_seeds: dict[float, int]
+    tables: str  # the prefix of its files in benchmarks/tables/
+
+    @property
+    def unit(self) -> str:
+        return "gpu" if self.gpu else "cpu"
+
+    def latent(self, fraction: float) -> str:
+        return f"{self.input_len}->{round(fraction * self.input_len)}"
+
+
+LAPTOP = Profile("search", INPUT_LEN, 30, RECIPE, SPACE, 0.0, 2, SEARCH_SEEDS, "search-vs-recipe")
+# The paper's length and widths on one GPU in quarters (bf16 under precision auto), on the 25% fraction
+# alone: 512-token windows of every page, since the offline corpus has too few pages for one sample each.
+GPU = Profile("search-gpu", 512, None, PAPER_RECIPE, PAPER_SPACE, 0.25, 4, {0.25: 2}, "search-vs-recipe-gpu")
 SAMPLERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # the quickstart's settings (sweeps/studies/quickstart.yaml)
     "random": ({"type": "random"}, {"type": "none"}),
     "tpe+asha": ({"type": "tpe", "n_startup_trials": 2, "multivariate": True, "group": True, "constant_liar": True},
@@ -78,10 +113,10 @@ SAMPLERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # the quickstart
 }
 
 
-def document(data_path: str, description: str, fixed: dict[str, Any]) -> dict[str, Any]:
+def document(data_path: str, description: str, fixed: dict[str, Any], profile: Profile = LAPTOP) -> dict[str, Any]:
     """A sweep of the benchmark's data, split and schedule, with ``fixed`` config keys set."""
     config: dict[str, dict[str, Any]] = {
-        "data": {"path": data_path, "samples": "windows", "input_len": INPUT_LEN, "max_pages": 30,
+        "data": {"path": data_path, "samples": "windows", "input_len": profile.input_len, "max_pages": profile.max_pages,
                  "vocab": "corpus", "test_fraction": 0.1},
         "model": {"residual": True, "d_ffn": 512},
         "train": {"epochs": EPOCHS, "patience": 5, "batch_size": 16, "lr_final": 1.0e-4, "lr_schedule": "linear",
@@ -91,23 +126,24 @@ def document(data_path: str, description: str, fixed: dict[str, Any]) -> dict[st
         section, name = key.split(".", 1)
         config[section][name] = value
     return {"description": description, "config": config, "objective": {"metric": M.VAL_TOKEN_ACCURACY, "mode": "max"},
-            "resources": {"cpu": 1, "gpu": 0}, "max_concurrent": 2}
+            "resources": {"cpu": 1, "gpu": profile.gpu}, "max_concurrent": profile.max_concurrent}
 
 
-def _trained(data_path: str, fixed: dict[str, Any], cells: list[tuple[float, int]]) -> dict[str, Any]:
+def _trained(data_path: str, fixed: dict[str, Any], cells: list[tuple[float, int]], profile: Profile) -> dict[str, Any]:
     """``fixed`` trained at each ``(fraction, training seed)`` of ``cells``."""
-    doc = document(data_path, "a configuration trained from several seeds", fixed)
+    doc = document(data_path, "a configuration trained from several seeds", fixed, profile)
     doc["grid"] = {"model.latent_fraction,train.seed": [list(cell) for cell in cells]}
     doc["trials"] = {"per_cell": 1}
     return doc
 
 
-def _search(data_path: str, arm: str, fraction: float, seed: int, budget_seconds: float) -> dict[str, Any]:
+def _search(data_path: str, arm: str, fraction: float, seed: int, budget_seconds: float, profile: Profile) -> dict[str, Any]:
     doc = document(data_path, f"{arm} at {fraction:.1%} latent, sampler seed {seed}",
-                    {"model.latent_fraction": fraction, "train.seed": 0})
+                    {"model.latent_fraction": fraction, "train.seed": 0}, profile)
     sampler, scheduler = SAMPLERS[arm]
-    doc.update(search=SPACE, start={"recipe": RECIPE}, trials={"total": 60}, sampler={**sampler, "seed": seed},
-               scheduler=scheduler, budget={"cpu_hours": budget_seconds / 3600})
+    doc.update(search=profile.space, start={"recipe": profile.recipe}, trials={"total": 60},
+               sampler={**sampler, "seed": seed}, scheduler=scheduler,
+               budget={f"{profile.unit}_hours": budget_seconds / 3600})
     return doc
 
 
@@ -121,7 +157,7 @@ class Scores:
 
     val: tuple[float, ...]
     test: tuple[float, ...]
-    cpu_seconds: float  # one training's, the seeds' mean
+    cost_seconds: float  # one training's, the seeds' mean, in the profile's currency (GPU-seconds on a GPU)
     seeds: tuple[int, ...] = TRAINING_SEEDS
 
     def kept(self) -> float:
@@ -157,23 +193,25 @@ class Search:
     config: dict[str, Any]  # the best trial's searched keys
     is_recipe: bool
     trials: int
-    cpu_seconds: float  # spent by the whole search, past its budget included
+    cost_seconds: float  # spent by the whole search, past its budget included
     budget_seconds: float
     scores: Scores  # the best configuration trained again from the training seeds
 
 
-def _searched(folder: Path, data_path: str, arm: str, fraction: float, seed: int, recipe: Scores) -> Search:
+def _searched(folder: Path, data_path: str, arm: str, fraction: float, seed: int, recipe: Scores,
+              profile: Profile) -> Search:
     name = f"{arm.replace('+', '-')}-{int(fraction * 1000)}-s{seed}"
-    budget = BUDGET_TRAININGS * recipe.cpu_seconds
-    _, runs = run_sweep(folder, name, _search(data_path, arm, fraction, seed, budget))
+    budget = BUDGET_TRAININGS * recipe.cost_seconds
+    _, runs = run_sweep(folder, name, _search(data_path, arm, fraction, seed, budget, profile))
     best = _study(folder / "ws", name).best_trial
     is_recipe = best.user_attrs.get(N.START) == "recipe"
-    config = {k: v for k, v in best.params.items() if k in SPACE}
+    config = {k: v for k, v in best.params.items() if k in profile.space}
     if is_recipe:
         scores = recipe
     else:
         retrain = f"{name}-best"
-        _, reruns = run_sweep(folder, retrain, _trained(data_path, config, [(fraction, t) for t in TRAINING_SEEDS]))
+        _, reruns = run_sweep(folder, retrain, _trained(data_path, config, [(fraction, t) for t in TRAINING_SEEDS],
+                                                         profile))
         scores = _scores(folder / "ws", retrain, fraction, reruns, TRAINING_SEEDS)
     spent = sum(r.data.metrics.get(M.RESOURCE_SECONDS, 0.0) for r in runs)
     return Search(arm, fraction, seed, float(best.value), float(best.user_attrs[N.TEST][M.TEST_TOKEN_ACCURACY]),  # type: ignore[arg-type]
@@ -185,10 +223,6 @@ def _short(config: dict[str, Any]) -> str:
     return " ".join(f"{k.split('.', 1)[1]}={v:.1e}" if isinstance(v, float) and k == "train.lr"
                     else f"{k.split('.', 1)[1]}={round(v, 3) if isinstance(v, float) else v}"
                     for k, v in sorted(config.items()))
-
-
-def _latent(fraction: float) -> str:
-    return f"{INPUT_LEN}->{round(fraction * INPUT_LEN)}"
 
 
 def _claims(rows: list[tuple[dict[str, Any], np.ndarray]]) -> None:
@@ -207,7 +241,8 @@ def _bracket(interval: Interval) -> str:
     return f"[{100 * interval.low:+.2f}, {100 * interval.high:+.2f}]"
 
 
-def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], searches: list[Search]) -> list[dict[str, Any]]:
+def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], searches: list[Search],
+              profile: Profile = LAPTOP) -> list[dict[str, Any]]:
     """A row per fraction and arm: test accuracy over every search seed and training seed, and
     per search arm the gain over the recipe, paired by training seed and averaged per search seed,
     with its t interval over search seeds, exact sign-flip p, Holm-adjusted p over the fractions
@@ -216,19 +251,20 @@ def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], sea
     (paired by sampler seed and training seed), and each search's returned model against
     recipe@k's (replicate by replicate)."""
     rows: list[dict[str, Any]] = []
+    unit = profile.unit
     fractions = sorted(recipe, reverse=True)
     for fraction in fractions:
         r = recipe[fraction]
-        rows.append({"latent": _latent(fraction), "arm": "recipe", "test_mean": round(statistics.fmean(r.test), 4),
+        rows.append({"latent": profile.latent(fraction), "arm": "recipe", "test_mean": round(statistics.fmean(r.test), 4),
                      "test_sd": round(statistics.stdev(r.test), 4),
                      "val_to_test_drop": round(statistics.fmean(r.val) - statistics.fmean(r.test), 4),
-                     "cpu_s": round(len(r.test) * r.cpu_seconds), "chosen": "recipe"})
+                     f"{unit}_s": round(len(r.test) * r.cost_seconds), "chosen": "recipe"})
         if equal.get(fraction):
             kept = [e.kept() for e in equal[fraction]]
-            rows.append({"latent": _latent(fraction), "arm": f"recipe@{BUDGET_TRAININGS}",
+            rows.append({"latent": profile.latent(fraction), "arm": f"recipe@{BUDGET_TRAININGS}",
                          "test_mean": round(statistics.fmean(kept), 4),
                          "test_sd": round(statistics.stdev(kept), 4) if len(kept) > 1 else None,
-                         "cpu_s": round(statistics.fmean(BUDGET_TRAININGS * e.cpu_seconds for e in equal[fraction])),
+                         f"{unit}_s": round(statistics.fmean(BUDGET_TRAININGS * e.cost_seconds for e in equal[fraction])),
                          "chosen": f"the best of {BUDGET_TRAININGS} recipe trainings by validation"})
     for arm in ARMS:
         family = []
@@ -239,13 +275,13 @@ def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], sea
             tests = np.array([s.scores.test for s in mine])
             recipe_mean = statistics.fmean(recipe[fraction].test)
             row = {
-                "latent": _latent(fraction), "arm": arm,
+                "latent": profile.latent(fraction), "arm": arm,
                 "test_mean": round(float(tests.mean()), 4), "test_sd": round(float(tests.std(ddof=1)), 4),
                 "wins": f"{sum(float(np.mean(s.scores.test)) > recipe_mean for s in mine)}/{len(mine)}",
                 "val_to_test_drop": round(statistics.fmean(s.best_val - float(np.mean(s.scores.test)) for s in mine), 4),
-                "cpu_s": round(statistics.fmean(s.cpu_seconds for s in mine)),
-                "budget_cpu_s": round(statistics.fmean(s.budget_seconds for s in mine)),
-                "overshoot_cpu_s_max": round(max(s.cpu_seconds - s.budget_seconds for s in mine), 1),
+                f"{unit}_s": round(statistics.fmean(s.cost_seconds for s in mine)),
+                f"budget_{unit}_s": round(statistics.fmean(s.budget_seconds for s in mine)),
+                f"overshoot_{unit}_s_max": round(max(s.cost_seconds - s.budget_seconds for s in mine), 1),
                 "trials": round(statistics.fmean(s.trials for s in mine), 1),
                 "chosen": " | ".join("recipe" if s.is_recipe else _short(s.config) for s in mine),
             }
@@ -257,7 +293,7 @@ def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], sea
         pairs = [sorted((s for s in searches if s.arm == arm and s.fraction == fraction), key=lambda s: s.seed)
                  for arm in ARMS]
         if all(pairs) and [s.seed for s in pairs[0]] == [s.seed for s in pairs[1]]:
-            contrasts.append(({"latent": _latent(fraction), "arm": "tpe+asha - random"},
+            contrasts.append(({"latent": profile.latent(fraction), "arm": "tpe+asha - random"},
                               (np.array([s.scores.test for s in pairs[1]])
                                - np.array([s.scores.test for s in pairs[0]])).mean(axis=1)))
     _claims(contrasts)
@@ -268,7 +304,7 @@ def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], sea
             mine = sorted((s for s in searches if s.arm == arm and s.fraction == fraction), key=lambda s: s.seed)
             kept = [e.kept() for e in equal.get(fraction, [])]
             if mine and len(kept) == len(mine):
-                returned.append(({"latent": _latent(fraction), "arm": f"{arm} - recipe@{BUDGET_TRAININGS} (returned model)"},
+                returned.append(({"latent": profile.latent(fraction), "arm": f"{arm} - recipe@{BUDGET_TRAININGS} (returned model)"},
                                  np.array([s.returned_test for s in mine]) - np.array(kept)))
         _claims(returned)
         rows += [row for row, _ in returned]
@@ -282,7 +318,7 @@ def _tests(recipe: dict[float, Scores], searches: list[Search], arm: str, fracti
     return [v for s in searches if s.arm == arm and s.fraction == fraction for v in s.scores.test]
 
 
-def figure(recipe: dict[float, Scores], searches: list[Search], path: Path) -> Path:
+def figure(recipe: dict[float, Scores], searches: list[Search], path: Path, profile: Profile = LAPTOP) -> Path:
     """Test accuracy per fraction, each training of each arm a dot and the arm's mean a line, in
     the report's style."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -297,9 +333,9 @@ def figure(recipe: dict[float, Scores], searches: list[Search], path: Path) -> P
                 xs.append(x)
                 means.append(statistics.fmean(values))
         ax.plot(xs, means, marker="o", color=f"C{n}", label=arm)
-    ax.set_xticks(range(len(fractions)), [f"{INPUT_LEN}->{round(f * INPUT_LEN)}" for f in fractions])
+    ax.set_xticks(range(len(fractions)), [profile.latent(f) for f in fractions])
     ax.set(xlabel="input to latent tokens", ylabel="test token accuracy",
-           title=f"The recipe against searches of {BUDGET_TRAININGS} recipe trainings' CPU-seconds")
+           title=f"The recipe against searches of {BUDGET_TRAININGS} recipe trainings' {profile.unit.upper()}-seconds")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -308,21 +344,23 @@ def figure(recipe: dict[float, Scores], searches: list[Search], path: Path) -> P
     return path
 
 
-def outputs(fractions: tuple[float, ...]) -> dict[str, Path]:
+def outputs(fractions: tuple[float, ...], profile: Profile = LAPTOP) -> dict[str, Path]:
     """Where a run over ``fractions`` writes: ``search-vs-recipe*`` for every fraction, else with
-    the fraction in the name (``-0250``), so that measuring one fraction keeps the others' files."""
+    the fraction in the name (``-0250``), so that measuring one fraction keeps the others' files;
+    the GPU profile's are ``search-vs-recipe-gpu*``."""
     tag = "" if set(fractions) == set(FRACTIONS) else "-" + "-".join(f"{round(f * 1000):04d}" for f in fractions)
-    return {part: TABLES / f"search-vs-recipe{tag}{suffix}" for part, suffix in
+    return {part: TABLES / f"{profile.tables}{tag}{suffix}" for part, suffix in
             (("table", ".csv"), ("searches", "-searches.csv"), ("recipe", "-recipe.csv"), ("figure", ".png"))}
 
 
-def run(data_path: str, workspace: Path, fractions: tuple[float, ...] = FRACTIONS) -> list[dict[str, Any]]:
+def run(data_path: str, workspace: Path, fractions: tuple[float, ...] = FRACTIONS,
+        profile: Profile = LAPTOP) -> list[dict[str, Any]]:
     """Every arm at each of ``fractions``, in ``workspace`` (a rerun continues there; each fraction's
     sweeps are its own, so fractions can be measured one at a time); writes the table, each search's
     outcome, every recipe training and the figure to benchmarks/tables/ (:func:`outputs`)."""
-    if not set(fractions) <= set(FRACTIONS):
-        raise ConfigError(f"--fraction {fractions[0]} is not one of bench search's latent fractions "
-                          f"({', '.join(str(f) for f in sorted(FRACTIONS))})")
+    if not set(fractions) <= set(profile.search_seeds):
+        raise ConfigError(f"--fraction {fractions[0]} is not one of bench {profile.name}'s latent fractions "
+                          f"({', '.join(str(f) for f in sorted(profile.search_seeds))})")
     workspace.mkdir(parents=True, exist_ok=True)
     recipe: dict[float, Scores] = {}
     equal: dict[float, list[Scores]] = {}
@@ -330,30 +368,30 @@ def run(data_path: str, workspace: Path, fractions: tuple[float, ...] = FRACTION
     for i, fraction in enumerate(FRACTIONS):
         if fraction not in fractions:
             continue
-        replicates = [equal_compute_seeds(r) for r in range(SEARCH_SEEDS[fraction])]
+        replicates = [equal_compute_seeds(r) for r in range(profile.search_seeds[fraction])]
         cells = [(fraction, t) for t in TRAINING_SEEDS] + [(fraction, t) for seeds in replicates for t in seeds]
         name = f"recipe-{round(fraction * 1000)}"
-        _, runs = run_sweep(workspace, name, _trained(data_path, RECIPE, cells))
+        _, runs = run_sweep(workspace, name, _trained(data_path, profile.recipe, cells, profile))
         recipe[fraction] = _scores(workspace / "ws", name, fraction, runs, TRAINING_SEEDS)
         equal[fraction] = [_scores(workspace / "ws", name, fraction, runs, seeds) for seeds in replicates]
-        searches += [_searched(workspace, data_path, arm, fraction, 10 * i + s, recipe[fraction])
-                     for arm in ARMS for s in range(SEARCH_SEEDS[fraction])]
-    rows = summarize(recipe, equal, searches)
-    out = outputs(fractions)
+        searches += [_searched(workspace, data_path, arm, fraction, 10 * i + s, recipe[fraction], profile)
+                     for s in range(profile.search_seeds[fraction]) for arm in ARMS]
+    rows = summarize(recipe, equal, searches, profile)
+    out = outputs(fractions, profile)
     TABLES.mkdir(exist_ok=True)
     pd.DataFrame(rows).to_csv(out["table"], index=False)
     pd.DataFrame([{"arm": s.arm, "fraction": s.fraction, "sampler_seed": s.seed, "best_val": s.best_val,
                    "returned_test": s.returned_test, "is_recipe": s.is_recipe, "trials": s.trials,
-                   "cpu_seconds": s.cpu_seconds, "budget_seconds": s.budget_seconds,
-                   "overshoot_seconds": s.cpu_seconds - s.budget_seconds, "config": _short(s.config),
+                   f"{profile.unit}_seconds": s.cost_seconds, "budget_seconds": s.budget_seconds,
+                   "overshoot_seconds": s.cost_seconds - s.budget_seconds, "config": _short(s.config),
                    **{f"test_seed_{t}": v for t, v in zip(TRAINING_SEEDS, s.scores.test)}} for s in searches]
                  ).to_csv(out["searches"], index=False)
     pd.DataFrame([{"arm": arm, "fraction": f, "replicate": r, "seed": seed, "val": val, "test": test,
-                   "cpu_seconds": scores.cpu_seconds}
+                   f"{profile.unit}_seconds": scores.cost_seconds}
                   for f in recipe
                   for arm, r, scores in [("recipe", None, recipe[f])] + [(f"recipe@{BUDGET_TRAININGS}", r, e)
                                                                          for r, e in enumerate(equal[f])]
                   for seed, val, test in zip(scores.seeds, scores.val, scores.test)]
                  ).to_csv(out["recipe"], index=False)
-    figure(recipe, searches, out["figure"])
+    figure(recipe, searches, out["figure"], profile)
     return rows

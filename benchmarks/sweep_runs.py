@@ -19,13 +19,15 @@ from seqae_core import names as N
 
 def run_sweep(folder: Path, name: str, doc: dict[str, Any]) -> tuple[MlflowClient, list[Run]]:
     """Run the sweep ``doc`` as ``name`` in ``folder`` (or continue it there, when an earlier run was
-    interrupted); the MLflow client and its trials' runs."""
+    interrupted); the MLflow client and its trials' runs. The driver's output is kept beside the
+    sweep file (``<name>.log``): a failed trial's error line is there when the sweep went on."""
     file = folder / f"{name}.yaml"
     file.write_text(yaml.safe_dump(doc))
     workspace = folder / "ws"
     run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(file), "--workspace", str(workspace),
                           "--or-resume"],
                          capture_output=True, text=True, env=os.environ.copy(), check=False)
+    (folder / f"{name}.log").write_text(run.stdout + run.stderr)
     if run.returncode != 0:
         raise RuntimeError(f"sweep {name} failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
     client = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")

@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",
-                       help="which to run, one or more: throughput, overhead, data, search, rungs, table, replay, front, "
+                       help="which to run, one or more: throughput, overhead, data, search, search-gpu, rungs, table, replay, front, "
                             "defaults, gpu, scale, frontier-fig3, frontier-width, frontier-offcorpus, frontier-sweep, "
                             "control-plane")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")

@@ -5,23 +5,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.search_vs_recipe import (BUDGET_TRAININGS, FRACTIONS, Scores, Search, equal_compute_seeds, figure,
-                                         outputs, run, summarize)
+from benchmarks.search_vs_recipe import (BUDGET_TRAININGS, FRACTIONS, GPU, LAPTOP, Scores, Search, _search,
+                                         _trained, equal_compute_seeds, figure, outputs, run, summarize)
 from seqae_errors import ConfigError
+from sweeps import spec as spec_lib
 
 SEED_EFFECT = (-0.02, 0.0, 0.03)  # what each training seed does to every configuration
 
 
-def scores(level: float, val_above: float = 0.01, cpu_seconds: float = 60.0) -> Scores:
+def scores(level: float, val_above: float = 0.01, cost_seconds: float = 60.0) -> Scores:
     test = tuple(level + e for e in SEED_EFFECT)
-    return Scores(tuple(t + val_above for t in test), test, cpu_seconds)
+    return Scores(tuple(t + val_above for t in test), test, cost_seconds)
 
 
 def search(arm: str, fraction: float, seed: int, level: float, is_recipe: bool = False, returned: float = 0.8,
            spent: float = 350.0) -> Search:
     config = {} if is_recipe else {"model.block": "transformer", "train.lr": 0.00234, "model.dropout": 0.1234}
     return Search(arm, fraction, seed, best_val=level + 0.05, returned_test=returned, config=config,
-                  is_recipe=is_recipe, trials=9, cpu_seconds=spent, budget_seconds=360.0, scores=scores(level))
+                  is_recipe=is_recipe, trials=9, cost_seconds=spent, budget_seconds=360.0, scores=scores(level))
 
 
 def kept_of(values: list[float]) -> Scores:
@@ -96,3 +97,20 @@ def test_one_fraction_at_a_time_keeps_the_other_fractions_files_and_an_unknown_f
     with pytest.raises(ConfigError, match=r"--fraction 0.3 is not one of bench search's latent fractions"):
         run("unused", tmp_path / "ws", (0.3,))
     assert not (tmp_path / "ws").exists()  # refused before anything was created
+
+
+def test_the_gpu_profile_runs_the_papers_length_and_widths_in_quarters_of_a_gpu_and_pays_in_gpu_seconds(tmp_path):
+    """bench search-gpu's sweeps are valid sweep files: 512 -> 128 tokens, the paper's widths,
+    a quarter of a GPU per trial, its budget in GPU-hours; its files are not the laptop's."""
+    searched = spec_lib.parse(_search("data", "tpe+asha", 0.25, 0, 90.0, GPU), "search-gpu")
+    assert (searched.resources.gpu, searched.max_concurrent, searched.budget.unit) == (0.25, 4, "gpu")
+    assert searched.budget.hours == pytest.approx(90.0 / 3600)
+    base = searched.base
+    assert (base["data.input_len"], base["data.max_pages"], base["model.latent_fraction"]) == (512, None, 0.25)
+    recipe = spec_lib.parse(_trained("data", GPU.recipe, [(0.25, 1)], GPU), "search-gpu recipe")
+    assert (recipe.base["model.d_model"], recipe.base["model.d_attn"]) == (256, 512)
+    laptop = spec_lib.parse(_search("data", "random", 0.25, 0, 90.0, LAPTOP), "search")
+    assert (laptop.resources.gpu, laptop.budget.unit, laptop.base["data.input_len"]) == (0, "cpu", 32)
+    assert not {p.name for p in outputs((0.25,), GPU).values()} & {p.name for p in outputs((0.25,)).values()}
+    with pytest.raises(ConfigError, match=r"--fraction 0.5 is not one of bench search-gpu's latent fractions \(0.25\)"):
+        run("unused", tmp_path / "ws", (0.5,), GPU)
