@@ -129,6 +129,14 @@ class Sweep:
     def log(self, n: int) -> Path:
         return self.logs / f"{self.name}-driver-{n}.log"
 
+    def settled(self) -> bool:
+        """Whether the running driver waits out no outage: every service it found away, it found
+        back. A fault injected while it still waits on the one before would join the two outages
+        into one, which may outlast the driver's limit (SEQAE_STORAGE_RETRY_SECONDS): a restarted
+        MLflow whose PostgreSQL then stops is one MLflow outage to a driver that is starting."""
+        log = self.running()[1]
+        return said(log, AWAY) == said(log, BACK)
+
     def running(self) -> tuple[int, Path]:
         """The number and log of the driver that runs the sweep now: after two resumes at once, the
         one that won, which need not be the last one started."""
@@ -204,6 +212,8 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request
     try:
         for at, kind in faults:
             wait_for(lambda: sweep.epochs() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep")
+            wait_for(lambda: sweep.settled() or sweep.driver.poll() is not None, 300,
+                     "the driver to find the services of the fault before back")
             sweep.alive(after="the fault before")
             if sweep.driver.poll() == 0:  # the sweep ended first (a fault's wait can outlast the training left)
                 print(f"  the sweep ended before epoch {at}: {len(faults) - injected} faults not injected", flush=True)
@@ -306,6 +316,9 @@ def worker_sigkill(sweep: Sweep, rng: random.Random) -> None:
 
 
 MLFLOW_AWAY = r"MLflow at \S+ did not answer while"  # what a starting driver says while it waits for MLflow
+# what a driver says when a service it needs stops answering (a wait with a limit, or its MLflow
+# writer's), and when it answers again: one of each per outage
+AWAY, BACK = r"did not answer while|MLflow unreachable while", r"answers again after"
 
 
 def said(log: Path, words: str) -> int:
