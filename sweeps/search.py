@@ -271,7 +271,8 @@ class SweepStudy:
         for trial in trials:
             if trial.state == TrialState.RUNNING and trial.number not in self._issued:
                 self._issued.add(trial.number)
-                return self._spec(trial.number, dict(trial.params), continued=True, epochs=trial.user_attrs.get(N.EPOCHS),
+                params = dict(trial.params) if N.PROPOSED_BY in trial.user_attrs else self._suggest_late(trial)
+                return self._spec(trial.number, params, continued=True, epochs=trial.user_attrs.get(N.EPOCHS),
                                   start=trial.user_attrs.get(N.START))
         if not new or len(trials) >= self.total:
             return None
@@ -287,6 +288,16 @@ class SweepStudy:
         asked.set_user_attr(N.PROPOSED_BY, proposer)
         self._issued.add(asked.number)
         return self._spec(asked.number, params, start=start)
+
+    def _suggest_late(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        """The parameters of a trial whose driver died after Optuna's ask created it and before the
+        proposer was recorded (the last step of asking): sampled now, as that driver would have, so
+        it never trains the base config's values under a trial that names none. What that driver
+        had suggested stays, as do a starting point's or a grid cell's enqueued values."""
+        asked = optuna.Trial(self.study, self._trial_id(trial.number))
+        params = self._suggest(asked)
+        asked.set_user_attr(N.PROPOSED_BY, "start" if N.START in trial.user_attrs else self._proposer(self._held()))
+        return params
 
     def _next_start(self, held: list[optuna.trial.FrozenTrial]) -> str | None:
         """The first starting point of the sweep file that no trial the study ``held`` has been yet."""

@@ -89,6 +89,39 @@ def test_a_starting_point_enqueued_by_a_driver_that_died_runs_under_its_name(tmp
     assert (following.number, following.start) == (1, "defaults")  # paper is not tried twice
 
 
+def test_a_trial_asked_by_a_driver_that_died_before_its_parameters_gets_them_when_continued(tmp_path):
+    """A driver killed between Optuna's ask (the trial exists, RUNNING, with no parameters) and its
+    suggestions: the next driver samples them, as the dead one would have, and records who proposed
+    them, instead of training the base config's values under a trial that names none (the chaos
+    soak found it: a COMPLETE trial without ``train.lr``)."""
+    spec = _spec(tmp_path, CONDITIONAL)
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = open_study(spec, url, "s", 12, "fingerprint")
+    for _ in range(2):  # the two starting points
+        study.study.tell(study.next_trial().number, 0.5)
+    study.study.ask()  # then the driver dies
+
+    resumed = open_study(spec, url, "s", 12, "fingerprint")
+    trial = resumed.next_trial()
+    assert (trial.number, trial.continued, trial.start) == (2, True, None)
+    assert {"model.block", "train.lr"} <= set(trial.params), trial.params
+    assert trial.config.train.lr == trial.params["train.lr"]
+    stored = resumed.trials()[2]
+    assert stored.params == trial.params and resumed.proposals() == {"start": 2, "random start-up": 1}
+
+
+def test_a_starting_point_asked_by_a_driver_that_died_before_its_parameters_runs_as_itself(tmp_path):
+    spec = _spec(tmp_path, CONDITIONAL)
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = open_study(spec, url, "s", 12, "fingerprint")
+    study.study.enqueue_trial(spec.start_params("paper"), user_attrs={"seqae.start": "paper"})
+    study.study.ask()  # then the driver dies
+
+    trial = open_study(spec, url, "s", 12, "fingerprint").next_trial()
+    assert (trial.number, trial.start, trial.continued) == (0, "paper", True)
+    assert trial.params == {"model.block": "paper", "model.residual": True, "train.lr": 1e-3}
+
+
 def test_a_fork_seeds_each_trial_with_the_keys_it_sampled(tmp_path):
     spec = _spec(tmp_path, {**CONDITIONAL, "start": {}})
     url = f"sqlite:///{tmp_path}/s.db"
