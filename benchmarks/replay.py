@@ -18,9 +18,10 @@ so the noise of a table never sets its own target (:func:`targets_for`).
 **What a replay records** (:class:`Trace`): the CPU-seconds and trials at which each target is
 first reached (an epoch ends with validation accuracy at or above it; the other workers' epochs in
 progress count for the time they ran), and the test accuracy of the configuration it would return
-(the best validation epoch so far, its kept checkpoint's test score) after spending
-:data:`BUDGETS` of the grid's cost, the grid's cost being every configuration trained on the cost
-table. A replay runs until the last budget is spent.
+after spending :data:`BUDGETS` of the grid's cost (the best validation epoch so far of a trial no
+rung pruned, as the service returns, scored by its kept checkpoint's test accuracy), the grid's
+cost being every configuration trained on the cost table. A replay runs until the last budget is
+spent.
 
 **Statistics** (:mod:`benchmarks.intervals`): per method and target, the median cost with its
 order-statistic 95% interval (unreached replays count as infinitely costly), its ratio to the
@@ -209,7 +210,13 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
     started, closed = 0, 0.0  # trials started; CPU-seconds of the epochs ended
     costs, trials_to = [math.inf] * len(targets), [math.inf] * len(targets)
     returned: list[float] = []
-    best_val, best_test = -math.inf, math.nan
+    kept: dict[int, tuple[float, float]] = {}  # each trial no rung pruned: its best validation, its kept checkpoint's test
+
+    def returns() -> float:
+        """The test accuracy of what the sweep would return now: its best trial by validation that
+        no rung pruned (the service returns no pruned trial; one still training counts, since a
+        budget that stops it completes it with the epoch it kept)."""
+        return max(kept.values(), key=lambda k: k[0])[1] if kept else math.nan
 
     def spent(now: float) -> float:
         return closed + sum(now - since for *_, since in running.values())
@@ -239,14 +246,14 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
     while events and len(returned) < len(budgets):
         now, _, number = heapq.heappop(events)
         while len(returned) < len(budgets) and spent(now) >= budgets[len(returned)] * grid_cost:
-            returned.append(best_test)  # what had ended before the budget ran out
+            returned.append(returns())  # what had ended before the budget ran out
         if len(returned) == len(budgets):
             break
         curve, handle, view, epoch, _ = running[number]
         closed += curve.cpu[epoch - 1]
         value = curve.val[epoch - 1]
-        if value > best_val:
-            best_val, best_test = value, curve.test[epoch - 1]
+        if value > kept.get(number, (-math.inf, math.nan))[0]:
+            kept[number] = (value, curve.test[epoch - 1])
         del running[number]
         for i, target in enumerate(targets):
             if value >= target and costs[i] == math.inf:
@@ -261,12 +268,13 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
             continue
         if proposals is not None:
             if epoch < epochs:
+                kept.pop(number, None)
                 proposals.study.tell(handle, state=optuna.trial.TrialState.PRUNED)
             else:  # the value a sweep records: the best epoch's, which early stopping keeps
                 proposals.study.tell(handle, max(curve.val))
         if spent(now) < horizon:
             start(now)
-    returned += [best_test] * (len(budgets) - len(returned))  # a grid ends at its cost exactly
+    returned += [returns()] * (len(budgets) - len(returned))  # a grid ends at its cost exactly
     return Trace(tuple(costs), tuple(trials_to), tuple(returned), started)
 
 

@@ -74,6 +74,23 @@ def test_the_returned_configuration_is_scored_at_each_budget_from_what_had_ended
     assert trace.returned_test[0] <= trace.returned_test[1] <= trace.returned_test[2]
 
 
+def test_a_trial_a_rung_pruned_is_never_returned_as_the_service_never_returns_one():
+    """One configuration is the best of the table at its first epoch (0.99), then falls to 0 and
+    keeps that first epoch's checkpoint (test 0.98): random search trains it to its end and returns
+    it; under ASHA its second epoch is pruned behind the trial that reached the rung first, and it is
+    never returned, though its first epoch reached the target. (Its later epochs cost nothing, so
+    no budget ends while it trains on: a trial the budget stops is complete, and returned.)"""
+    curves = table()
+    spike = curves[40]
+    curves[40] = Curve(spike.config_id, spike.params, (0.99, 0.0, 0.0, 0.0), (0.98,) * 4, (1.0, 0.0, 0.0, 0.0))
+    plain = [replay(curves, RANDOM, seed, (0.99,), workers=1) for seed in range(12)]
+    assert [t.returned_test[-1] for t in plain if t.costs[0] < math.inf] == [0.98] * sum(t.costs[0] < math.inf for t in plain)
+    pruned = [t for t in (replay(curves, ASHA_RANDOM, seed, (0.99,), workers=1) for seed in range(12))
+              if 1 < t.trials_to[0] < math.inf]  # trained, and not first at the rung (the first is never pruned)
+    assert len(pruned) >= 3, "too few replays trained the spike to tell"
+    assert all(t.returned_test[-1] < 0.98 for t in pruned), [t.returned_test for t in pruned]
+
+
 def test_asha_reaches_the_target_for_less_where_the_first_rung_ranks_as_the_end_does():
     curves = table()
     target = targets_for(curves)[1]
