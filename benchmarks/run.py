@@ -42,9 +42,14 @@ def _in_workspace(measure: Callable[[dict[str, Any], Path], list[dict[str, Any]]
     return suite
 
 
+def _on_a_gpu(suite: Suite) -> Suite:
+    """A suite that measures GPUs: one row saying so where there is none."""
+    def guarded(options: dict[str, Any]) -> list[dict[str, Any]]:
+        return suite(options) if torch.cuda.is_available() else [{"status": "skipped: no GPU on this machine"}]
+    return guarded
+
+
 def _search_gpu(data: str, workspace: Path) -> list[dict[str, Any]]:
-    if not torch.cuda.is_available():
-        return [{"status": "skipped: no GPU on this machine"}]
     search = _module("search_vs_recipe")
     return search.run(data, workspace, tuple(search.GPU.search_seeds), search.GPU)
 
@@ -60,13 +65,13 @@ SUITES: dict[str, Suite] = {
                        + _module("data_prep").parallel(o["data"])),
     "search": _in_workspace(lambda o, workspace: _module("search_vs_recipe").run(
         o["data"], workspace, *[(o["fraction"],)] if o["fraction"] else [])),
-    "search-gpu": _in_workspace(lambda o, workspace: _search_gpu(o["data"], workspace)),
+    "search-gpu": _on_a_gpu(_in_workspace(lambda o, workspace: _search_gpu(o["data"], workspace))),
     "rungs": lambda o: _module("rung_agreement").run(o["data"]),
     "table": _in_workspace(lambda o, workspace: _module("evidence_table").run(o["data"], workspace)),
     "replay": lambda o: _module("replay").run(o["seeds"], o["fraction"] or _module("replay").FRACTION),
     "front": lambda o: _module("front_replay").run(o["seeds"]),
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
-    "gpu": lambda o: _module("gpu_packing").run(o["data"]),
+    "gpu": _on_a_gpu(lambda o: _module("gpu_packing").run(o["data"])),
     "scale": lambda o: _module("scale").run(o["data"]),
     **{part: _frontier(part) for part in ("frontier-fig3", "frontier-width", "frontier-offcorpus", "frontier-sweep")},
     "control-plane": lambda o: _module("control_plane").run([int(n) for n in o["sizes"].split(",")],
