@@ -284,20 +284,24 @@ class SweepStudy:
             self.study.enqueue_trial(cell)
         proposer = "start" if start is not None else self._proposer(held)
         asked = self.study.ask()
-        params = self._suggest(asked)
-        asked.set_user_attr(N.PROPOSED_BY, proposer)
+        params = self._propose(asked, proposer)
         self._issued.add(asked.number)
         return self._spec(asked.number, params, start=start)
 
+    def _propose(self, asked: optuna.Trial, proposer: str) -> dict[str, Any]:
+        """Give an asked trial its parameters, then record who proposed them: last, so a trial
+        without its proposer is one whose driver died before it had them all (``_suggest_late``)."""
+        params = self._suggest(asked)
+        asked.set_user_attr(N.PROPOSED_BY, proposer)
+        return params
+
     def _suggest_late(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
         """The parameters of a trial whose driver died after Optuna's ask created it and before the
-        proposer was recorded (the last step of asking): sampled now, as that driver would have, so
-        it never trains the base config's values under a trial that names none. What that driver
-        had suggested stays, as do a starting point's or a grid cell's enqueued values."""
-        asked = optuna.Trial(self.study, self._trial_id(trial.number))
-        params = self._suggest(asked)
-        asked.set_user_attr(N.PROPOSED_BY, "start" if N.START in trial.user_attrs else self._proposer(self._held()))
-        return params
+        proposer was recorded (``_propose``): sampled now, as that driver would have, so it never
+        trains the base config's values under a trial that names none. What that driver had
+        suggested stays, as do a starting point's or a grid cell's enqueued values."""
+        proposer = "start" if N.START in trial.user_attrs else self._proposer(self._held())
+        return self._propose(optuna.Trial(self.study, self._trial_id(trial.number)), proposer)
 
     def _next_start(self, held: list[optuna.trial.FrozenTrial]) -> str | None:
         """The first starting point of the sweep file that no trial the study ``held`` has been yet."""
@@ -348,8 +352,7 @@ class SweepStudy:
         started = []
         for _ in self.numbers(TrialState.WAITING):
             trial = self.study.ask()  # pops the oldest WAITING trial, with its fixed parameters
-            self._suggest(trial)
-            trial.set_user_attr(N.PROPOSED_BY, "start" if N.START in trial.user_attrs else "grid")
+            self._propose(trial, "start" if N.START in trial.user_attrs else "grid")
             started.append(trial.number)
         return started
 
