@@ -5,7 +5,9 @@ at batch 16 its logits are a (1024, 30522) matrix, 125 MB in fp32. Plain PyTorch
 matrix, then reads and writes it again for log-softmax, its backward, the zero-filled gradient
 of NLL, dtype casts and argmax: each a pass through main memory. :func:`linear_cross_entropy`
 computes the same loss and the same gradients one chunk of rows at a time, so each chunk's
-logits stay in cache and are used for loss, argmax and gradient before the next chunk.
+logits stay in cache and are used for loss, argmax and gradient before the next chunk. A GPU
+wants few large chunks instead: each chunk is about ten kernel launches and one add of the whole
+(v, d) head gradient.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import torch
 
 from seqae_core.metrics import Scores
 
-CHUNK_ROWS = 128  # rows of logits per chunk: 128 x 30522 fp32 is 15.6 MB
+CHUNK_ROWS = 128  # rows of logits per chunk on a CPU: 128 x 30522 fp32 is 15.6 MB
+# On a GPU: an H200 trained 512 -> 256 tokens in bf16 at 2.16x (paper block) and 1.97x (transformer
+# block) the tokens/s of 128-row chunks with 8192 (1.93x and 1.70x with 1024); 8192 x 30522 fp32 is 1 GB.
+GPU_CHUNK_ROWS = 8192
 
 
 def _compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
@@ -41,8 +46,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
             grad_h = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device)
             grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=hidden.device)
             grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=hidden.device)
-        for start in range(0, n, CHUNK_ROWS):
-            rows = slice(start, min(start + CHUNK_ROWS, n))
+        chunk = CHUNK_ROWS if hidden.device.type == "cpu" else GPU_CHUNK_ROWS
+        for start in range(0, n, chunk):
+            rows = slice(start, min(start + chunk, n))
             t = targets[rows]  # (c,)
             logits = torch.addmm(b, h[rows], w.t()).float()  # (c, v)
             target_logit = logits.gather(1, t[:, None]).squeeze(1)  # (c,)
