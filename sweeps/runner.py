@@ -52,11 +52,17 @@ class Spend:
     whichever of Tune's hooks hands it over first; and what the running trials are about to spend,
     so that the budget is kept to within one epoch rather than overshot by every epoch in progress."""
 
-    def __init__(self, share: float, spent: float = 0.0) -> None:
+    def __init__(self, share: float, spent: float = 0.0, epochs: int = 0) -> None:
         self.share, self.total, self.before = share, spent, spent  # before: earlier sessions' spend
+        self.epochs_before = epochs  # how many epochs earlier sessions paid for
         self.counted: set[tuple[int, int]] = set()  # this session's epochs
-        self.running: dict[int, float] = {}  # a running trial's latest epoch cost: what its next one should cost
+        # a running trial's latest epoch cost, what its next one should cost; a trial that has not
+        # reported yet is priced at a typical epoch
+        self.running: dict[int, float] = {}
         self.stopped: set[int] = set()  # the trials the budget stopped
+
+    def started(self, number: int) -> None:
+        self.running.setdefault(number, self.typical())
 
     def add(self, number: int, result: dict[str, Any]) -> None:
         if (number, int(result[M.EPOCH])) not in self.counted:
@@ -72,11 +78,16 @@ class Spend:
         """Spent, plus one more epoch of every running trial at its latest epoch's cost."""
         return self.total + sum(self.running.values())
 
+    def typical(self) -> float:
+        """An epoch's mean cost in this session, else in the earlier ones (0 before any epoch)."""
+        if self.counted:
+            return (self.total - self.before) / len(self.counted)
+        return self.before / self.epochs_before if self.epochs_before else 0.0
+
     def exhausted(self, seconds: float, starting: bool = False) -> bool:
         """Whether ``seconds`` cannot pay one more epoch of every running trial (and, ``starting``,
-        the first epoch of a new trial, at the mean cost of this session's epochs)."""
-        typical = (self.total - self.before) / len(self.counted) if self.counted else 0.0
-        return self.committed() + (typical if starting else 0.0) > seconds
+        the first epoch of a new trial, at a typical epoch's cost)."""
+        return self.committed() + (self.typical() if starting else 0.0) > seconds
 
     def describe(self, hours: float, unit: str) -> str:
         return (f"the budget of {hours:g} {unit}-hours is spent ({self.total / 3600:.4f} spent, "
@@ -131,6 +142,10 @@ class StudySearcher(_DriverOnly, Searcher):
         may change it at any time); Tune's FINISHED once the sweep has no trial left, or none but
         new ones while it drains."""
         control = self.study.control()
+        budget = self.spec.budget
+        if budget and not control.get("drain") and self.spend.exhausted(budget.hours * 3600, starting=True):
+            # a resumed sweep whose earlier sessions spent its budget: resuming lifted its drain
+            control = self.study.set_control(drain=self.spend.describe(budget.hours, budget.unit))
         if control.get("drain") and not self.draining:
             self.draining = True
             print(f"seqae: draining ({control['drain']}): no new trials start; the running ones "
@@ -149,6 +164,7 @@ class StudySearcher(_DriverOnly, Searcher):
             return Searcher.FINISHED  # type: ignore[return-value]  # Tune's own sentinel, a str
         self.plans[trial_id] = trial
         self.live.add(trial_id)
+        self.spend.started(trial.number)
         self.study.note_tune_trial(trial.number, trial_id)
         return {"trial": trial}
 
@@ -424,7 +440,8 @@ def run_session(
     """One Tuner run over the trials the study still has to run. Progress shows a line per
     trial result; ``verbose`` brings back Ray Tune's own status tables."""
     progresses = _progresses(study, storage)
-    spend = Spend(spec.share[1], sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values()))
+    spend = Spend(spec.share[1], sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values()),
+                  sum(len(p.history) for p in progresses.values()))
     retention = Retention(study, storage, spec.checkpoints.keep_best, progresses)
     retention.settle()
     searcher = StudySearcher(spec, study, storage, spend, retention, notifier)

@@ -12,11 +12,11 @@ from sweeps.runner import BudgetStopper, Spend
 
 
 def spend_until_stopped(budget: float, epoch_costs: dict[int, float], workers: int = 2,
-                        epochs: int = 50) -> float:
+                        epochs: int = 50, before: Spend | None = None) -> float:
     """Trials of the given epoch costs (trial number: seconds) start one per free worker while
     the budget can pay a new trial's first epoch; each epoch's result goes to the stopper, as Tune
-    hands it over. What the sweep spent in all."""
-    spend = Spend(1.0)
+    hands it over. ``before``: what earlier sessions spent. What the sweep spent in all."""
+    spend = before or Spend(1.0)
     stopper = BudgetStopper(spend, budget)
     waiting = sorted(epoch_costs)
     events: list[tuple[float, int, int]] = []  # (ends at, trial, epoch)
@@ -24,6 +24,7 @@ def spend_until_stopped(budget: float, epoch_costs: dict[int, float], workers: i
     def start(now: float) -> None:
         if waiting and not spend.exhausted(budget, starting=True):
             number = waiting.pop(0)
+            spend.started(number)
             heapq.heappush(events, (now + epoch_costs[number], number, 1))
 
     for _ in range(workers):
@@ -61,3 +62,19 @@ def test_a_resumed_sweep_prices_a_new_trial_at_this_sessions_epochs_not_at_all_i
     spend.add(0, {M.EPOCH: 1, M.EPOCH_SECONDS: 1.0})
     assert not spend.exhausted(20.0, starting=True)
     assert spend.exhausted(12.5, starting=True) and not spend.exhausted(12.5)
+
+
+def test_a_resumed_sweep_whose_budget_is_spent_starts_no_trial():
+    """Stopped by its budget with 9.5 s of 10 spent over 5 epochs, then resumed (which lifts the
+    drain): a new trial's first epoch is priced at the earlier sessions' 1.9 s, so none starts;
+    priced at nothing (no epoch yet this session), every worker started one (an H200 bench run)."""
+    assert Spend(1.0, spent=9.5, epochs=5).exhausted(10.0, starting=True)
+    assert spend_until_stopped(10.0, {n: 1.9 for n in range(8)}, workers=8, before=Spend(1.0, 9.5, 5)) == 9.5
+
+
+@pytest.mark.parametrize("workers", [2, 8])
+def test_trials_that_start_together_are_each_priced_so_the_budget_holds_to_one_epoch(workers):
+    """Resumed with 5 s of 10 spent over 5 epochs and every worker free at once: each trial started
+    is priced at a typical epoch before it reports, so no more start than the budget can pay."""
+    spent = spend_until_stopped(10.0, {n: 1.0 for n in range(8)}, workers=workers, before=Spend(1.0, 5.0, 5))
+    assert 10.0 - 1.0 <= spent <= 10.0 + 1.0, spent

@@ -208,6 +208,11 @@ def test_a_spent_budget_stops_the_running_trial_at_its_epoch_and_the_sweep_and_e
         assert seconds > 0 and abs(children[number].data.metrics["resource_seconds"] - seconds) < 0.01
     page = (workspace / "sweeps" / name / "report" / "index.html").read_text()
     assert "cost (cpu-s)" in page and "accuracy per cpu-hour" in page
+    # resumed, it starts nothing: resuming lifts the drain, and the spent budget puts it back
+    resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
+    assert resumed.returncode == 0, resumed.stdout[-3000:]
+    assert "draining (the budget of 1e-07 cpu-hours is spent" in resumed.stdout, resumed.stdout[-3000:]
+    assert status(name, workspace)["trials_by_state"] == {"COMPLETE": 1, "NOT_STARTED": 5}
 
 
 def test_fork_seeds_a_new_study_with_the_finished_trials_that_fit(tmp_path):
