@@ -99,11 +99,11 @@ def test_one_fraction_at_a_time_keeps_the_other_fractions_files_and_an_unknown_f
     assert not (tmp_path / "ws").exists()  # refused before anything was created
 
 
-def test_the_gpu_profile_runs_the_papers_length_and_widths_in_quarters_of_a_gpu_and_pays_in_gpu_seconds(tmp_path):
+def test_the_gpu_profile_runs_the_papers_length_and_widths_in_eighths_of_a_gpu_and_pays_in_gpu_seconds(tmp_path):
     """bench search-gpu's sweeps are valid sweep files: 512 -> 128 tokens, the paper's widths,
-    a quarter of a GPU per trial, its budget in GPU-hours; its files are not the laptop's."""
+    an eighth of a GPU per trial, its budget in GPU-hours; its files are not the laptop's."""
     searched = spec_lib.parse(_search("data", "tpe+asha", 0.25, 0, 90.0, GPU), "search-gpu")
-    assert (searched.resources.gpu, searched.max_concurrent, searched.budget.unit) == (0.25, 4, "gpu")
+    assert (searched.resources.gpu, searched.max_concurrent, searched.budget.unit) == (0.125, 8, "gpu")
     assert searched.budget.hours == pytest.approx(90.0 / 3600)
     base = searched.base
     assert (base["data.input_len"], base["data.max_pages"], base["model.latent_fraction"]) == (512, None, 0.25)
