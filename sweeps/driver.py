@@ -105,8 +105,19 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
         print(f"seqae: warning: MLflow did not take {left} writes before the sweep ended; the data is safe in the "
               f"trials' checkpoints and `seqae sweep resume {name}` delivers it", flush=True)
     if outcome != "complete":
-        print(f"seqae: continue it with `seqae sweep resume {name}`", flush=True)
+        print(f"seqae: {how_to_go_on(session, outcome)}", flush=True)
     return EXIT_OK if outcome in ("complete", "stopped") and not session.record["interrupted"] else EXIT_INTERRUPTED
+
+
+def how_to_go_on(session: Session, outcome: str) -> str:
+    """What continues a sweep that ended before its last trial: a resume, unless its budget ended it
+    with no trial left to continue (a resume would start none)."""
+    name, spec = session.state.name, session.spec
+    if (outcome == "stopped" and spec.budget and not session.study.numbers(ledger.Outcome.RUNNING.optuna_state)
+            and runner.budget_spent(spec, session.study, session.backends.storage)):
+        return (f"its budget is spent, so resuming starts no trial; go on in a fork with a larger one: "
+                f"`seqae sweep fork {name} --file FILE --name NEW --set budget.{spec.budget.unit}_hours=H`")
+    return f"continue it with `seqae sweep resume {name}`"
 
 
 def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_change: bool = False) -> Session:

@@ -419,6 +419,18 @@ def _progresses(study: SweepStudy, storage: str) -> dict[int, TrialProgress]:
     return {number: progress for number, progress in found.items() if progress is not None}
 
 
+def _spent(spec: SweepSpec, progresses: dict[int, TrialProgress]) -> Spend:
+    """What the trials spent in every session so far."""
+    return Spend(spec.share[1], sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values()),
+                 sum(len(p.history) for p in progresses.values()))
+
+
+def budget_spent(spec: SweepSpec, study: SweepStudy, storage: str) -> bool:
+    """Whether the sweep's budget cannot pay a new trial's first epoch: a resume would start none."""
+    return spec.budget is not None and _spent(spec, _progresses(study, storage)).exhausted(
+        spec.budget.hours * 3600, starting=True)
+
+
 def _epochs(trial: Trial) -> int:
     return int((trial.last_result or {}).get(M.EPOCH, 0))
 
@@ -440,8 +452,7 @@ def run_session(
     """One Tuner run over the trials the study still has to run. Progress shows a line per
     trial result; ``verbose`` brings back Ray Tune's own status tables."""
     progresses = _progresses(study, storage)
-    spend = Spend(spec.share[1], sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values()),
-                  sum(len(p.history) for p in progresses.values()))
+    spend = _spent(spec, progresses)
     retention = Retention(study, storage, spec.checkpoints.keep_best, progresses)
     retention.settle()
     searcher = StudySearcher(spec, study, storage, spend, retention, notifier)

@@ -192,6 +192,10 @@ def test_a_spent_budget_stops_the_running_trial_at_its_epoch_and_the_sweep_and_e
     # one trial at a time, and its first epoch spends the budget: it stops there, not at its last epoch
     assert info["outcome"] == "stopped" and info["trials_by_state"] == {"COMPLETE": 1, "NOT_STARTED": 5}
     assert "trial 0  stopped by the budget after 1 epoch" in run.stdout
+    # told how to go on: a resume would start nothing, a fork with a larger budget does
+    assert (f"its budget is spent, so resuming starts no trial; go on in a fork with a larger one: `seqae sweep fork "
+            f"{name} --file FILE --name NEW --set budget.cpu_hours=H`") in run.stdout, run.stdout[-3000:]
+    assert "continue it with `seqae sweep resume" not in run.stdout
     run_id = next(r.info.run_id for r in helpers.mlflow_runs(workspace, name) if "seqae.trial" in r.data.tags)
     assert helpers.metric_steps(run_id, "val_token_accuracy", workspace) == [1]
     runs = helpers.mlflow_runs(workspace, name)
@@ -212,6 +216,7 @@ def test_a_spent_budget_stops_the_running_trial_at_its_epoch_and_the_sweep_and_e
     resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
     assert resumed.returncode == 0, resumed.stdout[-3000:]
     assert "draining (the budget of 1e-07 cpu-hours is spent" in resumed.stdout, resumed.stdout[-3000:]
+    assert "its budget is spent, so resuming starts no trial" in resumed.stdout
     assert status(name, workspace)["trials_by_state"] == {"COMPLETE": 1, "NOT_STARTED": 5}
 
 
