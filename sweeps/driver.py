@@ -113,7 +113,7 @@ def how_to_go_on(session: Session, outcome: str) -> str:
     """What continues a sweep that ended before its last trial: a resume, unless its budget ended it
     with no trial left to continue (a resume would start none)."""
     name, spec = session.state.name, session.spec
-    if (outcome == "stopped" and spec.budget and not session.study.numbers(ledger.Outcome.RUNNING.optuna_state)
+    if (outcome == "stopped" and spec.budget and "RUNNING" not in session.record["trials"]
             and runner.budget_spent(spec, session.study, session.backends.storage)):
         return (f"its budget is spent, so resuming starts no trial; go on in a fork with a larger one: "
                 f"`seqae sweep fork {name} --file FILE --name NEW --set budget.{spec.budget.unit}_hours=H`")

@@ -89,6 +89,10 @@ class Spend:
         the first epoch of a new trial, at a typical epoch's cost)."""
         return self.committed() + (self.typical() if starting else 0.0) > seconds
 
+    def cannot_start(self, hours: float, unit: str) -> str | None:
+        """Why no new trial may start, if a budget of ``hours`` cannot pay its first epoch."""
+        return self.describe(hours, unit) if self.exhausted(hours * 3600, starting=True) else None
+
     def describe(self, hours: float, unit: str) -> str:
         return (f"the budget of {hours:g} {unit}-hours is spent ({self.total / 3600:.4f} spent, "
                 f"{self.committed() / 3600:.4f} with one more epoch of each running trial)")
@@ -143,9 +147,9 @@ class StudySearcher(_DriverOnly, Searcher):
         new ones while it drains."""
         control = self.study.control()
         budget = self.spec.budget
-        if budget and not control.get("drain") and self.spend.exhausted(budget.hours * 3600, starting=True):
+        if budget and not control.get("drain") and (why := self.spend.cannot_start(budget.hours, budget.unit)):
             # a resumed sweep whose earlier sessions spent its budget: resuming lifted its drain
-            control = self.study.set_control(drain=self.spend.describe(budget.hours, budget.unit))
+            control = self.study.set_control(drain=why)
         if control.get("drain") and not self.draining:
             self.draining = True
             print(f"seqae: draining ({control['drain']}): no new trials start; the running ones "
@@ -182,8 +186,8 @@ class StudySearcher(_DriverOnly, Searcher):
         meets = all(v <= 0.0 for v in self.spec.violations(result))
         if objective.reached(value) and meets:
             why = f"trial {number} reached {objective.metric} {value:.4f}, the target {objective.target}"
-        elif budget and self.spend.exhausted(budget.hours * 3600, starting=True):
-            why = self.spend.describe(budget.hours, budget.unit)
+        elif budget:
+            why = self.spend.cannot_start(budget.hours, budget.unit)
         if why and not self.study.control().get("drain"):
             self.study.set_control(drain=why)
 
@@ -427,8 +431,9 @@ def _spent(spec: SweepSpec, progresses: dict[int, TrialProgress]) -> Spend:
 
 def budget_spent(spec: SweepSpec, study: SweepStudy, storage: str) -> bool:
     """Whether the sweep's budget cannot pay a new trial's first epoch: a resume would start none."""
-    return spec.budget is not None and _spent(spec, _progresses(study, storage)).exhausted(
-        spec.budget.hours * 3600, starting=True)
+    budget = spec.budget
+    return budget is not None and _spent(spec, _progresses(study, storage)).cannot_start(budget.hours,
+                                                                                       budget.unit) is not None
 
 
 def _epochs(trial: Trial) -> int:
