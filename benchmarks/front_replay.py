@@ -53,7 +53,8 @@ from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from seqae_core.pareto import hypervolume, ranks
 from sweeps.runner import ParetoASHA, stub_trial
-from sweeps.search import TrialSpec, sampler
+from sweeps.search import sampler
+from sweeps.trial_spec import TrialSpec
 from sweeps.spec import Objective
 
 WORKERS = 2

@@ -53,7 +53,8 @@ from seqae_core import metrics as M
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.runner import ResumableASHA, stub_trial
-from sweeps.search import TrialSpec, sampler
+from sweeps.search import sampler
+from sweeps.trial_spec import TrialSpec
 
 WORKERS = 2
 # The evidence table's targets, registered before it was built: a configuration's best validation

@@ -2,7 +2,7 @@
 
 This and :mod:`sweeps.trial` (the trial function, in its worker) are the modules that import
 ``ray.tune``. The adapters are thin: the searcher asks :class:`~sweeps.search.SweepStudy` for
-trials (a :class:`~sweeps.search.TrialSpec` crosses into Tune) and records their outcomes as
+trials (a :class:`~sweeps.trial_spec.TrialSpec` crosses into Tune) and records their outcomes as
 :mod:`sweeps.ledger` decides them, and the callbacks hand events to the MLflow
 :class:`~sweeps.writer.Writer`.
 """
@@ -31,7 +31,8 @@ from sweeps import ledger
 from sweeps.notify import Notifier
 from sweeps.progress import Progress, best_line
 from sweeps.retention import Retention
-from sweeps.search import SweepStudy, TrialSpec
+from sweeps.search import SweepStudy
+from sweeps.trial_spec import TrialSpec
 from sweeps.spec import Objective, SweepSpec
 from sweeps.trial import run_trial
 from sweeps.tracking import Tracker

@@ -23,7 +23,6 @@ import random
 import time
 import warnings
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -31,10 +30,11 @@ from optuna.trial import TrialState
 
 from seqae_core import metrics as M
 from seqae_core import names as N
-from seqae_core.config import Config, build
+from seqae_core.config import build
 from seqae_errors import ConfigError
 from sweeps.spec import Distribution, SweepSpec, trial_layers
 from sweeps.study_storage import duplicates, open_storage
+from sweeps.trial_spec import TrialSpec
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -43,29 +43,6 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 FINAL = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-
-
-@dataclass(frozen=True)
-class TrialSpec:
-    """A trial as it crosses into Tune: its number, the values its grid cell and the search set,
-    and its config, built once, here. A config that cannot be built (an invalid combination of
-    searched values) travels as its error: the trial fails with it, and the sweep goes on."""
-
-    number: int
-    params: dict[str, Any]
-    config: Config | None
-    error: str | None = None
-    continued: bool = False  # an interrupted trial, to continue from its checkpoint
-    start: str | None = None  # the starting point it is, by name
-
-    @property
-    def logged_params(self) -> dict[str, Any]:
-        """Every config key, with the latent length and fraction resolved; the bare values
-        when the config could not be built."""
-        if self.config is None:
-            return dict(self.params)
-        return {**self.config.flat(), "model.latent_len": self.config.latent_len,
-                "model.latent_fraction": self.config.latent_fraction}
 
 
 def storage(url: str) -> optuna.storages.BaseStorage:

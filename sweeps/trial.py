@@ -1,9 +1,9 @@
 """One sweep trial in its Ray worker: Tune's function trainable, and the device it trains on.
 
 Kept apart from :mod:`sweeps.runner` (the driver's side: Tune's callbacks, scheduler and
-searcher) so that a trial's process imports what training needs and not the driver's MLflow
-tracking, registry and text model (a trial's imports took 7.0-7.5 s here instead of 7.9-8.2 s).
-What is left is mostly PyTorch, Ray, MLflow's system monitors and the tokenizer's libraries."""
+searcher) so that a trial's process imports what training needs: PyTorch, Ray Tune and the
+tokenizer's libraries, but neither MLflow nor Optuna (tests/test_layers.py holds it to that).
+Every trial's worker pays its imports when it starts."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from seqae_core.config import Config
 from seqae_core.data import shared_settings
 from seqae_core.train import NonFiniteLossError, describe_precision, train
 from seqae_errors import ConfigError
-from sweeps.search import TrialSpec
+from sweeps.trial_spec import TrialSpec
 from sweeps.system_metrics import SystemMetrics
 
 # "1": a trial that Ray gave a GPU on a node where torch finds no CUDA device trains on the CPU and

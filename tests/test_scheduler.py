@@ -9,7 +9,7 @@ from ray.tune.schedulers import TrialScheduler
 
 from seqae_core import metrics as M
 from sweeps.runner import ParetoASHA, ResumableASHA
-from sweeps.search import TrialSpec
+from sweeps.trial_spec import TrialSpec
 from sweeps.spec import Objective
 
 
