@@ -30,8 +30,8 @@ SMOKE = [
 ]
 
 
-# Smaller still: ten pages of 16 tokens, halved to 8; a point of the loss curve every 3 steps.
-TINY = [*SMOKE, "data.max_pages=10", "data.input_len=16", "model.latent_len=8", "train.log_every_steps=3"]
+# Smaller still: five pages of 16 tokens, halved to 8; a point of the loss curve every 3 steps.
+TINY = [*SMOKE, "data.max_pages=5", "data.input_len=16", "model.latent_len=8", "train.log_every_steps=3"]
 
 
 def run_args(workspace: Path, name: str, *extra: str, study: Path = STUDIES / "quickstart.yaml") -> list[str]:
