@@ -74,6 +74,7 @@ SUITES: dict[str, Suite] = {
     "gpu": _on_a_gpu(lambda o: _module("gpu_packing").run(o["data"])),
     "scale": lambda o: _module("scale").run(o["data"]),
     **{part: _frontier(part) for part in ("frontier-fig3", "frontier-width", "frontier-offcorpus", "frontier-sweep")},
+    "processes": lambda o: _module("process_cpu").run(o["command"]),
     "control-plane": lambda o: _module("control_plane").run([int(n) for n in o["sizes"].split(",")],
                                                             o["optuna"].split(","),
                                                             Path(o["before"]) if o["before"] else None),

@@ -359,6 +359,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown benchmark suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
     if args.before and not (Path(args.before) / "seqae_cli" / "main.py").is_file():
         raise ConfigError(f"--before {args.before!r} is not a checkout of seqae (no seqae_cli/main.py there)")
+    if "processes" in args.suites and not args.command:
+        raise ConfigError("bench processes needs --command CMD: the command whose CPU-seconds it counts (for example .ci/run)")
     bounds = re.fullmatch(r"(\d+)(?:-(\d+))?", args.seeds)
     seeds = range(int(bounds[1]), int(bounds[2] or bounds[1]) + 1) if bounds else range(0)
     if not seeds:
@@ -367,7 +369,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     run_benchmarks(args.suites, Path(args.out),
                    {"shapes": args.shapes, "steps": args.steps, "workspace": args.workspace, "data": data,
                     "sizes": args.sizes, "optuna": args.optuna, "before": args.before, "seeds": seeds,
-                    "fraction": args.fraction})
+                    "fraction": args.fraction, "command": args.command})
     return 0
 
 

@@ -195,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("suites", nargs="*", metavar="SUITE",
                        help="which to run, one or more: throughput, overhead, data, search, search-gpu, rungs, table, replay, front, "
                             "defaults, gpu, scale, frontier-fig3, frontier-width, frontier-offcorpus, frontier-sweep, "
-                            "control-plane")
+                            "processes, control-plane")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
     bench.add_argument("--data", default=None, help="dataset path (default: $SEQAE_BENCH_DATA, else wikimedia/wikipedia "
                                                     "from the Hugging Face Hub)")
@@ -216,5 +216,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--before", default=None, metavar="DIR",
                        help="control-plane: a checkout of seqae from before a change, whose commands are timed "
                             "on the same sweeps too")
+    bench.add_argument("--command", default=None, metavar="CMD",
+                       help="processes: the shell command whose CPU-seconds are counted by kind of process "
+                            "(for example .ci/run)")
     bench.set_defaults(handler=cmd_bench)
     return parser

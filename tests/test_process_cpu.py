@@ -1,0 +1,57 @@
+"""`seqae bench processes` (benchmarks/process_cpu.py): a command's CPU-seconds counted by kind of
+process, on a command whose CPU use is known."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import pytest
+
+from benchmarks.process_cpu import Seen, category, run, seqae_verb
+from seqae_cli.main import main
+from tests.refusal import assert_refused
+
+# CPU time, not wall time: the loop spends 1.5 CPU-seconds on any machine, however loaded.
+BUSY = "import time\nwhile time.process_time() < 1.5:\n    pass"
+
+
+def test_a_commands_processes_are_counted_with_all_their_cpu_but_the_last_interval():
+    rows = {row["category"]: row for row in run(f"{sys.executable} -c {shlex.quote(BUSY)}", interval=0.1)}
+    # at most one interval (0.1 s of one core) after the last sample goes unseen
+    assert rows["other"]["cpu_seconds"] >= 1.4 and rows["other"]["processes"] >= 1, rows
+    assert rows["all sampled processes"]["cpu_seconds"] >= rows["other"]["cpu_seconds"], rows
+    assert rows["the machine's busy CPU-seconds (/proc/stat)"]["cpu_seconds"] >= 1.4, rows
+    assert rows["the command"]["exit_code"] == 0, rows
+    assert run("exit 3", interval=0.1)[-1] == {"category": "the command", "exit_code": 3,
+                                               "wall_seconds": pytest.approx(0, abs=60)}
+
+
+@pytest.mark.parametrize("name, cmdline, expected", [
+    ("ray::ImplicitFunc.train", "ray::ImplicitFunc.train", "trials (Ray workers running a trial)"),
+    ("ray::IDLE", "ray::IDLE", "Ray workers never given a trial"),
+    ("python", "/venv/bin/python /venv/lib/python3.11/site-packages/ray/_private/workers/default_worker.py --node-ip-address=127.0.0.1",
+     "Ray workers never given a trial"),
+    ("raylet", "/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --raylet_socket_name=x", "Ray services (GCS, raylets, agents, monitors)"),
+    ("ray::DashboardAgent", "ray::DashboardAgent", "Ray services (GCS, raylets, agents, monitors)"),
+    ("python", "/venv/bin/python -m seqae_cli sweep resume steer --workspace ws", "seqae drivers (sweep run, resume, extend, fork)"),
+    ("seqae", "/venv/bin/python /venv/bin/seqae sweep run quickstart.yaml", "seqae drivers (sweep run, resume, extend, fork)"),
+    ("python", "/venv/bin/python -m seqae_cli sweep status steer --json", "other seqae commands (status, logs, ui, cluster, ...)"),
+    ("python", "/venv/bin/python -c from xdist.remote import main", "pytest and its workers (in-process tests)"),
+    ("postgres", "postgres: checkpointer", "PostgreSQL"),
+    ("python", "/venv/bin/python /venv/bin/mlflow server --port 5000", "MLflow and optuna-dashboard servers"),
+    ("sleep", "sleep 1", "other"),
+])
+def test_each_process_counts_in_its_kind(name, cmdline, expected):
+    assert category(Seen(1.0, name, cmdline)) == expected
+
+
+def test_a_seqae_command_line_is_read_for_its_verb():
+    assert seqae_verb("/venv/bin/python -m seqae_cli sweep run x.yaml") == "sweep run"
+    assert seqae_verb("/venv/bin/seqae ui --workspace ws") == "ui --workspace"
+    assert seqae_verb("/venv/bin/python -m pytest") is None
+
+
+def test_the_suite_without_a_command_is_refused_in_one_line(capsys, tmp_path):
+    code = main(["bench", "processes", "--out", str(tmp_path / "bench.json")])
+    assert_refused(code, capsys.readouterr().err, "bench processes needs --command CMD", created=(tmp_path / "bench.json",))
