@@ -39,8 +39,8 @@ def seqae_verb(cmdline: str) -> str | None:
     """The first two words after ``seqae`` (the console script) or ``-m seqae_cli``; None if the
     command line is not a seqae command."""
     words = cmdline.split()
-    for i, word in enumerate(words):
-        if word == "seqae_cli" or os.path.basename(word) == "seqae":
+    for i, word in enumerate(words[:3]):  # the interpreter, then `-m seqae_cli` or the script
+        if (word == "seqae_cli" and words[i - 1] == "-m") or os.path.basename(word) == "seqae":
             return " ".join(words[i + 1 : i + 3])
     return None
 
@@ -53,7 +53,9 @@ def _seqae_is(verbs: tuple[str, ...] | None) -> Callable[[Seen], bool]:
 
 
 def _ray_service(p: Seen) -> bool:
-    return p.name in ("raylet", "gcs_server") or p.name in RAY_SERVICE_ACTORS or "/ray/" in p.cmdline
+    """Ray's daemons, its dashboard's modules (``ray-dashboard-JobHead-0``, ...) and ``ray start``."""
+    return (p.name in ("raylet", "gcs_server", "ray") or p.name in RAY_SERVICE_ACTORS
+            or p.name.startswith("ray-dashboard") or "/ray/" in p.cmdline)
 
 
 def _has(*words: str) -> Callable[[Seen], bool]:
@@ -67,13 +69,15 @@ CATEGORIES: list[tuple[str, Callable[[Seen], bool]]] = [
     ("Ray services (GCS, raylets, agents, monitors)", _ray_service),
     ("seqae drivers (sweep run, resume, extend, fork)", _seqae_is(DRIVER_VERBS)),
     ("other seqae commands (status, logs, ui, cluster, ...)", _seqae_is(None)),
-    ("pytest and its workers (in-process tests)", _has("pytest", "xdist", "execnet")),
+    # pytest-xdist's workers start through execnet's bootstrap, which names neither
+    ("pytest and its workers (in-process tests)", _has("pytest", "xdist", "execnet", "exec(eval(sys.stdin.readline()))")),
     ("PostgreSQL", _has("postgres")),
     ("MLflow and optuna-dashboard servers", _has("mlflow", "gunicorn", "uvicorn", "optuna-dashboard", "optuna_dashboard")),
     ("Chromium", _has("chrom")),
     ("pip", _has("pip")),
     ("mypy", _has("mypy")),
     ("mkdocs", _has("mkdocs")),
+    ("kernel threads", lambda p: not p.cmdline),
 ]
 OTHER = "other"
 

@@ -37,7 +37,7 @@ GLOBAL_STEP = "global_step"  # optimizer steps since the start, at the end of th
 # previous point] every train.log_every_steps steps; in MLflow, one value per point at its global step.
 TRAIN_LOSS_STEPS = "train_loss_steps"
 # MLflow's own system metrics (``system/cpu_utilization_percentage``, ...): a sweep's workers
-# sample them with MLflow's monitors and record each epoch's means; MLflow's UI shows them apart.
+# sample what MLflow's monitors read (psutil, NVML) and record each epoch's means; MLflow's UI shows them apart.
 SYSTEM_PREFIX = "system/"
 
 DATA_SECONDS = "data_seconds"  # this process's data start-up: a cache hit takes well under a second

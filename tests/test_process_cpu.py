@@ -40,6 +40,11 @@ def test_a_commands_processes_are_counted_with_all_their_cpu_but_the_last_interv
     ("python", "/venv/bin/python -c from xdist.remote import main", "pytest and its workers (in-process tests)"),
     ("postgres", "postgres: checkpointer", "PostgreSQL"),
     ("python", "/venv/bin/python /venv/bin/mlflow server --port 5000", "MLflow and optuna-dashboard servers"),
+    ("ray-dashboard-J", "ray-dashboard-JobHead-0 (/venv/bin/python -B -c from multiprocessing.forkserver import main)",
+     "Ray services (GCS, raylets, agents, monitors)"),
+    ("ray", "/venv/bin/python /venv/bin/ray start --address=127.0.0.2:6379", "Ray services (GCS, raylets, agents, monitors)"),
+    ("python", "/venv/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))", "pytest and its workers (in-process tests)"),
+    ("kworker/1:1H-kblockd", "", "kernel threads"),
     ("sleep", "sleep 1", "other"),
 ])
 def test_each_process_counts_in_its_kind(name, cmdline, expected):
@@ -50,6 +55,7 @@ def test_a_seqae_command_line_is_read_for_its_verb():
     assert seqae_verb("/venv/bin/python -m seqae_cli sweep run x.yaml") == "sweep run"
     assert seqae_verb("/venv/bin/seqae ui --workspace ws") == "ui --workspace"
     assert seqae_verb("/venv/bin/python -m pytest") is None
+    assert seqae_verb("/venv/bin/python /venv/bin/mypy seqae_core sweeps seqae_cli") is None  # a folder, not the command
 
 
 def test_the_suite_without_a_command_is_refused_in_one_line(capsys, tmp_path):
