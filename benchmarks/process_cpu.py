@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -120,13 +120,14 @@ def run(command: str, interval: float = 1.0) -> list[dict[str, Any]]:
     wall = time.time() - began
     machine = busy_seconds(psutil.cpu_times()) - busy_seconds(machine_before)
     mine = sum(psutil.Process().cpu_times()[:2]) - sum(mine_before[:2])
-    cpu, count = Counter[str](), Counter[str]()
+    cpu: dict[str, float] = defaultdict(float)
+    count: Counter[str] = Counter()
     for process in seen.values():
         cpu[category(process)] += process.cpu
         count[category(process)] += 1
     sampled = sum(cpu.values())
     rows = [{"category": name, "cpu_seconds": round(seconds, 1), "share": f"{100 * seconds / max(sampled, 1e-9):.1f}%",
-             "processes": count[name]} for name, seconds in cpu.most_common()]
+             "processes": count[name]} for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])]
     return rows + [
         {"category": "all sampled processes", "cpu_seconds": round(sampled, 1), "share": "100.0%",
          "processes": len(seen)},
