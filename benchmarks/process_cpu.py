@@ -40,7 +40,7 @@ def seqae_verb(cmdline: str) -> str | None:
     command line is not a seqae command."""
     words = cmdline.split()
     for i, word in enumerate(words[:3]):  # the interpreter, then `-m seqae_cli` or the script
-        if (word == "seqae_cli" and words[i - 1] == "-m") or os.path.basename(word) == "seqae":
+        if (word == "seqae_cli" and i > 0 and words[i - 1] == "-m") or os.path.basename(word) == "seqae":
             return " ".join(words[i + 1 : i + 3])
     return None
 
@@ -123,8 +123,9 @@ def run(command: str, interval: float = 1.0) -> list[dict[str, Any]]:
     cpu: dict[str, float] = defaultdict(float)
     count: Counter[str] = Counter()
     for process in seen.values():
-        cpu[category(process)] += process.cpu
-        count[category(process)] += 1
+        kind = category(process)
+        cpu[kind] += process.cpu
+        count[kind] += 1
     sampled = sum(cpu.values())
     rows = [{"category": name, "cpu_seconds": round(seconds, 1), "share": f"{100 * seconds / max(sampled, 1e-9):.1f}%",
              "processes": count[name]} for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])]
