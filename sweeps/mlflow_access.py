@@ -1,13 +1,16 @@
 """Whether MLflow may be written to: a refusal of the credentials stops a command at once (it
-is no outage), while a server or database that is away is an outage the writer waits out; and
-reading every run of an experiment, however many, and finding its sweep's parent run."""
+is no outage), while a server or database that is away is an outage the writer waits out;
+reading every run of an experiment, however many, and finding its sweep's parent run; and MLflow's
+process-wide URIs, for the calls that read no other."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
+import mlflow
 import requests
 import sqlalchemy.exc
 from mlflow.entities import Run
@@ -70,3 +73,23 @@ def check_credentials(uri: str) -> None:
             "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to a user it accepts (for `seqae cluster up`'s "
             "server, `source` the env.sh it wrote)"
         ) from None
+
+
+@contextlib.contextmanager
+def fluent_uri(uri: str) -> Iterator[None]:
+    """MLflow's fluent calls (``start_run``, ``log_model``, ``load_model`` of a ``models:/`` URI) take
+    no URI: they read the process's tracking and registry URIs, which ``mlflow.set_*_uri`` also
+    exports to the environment for subprocesses. Both name ``uri`` inside the block only, so a
+    Python session that drives or reads a sweep keeps its own settings, and its later commands and
+    clients do not find this sweep's database."""
+    saved = {key: os.environ.get(key) for key in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    try:
+        yield
+    finally:
+        # None unsets each, as it was; MLflow's registry setter then leaves its variable behind
+        mlflow.set_tracking_uri(saved["MLFLOW_TRACKING_URI"])  # type: ignore[arg-type]
+        mlflow.set_registry_uri(saved["MLFLOW_REGISTRY_URI"])  # type: ignore[arg-type]
+        if saved["MLFLOW_REGISTRY_URI"] is None:
+            os.environ.pop("MLFLOW_REGISTRY_URI", None)

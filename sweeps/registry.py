@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_errors import ConfigError
+from sweeps.mlflow_access import fluent_uri
 from sweeps.workspace import redact
 
 
@@ -52,9 +53,8 @@ def load_registered(tracking_uri: str, model: str, at: float | None = None) -> t
         raise ConfigError(f"model {model!r}: {name!r} has no version {version} {where} "
                           f"(versions: {', '.join(map(str, numbers))})")
     uri = f"models:/{name}/{version or numbers[-1]}"
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_registry_uri(tracking_uri)
-    return uri, mlflow.pyfunc.load_model(uri)
+    with fluent_uri(tracking_uri):
+        return uri, mlflow.pyfunc.load_model(uri)
 
 
 def _by_size(client: MlflowClient, name: str, at: float, model: str) -> str:

@@ -53,7 +53,7 @@ from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, TrialP
 from seqae_errors import ConfigError
 from sweeps import textmodel
 from sweeps.ledger import Outcome, resource_seconds
-from sweeps.mlflow_access import find_sweep_run
+from sweeps.mlflow_access import find_sweep_run, fluent_uri
 
 log = logging.getLogger(__name__)
 
@@ -321,23 +321,22 @@ class Tracker:
             return str(current.version), False
         saved = tensors(best.files[MODEL])
         config = from_flat(saved["config"])
-        mlflow.set_tracking_uri(self.uri)
-        mlflow.set_registry_uri(self.uri)
         status = self.client.get_run(run_id).info.status
         root = Path(__file__).resolve().parents[1]
-        with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
-            artifacts = textmodel.write_artifacts(Path(tmp), saved, data_lib.load_tokenizer(config.data.tokenizer))
-            info = mlflow.pyfunc.log_model(
-                name="model", python_model=textmodel.__file__, artifacts=artifacts,
-                # the model's code imports these; `mlflow models serve` and load_model put them on sys.path
-                code_paths=[str(root / "seqae_core"), str(root / "seqae_errors")],
-                signature=textmodel.SIGNATURE,
-                input_example=textmodel.INPUT_EXAMPLE,
-                pip_requirements=[f"{m.__name__}=={m.__version__.split('+')[0]}"
-                                  for m in (torch, transformers, safetensors, mlflow)],
-            )
-        self.client.set_terminated(run_id, status)
-        version = self._new_version(model_name, info.model_id, run_id)
+        with fluent_uri(self.uri):  # the registry finds a version's logged model (models:/ID) there too
+            with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
+                artifacts = textmodel.write_artifacts(Path(tmp), saved, data_lib.load_tokenizer(config.data.tokenizer))
+                info = mlflow.pyfunc.log_model(
+                    name="model", python_model=textmodel.__file__, artifacts=artifacts,
+                    # the model's code imports these; `mlflow models serve` and load_model put them on sys.path
+                    code_paths=[str(root / "seqae_core"), str(root / "seqae_errors")],
+                    signature=textmodel.SIGNATURE,
+                    input_example=textmodel.INPUT_EXAMPLE,
+                    pip_requirements=[f"{m.__name__}=={m.__version__.split('+')[0]}"
+                                      for m in (torch, transformers, safetensors, mlflow)],
+                )
+            self.client.set_terminated(run_id, status)
+            version = self._new_version(model_name, info.model_id, run_id)
         self.client.set_model_version_tag(model_name, version, N.MODEL_EPOCH, str(best.epoch))
         self._point(model_name, version, aliases, tags or {})
         return version, True

@@ -208,12 +208,18 @@ def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered
         assert err.count("\n") == 1 and says in err and "Traceback" not in err, err
 
 
-def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best(registered, data_cache, capfd):
+def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best(registered, data_cache, capfd,
+                                                                                  monkeypatch):
     """Registering the same best trial again (a resumed sweep whose best did not change) adds no
     version; a new best does, and ``@best`` moves to it, which `seqae encode NAME` loads. Each
     version is linked from its logged model, as MLflow's UI shows it, and registering prints
-    nothing into the driver's output."""
+    nothing into the driver's output, nor leaves the process's MLflow URIs naming the sweep's."""
+    import mlflow
     from mlflow.tracking import MlflowClient
+
+    own = "sqlite:////a/python/sessions/own/mlflow.db"  # what the user of sweeps.api set before
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", own)
+    monkeypatch.delenv("MLFLOW_REGISTRY_URI", raising=False)
 
     from seqae_core.checkpoint import CheckpointStore
     from seqae_core.train import train
@@ -239,6 +245,8 @@ def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best
     assert linked == [{"name": "champion", "version": 2}]
     printed = capfd.readouterr()
     assert "registered model" not in printed.err and "Created version" not in printed.err, printed.err
+    assert mlflow.get_tracking_uri() == os.environ["MLFLOW_TRACKING_URI"] == own
+    assert mlflow.get_registry_uri() == own and "MLFLOW_REGISTRY_URI" not in os.environ  # it follows tracking's
 
 
 def test_the_front_is_registered_by_operating_point_and_encode_chooses_by_size(registered, data_cache, capsys):
