@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import io
 import json
+import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -39,13 +45,67 @@ def run_args(workspace: Path, name: str, *extra: str, study: Path = STUDIES / "q
     return ["sweep", "run", str(study), "--name", name, "--workspace", str(workspace), *sets(*TINY, *extra)]
 
 
+# The verbs that drive a sweep or read its status run in the test's own process, as `sweeps.api`'s
+# users run them in one Python session: their imports (12-15 CPU-seconds per driver) are paid
+# once per test process, and their local Ray, started by the first driver, serves the next ones.
+IN_PROCESS = {("sweep", "run"), ("sweep", "resume"), ("sweep", "extend"), ("sweep", "fork"), ("sweep", "status")}
+
+
 def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None, cwd: Path = REPO,
-          unset: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+          unset: tuple[str, ...] = (), fresh: bool = False) -> subprocess.CompletedProcess:
     """A `seqae` command run to its end, from ``cwd``, with ``env`` added to this process's
-    environment and the variables ``unset`` names taken out of it."""
+    environment and the variables ``unset`` names taken out of it. It runs in a process of its
+    own where it is not one of the verbs above, where it changes the environment (libraries read
+    theirs when imported), where RAY_ADDRESS names a cluster, or where ``fresh`` asks for one
+    (to see everything a new process prints: Python's warnings, libraries' lines on stderr)."""
+    if (tuple(args[:2]) in IN_PROCESS and not (env or unset or fresh) and cwd == REPO
+            and "RAY_ADDRESS" not in os.environ):
+        return in_process(list(args), timeout)
     environment = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
     return subprocess.run([sys.executable, "-m", "seqae_cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=environment, cwd=cwd)
+
+
+def in_process(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """`seqae_cli.main.main(argv)` in this process, with what its own process would give it: its
+    stdout and stderr (seqae's log lines, Ray's forwarded trial lines, a traceback as Python prints
+    one, exit code 1), this process's environment and SIGINT and SIGTERM handlers as they were
+    before it, and a SIGINT at ``timeout`` (the driver's Ctrl-C) where a subprocess would have been
+    killed."""
+    from seqae_cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setFormatter(logging.Formatter("%(message)s"))  # as main's basicConfig formats them
+    root, level = logging.getLogger(), logging.getLogger().level
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    environment = dict(os.environ)
+    watchdog = threading.Timer(timeout, os.kill, (os.getpid(), signal.SIGINT))
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    watchdog.start()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException as exc:  # noqa: BLE001 - what an uncaught exception does to a process
+                if isinstance(exc, KeyboardInterrupt) and not watchdog.finished.is_set():
+                    raise  # the person running the tests pressed Ctrl-C
+                traceback.print_exc()
+                code = 1
+    finally:
+        watchdog.cancel()
+        root.removeHandler(handler)
+        root.setLevel(level)
+        for sig, previous in handlers.items():
+            signal.signal(sig, previous)
+        if os.environ != environment:
+            os.environ.clear()
+            os.environ.update(environment)
+        gc.unfreeze()  # the verbs freeze what they imported, for a process that ends with them
+    return subprocess.CompletedProcess(["seqae", *argv], code, out.getvalue(), err.getvalue())
 
 
 def start(*args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.slow
 
 def test_a_moved_workspace_answers_from_its_new_folder_and_nothing_appears_at_the_old(tmp_path):
     old, new = tmp_path / "laptop" / "ws", tmp_path / "bigger-disk" / "ws"
-    run = seqae(*run_args(old, "moving", "trials.total=2", "train.epochs=1"))
+    # run in a process of its own, as on the laptop: this process's MLflow would otherwise keep the
+    # runs' artifact locations it used (its cache, by run id) past the move
+    run = seqae(*run_args(old, "moving", "trials.total=2", "train.epochs=1"), fresh=True)
     assert run.returncode == 0, run.stdout[-3000:]
     before = status("moving", old)
     new.parent.mkdir()

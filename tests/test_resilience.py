@@ -440,11 +440,13 @@ def small_filesystem(tmp_path):
 
 def test_full_or_read_only_workspace_fails_clearly_and_keeps_data_readable(small_filesystem, tmp_path):
     workspace = small_filesystem / "ws"
-    first = seqae(*run_args(workspace, "before", "trials.total=1", "train.epochs=1"))
+    # every command in a process of its own, as a user's are: the remount below needs no file
+    # left open on this filesystem by a command that ended
+    first = seqae(*run_args(workspace, "before", "trials.total=1", "train.epochs=1"), fresh=True)
     assert first.returncode == 0, first.stderr[-3000:]
 
     def still_readable() -> None:
-        info = seqae("sweep", "status", "before", "--json", "--workspace", str(workspace))
+        info = seqae("sweep", "status", "before", "--json", "--workspace", str(workspace), fresh=True)
         assert info.returncode == 0, info.stderr
         assert json.loads(info.stdout)["trials_by_state"] == {"COMPLETE": 1}
         # a separate process, as a user's next command is: this one must hold no file open there
@@ -460,12 +462,12 @@ def test_full_or_read_only_workspace_fails_clearly_and_keeps_data_readable(small
     with open(filler, "wb") as f, pytest.raises(OSError):
         while True:
             f.write(b"\0" * (1 << 20))
-    full = seqae(*run_args(workspace, "after", "trials.total=1"))
+    full = seqae(*run_args(workspace, "after", "trials.total=1"), fresh=True)
     assert full.returncode == 2 and "is not writable" in full.stderr and "No space left" in full.stderr, full.stderr
     still_readable()
 
     filler.unlink()
     subprocess.run(["mount", "-o", "remount,ro", str(small_filesystem)], check=True)
-    read_only = seqae(*run_args(workspace, "after", "trials.total=1"))
+    read_only = seqae(*run_args(workspace, "after", "trials.total=1"), fresh=True)
     assert read_only.returncode == 2 and "Read-only file system" in read_only.stderr, read_only.stderr
     still_readable()

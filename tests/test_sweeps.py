@@ -104,7 +104,8 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
                 *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", f"trials.total={n}", "train.log_every_steps=3",
                       "checkpoints.keep_best=1",
                       # relative, as the README writes it: trials run in Ray's working directory, not here
-                      f"data.path={os.path.relpath(WIKI_MINI, REPO)}"))
+                      f"data.path={os.path.relpath(WIKI_MINI, REPO)}"),
+                fresh=True)  # a new process, as a user's: everything it prints is asserted on below
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     # Progress a person can read: a line per trial result, a table at the end, no Tune boxes.
     lines = run.stdout.splitlines()
