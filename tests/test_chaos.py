@@ -354,8 +354,10 @@ def postgres_restart(sweep: Sweep, rng: random.Random) -> None:
     state = sweep.cluster["state"]
     pg = postgres.Postgres(**state["postgres"])
     driver, (number, log) = sweep.driver, sweep.running()
-    # the study's storage meets the outage, or, in a driver that is starting, MLflow (whose database it is)
-    away_said, back_said = rf"the Optuna storage \S+ did not answer while|{MLFLOW_AWAY}", \
+    # the study's storage meets the outage, or MLflow (whose database it is): a starting driver waits for
+    # it, and a closing one, its trials all trained, keeps its last writes and reads no study until
+    # MLflow takes them
+    away_said, back_said = rf"the Optuna storage \S+ did not answer while|{MLFLOW_AWAY}|MLflow unreachable while", \
         "the Optuna storage answers again|MLflow answers again after"
     away, back = said(log, away_said), said(log, back_said)
     postgres.stop(pg)
