@@ -56,9 +56,10 @@ def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None, c
     """A `seqae` command run to its end, from ``cwd``, with ``env`` added to this process's
     environment and the variables ``unset`` names taken out of it. It runs in a process of its
     own where it is not one of the verbs above, where it changes the environment (libraries read
-    theirs when imported), where RAY_ADDRESS names a cluster, or where ``fresh`` asks for one
+    theirs when imported) or runs from another folder than this process, where RAY_ADDRESS names
+    a cluster, or where ``fresh`` asks for one
     (to see everything a new process prints: Python's warnings, libraries' lines on stderr)."""
-    if (tuple(args[:2]) in IN_PROCESS and not (env or unset or fresh) and cwd == REPO
+    if (tuple(args[:2]) in IN_PROCESS and not (env or unset or fresh) and Path.cwd() == cwd
             and "RAY_ADDRESS" not in os.environ):
         return in_process(list(args), timeout)
     environment = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
@@ -78,7 +79,7 @@ def in_process(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
     handler = logging.StreamHandler(err)
     handler.setFormatter(logging.Formatter("%(message)s"))  # as main's basicConfig formats them
     root, level = logging.getLogger(), logging.getLogger().level
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    on_signal = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     environment = dict(os.environ)
     watchdog = threading.Timer(timeout, os.kill, (os.getpid(), signal.SIGINT))
     root.addHandler(handler)
@@ -99,7 +100,7 @@ def in_process(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
         watchdog.cancel()
         root.removeHandler(handler)
         root.setLevel(level)
-        for sig, previous in handlers.items():
+        for sig, previous in on_signal.items():
             signal.signal(sig, previous)
         if os.environ != environment:
             os.environ.clear()

@@ -217,13 +217,13 @@ def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    own = "sqlite:////a/python/sessions/own/mlflow.db"  # what the user of sweeps.api set before
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", own)
-    monkeypatch.delenv("MLFLOW_REGISTRY_URI", raising=False)
-
     from seqae_core.checkpoint import CheckpointStore
     from seqae_core.train import train
     from sweeps.registry import load_registered
+
+    own = "sqlite:////a/python/sessions/own/mlflow.db"  # what the user of sweeps.api set before
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", own)
+    monkeypatch.delenv("MLFLOW_REGISTRY_URI", raising=False)
 
     tracker, client = registered.tracker, MlflowClient(registered.uri)
     assert tracker.register(0, "champion") == ("1", True)
