@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.corpora import repeated
-from seqae_core import data
+from seqae_core import corpus
 from seqae_core.config import DataConfig
 
 
@@ -31,10 +31,10 @@ def _best(fn: Any, repeats: int = 5) -> float:
 
 def prefix_vs_whole(path: str, n: int = 512) -> list[dict[str, Any]]:
     """Per page-length band and overall: the whole-page baseline is ``tokenizer(pages)[:n]``."""
-    tokenizer = data.load_tokenizer("bert-base-uncased")
-    pages = list(data.iter_texts(DataConfig(path=path)))
+    tokenizer = corpus.load_tokenizer("bert-base-uncased")
+    pages = list(corpus.iter_texts(DataConfig(path=path)))
     lengths = np.array([len(t) for t in tokenizer(pages, add_special_tokens=False)["input_ids"]])
-    assert data.first_tokens(tokenizer, pages, n) == [
+    assert corpus.first_tokens(tokenizer, pages, n) == [
         t[:n] for t in tokenizer(pages, add_special_tokens=False)["input_ids"]], "prefix tokenization must be exact"
     bands = [("all pages", np.ones(len(pages), bool))]
     edges = np.quantile(lengths, [0, 0.5, 1.0])
@@ -43,7 +43,7 @@ def prefix_vs_whole(path: str, n: int = 512) -> list[dict[str, Any]]:
     for label, mask in bands:
         chosen = [p for p, keep in zip(pages, mask) if keep]
         whole = _best(lambda: tokenizer(chosen, add_special_tokens=False, truncation=True, max_length=n))
-        prefix = _best(lambda: data.first_tokens(tokenizer, chosen, n))
+        prefix = _best(lambda: corpus.first_tokens(tokenizer, chosen, n))
         rows.append({"pages": label, "count": len(chosen), "mean_tokens": int(lengths[mask].mean()),
                      "whole_s": round(whole, 4), "prefix_s": round(prefix, 4), "speedup": round(whole / prefix, 1)})
     return rows

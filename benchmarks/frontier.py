@@ -50,6 +50,7 @@ from benchmarks.search_vs_recipe import INPUT_LEN, RECIPE, TABLES, document
 from benchmarks.sweep_runs import run_sweep
 from dashboards import claims
 from dashboards.report import save_figure
+from seqae_core import corpus
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core import names as N
@@ -292,7 +293,7 @@ def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
 
 def _test_texts(config: DataConfig) -> list[str]:
     """The texts of a corpus's test pages, as its trainings hold them out."""
-    texts = list(data_lib.iter_texts(config))
+    texts = list(corpus.iter_texts(config))
     return [text for text, test in zip(texts, data_lib.held_out_pages(len(texts), config)) if test]
 
 

@@ -11,3 +11,8 @@ class StorageUnreachable(RuntimeError):
     """A store a sweep lives in (its Optuna study's database) did not answer for as long as seqae
     waits out an outage: the message names the store and what to do, and the command exits 75
     (EX_TEMPFAIL: try again later) without a traceback."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's text folded onto one line of at most 300 characters."""
+    return " ".join(str(exc).split())[:300] or type(exc).__name__

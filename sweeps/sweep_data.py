@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from seqae_core import corpus
 from seqae_core import data as data_lib
 from sweeps import spec as spec_lib
 from sweeps.spec import cell_configs
@@ -19,7 +20,7 @@ def check_data(spec: spec_lib.SweepSpec) -> None:
     sources = {replace(c.data, input_len=1, samples="first", max_pages=1, vocab="tokenizer")
                for c in cell_configs(spec)}
     for source in sources:
-        data_lib.check_source(source)
+        corpus.check_source(source)
 
 
 def published_data(workspace: Workspace, storage: str) -> str | None:

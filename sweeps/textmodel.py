@@ -10,7 +10,7 @@ with a ``text`` column) returns a DataFrame with one row per text:
     latents               the encoder's output, (windows, latent_len, d_model) float32
 
 A text is tokenized as in training (no special tokens) and cut into ``data.input_len``-token
-windows, the last one padded (``seqae_core.data``). Tokens outside the model's vocabulary (with
+windows, the last one padded (``seqae_core.corpus``). Tokens outside the model's vocabulary (with
 ``data.vocab: corpus``) go in as the unknown token (or padding, if the model has no unknown token)
 and count as wrong.
 
@@ -35,7 +35,7 @@ from mlflow.types.schema import Array, ColSpec, DataType, Schema
 from safetensors.torch import load_model, save_model
 from transformers import AutoTokenizer
 
-from seqae_core import data as data_lib
+from seqae_core import corpus
 from seqae_core.config import Config, from_flat
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.train import autocast, pick_device
@@ -102,8 +102,8 @@ class TextAutoencoder(PythonModel):
                              f"a DataFrame's first column only); got column {column!r}")
         texts = model_input[column].tolist()
         n = self.config.data.input_len
-        windows = data_lib.window_tokens(self.tokenizer, texts, n) if texts else []  # tokenizer ids, per text
-        rows, _ = data_lib.pad_rows(windows, n, self.tokenizer.pad_token_id)  # (r, n), each text's rows in turn
+        windows = corpus.window_tokens(self.tokenizer, texts, n) if texts else []  # tokenizer ids, per text
+        rows, _ = corpus.pad_rows(windows, n, self.tokenizer.pad_token_id)  # (r, n), each text's rows in turn
         latents, predicted = self._run(self.model_ids[rows])  # (r, s, d), (r, n) in the tokenizer's ids
         out: dict[str, list[Any]] = {"reconstruction": [], "token_accuracy": [], "tokens": [],
                                      "reconstructed_tokens": [], "latents": []}

@@ -44,6 +44,7 @@ from mlflow.utils.mlflow_tags import (
 from mlflow.utils.validation import MAX_ENTITIES_PER_BATCH
 
 from dashboards.mlflow_runs import all_runs
+from seqae_core import corpus
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core import names as N
@@ -325,7 +326,7 @@ class Tracker:
         root = Path(__file__).resolve().parents[1]
         with fluent_uri(self.uri):  # the registry finds a version's logged model (models:/ID) there too
             with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
-                artifacts = textmodel.write_artifacts(Path(tmp), saved, data_lib.load_tokenizer(config.data.tokenizer))
+                artifacts = textmodel.write_artifacts(Path(tmp), saved, corpus.load_tokenizer(config.data.tokenizer))
                 info = mlflow.pyfunc.log_model(
                     name="model", python_model=textmodel.__file__, artifacts=artifacts,
                     # the model's code imports these; `mlflow models serve` and load_model put them on sys.path

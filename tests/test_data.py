@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from seqae_core import data
+from seqae_core import corpus, data
 from seqae_core.loss import score
 from seqae_errors import ConfigError
 from tests.conftest import WIKI_MINI
@@ -16,14 +16,14 @@ from tests.conftest import WIKI_MINI
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return data.load_tokenizer("bert-base-uncased")
+    return corpus.load_tokenizer("bert-base-uncased")
 
 
 @pytest.fixture(scope="module")
 def pages():
     from seqae_core.config import DataConfig
 
-    return list(data.iter_texts(DataConfig(path=str(WIKI_MINI), max_pages=12)))
+    return list(corpus.iter_texts(DataConfig(path=str(WIKI_MINI), max_pages=12)))
 
 
 def test_streams_the_local_folder_through_load_dataset(pages):
@@ -34,7 +34,7 @@ def test_streams_the_local_folder_through_load_dataset(pages):
 @pytest.mark.parametrize("n", [1, 16, 512, 5000])
 def test_prefix_tokenization_equals_whole_page_tokenization(tokenizer, pages, n):
     whole = tokenizer(pages, add_special_tokens=False)["input_ids"]
-    assert data.first_tokens(tokenizer, pages, n) == [tokens[:n] for tokens in whole]
+    assert corpus.first_tokens(tokenizer, pages, n) == [tokens[:n] for tokens in whole]
 
 
 def test_first_vs_windows(tiny_config, data_cache):
@@ -214,7 +214,7 @@ def test_package_readmes_load_as_a_second_corpus(tmp_path):
     from seqae_core.config import DataConfig
 
     folder = package_descriptions(tmp_path / "packages")
-    texts = list(data.iter_texts(DataConfig(path=str(folder), max_pages=3)))
+    texts = list(corpus.iter_texts(DataConfig(path=str(folder), max_pages=3)))
     assert len(texts) == 3 and all(len(t) >= 2000 for t in texts)
     assert not any(t.startswith("Homarus gammarus") for t in texts)
 
@@ -238,8 +238,8 @@ def test_published_entry_is_fetched_once_per_node_and_never_tokenized_there(wher
     def never(*args, **kwargs):
         raise AssertionError("a node with published data read the source")
 
-    monkeypatch.setattr(data, "iter_texts", never)
-    monkeypatch.setattr(data, "load_tokenizer", never)
+    monkeypatch.setattr(corpus, "iter_texts", never)
+    monkeypatch.setattr(corpus, "load_tokenizer", never)
     node = tmp_path / "node"
     fetched = data.prepare(config, node, published=f"{uri}/{entry.name}")
     record = json.loads((fetched / "fetched.json").read_text())
@@ -263,7 +263,7 @@ def test_published_entry_is_fetched_once_per_node_and_never_tokenized_there(wher
 @pytest.mark.parametrize("samples,vocab", [("first", "tokenizer"), ("windows", "corpus")])
 def test_parallel_preparation_writes_the_same_entry(samples, vocab, tiny_config, tmp_path, monkeypatch):
     """Two worker processes, batches of 8 pages: byte for byte the entry one process writes."""
-    monkeypatch.setattr(data, "PAGE_BATCH", 8)
+    monkeypatch.setattr(corpus, "PAGE_BATCH", 8)
     config = tiny_config(**{"data.max_pages": 40, "data.samples": samples, "data.vocab": vocab}).data
     key = data.cache_key(config)
     for workers in (1, 2):

@@ -56,7 +56,7 @@ def registered(tmp_path_factory, data_cache):
 @pytest.fixture(scope="module")
 def texts(registered):
     """A stretch of a page the model trained on (several windows), and a short sentence."""
-    from seqae_core.data import iter_texts, prefix_at_whitespace
+    from seqae_core.corpus import iter_texts, prefix_at_whitespace
 
     page = next(iter_texts(registered.config.data))
     return [prefix_at_whitespace(page, 300)[0], "The river rises in the hills to the north."]
@@ -67,6 +67,7 @@ def test_the_registered_model_is_text_in_text_out_without_pickle(registered, tex
     from mlflow.models import Model
     from transformers import AutoTokenizer
 
+    from seqae_core import corpus
     from seqae_core import data as data_lib
     from seqae_core.checkpoint import tensors
     from seqae_core.model import ReducingAutoencoder
@@ -106,8 +107,8 @@ def test_the_registered_model_is_text_in_text_out_without_pickle(registered, tex
     model = ReducingAutoencoder(registered.config, len(splits.token_ids))
     model.load_state_dict(saved["model"])
     model.eval()
-    windows = data_lib.window_tokens(tokenizer, texts[:1], n)
-    rows, _ = data_lib.pad_rows(windows, n, tokenizer.pad_token_id)
+    windows = corpus.window_tokens(tokenizer, texts[:1], n)
+    rows, _ = corpus.pad_rows(windows, n, tokenizer.pad_token_id)
     with torch.no_grad(), autocast(registered.config, torch.device("cpu")):
         latents = model.encode(torch.from_numpy(np.searchsorted(splits.token_ids, rows)))
     torch.testing.assert_close(torch.from_numpy(out.latents[0]), latents.float())
