@@ -23,7 +23,7 @@ from filelock import FileLock
 
 from cluster.procs import free_port
 from seqae_core.checkpoint import CheckpointStore
-from tests.conftest import REPO, WIKI_MINI
+from tests.conftest import REPO, WIKI_MINI, stop_local_ray
 
 STUDIES = REPO / "sweeps" / "studies"
 
@@ -47,8 +47,10 @@ def run_args(workspace: Path, name: str, *extra: str, study: Path = STUDIES / "q
 
 # The verbs that drive a sweep or read its status run in the test's own process, as `sweeps.api`'s
 # users run them in one Python session: their imports (12-15 CPU-seconds per driver) are paid
-# once per test process, and their local Ray, started by the first driver, serves the next ones.
+# once per test process, and their local Ray, started by the first driver, serves the next ones of
+# the test module (DRIVERS in a process of their own start their own: conftest.stop_local_ray).
 IN_PROCESS = {("sweep", "run"), ("sweep", "resume"), ("sweep", "extend"), ("sweep", "fork"), ("sweep", "status")}
+DRIVERS = {("sweep", "run"), ("sweep", "resume"), ("sweep", "extend"), ("sweep", "fork")}
 
 
 def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None, cwd: Path = REPO,
@@ -62,6 +64,8 @@ def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None, c
     if (tuple(args[:2]) in IN_PROCESS and not (env or unset or fresh) and Path.cwd() == cwd
             and "RAY_ADDRESS" not in os.environ):
         return in_process(list(args), timeout)
+    if tuple(args[:2]) in DRIVERS and "RAY_ADDRESS" not in {**os.environ, **(env or {})}:
+        stop_local_ray()
     environment = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
     return subprocess.run([sys.executable, "-m", "seqae_cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=environment, cwd=cwd)
@@ -111,6 +115,8 @@ def in_process(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 def start(*args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A `seqae` command in the background, in its own process group, output to ``log``."""
+    if tuple(args[:2]) in DRIVERS and "RAY_ADDRESS" not in {**os.environ, **(env or {})}:
+        stop_local_ray()
     return subprocess.Popen([sys.executable, "-m", "seqae_cli", *args], stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
                             env={**os.environ, **(env or {})})
@@ -208,6 +214,7 @@ def local_cluster(root: Path, workers: int = 2, cpus_per_worker: int = 1,
     # one cluster at a time on the loopback addresses, whichever test process (pytest-xdist) asks:
     # the lock sits in the folder every process's temporary folders are made in
     with FileLock(root.parent.parent / "local-cluster.lock"):
+        stop_local_ray()
         yield from _local_cluster(root, workers, cpus_per_worker, gpus_per_worker)
 
 

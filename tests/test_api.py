@@ -28,10 +28,7 @@ def _page_code() -> str:
 def workspace(tmp_path, monkeypatch):
     monkeypatch.setenv("SEQAE_WORKSPACE", str(tmp_path / "ws"))
     monkeypatch.chdir(REPO)
-    yield tmp_path / "ws"
-    import ray
-
-    ray.shutdown()  # the page's local Ray lives with its process: this test's
+    return tmp_path / "ws"
 
 
 @pytest.mark.slow
