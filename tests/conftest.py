@@ -37,6 +37,21 @@ TINY = {
 }
 
 
+# The files that take longest in .ci/run (its --durations, on 2 cores), longest first. pytest-xdist
+# hands whole files to its two processes in collection order (pyproject: --dist=loadfile
+# --no-loadscope-reorder; its default order, by number of tests, started the chaos soak last and
+# left one core idle at the end), and the two files that take turns on the local cluster
+# (tests/sweep_helpers.py::local_cluster) start apart. The other files follow in name order.
+LONGEST_FIRST = ["test_cluster.py", "test_resilience.py", "test_control.py", "test_logical_gpus.py", "test_chaos.py",
+                 "test_dashboards.py", "test_sweeps.py", "test_provenance.py", "test_move.py", "test_scale.py",
+                 "test_mlflow_auth.py", "test_notify.py", "test_api.py", "test_textmodel.py"]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests stay in order
+
+
 def sets(overrides: dict) -> list[str]:
     """``{"a.b": 1}`` -> ``["a.b=1"]`` for ``--set``."""
     return [f"{k}={v}" for k, v in overrides.items()]
