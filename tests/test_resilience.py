@@ -350,7 +350,7 @@ def test_a_driver_that_starts_while_mlflow_is_away_waits_for_it_then_says_so_in_
     backend, artifacts = f"sqlite:///{tmp_path / 'server.db'}", str(tmp_path / "server-artifacts")
     uri = f"http://127.0.0.1:{port}"
     env = {"SEQAE_MLFLOW_TRACKING_URI": uri}
-    gave_up = seqae(*run_args(workspace, name, "trials.total=1", "train.epochs=2", "data.max_pages=20"),
+    gave_up = seqae(*run_args(workspace, name, "trials.total=1", "train.epochs=2"),
                     env={**env, "SEQAE_STORAGE_RETRY_SECONDS": "2"})
     assert gave_up.returncode == 75, gave_up.stderr[-3000:]
     said = [line for line in gave_up.stderr.splitlines() if line.startswith("seqae: error:")]
