@@ -49,8 +49,8 @@ def run_args(workspace: Path, name: str, *extra: str, study: Path = STUDIES / "q
 # users run them in one Python session: their imports (12-15 CPU-seconds per driver) are paid
 # once per test process, and their local Ray, started by the first driver, serves the next ones of
 # the test module (DRIVERS in a process of their own start their own: conftest.stop_local_ray).
-IN_PROCESS = {("sweep", "run"), ("sweep", "resume"), ("sweep", "extend"), ("sweep", "fork"), ("sweep", "status")}
 DRIVERS = {("sweep", "run"), ("sweep", "resume"), ("sweep", "extend"), ("sweep", "fork")}
+IN_PROCESS = DRIVERS | {("sweep", "status")}
 
 
 def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None, cwd: Path = REPO,
@@ -64,11 +64,17 @@ def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None, c
     if (tuple(args[:2]) in IN_PROCESS and not (env or unset or fresh) and Path.cwd() == cwd
             and "RAY_ADDRESS" not in os.environ):
         return in_process(list(args), timeout)
-    if tuple(args[:2]) in DRIVERS and "RAY_ADDRESS" not in {**os.environ, **(env or {})}:
-        stop_local_ray()
+    _ray_of_its_own(args, env)
     environment = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
     return subprocess.run([sys.executable, "-m", "seqae_cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=environment, cwd=cwd)
+
+
+def _ray_of_its_own(args: tuple[str, ...], env: dict[str, str] | None) -> None:
+    """A driver in a process of its own starts a local Ray of its own, unless RAY_ADDRESS names a
+    cluster: this process's goes first."""
+    if tuple(args[:2]) in DRIVERS and "RAY_ADDRESS" not in {**os.environ, **(env or {})}:
+        stop_local_ray()
 
 
 def in_process(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
@@ -115,8 +121,7 @@ def in_process(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 def start(*args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A `seqae` command in the background, in its own process group, output to ``log``."""
-    if tuple(args[:2]) in DRIVERS and "RAY_ADDRESS" not in {**os.environ, **(env or {})}:
-        stop_local_ray()
+    _ray_of_its_own(args, env)
     return subprocess.Popen([sys.executable, "-m", "seqae_cli", *args], stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
                             env={**os.environ, **(env or {})})
