@@ -158,7 +158,7 @@ def _texts(args: argparse.Namespace) -> list[str]:
 
 def cmd_encode(args: argparse.Namespace) -> int:
     from seqae_core.checkpoint import marked  # torch, only for `seqae encode` and `seqae train`
-    from seqae_core.data import detokenize
+    from seqae_core.data import detokenize  # numpy and torch, only for `seqae encode`
     from sweeps.registry import load_registered  # MLflow, only for `seqae encode`
 
     texts = _texts(args)

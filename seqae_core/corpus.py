@@ -40,7 +40,6 @@ class Tokenized:
     vocab_size: int
     samples: int
     pages: int
-    workers: int
 
 
 @functools.cache
@@ -223,7 +222,7 @@ def tokenize(config: DataConfig, out: Path, workers: int = 1) -> Tokenized:
     np.save(out / "token_ids.npy", token_ids)
     vocab = tokenizer.convert_ids_to_tokens(token_ids.tolist())
     (out / "vocab.json").write_text(json.dumps(vocab))
-    return Tokenized(pad_id=int(pad_id), vocab_size=vocab_size, samples=n_rows, pages=n_pages, workers=workers)
+    return Tokenized(pad_id=int(pad_id), vocab_size=vocab_size, samples=n_rows, pages=n_pages)
 
 
 def _tokenized(config: DataConfig, tokenizer: Any, workers: int, pad_id: int,

@@ -208,7 +208,8 @@ def build(config: DataConfig, key: dict[str, Any], out: Path, workers: int | Non
     from seqae_core import corpus
 
     start = time.perf_counter()
-    made = corpus.tokenize(config, out, workers or int(os.environ.get("SEQAE_DATA_WORKERS", "1")))
+    workers = workers or int(os.environ.get("SEQAE_DATA_WORKERS", "1"))
+    made = corpus.tokenize(config, out, workers)
     manifest = {
         "format": FORMAT,
         "key": key,
@@ -217,7 +218,7 @@ def build(config: DataConfig, key: dict[str, Any], out: Path, workers: int | Non
         "samples": made.samples,
         "pages": made.pages,
         "seconds": round(time.perf_counter() - start, 3),
-        "workers": made.workers,
+        "workers": workers,
         "built_by": {"host": socket.gethostname(), "pid": os.getpid()},
         "files": {name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)} for name in FILES},
     }
