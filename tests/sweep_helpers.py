@@ -27,11 +27,13 @@ from tests.conftest import REPO, WIKI_MINI, stop_local_ray
 
 STUDIES = REPO / "sweeps" / "studies"
 
-# Tiny sizes for any study: a few real pages, a small model, two epochs, two trials at once.
+# Tiny sizes for any study: a few real pages, a small model, two epochs, one trial at a time (a
+# second trial's worker costs a sweep about 11 CPU-seconds of imports: the tests that need trials
+# side by side ask for them).
 SMOKE = [
     f"data.path={WIKI_MINI}", "data.max_pages=6", "data.samples=windows",
     "model.d_model=16", "model.d_attn=16", "model.d_ffn=32", "train.epochs=2", "train.batch_size=64",
-    "resources.cpu=1", "max_concurrent=2",
+    "resources.cpu=1", "max_concurrent=1",
     "scheduler.type=none",  # every trial runs all its epochs: the tests count, compare and interrupt them
 ]
 

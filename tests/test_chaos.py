@@ -75,7 +75,8 @@ SOAKS = soaks()  # once: with "commit" each call asks git
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SOAKS, reason="the chaos soak runs with SEQAE_CHAOS_SEEDS=commit "
                                                                       "(the commit's seed) or SEQAE_CHAOS_SEEDS=1,2,3")]
 EPOCHS, CELLS = 4, 8
-BASE = [*TINY, f"train.epochs={EPOCHS}", f"train.patience={EPOCHS}", "retries=20"]
+# two trials at once: a fault meets one trial while another trains
+BASE = [*TINY, f"train.epochs={EPOCHS}", f"train.patience={EPOCHS}", "retries=20", "max_concurrent=2"]
 GRID = [*BASE, "search={}", "start={}", "trials={per_cell: 1}", "grid.train.seed=[0, 1, 2, 3]", "grid.train.lr=[0.003, 0.01]"]
 TPE = [*BASE, "search={train.lr: {type: loguniform, low: 0.001, high: 0.03}}", f"trials={{total: {CELLS}}}",
        "sampler.type=tpe"]

@@ -32,7 +32,8 @@ from tests.sweep_helpers import (
 
 pytestmark = pytest.mark.slow
 
-SWEEP = [*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=4", "retries=2"]
+# two trials at once: the cluster runs them on different nodes
+SWEEP = [*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=4", "retries=2", "max_concurrent=2"]
 
 
 @pytest.fixture(scope="module")

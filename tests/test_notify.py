@@ -66,7 +66,7 @@ def test_a_sweep_tells_its_receiver_and_finishes_the_same_when_the_receiver_is_d
     told = seqae(*run_args(workspace, "told", "trials.total=2", "train.epochs=1", receiver.notify()))
     assert told.returncode == 0, told.stdout[-3000:] + told.stderr[-3000:]
     titles = receiver.titles()
-    # the first result is a new best, whichever of the two trials running at once it came from
+    # the first result is a new best
     assert re.fullmatch(r"seqae told: a new best, trial [01]", titles[0]), titles
     assert titles[-1] == "seqae told: the sweep is complete", titles
     assert "best: trial" in receiver.received[-1]["message"]

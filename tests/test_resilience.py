@@ -74,8 +74,8 @@ def test_driver_sigkill_after_three_of_eight_then_resume(tmp_path):
     driver = start(*run_args(workspace, name, "trials.total=8", "train.epochs=3"), log=tmp_path / "driver.log")
 
     def three_done_and_one_midway() -> bool:
-        # a trial one epoch in, too: two trials running side by side often finish together, and the
-        # kill must leave an interrupted trial behind (two epochs from its end, so it stays unfinished)
+        # a trial one epoch in, too: the kill must leave an interrupted trial behind (two epochs from
+        # its end, so it stays unfinished)
         metas = trial_metas(storage)
         done = {n for n, m in metas.items() if m["finished"]}
         return len(done) >= 3 and any(m["epoch"] == 1 and not m["finished"] for m in metas.values())
@@ -206,7 +206,7 @@ def test_ctrl_c_stops_cleanly_and_resume_goes_on(tmp_path):
 def test_damaged_newest_checkpoints_are_skipped_and_said(tmp_path):
     workspace, name = tmp_path / "ws", "damaged"
     storage = workspace / "sweeps" / name
-    driver = start(*run_args(workspace, name, "trials.total=2", "train.epochs=8"), log=tmp_path / "driver.log")
+    driver = start(*run_args(workspace, name, "trials.total=2", "train.epochs=8", "max_concurrent=2"), log=tmp_path / "driver.log")
     wait_for(lambda: len([m for m in trial_metas(storage).values() if m["epoch"] >= 3 and not m["finished"]]) == 2,
              300, "two trials past epoch 3")
     os.kill(driver.pid, signal.SIGKILL)
