@@ -8,6 +8,7 @@ Every trial's worker pays its imports when it starts."""
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import ray
@@ -30,6 +31,7 @@ LOGICAL_GPUS = "SEQAE_LOGICAL_GPUS"
 
 def run_trial(config: dict[str, Any], runtime: dict[str, Any]) -> None:
     """A Tune function trainable: one sweep trial, continued from its newest valid checkpoint."""
+    sys.unraisablehook = exit_quietly_on_stop
     trial: TrialSpec = config["trial"]
     store = CheckpointStore.of_trial(runtime["storage"], trial.number)
     cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
@@ -45,6 +47,21 @@ def run_trial(config: dict[str, Any], runtime: dict[str, Any]) -> None:
         except (ConfigError, NonFiniteLossError) as exc:
             store.record_verdict(f"{type(exc).__name__}: {exc}")
             raise
+
+
+def exit_quietly_on_stop(unraisable: sys.UnraisableHookArgs) -> None:
+    """A trial's worker's hook for the exceptions Python cannot raise (``sys.unraisablehook``).
+    Ray stops a worker it no longer needs with SIGTERM, and its handler raises SystemExit wherever
+    the main thread is. Where that is a weak reference's callback or a finalizer, Python would
+    print the exception and its traceback on the user's terminal, through the driver, and carry on.
+    The worker was asked to stop: it does, with the exit's code, and prints nothing. Any other
+    exception is printed as Python prints it."""
+    if isinstance(unraisable.exc_value, SystemExit):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        code = unraisable.exc_value.code
+        os._exit(code if isinstance(code, int) else 1)
+    sys.__unraisablehook__(unraisable)
 
 
 class TrialFailed(RuntimeError):

@@ -6,6 +6,8 @@ line when a trial ends, and the table of every trial at the end, built from real
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 from typing import Literal
 
@@ -16,6 +18,7 @@ from optuna.trial import TrialState, create_trial
 
 from sweeps.progress import Progress, best_line, clock, short, summary
 from sweeps.spec import Objective
+from tests.conftest import REPO
 
 ACCURACY = Objective(metric="val_token_accuracy", mode="max")
 LOSS = Objective(metric="val_loss", mode="min")
@@ -242,3 +245,26 @@ def test_summary_names_starting_points_and_shows_the_kept_checkpoints_test_score
     assert best_line([trials[1]], (ACCURACY,)).endswith("no test split (data.test_fraction is 0): the validation value "
                                                        "is biased by the selection")
     assert best_line([], (ACCURACY,)) == "no trial completed"
+
+
+# -- a stopped trial's worker ------------------------------------------------------------------
+STOPPED_IN_A_CALLBACK = """
+import sys, weakref
+class Node: pass
+def stop(_): raise SystemExit(1)  # as Ray's SIGTERM handler raises it, wherever the worker is
+node = Node(); ref = weakref.ref(node, stop); del node  # the callback runs here
+print("went on after the stop")
+"""
+
+
+def test_a_trial_worker_stopped_inside_a_callback_exits_without_a_traceback():
+    """Ray stops a trial's worker with SIGTERM, whose handler raises SystemExit wherever the main
+    thread is. Inside a weak reference's callback Python cannot raise it: it prints the traceback
+    (through the driver, on the user's terminal: seen in the quickstart) and goes on. With the hook
+    every trial's worker sets, the worker exits with the code and prints nothing."""
+    plain = subprocess.run([sys.executable, "-c", STOPPED_IN_A_CALLBACK], capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0 and "went on" in plain.stdout and "Traceback" in plain.stderr, plain  # the noise
+    hooked = "from sweeps.trial import exit_quietly_on_stop\nsys.unraisablehook = exit_quietly_on_stop\n"
+    script = STOPPED_IN_A_CALLBACK.replace("class Node", hooked + "class Node", 1)
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert (ran.returncode, ran.stdout, ran.stderr) == (1, "", ""), ran
