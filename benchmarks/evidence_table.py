@@ -37,11 +37,11 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
+from benchmarks import TABLES
 from seqae_core import metrics as M
 from seqae_core.config import from_flat
 from seqae_core.train import train
 
-TABLES = Path(__file__).resolve().parent / "tables"
 TABLE = TABLES / "evidence.parquet"
 INPUT_LEN = 16
 FRACTIONS = (0.25, 0.125, 0.5)  # latent_len / input_len: 4, 2 and 8 tokens; built in this order

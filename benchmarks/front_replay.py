@@ -44,6 +44,7 @@ import numpy as np
 import optuna
 import pandas as pd
 
+from benchmarks import TABLES
 from benchmarks import evidence_table as E
 from benchmarks.intervals import median_interval, ratio_interval, t_interval, wilson
 from benchmarks.replay import (GRACE_PERIOD, REDUCTION_FACTOR, TPE, Curve, complete_rows, curves, nearest, suggested,
@@ -272,7 +273,7 @@ def summarize(runs: list[Run]) -> list[dict[str, Any]]:
 
 
 def run(seeds: range, table_path: Path = E.TABLE, workers: int = WORKERS, methods: tuple[Method, ...] = METHODS,
-        folder: Path = E.TABLES) -> list[dict[str, Any]]:
+        folder: Path = TABLES) -> list[dict[str, Any]]:
     """Replay ``methods`` from ``seeds``; writes every replay to ``folder/front-replay-<seeds>.parquet``,
     one method at a time; a method the file already holds for every seed is read back."""
     table = pd.read_parquet(table_path)

@@ -44,9 +44,10 @@ import pandas as pd
 import pyarrow as pa
 from mlflow.tracking import MlflowClient
 
+from benchmarks import TABLES
 from benchmarks.corpora import package_descriptions
 from benchmarks.replay import GRACE_PERIOD, REDUCTION_FACTOR, TPE
-from benchmarks.search_vs_recipe import INPUT_LEN, RECIPE, TABLES, document
+from benchmarks.search_vs_recipe import INPUT_LEN, RECIPE, document
 from benchmarks.sweep_runs import run_sweep
 from dashboards import claims
 from dashboards.report import save_figure

@@ -47,6 +47,7 @@ import optuna
 import pandas as pd
 from scipy.stats import kendalltau
 
+from benchmarks import TABLES
 from benchmarks import evidence_table as E
 from benchmarks.intervals import bootstrap_mean, median_interval, ratio_interval, wilson
 from seqae_core import metrics as M
@@ -63,7 +64,6 @@ WORKERS = 2
 TARGET_PERCENTILES = (75, 90, 97)
 BUDGETS = (0.25, 0.5, 1.0)  # shares of the grid's cost at which the returned configuration is scored
 FRACTION = 0.25  # the fraction replayed by default
-TABLES = E.TABLES
 
 
 @dataclass(frozen=True)

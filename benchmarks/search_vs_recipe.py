@@ -42,6 +42,7 @@ import numpy as np
 import optuna
 import pandas as pd
 
+from benchmarks import TABLES
 from benchmarks.intervals import Interval, holm, sign_flip_p, simultaneous_level, t_interval
 from benchmarks.sweep_runs import run_sweep
 from seqae_errors import ConfigError
@@ -59,7 +60,6 @@ SEARCH_SEEDS = {0.5: 3, 0.25: 10, 0.125: 3}  # 10 at 25%: enough for a t interva
 BUDGET_TRAININGS = 6  # a search's budget: this many recipe trainings' CPU-seconds, its enqueued recipe included
 EQUAL_COMPUTE_SEEDS = 101  # recipe@k's replicate r trains from seeds 101 + k*r ... 101 + k*r + k - 1
 ARMS = ("random", "tpe+asha")
-TABLES = Path(__file__).resolve().parent / "tables"
 
 RECIPE = {  # the paper's Table I at the laptop profiles' halved widths, with the residual they need
     "model.block": "paper", "model.d_model": 128, "model.d_attn": 256, "model.layers": 1,
