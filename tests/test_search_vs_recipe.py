@@ -34,13 +34,15 @@ def test_the_table_pairs_gains_by_training_seed_and_tests_over_search_seeds():
     """The recipe scores 0.80 (+ each seed's effect) at every fraction. tpe+asha's ten searches at
     25% beat it by 4 points at every training seed (no spread once paired: a zero-width t
     interval, and the exact sign-flip p of ten positive seeds, 2^-10); at 50% one of three chose
-    the recipe itself; random is 1 point worse everywhere."""
+    the recipe itself; random is 1 point worse everywhere; random+asha, at 25% only, 3 points
+    better: each pair of arms is compared where both ran."""
     recipe = {f: scores(0.80) for f in (0.5, 0.25)}
     searches = ([search("tpe+asha", 0.25, s, 0.84, spent=370.0) for s in range(10, 20)]
                 + [search("tpe+asha", 0.5, 0, 0.80, is_recipe=True), search("tpe+asha", 0.5, 1, 0.82),
                    search("tpe+asha", 0.5, 2, 0.82)]
                 + [search("random", 0.5, s, 0.79) for s in (0, 1, 2)]
-                + [search("random", 0.25, s, 0.79) for s in range(10, 20)])
+                + [search("random", 0.25, s, 0.79) for s in range(10, 20)]
+                + [search("random+asha", 0.25, s, 0.83) for s in range(10, 20)])
     rows = {(r["latent"], r["arm"]): r for r in summarize(recipe, {}, searches)}
 
     assert rows[("32->16", "recipe")]["test_mean"] == pytest.approx(0.8033, abs=1e-4)
@@ -70,6 +72,10 @@ def test_the_table_pairs_gains_by_training_seed_and_tests_over_search_seeds():
         assert rows[(latent, "random")]["p_holm"] == 1.0
     contrast = rows[("32->8", "tpe+asha - random")]
     assert contrast["gain_points"] == pytest.approx(5.0) and contrast["p_holm"] == pytest.approx(2 * 2 ** -10, abs=1e-4)
+    same_scheduler, asha = rows[("32->8", "tpe+asha - random+asha")], rows[("32->8", "random+asha - random")]
+    assert same_scheduler["gain_points"] == pytest.approx(1.0) and asha["gain_points"] == pytest.approx(4.0)
+    assert asha["p_holm"] == pytest.approx(2 ** -10, abs=1e-4)  # measured at one fraction: a family of one
+    assert ("32->16", "random+asha - random") not in rows and ("32->16", "random+asha") not in rows
 
 
 def test_recipe_at_equal_compute_keeps_the_best_of_k_by_validation_and_pairs_replicates():
