@@ -76,7 +76,7 @@ class Method:
 
 
 # Registered before measuring: the grid, random search, and the service's two multi-objective
-# samplers as a user gets them (NSGA-II's population from trials.total; TPE with the quickstart's
+# samplers as a user gets them (NSGA-II's population from trials.total; TPE with frontier.yaml's
 # settings), each also with multi-objective ASHA.
 METHODS = (Method("grid", "grid"), Method("random", "random"), Method("nsga2", "nsga2"), Method("tpe", "tpe"),
            Method("asha+random", "random", "asha"), Method("asha+nsga2", "nsga2", "asha"),

@@ -2,7 +2,7 @@
 
 The evidence table (``benchmarks/evidence_table.py``) holds every epoch of 96 configurations at
 three latent fractions, trained from two seeds. A method is replayed against one seed's table:
-the service's own Optuna sampler (``sweeps.search.sampler``, the quickstart's TPE settings)
+the service's own Optuna sampler (``sweeps.search.sampler``; TPE as ``frontier.yaml`` pins it)
 proposes over the table's grid, each proposal trains the nearest configuration of the table, the
 service's own ASHA or asynchronous Hyperband (``sweeps.runner.ResumableASHA``, the quickstart's
 grace 1 and factor 2) stops, and :data:`WORKERS` asynchronous one-CPU workers take the measured
@@ -82,12 +82,12 @@ class Method:
     name: str
     sampler: str  # grid (every configuration, in an order the seed shuffles), random or tpe
     scheduler: str = "none"  # or asha, or hyperband (asynchronous: ASHA in brackets), the service's own
-    startup: int = 2  # TPE's random start-up trials: the quickstart's 2
+    startup: int = 2  # TPE's random start-up trials: 2, the quickstart's when registered
     warm_from: float | None = None  # transfer: the other fraction whose table's best configurations run first
 
 
 # Registered before measuring: the methods published (grid to asha+tpe), TPE's start-up at 1, 5
-# and 10 random trials (Optuna's default is 10; the quickstart's 2), and Hyperband with random
+# and 10 random trials (Optuna's default is 10; the quickstart then had 2), and Hyperband with random
 # search and with TPE (Optuna's recommended approximation of BOHB: TPE learns from every rung's
 # results, the pruned trials ranked by how far they got, then by their value there).
 METHODS = (Method("grid", "grid"), Method("random", "random"), Method("tpe", "tpe"),
@@ -101,7 +101,7 @@ METHODS = (Method("grid", "grid"), Method("random", "random"), Method("tpe", "tp
 # points (to the end, as the service's warm_start runs them), against a cold start.
 WARM_FROM = {0.125: 0.25, 0.25: 0.5, 0.5: 0.25}
 WARM_TOP = 5  # the earlier sweep's best configurations that run first
-# The quickstart's TPE and ASHA (sweeps/studies/quickstart.yaml): what users run.
+# TPE as the studies pin it, and the quickstart's ASHA (sweeps/studies/quickstart.yaml).
 TPE = {"multivariate": True, "group": True, "constant_liar": True}
 GRACE_PERIOD, REDUCTION_FACTOR = 1, 2
 

@@ -225,7 +225,7 @@ def test_a_spent_budget_stops_the_running_trial_at_its_epoch_and_the_sweep_and_e
 
 def test_fork_seeds_a_new_study_with_the_finished_trials_that_fit(tmp_path):
     workspace = tmp_path / "ws"
-    wide = seqae(*run_args(workspace, "wide", "trials.total=4", "train.epochs=2"))  # TPE over train.lr only
+    wide = seqae(*run_args(workspace, "wide", "trials.total=4", "train.epochs=2"))  # random search over train.lr only
     assert wide.returncode == 0, wide.stdout[-3000:]
     lrs = sorted(t.params["train.lr"] for t in trials(workspace, "wide"))
     narrowed = f"search.train.lr={{type: loguniform, low: {lrs[2]!r}, high: 1.0e-2}}"  # two of the four fit

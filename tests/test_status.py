@@ -146,7 +146,7 @@ def test_trials_view_shows_trials_by_state_the_best_and_the_control_record(tmp_p
     assert view.best == BestTrial(numbers[1], {M.VAL_TOKEN_ACCURACY: 0.8}, study.trials()[numbers[1]].params, None,
                                   None, None)
     assert view.starts == {"paper_lr": StartTrial(numbers[0], "COMPLETE", {M.VAL_TOKEN_ACCURACY: 0.6}, None, None)}
-    assert view.proposed_by == {"start": 1, "random start-up": 1, "tpe": 2}
+    assert view.proposed_by == {"start": 1, "random": 3}
     assert view.best.params.keys() == {"train.lr", "model.d_model", "model.d_attn"}
     assert view.control["drain"] == "the objective's target is reached"
     assert view.cost.per_trial_seconds == {"0": 30.0, "1": 60.0, "2": 10.0, "3": 10.0}
