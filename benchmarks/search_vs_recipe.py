@@ -15,7 +15,7 @@ At 50%, 25% and 12.5% latent (32 -> 16, 8 and 4 tokens on the offline corpus), e
                after the first two arms were measured, its rows registered before it was
 
 Each search runs from :data:`SEARCH_SEEDS` sampler seeds (10 at 25%, 3 elsewhere), different at
-each fraction (the two searches share them), trains from seed 0, and holds a budget of
+each fraction (every arm's searches share them), trains from seed 0, and holds a budget of
 :data:`BUDGET_TRAININGS` recipe trainings in CPU-seconds (what the recipe arm measured at that
 fraction): the sweep's own ``budget``, which ends it within about one epoch of it; what it spent
 past it is counted in its CPU-seconds. Two questions, each scored on the test pages:
@@ -114,11 +114,12 @@ LAPTOP = Profile("search", INPUT_LEN, 30, RECIPE, SPACE, 0.0, 2, SEARCH_SEEDS, "
 # Eight at once: on an H200 a trial's fixed costs, not the GPU, set the pace (12-15 s a training at a
 # quarter GPU), and eight 0.125-GPU trials gave 6.97x one trial's tokens/s (bench gpu).
 GPU = Profile("search-gpu", 512, None, PAPER_RECIPE, PAPER_SPACE, 0.125, 8, {0.25: 2}, "search-vs-recipe-gpu")
+ASHA = {"type": "asha", "grace_period": 1, "reduction_factor": 2}  # the quickstart's
 SAMPLERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # as registered; TPE's as frontier.yaml pins it
     "random": ({"type": "random"}, {"type": "none"}),
     "tpe+asha": ({"type": "tpe", "n_startup_trials": 2, "multivariate": True, "group": True, "constant_liar": True},
-                 {"type": "asha", "grace_period": 1, "reduction_factor": 2}),
-    "random+asha": ({"type": "random"}, {"type": "asha", "grace_period": 1, "reduction_factor": 2}),
+                 ASHA),
+    "random+asha": ({"type": "random"}, ASHA),
 }
 
 
@@ -250,6 +251,11 @@ def _bracket(interval: Interval) -> str:
     return f"[{100 * interval.low:+.2f}, {100 * interval.high:+.2f}]"
 
 
+def _of(searches: list[Search], arm: str, fraction: float) -> list[Search]:
+    """``arm``'s searches at ``fraction``, by sampler seed: how arms are paired."""
+    return sorted((s for s in searches if s.arm == arm and s.fraction == fraction), key=lambda s: s.seed)
+
+
 def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], searches: list[Search],
               profile: Profile = LAPTOP) -> list[dict[str, Any]]:
     """A row per fraction and arm: test accuracy over every search seed and training seed, and
@@ -279,7 +285,7 @@ def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], sea
     for arm in ARMS:
         family = []
         for fraction in fractions:
-            mine = sorted((s for s in searches if s.arm == arm and s.fraction == fraction), key=lambda s: s.seed)
+            mine = _of(searches, arm, fraction)
             if not mine:
                 continue
             tests = np.array([s.scores.test for s in mine])
@@ -301,8 +307,7 @@ def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], sea
     for first, second in CONTRASTS:
         contrasts: list[tuple[dict[str, Any], np.ndarray]] = []
         for fraction in fractions:
-            mine, theirs = (sorted((s for s in searches if s.arm == arm and s.fraction == fraction), key=lambda s: s.seed)
-                            for arm in (first, second))
+            mine, theirs = _of(searches, first, fraction), _of(searches, second, fraction)
             if mine and [s.seed for s in mine] == [s.seed for s in theirs]:
                 contrasts.append(({"latent": profile.latent(fraction), "arm": f"{first} - {second}"},
                                   (np.array([s.scores.test for s in mine])
@@ -312,7 +317,7 @@ def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], sea
     for arm in ARMS:
         returned = []
         for fraction in fractions:
-            mine = sorted((s for s in searches if s.arm == arm and s.fraction == fraction), key=lambda s: s.seed)
+            mine = _of(searches, arm, fraction)
             kept = [e.kept() for e in equal.get(fraction, [])]
             if mine and len(kept) == len(mine):
                 returned.append(({"latent": profile.latent(fraction), "arm": f"{arm} - recipe@{BUDGET_TRAININGS} (returned model)"},
@@ -326,7 +331,7 @@ def _tests(recipe: dict[float, Scores], searches: list[Search], arm: str, fracti
     """Every test accuracy of ``arm`` at ``fraction``: each training seed of each search seed."""
     if arm == "recipe":
         return list(recipe[fraction].test)
-    return [v for s in searches if s.arm == arm and s.fraction == fraction for v in s.scores.test]
+    return [v for s in _of(searches, arm, fraction) for v in s.scores.test]
 
 
 def figure(recipe: dict[float, Scores], searches: list[Search], path: Path, profile: Profile = LAPTOP) -> Path:
