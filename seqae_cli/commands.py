@@ -106,8 +106,11 @@ def cmd_sweep_fork(args: argparse.Namespace) -> int | None:  # the driver's exit
 def cmd_sweep_stop(args: argparse.Namespace) -> int:
     from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
 
-    lifecycle.control(_workspace(args), args.name, drain=f"stopped by `seqae sweep stop` on {socket.gethostname()}")
-    print(f"sweep {args.name}: no new trials start; the running ones finish. `seqae sweep resume {args.name}` "
+    how = "`seqae sweep stop --now`" if args.now else "`seqae sweep stop`"
+    lifecycle.control(_workspace(args), args.name, drain=f"stopped by {how} on {socket.gethostname()}",
+                      **({"now": True} if args.now else {}))
+    running = "stop at the end of their epoch" if args.now else "finish"
+    print(f"sweep {args.name}: no new trials start; the running ones {running}. `seqae sweep resume {args.name}` "
           "continues it later")
     return 0
 
@@ -284,7 +287,8 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         print(f"  profile: {info.profile}: {info.description}")
     control = info.control
     if control.get("drain"):
-        print(f"  {'stopping' if info.outcome == 'running' else 'stopped'}: no new trials ({control['drain']})")
+        running = "; the running ones stop at the end of their epoch" if control.get("now") else ""
+        print(f"  {'stopping' if info.outcome == 'running' else 'stopped'}: no new trials ({control['drain']}){running}")
     if control.get("max_concurrent"):
         when = next(e["at"] for e in reversed(control["log"]) if "max_concurrent" in e)
         print(f"  max_concurrent: {control['max_concurrent']} (set {when})")

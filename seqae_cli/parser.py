@@ -98,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     stop = with_workspace(sweeps.add_parser("stop", help="start no new trials; running ones finish (resume "
                                                          "continues the sweep later)"))
     stop.add_argument("name")
+    stop.add_argument("--now", action="store_true",
+                      help="the running trials stop too, at the end of their epoch; resume continues them from there")
     stop.set_defaults(handler=cmd_sweep_stop)
 
     setting = with_workspace(sweeps.add_parser("set", help="change a running sweep: max_concurrent=N"))

@@ -107,9 +107,11 @@ class Sweep:
                                       allow_code_change=allow_code_change)
         return self
 
-    def stop(self, reason: str | None = None) -> None:
-        """Start no new trials (the running ones finish), wherever its driver runs."""
-        lifecycle.control(self.workspace, self.name, drain=reason or f"stopped from Python on {socket.gethostname()}")
+    def stop(self, reason: str | None = None, now: bool = False) -> None:
+        """Start no new trials, wherever its driver runs; the running ones finish, or with ``now``
+        stop at the end of their epoch, for a resume to continue them from there."""
+        lifecycle.control(self.workspace, self.name, drain=reason or f"stopped from Python on {socket.gethostname()}",
+                          **({"now": True} if now else {}))
 
     def set_max_concurrent(self, trials: int) -> None:
         """Run at most ``trials`` at once, from the driver's next trial on."""

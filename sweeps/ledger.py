@@ -29,7 +29,7 @@ class Outcome(str, enum.Enum):
     COMPLETE = "COMPLETE"  # trained to its last epoch, or stopped early by its patience or the budget
     PRUNED = "PRUNED"  # stopped by the scheduler (ASHA) before it finished
     FAIL = "FAIL"  # raised, or ended before its first epoch
-    RUNNING = "RUNNING"  # interrupted with its driver: the next session continues it
+    RUNNING = "RUNNING"  # interrupted with its driver, or by `seqae sweep stop --now`: the next session continues it
 
     @property
     def optuna_state(self) -> TrialState:
@@ -67,15 +67,18 @@ def resource_seconds(share: float, progress: TrialProgress | None) -> float:
     return share * sum(float(h[M.EPOCH_SECONDS]) for h in (progress.history if progress else []))
 
 
-def decide(progress: TrialProgress | None, error: bool, epochs: int | None = None, budget_stopped: bool = False
-           ) -> Outcome:
+def decide(progress: TrialProgress | None, error: bool, epochs: int | None = None, budget_stopped: bool = False,
+           halted: bool = False) -> Outcome:
     """How a trial ended when Tune lets go of it: an error or no epoch is a failure; records that
     say it finished (to ``epochs``, if `seqae sweep extend` raised its limit) make it complete, as
     does the budget's stop (nothing ranked it below another: the epoch it kept competes for the
-    best); otherwise the scheduler stopped it."""
+    best); `seqae sweep stop --now` (``halted``) leaves it to continue; otherwise the scheduler
+    stopped it."""
     if error or progress is None or not progress.history:
         return Outcome.FAIL
-    return Outcome.COMPLETE if budget_stopped or progress.done(epochs) else Outcome.PRUNED
+    if budget_stopped or progress.done(epochs):
+        return Outcome.COMPLETE
+    return Outcome.RUNNING if halted else Outcome.PRUNED
 
 
 def settle(study: SweepStudy, number: int, outcome: Outcome, progress: TrialProgress | None) -> None:
@@ -98,13 +101,18 @@ def reconcile_study(study: SweepStudy, storage: str, lift_drain: bool = True) ->
        WAITING ones (enqueued, never started) get their parameters and run now;
     3. a drain left by an earlier session (`seqae sweep stop`, a reached target) is lifted: a
        resume asks for the trials that are left (`seqae sweep extend --epochs` keeps it: it
-       trains on chosen trials only).
+       trains on chosen trials only); `--now` always is: it stopped that session's trials.
 
     Returns a note per change, for the driver to print."""
     notes = [f"trial {n}: enqueued before the driver stopped; it will run now" for n in study.start_waiting()]
-    drain = study.control().get("drain")
-    if drain and lift_drain:
-        study.set_control(drain=None)
+    control = study.control()
+    drain = control.get("drain")
+    lifted = {"drain": None} if drain and lift_drain else {}
+    if control.get("now"):
+        lifted["now"] = None
+    if lifted:
+        study.set_control(**lifted)
+    if "drain" in lifted:
         notes.append(f"the sweep had stopped starting trials ({drain}); resuming lifts that")
     for number in study.numbers(TrialState.RUNNING):
         progress, epochs = RecordStore.of_trial(storage, number).progress(), study.epochs(number)

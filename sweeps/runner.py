@@ -21,6 +21,7 @@ import ray
 from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.search import Searcher
+from ray.tune.stopper import CombinedStopper
 
 from seqae_core import metrics as M
 from seqae_core import names as N
@@ -121,15 +122,34 @@ class BudgetStopper(_DriverOnly, tune.Stopper):
         return False
 
 
+class StopNow(_DriverOnly, tune.Stopper):
+    """Stops each running trial at the end of its epoch once `seqae sweep stop --now` is in the
+    study's control record: read at every result, so a user's command on any machine reaches the
+    trials on every node within one epoch. The next session continues them from that epoch."""
+
+    def __init__(self, study: SweepStudy) -> None:
+        self.study = study
+        self.halted: set[int] = set()
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        if self.study.control().get("now"):
+            self.halted.add(int(result["trial"]))
+            return True
+        return False
+
+    def stop_all(self) -> bool:
+        return False
+
+
 class StudySearcher(_DriverOnly, Searcher):
     """Asks the sweep's Optuna study for trials and tells it how they ended."""
 
-    def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str, spend: Spend, retention: Retention,
-                 notifier: Notifier | None = None) -> None:
+    def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str, spend: Spend, stop_now: StopNow,
+                 retention: Retention, notifier: Notifier | None = None) -> None:
         objective = spec.objectives[0]
         super().__init__(metric=objective.metric, mode=objective.mode)
         self.spec, self.study, self.storage = spec, study, storage
-        self.spend, self.retention, self.notifier = spend, retention, notifier
+        self.spend, self.stop_now, self.retention, self.notifier = spend, stop_now, retention, notifier
         self.plans: dict[str, TrialSpec] = {}
         self.live: set[str] = set()  # Tune trials started and not yet ended
         self.limit = spec.max_concurrent
@@ -153,11 +173,12 @@ class StudySearcher(_DriverOnly, Searcher):
             control = self.study.set_control(drain=why)
         if control.get("drain") and not self.draining:
             self.draining = True
+            running = "stop at the end of their epoch" if control.get("now") else "finish"
             print(f"seqae: draining ({control['drain']}): no new trials start; the running ones "
-                  f"({len(self.live)}) finish", flush=True)
+                  f"({len(self.live)}) {running}", flush=True)
             if self.notifier:
                 self.notifier.send("stopped", "no new trials start", f"{control['drain']}; {len(self.live)} running "
-                                   "trials finish")
+                                   f"trials {running}")
         limit = int(control.get("max_concurrent") or self.spec.max_concurrent)
         if limit != self.limit:
             print(f"seqae: max_concurrent {self.limit} -> {limit}", flush=True)
@@ -201,7 +222,8 @@ class StudySearcher(_DriverOnly, Searcher):
             self._result(number, result)
         self.spend.ended(number)
         progress = CheckpointStore.of_trial(self.storage, number).progress()
-        outcome = ledger.decide(progress, error, self.study.epochs(number), number in self.spend.stopped)
+        outcome = ledger.decide(progress, error, self.study.epochs(number), number in self.spend.stopped,
+                                number in self.stop_now.halted)
         ledger.settle(self.study, number, outcome, progress)
         self.retention.settle(number)
 
@@ -258,8 +280,8 @@ class TrackingCallback(_DriverOnly, tune.Callback):
 class ProgressCallback(_DriverOnly, tune.Callback):
     """Hands Tune's trial events to the sweep's :class:`~sweeps.progress.Progress` lines."""
 
-    def __init__(self, progress: Progress, spend: Spend) -> None:
-        self.progress, self.spend = progress, spend
+    def __init__(self, progress: Progress, spend: Spend, stop_now: StopNow) -> None:
+        self.progress, self.spend, self.stop_now = progress, spend, stop_now
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any) -> None:
         spec: TrialSpec = trial.config["trial"]
@@ -269,7 +291,9 @@ class ProgressCallback(_DriverOnly, tune.Callback):
         number = trial.config["trial"].number
         finished = (trial.last_result or {}).get("finished", False)
         self.progress.ended(number, _epochs(trial), "finished" if finished else
-                            "stopped by the budget" if number in self.spend.stopped else "stopped by the scheduler")
+                            "stopped by the budget" if number in self.spend.stopped else
+                            "stopped by `seqae sweep stop --now`" if number in self.stop_now.halted
+                            else "stopped by the scheduler")
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self.progress.ended(trial.config["trial"].number, _epochs(trial), "failed", last_error(trial))
@@ -461,7 +485,8 @@ def run_session(
     spend = _spent(spec, progresses)
     retention = Retention(study, storage, spec.checkpoints.keep_best, progresses)
     retention.settle()
-    searcher = StudySearcher(spec, study, storage, spend, retention, notifier)
+    stop_now = StopNow(study)
+    searcher = StudySearcher(spec, study, storage, spend, stop_now, retention, notifier)
     objective = spec.objectives[0]
     scheduler = None
     continuing = study.continuing()
@@ -513,8 +538,10 @@ def run_session(
             name=f"session-{session:03d}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=f"{storage.rstrip('/')}/tune",
             failure_config=tune.FailureConfig(max_failures=spec.retries),
-            stop=BudgetStopper(spend, spec.budget.hours * 3600) if spec.budget else None,
-            callbacks=[TrackingCallback(tracker, writer, study), ProgressCallback(progress, spend),
+            # the budget's stopper first: it counts every epoch's cost, also the one a stop ends on
+            stop=CombinedStopper(BudgetStopper(spend, spec.budget.hours * 3600), stop_now)
+            if spec.budget else stop_now,
+            callbacks=[TrackingCallback(tracker, writer, study), ProgressCallback(progress, spend, stop_now),
                        *([NotifyCallback(notifier, study)] if notifier else [])],
             verbose=1 if verbose else 0,
         ),

@@ -162,6 +162,19 @@ def wait_for(predicate, timeout: float, what: str, every: float = 0.5) -> None:
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def held(driver: subprocess.Popen, ready) -> bool:
+    """Whether ``ready()`` still holds once ``driver`` is stopped (SIGSTOP), leaving it stopped if
+    so: Tune hands a trial's results over in lockstep, so no trial gets past its next epoch's report
+    until the driver goes on. If not, the driver goes on (SIGCONT)."""
+    if not ready():
+        return False
+    os.kill(driver.pid, signal.SIGSTOP)
+    if ready():
+        return True
+    os.kill(driver.pid, signal.SIGCONT)
+    return False
+
+
 def wait_for_writers_to_exit(storage: Path, timeout: float = 120) -> None:
     """Wait until no process writes any trial store of ``storage``: each store's writer lock is
     free (the kernel releases it when its holder, a worker that outlived a killed driver, exits)."""

@@ -29,55 +29,76 @@ def states(workspace, name) -> list[str]:
     return [t.state.name for t in trials(workspace, name)]
 
 
-def test_set_max_concurrent_then_stop_drains_and_resume_finishes(tmp_path):
+# Trials of 1,000 epochs: none ends before the test stops it, on any machine, so what the test
+# does between two events (a command's start, a status read) races nothing.
+ENDLESS = ["train.epochs=1000", "train.patience=1000"]
+
+
+def test_set_max_concurrent_then_stop_drains_then_stop_now_ends_the_running_trials_and_resume_continues_them(
+        tmp_path):
+    """`seqae sweep set NAME max_concurrent=2` starts a second trial; `stop` starts no more while
+    both run on; `stop --now` ends both at their epoch, left to continue; `resume` lifts the drain
+    and continues each from that epoch, none trained or tracked twice."""
     workspace, name = tmp_path / "ws", "steer"
-    driver = start(*run_args(workspace, name, "trials.total=4", "max_concurrent=1", "train.epochs=20",
-                             "train.patience=20"), log=tmp_path / "driver.log")
+    storage, log = workspace / "sweeps" / name, tmp_path / "driver.log"
+    driver = start(*run_args(workspace, name, "trials.total=4", "max_concurrent=1", *ENDLESS), log=log)
     try:  # the driver has created the study (reading it sooner would race its schema creation)
-        wait_for(lambda: "trial 0  epoch 1/" in (tmp_path / "driver.log").read_text(), 180, "the first epoch")
+        wait_for(lambda: "trial 0  epoch 1/" in log.read_text(), 180, "the first epoch")
         assert states(workspace, name) == ["RUNNING"]  # max_concurrent=1 from the file
         raised = seqae("sweep", "set", name, "max_concurrent=2", "--workspace", str(workspace))
         assert raised.returncode == 0, raised.stderr
         wait_for(lambda: states(workspace, name).count("RUNNING") == 2, 180, "two trials running at once")
-        # Stopped at once, through the Python API (`seqae sweep stop` makes the same call, and
-        # test_dashboards.py sends it): the command's start, importing Ray and PyTorch, could take
-        # longer than the running trials have left, and then no trial would be left to hold back.
-        Sweep.open(name, workspace).stop()
+        Sweep.open(name, workspace).stop()  # through the Python API; `seqae sweep stop` makes the same call
+        wait_for(lambda: "draining (stopped from Python on " in log.read_text(), 180, "the driver to drain")
+        assert "the running ones (2) finish" in log.read_text()
+        assert status(name, workspace)["trials_by_state"] == {"RUNNING": 2, "NOT_STARTED": 2}
+        now = seqae("sweep", "stop", name, "--now", "--workspace", str(workspace))
+        assert now.returncode == 0 and "the running ones stop at the end of their epoch" in now.stdout, now.stderr
         assert driver.wait(timeout=300) == 0
     finally:
         driver.kill()
-    log = (tmp_path / "driver.log").read_text()
-    assert "max_concurrent 1 -> 2" in log and "draining (stopped from Python on " in log, log[-3000:]
-    # The running trials trained to their end (a trial may have ended, and the next started,
-    # while the stop was on its way); the sweep stopped before its last trial.
-    started = states(workspace, name)
-    assert 2 <= len(started) < 4 and set(started) == {"COMPLETE"}, started
+    text = log.read_text()
+    assert "max_concurrent 1 -> 2" in text, text[-3000:]
+    stopped_at = {n: m["epoch"] for n, m in trial_metas(storage).items()}
+    assert sorted(stopped_at) == [0, 1] and min(stopped_at.values()) >= 1, stopped_at
+    for number, epoch in stopped_at.items():
+        assert f"trial {number}  stopped by `seqae sweep stop --now` after {epoch} epoch" in text, text[-3000:]
     info = status(name, workspace)
-    assert info["outcome"] == "stopped"
-    assert info["trials_by_state"] == {"COMPLETE": len(started), "NOT_STARTED": 4 - len(started)}
-    assert info["control"]["max_concurrent"] == 2 and "stopped from Python" in info["control"]["drain"]
-    assert not [r.info.run_name for r in helpers.mlflow_runs(workspace, name) if r.info.status == "RUNNING"]
-    # a stopped sweep ended as its user asked: its run FINISHED, saying why, and its best model registered
-    parent = next(r for r in helpers.mlflow_runs(workspace, name) if r.data.tags.get("seqae.role") == "sweep")
-    assert parent.info.status == "FINISHED" and "stopped from Python" in parent.data.tags["seqae.ended"]
-    registry = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
-    assert str(registry.get_model_version_by_alias(name, "best").version) == "1"
+    assert info["outcome"] == "stopped" and info["trials_by_state"] == {"RUNNING": 2, "NOT_STARTED": 2}
+    assert info["control"]["max_concurrent"] == 2 and info["control"]["now"] is True
+    shown = seqae("sweep", "status", name, "--workspace", str(workspace)).stdout
+    assert "stopped: no new trials (stopped by `seqae sweep stop --now` on " in shown, shown
+    assert "the running ones stop at the end of their epoch" in shown, shown
+    runs = helpers.mlflow_runs(workspace, name)
+    for run in runs:  # left to continue: paused, as after Ctrl-C, each epoch it trained tracked once
+        assert run.info.status == "KILLED", (run.info.run_name, run.info.status)
+        if "seqae.trial" in run.data.tags:
+            number = int(run.data.tags["seqae.trial"])
+            assert run.data.tags["seqae.outcome"] == "interrupted"
+            assert helpers.metric_steps(run.info.run_id, "val_token_accuracy", workspace) == list(
+                range(1, stopped_at[number] + 1))
 
-    resumed = seqae("sweep", "resume", name, "--workspace", str(workspace))
-    assert resumed.returncode == 0, resumed.stdout[-3000:]
-    assert "resuming lifts that" in resumed.stdout
-    assert states(workspace, name) == ["COMPLETE"] * 4
-    info = status(name, workspace)
-    assert info["outcome"] == "complete" and not info["control"].get("drain")
-    assert [e for e in info["control"]["log"] if "max_concurrent" in e][0]["max_concurrent"] == 2  # recorded
-    champion = registry.get_model_version_by_alias(name, "best")
-    runs = {r.data.tags.get("seqae.trial"): r.info.run_id for r in helpers.mlflow_runs(workspace, name)}
-    assert champion.run_id == runs[str(info["best"]["trial"])]
-    versions = len(registry.search_model_versions(f"name='{name}'"))
-    again = seqae("sweep", "resume", name, "--workspace", str(workspace))  # nothing left: the best is unchanged
-    assert again.returncode == 0 and "the best model is still" in again.stdout, again.stdout[-3000:]
-    assert len(registry.search_model_versions(f"name='{name}'")) == versions
-    assert registry.get_model_version_by_alias(name, "best").version == champion.version
+    resumed_log = tmp_path / "resumed.log"
+    resumed = start("sweep", "resume", name, "--workspace", str(workspace), log=resumed_log)
+    try:
+        wait_for(lambda: all(trial_metas(storage)[n]["epoch"] > e for n, e in stopped_at.items()), 300,
+                 "both trials to train on")
+        Sweep.open(name, workspace).stop(now=True)
+        assert resumed.wait(timeout=300) == 0, resumed_log.read_text()[-3000:]
+    finally:
+        resumed.kill()
+    text = resumed_log.read_text()
+    assert "resuming lifts that" in text, text[-3000:]
+    for number, epoch in stopped_at.items():
+        assert f"trial {number}: continuing after epoch {epoch}" in text, text[-3000:]
+    assert states(workspace, name) == ["RUNNING", "RUNNING"]  # continued, not started over: no third trial
+    reached = {n: m["epoch"] for n, m in trial_metas(storage).items()}
+    for run in helpers.mlflow_runs(workspace, name):  # the same runs, reopened: every epoch once
+        if "seqae.trial" in run.data.tags:
+            number = int(run.data.tags["seqae.trial"])
+            assert helpers.metric_steps(run.info.run_id, "val_token_accuracy", workspace) == list(
+                range(1, reached[number] + 1))
+    assert [e for e in status(name, workspace)["control"]["log"] if "max_concurrent" in e][0]["max_concurrent"] == 2
 
 
 def test_a_reached_target_drains_the_sweep_and_extend_trains_its_best_trial_on(tmp_path):
@@ -166,9 +187,10 @@ def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path, schedu
     driver = start(*run_args(workspace, "killed", f"scheduler.type={scheduler}", *RUNGS, *extra),
                    log=tmp_path / "driver.log")
     storage = workspace / "sweeps" / "killed"
-    try:  # kill the driver while a trial past the first rung is still training
-        wait_for(lambda: any(meta["epoch"] >= 1 and not meta["finished"] and number >= 2
-                             for number, meta in trial_metas(storage).items()), 300, "trial 2 or later mid-training")
+    try:  # kill the driver while a trial past the first rung is still training, held there (sweep_helpers.held)
+        wait_for(lambda: helpers.held(driver, lambda: any(meta["epoch"] >= 1 and not meta["finished"] and number >= 2
+                                                          for number, meta in trial_metas(storage).items())),
+                 300, "trial 2 or later mid-training", every=0.05)
     finally:
         helpers.kill_group(driver)
         driver.wait(timeout=60)

@@ -127,6 +127,15 @@ def test_a_trial_the_budget_stopped_is_complete_with_the_epoch_it_kept(tmp_path)
     assert decide(progress, True, None, budget_stopped=True) is Outcome.FAIL
 
 
+def test_a_trial_stop_now_halted_is_left_to_continue_unless_it_had_finished(tmp_path):
+    """`seqae sweep stop --now` stops a trial at an epoch's end: the next session continues it."""
+    progress = write_records(str(tmp_path), 0, history([0.5, 0.7]), False, False).progress()
+    assert decide(progress, False, None, halted=True) is Outcome.RUNNING
+    assert decide(progress, True, None, halted=True) is Outcome.FAIL
+    done = write_records(str(tmp_path), 1, history([0.5, 0.7]), True, False).progress()
+    assert decide(done, False, None, halted=True) is Outcome.COMPLETE  # stopped on its last epoch
+
+
 def test_decide_fails_a_trial_without_records_or_without_an_epoch(tmp_path):
     assert CheckpointStore.of_trial(str(tmp_path), 0).progress() is None
     assert decide(None, error=False) is Outcome.FAIL
@@ -314,21 +323,23 @@ def test_reconcile_completes_an_extended_trial_only_once_it_reached_its_new_limi
 
 
 @pytest.mark.parametrize("lift_drain", [pytest.param(True, id="resume-lifts"), pytest.param(False, id="extend-keeps")])
-def test_reconcile_lifts_a_drain_only_when_asked(tmp_path, storage, lift_drain):
-    new_study(tmp_path).set_control(drain="stopped by `seqae sweep stop`", max_concurrent=3)
+def test_reconcile_lifts_a_drain_only_when_asked_and_a_stop_now_always(tmp_path, storage, lift_drain):
+    """`--now` stopped the last session's trials: a new session's trials (an extend's too) train."""
+    new_study(tmp_path).set_control(drain="stopped by `seqae sweep stop --now`", now=True, max_concurrent=3)
 
     notes = reconcile(new_study(tmp_path), storage, new_tracker(tmp_path, storage), lift_drain=lift_drain)
 
     control = new_study(tmp_path).control()
-    assert control["max_concurrent"] == 3  # only the drain is lifted
+    assert control["max_concurrent"] == 3 and control["now"] is None  # only the drain, and the stop now, lifted
     if lift_drain:
-        assert notes == ["the sweep had stopped starting trials (stopped by `seqae sweep stop`); resuming lifts that"]
+        assert notes == ["the sweep had stopped starting trials (stopped by `seqae sweep stop --now`); resuming "
+                         "lifts that"]
         assert control["drain"] is None
-        assert [entry.get("drain", "-") for entry in control["log"]] == ["stopped by `seqae sweep stop`", None]
+        assert [entry.get("drain", "-") for entry in control["log"]] == ["stopped by `seqae sweep stop --now`", None]
     else:
         assert notes == []
-        assert control["drain"] == "stopped by `seqae sweep stop`"
-        assert len(control["log"]) == 1
+        assert control["drain"] == "stopped by `seqae sweep stop --now`"
+        assert [entry.get("now", "-") for entry in control["log"]] == [True, None]
 
 
 # -- a write retried after MLflow committed part of it ------------------------------------------
