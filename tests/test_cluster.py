@@ -11,13 +11,16 @@ import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
+import psutil
 import pytest
 
 from tests.sweep_helpers import (
     SMOKE,
     STUDIES,
     finished,
+    held,
     kill_group,
     local_cluster,
     metric_steps,
@@ -233,15 +236,6 @@ def test_sqlite_backends_are_refused_for_multi_node_sweeps(cluster, tmp_path):
     assert not (tmp_path / "ws2" / "sweeps").exists()
 
 
-def kill_worker_of(cluster, name: str, number: int) -> str:
-    """SIGKILL the raylet of the worker node that runs trial ``number``; returns the node's IP."""
-    from cluster import local
-
-    node_ip = _trial_node_ip(cluster, name, number)
-    os.kill(local.worker_raylets(cluster["state"])[node_ip], signal.SIGKILL)
-    return node_ip
-
-
 def restore_worker(cluster, node_ip: str) -> None:
     from cluster import local
 
@@ -249,14 +243,52 @@ def restore_worker(cluster, node_ip: str) -> None:
     wait_for(lambda: node_ip in local.worker_raylets(cluster["state"]), 60, f"worker {node_ip} to come back")
 
 
+def job_driver(name: str) -> psutil.Process:
+    """The driver of submitted sweep ``name``: the Ray job's entrypoint (its cluster runs on this machine)."""
+    def found() -> psutil.Process | None:
+        for process in psutil.process_iter(["cmdline"]):
+            line = process.info["cmdline"] or []
+            if line[1:5] == ["-m", "seqae_cli", "sweep", "run"] and line[line.index("--name") + 1] == name:
+                return process
+        return None
+
+    wait_for(lambda: found() is not None, 120, f"the driver of sweep {name}")
+    return found()
+
+
+def kill_worker_mid_trial(cluster, name: str, epochs: Callable[[], dict[int, int]], last: int) -> tuple[int, str]:
+    """SIGKILL the worker node of a trial past its second epoch and two from its ``last``, with the
+    sweep's driver held (sweep_helpers.held) so that it stays unfinished; returns the trial's number
+    and its node's IP. ``epochs()``: each trial's newest checkpointed epoch."""
+    from cluster import local
+
+    def midway() -> int | None:
+        return next((n for n, e in epochs().items() if 2 <= e <= last - 2), None)
+
+    driver, ips = job_driver(name), {}
+
+    def ready() -> bool:
+        if (number := midway()) is not None and number not in ips:  # its node from MLflow, while the driver's writer runs
+            ips[number] = _trial_node_ip(cluster, name, number)
+        return held(driver, lambda: midway() in ips)
+
+    wait_for(ready, 300, "a trial past epoch 2, held", every=0.1)
+    try:
+        number = midway()
+        assert number is not None
+        os.kill(local.worker_raylets(cluster["state"])[ips[number]], signal.SIGKILL)
+    finally:
+        driver.send_signal(signal.SIGCONT)
+    return number, ips[number]
+
+
 def test_lost_worker_with_no_retries_left_fails_its_trial_everywhere(cluster):
     """Scenario 3, retries exhausted: the trial is FAILED in Tune, Optuna and MLflow; the rest finish."""
     name = "noretry"
     submit(cluster, name, "data.max_pages=20", "train.epochs=6", "trials.total=3", "retries=0")
     storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
-    wait_for(lambda: any(2 <= m["epoch"] < 6 for m in trial_metas(storage).values()), 300, "a trial past epoch 2")
-    number = next(n for n, m in trial_metas(storage).items() if 2 <= m["epoch"] < 6)
-    node_ip = kill_worker_of(cluster, name, number)
+    number, node_ip = kill_worker_mid_trial(
+        cluster, name, lambda: {n: m["epoch"] for n, m in trial_metas(storage).items()}, 6)
     try:
         info = wait_job(cluster, name)
         logs = seqae("sweep", "logs", name, "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"]).stdout
@@ -292,9 +324,7 @@ def test_killed_worker_trials_continue_on_the_survivor_through_an_object_store(c
         found = {n: CheckpointStore.of_trial(f"{storage}/{name}", n).progress() for n in range(2)}
         return {n: p.epoch for n, p in found.items() if p is not None}
 
-    wait_for(lambda: any(2 <= e < 6 for e in epochs().values()), 300, "a trial past epoch 2")
-    number = next(n for n, e in epochs().items() if 2 <= e < 6)
-    node_ip = kill_worker_of(cluster, name, number)  # the worker node dies with the trial on it
+    number, node_ip = kill_worker_mid_trial(cluster, name, epochs, 6)  # the worker node dies with the trial on it
     try:
         info = wait_job(cluster, name)
     finally:
@@ -333,8 +363,13 @@ def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster):
     name = "phoenix"
     submit(cluster, name, "data.max_pages=20", "train.epochs=4", "trials.total=4")
     storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
-    wait_for(lambda: finished(storage) and any(not m["finished"] for m in trial_metas(storage).values()), 400,
-             "one trial finished and another under way")
+    driver = job_driver(name)
+    # held (sweep_helpers.held) with a trial under way and two epochs from its end, so that it stays
+    # unfinished; then killed, as `down` would, which cannot end a stopped process gracefully
+    wait_for(lambda: held(driver, lambda: finished(storage) and any(
+        not m["finished"] and m["epoch"] <= 2 for m in trial_metas(storage).values())), 400,
+             "one trial finished and another under way", every=0.1)
+    driver.kill()
     down = seqae("cluster", "down", "--dir", str(cluster["root"]), timeout=120)
     assert down.returncode == 0 and "Ray" in down.stdout, down.stderr
     up = seqae("cluster", "up", "--dir", str(cluster["root"]), "--workers", "2", timeout=300)

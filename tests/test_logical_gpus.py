@@ -26,7 +26,7 @@ from seqae_errors import ConfigError
 from sweeps.trial import LOGICAL_GPUS, _train_trial, trial_device
 from sweeps import spec as spec_lib
 from sweeps.ray_connection import check_resources
-from tests.sweep_helpers import STUDIES, local_cluster, mlflow_runs, seqae, trial_metas
+from tests.sweep_helpers import STUDIES, local_cluster, mlflow_runs, seqae, trial_metas, wait_for
 from tests.test_cluster import submit, wait_job  # the cluster tests' submission, on their tiny settings
 
 # -- the pieces, fast ----------------------------------------------------------------------------
@@ -132,9 +132,9 @@ def test_trials_at_once_are_counted_per_node_and_gpu_from_their_runs():
 # Eight trials of 1 CPU and a quarter GPU at once: all the worker's 2 logical GPUs hold.
 SWEEP = ["data.input_len=16", "model.latent_len=8", "trials.total=8",
          "max_concurrent=8", "resources.cpu=1", "resources.gpu=0.25", "retries=0"]
-# Epochs long enough that the first trial is still training when the eighth, started last on 2
-# cores, begins: the packing test prints by how much (about a minute here).
-PACKED = ["data.max_pages=20", "train.epochs=3"]
+# Trials of 1,000 epochs: none ends before the eighth has started, on any machine; the packing
+# test then ends them all at their epoch with `seqae sweep stop --now`.
+PACKED = ["train.epochs=1000", "train.patience=1000"]
 
 
 @pytest.fixture(scope="module")
@@ -191,9 +191,16 @@ def test_without_the_opt_in_a_trial_on_a_logical_gpu_fails_naming_the_setting(gp
 def test_four_trials_share_each_logical_gpu_and_record_it_and_their_gpu_hours(gpu_cluster):
     name = "gpupack"
     _submit(gpu_cluster, name, *PACKED)
+    storage = Path(gpu_cluster["env"]["SEQAE_STORAGE"]) / name
+    wait_for(lambda: len([m for m in trial_metas(storage).values() if m["epoch"] >= 1]) == 8, 600,
+             "all eight trials an epoch in")
+    stopped = seqae("sweep", "stop", name, "--now", "--workspace", gpu_cluster["env"]["SEQAE_WORKSPACE"],
+                    env=gpu_cluster["env"])
+    assert stopped.returncode == 0, stopped.stderr
     info = wait_job(gpu_cluster, name)
     logs = _logs(gpu_cluster, name)
-    assert info["job"]["status"] == "SUCCEEDED" and info["trials_by_state"] == {"COMPLETE": 8}, logs[-4000:]
+    assert info["job"]["status"] == "SUCCEEDED" and info["outcome"] == "stopped", logs[-4000:]
+    assert info["trials_by_state"] == {"RUNNING": 8}, logs[-4000:]  # each stopped at its epoch, to continue
     assert "SEQAE_LOGICAL_GPUS=1: a trial that Ray gives a GPU on a node without CUDA trains on the CPU" in logs
     # the trials' own line (Ray folds the same line of other workers into "[repeated Nx ...]")
     assert "a logical GPU: this node has no CUDA device, so it trains on the CPU instead" in logs
@@ -209,9 +216,6 @@ def test_four_trials_share_each_logical_gpu_and_record_it_and_their_gpu_hours(gp
     assert all(n <= 4 for n in at_once_per_gpu.values()), at_once_per_gpu  # a quarter GPU each: four fill one
     assert max(at_once_per_gpu.values()) == 4, at_once_per_gpu
     _cost_is_gpu_fraction_times_wall_time(gpu_cluster, name, info)
-    overlap = min(r.info.end_time for r in runs.values()) - max(r.info.start_time for r in runs.values())
-    print(f"trials at once per logical GPU: {at_once_per_gpu}; cost {info['cost']['hours']:.5f} gpu-hours; the "
-          f"first trial ended {overlap / 1000:.1f} s after the last one started")
 
 
 @pytest.mark.slow

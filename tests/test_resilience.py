@@ -20,10 +20,12 @@ import yaml
 
 from cluster.procs import free_port
 from seqae_core.checkpoint import CheckpointStore
+from sweeps.api import Sweep
 from tests.conftest import REPO
 from tests.sweep_helpers import (
     STUDIES,
     finished,
+    held,
     kill_group,
     metric_steps,
     mlflow_runs,
@@ -74,13 +76,14 @@ def test_driver_sigkill_after_three_of_eight_then_resume(tmp_path):
     driver = start(*run_args(workspace, name, "trials.total=8", "train.epochs=3"), log=tmp_path / "driver.log")
 
     def three_done_and_one_midway() -> bool:
-        # a trial one epoch in, too: the kill must leave an interrupted trial behind (two epochs from
-        # its end, so it stays unfinished)
+        # a trial one epoch in, too: the kill must leave an interrupted trial behind; held (below),
+        # it gets at most one epoch further, so it stays unfinished
         metas = trial_metas(storage)
         done = {n for n, m in metas.items() if m["finished"]}
         return len(done) >= 3 and any(m["epoch"] == 1 and not m["finished"] for m in metas.values())
 
-    wait_for(three_done_and_one_midway, 400, "three finished trials and one a single epoch in")
+    wait_for(lambda: held(driver, three_done_and_one_midway), 400, "three finished trials and one a single epoch in",
+             every=0.05)
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     wait_for_writers_to_exit(storage)  # a worker may finish the epoch it was in
@@ -137,7 +140,8 @@ def test_a_starting_point_of_two_seeds_runs_first_under_its_name_to_its_last_epo
     # waits for the printed line, which shows the starting point's name and its seeds' spread
     first_epoch = re.compile(r"^trial 0  epoch 1/4  start slow: lr=1\.2e-03 .* val_token_accuracy 0\.\d{4} ± 0\.\d{4}  best",
                              re.M)
-    wait_for(lambda: first_epoch.search(log.read_text()), 300, "the starting point's first epoch printed")
+    wait_for(lambda: held(driver, lambda: first_epoch.search(log.read_text()) and 0 not in finished(storage)), 300,
+             "the starting point's first epoch printed", every=0.05)
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     wait_for_writers_to_exit(storage)
@@ -178,9 +182,12 @@ def test_ctrl_c_stops_cleanly_and_resume_goes_on(tmp_path):
     workspace, name = tmp_path / "ws", "ctrlc"
     storage = workspace / "sweeps" / name
     driver = start(*run_args(workspace, name, "trials.total=4", "train.epochs=4"), log=tmp_path / "driver.log")
-    wait_for(lambda: finished(storage) and any(1 <= m["epoch"] < 4 for m in trial_metas(storage).values()), 300,
-             "a trial finished and another midway")
-    os.kill(driver.pid, signal.SIGINT)  # Ctrl-C
+    # a trial finished and another midway; held (below), it gets at most one epoch further
+    wait_for(lambda: held(driver, lambda: finished(storage) and any(
+        1 <= m["epoch"] <= 2 and not m["finished"] for m in trial_metas(storage).values())), 300,
+             "a trial finished and another midway", every=0.05)
+    os.kill(driver.pid, signal.SIGINT)  # Ctrl-C, handled once the driver goes on
+    os.kill(driver.pid, signal.SIGCONT)
     assert driver.wait(timeout=180) == 130
     log = (tmp_path / "driver.log").read_text()
     assert "interrupted" in log and f"seqae sweep resume {name}" in log
@@ -207,8 +214,10 @@ def test_damaged_newest_checkpoints_are_skipped_and_said(tmp_path):
     workspace, name = tmp_path / "ws", "damaged"
     storage = workspace / "sweeps" / name
     driver = start(*run_args(workspace, name, "trials.total=2", "train.epochs=8", "max_concurrent=2"), log=tmp_path / "driver.log")
-    wait_for(lambda: len([m for m in trial_metas(storage).values() if m["epoch"] >= 3 and not m["finished"]]) == 2,
-             300, "two trials past epoch 3")
+    # both past epoch 3 and two from their end: held (below), each gets at most one epoch further
+    wait_for(lambda: held(driver, lambda: len([m for m in trial_metas(storage).values()
+                                              if 3 <= m["epoch"] <= 6 and not m["finished"]]) == 2),
+             300, "two trials past epoch 3", every=0.05)
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     wait_for_writers_to_exit(storage)  # nothing writes the records this test damages
@@ -298,14 +307,14 @@ def test_mlflow_outage_delays_tracking_but_loses_nothing(tmp_path):
     from cluster import mlflow_server
     from cluster.procs import stop_group
 
-    epochs = 12  # about 2 s each here: training must outlast the outage's start by a few epochs
     workspace, name, port = tmp_path / "ws", "outage", free_port()
     backend, artifacts = f"sqlite:///{tmp_path / 'server.db'}", str(tmp_path / "server-artifacts")
     server = mlflow_server.start(backend, artifacts, port, tmp_path / "server.log")
     env = {"SEQAE_MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"}
     storage = workspace / "sweeps" / name
-    driver = start(*run_args(workspace, name, "trials.total=2", f"train.epochs={epochs}", "data.max_pages=20"),
-                   log=tmp_path / "driver.log", env=env)
+    # trials of 1,000 epochs train through the outage on any machine, until the test stops them
+    driver = start(*run_args(workspace, name, "trials.total=2", "max_concurrent=2", "train.epochs=1000",
+                             "train.patience=1000"), log=tmp_path / "driver.log", env=env)
     try:
         wait_for(lambda: any(m["epoch"] >= 1 for m in trial_metas(storage).values()), 300, "training to start")
         epochs_at_outage = sum(m["epoch"] for m in trial_metas(storage).values())
@@ -317,16 +326,22 @@ def test_mlflow_outage_delays_tracking_but_loses_nothing(tmp_path):
                  "training to go on without MLflow")
         server = mlflow_server.start(backend, artifacts, port, tmp_path / "server.log")  # back, same place
         back = time.time()  # the outage ended after this
+        epochs_back = sum(m["epoch"] for m in trial_metas(storage).values())
+        wait_for(lambda: sum(m["epoch"] for m in trial_metas(storage).values()) >= epochs_back + 2, 300,
+                 "training to go on with MLflow back")
+        Sweep.open(name, workspace).stop(now=True)
         assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
     finally:
         kill_group(driver)
         stop_group(server)
+    epochs = {n: m["epoch"] for n, m in trial_metas(storage).items()}
+    assert len(epochs) == 2, epochs
     # read from the server's own database: starting it again only to read would cost a process start
-    runs = mlflow_runs(None, name, tracking_uri=backend)
-    assert {r.info.status for r in runs} == {"FINISHED"} and len(children(runs)) == 2
+    runs = mlflow_runs(None, name, tracking_uri=backend)  # stopped to continue: KILLED, as after Ctrl-C
+    assert {r.info.status for r in runs} == {"KILLED"} and len(children(runs)) == 2
     for kid in children(runs):
         steps = metric_steps(kid.info.run_id, "val_token_accuracy", None, tracking_uri=backend)
-        assert steps == list(range(1, epochs + 1)), steps
+        assert steps == list(range(1, epochs[int(kid.data.tags["seqae.trial"])] + 1)), steps
         points = metric_steps(kid.info.run_id, "train_loss_steps", None, tracking_uri=backend)
         assert points == list(range(3, int(kid.data.metrics["global_step"]) + 1, 3)), points  # each once
     parent = next(r for r in runs if r.data.tags.get("seqae.role") == "sweep")
