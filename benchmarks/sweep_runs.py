@@ -15,21 +15,36 @@ from mlflow.tracking import MlflowClient
 
 from seqae_core import metrics as M
 from seqae_core import names as N
+from sweeps.workspace import Workspace
+
+
+def ended(workspace: Workspace, name: str) -> bool:
+    """Whether sweep ``name`` ended in an earlier run: every trial done, or stopped (its budget,
+    its target) with none left to continue. Resumed, such a sweep would lift its stop and, where
+    the budget's reserve for running trials has come free, start another trial: a benchmark read
+    back would drift."""
+    if not workspace.exists(name):
+        return False
+    sessions = workspace.read(name).sessions
+    last = sessions[-1] if sessions else {}
+    return last.get("outcome") in ("complete", "stopped") and "RUNNING" not in last.get("trials", {})
 
 
 def run_sweep(folder: Path, name: str, doc: dict[str, Any]) -> tuple[MlflowClient, list[Run]]:
     """Run the sweep ``doc`` as ``name`` in ``folder`` (or continue it there, when an earlier run was
-    interrupted); the MLflow client and its trials' runs. The driver's output is kept beside the
-    sweep file (``<name>.log``): a failed trial's error line is there when the sweep went on."""
+    interrupted; one that :func:`ended` is read back as it is); the MLflow client and its trials'
+    runs. The driver's output is kept beside the sweep file (``<name>.log``): a failed trial's
+    error line is there when the sweep went on."""
     file = folder / f"{name}.yaml"
-    file.write_text(yaml.safe_dump(doc))
     workspace = folder / "ws"
-    run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(file), "--workspace", str(workspace),
-                          "--or-resume"],
-                         capture_output=True, text=True, env=os.environ.copy(), check=False)
-    (folder / f"{name}.log").write_text(run.stdout + run.stderr)
-    if run.returncode != 0:
-        raise RuntimeError(f"sweep {name} failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
+    if not ended(Workspace(workspace), name):
+        file.write_text(yaml.safe_dump(doc))
+        run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(file), "--workspace",
+                              str(workspace), "--or-resume"],
+                             capture_output=True, text=True, env=os.environ.copy(), check=False)
+        (folder / f"{name}.log").write_text(run.stdout + run.stderr)
+        if run.returncode != 0:
+            raise RuntimeError(f"sweep {name} failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
     client = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
     experiment = client.get_experiment_by_name(name)
     assert experiment is not None, "the sweep created no MLflow experiment"

@@ -120,3 +120,26 @@ def test_the_gpu_profile_runs_the_papers_length_and_widths_in_eighths_of_a_gpu_a
     assert not {p.name for p in outputs((0.25,), GPU).values()} & {p.name for p in outputs((0.25,)).values()}
     with pytest.raises(ConfigError, match=r"--fraction 0.5 is not one of bench search-gpu's latent fractions \(0.25\)"):
         run("unused", tmp_path / "ws", (0.5,), GPU)
+
+
+@pytest.mark.parametrize("sessions, is_ended", [
+    pytest.param([], False, id="never-run"),
+    pytest.param([{"outcome": "interrupted", "trials": {"COMPLETE": 1, "RUNNING": 1}}], False, id="interrupted"),
+    pytest.param([{"outcome": "stopped", "trials": {"COMPLETE": 1, "RUNNING": 1}}], False, id="stopped-now"),
+    pytest.param([{"outcome": "stopped", "trials": {"COMPLETE": 4}}], True, id="budget-spent"),
+    pytest.param([{"outcome": "interrupted"}, {"outcome": "complete", "trials": {"COMPLETE": 5}}], True,
+                 id="complete"),
+])
+def test_a_search_that_ended_is_read_back_and_one_left_to_continue_is_resumed(tmp_path, sessions, is_ended):
+    """A rerun of `seqae bench search` resumes only what an earlier run left unfinished: resumed, an
+    ended search would lift its budget's stop and could add a trial, moving the published table."""
+    from benchmarks.sweep_runs import ended
+    from sweeps.workspace import Workspace
+    from tests.test_status import quickstart, write_sweep
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "optuna.db").touch()  # where the record says the study is: only the record is read
+    workspace = Workspace(tmp_path / "ws")
+    assert not ended(workspace, "search")
+    write_sweep(workspace, "search", quickstart(), sessions)
+    assert ended(workspace, "search") is is_ended
