@@ -286,7 +286,7 @@ def test_a_raising_trial_and_a_nan_trial_fail_everywhere_and_the_sweep_goes_on(t
 # 7 -----------------------------------------------------------------------------------------
 def test_two_drivers_of_one_sweep_cannot_both_run(tmp_path):
     workspace, name = tmp_path / "ws", "twice"
-    args = run_args(workspace, name, "trials.total=2", "train.epochs=4", "data.max_pages=20")
+    args = run_args(workspace, name, "trials.total=2", "train.epochs=4")
     first = start(*args, log=tmp_path / "first.log")
     wait_for(lambda: (workspace / "sweeps" / name / "sweep.json").exists(), 120, "the first driver to start")
     second = seqae(*args)  # the same run again
