@@ -285,7 +285,7 @@ def kill_worker_mid_trial(cluster, name: str, epochs: Callable[[], dict[int, int
 def test_lost_worker_with_no_retries_left_fails_its_trial_everywhere(cluster):
     """Scenario 3, retries exhausted: the trial is FAILED in Tune, Optuna and MLflow; the rest finish."""
     name = "noretry"
-    submit(cluster, name, "data.max_pages=20", "train.epochs=6", "trials.total=3", "retries=0")
+    submit(cluster, name, "train.epochs=6", "trials.total=3", "retries=0")
     storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
     number, node_ip = kill_worker_mid_trial(
         cluster, name, lambda: {n: m["epoch"] for n, m in trial_metas(storage).items()}, 6)
@@ -317,8 +317,8 @@ def test_killed_worker_trials_continue_on_the_survivor_through_an_object_store(c
     from seqae_core.checkpoint import CheckpointStore
 
     name, storage = "survive", f"s3://seqae/{cluster['root'].name}"
-    # 21 pages: data no other test's sweep prepared, so the nodes' caches start without it
-    submit(cluster, name, "data.max_pages=21", "train.epochs=6", "trials.total=2", env={"SEQAE_STORAGE": storage})
+    # 7 pages: data no other test's sweep prepared, so the nodes' caches start without it
+    submit(cluster, name, "data.max_pages=7", "train.epochs=6", "trials.total=2", env={"SEQAE_STORAGE": storage})
 
     def epochs() -> dict[int, int]:
         found = {n: CheckpointStore.of_trial(f"{storage}/{name}", n).progress() for n in range(2)}
@@ -342,7 +342,7 @@ def test_killed_worker_trials_continue_on_the_survivor_through_an_object_store(c
     # The data: tokenized once, by the driver (its workspace cache); fetched at most once per node.
     cache = Path(cluster["env"]["SEQAE_WORKSPACE"]) / "cache"
     built = [json.loads(m.read_text()) for m in cache.glob("*/manifest.json")]
-    entry = next(m for m in built if m["key"]["max_pages"] == 21)
+    entry = next(m for m in built if m["key"]["max_pages"] == 7)
     assert f"published to {storage}/{name}/data" in logs
     fetched = {ip: [json.loads(f.read_text()) for f in (cluster["root"] / "nodes" / ip / "cache").glob("*/fetched.json")
                     if json.loads((f.parent / "manifest.json").read_text())["key"] == entry["key"]]
@@ -361,7 +361,7 @@ def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster):
     from cluster import local
 
     name = "phoenix"
-    submit(cluster, name, "data.max_pages=20", "train.epochs=4", "trials.total=4")
+    submit(cluster, name, "train.epochs=4", "trials.total=4")
     storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
     driver = job_driver(name)
     # held (sweep_helpers.held) with a trial under way and two epochs from its end, so that it stays
