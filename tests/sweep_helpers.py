@@ -16,8 +16,9 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
+import psutil
 import pytest
 from filelock import FileLock
 
@@ -162,7 +163,7 @@ def wait_for(predicate, timeout: float, what: str, every: float = 0.5) -> None:
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def held(driver: subprocess.Popen, ready) -> bool:
+def held(driver: subprocess.Popen | psutil.Process, ready: Callable[[], Any]) -> bool:
     """Whether ``ready()`` still holds once ``driver`` is stopped (SIGSTOP), leaving it stopped if
     so: Tune hands a trial's results over in lockstep, so no trial gets past its next epoch's report
     until the driver goes on. If not, the driver goes on (SIGCONT)."""
