@@ -265,17 +265,20 @@ def kill_worker_mid_trial(cluster, name: str, epochs: Callable[[], dict[int, int
     def midway() -> int | None:
         return next((n for n, e in epochs().items() if 2 <= e <= last - 2), None)
 
-    driver, ips = job_driver(name), {}
+    driver, ips, picked = job_driver(name), {}, []
+
+    def known_midway() -> bool:
+        picked[:] = [n for n in [midway()] if n in ips]  # the trial checked while held: re-read, it may be an epoch on
+        return bool(picked)
 
     def ready() -> bool:
         if (number := midway()) is not None and number not in ips:  # its node from MLflow, while the driver's writer runs
             ips[number] = _trial_node_ip(cluster, name, number)
-        return held(driver, lambda: midway() in ips)
+        return held(driver, known_midway)
 
     wait_for(ready, 300, "a trial past epoch 2, held", every=0.1)
+    number = picked[0]
     try:
-        number = midway()
-        assert number is not None
         os.kill(local.worker_raylets(cluster["state"])[ips[number]], signal.SIGKILL)
     finally:
         driver.send_signal(signal.SIGCONT)

@@ -29,6 +29,15 @@ def states(workspace, name) -> list[str]:
     return [t.state.name for t in trials(workspace, name)]
 
 
+def each_epoch_tracked_once(workspace, name, epochs: dict[int, int]) -> None:
+    """Each trial's run has the validation accuracy of every epoch it trained (to ``epochs[n]``), once."""
+    runs = {int(r.data.tags["seqae.trial"]): r for r in helpers.mlflow_runs(workspace, name) if "seqae.trial" in r.data.tags}
+    assert sorted(runs) == sorted(epochs), (sorted(runs), epochs)
+    for number, run in runs.items():
+        steps = helpers.metric_steps(run.info.run_id, "val_token_accuracy", workspace)
+        assert steps == list(range(1, epochs[number] + 1)), (number, steps)
+
+
 # Trials of 1,000 epochs: none ends before the test stops it, on any machine, so what the test
 # does between two events (a command's start, a status read) races nothing.
 ENDLESS = ["train.epochs=1000", "train.patience=1000"]
@@ -70,19 +79,20 @@ def test_set_max_concurrent_then_stop_drains_then_stop_now_ends_the_running_tria
     assert "stopped: no new trials (stopped by `seqae sweep stop --now` on " in shown, shown
     assert "the running ones stop at the end of their epoch" in shown, shown
     runs = helpers.mlflow_runs(workspace, name)
-    for run in runs:  # left to continue: paused, as after Ctrl-C, each epoch it trained tracked once
+    for run in runs:  # left to continue: paused, as after Ctrl-C
         assert run.info.status == "KILLED", (run.info.run_name, run.info.status)
         if "seqae.trial" in run.data.tags:
-            number = int(run.data.tags["seqae.trial"])
             assert run.data.tags["seqae.outcome"] == "interrupted"
-            assert helpers.metric_steps(run.info.run_id, "val_token_accuracy", workspace) == list(
-                range(1, stopped_at[number] + 1))
+    each_epoch_tracked_once(workspace, name, stopped_at)
 
     resumed_log = tmp_path / "resumed.log"
     resumed = start("sweep", "resume", name, "--workspace", str(workspace), log=resumed_log)
+    def trained_on() -> bool:
+        metas = trial_metas(storage)
+        return all(metas[n]["epoch"] > e for n, e in stopped_at.items())
+
     try:
-        wait_for(lambda: all(trial_metas(storage)[n]["epoch"] > e for n, e in stopped_at.items()), 300,
-                 "both trials to train on")
+        wait_for(trained_on, 300, "both trials to train on")
         Sweep.open(name, workspace).stop(now=True)
         assert resumed.wait(timeout=300) == 0, resumed_log.read_text()[-3000:]
     finally:
@@ -92,12 +102,7 @@ def test_set_max_concurrent_then_stop_drains_then_stop_now_ends_the_running_tria
     for number, epoch in stopped_at.items():
         assert f"trial {number}: continuing after epoch {epoch}" in text, text[-3000:]
     assert states(workspace, name) == ["RUNNING", "RUNNING"]  # continued, not started over: no third trial
-    reached = {n: m["epoch"] for n, m in trial_metas(storage).items()}
-    for run in helpers.mlflow_runs(workspace, name):  # the same runs, reopened: every epoch once
-        if "seqae.trial" in run.data.tags:
-            number = int(run.data.tags["seqae.trial"])
-            assert helpers.metric_steps(run.info.run_id, "val_token_accuracy", workspace) == list(
-                range(1, reached[number] + 1))
+    each_epoch_tracked_once(workspace, name, {n: m["epoch"] for n, m in trial_metas(storage).items()})  # the same runs
     assert [e for e in status(name, workspace)["control"]["log"] if "max_concurrent" in e][0]["max_concurrent"] == 2
 
 

@@ -315,19 +315,23 @@ def test_mlflow_outage_delays_tracking_but_loses_nothing(tmp_path):
     # trials of 1,000 epochs train through the outage on any machine, until the test stops them
     driver = start(*run_args(workspace, name, "trials.total=2", "max_concurrent=2", "train.epochs=1000",
                              "train.patience=1000"), log=tmp_path / "driver.log", env=env)
+
+    def trained() -> int:  # epochs checkpointed, both trials
+        return sum(m["epoch"] for m in trial_metas(storage).values())
+
     try:
-        wait_for(lambda: any(m["epoch"] >= 1 for m in trial_metas(storage).values()), 300, "training to start")
-        epochs_at_outage = sum(m["epoch"] for m in trial_metas(storage).values())
+        wait_for(lambda: trained() >= 1, 300, "training to start")
+        epochs_at_outage = trained()
         stop_group(server)  # MLflow goes away (at once; the wait for its process group may take seconds)
         wait_for(lambda: "MLflow unreachable while" in (tmp_path / "driver.log").read_text(), 300,
                  "the driver to meet the outage")
         seen = time.time()  # the outage began at or before this
-        wait_for(lambda: sum(m["epoch"] for m in trial_metas(storage).values()) >= epochs_at_outage + 2, 300,
+        wait_for(lambda: trained() >= epochs_at_outage + 2, 300,
                  "training to go on without MLflow")
         server = mlflow_server.start(backend, artifacts, port, tmp_path / "server.log")  # back, same place
         back = time.time()  # the outage ended after this
-        epochs_back = sum(m["epoch"] for m in trial_metas(storage).values())
-        wait_for(lambda: sum(m["epoch"] for m in trial_metas(storage).values()) >= epochs_back + 2, 300,
+        epochs_back = trained()
+        wait_for(lambda: trained() >= epochs_back + 2, 300,
                  "training to go on with MLflow back")
         Sweep.open(name, workspace).stop(now=True)
         assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
