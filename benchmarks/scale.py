@@ -8,7 +8,7 @@ Measured here:
     bytes         a checkpoint record's bytes per parameter, from the same sweep's trial stores
 Arithmetic: 1.9 M pages split 80/20, one sample per page (``first``), 20 epochs (the paper's
 cap; patience 5 can only shorten it) or ASHA's expected epochs, matmul FLOPs per sample from
-``throughput.forward_flops`` (training 3x forward, validation 1x), and an H100's dense bf16
+``flops.forward_flops`` (training 3x forward, validation 1x), and an H100's dense bf16
 peak, which bounds any GPU's time from below.
 """
 
@@ -28,11 +28,14 @@ from typing import Any
 import torch
 
 from benchmarks.data_prep import PAPER_PAGES
-from benchmarks.throughput import PEAK_BF16, forward_flops, median_step_seconds
+from benchmarks.flops import PEAK_BF16, forward_flops
+from benchmarks.throughput import median_step_seconds
 from seqae_core import metrics as M
 from seqae_core.config import Config
 from seqae_core.model import ReducingAutoencoder
-from seqae_core.train import autocast, batch_scores
+from seqae_core.loss import plan_head
+from seqae_core.step import TrainStep
+from seqae_core.train import autocast
 from sweeps import spec as spec_lib
 from sweeps.spec import cell_configs
 
@@ -59,13 +62,12 @@ def step_flop_rate(config: Config, steps: int = 3) -> float:
     model = ReducingAutoencoder(config, VOCAB).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     tokens = torch.randint(1, VOCAB, (16, config.data.input_len), device=device)
+    train_step = TrainStep(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
+                           plan=plan_head(config.train.head, device), autocast=lambda: autocast(config, device),
+                           pad_id=0, device=device)
 
     def step() -> None:
-        with autocast(config, device):
-            loss, _ = batch_scores(model, tokens, pad_id=0)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        train_step(tokens)
 
     head, body = forward_flops(config, VOCAB)
     return 16 * 3 * (head + body) / median_step_seconds(step, steps)

@@ -1,15 +1,13 @@
 """Training tokens/s of seqae against a plain PyTorch implementation of the same math, and the
 quickstart's settings against the path main had before them.
 
-The baseline below is what one writes straight from the paper: ``Q = W_S (X W_Q)`` in that
-order, the attention as an explicit softmax, the full (b, t, v) logits into
-``F.cross_entropy(ignore_index=pad)``, and PyTorch's default AdamW. It has the same parameters,
-initial values and batches as the seqae model; only the computation differs.
+The baseline (:mod:`benchmarks.baseline`) is what one writes straight from the paper, with
+PyTorch's default AdamW; seqae's side is the trainer's own step (:class:`seqae_core.step.TrainStep`).
+Both have the same parameters, initial values and batches; only the computation differs.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,50 +15,16 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
+from benchmarks.baseline import BaselineAutoencoder
+from benchmarks.flops import head_share, mfu
 from seqae_core import data as data_lib
 from seqae_core.config import Config, from_flat
-from seqae_core.model import ReducingAutoencoder, length_schedule
-from seqae_core.train import batch_scores, describe_precision, train
+from seqae_core.loss import plan_head
+from seqae_core.model import ReducingAutoencoder
+from seqae_core.step import TrainStep
+from seqae_core.train import describe_precision, train
 from sweeps import spec as spec_lib
-
-
-class BaselineAutoencoder(nn.Module):
-    """The same math as ``ReducingAutoencoder``, written plainly over the same parameters."""
-
-    def __init__(self, config: Config, vocab_size: int) -> None:
-        super().__init__()
-        self.block = config.model.block
-        self.model = ReducingAutoencoder(config, vocab_size)  # used only as a container of parameters
-
-    def attention(self, attn: Any, x: torch.Tensor, x_kv: torch.Tensor) -> torch.Tensor:
-        b, t, _ = x_kv.shape
-        h = attn.heads
-        q = attn.w_s @ (x @ attn.w_q.weight.T)  # (b, s, a): W_S (X W_Q), literally
-        k = x_kv @ attn.w_k.weight.T
-        v = x_kv @ attn.w_v.weight.T
-        s = q.shape[1]
-        q, k, v = (m.reshape(b, -1, h, m.shape[-1] // h).transpose(1, 2) for m in (q, k, v))
-        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
-        return (weights @ v).transpose(1, 2).reshape(b, s, -1) @ attn.w_o.weight.T
-
-    def run_block(self, block: Any, x: torch.Tensor) -> torch.Tensor:
-        if self.block == "paper":
-            return self.attention(block.attn, x, x)
-        normed = block.norm_attn(x)
-        y = block.attn.w_s @ x + self.attention(block.attn, normed, normed)
-        return y + block.ffn(block.norm_ffn(y))
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        m = self.model
-        x = m.pos_in(m.embed(tokens))
-        for block in m.encoder:
-            x = self.run_block(block, x)
-        x = m.pos_latent(x)
-        for block in m.decoder:
-            x = self.run_block(block, x)
-        return m.head(m.norm(x))  # (b, t, v)
 
 
 @dataclass
@@ -104,6 +68,8 @@ def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, ste
     baseline = BaselineAutoencoder(config, vocab_size).to(device)
     baseline.model.load_state_dict(seqae.state_dict())
     opt_seqae = torch.optim.AdamW(seqae.parameters(), lr=1e-4, fused=True)
+    train_step = TrainStep(seqae, opt_seqae, torch.optim.lr_scheduler.LambdaLR(opt_seqae, lambda s: 1.0),
+                           plan=plan_head("auto", device), autocast=lambda: autocast, pad_id=pad_id, device=device)
     opt_base = torch.optim.AdamW(baseline.parameters(), lr=1e-4)
     state = {"i": 0}
 
@@ -112,11 +78,7 @@ def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, ste
         return batches[state["i"] % len(batches)]
 
     def seqae_step() -> None:
-        with autocast:
-            loss, _ = batch_scores(seqae, next_batch(), pad_id)
-        opt_seqae.zero_grad(set_to_none=True)
-        loss.backward()
-        opt_seqae.step()
+        train_step(next_batch())
 
     def baseline_step() -> None:
         tokens = next_batch()
@@ -145,42 +107,6 @@ def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, ste
         "head_share": round(head_share(config, vocab_size), 3),
         "mfu": None if (m := mfu(config, vocab_size, seqae_tps)) is None else round(m, 3),
     }
-
-
-def forward_flops(config: Config, vocab_size: int) -> tuple[float, float]:
-    """Matmul FLOPs of one sample's forward pass: (vocabulary head, everything else)."""
-    t, s, d, a, f = (config.data.input_len, config.latent_len, config.model.d_model, config.model.d_attn,
-                     config.model.d_ffn)
-    head = 2 * t * d * vocab_size
-    lengths = length_schedule(t, s, config.model.layers, config.model.reduction)
-    body = 0
-    for n_in, n_out in list(zip(lengths, lengths[1:])) + list(zip(lengths[::-1], lengths[::-1][1:])):
-        # W_S x, Q, K and V, scores, weighted values, W_O
-        body += 2 * (n_out * n_in * d + n_out * d * a + 2 * n_in * d * a + 2 * n_out * n_in * a + n_out * a * d)
-        if config.model.block == "transformer":
-            body += 2 * n_out * n_in * d + 4 * n_out * d * f  # the resampled residual, the FFN
-    return float(head), float(body)
-
-
-def head_share(config: Config, vocab_size: int) -> float:
-    """Fraction of a training step's matmul FLOPs spent in the vocabulary head."""
-    head, body = forward_flops(config, vocab_size)
-    return head / (head + body)
-
-
-PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 FLOP/s
-
-
-def mfu(config: Config, vocab_size: int, tokens_per_s: float) -> float | None:
-    """Model FLOPs utilization on this GPU (forward + backward = 3x forward), if its peak is known."""
-    if not torch.cuda.is_available():
-        return None
-    name = torch.cuda.get_device_name(0)
-    peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
-    if peak is None:
-        return None
-    head, body = forward_flops(config, vocab_size)
-    return 3 * (head + body) * tokens_per_s / config.data.input_len / peak
 
 
 def real_batches(path: str, input_len: int, batch_size: int, count: int) -> tuple[torch.Tensor, int, int]:

@@ -91,6 +91,11 @@ class TrainConfig:
     repeats: int = 1
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA and bf16-native CPUs
     log_every_steps: int = 20  # a point of the training-loss curve every N optimizer steps (besides each epoch's mean)
+    # The vocabulary head's loss (seqae_core.loss): auto is chunked on a CPU, on a GPU fused where
+    # Liger-Kernel is installed (the gpu extra), else dense; every way gives the same loss and gradients.
+    head: Literal["auto", "chunked", "dense", "fused"] = "auto"
+    # torch.compile the step's forward and loss (seqae_core.step): on, off, or auto (off until measured to pay)
+    compile: Literal["auto", "on", "off"] = "auto"
 
 
 @dataclass(frozen=True)

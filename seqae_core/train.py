@@ -23,8 +23,9 @@ from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core.checkpoint import Checkpoint
 from seqae_core.config import Config, TrainConfig, from_flat
-from seqae_core.loss import score
+from seqae_core.loss import HeadPlan, Tally, plan_head, score, targets_of
 from seqae_core.model import ReducingAutoencoder
+from seqae_core.step import TrainStep, compiles, fill_batch
 from seqae_errors import ConfigError
 
 Report = Callable[[dict[str, Any], Checkpoint], None]
@@ -112,29 +113,32 @@ def autocast(config: Config, device: torch.device) -> Any:
     return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
-def batch_scores(model: ReducingAutoencoder, tokens: torch.Tensor, pad_id: int) -> tuple[torch.Tensor, M.Scores]:
-    """Mean loss over the non-pad tokens of a (b, t) batch, and its scores.
+def batch_scores(model: ReducingAutoencoder, tokens: torch.Tensor, pad_id: int,
+                 plan: HeadPlan | None = None) -> tuple[torch.Tensor, Tally]:
+    """Mean loss over the non-pad tokens of a (b, t) batch, and its scores on the device.
 
-    The vocabulary head runs on the non-pad positions only: padding is never scored, so its
-    logits are never computed; see ``seqae_core.loss`` for how the head's cost is kept down."""
-    keep = tokens != pad_id  # (b, t)
+    Pad positions are never scored: their targets are IGNORE (see ``seqae_core.loss`` for the
+    head's ways and their cost). ``plan``: the head's, else the one ``train.head=auto`` picks."""
+    plan = plan or plan_head("auto", tokens.device)
     hidden = model.decode(model.encode(tokens))  # (b, t, d)
-    return score(hidden[keep], model.head, tokens, keep)  # n = non-pad tokens
+    return score(hidden, model.head, targets_of(tokens, pad_id), plan.scoring)
 
 
 @torch.no_grad()
 def evaluate(model: ReducingAutoencoder, splits: data_lib.Splits, rows: np.ndarray, config: Config,
-             device: torch.device) -> M.Scores:
-    """The model's scores on ``rows`` of the samples (a split's: ``splits.val``, ``splits.test``)."""
+             device: torch.device, plan: HeadPlan | None = None) -> M.Scores:
+    """The model's scores on ``rows`` of the samples (a split's: ``splits.val``, ``splits.test``),
+    summed on the device and read once. ``plan``: the head's, else ``train.head``'s on ``device``."""
+    plan = plan or plan_head(config.train.head, device)
     model.eval()
-    total = M.Scores()
+    total = Tally.zeros(device)
     size = config.train.batch_size * 4
     for i in range(0, len(rows), size):
-        tokens = splits.batch(rows[i : i + size]).to(device)
+        tokens = splits.batch(rows[i : i + size]).to(device, non_blocking=True)
         with autocast(config, device):
-            _, scores = batch_scores(model, tokens, splits.pad_id)
-        total.add(scores)
-    return total
+            _, tally = batch_scores(model, tokens, splits.pad_id, plan.scoring)
+        total.add_(tally)
+    return total.read()
 
 
 @torch.no_grad()
@@ -163,16 +167,22 @@ class Replicate:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     rng: dict[str, Any]
+    step: TrainStep
 
     @classmethod
-    def create(cls, config: Config, seed: int, vocab_size: int, dev: torch.device, steps_per_epoch: int) -> Replicate:
+    def create(cls, config: Config, seed: int, vocab_size: int, dev: torch.device, steps_per_epoch: int,
+               plan: HeadPlan, pad_id: int) -> Replicate:
         torch.manual_seed(seed)
         model = ReducingAutoencoder(config, vocab_size).to(dev)
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay, fused=True
         )
-        lr = lr_factor(config.train, steps_per_epoch, config.data.input_len)
-        return cls(seed, model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lr), _rng_state(dev))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(config.train, steps_per_epoch,
+                                                                           config.data.input_len))
+        step = TrainStep(model, optimizer, scheduler, plan=plan, autocast=lambda: autocast(config, dev),
+                         pad_id=pad_id, device=dev,
+                         backend="inductor" if compiles(config.train.compile, dev) else None)
+        return cls(seed, model, optimizer, scheduler, _rng_state(dev), step)
 
     def state(self) -> dict[str, Any]:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -206,37 +216,40 @@ def _named(scores: M.Scores, names: tuple[str, ...]) -> dict[str, float]:
 def _train_epoch(replicate: Replicate, splits: data_lib.Splits, config: Config, dev: torch.device, epoch: int,
                  steps_per_epoch: int, progress: bool) -> tuple[float, list[list[float]]]:
     """One epoch of one seed, in the order drawn from ``(seed, epoch)``: its mean training loss,
-    and its points of the training-loss curve."""
-    model, bs = replicate.model, config.train.batch_size
+    and its points of the training-loss curve. The host reads the device once a log window (and
+    at the epoch's end), where a non-finite loss is found and named by its step."""
+    model, bs, step = replicate.model, config.train.batch_size, replicate.step
     model.train()
+    step.new_epoch()
     order = torch.randperm(
         len(splits.train), generator=torch.Generator().manual_seed(replicate.seed * 100_003 + epoch)
     ).numpy()
-    seen, window = M.Scores(), M.Scores()
+    loss_sum, tokens = 0.0, 0
     curve: list[list[float]] = []  # [global step, mean loss since the previous point]
     which = f" seed {replicate.seed}" if config.train.repeats > 1 else ""
     bar = tqdm(range(0, len(order), bs), desc=f"epoch {epoch}/{config.train.epochs}{which}", disable=not progress,
                leave=False)
-    for step, i in enumerate(bar, 1):
-        tokens = splits.batch(splits.train[order[i : i + bs]]).to(dev, non_blocking=True)
-        with autocast(config, dev):
-            loss, scores = batch_scores(model, tokens, splits.pad_id)
-        value = loss.item()
-        if not math.isfinite(value):
-            raise NonFiniteLossError(f"training loss is {value} at epoch {epoch}, step {step}{which}")
-        replicate.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        replicate.optimizer.step()
-        replicate.scheduler.step()
-        seen.add(scores)
-        window.add(scores)
-        global_step = (epoch - 1) * steps_per_epoch + step
-        if global_step % config.train.log_every_steps == 0:
-            curve.append([global_step, window.loss])
-            window = M.Scores()
+
+    def read() -> float:
+        nonlocal loss_sum, tokens
+        window = step.read()
+        if window.bad_step:
+            raise NonFiniteLossError(f"training loss is not finite at epoch {epoch}, step {window.bad_step}{which}")
+        loss_sum, tokens = loss_sum + window.loss * window.tokens, tokens + window.tokens
         if progress:
-            bar.set_postfix(loss=f"{value:.4f}")
-    return seen.loss, curve
+            bar.set_postfix(loss=f"{window.loss:.4f}")
+        return window.loss
+
+    for number, i in enumerate(bar, 1):
+        batch = splits.batch(splits.train[order[i : i + bs]])
+        if step.compiled:  # one shape for the compiled graph: the short last batch filled with padding
+            batch = fill_batch(batch, bs, splits.pad_id)
+        step(batch.to(dev, non_blocking=True))
+        global_step = (epoch - 1) * steps_per_epoch + number
+        if global_step % config.train.log_every_steps == 0:
+            curve.append([global_step, read()])
+    read()  # the epoch's last steps, and its check, before anything is reported or checkpointed
+    return loss_sum / max(tokens, 1), curve
 
 
 def train(
@@ -271,13 +284,17 @@ def train(
 
     Raises :class:`NonFiniteLossError` naming the epoch and step if the loss is not finite.
     """
+    dev = pick_device(device)
+    plan = plan_head(config.train.head, dev)  # a head this machine cannot run is refused before the data loads
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 runs' matmuls on the tensor cores (bf16 runs: no change)
+        torch.backends.cudnn.allow_tf32 = True
     started = time.perf_counter()
     splits = data_lib.load(config.data, cache_dir, published)
     data_seconds = time.perf_counter() - started
-    dev = pick_device(device)
     steps_per_epoch = math.ceil(len(splits.train) / config.train.batch_size)
-    replicates = [Replicate.create(config, config.train.seed + i, splits.vocab_size, dev, steps_per_epoch)
-                  for i in range(config.train.repeats)]
+    replicates = [Replicate.create(config, config.train.seed + i, splits.vocab_size, dev, steps_per_epoch, plan,
+                                   splits.pad_id) for i in range(config.train.repeats)]
     first = replicates[0]  # the seed whose model is kept and registered
     stopper = EarlyStopping(config.train.patience)
     history: list[dict[str, Any]] = []
@@ -307,11 +324,11 @@ def train(
             losses.append(loss)
             curves.append(curve)
         train_seconds = time.perf_counter() - epoch_start
-        val = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.val, config, dev), M.VAL_METRICS)
+        val = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.val, config, dev, plan), M.VAL_METRICS)
                               for r in replicates})
         improved = stopper.update(val[M.VAL_TOKEN_ACCURACY], epoch)
         if improved and len(splits.test):  # the checkpoint early stopping keeps, on pages nothing selects on
-            kept_test = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.test, config, dev),
+            kept_test = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.test, config, dev, plan),
                                                        M.TEST_METRICS) for r in replicates})
         stop = stopper.should_stop or epoch == config.train.epochs
         metrics = {

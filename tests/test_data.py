@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from seqae_core import corpus, data
-from seqae_core.loss import score
+from seqae_core.loss import plan_head, score, targets_of
 from seqae_errors import ConfigError
 from tests.conftest import WIKI_MINI
 
@@ -129,10 +129,13 @@ def test_padding_is_never_scored():
     torch.manual_seed(0)
     tokens = torch.tensor([[5, 6, 7, 0, 0], [9, 3, 0, 0, 0]])  # pad id 0
     keep = tokens != 0
+    targets = targets_of(tokens, pad_id=0)
     head = torch.nn.Linear(8, 20)
-    hidden = torch.randn(int(keep.sum()), 8)
-    loss, scores = score(hidden, head, tokens, keep)
-    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(head(hidden), tokens[keep]))
+    hidden = torch.randn(2, 5, 8)
+    plan = plan_head("auto", torch.device("cpu"))
+    loss, tally = score(hidden, head, targets, plan)
+    scores = tally.read()
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(head(hidden[keep]), tokens[keep]))
     assert (scores.tokens, scores.sequences) == (5, 2)
 
     # A head that reads one-hot rows back: right on every real token, whatever sits at the pads.
@@ -140,12 +143,13 @@ def test_padding_is_never_scored():
     with torch.no_grad():
         echo.weight.copy_(torch.eye(20) * 10)
         echo.bias.zero_()
-    right = torch.nn.functional.one_hot(tokens[keep], 20).float()
-    _, scores = score(right, echo, tokens, keep)
-    assert (scores.token_accuracy, scores.sequence_accuracy) == (1.0, 1.0)
-    right[3] = torch.nn.functional.one_hot(torch.tensor(4), 20)  # second sequence's first token wrong
-    _, scores = score(right, echo, tokens, keep)
-    assert (scores.token_accuracy, scores.sequence_accuracy) == (0.8, 0.5)
+    right = torch.nn.functional.one_hot((tokens + 1) % 20, 20).float()  # wrong at every position
+    right[keep] = torch.nn.functional.one_hot(tokens[keep], 20).float()  # then right at the real ones
+    _, tally = score(right, echo, targets, plan)
+    assert (tally.read().token_accuracy, tally.read().sequence_accuracy) == (1.0, 1.0)
+    right[1, 0] = torch.nn.functional.one_hot(torch.tensor(4), 20)  # second sequence's first token wrong
+    _, tally = score(right, echo, targets, plan)
+    assert (tally.read().token_accuracy, tally.read().sequence_accuracy) == (0.8, 0.5)
 
 
 def test_model_loss_ignores_what_sits_at_pad_positions(tiny_config):
@@ -157,11 +161,11 @@ def test_model_loss_ignores_what_sits_at_pad_positions(tiny_config):
     tokens = torch.randint(1, 50, (2, 16))
     tokens[0, 10:] = 0
     with torch.no_grad():
-        loss, scores = batch_scores(model, tokens, pad_id=0)
+        loss, tally = batch_scores(model, tokens, pad_id=0)
         logits = model(tokens)
     keep = tokens != 0
     torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(logits[keep], tokens[keep]))
-    assert scores.tokens == 16 + 10
+    assert tally.read().tokens == 16 + 10
 
 
 def test_cache_hit_miss_and_corruption(tiny_config, tmp_path, caplog):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.throughput import forward_flops, head_share
+from benchmarks.flops import forward_flops, head_share
 from seqae_cli.main import main
 from seqae_core import train as train_lib
 from seqae_core.model import attention
