@@ -18,7 +18,7 @@ import argparse
 import math
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 import pynvml
@@ -287,37 +287,35 @@ def machine() -> str:
             f"Liger-Kernel {'yes' if liger_available() else 'no'}")
 
 
-def format_table(rows: list[Row]) -> str:
-    columns = ("block", "batch", "variant", "ms/step", "tokens/s", "bf16 peak", "vs plain", "peak GiB", "compile s",
-               "note")
-
-    def cell(value: object, percent: bool = False) -> str:
+def format_table(rows: list[dict[str, object]]) -> str:
+    """The rows as a plain table: a share of peak as a percentage, a missing figure as -."""
+    def cell(key: str, value: object) -> str:
         if value is None:
             return "-"
-        return f"{value:.1%}" if percent else str(value)
+        return f"{value:.1%}" if key == "peak_share" and isinstance(value, float) else str(value)
 
-    lines = [" | ".join(columns)]
-    for r in rows:
-        lines.append(" | ".join([r.block, str(r.batch), r.variant, cell(r.ms), cell(r.tokens_per_s),
-                                 cell(r.peak_share, True), cell(r.vs_plain), cell(r.peak_gib), cell(r.compile_s),
-                                 r.note]))
-    return "\n".join(lines)
+    columns = list(rows[0])
+    return "\n".join([" | ".join(columns), *(" | ".join(cell(k, r[k]) for k in columns) for r in rows)])
+
+
+def suite(warmup: int | None = None, steps: int | None = None) -> list[dict[str, object]]:
+    """``seqae bench step``: the machine, the parity and the sync lines printed, the table's rows
+    returned. Warm-up and timed steps: 5 and 20 on a GPU, 1 and 3 on a CPU unless given."""
+    gpu = torch.cuda.is_available()
+    print(f"machine: {machine()}", flush=True)
+    rows, parity_lines, sync_lines = run(warmup if warmup is not None else 5 if gpu else 1,
+                                         steps if steps is not None else 20 if gpu else 3)
+    print("\nparity at the BERT vocabulary (relative error against F.cross_entropy):", *parity_lines,
+          "\nhost syncs a step (paper block, 64 -> 32, batch 16):", *sync_lines, sep="\n", flush=True)
+    return [asdict(row) for row in rows]
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--warmup", type=int, default=None, help="steps before timing (default: 5 on a GPU, 1 on a CPU)")
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 20 on a GPU, 3 on a CPU)")
     args = parser.parse_args(argv)
-    gpu = torch.cuda.is_available()
-    print(f"machine: {machine()}", flush=True)
-    rows, parity_lines, sync_lines = run(args.warmup if args.warmup is not None else 5 if gpu else 1,
-                                         args.steps if args.steps is not None else 20 if gpu else 3)
-    print("\nparity at the BERT vocabulary (relative error against F.cross_entropy):")
-    print("\n".join(parity_lines))
-    print("\nhost syncs a step (paper block, 64 -> 32, batch 16):")
-    print("\n".join(sync_lines))
-    print("\n" + format_table(rows), flush=True)
+    print("\n" + format_table(suite(args.warmup, args.steps)), flush=True)
 
 
 if __name__ == "__main__":

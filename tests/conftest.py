@@ -50,6 +50,13 @@ LONGEST_FIRST = ["test_cluster.py", "test_resilience.py", "test_control.py", "te
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests stay in order
+    import torch  # the suite's tests import it anyway; here only to ask whether CUDA is there
+
+    if not torch.cuda.is_available():  # one reason, shown once by -ra for every GPU test
+        no_gpu = pytest.mark.skip(reason="needs CUDA: torch sees no GPU here (each has a CPU twin that ran)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(no_gpu)
 
 
 def sets(overrides: dict) -> list[str]:
