@@ -83,6 +83,7 @@ def connect_ray(home: Path) -> None:
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         # Ray starts a worker per CPU for the first driver, for its tasks to start sooner. A sweep's
         # trials are Tune actors, started with their own resources: the prestarted workers were
-        # seldom given one, and each spent about a CPU-second starting, at every sweep's start.
+        # seldom given one, and each spent CPU starting, at every sweep's start (measured:
+        # docs/explanation/performance.md, "No idle workers for a sweep's own Ray").
         ray.init(include_dashboard=False, logging_level=logging.WARNING,
                  _system_config={"prestart_worker_first_driver": False})
