@@ -45,3 +45,18 @@ def test_the_index_lists_every_page_of_the_site():
     index = (REPO / "docs" / "index.md").read_text()
     linked = set(re.findall(r"\]\(([\w/.-]+\.md)(?:#[\w-]*)?\)", index))
     assert [page for page in pages(config["nav"]) if page != "index.md" and page not in linked] == []
+
+
+def test_the_readmes_links_reach_their_pages_and_headings():
+    from markdown.extensions.toc import slugify
+
+    readme = (REPO / "README.md").read_text()
+    broken = []
+    for target, anchor in re.findall(r"\]\(([^)#\s]+)(?:#([\w-]+))?\)", readme):
+        if "://" in target:
+            continue
+        path = REPO / target
+        headings = re.findall(r"^#+ (.+)$", path.read_text(), re.M) if path.suffix == ".md" and path.exists() else []
+        if not path.exists() or (anchor and anchor not in {slugify(h, "-") for h in headings}):
+            broken.append(f"{target}#{anchor}" if anchor else target)
+    assert broken == []
