@@ -37,13 +37,16 @@ class Postgres:
         return asdict(self)
 
 
+DEBIAN_VERSIONS = Path("/usr/lib/postgresql")  # Debian's servers, one folder per major version
+
+
 def bindir() -> Path:
     """Where ``initdb`` and ``pg_ctl`` live (Debian keeps them out of PATH)."""
     if shutil.which("pg_config"):
         candidate = Path(subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip())
         if (candidate / "pg_ctl").exists():
             return candidate
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3]))
+    found = sorted(DEBIAN_VERSIONS.glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3]))
     if found:
         return found[-1].parent
     if shutil.which("pg_ctl"):

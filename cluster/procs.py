@@ -4,6 +4,7 @@ their own log files, free loopback ports, and waiting until a service answers.""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -36,6 +37,19 @@ def _free(host: str, port: int) -> bool:
             return True
         except OSError:
             return False
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether a server started on ``host:port`` now would find it taken, as one that sets
+    SO_REUSEADDR (MLflow's, optuna-dashboard's) does: a listener there, not a closed connection
+    waiting out its TIME_WAIT. An address that cannot be bound for another reason is not "in use"."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+        return False
 
 
 def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None, user: str | None = None) -> int:

@@ -18,8 +18,9 @@ import optuna
 from mlflow.tracking import MlflowClient
 
 from cluster import mlflow_server
-from cluster.procs import http_ok, spawn, stop_groups, wait_until
+from cluster.procs import free_port, http_ok, port_in_use, spawn, stop_groups, wait_until
 from seqae_core import names as N
+from seqae_errors import ConfigError
 
 # The UIs hold nothing that a kill loses (SQLite keeps its own transactions whole): a server still
 # up this long after SIGTERM is killed, so that Ctrl-C ends `seqae ui` within about 4 s.
@@ -30,6 +31,8 @@ def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflo
           logs: Path, until: float | None = None) -> None:
     """Start both UIs, print their URLs, and stop both on Ctrl-C, SIGTERM or SIGHUP (or after
     ``until`` seconds)."""
+    server = mlflow_uri.startswith(("http://", "https://"))
+    check_ports(host, {**({} if server else {"--mlflow-port": mlflow_port}), "--optuna-port": optuna_port})
     optuna.storages.RDBStorage(optuna_storage)  # optuna-dashboard refuses a file without tables
     # The servers run in process groups of their own (so a Ctrl-C reaches them only through us);
     # every way of being told to stop must therefore come through the same cleanup.
@@ -37,7 +40,6 @@ def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflo
         signal.signal(signum, _interrupt)
     logs.mkdir(parents=True, exist_ok=True)
     pids = []
-    server = mlflow_uri.startswith(("http://", "https://"))
     try:
         if not server:
             pids.append(mlflow_server.start(mlflow_uri, artifacts, mlflow_port, logs / "mlflow-ui.log", host=host))
@@ -62,6 +64,17 @@ def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflo
     finally:
         stop_groups(pids, STOP_GRACE)
         print("stopped optuna-dashboard" if server else "stopped the MLflow UI and optuna-dashboard", flush=True)
+
+
+def check_ports(host: str, ports: dict[str, int]) -> None:
+    """Refuse, naming the option, a port something already listens on: the server started there
+    would exit, and the wait for it to answer would run out only after minutes, or be answered
+    by the other program."""
+    for option, port in ports.items():
+        if port_in_use(host, port):
+            raise ConfigError(f"{option}={port}: {host}:{port} is already in use (another `seqae ui`, or another "
+                              f"program); pass another port ({option} {free_port(host)} is free now), or stop "
+                              "what listens there")
 
 
 def runs_url(base: str, experiment_id: str) -> str:

@@ -1,7 +1,11 @@
-"""MkDocs hooks: the reference pages are generated from the code when the site builds, so they
-cannot drift from it. A page's line ``<!-- generated: NAME -->`` is replaced by :data:`PARTS`'s
-NAME: the command line's every verb (from its argparse parser), the config keys (from the config
-dataclasses, with the comments beside their fields) and the sweep file's schema (from pydantic)."""
+"""The reference pages, generated from the code: the command line's every verb (from its argparse
+parser), the config keys (from the config dataclasses, with the comments beside their fields) and
+the sweep file's schema (from pydantic).
+
+A page holds each part between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``,
+filled with :data:`PARTS`'s NAME and committed, so that the pages read whole on GitHub too.
+``python -m docs.hooks --write`` regenerates them (``--check`` says which are stale, as
+``tests/test_reference.py`` does); as an MkDocs hook the site is built from the same text."""
 
 from __future__ import annotations
 
@@ -9,8 +13,10 @@ import argparse
 import dataclasses
 import inspect
 import re
+import sys
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -30,10 +36,14 @@ def _commands(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, arg
     return found
 
 
+HELP_WIDTH = 100  # the help's line width, fixed: argparse would take the terminal's, and the pages would differ
+
+
 def cli() -> str:
-    """Every verb's ``--help``, as the terminal prints it."""
+    """Every verb's ``--help``, as a terminal HELP_WIDTH columns wide prints it."""
     parts = []
     for path, parser in _commands(build_parser(), "seqae")[1:]:
+        parser.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=HELP_WIDTH)
         parts.append(f"## `{path}`\n\n```text\n{parser.format_help().strip()}\n```\n")
     return "\n".join(parts)
 
@@ -134,7 +144,39 @@ def sweep_keys() -> str:
 
 
 PARTS: dict[str, Callable[[], str]] = {"cli": cli, "config-keys": config_keys, "sweep-keys": sweep_keys}
+REFERENCE = Path(__file__).resolve().parent / "reference"
+PAGES = {name: REFERENCE / page for name, page in
+         (("cli", "cli.md"), ("config-keys", "config-keys.md"), ("sweep-keys", "sweep-schema.md"))}
+_PART = re.compile(r"<!-- generated: ([\w-]+) -->\n.*?<!-- end generated: \1 -->\n|<!-- generated: ([\w-]+) -->\n?", re.S)
+
+
+def render(markdown: str) -> str:
+    """``markdown`` with each generated part made anew from the code (a bare start marker gets its
+    part and an end marker)."""
+    def part(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        return f"<!-- generated: {name} -->\n{PARTS[name]()}<!-- end generated: {name} -->\n"
+    return _PART.sub(part, markdown)
+
+
+def stale() -> list[Path]:
+    """The committed reference pages whose generated parts differ from what the code makes now."""
+    return [page for page in PAGES.values() if render(page.read_text()) != page.read_text()]
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    return re.sub(r"<!-- generated: ([\w-]+) -->", lambda m: PARTS[m.group(1)](), markdown)
+    return render(markdown)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write"]:
+        for page in PAGES.values():
+            page.write_text(render(page.read_text()))
+            print(page)
+    elif sys.argv[1:] == ["--check"]:
+        pages = stale()
+        for page in pages:
+            print(f"{page}: stale; python -m docs.hooks --write", file=sys.stderr)
+        sys.exit(1 if pages else 0)
+    else:
+        sys.exit("usage: python -m docs.hooks --write | --check")

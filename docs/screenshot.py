@@ -4,7 +4,7 @@
                                                             # (default: ./seqae-runs, quickstart)
     python docs/screenshot.py readme OUT.png                # README.md as it renders, pictures included
 
-Run the quickstart first for the report's picture (README: the two commands)."""
+Run the quickstart first for the report's picture (README: The main job)."""
 
 from __future__ import annotations
 

@@ -377,12 +377,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_device(device: str | None) -> None:
+    """Refuse, naming it, a CUDA device this torch cannot use: torch's own error is a traceback
+    ("Torch not compiled with CUDA enabled") at the first tensor moved there."""
+    import torch
+
+    if device is not None and device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device={device!r}: this PyTorch ({torch.__version__}) sees no CUDA GPU "
+                          "(torch.cuda.is_available() is False); install a CUDA build of PyTorch (README: Install) "
+                          "or pass --device cpu")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from seqae_core import config as config_lib  # torch, only for `seqae train`
     from seqae_core import train as train_lib  # torch, only for `seqae train`
     from seqae_core.checkpoint import Checkpoint, CheckpointStore  # torch, only for `seqae encode` and `seqae train`
 
     config = config_lib.load(args.config, args.set)
+    check_device(args.device)
     store, resume = None, None
     if args.resume and not args.checkpoint_dir:
         raise ConfigError("--resume needs --checkpoint-dir")

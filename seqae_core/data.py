@@ -11,8 +11,9 @@ tokenized entries, and loads the tokenizer's libraries only to build one.
 ``data.vocab``:
   tokenizer  token ids are the tokenizer's (BERT: 30,522), the paper's recipe.
   corpus     ids are renumbered over the tokens that occur in the prepared pages (and the pad
-             token), so the vocabulary head scores only those: the 60 quickstart pages use about
-             12,000 of BERT's ids, which makes a training step about 2.5x cheaper on a CPU.
+             token), so the vocabulary head scores only those: a few pages use a fraction of
+             BERT's ids, and the head's cost on a CPU falls with it (measured:
+             docs/explanation/performance.md, "The figures behind the code's choices").
              ``token_ids.npy`` maps each corpus id back to the tokenizer's id.
 
 The tokenized samples are cached under ``cache_dir/<key>/``, keyed by everything that changes
@@ -203,8 +204,9 @@ def build(config: DataConfig, key: dict[str, Any], out: Path, workers: int | Non
     """Tokenize the dataset into ``out`` (:func:`seqae_core.corpus.tokenize`, ``workers`` processes:
     default ``SEQAE_DATA_WORKERS``, else 1) and write the manifest that makes it an entry: ``key``,
     and each file's size and SHA-256."""
-    # Imported here, the one place outside the command line: transformers and datasets were 2.6 of
-    # the 8.8 CPU-seconds a trial's worker spent importing, and a trial reads the entry its driver built.
+    # Imported here, the one place outside the command line: transformers and datasets are a large
+    # share of a trial's worker's imports (measured: docs/explanation/performance.md, "The figures
+    # behind the code's choices"), and a trial reads the entry its driver built.
     from seqae_core import corpus
 
     start = time.perf_counter()

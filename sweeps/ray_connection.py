@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import socket
 from pathlib import Path
 
 import ray
@@ -47,6 +49,19 @@ def cluster_capacity() -> tuple[float, float]:
     return max(n.get("CPU", 0.0) for n in nodes), max(n.get("GPU", 0.0) for n in nodes)
 
 
+def check_address(address: str) -> None:
+    """Refuse a ``RAY_ADDRESS`` of ``host:port`` where nothing listens: ``ray.init`` would retry for
+    minutes, printing only its own warnings. Other forms (``auto``, ``ray://``) are left to Ray."""
+    where = re.fullmatch(r"([\w.-]+):(\d+)", address)
+    if where is None:
+        return
+    try:
+        socket.create_connection((where[1], int(where[2])), timeout=5).close()
+    except OSError as exc:
+        raise ConfigError(f"RAY_ADDRESS={address!r}: no Ray cluster answers there ({exc.strerror or exc}); start "
+                          "one (`ray start --head`, `seqae cluster up`) or unset RAY_ADDRESS to run on a local Ray") from None
+
+
 def connect_ray(home: Path) -> None:
     """Join the cluster named by RAY_ADDRESS, or start a local one that lives with this process.
 
@@ -57,6 +72,7 @@ def connect_ray(home: Path) -> None:
     if ray.is_initialized():
         return
     if os.environ.get("RAY_ADDRESS"):
+        check_address(os.environ["RAY_ADDRESS"])
         ray.init(address=os.environ["RAY_ADDRESS"], logging_level=logging.WARNING)
         home.mkdir(parents=True, exist_ok=True)
         os.chdir(home)
@@ -67,6 +83,7 @@ def connect_ray(home: Path) -> None:
         logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
         # Ray starts a worker per CPU for the first driver, for its tasks to start sooner. A sweep's
         # trials are Tune actors, started with their own resources: the prestarted workers were
-        # seldom given one, and each spent about a CPU-second starting, at every sweep's start.
+        # seldom given one, and each spent CPU starting, at every sweep's start (measured:
+        # docs/explanation/performance.md, "No idle workers for a sweep's own Ray").
         ray.init(include_dashboard=False, logging_level=logging.WARNING,
                  _system_config={"prestart_worker_first_driver": False})

@@ -526,8 +526,9 @@ def run_session(
             # own limit is only an upper bound, and lets that many trials wait for workers at once
             # (with none, Tune starts a custom searcher's trials one after another).
             max_concurrent_trials=max(1, study.remaining()),
-            # A trial's process spends about 11 CPU-seconds importing torch, Ray Tune and seqae before
-            # its first step: an ended trial's process trains the next one with the same resources.
+            # A trial's process pays its imports (torch, Ray Tune, seqae) before its first step, most of
+            # its start (measured: docs/explanation/performance.md, "The figures behind the code's
+            # choices"): an ended trial's process trains the next one with the same resources.
             # Not where a node can be lost alone: Tune (2.60) counts the death of a kept process twice
             # when its node dies between two trials, and fails the next trial whatever its retries.
             reuse_actors=sum(node["Alive"] for node in ray.nodes()) == 1,

@@ -214,7 +214,8 @@ SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {
 
 class _Sampler(_Section):
     type: Literal["tpe", "gp", "random", "nsga2"] | None = Field(
-        default=None, description="Optuna's sampler; unset: TPE, or NSGA-II for several objectives")
+        default=None, description="Optuna's sampler; unset: TPE, or NSGA-II for several objectives (why, and why the "
+                                   "studies name random: docs/how-to/search.md, \"Which sampler\")")
     seed: int = Field(default=0, ge=0, lt=2**32, description="seeds the sampler (numpy's range: 0 .. 2**32 - 1)")
     n_startup_trials: int | None = Field(
         default=None, ge=0,

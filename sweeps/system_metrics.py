@@ -2,8 +2,9 @@
 each epoch's record (the driver logs them with the epoch) under MLflow's system-metric names.
 
 Read with the libraries MLflow's own monitors read (psutil; nvidia-ml-py for NVIDIA GPUs), the
-same figures and names, but not through MLflow's monitor classes: importing ``mlflow`` costs each
-trial's worker about 2 CPU-seconds at its start, and only the driver talks to MLflow."""
+same figures and names, but not through MLflow's monitor classes: importing ``mlflow`` would cost
+each trial's worker CPU-seconds at its start (measured: docs/explanation/performance.md, "The
+figures behind the code's choices"), and only the driver talks to MLflow."""
 
 from __future__ import annotations
 

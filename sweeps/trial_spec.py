@@ -1,5 +1,6 @@
 """A trial as it crosses from the driver's study into Tune, in a module of its own so that a trial's
-worker process unpickles it without importing Optuna (about 1 CPU-second of every trial's start)."""
+worker process unpickles it without importing Optuna, a cost every trial's start would pay
+(measured: docs/explanation/performance.md, "The figures behind the code's choices")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,13 @@
 """The generated reference (docs/hooks.py) describes every key: a key added without a description
-fails here, not in a user's reading."""
+fails here, not in a user's reading; the committed pages are what the code generates today, and
+the README's table of verbs names every verb."""
 
 from __future__ import annotations
 
-from docs.hooks import config_keys, sweep_fields, sweep_keys
+import re
+
+from docs.hooks import PAGES, _commands, config_keys, render, stale, sweep_fields, sweep_keys
+from seqae_cli.parser import build_parser
 from tests.conftest import REPO
 from seqae_core import config as config_lib
 from seqae_core import metrics as M
@@ -37,3 +41,30 @@ def test_the_readmes_picture_of_a_report_shows_todays_templates():
     assert recorded == template_digest(), (
         "the report's templates changed since docs/images/report.png was taken: run the quickstart, then "
         "python docs/screenshot.py report")
+
+
+def test_the_committed_reference_pages_are_what_the_code_generates():
+    """GitHub shows the committed pages as they are: a verb, key or description changed without
+    `python -m docs.hooks --write` leaves them stale."""
+    assert all("<!-- end generated:" in page.read_text() for page in PAGES.values())
+    pages = [str(page.relative_to(REPO)) for page in stale()]
+    assert not pages, f"stale reference pages {pages}: run python -m docs.hooks --write and commit them"
+
+
+def test_a_stale_generated_part_is_made_anew():
+    page = "# Title\n\n<!-- generated: sweep-keys -->\nan old table\n<!-- end generated: sweep-keys -->\nafter\n"
+    made = render(page)
+    assert "an old table" not in made and made.endswith("<!-- end generated: sweep-keys -->\nafter\n")
+    assert render(made) == made and render("<!-- generated: sweep-keys -->\n") == made[len("# Title\n\n"):-len("after\n")]
+
+
+def test_the_readmes_table_of_verbs_names_every_verb():
+    table = [line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("| `seqae ")]
+    named = set()
+    for row in table:
+        first, *rest = re.findall(r"`([^`]+)`", row.split("|")[1])
+        named.add(first)
+        named.update(f"{first.rsplit(' ', 1)[0]} {verb}" for verb in rest)
+    leaves = {path for path, parser in _commands(build_parser(), "seqae")[1:]
+              if not any(other.startswith(path + " ") for other, _ in _commands(build_parser(), "seqae"))}
+    assert leaves - named == set() and named - leaves == set()
