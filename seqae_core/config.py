@@ -136,7 +136,7 @@ class Config:
 # Each block's defaults where they differ from the paper's (the dataclasses' defaults, which the
 # paper block keeps). A key set anywhere (config file, sweep file, grid, search, --set) wins.
 # The transformer's were found by laptop probes at 32 -> 8 tokens, and checked on another split
-# and a second corpus by `seqae bench defaults` (README, "The transformer block's defaults").
+# and a second corpus by `seqae bench defaults` (docs/how-to/paper-on-a-laptop.md, "The transformer block's defaults").
 BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
     "transformer": {"model.heads": 8, "model.dropout": 0.1, "train.lr": 2e-3},
 }

@@ -89,8 +89,8 @@ def native_bf16_flags() -> list[str]:
 
 def autocast_dtype(config: Config, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for ``train.precision`` on ``device``: under ``auto``, bf16 on CUDA and
-    on CPUs with native bf16 instructions (2-2.4x faster there, same accuracy), else fp32; bf16
-    anywhere under ``bf16``; None (full fp32) otherwise."""
+    on CPUs with native bf16 instructions (faster there at the same accuracy, as measured in
+    docs/explanation/performance.md), else fp32; bf16 anywhere under ``bf16``; None (full fp32) otherwise."""
     precision = config.train.precision
     if precision == "bf16" or (precision == "auto" and (device.type == "cuda" or native_bf16_flags())):
         return torch.bfloat16
