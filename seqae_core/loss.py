@@ -116,9 +116,8 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
             total = probs.sum(dim=1)  # (c,)
             loss += ((total.log() + top - target_logit) * weight_rows).sum()
             if with_grad:
-                probs.div_(total[:, None])  # softmax
-                probs[torch.arange(len(t), device=t.device), t] -= 1.0  # d loss / d logits
-                probs.mul_(weight_rows[:, None])  # a pad's row: no gradient
+                probs.mul_((weight_rows / total)[:, None])  # softmax, weighted: a pad's row is all 0
+                probs[torch.arange(len(t), device=t.device), t] -= weight_rows  # d loss / d logits
                 g = probs.to(dtype)
                 grad_h[rows] = g @ w  # (c, d)
                 grad_w += (g.t() @ h[rows]).float()  # (v, d)

@@ -41,6 +41,9 @@ TRAIN_LOSS_STEPS = "train_loss_steps"
 SYSTEM_PREFIX = "system/"
 
 DATA_SECONDS = "data_seconds"  # this process's data start-up: a cache hit takes well under a second
+# With train.compile on: the first step's seconds, torch.compile's tracing and code generation in
+# them, reported with epoch 1 and in the final metrics (the epoch's time and cost include it).
+COMPILE_SECONDS = "compile_seconds"
 GPU_MEMORY_GIB = "gpu_memory_gib"  # on CUDA: the most GPU memory this trial's tensors held so far
 
 # Summaries in the trainer's final result.

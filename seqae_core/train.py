@@ -345,6 +345,7 @@ def train(
             M.BEST_EPOCH: stopper.best_epoch,
             M.BEST_VAL_TOKEN_ACCURACY: stopper.best,
             M.DATA_SECONDS: data_seconds,
+            **({M.COMPILE_SECONDS: first.step.compile_seconds} if epoch == 1 and first.step.compiled else {}),
             M.GLOBAL_STEP: epoch * steps_per_epoch,
             M.TRAIN_LOSS_STEPS: [[points[0][0], sum(p[1] for p in points) / len(points)] for points in zip(*curves)],
             **kept_test,
@@ -377,4 +378,5 @@ def summary(history: list[dict[str, Any]], stopper: EarlyStopping, epochs: int, 
         M.TOKENS_PER_S: float(np.mean([h[M.TOKENS_PER_S] for h in history])),
         M.TRAIN_SECONDS: train_seconds,
         M.DATA_SECONDS: data_seconds,
+        **{M.COMPILE_SECONDS: h[M.COMPILE_SECONDS] for h in history[:1] if M.COMPILE_SECONDS in h},
     }

@@ -147,3 +147,25 @@ def test_two_epochs_agree_with_the_trainer_as_it_was(tiny_config, data_cache):
     for got, expected in zip(reports, want):
         assert got["val_loss"] == pytest.approx(expected["val_loss"], rel=1e-5)
         assert got["val_token_accuracy"] == pytest.approx(expected["val_token_accuracy"], abs=1e-5)
+
+
+def test_a_compiled_run_reports_its_compile_time_once(tiny_config, data_cache, monkeypatch):
+    """train.compile=on: the first step's seconds (the compilation in them) in epoch 1's metrics
+    and the final ones, not in later epochs'. A counting backend stands in for inductor, whose
+    C++ build would take minutes on two cores; the graph is the same one."""
+    from seqae_core import step as step_lib
+    from seqae_core.train import train
+
+    counter = CompileCounter()
+    real = step_lib.TrainStep.__init__
+
+    def with_counter(self, *args, backend=None, **kwargs):
+        real(self, *args, backend=counter if backend is not None else None, **kwargs)
+
+    monkeypatch.setattr(step_lib.TrainStep, "__init__", with_counter)
+    reports = []
+    final = train(tiny_config(**{"train.compile": "on", "train.epochs": 2}), lambda m, c: reports.append(m),
+                  cache_dir=data_cache)
+    assert counter.frame_count == 1  # one graph for every batch, the short last one filled
+    assert reports[0]["compile_seconds"] > 0 and "compile_seconds" not in reports[1]
+    assert final["compile_seconds"] == reports[0]["compile_seconds"]
