@@ -2,7 +2,7 @@
 
 One fixed table: for each block and batch size and each step variant (the plain loop of
 :mod:`benchmarks.throughput`; the step as it was before the sync-free step, reproduced here; the
-sync-free step; with the fused head; compiled), ms a step (CUDA events after warm-up on a GPU, the
+sync-free step; with the fused head; compiled; compiled with CUDA graphs), ms a step (CUDA events after warm-up on a GPU, the
 host's clock on a CPU), tokens/s, share of the GPU's bf16 peak, ratio to the plain loop, peak
 memory and compile seconds. Then the parity of every head at the BERT vocabulary and the host
 syncs a step (``torch.cuda.set_sync_debug_mode`` on a GPU; :mod:`benchmarks.syncs` anywhere).
@@ -34,7 +34,7 @@ from seqae_core.model import ReducingAutoencoder
 from seqae_core.step import TrainStep
 
 VOCAB = 30522  # BERT's, the paper's tokenizer
-VARIANTS = ("plain loop", "before (syncs)", "sync-free", "+ fused head", "+ compiled")
+VARIANTS = ("plain loop", "before (syncs)", "sync-free", "+ fused head", "+ compiled", "+ CUDA graphs")
 
 
 @dataclass(frozen=True)
@@ -147,10 +147,14 @@ def _variant(name: str, config: Config, device: torch.device, autocast: Callable
             plan = HeadPlan("fused", GPU_CHUNK_ROWS)
         else:
             plan, note = HeadPlan("dense", 0), "dense: " + ("no Liger-Kernel" if device.type == "cuda" else "fused is CUDA-only")
-    if name == "+ compiled":
+    compiled = name in ("+ compiled", "+ CUDA graphs")
+    if compiled:
         plan, note = HeadPlan("dense", 0), "dense head, inductor"
+    graphs = name == "+ CUDA graphs" and device.type == "cuda"
+    if graphs:
+        note += ", reduce-overhead"
     step = TrainStep(seqae, optimizer, scheduler, plan=plan, autocast=autocast, pad_id=0, device=device,
-                     backend="inductor" if name == "+ compiled" else None)
+                     backend="inductor" if compiled else None, mode="reduce-overhead" if graphs else None)
     return step, note, seqae
 
 
@@ -167,6 +171,9 @@ def measure(block: str, batch: int, input_len: int, latent_len: int, device: tor
         if device.type == "cuda" else None
     rows, plain_ms = [], None
     for name in VARIANTS:
+        if name == "+ CUDA graphs" and device.type != "cuda":
+            rows.append(Row(block, batch, name, None, None, None, None, None, None, "CUDA only"))
+            continue
         step, note, _ = _variant(name, config, device, autocast)
         turn = {"i": 0}
 
@@ -188,7 +195,9 @@ def measure(block: str, batch: int, input_len: int, latent_len: int, device: tor
             block, batch, name, round(ms, 3), round(tokens_per_s), None if peak is None else
             round(3 * (head + body) * batch / (ms / 1000) / peak, 4), round(plain_ms / ms, 3) if plain_ms else None,
             round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
-            round(first_s, 1) if name == "+ compiled" else None, note))
+            round(first_s, 1) if name in ("+ compiled", "+ CUDA graphs") else None, note))
+        print(f"  measured {block} {batch} {name}: {rows[-1].ms} ms a step, {rows[-1].vs_plain}x the plain loop",
+              flush=True)  # a run cut short by its time limit still shows what it measured
         del step
     return rows
 

@@ -39,17 +39,19 @@ class TrainStep:
 
     def __init__(self, model: ReducingAutoencoder, optimizer: torch.optim.Optimizer,
                  scheduler: torch.optim.lr_scheduler.LRScheduler, *, plan: HeadPlan, autocast: Callable[[], Any],
-                 pad_id: int, device: torch.device, backend: str | Callable[..., Any] | None = None) -> None:
-        """``backend``: torch.compile's (``"inductor"``), or None to run eagerly. The graph must
-        be whole (``fullgraph``: a graph break is an error, not a slowdown) and is traced for
-        one shape (``dynamic=False``: another shape would be a recompilation)."""
+                 pad_id: int, device: torch.device, backend: str | Callable[..., Any] | None = None,
+                 mode: str | None = None) -> None:
+        """``backend``: torch.compile's (``"inductor"``), or None to run eagerly; ``mode``:
+        inductor's (``"reduce-overhead"`` replays CUDA graphs). The graph must be whole
+        (``fullgraph``: a graph break is an error, not a slowdown) and is traced for one shape
+        (``dynamic=False``: another shape would be a recompilation)."""
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.plan, self.autocast, self.pad_id = plan, autocast, pad_id
         self.compiled = backend is not None
         self.compile_seconds: float | None = None  # the first call's, where compiled
         self.loss_of: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] = (
-            torch.compile(self._loss, backend=backend, fullgraph=True, dynamic=False) if backend is not None
-            else self._loss)
+            torch.compile(self._loss, backend=backend, mode=mode, fullgraph=True, dynamic=False)
+            if backend is not None else self._loss)
         self._loss_sum = torch.zeros((), dtype=torch.float32, device=device)
         self._tokens = torch.zeros((), dtype=torch.int64, device=device)
         self._step = torch.zeros((), dtype=torch.int64, device=device)

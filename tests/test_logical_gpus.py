@@ -64,7 +64,10 @@ def ray_gave(monkeypatch):
     return give
 
 
-def test_a_trial_without_gpus_trains_on_the_cpu_and_one_on_a_real_gpu_on_cuda(ray_gave, tiny_config, capsys):
+def test_with_cuda_faked_a_trial_without_gpus_trains_on_the_cpu_and_one_given_a_gpu_on_cuda(ray_gave, tiny_config,
+                                                                                           capsys):
+    """torch.cuda.is_available and Ray's GPU ids are faked here (no GPU needed): this checks the
+    choice of device, not CUDA; tests/test_gpu.py trains on a real one."""
     ray_gave([], cuda=True)
     assert trial_device(0, tiny_config()) == ("cpu", {})
     ray_gave([1], cuda=True)
