@@ -71,7 +71,7 @@ class TrainStep:
             began = time.perf_counter()
             with self.autocast():
                 loss_sum, count = self.loss_of(tokens)
-            float(loss_sum)
+            float(loss_sum.detach())
             self.compile_seconds = time.perf_counter() - began
         else:
             with self.autocast():

@@ -651,11 +651,14 @@ def check_trial_configs(spec: SweepSpec) -> None:
         probes += [{**condition, key: v} for v in values]
     for cell in spec.cells():
         for probe in probes:
+            where = " and ".join(f"{k}={v!r}" for k, v in {**cell, **probe}.items()) or "the base config"
             try:
-                build(trial_layers(spec.source, spec.base, {**cell, **probe}))
+                config = build(trial_layers(spec.source, spec.base, {**cell, **probe}))
             except ConfigError as exc:
-                where = " and ".join(f"{k}={v!r}" for k, v in {**cell, **probe}.items()) or "the base config"
                 raise ConfigError(f"{exc} (with {where})") from None
+            if config.train.head == "fused" and not spec.resources.gpu:  # else every trial would fail alone
+                raise ConfigError(f"{spec.source}: train.head=fused runs on CUDA only, and the trials get no GPU "
+                                  f"(resources.gpu=0; with {where}): set resources.gpu or train.head=auto")
 
 
 def _grid(grid: Any, source: str) -> dict[str, tuple[Any, ...]]:

@@ -98,3 +98,14 @@ def test_fractional_gpus_are_valid_and_a_gpu_sweep_without_gpus_is_refused(tmp_p
                  *[a for s in [*SMOKE, "resources.gpu=0.25"] for a in ("--set", s)]])
     assert_refused(code, capsys.readouterr().err, "resources.gpu=0.25 per trial, but no GPU is available",
                    created=(workspace,))
+
+
+def test_a_sweep_asking_for_the_fused_head_without_gpus_is_refused_before_it_starts(tmp_path, capsys):
+    """train.head=fused runs on CUDA only: a sweep whose trials get no GPU says so once, exit 2,
+    rather than failing each trial on its worker."""
+    workspace = tmp_path / "ws"
+    code = main(["sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace),
+                 *[a for s in [*SMOKE, "train.head=fused"] for a in ("--set", s)]])
+    assert_refused(code, capsys.readouterr().err, "train.head=fused runs on CUDA only, and the trials get no GPU",
+                   created=(workspace,))
+    assert spec_lib.load(STUDIES / "quickstart.yaml", ["train.head=fused", "resources.gpu=0.25"]).resources.gpu == 0.25
