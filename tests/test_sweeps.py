@@ -128,7 +128,7 @@ def _check_searched_and_stopped_at_the_papers_patience(workspace: Path, study: s
         epochs, values = zip(*sorted(trial.intermediate_values.items()))
         best = epochs[values.index(max(values))]  # its first epoch: a learning rate of ~0 changes nothing
         if trial.state.name == "PRUNED":  # an ASHA rung stopped it (grace 2, then x3), before its patience ran out
-            assert epochs[-1] in (2, 6) and trial.number > 1, (number, epochs)  # never a starting point
+            assert epochs[-1] in (2, 6) and tune[number].start is None, (number, epochs)  # never a starting point
         else:
             assert trial.state.name == "COMPLETE" and epochs == tuple(range(1, best + 6)), (number, best, epochs)
         assert metric_steps(runs[number].info.run_id, "val_token_accuracy", workspace) == list(epochs), number

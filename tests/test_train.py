@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 
+from seqae_cli.main import main
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore, tensors
 from seqae_core.config import TrainConfig
@@ -16,6 +17,7 @@ from seqae_core.train import (
     lr_factor,
     train,
 )
+from tests.conftest import TINY, sets
 
 TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.EPOCH_CPU_SECONDS, M.DATA_SECONDS}
 
@@ -242,9 +244,6 @@ def test_early_stopping_patience():
 def test_seqae_train_stops_five_epochs_after_the_best_at_the_papers_patience(data_cache, capsys):
     """`seqae train` at its default patience, the paper's 5: with a learning rate of ~0 nothing
     improves after epoch 1, so it trains exactly 5 epochs more (of the 20 allowed), then stops."""
-    from seqae_cli.main import main
-    from tests.conftest import TINY, sets
-
     # 3 pages in batches of 128: 6 epochs of these cost less than the 3 of 6 pages this test once trained
     overrides = {**TINY, "data.max_pages": 3, "train.batch_size": 128, "train.epochs": 20, "train.lr": 1e-12,
                  "train.lr_final": 1e-12}
