@@ -3,7 +3,7 @@
 Made for `.ci/run` (``seqae bench processes --command .ci/run``): its two cores are busy nearly
 all the time, so only doing less work shortens it, and this says which work. Every process that
 starts while CMD runs is sampled every ``interval`` seconds (psutil: its user and system CPU, its
-name and command line) and counted, as last seen, in the first category of :data:`CATEGORIES`
+name and command line) and counted, as last seen (by the command line it was last seen with), in the first category of :data:`CATEGORIES`
 whose rule matches it. Ray's daemons count too, though they leave the command's process tree.
 
 A process's CPU after its last sample is not seen (at most one interval of it), nor is a process
@@ -92,9 +92,12 @@ def sample(seen: dict[tuple[int, float], Seen], since: float, me: int) -> None:
         info = process.info
         if info["pid"] == me or info["create_time"] is None or info["create_time"] < since or info["cpu_times"] is None:
             continue
-        times = info["cpu_times"]
-        seen[(info["pid"], info["create_time"])] = Seen(times.user + times.system, info["name"] or "",
-                                                        " ".join(info["cmdline"] or ()))
+        times, key = info["cpu_times"], (info["pid"], info["create_time"])
+        name, cmdline = info["name"] or "", " ".join(info["cmdline"] or ())
+        before = seen.get(key)
+        if not cmdline and before is not None:  # a zombie (exited, not yet reaped) has lost its command
+            name, cmdline = before.name, before.cmdline  # line, and would count as a kernel thread
+        seen[key] = Seen(times.user + times.system, name, cmdline)
 
 
 def busy_seconds(times: Any) -> float:

@@ -226,6 +226,18 @@ def tune_results(workspace: Path, name: str) -> dict[str, list[list[int]]]:
     return out
 
 
+def tune_trials(workspace: Path, name: str) -> dict[int, Any]:
+    """What Tune ran each trial with, from the config it saved (``params.pkl``) in the trial's
+    folder of its last session: {number: the trial's TrialSpec (params, config)}."""
+    import pickle
+
+    out = {}
+    for path in sorted((workspace / "sweeps" / name / "tune").glob("session-*/trial-*/params.pkl")):
+        spec = pickle.loads(path.read_bytes())["trial"]
+        out[spec.number] = spec
+    return out
+
+
 def local_cluster(root: Path, workers: int = 2, cpus_per_worker: int = 1,
                   gpus_per_worker: int | None = None) -> Iterator[dict[str, Any]]:
     """`seqae cluster up` in ``root`` (a head and ``workers`` worker nodes, PostgreSQL, MLflow),

@@ -74,18 +74,22 @@ def test_set_values_are_typed():
         pytest.param(["train.lr"], "expected key=value", id="no-equals"),
     ],
 )
-def test_cli_rejects_bad_input_before_loading_data(bad, message, capsys):
-    # data.path points nowhere: the error must come from the config, before any data loads.
-    code = main(["train", "--set", "data.path=/nonexistent", *[a for s in bad for a in ("--set", s)]])
-    assert_refused(code, capsys.readouterr().err, message)
+def test_cli_rejects_bad_input_before_loading_data(bad, message, capsys, tmp_path):
+    # data.path points nowhere: the error must come from the config, before any data loads or any
+    # checkpoint folder is made.
+    made = (tmp_path / "ckpt", tmp_path / "cache")
+    code = main(["train", "--checkpoint-dir", str(made[0]), "--cache-dir", str(made[1]), "--set", "data.path=/nonexistent",
+                 *[a for s in bad for a in ("--set", s)]])
+    assert_refused(code, capsys.readouterr().err, message, created=made)
 
 
 def test_config_file_errors_name_the_file_and_key(tmp_path, capsys):
     path = tmp_path / "c.yaml"
     path.write_text("model:\n  d_model: 64\n  colour: red\n")
-    code = main(["train", "--config", str(path)])
+    made = (tmp_path / "ckpt", tmp_path / "cache")
+    code = main(["train", "--config", str(path), "--checkpoint-dir", str(made[0]), "--cache-dir", str(made[1])])
     err = capsys.readouterr().err
-    assert_refused(code, err, "unknown key 'model.colour'")
+    assert_refused(code, err, "unknown key 'model.colour'", created=made)
     assert str(path) in err
 
 
@@ -131,15 +135,17 @@ def test_train_command_prints_json_last(data_cache, tmp_path, capsys):
     best = Path(store.records("best")[-1])
     assert "reconstructed:" in (best / "samples.txt").read_text()
     records = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
-    # the folder now holds a run: reusing it without --resume is refused, nothing overwritten
-    code = main(["train", "--cache-dir", str(data_cache), "--checkpoint-dir", str(tmp_path / "ckpt"),
+    # the folder now holds a run: reusing it without --resume is refused, nothing overwritten, and
+    # no data prepared (a cache folder of its own shows it)
+    code = main(["train", "--cache-dir", str(tmp_path / "refused-cache"), "--checkpoint-dir", str(tmp_path / "ckpt"),
                  *[a for s in sets(SMALL) for a in ("--set", s)]])
-    assert_refused(code, capsys.readouterr().err, "pass --resume")
+    assert_refused(code, capsys.readouterr().err, "pass --resume", created=(tmp_path / "refused-cache",))
     # resuming it with another config is one line naming what changed, not a traceback
     changed = {**SMALL, "model.d_model": SMALL["model.d_model"] * 2}
     code = main(["train", "--resume", "--cache-dir", str(data_cache), "--checkpoint-dir", str(tmp_path / "ckpt"),
                  *[a for s in sets(changed) for a in ("--set", s)]])
-    assert_refused(code, capsys.readouterr().err, f"model.d_model={SMALL['model.d_model']} -> {changed['model.d_model']}")
+    assert_refused(code, capsys.readouterr().err, f"model.d_model={SMALL['model.d_model']} -> {changed['model.d_model']}",
+                   created=(tmp_path / "ckpt" / "epoch-000003",))  # the epoch a resume would train
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == records
     assert CheckpointStore(str(tmp_path / "ckpt")).progress().epoch == 2
 

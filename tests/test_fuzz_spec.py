@@ -121,8 +121,9 @@ def _shown(value: Any) -> set[str]:
 
 
 @st.composite
-def faulty_documents(draw: st.DrawFn) -> tuple[dict[str, Any], set[str]]:
-    """A real study with one fault injected, and the names a message about that fault may name."""
+def faulty_documents(draw: st.DrawFn) -> tuple[dict[str, Any], set[str], tuple[str, tuple[Any, ...]]]:
+    """A real study with one fault injected, the names a message about that fault may name, and the
+    fault: its kind and where it is (``("drop", ("config", "data", "test_fraction"))``)."""
     doc = yaml.safe_load(yaml.safe_dump(draw(st.sampled_from(DOCUMENTS))))  # a copy
     places = _places(doc)
     fault = draw(st.sampled_from(["value", "number", "misspell", "unknown", "drop", "condition", "start"]))
@@ -130,36 +131,36 @@ def faulty_documents(draw: st.DrawFn) -> tuple[dict[str, Any], set[str]]:
         numbers = [(path, key) for path, key in places if type(_at(doc, (*path, key))) in (int, float)]
         path, key = draw(st.sampled_from(numbers))
         _at(doc, path)[key] = value = draw(NUMBERS)
-        return doc, _names(path, key) | _shown(value)
+        return doc, _names(path, key) | _shown(value), (fault, (*path, key))
     if fault in ("value", "misspell", "drop"):
         path, key = draw(st.sampled_from(places))
         container = _at(doc, path)
         if fault == "value" or not isinstance(container, dict):
             value = draw(VALUES)
             container[key] = value
-            return doc, _names(path, key) | _shown(value)
+            return doc, _names(path, key) | _shown(value), ("value", (*path, key))
         value = container.pop(key)
         if fault == "drop":
-            return doc, _names(path, key)
+            return doc, _names(path, key), (fault, (*path, key))
         wrong = draw(near_miss())
         container[wrong] = value
-        return doc, {wrong}
+        return doc, {wrong}, (fault, (*path, wrong))
     if fault == "unknown":
         mappings = [()] + [(*path, key) for path, key in places if isinstance(_at(doc, (*path, key)), dict)]
         path = draw(st.sampled_from(mappings))
         key = draw(A_KEY)
         _at(doc, path)[key] = draw(VALUES)
-        return doc, {key}
+        return doc, {key}, (fault, (*path, key))
     key = draw(near_miss() | st.sampled_from(KEYS) | KEY_TEXT)
     value = draw(VALUES | st.sampled_from(["paper", "transformer", 64, 1e-3]))
     if fault == "condition":  # a searched key sampled only under a key that may be searched by nothing
         searched = doc.setdefault("search", {"train.weight_decay": {"type": "uniform", "low": 0.0, "high": 0.1}})
         searched[draw(st.sampled_from(sorted(searched)))]["when"] = {key: value}
-        return doc, {key, "when", *_shown(value)}
+        return doc, {key, "when", *_shown(value)}, (fault, ("when", key))
     name = draw(st.sampled_from(["paper", "defaults", "x"]) | KEY_TEXT)
     doc.setdefault("start", {})
     doc["start"] = {**(doc["start"] if isinstance(doc["start"], dict) else {}), name: {key: value}}
-    return doc, {key, "start", *_shown(value), *_shown(name)}
+    return doc, {key, "start", *_shown(value), *_shown(name)}, (fault, ("start", name, key))
 
 
 @st.composite
@@ -235,16 +236,38 @@ def write(folder: Path, doc: object) -> Path:
     return path
 
 
-@fuzz(100)
-@given(faulty=faulty_documents())
-def test_a_sweep_file_with_a_fault_gives_a_spec_or_one_line_naming_it(folder, faulty):
-    doc, names = faulty
-    try:
-        spec = spec_lib.load(write(folder, doc))
-    except ConfigError as error:
-        check_refusal(error, names)
-        return
-    check_spec(spec)
+def may_be_valid(fault: tuple[str, tuple[Any, ...]]) -> bool:
+    """Whether a file with this fault can be a valid one: a value replaced by one that fits, an
+    optional key dropped, a start or a profile named anew (their names are the file's to choose), a
+    key added that the schema knows. A misspelled or unknown key elsewhere, a condition or a
+    starting point naming what nothing searches, can never be."""
+    kind, place = fault
+    return (kind in ("value", "number", "drop")
+            or kind in ("misspell", "unknown") and (place[:1] in (("start",), ("profiles",)) and len(place) == 2
+                                                    or place[-1] in NAMES))
+
+
+def test_a_sweep_file_with_a_fault_gives_a_spec_or_one_line_naming_it(folder):
+    accepted: list[tuple[str, tuple[Any, ...]]] = []  # the faulty files the parser took
+
+    @fuzz(100)
+    @given(faulty=faulty_documents())
+    def one(faulty: tuple[dict[str, Any], set[str], tuple[str, tuple[Any, ...]]]) -> None:
+        doc, names, fault = faulty
+        try:
+            spec = spec_lib.load(write(folder, doc))
+        except ConfigError as error:
+            check_refusal(error, names)
+            return
+        check_spec(spec)
+        accepted.append(fault)
+
+    one()
+    # Taking a faulty file is right only where the fault may leave a valid one; and most faults
+    # cannot (12 of these 100 examples are taken with Hypothesis 6.170, the other 88 refused): a parser
+    # that took what it should refuse passes every check above, and fails here.
+    assert [fault for fault in accepted if not may_be_valid(fault)] == [], accepted
+    assert len(accepted) <= 20, accepted
 
 
 @fuzz(60)

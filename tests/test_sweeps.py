@@ -17,7 +17,8 @@ from sweeps import spec as spec_lib
 from sweeps.export import trial_table
 from sweeps.workspace import Workspace
 from tests.conftest import REPO, WIKI_MINI
-from tests.sweep_helpers import SMOKE, STUDIES, metric_steps, mlflow_runs, optuna_trials, seqae, sets, status
+from tests.sweep_helpers import (SMOKE, STUDIES, metric_steps, mlflow_runs, optuna_trials, seqae, sets, status,
+                                  tune_results, tune_trials)
 
 # What each study needs on top of SMOKE to run in seconds: a tiny grid, or few trials.
 STUDY_SMOKE = {
@@ -29,7 +30,14 @@ STUDY_SMOKE = {
                        "search.model.d_model={type: categorical, choices: [16, 32]}",
                        "search.model.d_attn={type: categorical, choices: [16, 32]}",
                        "search.model.d_ffn={type: categorical, choices: [32, 64], when: {model.block: transformer}}",
-                       "start.paper={model.block: paper, model.d_model: 16, model.d_attn: 32, model.residual: true}"],
+                       # the paper's patience (the file's 5) end to end: at a learning rate of ~0 each trial's
+                       # validation stays where its first epoch put it, so it trains 5 epochs more, of 8
+                       # (on 3 pages, not 6: those epochs need none of their data's worth)
+                       "train.epochs=8", "train.lr_schedule=constant", "train.lr=1.0e-12", "data.max_pages=3",
+                       "search.train.lr={type: loguniform, low: 1.0e-12, high: 1.0e-11}",
+                       # both widths, and another learning rate, than the transformer's defaults (16, 16, 1e-12)
+                       "start.paper={model.block: paper, model.d_model: 32, model.d_attn: 32, model.residual: true, "
+                       "train.lr: 5.0e-12}"],
     "frontier": ["data.input_len=16", "trials.total=3", "search.model.latent_dim={type: categorical, choices: [4, 8, 16]}",
                  "constraints=[{metric: latent_share, at_most: 1.0}]"],  # TPE's constraints, met by every latent
     "ablation_paper_block": ["data.input_len=16", "grid.model.latent_len=[8]"],
@@ -71,6 +79,8 @@ def test_study_runs_in_smoke_mode(study, profile, tmp_path):
     done = sum(info["trials_by_state"].get(s, 0) for s in ("COMPLETE", "PRUNED"))
     assert done == info["trials_total"] >= 2, info
     assert info["best"], info
+    if study == "search_lr_dims":
+        _check_searched_and_stopped_at_the_papers_patience(workspace, study)
     if study == "frontier":  # the second objective is the latent's floats over the embedded input's (16 x 16)
         shares = [(t.values[1], t.params["model.latent_fraction"], t.params["model.latent_dim"])
                   for t in optuna_trials(workspace, study) if t.values]
@@ -94,6 +104,35 @@ def test_study_runs_in_smoke_mode(study, profile, tmp_path):
         assert flat == pytest.approx([x for point in sorted(zip(front.test_token_accuracy, front.latent_share)) for x in point])
         assert drawn["grid"] and (report / "front.png").exists() and "front.png" in (report / "index.html").read_text()
         assert len(drawn["spent"]) == len(drawn["test"]) == len(table[table.state == "COMPLETE"])
+
+
+def _check_searched_and_stopped_at_the_papers_patience(workspace: Path, study: str) -> None:
+    """The search_lr_dims smoke run: learning rate, d_model and d_attn each take more than one value,
+    and each trial's values reached Optuna, Tune (the config it trained) and MLflow alike; each trial
+    the scheduler left alone trained exactly 5 epochs past its best (the file's patience), the same
+    epochs in all three."""
+    trials = {t.number: t for t in optuna_trials(workspace, study)}
+    runs = {int(r.data.tags["seqae.trial"]): r for r in mlflow_runs(workspace, study) if "seqae.trial" in r.data.tags}
+    tune = tune_trials(workspace, study)
+    assert set(trials) == set(runs) == set(tune) == {0, 1, 2}, (trials, runs, tune)
+    for key, section, field in (("train.lr", "train", "lr"), ("model.d_model", "model", "d_model"),
+                                ("model.d_attn", "model", "d_attn")):
+        sampled = {n: t.params[key] for n, t in trials.items()}
+        assert len(set(sampled.values())) >= 2, (key, sampled)  # searched, not pinned
+        assert {n: spec.params[key] for n, spec in tune.items()} == sampled, key
+        assert {n: getattr(getattr(spec.config, section), field) for n, spec in tune.items()} == sampled, key
+        assert {n: type(sampled[n])(r.data.params[key]) for n, r in runs.items()} == sampled, key
+    tune_epochs = {n: [e for session in sessions for e in session] for n, sessions in
+                   ((int(name.split("-")[1]), s) for name, s in tune_results(workspace, study).items())}
+    for number, trial in trials.items():
+        epochs, values = zip(*sorted(trial.intermediate_values.items()))
+        best = epochs[values.index(max(values))]  # its first epoch: a learning rate of ~0 changes nothing
+        if trial.state.name == "PRUNED":  # an ASHA rung stopped it (grace 2, then x3), before its patience ran out
+            assert epochs[-1] in (2, 6) and tune[number].start is None, (number, epochs)  # never a starting point
+        else:
+            assert trial.state.name == "COMPLETE" and epochs == tuple(range(1, best + 6)), (number, best, epochs)
+        assert metric_steps(runs[number].info.run_id, "val_token_accuracy", workspace) == list(epochs), number
+        assert tune_epochs[number] == list(epochs), number
 
 
 @pytest.mark.slow

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
+from seqae_cli.main import main
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore, tensors
 from seqae_core.config import TrainConfig
@@ -14,6 +17,7 @@ from seqae_core.train import (
     lr_factor,
     train,
 )
+from tests.conftest import TINY, sets
 
 TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.EPOCH_CPU_SECONDS, M.DATA_SECONDS}
 
@@ -238,13 +242,19 @@ def test_early_stopping_patience():
     assert (stopper.best, stopper.best_epoch) == (0.5, 1)
 
 
-def test_stops_early_with_patience(tiny_config, data_cache):
-    # With lr 0 nothing improves after epoch 1, so patience 2 stops after epoch 3.
-    final = train(
-        tiny_config(**{"train.epochs": 10, "train.patience": 2, "train.lr": 1e-12, "train.lr_final": 1e-12}),
-        cache_dir=data_cache,
-    )
-    assert final[M.EPOCHS_RUN] == 3 and final[M.STOPPED_EARLY] is True and final[M.BEST_EPOCH] == 1
+def test_seqae_train_stops_five_epochs_after_the_best_at_the_papers_patience(data_cache, capsys):
+    """`seqae train` at its default patience, the paper's 5: with a learning rate of ~0 nothing
+    improves after epoch 1, so it trains exactly 5 epochs more (of the 20 allowed), then stops."""
+    # 3 pages in batches of 128: 6 epochs of these cost less than the 3 of 6 pages this test once trained
+    overrides = {**TINY, "data.max_pages": 3, "train.batch_size": 128, "train.epochs": 20, "train.lr": 1e-12,
+                 "train.lr_final": 1e-12}
+    # (train.patience is left at its default)
+    assert main(["train", "--json", "--cache-dir", str(data_cache), *[a for s in sets(overrides) for a in ("--set", s)]]) == 0
+    out = capsys.readouterr().out.splitlines()
+    final = json.loads(out[-1])
+    assert final[M.BEST_EPOCH] == 1 and final[M.STOPPED_EARLY] is True
+    assert final[M.EPOCHS_RUN] == final[M.BEST_EPOCH] + 5 == 6
+    assert [line.split(":")[0] for line in out if line.startswith("epoch ")] == [f"epoch {e}" for e in range(1, 7)]
 
 
 def test_checkpoint_store_falls_back_past_a_damaged_record(tmp_path):
