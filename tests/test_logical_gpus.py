@@ -241,3 +241,34 @@ def test_a_gpu_hours_budget_stops_a_sweep_on_logical_gpus(gpu_cluster):
     assert metas and {meta["epoch"] for meta in metas.values()} == {1}, metas
     assert {r.data.tags[N.GPU] for r in _trial_runs(gpu_cluster, name).values()} == {"logical"}
     _cost_is_gpu_fraction_times_wall_time(gpu_cluster, name, info)
+
+
+# -- the same packing on a real GPU (the marker gpu: skipped where torch sees none) ---------------
+
+@pytest.fixture(scope="module")
+def real_gpu_cluster(tmp_path_factory):
+    """A head and one worker raylet with the GPUs Ray detects: this machine's real ones."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(LOGICAL_GPUS, raising=False)
+        yield from local_cluster(tmp_path_factory.mktemp("real-gpu-cluster"), workers=1, cpus_per_worker=4)
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+def test_two_half_gpu_trials_train_on_the_real_gpu_at_once(real_gpu_cluster):
+    """The rehearsal's twin on a GPU: two 0.5-GPU trials of 1,000 epochs both train on CUDA, on the
+    one GPU at the same time, until `seqae sweep stop --now` ends them at their epoch."""
+    name = "realgpu"
+    submit(real_gpu_cluster, name, "data.input_len=16", "model.latent_len=8", "trials.total=2", "max_concurrent=2",
+           "resources.cpu=1", "resources.gpu=0.5", "retries=0", *PACKED)
+    storage = Path(real_gpu_cluster["env"]["SEQAE_STORAGE"]) / name
+    wait_for(lambda: len([m for m in trial_metas(storage).values() if m["epoch"] >= 1]) == 2, 600,
+             "both trials an epoch in")
+    stopped = seqae("sweep", "stop", name, "--now", "--workspace", real_gpu_cluster["env"]["SEQAE_WORKSPACE"],
+                    env=real_gpu_cluster["env"])
+    assert stopped.returncode == 0, stopped.stderr
+    info = wait_job(real_gpu_cluster, name)
+    assert info["trials_by_state"] == {"RUNNING": 2}, _logs(real_gpu_cluster, name)[-4000:]
+    runs = _trial_runs(real_gpu_cluster, name)
+    assert len(runs) == 2 and all(run.data.tags[N.GPU] == "cuda" for run in runs.values())
+    assert list(trials_at_once_per_gpu(runs.values()).values()) == [2]  # one GPU, both trials on it at once
