@@ -296,7 +296,7 @@ def flatten(tree: Any, source: str, prefix: str = "") -> dict[str, Any]:
             raise ConfigError(f"{source}: key {key!r} must be a string")
         if "." in key:  # already dotted, as in sweep files' grid and search sections
             flat[prefix + key] = value
-        elif isinstance(value, dict):
+        elif isinstance(value, dict) and (value or not prefix):  # an empty section is no key
             flat.update(flatten(value, source, f"{prefix}{key}."))
         else:
             flat[prefix + key] = value

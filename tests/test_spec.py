@@ -82,6 +82,7 @@ def test_a_relative_local_data_path_becomes_absolute_and_a_hub_name_stays(tmp_pa
 BAD = [
     pytest.param({**GOOD, "colour": "red"}, "unknown key 'colour'", id="unknown-top-key"),
     pytest.param({**GOOD, "config": {"model": {"d_modle": 3}}}, "unknown key 'model.d_modle'", id="unknown-config-key"),
+    pytest.param({**GOOD, "config": {"data": {"sep": {}}}}, "unknown key 'data.sep'", id="unknown-config-key-empty-mapping"),
     pytest.param({**GOOD, "config": {"model": {"d_model": "wide"}}}, "model.d_model='wide' must be an integer",
                  id="wrong-type"),
     pytest.param({**GOOD, "search": {"train.lr": {"type": "loguniform", "low": float("nan"), "high": 1.0}}},
