@@ -8,9 +8,10 @@ start from the same values; only the computation differs.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable, ContextManager
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from seqae_core.config import Config
@@ -52,3 +53,17 @@ class BaselineAutoencoder(nn.Module):
         for block in m.decoder:
             x = self.run_block(block, x)
         return m.head(m.norm(x))  # (b, t, v)
+
+
+def plain_step(model: BaselineAutoencoder, optimizer: torch.optim.Optimizer, pad_id: int, vocab_size: int,
+               autocast: Callable[[], ContextManager[Any]]) -> Callable[[torch.Tensor], None]:
+    """The plain loop's training step: the full (b, t, v) logits into ``F.cross_entropy``."""
+    def step(tokens: torch.Tensor) -> None:
+        with autocast():
+            logits = model(tokens)
+        loss = F.cross_entropy(logits.float().view(-1, vocab_size), tokens.view(-1), ignore_index=pad_id)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    return step

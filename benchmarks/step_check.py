@@ -19,13 +19,13 @@ import math
 import time
 import warnings
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Any, Callable, ContextManager
 
 import pynvml
 import torch
 import torch.nn.functional as F
 
-from benchmarks.baseline import BaselineAutoencoder
+from benchmarks.baseline import BaselineAutoencoder, plain_step
 from benchmarks.flops import PEAK_BF16, forward_flops
 from benchmarks.syncs import count_per_step
 from seqae_core.config import Config, from_flat
@@ -89,14 +89,14 @@ def _timed(step: Callable[[], None], device: torch.device, warmup: int, steps: i
 
 
 def _before_step(model: ReducingAutoencoder, optimizer: torch.optim.Optimizer, pad_id: int,
-                 autocast: Callable[[], object]) -> Callable[[torch.Tensor], None]:
+                 autocast: Callable[[], ContextManager[Any]]) -> Callable[[torch.Tensor], None]:
     """The step as seqae ran it before: pads indexed out by a boolean mask, the chunked head on
     the rows left, the loss read back before backward, the batch's counts read back as well."""
     plan = plan_head("chunked", next(model.parameters()).device)
 
     def step(tokens: torch.Tensor) -> None:
         keep = tokens != pad_id  # (b, t)
-        with autocast():  # type: ignore[attr-defined]
+        with autocast():
             hidden = model.decode(model.encode(tokens))[keep]  # (n, d): a data-dependent shape
             targets = tokens[keep]
             loss_sum, predicted = linear_cross_entropy(hidden, model.head, targets, plan)
@@ -115,20 +115,7 @@ def _before_step(model: ReducingAutoencoder, optimizer: torch.optim.Optimizer, p
     return step
 
 
-def _plain_step(model: BaselineAutoencoder, optimizer: torch.optim.Optimizer, pad_id: int,
-                autocast: Callable[[], object]) -> Callable[[torch.Tensor], None]:
-    def step(tokens: torch.Tensor) -> None:
-        with autocast():  # type: ignore[attr-defined]
-            logits = model(tokens)
-        loss = F.cross_entropy(logits.float().view(-1, VOCAB), tokens.view(-1), ignore_index=pad_id)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-
-    return step
-
-
-def _variant(name: str, config: Config, device: torch.device, autocast: Callable[[], object]
+def _variant(name: str, config: Config, device: torch.device, autocast: Callable[[], ContextManager[Any]]
              ) -> tuple[Callable[[torch.Tensor], None], str, torch.nn.Module]:
     """A fresh model of ``config`` and the step of variant ``name`` on it, with a note."""
     torch.manual_seed(0)
@@ -136,7 +123,7 @@ def _variant(name: str, config: Config, device: torch.device, autocast: Callable
     if name == "plain loop":
         plain = BaselineAutoencoder(config, VOCAB).to(device)
         plain.model.load_state_dict(seqae.state_dict())
-        return _plain_step(plain, torch.optim.AdamW(plain.parameters(), lr=1e-4), 0, autocast), "", plain
+        return plain_step(plain, torch.optim.AdamW(plain.parameters(), lr=1e-4), 0, VOCAB, autocast), "", plain
     optimizer = torch.optim.AdamW(seqae.parameters(), lr=1e-4, fused=True)
     if name == "before (syncs)":
         return _before_step(seqae, optimizer, 0, autocast), "", seqae
@@ -163,7 +150,7 @@ def measure(block: str, batch: int, input_len: int, latent_len: int, device: tor
     config = _config(block, batch, input_len, latent_len)
     batches = _batches(batch, input_len, device)
 
-    def autocast() -> object:
+    def autocast() -> ContextManager[Any]:
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
 
     head, body = forward_flops(config, VOCAB)

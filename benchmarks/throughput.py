@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 
-from benchmarks.baseline import BaselineAutoencoder
+from benchmarks.baseline import BaselineAutoencoder, plain_step
 from benchmarks.flops import head_share, mfu
 from seqae_core import data as data_lib
 from seqae_core.config import Config, from_flat
@@ -80,14 +79,10 @@ def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, ste
     def seqae_step() -> None:
         train_step(next_batch())
 
+    plain = plain_step(baseline, opt_base, pad_id, vocab_size, lambda: autocast)
+
     def baseline_step() -> None:
-        tokens = next_batch()
-        with autocast:
-            logits = baseline(tokens)
-        loss = F.cross_entropy(logits.float().view(-1, vocab_size), tokens.view(-1), ignore_index=pad_id)
-        opt_base.zero_grad()
-        loss.backward()
-        opt_base.step()
+        plain(next_batch())
 
     # Alternate the two a few times so that drift in the machine's speed hits both alike.
     seqae_s, base_s = [], []

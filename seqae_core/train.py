@@ -136,7 +136,7 @@ def evaluate(model: ReducingAutoencoder, splits: data_lib.Splits, rows: np.ndarr
     for i in range(0, len(rows), size):
         tokens = splits.batch(rows[i : i + size]).to(device, non_blocking=True)
         with autocast(config, device):
-            _, tally = batch_scores(model, tokens, splits.pad_id, plan.scoring)
+            _, tally = batch_scores(model, tokens, splits.pad_id, plan)
         total.add_(tally)
     return total.read()
 

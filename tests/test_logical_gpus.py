@@ -167,6 +167,17 @@ def _logs(cluster, name: str) -> str:
     return seqae("sweep", "logs", name, "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"]).stdout
 
 
+def _stopped_once_all_an_epoch_in(cluster, name: str, trials: int) -> dict[str, Any]:
+    """Wait until each of the sweep's ``trials`` trials of 1,000 epochs is an epoch in, end them
+    all at their epoch with `seqae sweep stop --now`, and return the ended job's info."""
+    storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
+    wait_for(lambda: len([m for m in trial_metas(storage).values() if m["epoch"] >= 1]) == trials, 600,
+             f"all {trials} trials an epoch in")
+    stopped = seqae("sweep", "stop", name, "--now", "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"])
+    assert stopped.returncode == 0, stopped.stderr
+    return wait_job(cluster, name)
+
+
 def _cost_is_gpu_fraction_times_wall_time(cluster, name: str, info: dict) -> None:
     cost, runs = info["cost"], _trial_runs(cluster, name)
     assert cost["unit"] == "gpu-hours"
@@ -194,13 +205,7 @@ def test_without_the_opt_in_a_trial_on_a_logical_gpu_fails_naming_the_setting(gp
 def test_four_trials_share_each_logical_gpu_and_record_it_and_their_gpu_hours(gpu_cluster):
     name = "gpupack"
     _submit(gpu_cluster, name, *PACKED)
-    storage = Path(gpu_cluster["env"]["SEQAE_STORAGE"]) / name
-    wait_for(lambda: len([m for m in trial_metas(storage).values() if m["epoch"] >= 1]) == 8, 600,
-             "all eight trials an epoch in")
-    stopped = seqae("sweep", "stop", name, "--now", "--workspace", gpu_cluster["env"]["SEQAE_WORKSPACE"],
-                    env=gpu_cluster["env"])
-    assert stopped.returncode == 0, stopped.stderr
-    info = wait_job(gpu_cluster, name)
+    info = _stopped_once_all_an_epoch_in(gpu_cluster, name, 8)
     logs = _logs(gpu_cluster, name)
     assert info["job"]["status"] == "SUCCEEDED" and info["outcome"] == "stopped", logs[-4000:]
     assert info["trials_by_state"] == {"RUNNING": 8}, logs[-4000:]  # each stopped at its epoch, to continue
@@ -261,13 +266,7 @@ def test_two_half_gpu_trials_train_on_the_real_gpu_at_once(real_gpu_cluster):
     name = "realgpu"
     submit(real_gpu_cluster, name, "data.input_len=16", "model.latent_len=8", "trials.total=2", "max_concurrent=2",
            "resources.cpu=1", "resources.gpu=0.5", "retries=0", *PACKED)
-    storage = Path(real_gpu_cluster["env"]["SEQAE_STORAGE"]) / name
-    wait_for(lambda: len([m for m in trial_metas(storage).values() if m["epoch"] >= 1]) == 2, 600,
-             "both trials an epoch in")
-    stopped = seqae("sweep", "stop", name, "--now", "--workspace", real_gpu_cluster["env"]["SEQAE_WORKSPACE"],
-                    env=real_gpu_cluster["env"])
-    assert stopped.returncode == 0, stopped.stderr
-    info = wait_job(real_gpu_cluster, name)
+    info = _stopped_once_all_an_epoch_in(real_gpu_cluster, name, 2)
     assert info["trials_by_state"] == {"RUNNING": 2}, _logs(real_gpu_cluster, name)[-4000:]
     runs = _trial_runs(real_gpu_cluster, name)
     assert len(runs) == 2 and all(run.data.tags[N.GPU] == "cuda" for run in runs.values())
