@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
+import os
 import platform
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -13,6 +16,7 @@ from typing import Any, Callable
 import torch
 
 from seqae_core.train import native_bf16_flags
+from seqae_errors import ConfigError
 from sweeps.progress import text_table
 
 Suite = Callable[[dict[str, Any]], list[dict[str, Any]]]
@@ -119,3 +123,26 @@ def main(names: list[str], out: Path, options: dict[str, Any]) -> dict[str, Any]
     out.write_text(json.dumps(results, indent=1))
     print(f"\nwrote {out}")
     return results
+
+
+def command(args: argparse.Namespace) -> dict[str, Any]:
+    """``seqae bench``'s arguments checked, each mistake refused in one line before anything runs;
+    then :func:`main`."""
+    if not args.suites:  # every suite together takes hours: a user names what to measure
+        raise ConfigError(f"name the benchmark suites to run (seqae bench SUITE ...): {', '.join(SUITES)}")
+    unknown = [s for s in args.suites if s not in SUITES]
+    if unknown:
+        raise ConfigError(f"unknown benchmark suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
+    if args.before and not (Path(args.before) / "seqae_cli" / "main.py").is_file():
+        raise ConfigError(f"--before {args.before!r} is not a checkout of seqae (no seqae_cli/main.py there)")
+    if "processes" in args.suites and not args.command:
+        raise ConfigError("bench processes needs --command CMD: the command whose CPU-seconds it counts (for example .ci/run)")
+    bounds = re.fullmatch(r"(\d+)(?:-(\d+))?", args.seeds)
+    seeds = range(int(bounds[1]), int(bounds[2] or bounds[1]) + 1) if bounds else range(0)
+    if not seeds:
+        raise ConfigError(f"--seeds {args.seeds!r} is not a range FIRST-LAST of whole numbers (for example 0-999)")
+    data = args.data or os.environ.get("SEQAE_BENCH_DATA") or "wikimedia/wikipedia"
+    return main(args.suites, Path(args.out),
+                {"shapes": args.shapes, "steps": args.steps, "workspace": args.workspace, "data": data,
+                 "sizes": args.sizes, "optuna": args.optuna, "before": args.before, "seeds": seeds,
+                 "fraction": args.fraction, "command": args.command})

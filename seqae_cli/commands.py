@@ -1,17 +1,16 @@
-"""The verbs of the ``seqae`` command line, one function each.
+"""The verbs of the ``seqae`` command line, one function each: each calls :mod:`sweeps.api` (or,
+for ``train``, ``cluster`` and ``bench``, the package that verb is) and prints what it returns.
 
-Each verb imports what it needs when it runs (the only lazy imports of the tree, each with its
-reason): `seqae train` and `--help` load no Ray or MLflow, and MLflow is imported only after
-:func:`seqae_cli.main.main` has set its environment."""
+The sweep verbs import nothing of :mod:`sweeps` but its API, which imports what each verb uses
+when it runs; the other verbs import their package when they run (the tree's other lazy imports,
+each with its reason): `seqae train` and `--help` load no Ray or MLflow, and MLflow is imported
+only after :func:`seqae_cli.main.main` has set its environment."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import json
-import os
-import re
 import socket
 import sys
 from pathlib import Path
@@ -19,96 +18,74 @@ from typing import Any
 
 from seqae_core.metrics import value_text
 from seqae_errors import ConfigError
-from sweeps.workspace import Submission, Workspace, listing
+from sweeps import api
+from sweeps.api import Sweep
 
 
-def _workspace(args: argparse.Namespace) -> Workspace:
-    return Workspace(args.workspace)
-
-
-def _freeze_imported_objects() -> None:
-    """Called by a verb that reads or drives a sweep once its imports are done: their objects
-    (torch's, MLflow's, Optuna's: hundreds of thousands, alive until exit) leave the garbage
-    collector's view, whose full passes over them otherwise took as long again as reading a
-    study of thousands of trials (``seqae bench control-plane``)."""
+def _freeze_imported(kind: str) -> None:
+    """Import what the verb's kind of API call uses (:func:`sweeps.api.load`), then move those
+    objects (torch's, MLflow's, Optuna's: hundreds of thousands, alive until exit) out of the
+    garbage collector's view, whose full passes over them otherwise took as long again as reading
+    a study of thousands of trials (``seqae bench control-plane``): this process ends with its verb."""
+    api.load(kind)
     gc.freeze()
 
 
-def _sets(args: argparse.Namespace) -> list[str]:
-    """``--profile NAME`` is the first override, so every ``--set`` applies on top of the profile."""
-    return ([f"profile={args.profile}"] if args.profile else []) + args.set
+def _describe(sweep: Sweep) -> str:
+    job = sweep.job()
+    return (f"submitted sweep {sweep.name!r} as job {job.id} to {job.address}\n"
+            f"  watch:  {job.dashboard}\n"
+            f"  logs:   seqae sweep logs {sweep.name}\n"
+            f"  status: seqae sweep status {sweep.name}")
 
 
 def cmd_sweep_run(args: argparse.Namespace) -> int | None:  # the driver's exit code
-    from sweeps.api import Sweep  # Ray, MLflow and torch, only for the verbs that drive a sweep
-
-    _freeze_imported_objects()
+    _freeze_imported("drive")
     backends = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
     return Sweep.run(args.file, set=args.set, profile=args.profile, name=args.name, workspace=args.workspace,
                      or_resume=args.or_resume, backends=backends, verbose=args.verbose).exit_code
 
 
 def cmd_sweep_resume(args: argparse.Namespace) -> int | None:  # the driver's exit code
-    from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
-    from sweeps.api import Sweep  # Ray, MLflow and torch, only for the verbs that drive a sweep
-
-    _freeze_imported_objects()
-    workspace = _workspace(args)
-    record = workspace.read_submission(args.name)
-    if record is not None:
-        submit.resubmit(workspace, record)
-        print(submit.describe(record))
-        return 0
-    return Sweep(args.name, workspace).resume(allow_code_change=args.allow_code_change, verbose=args.verbose).exit_code
-
-
-def _record(args: argparse.Namespace) -> Submission:
-
-    record = _workspace(args).read_submission(args.name)
-    if record is None:
-        raise ConfigError(f"sweep {args.name!r} was not submitted to a cluster from this workspace")
-    return record
+    _freeze_imported("drive")
+    sweep = Sweep(args.name, args.workspace).resume(allow_code_change=args.allow_code_change, verbose=args.verbose)
+    if sweep.submission is not None:
+        print(_describe(sweep))
+    return sweep.exit_code
 
 
 def cmd_sweep_submit(args: argparse.Namespace) -> int:
-    from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
-
-    record = submit.submit(_workspace(args), args.file, args.name, _sets(args), args.address)
-    print(submit.describe(record))
+    _freeze_imported("cluster")
+    sweep = Sweep.submit(args.file, set=args.set, profile=args.profile, name=args.name, address=args.address,
+                         workspace=args.workspace)
+    print(_describe(sweep))
     return 0
 
 
 def cmd_sweep_logs(args: argparse.Namespace) -> int:
-    from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
-
-    print(submit.logs(_record(args)), end="")
+    _freeze_imported("cluster")
+    print(Sweep(args.name, args.workspace).logs(), end="")
     return 0
 
 
 def cmd_sweep_cancel(args: argparse.Namespace) -> int:
-    from sweeps import submit  # Ray's Jobs client, only for a cluster's verbs
-
-    record = _record(args)
-    stopped = submit.cancel(record)
-    print(f"job {record.jobs[-1]}: {'stop requested' if stopped else 'already finished'}; "
+    _freeze_imported("cluster")
+    sweep = Sweep(args.name, args.workspace)
+    stopped = sweep.cancel()
+    print(f"job {sweep.job().id}: {'stop requested' if stopped else 'already finished'}; "
           f"`seqae sweep resume {args.name}` continues it")
     return 0
 
 
 def cmd_sweep_fork(args: argparse.Namespace) -> int | None:  # the driver's exit code
-    from sweeps.api import Sweep  # Ray, MLflow and torch, only for the verbs that drive a sweep
-
-    _freeze_imported_objects()
+    _freeze_imported("drive")
     return Sweep.fork(args.origin, args.file, set=args.set, profile=args.profile, name=args.name, workspace=args.workspace,
                       verbose=args.verbose).exit_code
 
 
 def cmd_sweep_stop(args: argparse.Namespace) -> int:
-    from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
-
     how = "`seqae sweep stop --now`" if args.now else "`seqae sweep stop`"
-    lifecycle.control(_workspace(args), args.name, drain=f"stopped by {how} on {socket.gethostname()}",
-                      **({"now": True} if args.now else {}))
+    Sweep(args.name, args.workspace).stop(f"stopped by {how} on {socket.gethostname()}", now=args.now)
     running = "stop at the end of their epoch" if args.now else "finish"
     print(f"sweep {args.name}: no new trials start; the running ones {running}. `seqae sweep resume {args.name}` "
           "continues it later")
@@ -116,34 +93,23 @@ def cmd_sweep_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep_set(args: argparse.Namespace) -> int:
-    from sweeps import lifecycle  # Ray, Optuna and torch, only for the verbs that change a sweep
-
-    key, _, text = args.change.partition("=")
-    if key != "max_concurrent":
-        raise ConfigError(f"{args.change!r}: a running sweep can change max_concurrent=N only")
-    if not text.isdigit() or int(text) < 1:
-        raise ConfigError(f"max_concurrent={text!r} must be a whole number of at least 1")
-    lifecycle.control(_workspace(args), args.name, max_concurrent=int(text))
-    print(f"sweep {args.name}: max_concurrent={text} from its next trial on (recorded in its study)")
+    key, _, value = args.change.partition("=")
+    changes = api.check_changes(**{key: value})  # a mistake is refused before the sweep is read
+    control = Sweep(args.name, args.workspace).set(**changes)
+    print(f"sweep {args.name}: max_concurrent={control.max_concurrent} from its next trial on (recorded in its study)")
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from dashboards import report  # matplotlib and MLflow, only to draw the report
-
-    _freeze_imported_objects()
-    workspace = _workspace(args)
-    try:
-        index = report.build(workspace.read(args.name), workspace.report_dir(args.name))
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    _freeze_imported("tables")
+    index = Sweep(args.name, args.workspace).report()
     print(f"report: {index}  (also logged to the sweep's MLflow run, under report/)")
     return 0
 
 
 def _texts(args: argparse.Namespace) -> list[str]:
-    """The texts to encode: the arguments (``-``: standard input), then each ``--file``'s text;
-    refused in one line when there are none, one is empty, or a file cannot be read."""
+    """The TEXT arguments (``-``: standard input, read once), then each ``--file``'s text; a file
+    that cannot be read is refused in one line."""
     texts = [sys.stdin.read() if text == "-" else text for text in args.texts]
     for path in args.file:
         try:
@@ -151,53 +117,25 @@ def _texts(args: argparse.Namespace) -> list[str]:
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"--file {path}: cannot read it as UTF-8 text "
                               f"({e.strerror if isinstance(e, OSError) else e.reason})") from None
-    if not texts:
-        raise ConfigError("nothing to encode: give TEXT arguments, - for standard input, or --file PATH")
-    for n, text in enumerate(texts, 1):
-        if not text.strip():
-            raise ConfigError(f"text {n} is empty: there is nothing to encode")
     return texts
 
 
 def cmd_encode(args: argparse.Namespace) -> int:
     from seqae_core.checkpoint import marked  # torch, only for `seqae encode` and `seqae train`
     from seqae_core.data import detokenize  # numpy and torch, only for `seqae encode`
-    from sweeps.registry import load_registered  # MLflow, only for `seqae encode`
 
-    texts = _texts(args)
-    workspace = _workspace(args)
-    uri = os.environ.get("SEQAE_MLFLOW_TRACKING_URI")
-    if uri is None:
-        if not (workspace.root / "mlflow.db").exists():
-            raise ConfigError(f"model {args.model!r}: no sweeps have run in {workspace.root} yet (no mlflow.db); "
-                              "pass --workspace, or set SEQAE_MLFLOW_TRACKING_URI")
-        uri = f"sqlite:///{workspace.root / 'mlflow.db'}"
-    model_uri, model = load_registered(uri, args.model, args.at)
-    out = model.predict(texts)
-    print(f"{model_uri}: each text's reconstruction from its latents, wrong tokens [[marked]]")
-    for n, row in enumerate(out.itertuples(), 1):
-        print(f"\ntext {n}: token accuracy {row.token_accuracy:.4f} ({len(row.tokens)} tokens, "
-              f"latents {' x '.join(map(str, row.latents.shape))})")
-        print("  original:      " + detokenize(row.tokens))
-        print("  reconstructed: " + marked(row.tokens, row.reconstructed_tokens))
+    encoded = api.encode(args.model, _texts(args), at=args.at, workspace=args.workspace)
+    print(f"{encoded.model_uri}: each text's reconstruction from its latents, wrong tokens [[marked]]")
+    for n, text in enumerate(encoded.texts, 1):
+        print(f"\ntext {n}: token accuracy {text.token_accuracy:.4f} ({len(text.tokens)} tokens, "
+              f"latents {' x '.join(map(str, text.latent_shape))})")
+        print("  original:      " + detokenize(text.tokens))
+        print("  reconstructed: " + marked(text.tokens, text.reconstructed_tokens))
     return 0
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from dashboards import ui  # MLflow's server app, only for `seqae ui`
-    from sweeps.mlflow_access import check_credentials  # MLflow, after main() set its environment
-
-    workspace = _workspace(args)
-    tracking_uri = os.environ.get("SEQAE_MLFLOW_TRACKING_URI", f"sqlite:///{workspace.root / 'mlflow.db'}")
-    if tracking_uri.startswith("sqlite:") and not (workspace.root / "mlflow.db").exists():
-        raise ConfigError(f"no sweeps have run in {workspace.root} yet (no mlflow.db)")
-    check_credentials(tracking_uri)  # the user's own, which the browser will ask for
-    ui.serve(
-        tracking_uri,
-        str(workspace.artifact_root),
-        os.environ.get("SEQAE_OPTUNA_STORAGE", f"sqlite:///{workspace.root / 'optuna.db'}"),
-        args.host, args.mlflow_port, args.optuna_port, workspace.root / "logs",
-    )
+    api.ui(host=args.host, mlflow_port=args.mlflow_port, optuna_port=args.optuna_port, workspace=args.workspace)
     return 0
 
 
@@ -241,57 +179,33 @@ def cmd_cluster_status(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep_extend(args: argparse.Namespace) -> int | None:  # the driver's exit code
-    from sweeps.api import Sweep  # Ray, MLflow and torch, only for the verbs that drive a sweep
-
-    _freeze_imported_objects()
-    sweep = Sweep(args.name, _workspace(args))
-    if args.epochs is not None:
-        return sweep.extend(epochs=args.epochs, which=args.trials or "best:1", allow_code_change=args.allow_code_change,
-                            verbose=args.verbose).exit_code
-    if args.trials is None or not args.trials.isdigit():
-        raise ConfigError(f"--trials={args.trials!r}: give how many trials to add (or --epochs N to train finished "
-                          "trials on)")
-    return sweep.extend(trials=int(args.trials), allow_code_change=args.allow_code_change, verbose=args.verbose).exit_code
+    _freeze_imported("drive")
+    sweep = Sweep(args.name, args.workspace)
+    # --trials is how many more trials, or with --epochs which finished ones train on
+    trials, which = (None, args.trials) if args.epochs is not None else (args.trials, None)
+    return sweep.extend(trials=trials, epochs=args.epochs, which=which, allow_code_change=args.allow_code_change,
+                        verbose=args.verbose).exit_code
 
 
 def cmd_sweep_status(args: argparse.Namespace) -> int:
-    from sweeps import status  # Optuna, only to read a sweep
-
-    workspace = _workspace(args)
-    record = workspace.read_submission(args.name)
-    if record is not None:
-        # MLflow and Ray's Jobs client, only for a sweep submitted to a cluster: a local sweep's
-        # status loads neither
-        from sweeps import remote_status, submit
-    _freeze_imported_objects()
-    if record is not None and not workspace.exists(args.name):
-        # submitted, and its driver keeps its state in the cluster's workspace: read its trials
-        # from the backends the submission named, once its driver has created the study
-        from sweeps.search import study_exists  # Optuna, only to read a sweep
-
-        if not (record.backends and study_exists(record.backends.optuna_storage, args.name)):
-            job = submit.job_info(record)
-            print(json.dumps({"name": args.name, "job": job}) if args.json else f"sweep {args.name}: job {job['id']} "
-                  f"is {job['status']} (its driver has not started its trials yet)")
-            return 0
-        info = remote_status.status_of(record)
-    else:
-        info = status.status(workspace, args.name)
-        if record is not None:
-            info = dataclasses.replace(info, job=submit.job_info(record))
+    _freeze_imported("read")
+    info = Sweep(args.name, args.workspace).status()
     if args.json:
         print(json.dumps(info.as_json()))
+        return 0
+    if isinstance(info, api.Pending):
+        print(f"sweep {args.name}: job {info.job.id} is {info.job.status} (its driver has not started its trials yet)")
         return 0
     print(f"sweep {info.name} ({info.outcome}) in {info.workspace}")
     if info.profile:
         print(f"  profile: {info.profile}: {info.description}")
     control = info.control
-    if control.get("drain"):
-        running = "; the running ones stop at the end of their epoch" if control.get("now") else ""
-        print(f"  {'stopping' if info.outcome == 'running' else 'stopped'}: no new trials ({control['drain']}){running}")
-    if control.get("max_concurrent"):
-        when = next(e["at"] for e in reversed(control["log"]) if "max_concurrent" in e)
-        print(f"  max_concurrent: {control['max_concurrent']} (set {when})")
+    if control.drain:
+        running = "; the running ones stop at the end of their epoch" if control.now else ""
+        print(f"  {'stopping' if info.outcome == 'running' else 'stopped'}: no new trials ({control.drain}){running}")
+    if control.max_concurrent:
+        when = next(e["at"] for e in reversed(control.log) if "max_concurrent" in e)
+        print(f"  max_concurrent: {control.max_concurrent} (set {when})")
     if info.forked_from:
         print(f"  forked from {info.forked_from}: {info.seeded_trials} of its trials seeded the study")
     print(f"  trials: {info.trials_total} planned; " + ", ".join(f"{k} {v}" for k, v in info.trials_by_state.items()))
@@ -319,61 +233,39 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
           f"sweep run {info.mlflow_parent_run_id}")
     print(f"  Optuna: {info.optuna_storage} study {info.optuna_study_name}")
     if info.job:
-        print(f"  job: {info.job['id']} {info.job['status']} ({info.job['dashboard']})")
+        print(f"  job: {info.job.id} {info.job.status} ({info.job.dashboard})")
     return 0
 
 
 def cmd_sweep_export(args: argparse.Namespace) -> int:
-    from sweeps import export  # MLflow, Optuna and pandas, only to read a sweep
-
-    _freeze_imported_objects()
-    table = export.export(_workspace(args), args.name, args.format, args.out)
-    print(f"wrote {table}")
+    _freeze_imported("tables")
+    print(f"wrote {Sweep(args.name, args.workspace).export(args.out, args.format)}")
     return 0
 
 
 def cmd_sweep_compare(args: argparse.Namespace) -> int:
-    from sweeps import compare  # MLflow, Optuna, pandas and matplotlib, only to read sweeps
-
-    _freeze_imported_objects()
-    text, page = compare.compare(_workspace(args), args.names, args.out)
+    _freeze_imported("tables")
+    first, *others = args.names
+    text, page = Sweep(first, args.workspace).compare(*others, out=args.out)
     print(text)
     print(f"\npage: {page}")
     return 0
 
 
 def cmd_sweep_list(args: argparse.Namespace) -> int:
-    rows = listing(_workspace(args))
+    rows = api.sweeps(args.workspace)
     if not rows:
         print("no sweeps in this workspace")
     for row in rows:
-        states = ", ".join(f"{k} {v}" for k, v in row["by_state"].items())
-        print(f"{row['name']:24s} {row['outcome']:12s} {row['trials']:4d} trials  {states}")
+        states = ", ".join(f"{k} {v}" for k, v in row.by_state.items())
+        print(f"{row.name:24s} {row.outcome:12s} {row.trials:4d} trials  {states}")
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from benchmarks.run import SUITES  # torch and the benchmarks, only for `seqae bench`
-    from benchmarks.run import main as run_benchmarks  # torch and the benchmarks, only for `seqae bench`
+    from benchmarks.run import command  # torch and the benchmarks, only for `seqae bench`
 
-    if not args.suites:  # every suite together takes hours: a user names what to measure
-        raise ConfigError(f"name the benchmark suites to run (seqae bench SUITE ...): {', '.join(SUITES)}")
-    unknown = [s for s in args.suites if s not in SUITES]
-    if unknown:
-        raise ConfigError(f"unknown benchmark suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
-    if args.before and not (Path(args.before) / "seqae_cli" / "main.py").is_file():
-        raise ConfigError(f"--before {args.before!r} is not a checkout of seqae (no seqae_cli/main.py there)")
-    if "processes" in args.suites and not args.command:
-        raise ConfigError("bench processes needs --command CMD: the command whose CPU-seconds it counts (for example .ci/run)")
-    bounds = re.fullmatch(r"(\d+)(?:-(\d+))?", args.seeds)
-    seeds = range(int(bounds[1]), int(bounds[2] or bounds[1]) + 1) if bounds else range(0)
-    if not seeds:
-        raise ConfigError(f"--seeds {args.seeds!r} is not a range FIRST-LAST of whole numbers (for example 0-999)")
-    data = args.data or os.environ.get("SEQAE_BENCH_DATA") or "wikimedia/wikipedia"
-    run_benchmarks(args.suites, Path(args.out),
-                   {"shapes": args.shapes, "steps": args.steps, "workspace": args.workspace, "data": data,
-                    "sizes": args.sizes, "optuna": args.optuna, "before": args.before, "seeds": seeds,
-                    "fraction": args.fraction, "command": args.command})
+    command(args)
     return 0
 
 

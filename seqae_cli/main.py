@@ -10,6 +10,7 @@ import sys
 
 from seqae_cli.parser import build_parser
 from seqae_errors import ConfigError, StorageUnreachable
+from sweeps.api import show_progress
 
 EXIT_USAGE = 2  # bad input: the same code argparse uses
 EXIT_TEMPFAIL = 75  # a service away: try again later (sysexits.h's EX_TEMPFAIL)
@@ -29,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     for package in OURS:
         logging.getLogger(package).setLevel(logging.INFO)
+    show_progress()  # a sweep's driver prints its lines on stdout, as the verbs print theirs
     try:
         return int(args.handler(args) or 0)
     except ConfigError as exc:

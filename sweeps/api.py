@@ -1,41 +1,108 @@
-"""seqae from Python, for notebooks and scripts: a sweep is a :class:`Sweep`, which runs, resumes,
-extends, stops and reads what the command line does (the command line is a thin layer over it).
+"""seqae from Python, and the one door the command line goes through: each verb of ``seqae sweep``
+(and ``seqae encode`` and ``seqae ui``) is a method of :class:`Sweep` or a function here, and
+``seqae_cli`` only parses its arguments, calls it and prints what it returns.
+
 A refusal is a :class:`~seqae_errors.ConfigError` naming the key or value, a database that stayed
-away a :class:`~seqae_errors.StorageUnreachable`; nothing here exits or prints a table.
+away a :class:`~seqae_errors.StorageUnreachable`. Nothing here exits, and nothing prints unless
+asked: :func:`show_progress` prints the driver's lines as they come (the command line calls it).
 
-    from sweeps.api import Sweep
+    from sweeps.api import Sweep, show_progress
 
+    show_progress()
     sweep = Sweep.run("sweeps/studies/quickstart.yaml", set=["data.path=../shared/data/wikipedia-mini"])
     sweep.status().best             # the best trial: validation (selected on) and test values
     table = sweep.trials()          # a pandas DataFrame, a row per trial (export's columns)
     model = sweep.best_model()      # the registered model: model.predict(["some text"])
+
+Each method imports what it uses when it runs, so that reading a sweep (``status``, ``list``)
+loads no PyTorch, MLflow or Ray; :func:`load` imports a verb's modules ahead of it.
 """
 
 from __future__ import annotations
 
-import socket
+import importlib
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import pandas as pd
-
-from dashboards import report
 from seqae_errors import ConfigError
-from sweeps import compare, driver, export, lifecycle, registry, status
-from sweeps.workspace import Workspace
+from sweeps.workspace import Job, Listed, Submission, Workspace, listing
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from mlflow.pyfunc import PyFuncModel
+
+    from sweeps.search import Control
+    from sweeps.status import SweepStatus
 
 BACKENDS = ("storage", "mlflow_tracking_uri", "optuna_storage")  # what ``backends=`` may name
+# What each kind of verb imports when it first runs, for :func:`load`.
+MODULES = {
+    "drive": ("sweeps.driver", "sweeps.lifecycle", "sweeps.submit", "dashboards.report"),
+    "read": ("sweeps.status",),
+    "tables": ("sweeps.export", "sweeps.compare", "dashboards.report"),
+    "cluster": ("sweeps.submit", "sweeps.remote_status"),
+    "models": ("sweeps.registry",),
+}
+
+
+def load(kind: str) -> None:
+    """Import now what the verbs of ``kind`` (a key of :data:`MODULES`) import on first use: a
+    process that ends with its verb (the command line's) then freezes them out of the garbage
+    collector's view."""
+    for module in MODULES[kind]:
+        importlib.import_module(module)
+
+
+def show_progress() -> None:
+    """Print the driver's progress lines (each trial's epochs, the session's end) on standard
+    output from now on, as ``seqae sweep run`` does."""
+    from sweeps import progress
+
+    progress.show()
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A sweep submitted to a cluster whose driver has not yet created its study: only its job."""
+
+    name: str
+    job: Job
+
+    def as_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """One text through a registered model: its tokens, their reconstruction from the latents."""
+
+    tokens: list[str]
+    reconstructed_tokens: list[str]
+    token_accuracy: float
+    latent_shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Encoded:
+    model_uri: str  # the registry version that encoded them, models:/NAME/VERSION
+    texts: list[Encoding]
 
 
 class Sweep:
-    """Sweep ``name`` in ``workspace`` (a folder; unset: ``$SEQAE_WORKSPACE``, else ``./seqae-runs``).
-    Opening an unknown sweep is refused. ``exit_code`` is what its last run, resume or extend in
-    this process ended with, as the command line would exit: 0 when it completed or was stopped,
-    else the driver's code for an interrupted sweep (it continues with :meth:`resume`)."""
+    """Sweep ``name`` in ``workspace`` (a folder; unset: ``$SEQAE_WORKSPACE``, else ``./seqae-runs``):
+    one this workspace holds, or one submitted from it to a cluster. Opening an unknown sweep is
+    refused. ``exit_code`` is what its last run, resume or extend in this process ended with, as
+    the command line would exit: 0 when it completed or was stopped, else the driver's code for an
+    interrupted sweep (it continues with :meth:`resume`)."""
 
     def __init__(self, name: str, workspace: str | Path | Workspace | None = None) -> None:
         self.workspace = _workspace(workspace)
-        self.workspace.read(name)  # an unknown sweep is refused, naming it
+        self.submission: Submission | None = self.workspace.read_submission(name)
+        if self.submission is None:
+            self.workspace.read(name)  # an unknown sweep is refused, naming it
         self.name = name
         self.exit_code: int | None = None
 
@@ -47,13 +114,15 @@ class Sweep:
         return cls(name, workspace)
 
     @classmethod
-    def create(cls, file: str | Path, *, set: list[str] | tuple[str, ...] = (), profile: str | None = None,
+    def create(cls, file: str | Path, *, set: Sequence[str] = (), profile: str | None = None,
                name: str | None = None, workspace: str | Path | Workspace | None = None, or_resume: bool = False,
                backends: dict[str, str | None] | None = None) -> Sweep:
         """Check sweep ``file`` with its ``profile`` and ``set`` overrides (``"key=value"``, as
         ``--set``) and record it, without running it; ``backends`` may name ``storage``,
         ``mlflow_tracking_uri`` and ``optuna_storage`` (else the workspace's own). With ``or_resume``
         an existing sweep of that name is taken if the file still describes it."""
+        from sweeps import lifecycle
+
         place = _workspace(workspace)
         sets = _sets(set, profile)
         overrides = dict.fromkeys(BACKENDS) | (backends or {})
@@ -64,99 +133,241 @@ class Sweep:
         return cls(created, place)
 
     @classmethod
-    def run(cls, file: str | Path, *, set: list[str] | tuple[str, ...] = (), profile: str | None = None,
+    def run(cls, file: str | Path, *, set: Sequence[str] = (), profile: str | None = None,
             name: str | None = None, workspace: str | Path | Workspace | None = None, or_resume: bool = False,
             backends: dict[str, str | None] | None = None, verbose: bool = False) -> Sweep:
         """:meth:`create` the sweep, then run its trials here (on the Ray that ``RAY_ADDRESS``
-        names, else a local one) until it ends; the progress lines print as they come."""
+        names, else a local one) until it ends."""
         sweep = cls.create(file, set=set, profile=profile, name=name, workspace=workspace, or_resume=or_resume,
                            backends=backends)
-        sweep.exit_code = driver.drive(sweep.workspace, sweep.name, check_file=False, verbose=verbose)
-        return sweep
+        return sweep._drive(check_file=False, verbose=verbose)
 
     @classmethod
-    def fork(cls, origin: str, file: str | Path, *, set: list[str] | tuple[str, ...] = (),
+    def fork(cls, origin: str, file: str | Path, *, set: Sequence[str] = (),
              profile: str | None = None, name: str | None = None, workspace: str | Path | Workspace | None = None,
              verbose: bool = False) -> Sweep:
         """A new sweep from ``file`` whose study starts with sweep ``origin``'s finished trials that
         fit its space, run until it ends."""
+        from sweeps import lifecycle
+
         place = _workspace(workspace)
         sweep = cls(lifecycle.fork(place, origin, str(file), name, _sets(set, profile), {}), place)
-        sweep.exit_code = driver.drive(sweep.workspace, sweep.name, check_file=False, verbose=verbose)
-        return sweep
+        return sweep._drive(check_file=False, verbose=verbose)
+
+    @classmethod
+    def submit(cls, file: str | Path, *, set: Sequence[str] = (), profile: str | None = None,
+               name: str | None = None, address: str | None = None,
+               workspace: str | Path | Workspace | None = None) -> Sweep:
+        """Run the sweep on the Ray cluster whose dashboard ``address`` names (unset:
+        ``$SEQAE_RAY_ADDRESS``) as a Ray Job, packaging the current directory, which must hold
+        ``file``; checked here first. The sweep returned follows it: :meth:`job`, :meth:`logs`,
+        :meth:`status`, :meth:`cancel`, :meth:`resume`."""
+        from sweeps import submit
+
+        place = _workspace(workspace)
+        record = submit.submit(place, str(file), name, _sets(set, profile), address)
+        return cls(record.name, place)
+
+    def _drive(self, **how: bool) -> Sweep:
+        from sweeps import driver
+
+        self.exit_code = driver.drive(self.workspace, self.name, **how)
+        return self
+
+    def _submitted(self) -> Submission:
+        if self.submission is None:
+            raise ConfigError(f"sweep {self.name!r} was not submitted to a cluster from this workspace")
+        return self.submission
 
     def resume(self, *, allow_code_change: bool = False, verbose: bool = False) -> Sweep:
         """Run what is left of the sweep: interrupted trials from their newest checkpoint, then the
-        trials not yet started."""
-        self.exit_code = driver.drive(self.workspace, self.name, verbose=verbose, allow_code_change=allow_code_change)
-        return self
+        trials not yet started. A submitted sweep is resubmitted, as a new job of the same sweep."""
+        if self.submission is not None:
+            from sweeps import submit
 
-    def extend(self, *, trials: int | None = None, epochs: int | None = None, which: str = "best:1",
+            submit.resubmit(self.workspace, self.submission)
+            self.exit_code = 0
+            return self
+        return self._drive(verbose=verbose, allow_code_change=allow_code_change)
+
+    def extend(self, *, trials: int | str | None = None, epochs: int | None = None, which: str | None = None,
                allow_code_change: bool = False, verbose: bool = False) -> Sweep:
         """``trials`` more trials, or (with ``epochs``) the finished trials ``which`` names
-        (``best:K`` or ``3,5``) trained on to ``epochs``; then run them."""
+        (``best:K`` or ``3,5``; unset: ``best:1``) trained on to ``epochs``; then run them."""
+        from sweeps import driver, lifecycle, progress
+
+        if epochs is None and which is not None:
+            raise ConfigError(f"extend: which={which!r} names trials to train on: give epochs=N too")
         if (trials is None) == (epochs is None):
             raise ConfigError("extend: give trials=N (more trials) or epochs=N (train finished trials on), not both")
+        if trials is not None and not str(trials).isdigit():
+            raise ConfigError(f"--trials={trials!r}: give how many trials to add (or --epochs N to train finished "
+                              "trials on)")
         driver.check_code(self.workspace.read(self.name), allow_code_change)  # before the sweep is changed
         if epochs is not None:
-            for note in lifecycle.extend_epochs(self.workspace, self.name, epochs, which):
-                print(f"seqae: {note}", flush=True)
+            for note in lifecycle.extend_epochs(self.workspace, self.name, epochs, which or "best:1"):
+                progress.say(f"seqae: {note}")
         else:
             lifecycle.extend(self.workspace, self.name, int(trials or 0))
-        self.exit_code = driver.drive(self.workspace, self.name, verbose=verbose, extending=epochs is not None,
-                                      allow_code_change=allow_code_change)
-        return self
+        return self._drive(verbose=verbose, extending=epochs is not None, allow_code_change=allow_code_change)
 
-    def stop(self, reason: str | None = None, now: bool = False) -> None:
+    def stop(self, reason: str | None = None, now: bool = False) -> Control:
         """Start no new trials, wherever its driver runs; the running ones finish, or with ``now``
-        stop at the end of their epoch, for a resume to continue them from there."""
-        lifecycle.control(self.workspace, self.name, drain=reason or f"stopped from Python on {socket.gethostname()}",
-                          **({"now": True} if now else {}))
+        stop at the end of their epoch, for a resume to continue them from there. ``reason`` is
+        what its status shows (unset: stopped from Python on this machine)."""
+        import socket
 
-    def set_max_concurrent(self, trials: int) -> None:
-        """Run at most ``trials`` at once, from the driver's next trial on."""
-        if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-            raise ConfigError(f"max_concurrent={trials!r} must be a whole number of at least 1")
-        lifecycle.control(self.workspace, self.name, max_concurrent=trials)
+        from sweeps import lifecycle
 
-    def status(self) -> status.SweepStatus:
+        why = reason or f"stopped from Python on {socket.gethostname()}"
+        return lifecycle.control(self.workspace, self.name, drain=why, **({"now": True} if now else {}))
+
+    def set(self, **changes: int | str) -> Control:
+        """Change the running sweep (:func:`check_changes`): ``max_concurrent=N`` from its
+        driver's next trial on, wherever the driver runs."""
+        from sweeps import lifecycle
+
+        return lifecycle.control(self.workspace, self.name, **check_changes(**changes))
+
+    def status(self) -> SweepStatus | Pending:
         """What ``seqae sweep status`` shows: trials by state, the best (validation and test), the
         cost against the budget, where its runs and study live (``.as_json()``: what ``--json``
-        prints)."""
-        return status.status(self.workspace, self.name)
+        prints); a submitted sweep's job beside it, or only the job while its driver has not yet
+        created the study."""
+        import dataclasses
+
+        from sweeps import status
+
+        record = self.submission
+        if record is None:
+            return status.status(self.workspace, self.name)
+        from sweeps import remote_status, submit
+        from sweeps.search import study_exists
+
+        if self.workspace.exists(self.name):  # its driver keeps its state in this workspace
+            return dataclasses.replace(status.status(self.workspace, self.name), job=submit.job_info(record))
+        if not (record.backends and study_exists(record.backends.optuna_storage, self.name)):
+            return Pending(self.name, submit.job_info(record))
+        return remote_status.status_of(record)
+
+    def job(self) -> Job:
+        """A submitted sweep's latest Ray Job, as the cluster reports it."""
+        from sweeps import submit
+
+        return submit.job_info(self._submitted())
+
+    def logs(self) -> str:
+        """What a submitted sweep's latest job printed so far."""
+        from sweeps import submit
+
+        return submit.logs(self._submitted())
+
+    def cancel(self) -> bool:
+        """Stop a submitted sweep's job (its trials continue from their checkpoints on
+        :meth:`resume`); False if it had already ended."""
+        from sweeps import submit
+
+        return submit.cancel(self._submitted())
 
     def trials(self) -> pd.DataFrame:
         """A row per trial, the columns of ``seqae sweep export`` (:mod:`sweeps.export`)."""
+        from sweeps import export
+
         return export.trial_table(self.workspace, self.name)
 
     def export(self, out: str | Path | None = None, format: str | None = None) -> Path:
         """:meth:`trials` written to ``out`` as ``format`` (csv, parquet or jsonl; unset: what
         ``out``'s suffix names); an existing file is refused."""
+        from sweeps import export
+
         return export.export(self.workspace, self.name, format, None if out is None else str(out))
 
-    def best_model(self) -> Any:
+    def best_model(self) -> PyFuncModel:
         """The registered model of the sweep's best trial (alias ``@best``), an MLflow pyfunc:
         ``.predict(["text", ...])`` gives each text's reconstruction and token accuracy."""
+        from sweeps import registry
+
         return registry.load_registered(self.workspace.read(self.name).backends.mlflow_tracking_uri, self.name)[1]
 
     def compare(self, *others: str | Sweep, out: str | Path | None = None) -> tuple[str, Path]:
         """This sweep beside ``others`` (of the same objective, in the same workspace): the
         terminal's table and the written page."""
+        from sweeps import compare
+
         names = [self.name, *(o.name if isinstance(o, Sweep) else o for o in others)]
         return compare.compare(self.workspace, names, None if out is None else str(out))
 
     def report(self) -> Path:
         """Write the sweep's report (also logged to its MLflow run); its ``index.html``."""
+        from dashboards import report
+
         try:
             return report.build(self.workspace.read(self.name), self.workspace.report_dir(self.name))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 
 
+def check_changes(**changes: int | str) -> dict[str, int]:
+    """What :meth:`Sweep.set` may change, checked before any sweep is opened: ``max_concurrent``,
+    a whole number (or its digits) from 1 to seqae's limit."""
+    from sweeps import lifecycle
+
+    return lifecycle.running_changes(**changes)
+
+
+def sweeps(workspace: str | Path | Workspace | None = None) -> list[Listed]:
+    """Every sweep of ``workspace`` as ``seqae sweep list`` shows it, from the records alone."""
+    return listing(_workspace(workspace))
+
+
+def encode(model: str, texts: Sequence[str], *, at: float | None = None,
+           workspace: str | Path | Workspace | None = None) -> Encoded:
+    """``texts`` through registered ``model`` (``NAME``, ``NAME/VERSION`` or ``NAME@ALIAS``; with
+    ``at``, the front's model of the largest latent share at most ``at``), from the registry of
+    ``$SEQAE_MLFLOW_TRACKING_URI``, else of ``workspace``."""
+    from sweeps.registry import load_registered
+
+    if not texts:
+        raise ConfigError("nothing to encode: give TEXT arguments, - for standard input, or --file PATH")
+    for n, text in enumerate(texts, 1):
+        if not text.strip():
+            raise ConfigError(f"text {n} is empty: there is nothing to encode")
+    uri, loaded = load_registered(_tracking_uri(_workspace(workspace), f"model {model!r}: "), model, at)
+    rows = loaded.predict(list(texts))
+    return Encoded(uri, [Encoding(list(r.tokens), list(r.reconstructed_tokens), float(r.token_accuracy),
+                                  tuple(r.latents.shape)) for r in rows.itertuples()])
+
+
+def ui(*, host: str, mlflow_port: int, optuna_port: int, workspace: str | Path | Workspace | None = None) -> None:
+    """Serve the MLflow UI (unless ``$SEQAE_MLFLOW_TRACKING_URI`` names a server, which serves its
+    own) and optuna-dashboard on ``workspace``'s stores until Ctrl-C, SIGTERM or SIGHUP."""
+    from dashboards import ui as dashboards_ui
+    from sweeps.mlflow_access import check_credentials
+
+    place = _workspace(workspace)
+    tracking_uri = _tracking_uri(place, "")
+    check_credentials(tracking_uri)  # the user's own, which the browser will ask for
+    dashboards_ui.serve(tracking_uri, str(place.artifact_root),
+                        os.environ.get("SEQAE_OPTUNA_STORAGE", f"sqlite:///{place.root / 'optuna.db'}"),
+                        host, mlflow_port, optuna_port, place.root / "logs")
+
+
+def _tracking_uri(workspace: Workspace, what: str) -> str:
+    """``$SEQAE_MLFLOW_TRACKING_URI``, else the workspace's own MLflow database, which a sweep
+    must have created; ``what`` begins the refusal."""
+    uri = os.environ.get("SEQAE_MLFLOW_TRACKING_URI")
+    if uri is not None:
+        return uri
+    if not (workspace.root / "mlflow.db").exists():
+        raise ConfigError(f"{what}no sweeps have run in {workspace.root} yet (no mlflow.db); pass --workspace, or "
+                          "set SEQAE_MLFLOW_TRACKING_URI")
+    return f"sqlite:///{workspace.root / 'mlflow.db'}"
+
+
 def _workspace(workspace: str | Path | Workspace | None) -> Workspace:
     return workspace if isinstance(workspace, Workspace) else Workspace(workspace)
 
 
-def _sets(overrides: list[str] | tuple[str, ...], profile: str | None) -> list[str]:
+def _sets(overrides: Sequence[str], profile: str | None) -> list[str]:
     """The profile is the first override, so every ``set`` applies on top of it (as ``--profile``)."""
     return ([f"profile={profile}"] if profile else []) + list(overrides)

@@ -88,7 +88,7 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
             notes += waiting_for_mlflow(session.backends.mlflow_tracking_uri, "reconciling the trials' runs",
                                         partial(ledger.reconcile_runs, session.study, session.tracker))
             for note in notes:
-                print(f"seqae: {note}", flush=True)
+                progress.say(f"seqae: {note}")
             run(workspace, session, writer, verbose)
             left = close(workspace, session, writer)
         except Exception as exc:  # Tune hands a searcher's error on wrapped: the storage's is found in the chain
@@ -100,12 +100,12 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
             raise StorageUnreachable(f"{lost}; once it answers, continue the sweep with `seqae sweep resume {name}`") \
                 from None
     outcome = session.record["outcome"]
-    print(f"seqae: sweep {name}: {outcome}; trials by state: {session.record['trials']}", flush=True)
+    progress.say(f"seqae: sweep {name}: {outcome}; trials by state: {session.record['trials']}")
     if left:
-        print(f"seqae: warning: MLflow did not take {left} writes before the sweep ended; the data is safe in the "
-              f"trials' checkpoints and `seqae sweep resume {name}` delivers it", flush=True)
+        progress.say(f"seqae: warning: MLflow did not take {left} writes before the sweep ended; the data is safe in the "
+              f"trials' checkpoints and `seqae sweep resume {name}` delivers it")
     if outcome != "complete":
-        print(f"seqae: {how_to_go_on(session, outcome)}", flush=True)
+        progress.say(f"seqae: {how_to_go_on(session, outcome)}")
     return EXIT_OK if outcome in ("complete", "stopped") and not session.record["interrupted"] else EXIT_INTERRUPTED
 
 
@@ -178,12 +178,12 @@ def run(workspace: Workspace, session: Session, writer: Writer, verbose: bool) -
     state.sessions.append(session.record)
     workspace.write(state)
     todo = study.remaining()
-    print(f"seqae: sweep {state.name}{f' (profile {spec.profile})' if spec.profile else ''}: "
+    progress.say(f"seqae: sweep {state.name}{f' (profile {spec.profile})' if spec.profile else ''}: "
           f"{state.total_trials} trials planned, {todo} to run "
-          f"(data ready in {session.data_seconds:.1f} s; training in {training_precision(spec)})", flush=True)
+          f"(data ready in {session.data_seconds:.1f} s; training in {training_precision(spec)})")
     if spec.resources.gpu and os.environ.get(LOGICAL_GPUS) == "1":
-        print(f"seqae: {LOGICAL_GPUS}=1: a trial that Ray gives a GPU on a node without CUDA trains on the "
-              "CPU and says so (a rehearsal of GPU scheduling)", flush=True)
+        progress.say(f"seqae: {LOGICAL_GPUS}=1: a trial that Ray gives a GPU on a node without CUDA trains on the "
+              "CPU and says so (a rehearsal of GPU scheduling)")
     session.record["interrupted"] = False
     if todo:
         connect_ray(workspace.root)
@@ -195,9 +195,9 @@ def run(workspace: Workspace, session: Session, writer: Writer, verbose: bool) -
                                epochs=session.epochs, verbose=verbose, notifier=session.notifier)
         except KeyboardInterrupt:
             session.record["interrupted"] = True
-        print(f"\n{progress.summary(study.trials(), spec.objectives)}\n", flush=True)
-        print(f"seqae: {progress.best_line(study.best(), spec.objectives)}", flush=True)
-        print("seqae: trials proposed by: " + ", ".join(f"{k} {v}" for k, v in study.proposals().items()), flush=True)
+        progress.say(f"\n{progress.summary(study.trials(), spec.objectives)}\n")
+        progress.say(f"seqae: {progress.best_line(study.best(), spec.objectives)}")
+        progress.say("seqae: trials proposed by: " + ", ".join(f"{k} {v}" for k, v in study.proposals().items()))
 
 
 def close(workspace: Workspace, session: Session, writer: Writer) -> int:
@@ -209,8 +209,8 @@ def close(workspace: Workspace, session: Session, writer: Writer) -> int:
     study, tracker, name = session.study, session.tracker, session.state.name
     control, interrupted = study.control(), study.numbers(ledger.Outcome.RUNNING.optuna_state)
     complete = study.remaining() == 0
-    outcome = "complete" if complete else "stopped" if control.get("drain") else "interrupted"
-    ended = "complete" if complete else None if interrupted else control.get("drain")
+    outcome = "complete" if complete else "stopped" if control.drain else "interrupted"
+    ended = "complete" if complete else None if interrupted else control.drain
     for number in interrupted:  # continued by the next session
         writer.submit(f"pausing trial {number}", partial(tracker.trial_ended, number, ledger.Outcome.RUNNING))
     if ended:
@@ -218,7 +218,7 @@ def close(workspace: Workspace, session: Session, writer: Writer) -> int:
     writer.submit("closing the sweep run", lambda: tracker.finish_parent("FINISHED" if ended else "KILLED",
                                                                          ended or "interrupted"))
     left = writer.close(MLFLOW_DRAIN_SECONDS)
-    session.record.update(ended=time.time(), outcome=outcome, control=control, trials=study.counts(),
+    session.record.update(ended=time.time(), outcome=outcome, control=control.record(), trials=study.counts(),
                           mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
                           mlflow_writes_failed=len(writer.failed), optuna_outage_seconds=optuna_outages(study))
     workspace.write(session.state)
@@ -256,7 +256,7 @@ def rebuild_report(state: SweepState, workspace: Workspace) -> None:
     """The HTML report, rebuilt at the end of every session; a failure here never fails the sweep."""
     try:
         index = report.build(state, workspace.report_dir(state.name))
-        print(f"seqae: report: {index}", flush=True)
+        progress.say(f"seqae: report: {index}")
     except Exception as exc:  # noqa: BLE001 - `seqae report NAME` rebuilds it later
         log.warning("the report could not be built (%s); `seqae report %s` retries", exc, state.name)
 
@@ -289,16 +289,16 @@ def register_front(front: list[FrozenTrial], objectives: tuple[spec_lib.Objectiv
         if trial is not best:
             continue
         if version and new:
-            print(f"seqae: registered the model of trial {trial.number} as {name!r} version {version} "
-                  f"(@{N.BEST_ALIAS})", flush=True)
+            progress.say(f"seqae: registered the model of trial {trial.number} as {name!r} version {version} "
+                  f"(@{N.BEST_ALIAS})")
         elif version:
-            print(f"seqae: the best model is still trial {trial.number}'s, {name!r} version {version} "
-                  f"(@{N.BEST_ALIAS})", flush=True)
+            progress.say(f"seqae: the best model is still trial {trial.number}'s, {name!r} version {version} "
+                  f"(@{N.BEST_ALIAS})")
     if several:
         kept = [a for names in aliases.values() for a in names]
         tracker.drop_aliases(name, N.LATENT_ALIAS, set(kept))
-        print(f"seqae: the Pareto front's {len(front)} models are versions of {name!r}"
-              + (f", by latent share: {', '.join('@' + a for a in kept)}" if kept else ""), flush=True)
+        progress.say(f"seqae: the Pareto front's {len(front)} models are versions of {name!r}"
+              + (f", by latent share: {', '.join('@' + a for a in kept)}" if kept else ""))
 
 
 def latent_aliases(front: list[FrozenTrial], objectives: tuple[spec_lib.Objective, ...]) -> dict[int, tuple[str, ...]]:

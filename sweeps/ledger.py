@@ -106,9 +106,9 @@ def reconcile_study(study: SweepStudy, storage: str, lift_drain: bool = True) ->
     Returns a note per change, for the driver to print."""
     notes = [f"trial {n}: enqueued before the driver stopped; it will run now" for n in study.start_waiting()]
     control = study.control()
-    drain = control.get("drain")
+    drain = control.drain
     lifted = {"drain": None} if drain and lift_drain else {}
-    if control.get("now"):
+    if control.now:
         lifted["now"] = None
     if lifted:
         study.set_control(**lifted)

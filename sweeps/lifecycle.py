@@ -18,13 +18,14 @@ from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from sweeps.mlflow_access import check_credentials
+from sweeps.progress import say
 from sweeps.ray_connection import (
     check_cluster,
     check_resources,
     cluster_capacity,
     connect_ray,
 )
-from sweeps.search import SweepStudy, open_study, read_only, study_exists
+from sweeps.search import Control, SweepStudy, open_study, read_only, study_exists
 from sweeps.sweep_data import check_data
 from sweeps.workspace import (
     DriverLock,
@@ -81,7 +82,7 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
             raise ConfigError(f"a sweep named {name!r} was created by another command just now")
         workspace.write(state)
     for note in spec.notes():
-        print(f"seqae: note: {note}", flush=True)
+        say(f"seqae: note: {note}")
     return name
 
 
@@ -102,7 +103,7 @@ def fork(workspace: Workspace, origin: str, file: str, name: str | None, sets: l
     study = open_study(state.spec, state.backends.optuna_storage, name, state.total_trials, state.fingerprint)
     origin_study = read_only(source_spec, source.backends.optuna_storage, source.study_name)
     for note in study.seed_from(origin_study):
-        print(f"seqae: fork of {origin}: {note}", flush=True)
+        say(f"seqae: fork of {origin}: {note}")
     return name
 
 
@@ -193,7 +194,7 @@ def extend_epochs(workspace: Workspace, name: str, epochs: int, which: str) -> l
         if continuing := study.continuing():
             return [f"trial {n}: still training on to {limit} epochs (an earlier extend); it continues"
                     for n, limit in continuing.items()]
-        if study.remaining() and not study.control().get("drain"):
+        if study.remaining() and not study.control().drain:
             raise ConfigError(f"sweep {name!r} still has {study.remaining()} trials to run; `seqae sweep resume "
                               f"{name}` (or `seqae sweep stop {name}`) first, then extend its finished trials")
         notes, chosen, released = [], [], []
@@ -242,12 +243,24 @@ def chosen_trials(study: SweepStudy, which: str) -> list[int]:
     return list(map(int, numbers))
 
 
-def control(workspace: Workspace, name: str, **changes: Any) -> dict[str, Any]:
+def running_changes(**changes: int | str) -> dict[str, int]:
+    """What `seqae sweep set` may change in a running sweep, checked: ``max_concurrent``, a whole
+    number (or its digits) from 1 to seqae's limit."""
+    unknown = sorted(changes.keys() - {"max_concurrent"})
+    if unknown or not changes:
+        raise ConfigError(f"{(unknown or [''])[0]!r}: a running sweep can change max_concurrent=N only")
+    value = changes["max_concurrent"]
+    if isinstance(value, bool) or not str(value).isdigit() or int(value) < 1:
+        raise ConfigError(f"max_concurrent={value!r} must be a whole number of at least 1")
+    spec_lib.check_limit(f"max_concurrent={int(value):,}", int(value), spec_lib.MAX_CONCURRENT)
+    return {"max_concurrent": int(value)}
+
+
+def control(workspace: Workspace, name: str, **changes: Any) -> Control:
     """``seqae sweep stop|set``: record in the sweep's study what its driver is asked to do, where
     a driver on this machine or on a cluster (a submitted sweep) reads it before each new trial."""
     if "max_concurrent" in changes:
-        spec_lib.check_limit(f"max_concurrent={changes['max_concurrent']:,}", changes["max_concurrent"],
-                             spec_lib.MAX_CONCURRENT)
+        running_changes(max_concurrent=changes["max_concurrent"])
     if workspace.exists(name):
         state = workspace.read(name)
         spec, url = state.spec, state.backends.optuna_storage

@@ -10,6 +10,8 @@ only ever make it shorter.
 
 from __future__ import annotations
 
+import logging
+import sys
 import time
 from typing import Any
 
@@ -20,6 +22,31 @@ from tqdm import tqdm
 from seqae_core import metrics as M
 from seqae_core import names as N
 from sweeps.spec import Objective
+
+LINES = logging.getLogger("sweeps.progress")  # the driver's lines, shown where a user asked for them (show)
+
+
+def say(line: str) -> None:
+    """A line of the driver's (``seqae: ...``): printed once :func:`show` was called, else dropped,
+    so that a Python session that did not ask for them sees none."""
+    LINES.info(line)
+
+
+class _Stdout(logging.Handler):
+    """Each line on the standard output of the moment, above tqdm's bar on a terminal: a notebook
+    cell's or a test's redirected ``sys.stdout`` gets it, and a log file gets it at once."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tqdm.write(self.format(record), file=sys.stdout)
+        sys.stdout.flush()
+
+
+def show() -> None:
+    """Print the driver's progress lines from now on (the command line does; Python asks)."""
+    if not any(isinstance(h, _Stdout) for h in LINES.handlers):
+        LINES.addHandler(_Stdout())
+    LINES.setLevel(logging.INFO)
+    LINES.propagate = False  # not again on stderr, where the command line sends other log lines
 
 
 def short(params: dict[str, Any]) -> str:
@@ -81,7 +108,7 @@ class Progress:
                 f"best {self.best[0]:.4f} (trial {self.best[1]})  "
                 f"{clock(time.monotonic() - self.started)} elapsed"
                 + (f"  ~{clock(left)} left" if left is not None else ""))
-        self.say(line)
+        say(line)
         return line
 
     def ended(self, number: int, epochs_run: int, how: str, why: str | None = None) -> None:
@@ -90,11 +117,8 @@ class Progress:
         self.work = max(self.work - max(self.epochs - epochs_run, 0), self.done, 1)
         self.bar.total = self.work
         self.bar.refresh()
-        self.say(f"trial {number}  {how} after {epochs_run} epoch{'s' if epochs_run != 1 else ''}"
+        say(f"trial {number}  {how} after {epochs_run} epoch{'s' if epochs_run != 1 else ''}"
                  + (f": {why}" if why else ""))
-
-    def say(self, line: str) -> None:
-        self.bar.write(line)  # above the bar on a terminal, a plain line elsewhere
 
     def close(self) -> None:
         self.bar.close()

@@ -30,7 +30,7 @@ from seqae_core.pareto import behind
 from seqae_core.records import RecordStore, TrialProgress
 from sweeps import ledger
 from sweeps.notify import Notifier
-from sweeps.progress import Progress, best_line
+from sweeps.progress import Progress, best_line, say
 from sweeps.retention import Retention
 from sweeps.search import SweepStudy
 from sweeps.trial_spec import TrialSpec
@@ -132,7 +132,7 @@ class StopNow(_DriverOnly, tune.Stopper):
         self.halted: set[int] = set()
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        if self.study.control().get("now"):
+        if self.study.control().now:
             self.halted.add(int(result["trial"]))
             return True
         return False
@@ -168,20 +168,20 @@ class StudySearcher(_DriverOnly, Searcher):
         new ones while it drains."""
         control = self.study.control()
         budget = self.spec.budget
-        if budget and not control.get("drain") and (why := self.spend.cannot_start(budget.hours, budget.unit)):
+        if budget and not control.drain and (why := self.spend.cannot_start(budget.hours, budget.unit)):
             # a resumed sweep whose earlier sessions spent its budget: resuming lifted its drain
             control = self.study.set_control(drain=why)
-        if control.get("drain") and not self.draining:
+        if control.drain and not self.draining:
             self.draining = True
-            running = "stop at the end of their epoch" if control.get("now") else "finish"
-            print(f"seqae: draining ({control['drain']}): no new trials start; the running ones "
-                  f"({len(self.live)}) {running}", flush=True)
+            running = "stop at the end of their epoch" if control.now else "finish"
+            say(f"seqae: draining ({control.drain}): no new trials start; the running ones "
+                  f"({len(self.live)}) {running}")
             if self.notifier:
-                self.notifier.send("stopped", "no new trials start", f"{control['drain']}; {len(self.live)} running "
+                self.notifier.send("stopped", "no new trials start", f"{control.drain}; {len(self.live)} running "
                                    f"trials {running}")
-        limit = int(control.get("max_concurrent") or self.spec.max_concurrent)
+        limit = control.max_concurrent or self.spec.max_concurrent
         if limit != self.limit:
-            print(f"seqae: max_concurrent {self.limit} -> {limit}", flush=True)
+            say(f"seqae: max_concurrent {self.limit} -> {limit}")
             self.limit = limit
         if len(self.live) >= limit:
             return None
@@ -210,7 +210,7 @@ class StudySearcher(_DriverOnly, Searcher):
             why = f"trial {number} reached {objective.metric} {value:.4f}, the target {objective.target}"
         elif budget:
             why = self.spend.cannot_start(budget.hours, budget.unit)
-        if why and not self.study.control().get("drain"):
+        if why and not self.study.control().drain:
             self.study.set_control(drain=why)
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
@@ -493,9 +493,8 @@ def run_session(
     if continuing:  # trials `seqae sweep extend` reopened train on past max_t, to limits of their own
         epochs = max(epochs, *continuing.values())
         if spec.scheduler.type != "none":
-            print(f"seqae: trials {list(continuing)} train on to their new epoch limit; {spec.scheduler.label} stops "
-                  "no trial this session",
-                  flush=True)
+            say(f"seqae: trials {list(continuing)} train on to their new epoch limit; {spec.scheduler.label} stops "
+                  "no trial this session")
     elif spec.scheduler.type != "none":
         rungs: dict[str, Any] = {"time_attr": M.EPOCH, "max_t": epochs, "grace_period": spec.scheduler.grace_period,
                                  "reduction_factor": spec.scheduler.reduction_factor,
@@ -504,7 +503,7 @@ def run_session(
         scheduler = kind({n: p.history for n, p in progresses.items()}, spec.objectives, **rungs)
         for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):
             if scheduler.stops(number, study.trial_spec(number).start is not None):  # the rungs it passed before the driver died stop it
-                print(f"seqae: trial {number}: ASHA's rungs, rebuilt from the trials' records, stop it", flush=True)
+                say(f"seqae: trial {number}: ASHA's rungs, rebuilt from the trials' records, stop it")
                 ledger.settle(study, number, ledger.Outcome.PRUNED, progresses.get(number))
                 writer.submit(f"closing trial {number}", partial(tracker.trial_ended, number, ledger.Outcome.PRUNED))
     # Tune's newer console output prints a config box, a results path and a TensorBoard hint
@@ -553,4 +552,4 @@ def run_session(
         progress.close()
     retention.settle()  # trials whose workers still held their checkpoints when they ended
     if line := retention.summary():
-        print(f"seqae: {line}", flush=True)
+        say(f"seqae: {line}")

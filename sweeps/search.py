@@ -23,6 +23,7 @@ import random
 import time
 import warnings
 from collections import Counter
+from dataclasses import dataclass, fields
 from typing import Any
 
 import optuna
@@ -43,6 +44,34 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 FINAL = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+
+
+@dataclass(frozen=True)
+class Control:
+    """What the sweep's driver is asked to do, kept in its study (:data:`N.CONTROL`), where the
+    driver and a user's command on another machine both reach it: `seqae sweep stop|set`, a
+    reached target or a spent budget, a session that ran changed code."""
+
+    drain: str | None = None  # why no new trial starts; None: they do
+    now: bool = False  # the running trials stop at the end of their epoch (`stop --now`)
+    max_concurrent: int | None = None  # `seqae sweep set`'s; None: the sweep file's
+    code_change: str | None = None  # the last session that ran changed code: what changed
+    log: tuple[dict[str, Any], ...] = ()  # every change, with the time it was made, oldest first
+
+    @classmethod
+    def of(cls, record: dict[str, Any]) -> Control:
+        return cls(**{**record, "now": bool(record.get("now")), "log": tuple(record.get("log", ()))})
+
+    def changed(self, **changes: Any) -> Control:
+        """This record with ``changes`` (a key set to None is cleared), each logged with the time."""
+        if unknown := sorted(changes.keys() - ({f.name for f in fields(self)} - {"log"})):
+            raise ValueError(f"the control record has no settable key {unknown[0]!r}")
+        entry = {"at": time.strftime("%Y-%m-%d %H:%M:%S"), **changes}
+        return Control.of({**self.record(), **changes, "log": [*self.log, entry]})
+
+    def record(self) -> dict[str, Any]:
+        """As the study keeps it (and ``seqae sweep status --json`` prints it)."""
+        return {f.name: list(v) if f.name == "log" else v for f in fields(self) if (v := getattr(self, f.name)) is not None}
 
 
 def storage(url: str) -> optuna.storages.BaseStorage:
@@ -150,17 +179,14 @@ class SweepStudy:
         return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, self._records.get(number, number))
 
     # -- what users ask of a running sweep: `seqae sweep stop|set`, the objective's target ------
-    def control(self) -> dict[str, Any]:
-        """``{"drain": why no new trial starts (None: they do), "max_concurrent": n, "log": [...]}``,
-        kept in the study, where the driver and a user's command on another machine both reach it."""
-        return dict(self.storage.get_study_user_attrs(self.study_id).get(N.CONTROL, {}))
+    def control(self) -> Control:
+        """The control record the study keeps (:class:`Control`)."""
+        return Control.of(self.storage.get_study_user_attrs(self.study_id).get(N.CONTROL, {}))
 
-    def set_control(self, **changes: Any) -> dict[str, Any]:
-        """Merge ``changes`` into the control record, and log them with the time."""
-        control = self.control()
-        control.update(changes)
-        control["log"] = [*control.get("log", []), {"at": time.strftime("%Y-%m-%d %H:%M:%S"), **changes}]
-        self.storage.set_study_user_attr(self.study_id, N.CONTROL, control)
+    def set_control(self, **changes: Any) -> Control:
+        """Merge ``changes`` into the control record (:meth:`Control.changed`), and keep it."""
+        control = self.control().changed(**changes)
+        self.storage.set_study_user_attr(self.study_id, N.CONTROL, control.record())
         return control
 
     # -- the trials --------------------------------------------------------------------------

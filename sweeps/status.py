@@ -13,8 +13,8 @@ from seqae_core import names as N
 from seqae_core.records import RecordStore
 from sweeps import spec as spec_lib
 from sweeps.ledger import resource_seconds
-from sweeps.search import SweepStudy, read_only
-from sweeps.workspace import Backends, Workspace, redact
+from sweeps.search import Control, SweepStudy, read_only
+from sweeps.workspace import Backends, Job, Workspace, redact
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class TrialsView:
     optuna_storage: str
     optuna_study_name: str
     storage: str
-    control: dict[str, Any]  # what `seqae sweep stop|set` recorded (SweepStudy.control's record)
+    control: Control  # what `seqae sweep stop|set`, a target or the budget asked of its driver
     cost: Cost
     seeded_trials: int  # a fork's trials taken from its origin
     sampler: dict[str, Any]
@@ -81,7 +81,7 @@ class SweepStatus(TrialsView):
     mlflow_experiment_id: str | None
     mlflow_parent_run_id: str | None
     sessions: int
-    job: dict[str, Any] | None  # a submitted sweep's Ray job (sweeps.submit.job_info)
+    job: Job | None  # a submitted sweep's
     forked_from: str | None
 
     def as_json(self) -> dict[str, Any]:
@@ -97,7 +97,7 @@ def status(workspace: Workspace, name: str) -> SweepStatus:
     view = trials_view(spec, backends, state.study_name, state.total_trials)
     return SweepStatus(**vars(view), name=name, workspace=str(workspace.root),
                        outcome=last.get("outcome", "not started"), mlflow_experiment_id=state.mlflow_experiment_id,
-                       mlflow_parent_run_id=state.mlflow_parent_run_id, sessions=len(state.sessions), job=state.job,
+                       mlflow_parent_run_id=state.mlflow_parent_run_id, sessions=len(state.sessions), job=None,
                        forked_from=state.forked_from)
 
 

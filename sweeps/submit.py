@@ -22,7 +22,7 @@ from ray.job_submission import JobSubmissionClient
 
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
-from sweeps.workspace import Submission, Workspace, check_name, redact, resolve_backends
+from sweeps.workspace import Job, Submission, Workspace, check_name, redact, resolve_backends
 
 PASSED_PREFIXES = ("SEQAE_", "HF_HUB_", "HF_DATASETS_", "TOKENIZERS_")
 PASSED_NAMES = ("PGPASSFILE",)
@@ -154,15 +154,14 @@ def _status(record: Submission) -> Any:
         raise
 
 
-def job_info(record: Submission) -> dict[str, Any]:
+def job_info(record: Submission) -> Job:
     job_id = record.jobs[-1]
     try:
         current = _status(record)
         state = current.value if current is not None else "UNKNOWN (the cluster no longer knows it: resume resubmits)"
     except ConfigError as exc:
         state = f"unknown ({exc})"
-    return {"id": job_id, "status": state, "address": record.address, "jobs": record.jobs,
-            "dashboard": f"{record.address}/#/jobs/{job_id}"}
+    return Job(job_id, state, redact(record.address), tuple(record.jobs), f"{record.address}/#/jobs/{job_id}")
 
 
 def logs(record: Submission) -> str:
@@ -172,10 +171,3 @@ def logs(record: Submission) -> str:
 def cancel(record: Submission) -> bool:
     return bool(client(record.address).stop_job(record.jobs[-1]))
 
-
-def describe(record: Submission) -> str:
-    info = job_info(record)
-    return (f"submitted sweep {record.name!r} as job {info['id']} to {redact(record.address)}\n"
-            f"  watch:  {info['dashboard']}\n"
-            f"  logs:   seqae sweep logs {record.name}\n"
-            f"  status: seqae sweep status {record.name}")

@@ -10,6 +10,7 @@ from typing import Any
 from seqae_core import corpus
 from seqae_core import data as data_lib
 from sweeps import spec as spec_lib
+from sweeps.progress import say
 from sweeps.spec import cell_configs
 from sweeps.workspace import Workspace
 
@@ -45,6 +46,6 @@ def prepare_data(spec: spec_lib.SweepSpec, cache_dir: str,
         if data_uri:
             moved = data_lib.publish(entry, data_uri)
             published[data_config] = f"{data_uri}/{entry.name}"
-            print(f"seqae: data entry {entry.name} published to {data_uri}"
-                  + (f" ({moved / 2**20:.1f} MiB)" if moved else " (already there)"), flush=True)
+            say(f"seqae: data entry {entry.name} published to {data_uri}"
+                  + (f" ({moved / 2**20:.1f} MiB)" if moved else " (already there)"))
     return max(c.train.epochs for c in configs), entries, published

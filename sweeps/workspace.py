@@ -108,7 +108,6 @@ class SweepState:
     mlflow_experiment_id: str | None = None
     mlflow_parent_run_id: str | None = None
     sessions: list[dict[str, Any]] = field(default_factory=list)
-    job: dict[str, Any] | None = None  # set when the sweep was submitted to a cluster
     forked_from: str | None = None  # the sweep whose finished trials seeded this one's study
     warm_starts: dict[str, dict[str, Any]] = field(default_factory=dict)  # warm_start resolved: {SWEEP.tN: searched values}
     code: dict[str, Any] | None = None  # the code its last session ran: {"commit": ..., "files": {path: sha256}}
@@ -137,6 +136,17 @@ class Submission:
     @property
     def sweep_file(self) -> str:
         return str(Path(self.working_dir) / self.file)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A submitted sweep's latest Ray Job, as its cluster reports it."""
+
+    id: str
+    status: str  # Ray's JobStatus (PENDING, RUNNING, SUCCEEDED, STOPPED, FAILED), or why it is unknown
+    address: str  # the cluster's dashboard, a password masked
+    jobs: tuple[str, ...]  # every job of the sweep, oldest first
+    dashboard: str  # the job's page on the dashboard
 
 
 class Workspace:
@@ -213,6 +223,7 @@ class Workspace:
             known = ", ".join(self.names()) or "none"
             raise ConfigError(f"no sweep named {name!r} in {self.root} (sweeps there: {known})")
         document = json.loads(path.read_text())
+        document.pop("job", None)  # always None where older versions wrote it: a submission has its own record
         state = SweepState(**{**document, "spec": validate(document["spec"], document["file"]),
                               "backends": Backends(**document["backends"])})
         written_in = Path(state.root) if state.root else _legacy_root(state)
@@ -266,6 +277,7 @@ class Workspace:
         if not path.exists():
             return None
         document = json.loads(path.read_text())
+        document.pop("job", None)  # always None where older versions wrote it: a submission has its own record
         stores = document.pop("backends", None)  # a record written before its driver's stores were
         return Submission(**document, backends=Backends(**stores) if stores else None)
 
@@ -357,21 +369,30 @@ def resolve_backends(workspace: Workspace, name: str, overrides: dict[str, str |
     return chosen
 
 
-def listing(workspace: Workspace) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Listed:
+    """A row of `seqae sweep list`: a sweep as its record says, no backend read."""
+
+    name: str
+    outcome: str  # its last session's; "not started", "submitted" (its state lives on the cluster), "unreadable"
+    trials: int  # planned, with those extend added
+    by_state: dict[str, int]  # at the end of its last session
+    file: str  # the sweep file; for an unreadable sweep, why
+
+
+def listing(workspace: Workspace) -> list[Listed]:
     """What `seqae sweep list` shows: a row per sweep, from its record alone (no backend is read)."""
     rows = []
     for name in workspace.names():
         if not workspace.exists(name):  # submitted; its state lives on the cluster
-            rows.append({"name": name, "trials": 0, "outcome": "submitted", "by_state": {}, "file": ""})
+            rows.append(Listed(name, "submitted", 0, {}, ""))
             continue
         try:
             state = workspace.read(name)
         except ConfigError as exc:  # one sweep's missing stores do not hide the others
-            rows.append({"name": name, "trials": 0, "outcome": "unreadable", "by_state": {}, "file": str(exc)})
+            rows.append(Listed(name, "unreadable", 0, {}, str(exc)))
             continue
         last = state.sessions[-1] if state.sessions else {}
-        rows.append({
-            "name": name, "trials": state.total_trials, "outcome": last.get("outcome", "not started"),
-            "by_state": last.get("trials", {}), "file": state.file,
-        })
+        rows.append(Listed(name, last.get("outcome", "not started"), state.total_trials, last.get("trials", {}),
+                           state.file))
     return rows

@@ -3,8 +3,9 @@
 - packages point one way, and nothing imports the command line;
 - no cycle between files;
 - inside the sweep service, a module imports only the modules before it in ``SWEEP_ORDER``;
-- the only function-local imports are the command line's verbs, and the tokenizer's where a data
-  entry is built (``LAZY_ELSEWHERE``);
+- the only function-local imports are the command line's verbs, the sweep API's methods, and the
+  tokenizer's where a data entry is built (``LAZY_ELSEWHERE``);
+- the command line reaches the sweep service only through its API (``sweeps.api``);
 - the ML core needs no sweep machinery, and only the runner and the trial it runs know Ray Tune."""
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "benchmarks": {"seqae_errors", "seqae_core", "cluster", "dashboards", "sweeps"},
     "seqae_cli": {"seqae_errors", "seqae_core", "cluster", "dashboards", "sweeps", "benchmarks"},
 }
-ENTRY_POINT = "seqae_cli"  # the `seqae` command: the one package whose functions import (each verb what it needs)
+ENTRY_POINT = "seqae_cli"  # the `seqae` command: its functions import (each verb what it needs)
+FRONT_DOOR = "sweeps/api.py"  # the sweep service's API: each method imports what it uses, so that reading loads little
 # ... and one function outside it, for a trial worker's start-up: building a data entry loads the tokenizer
 LAZY_ELSEWHERE = {("seqae_core/data.py", "seqae_core.corpus")}
 NOT_IN_THE_CORE = ("ray", "mlflow", "optuna")
@@ -89,8 +91,10 @@ def violations(found: list[Import]) -> list[str]:
         where = f"{imp.file}:{imp.line} imports {imp.module}"
         if imp.top in MAY_IMPORT and imp.top != own and imp.top not in MAY_IMPORT[own]:
             bad.append(f"{where}: {own} may import only {sorted(MAY_IMPORT[own]) or 'no other package'}")
-        if imp.lazy and own != ENTRY_POINT and (imp.file, imp.module) not in LAZY_ELSEWHERE:
-            bad.append(f"{where} inside a function: only the command line imports lazily")
+        if imp.lazy and own != ENTRY_POINT and imp.file != FRONT_DOOR and (imp.file, imp.module) not in LAZY_ELSEWHERE:
+            bad.append(f"{where} inside a function: only the command line and the sweep API import lazily")
+        if own == ENTRY_POINT and imp.top == "sweeps" and not imp.module.startswith("sweeps.api"):
+            bad.append(f"{where}: the command line reaches the sweep service through sweeps.api alone")
         if own == "seqae_core" and imp.top in NOT_IN_THE_CORE:
             bad.append(f"{where}: the ML core runs without {', '.join(NOT_IN_THE_CORE)}")
         if imp.module.startswith("ray.tune") and imp.file not in RAY_TUNE_HOMES:
@@ -160,8 +164,10 @@ def test_no_file_imports_itself_through_others():
     ("sweeps/driver.py", "from ray.tune import Tuner", "only sweeps/trial.py and sweeps/runner.py talk to Ray Tune"),
     ("sweeps/driver.py", "from seqae_cli.main import main", "sweeps may import only"),
     ("benchmarks/run.py", "from seqae_cli import commands", "benchmarks may import only"),
-    ("sweeps/tracking.py", "def f():\n    import torch", "only the command line imports lazily"),
-    ("seqae_core/train.py", "def f():\n    from seqae_core import corpus", "only the command line imports lazily"),
+    ("sweeps/tracking.py", "def f():\n    import torch", "only the command line and the sweep API import lazily"),
+    ("seqae_core/train.py", "def f():\n    from seqae_core import corpus", "only the command line and the sweep API"),
+    ("seqae_cli/commands.py", "from sweeps.workspace import Workspace", "through sweeps.api alone"),
+    ("seqae_cli/commands.py", "def f():\n    from sweeps import status", "through sweeps.api alone"),
     ("sweeps/search.py", "from sweeps.driver import drive", "search may import only the modules before it"),
     ("sweeps/workspace.py", "from sweeps import search", "workspace may import only the modules before it"),
 ])
@@ -179,6 +185,13 @@ def test_a_cycle_between_files_is_caught():
 
 def test_the_command_line_may_import_a_verb_lazily():
     assert violations(imports("def bench():\n    from benchmarks.run import SUITES", "seqae_cli/commands.py")) == []
+    assert violations(imports("from sweeps.api import Sweep\nfrom sweeps import api", "seqae_cli/main.py")) == []
+
+
+def test_the_command_line_reaches_sweeps_through_its_api_alone():
+    tree, _ = the_tree()
+    reached = {imp.module for imp in tree if imp.file.startswith(ENTRY_POINT) and imp.top == "sweeps"}
+    assert reached and all(m.startswith("sweeps.api") for m in reached), reached
 
 
 def test_the_architecture_page_names_every_module_of_the_product():

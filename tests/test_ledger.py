@@ -330,16 +330,16 @@ def test_reconcile_lifts_a_drain_only_when_asked_and_a_stop_now_always(tmp_path,
     notes = reconcile(new_study(tmp_path), storage, new_tracker(tmp_path, storage), lift_drain=lift_drain)
 
     control = new_study(tmp_path).control()
-    assert control["max_concurrent"] == 3 and control["now"] is None  # only the drain, and the stop now, lifted
+    assert control.max_concurrent == 3 and control.now is False  # only the drain, and the stop now, lifted
     if lift_drain:
         assert notes == ["the sweep had stopped starting trials (stopped by `seqae sweep stop --now`); resuming "
                          "lifts that"]
-        assert control["drain"] is None
-        assert [entry.get("drain", "-") for entry in control["log"]] == ["stopped by `seqae sweep stop --now`", None]
+        assert control.drain is None
+        assert [entry.get("drain", "-") for entry in control.log] == ["stopped by `seqae sweep stop --now`", None]
     else:
         assert notes == []
-        assert control["drain"] == "stopped by `seqae sweep stop --now`"
-        assert [entry.get("now", "-") for entry in control["log"]] == [True, None]
+        assert control.drain == "stopped by `seqae sweep stop --now`"
+        assert [entry.get("now", "-") for entry in control.log] == [True, None]
 
 
 # -- a write retried after MLflow committed part of it ------------------------------------------

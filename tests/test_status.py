@@ -20,10 +20,10 @@ from seqae_errors import ConfigError
 from sweeps import lifecycle
 from sweeps import spec as spec_lib
 from sweeps.ledger import decide, settle
-from sweeps.search import SweepStudy, open_study, read_only
+from sweeps.search import Control, SweepStudy, open_study, read_only
 from sweeps.search import storage as optuna_storage
 from sweeps.status import BestTrial, Cost, StartTrial, cost, status, trials_view
-from sweeps.workspace import Backends, Submission, SweepState, Workspace, listing
+from sweeps.workspace import Backends, Listed, Submission, SweepState, Workspace, listing
 from tests.refusal import assert_refused
 from tests.conftest import WIKI_MINI
 from tests.sweep_helpers import STUDIES, sets
@@ -148,7 +148,7 @@ def test_trials_view_shows_trials_by_state_the_best_and_the_control_record(tmp_p
     assert view.starts == {"paper_lr": StartTrial(numbers[0], "COMPLETE", {M.VAL_TOKEN_ACCURACY: 0.6}, None, None)}
     assert view.proposed_by == {"start": 1, "random": 3}
     assert view.best.params.keys() == {"train.lr", "model.d_model", "model.d_attn"}
-    assert view.control["drain"] == "the objective's target is reached"
+    assert view.control.drain == "the objective's target is reached"
     assert view.cost.per_trial_seconds == {"0": 30.0, "1": 60.0, "2": 10.0, "3": 10.0}
     assert view.objectives == ["val_token_accuracy (max)"]
     assert view.mlflow_tracking_uri == "postgresql://seqae:***@db:5432/mlflow"  # never the password
@@ -160,7 +160,7 @@ def test_trials_view_of_a_sweep_whose_study_does_not_exist_yet(tmp_path, url):
     spec = quickstart()
     view = trials_view(spec, Backends(f"sqlite:///{tmp_path}/mlflow.db", url, str(tmp_path)), "later", 5)
     assert view.trials_by_state == {"NOT_STARTED": 5}
-    assert view.best is None and view.control == {}
+    assert view.best is None and view.control == Control()
     assert view.cost == Cost("cpu-hours", 0.0, None, {})
 
 
@@ -178,10 +178,9 @@ def test_listing_and_status_of_local_and_submitted_sweeps(workspace):
                                           workspace="/cluster/ws", working_dir=str(STUDIES), jobs=["raysubmit_1"]))
 
     assert listing(workspace) == [
-        {"name": "alpha", "trials": 5, "outcome": "stopped", "by_state": {"COMPLETE": 2, "PRUNED": 1},
-         "file": str(QUICKSTART)},
-        {"name": "beta", "trials": 0, "outcome": "submitted", "by_state": {}, "file": ""},
-        {"name": "gamma", "trials": 5, "outcome": "not started", "by_state": {}, "file": str(QUICKSTART)},
+        Listed("alpha", "stopped", 5, {"COMPLETE": 2, "PRUNED": 1}, str(QUICKSTART)),
+        Listed("beta", "submitted", 0, {}, ""),
+        Listed("gamma", "not started", 5, {}, str(QUICKSTART)),
     ]
 
     shown = status(workspace, "alpha")
@@ -208,9 +207,9 @@ def test_control_of_a_local_sweep_writes_the_record_into_its_study(workspace):
     lifecycle.control(workspace, "alpha", max_concurrent=4)
 
     control = read_only(spec, url, "alpha").control()
-    assert returned["drain"] == "stopped by `seqae sweep stop`"
-    assert control["drain"] == "stopped by `seqae sweep stop`" and control["max_concurrent"] == 4
-    assert [{k: v for k, v in entry.items() if k != "at"} for entry in control["log"]] == [
+    assert returned.drain == "stopped by `seqae sweep stop`"
+    assert control.drain == "stopped by `seqae sweep stop`" and control.max_concurrent == 4
+    assert [{k: v for k, v in entry.items() if k != "at"} for entry in control.log] == [
         {"drain": "stopped by `seqae sweep stop`"}, {"max_concurrent": 4}]
 
 
@@ -225,7 +224,7 @@ def test_control_refuses_an_unknown_sweep_a_limit_too_high_and_a_sweep_not_start
     too_many = spec_lib.MAX_CONCURRENT + 1
     with pytest.raises(ConfigError, match=f"max_concurrent={too_many:,} is above seqae's limit"):
         lifecycle.control(workspace, "alpha", max_concurrent=too_many)
-    assert read_only(quickstart(), state.backends.optuna_storage, "alpha").control() == {}  # nothing written
+    assert read_only(quickstart(), state.backends.optuna_storage, "alpha").control() == Control()  # nothing written
 
 
 def test_the_control_verbs_refuse_in_one_line_what_they_cannot_change(tmp_path, capsys):
@@ -266,8 +265,8 @@ def test_control_of_a_submitted_sweep_uses_its_records_file_and_storage(tmp_path
     lifecycle.control(workspace, "remote", max_concurrent=8)
 
     control = read_only(spec, url, "remote").control()
-    assert control["drain"] == "stopped by `seqae sweep stop`" and control["max_concurrent"] == 8
-    assert len(control["log"]) == 2
+    assert control.drain == "stopped by `seqae sweep stop`" and control.max_concurrent == 8
+    assert len(control.log) == 2
 
 
 def test_control_of_a_submission_that_names_no_storage_says_it_has_not_started(workspace):
