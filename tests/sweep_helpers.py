@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -41,6 +42,21 @@ SMOKE = [
 
 # Smaller still: five pages of 16 tokens, halved to 8; a point of the loss curve every 3 steps.
 TINY = [*SMOKE, "data.max_pages=5", "data.input_len=16", "model.latent_len=8", "train.log_every_steps=3"]
+
+
+PYTHON_PAGE = REPO / "docs" / "how-to" / "python.md"
+CLUSTER_PART = "## On a Ray cluster"
+
+
+def python_page(cluster: bool, tiny: list[str]) -> str:
+    """docs/how-to/python.md's Python blocks in order, those before its cluster part or (``cluster``)
+    those after it, the part's one list of overrides replaced by ``tiny``."""
+    local, _, remote = PYTHON_PAGE.read_text().partition(CLUSTER_PART)
+    assert remote, f"the page has no part {CLUSTER_PART!r}"
+    code = "\n".join(re.findall(r"```python\n(.*?)```", remote if cluster else local, re.S))
+    code, replaced = re.subn(r'set=\["data\.path=[^"]*"\]', f"set={tiny!r}", code)
+    assert replaced == 1, "the part's one set=[...] is where the test sets the sizes"
+    return code
 
 
 def run_args(workspace: Path, name: str, *extra: str, study: Path = STUDIES / "quickstart.yaml") -> list[str]:

@@ -3,25 +3,12 @@ and a mistake is an exception naming the key or value, with nothing created."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from seqae_errors import ConfigError
 from sweeps.api import Sweep
 from tests.conftest import REPO
-from tests.sweep_helpers import TINY
-
-PAGE = REPO / "docs" / "how-to" / "python.md"
-
-
-def _page_code() -> str:
-    """The page's Python blocks in order, its one list of overrides replaced by tiny sizes."""
-    code = "\n".join(re.findall(r"```python\n(.*?)```", PAGE.read_text(), re.S))
-    tiny = repr([*TINY, "trials.total=3"])
-    code, replaced = re.subn(r'set=\["data\.path=[^"]*"\]', f"set={tiny}", code)
-    assert replaced == 1, "the page's Sweep.run(..., set=[...]) is where the test sets the sizes"
-    return code
+from tests.sweep_helpers import PYTHON_PAGE, TINY, python_page
 
 
 @pytest.fixture
@@ -34,7 +21,7 @@ def workspace(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_the_python_page_runs_as_written(workspace, capsys):
     page: dict[str, object] = {}
-    exec(compile(_page_code(), str(PAGE), "exec"), page)  # the page's own code, as a user runs it
+    exec(compile(python_page(False, [*TINY, "trials.total=3"]), str(PYTHON_PAGE), "exec"), page)  # the page's own code, as a user runs it
     sweep = page["sweep"]
     assert isinstance(sweep, Sweep) and sweep.exit_code == 0 and sweep.workspace.root == workspace.resolve()
     assert page["info"].trials_by_state == {"COMPLETE": 3}
@@ -46,7 +33,9 @@ def test_the_python_page_runs_as_written(workspace, capsys):
     assert table.loc[table.trial == best.trial, "val_token_accuracy"].item() == best.values["val_token_accuracy"]
     assert 0 <= page["out"].token_accuracy[0] <= 1 and page["out"].latents[0].ndim == 3
     assert page["page"].name == "index.html" and page["page"].exists()
-    assert "no sweep named 'no-such-sweep'" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "no sweep named 'no-such-sweep'" in out
+    assert "seqae: sweep quickstart: complete" in out and "trial 0  epoch 1/" in out  # show_progress() asked
 
 
 def test_a_mistake_is_an_exception_naming_it_and_nothing_is_created(tmp_path):

@@ -16,6 +16,7 @@ from typing import Callable
 import psutil
 import pytest
 
+from tests.conftest import REPO
 from tests.sweep_helpers import (
     SMOKE,
     STUDIES,
@@ -26,6 +27,7 @@ from tests.sweep_helpers import (
     metric_steps,
     mlflow_runs,
     optuna_trials,
+    python_page,
     seqae,
     sets,
     start,
@@ -174,6 +176,21 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
             assert secret not in values
         assert secret not in logs and secret not in json.dumps(job_env)
         assert not [p for p in ray_logs if secret.encode() in p.read_bytes()]  # nor any of Ray's logs
+
+
+def test_the_python_pages_cluster_part_submits_follows_and_cancels_a_sweep(cluster, monkeypatch):
+    """docs/how-to/python.md's "On a Ray cluster", as written, in a shell that sourced env.sh."""
+    for key, value in cluster["env"].items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(REPO)
+    page: dict[str, object] = {}
+    exec(compile(python_page(True, SWEEP), "python.md", "exec"), page)
+    sweep = page["sweep"]
+    wait_for(lambda: sweep.job().status in ("STOPPED", "SUCCEEDED", "FAILED"), 120, "the cancelled job", every=1)
+    job = sweep.job()
+    assert job.status == "STOPPED", sweep.logs()[-4000:]
+    assert job.jobs == (job.id,) and job.dashboard.endswith(f"/#/jobs/{job.id}") and sweep.submission is not None
+    assert isinstance(sweep.logs(), str)
 
 
 def test_jobs_api_refuses_requests_without_the_token(cluster):
