@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from collections.abc import Iterable
 from typing import Any
 
 # Reported after every epoch.
@@ -130,6 +131,13 @@ def base_metric(key: str) -> str:
 
 # Early stopping watches this one (the paper's patience of 5 epochs).
 MONITOR = VAL_TOKEN_ACCURACY  # higher is better
+
+
+def kept_epoch(points: Iterable[tuple[int, float]]) -> int | None:
+    """The epoch early stopping keeps of ``(epoch, monitored value)`` points: the first of the
+    best (a later epoch must beat it to be kept); None for no points."""
+    best = max(points, key=lambda point: (point[1], -point[0]), default=None)
+    return None if best is None else best[0]
 
 
 @dataclass

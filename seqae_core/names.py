@@ -29,6 +29,13 @@ def latent_alias(share: float) -> str:
 ERROR = "seqae.error"  # a failed trial's run: the end of its traceback
 CONTINUED = "seqae.continued"  # a trial's run reopened by `seqae sweep extend --epochs`
 ARTIFACTS_EPOCH = "seqae.artifacts_epoch"  # a trial's run: the epoch whose best-model artifacts it holds
+CODE = "seqae.code"  # every run of a sweep: the digest of the product code its session ran
+CODE_DIRTY = "seqae.code_dirty"  # ... "true" where that code had uncommitted changes
+VERSION = "seqae.version."  # ... + a package: the version of it the session ran
+TUNE_TRIAL_ID = "ray.tune_trial_id"  # a trial's run: the Ray Tune trial that ran it in this session
+NODE = "ray."  # ... + node_id, node_ip, hostname: where Ray ran the trial (NODE_ID, NODE_IP below)
+NODE_ID = NODE + "node_id"
+NODE_IP = NODE + "node_ip"
 GPU = "seqae.gpu"  # a trial's run that Ray gave a GPU: "cuda", or "logical" (trained on the CPU: SEQAE_LOGICAL_GPUS)
 GPU_IDS = "ray.gpu_ids"  # ... the ids ray.get_gpu_ids() gave it, comma-separated
 CUDA_VISIBLE_DEVICES = "ray.cuda_visible_devices"  # ... and the CUDA_VISIBLE_DEVICES Ray set from them

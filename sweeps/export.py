@@ -98,7 +98,7 @@ def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:
             **({"feasible": met[trial.number] if trial.state.is_finished() else None} if spec.constraints else {}),
             **({"pareto_rank": ranks.get(trial.number)} if several else {}),
             "cost_seconds": round(resource_seconds(spec.share[1], progress), 3),
-            "node": run.data.tags.get("ray.node_ip", "") if run else "",
+            "node": run.data.tags.get(N.NODE_IP, "") if run else "",
             "mlflow_run_id": run.info.run_id if run else "",
         })
     table = pd.DataFrame(rows)

@@ -14,6 +14,8 @@ from pathlib import Path
 import git
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE
 
+from seqae_core import names as N
+
 ROOT = Path(__file__).resolve().parents[1]
 CODE = ("seqae_core", "seqae_errors", "sweeps")  # what a sweep's driver and trials execute
 VERSIONS = ("torch", "ray", "optuna", "mlflow", "transformers")
@@ -34,9 +36,9 @@ class Code:
     def run_tags(self, source: str) -> dict[str, str]:
         """MLflow tags for the runs of a sweep from ``source`` (its file): MLflow's own source
         tags, which its UI shows, and seqae's code digest and package versions."""
-        tags = {MLFLOW_SOURCE_NAME: source, MLFLOW_SOURCE_TYPE: "LOCAL", "seqae.code": self.digest,
-                "seqae.code_dirty": str(bool(self.diff)).lower(),
-                **{f"seqae.version.{name}": version for name, version in self.versions.items()}}
+        tags = {MLFLOW_SOURCE_NAME: source, MLFLOW_SOURCE_TYPE: "LOCAL", N.CODE: self.digest,
+                N.CODE_DIRTY: str(bool(self.diff)).lower(),
+                **{f"{N.VERSION}{name}": version for name, version in self.versions.items()}}
         if self.commit:
             tags[MLFLOW_GIT_COMMIT] = self.commit
         return tags

@@ -119,7 +119,10 @@ def study_exists(url: str, name: str) -> bool:
 
 def kept_record(history: list[dict[str, Any]]) -> dict[str, Any]:
     """The record of the epoch early stopping kept: the first best of the monitored metric."""
-    return max(history, key=lambda h: (h[M.MONITOR], -h[M.EPOCH]))
+    epoch = M.kept_epoch((int(h[M.EPOCH]), float(h[M.MONITOR])) for h in history)
+    if epoch is None:
+        raise ValueError("a trial with no epochs kept none")
+    return next(h for h in history if int(h[M.EPOCH]) == epoch)
 
 
 def best_epoch_values(spec: SweepSpec, history: list[dict[str, Any]]) -> list[float]:

@@ -197,14 +197,14 @@ class Tracker:
     def trial_started(self, number: int, params: dict[str, Any], tune_trial_id: str, continued: bool,
                       data: DataConfig | None = None, start: str | None = None) -> None:
         run_id = self.open_run(number, params, data, start)
-        tags = {"ray.tune_trial_id": tune_trial_id}
+        tags = {N.TUNE_TRIAL_ID: tune_trial_id}
         if continued:
             tags[N.CONTINUED] = "true"
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def trial_result(self, number: int, result: dict[str, Any]) -> None:
         self.child_run(number)
-        tags = [RunTag(f"ray.{k}", str(result[k])) for k in ("node_id", "node_ip", "hostname") if k in result]
+        tags = [RunTag(f"{N.NODE}{k}", str(result[k])) for k in ("node_id", "node_ip", "hostname") if k in result]
         # the GPUs Ray assigned the trial, as it saw them (sweeps.trial.trial_device)
         gpu = (("gpu", N.GPU), ("gpu_ids", N.GPU_IDS), ("cuda_visible_devices", N.CUDA_VISIBLE_DEVICES))
         tags += [RunTag(tag, str(result[k])) for k, tag in gpu if k in result]

@@ -291,3 +291,13 @@ def test_an_object_store_lease_stops_a_stale_writer_before_it_writes(s3, monkeyp
             resumed.save_epoch(3, {"epoch": 3})
     assert tensors(resumed.latest().files["state.pt"]) == {"epoch": 3} and resumed.verdict() is None
     assert sorted(resumed._epochs("epoch")) == [2, 3]  # keep=2; epoch 3 is the resumed writer's own
+
+
+@pytest.mark.parametrize("values", [[0.5, 0.7, 0.7, 0.6], [0.9, 0.1, 0.9], [0.2, 0.3, 0.4], [0.4]])
+def test_the_kept_epoch_is_the_one_early_stopping_keeps(values):
+    """One rule, seqae_core.metrics.kept_epoch, read by the study and the report: the first of the best."""
+    stopper = EarlyStopping(patience=5)
+    for epoch, value in enumerate(values, 1):
+        stopper.update(value, epoch)
+    assert M.kept_epoch(enumerate(values, 1)) == stopper.best_epoch
+    assert M.kept_epoch([]) is None
