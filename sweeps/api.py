@@ -11,7 +11,7 @@ asked: :func:`show_progress` prints the driver's lines as they come (the command
     show_progress()
     sweep = Sweep.run("sweeps/studies/quickstart.yaml", set=["data.path=../shared/data/wikipedia-mini"])
     sweep.status().best             # the best trial: validation (selected on) and test values
-    table = sweep.trials()          # a pandas DataFrame, a row per trial (export's columns)
+    trials = sweep.trials()         # a typed record per trial; .to_pandas(): export's table
     model = sweep.best_model()      # the registered model: model.predict(["some text"])
 
 Each method imports what it uses when it runs, so that reading a sweep (``status``, ``list``)
@@ -31,9 +31,9 @@ from seqae_errors import ConfigError
 from sweeps.workspace import Job, Listed, Submission, Workspace, listing
 
 if TYPE_CHECKING:
-    import pandas as pd
     from mlflow.pyfunc import PyFuncModel
 
+    from sweeps.export import Trials
     from sweeps.search import Control
     from sweeps.status import SweepStatus
 
@@ -269,11 +269,12 @@ class Sweep:
 
         return submit.cancel(self._submitted())
 
-    def trials(self) -> pd.DataFrame:
-        """A row per trial, the columns of ``seqae sweep export`` (:mod:`sweeps.export`)."""
+    def trials(self) -> Trials:
+        """Every trial as a typed record (:class:`sweeps.export.Trial`), in number order;
+        ``.to_pandas()`` is the table ``seqae sweep export`` writes."""
         from sweeps import export
 
-        return export.trial_table(self.workspace, self.name)
+        return export.trials(self.workspace, self.name)
 
     def export(self, out: str | Path | None = None, format: str | None = None) -> Path:
         """:meth:`trials` written to ``out`` as ``format`` (csv, parquet or jsonl; unset: what

@@ -28,6 +28,7 @@ def test_the_python_page_runs_as_written(workspace, capsys):
     assert sweep.status().trials_by_state == {"COMPLETE": 4}  # and the one extend added
     best = page["best"]
     assert set(best.values) == {"val_token_accuracy"} and 0 < best.test["test_token_accuracy"] <= 1
+    assert [t.number for t in page["trials"]] == [0, 1, 2] and page["trials"][0].kept_epoch >= 1
     table = page["table"]
     assert len(table) == 3 and table["state"].tolist() == ["COMPLETE"] * 3
     assert table.loc[table.trial == best.trial, "val_token_accuracy"].item() == best.values["val_token_accuracy"]
