@@ -60,7 +60,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
 from dashboards import claims  # noqa: E402
-from dashboards.mlflow_runs import all_runs  # noqa: E402
+from sweeps.mlflow_runs import all_runs  # noqa: E402
 from seqae_core import metrics as M  # noqa: E402
 from seqae_core.config import parse_scalar  # noqa: E402
 

@@ -129,14 +129,10 @@ def cmd_sweep_set(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from dashboards import report  # matplotlib and MLflow, only to draw the report
+    from sweeps.api import Sweep  # MLflow, and matplotlib as it draws, only to draw the report
 
     _freeze_imported_objects()
-    workspace = _workspace(args)
-    try:
-        index = report.build(workspace.read(args.name), workspace.report_dir(args.name))
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    index = Sweep(args.name, _workspace(args)).report()
     print(f"report: {index}  (also logged to the sweep's MLflow run, under report/)")
     return 0
 
@@ -333,10 +329,11 @@ def cmd_sweep_export(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep_compare(args: argparse.Namespace) -> int:
-    from sweeps import compare  # MLflow, Optuna, pandas and matplotlib, only to read sweeps
+    from sweeps.api import Sweep  # MLflow, Optuna, pandas and matplotlib, only to read sweeps
 
     _freeze_imported_objects()
-    text, page = compare.compare(_workspace(args), args.names, args.out)
+    first, *others = args.names
+    text, page = Sweep(first, _workspace(args)).compare(*others, out=args.out)
     print(text)
     print(f"\npage: {page}")
     return 0

@@ -19,9 +19,8 @@ from typing import Any
 
 import pandas as pd
 
-from dashboards import report
 from seqae_errors import ConfigError
-from sweeps import compare, driver, export, lifecycle, registry, status
+from sweeps import driver, export, lifecycle, registry, status
 from sweeps.workspace import Workspace
 
 BACKENDS = ("storage", "mlflow_tracking_uri", "optuna_storage")  # what ``backends=`` may name
@@ -71,7 +70,7 @@ class Sweep:
         names, else a local one) until it ends; the progress lines print as they come."""
         sweep = cls.create(file, set=set, profile=profile, name=name, workspace=workspace, or_resume=or_resume,
                            backends=backends)
-        sweep.exit_code = driver.drive(sweep.workspace, sweep.name, check_file=False, verbose=verbose)
+        sweep.exit_code = driver.drive(sweep.workspace, sweep.name, report=_report(), check_file=False, verbose=verbose)
         return sweep
 
     @classmethod
@@ -82,13 +81,14 @@ class Sweep:
         fit its space, run until it ends."""
         place = _workspace(workspace)
         sweep = cls(lifecycle.fork(place, origin, str(file), name, _sets(set, profile), {}), place)
-        sweep.exit_code = driver.drive(sweep.workspace, sweep.name, check_file=False, verbose=verbose)
+        sweep.exit_code = driver.drive(sweep.workspace, sweep.name, report=_report(), check_file=False, verbose=verbose)
         return sweep
 
     def resume(self, *, allow_code_change: bool = False, verbose: bool = False) -> Sweep:
         """Run what is left of the sweep: interrupted trials from their newest checkpoint, then the
         trials not yet started."""
-        self.exit_code = driver.drive(self.workspace, self.name, verbose=verbose, allow_code_change=allow_code_change)
+        self.exit_code = driver.drive(self.workspace, self.name, report=_report(), verbose=verbose,
+                                      allow_code_change=allow_code_change)
         return self
 
     def extend(self, *, trials: int | None = None, epochs: int | None = None, which: str = "best:1",
@@ -103,8 +103,8 @@ class Sweep:
                 print(f"seqae: {note}", flush=True)
         else:
             lifecycle.extend(self.workspace, self.name, int(trials or 0))
-        self.exit_code = driver.drive(self.workspace, self.name, verbose=verbose, extending=epochs is not None,
-                                      allow_code_change=allow_code_change)
+        self.exit_code = driver.drive(self.workspace, self.name, report=_report(), verbose=verbose,
+                                      extending=epochs is not None, allow_code_change=allow_code_change)
         return self
 
     def stop(self, reason: str | None = None, now: bool = False) -> None:
@@ -142,15 +142,24 @@ class Sweep:
     def compare(self, *others: str | Sweep, out: str | Path | None = None) -> tuple[str, Path]:
         """This sweep beside ``others`` (of the same objective, in the same workspace): the
         terminal's table and the written page."""
+        from dashboards import compare  # the dashboards sit above the sweep service: only its front door reaches up
+
         names = [self.name, *(o.name if isinstance(o, Sweep) else o for o in others)]
         return compare.compare(self.workspace, names, None if out is None else str(out))
 
     def report(self) -> Path:
         """Write the sweep's report (also logged to its MLflow run); its ``index.html``."""
         try:
-            return report.build(self.workspace.read(self.name), self.workspace.report_dir(self.name))
+            return _report()(self.workspace.read(self.name), self.workspace.report_dir(self.name))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+
+
+def _report() -> driver.Report:
+    """What writes a sweep's report (the driver calls it as each session ends)."""
+    from dashboards import report  # the dashboards sit above the sweep service: only its front door reaches up
+
+    return report.build
 
 
 def _workspace(workspace: str | Path | Workspace | None) -> Workspace:
