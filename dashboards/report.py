@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 import matplotlib
 import optuna
@@ -63,6 +63,8 @@ from dashboards import claims  # noqa: E402
 from sweeps.mlflow_runs import all_runs  # noqa: E402
 from seqae_core import metrics as M  # noqa: E402
 from seqae_core.config import parse_scalar  # noqa: E402
+from sweeps.spec import Objective, SweepSpec  # noqa: E402
+from sweeps.workspace import SweepState  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -329,8 +331,8 @@ def seed_spreads(trials: list[Trial]) -> claims.Spreads:
     return dict(spreads)
 
 
-def grid_data(trials: list[Trial], grid: dict[str, Any]) -> dict[str, Any] | None:
-    """Best accuracy per grid cell: a column per value of the file's first grid axis, a row per
+def grid_data(trials: list[Trial], grid: dict[str, tuple[Any, ...]]) -> dict[str, Any] | None:
+    """Best accuracy per grid cell (``grid``: a sweep's axes): a column per value of its first grid axis, a row per
     combination of the others (e.g. the ablation's variants by latent length). A row is labelled
     by what differs from the first row. None without a grid of two axes or a trial with a result."""
     axes = [axis.split(",") for axis in grid]
@@ -609,10 +611,10 @@ def _scores(trial: optuna.trial.FrozenTrial, metrics: list[str]) -> str:
                                                   "; no test score (no test split)")
 
 
-def story(storage: str, study_name: str, spec: dict[str, Any], trials: list[Trial]) -> Story:
-    """The story of the sweep whose canonical file is ``spec`` (its objectives and budget)."""
+def story(storage: str, study_name: str, spec: SweepSpec, trials: list[Trial]) -> Story:
+    """The story of the sweep of ``spec`` (its objectives and budget)."""
     study = optuna.load_study(study_name=study_name, storage=storage)
-    metrics = [o["metric"] for o in spec.get("objective") or [{"metric": M.VAL_TOKEN_ACCURACY}]]
+    metrics = [o.metric for o in spec.objectives]
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE
                 and N.FORKED not in t.user_attrs]
     if not complete:
@@ -622,7 +624,7 @@ def story(storage: str, study_name: str, spec: dict[str, Any], trials: list[Tria
         found = [f"A front of {len(front)} trials on {' and '.join(metrics)}:"] + [
             f"trial {t.number}: {_scores(t, metrics)}" for t in sorted(front, key=lambda t: t.values[0])]
     else:
-        sign = 1.0 if (spec.get("objective") or [{"mode": "max"}])[0].get("mode", "max") == "max" else -1.0
+        sign = spec.objectives[0].sign
         best = min(complete, key=lambda t: (-sign * t.values[0], t.number))
         by = best.user_attrs.get(N.START) and f"starting point {best.user_attrs[N.START]}" or best.user_attrs.get(
             N.PROPOSED_BY, "unrecorded")
@@ -634,7 +636,7 @@ def story(storage: str, study_name: str, spec: dict[str, Any], trials: list[Tria
                         if N.FORKED not in t.user_attrs)
     unit = trials[0].resource if trials else "cpu"
     spent = sum(t.cost or 0.0 for t in trials) / 3600
-    budget = (spec.get("budget") or {}).get(f"{unit}_hours")
+    budget = spec.budget.hours if spec.budget and spec.budget.unit == unit else None
     return Story(found, starts, ", ".join(f"{who} {n}" for who, n in proposers.items()) or "no trial yet",
                  f"{spent:.4f} {unit}-hours" + (f" of a budget of {budget:g}" if budget else ""))
 
@@ -724,42 +726,9 @@ def template_digest() -> str:
     return digest.hexdigest()
 
 
-class Stores(Protocol):
-    """Where the report reads a sweep's runs and study (the sweeps package's ``Backends``)."""
-
-    @property
-    def mlflow_tracking_uri(self) -> str: ...
-
-    @property
-    def optuna_storage(self) -> str: ...
-
-
-class Document(Protocol):
-    """A sweep file as the report reads it (the sweeps package's ``SweepSpec``)."""
-
-    def to_dict(self) -> dict[str, Any]: ...  # the canonical sweep file: its grid labels the grid table
-
-
-class SweepRecord(Protocol):
-    """What the report reads of a sweep's record (the sweeps package's ``SweepState``)."""
-
-    name: str
-    study_name: str
-    mlflow_experiment_id: str | None
-
-    @property
-    def spec(self) -> Document: ...
-
-    @property
-    def backends(self) -> Stores: ...
-
-    @property
-    def total_trials(self) -> int: ...
-
-
-def _front(state: SweepRecord, trials: list[Trial], objectives: list[dict[str, str]], out: Path) -> Path | None:
+def _front(state: SweepState, trials: list[Trial], objectives: tuple[Objective, ...], out: Path) -> Path | None:
     study = optuna.load_study(study_name=state.study_name, storage=state.backends.optuna_storage)
-    metrics, modes = [o["metric"] for o in objectives], [o.get("mode", "max") for o in objectives]
+    metrics, modes = [o.metric for o in objectives], [o.mode for o in objectives]
     lengths = {t.input_len for t in trials}
     input_len = lengths.pop() if len(lengths) == 1 else 0
     grid = grid_front(GRID_FRONTIER, input_len, metrics, modes)
@@ -770,7 +739,7 @@ def _front(state: SweepRecord, trials: list[Trial], objectives: list[dict[str, s
     return front_figure(found, grid, input_len, trials[0].resource, out)
 
 
-def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
+def build(state: SweepState, out: Path, log_to_mlflow: bool = True) -> Path:
     """Write the report of sweep ``state`` into the folder ``out`` and log it to the parent run."""
     backends = state.backends
     if not state.mlflow_experiment_id:
@@ -801,19 +770,18 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
         notes += optuna_notes
     except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
         notes.append(f"Optuna plots unavailable: {exc}")
-    document = state.spec.to_dict()
-    objectives = document.get("objective") or []
+    objectives = state.spec.objectives
     try:
         if len(objectives) == 2 and (path := _front(state, trials, objectives, out)) is not None:
             figures.append((path, "The front on test beside the published grid's, and its hypervolume against compute"))
     except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
         notes.append(f"The front is unavailable: the Optuna study cannot be read ({exc})")
     (out / "fig3_points.json").write_text(json.dumps({str(k): v for k, v in fig3_points.items()}, indent=1))
-    verdicts = claims.check(test_points(trials), seed_spreads(trials), claims.not_studied(document))
+    verdicts = claims.check(test_points(trials), seed_spreads(trials), claims.not_studied(state.spec))
     (out / "claims.json").write_text(json.dumps([v.__dict__ for v in verdicts], indent=1))
     tested = [v for v in verdicts if v.verdict != claims.NOT_TESTED]
     try:
-        told: Story | None = story(backends.optuna_storage, state.study_name, document, trials)
+        told: Story | None = story(backends.optuna_storage, state.study_name, state.spec, trials)
     except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the rest of the report stands
         told = None
         notes.append(f"What the sweep found is unavailable: the Optuna study cannot be read ({exc})")
@@ -825,7 +793,7 @@ def build(state: SweepRecord, out: Path, log_to_mlflow: bool = True) -> Path:
         built=time.strftime("%Y-%m-%d %H:%M:%S"), experiment_id=str(state.mlflow_experiment_id),
         parent_run_id=parent.info.run_id if parent else "-", story=told, claims=_claims(tested),
         untested=", ".join(v.claim for v in verdicts if v.verdict == claims.NOT_TESTED),
-        figures=[embedded(p, c) for p, c in figures], notes=notes, grid=grid_data(trials, document.get("grid") or {}),
+        figures=[embedded(p, c) for p, c in figures], notes=notes, grid=grid_data(trials, state.spec.grid),
         trials=_table(trials), samples=_samples(trials, partial(load_samples, client)))
     index = out / "index.html"
     index.write_text(page)

@@ -95,8 +95,7 @@ def test_seed_spread_says_which_half_of_the_claim_fails():
     pytest.param("ablation_paper_block.yaml", None, {"C1", "C2", "C3", "C4"}, id="the-ablation-varies-the-block"),
 ])
 def test_a_claim_is_checked_only_on_a_sweep_that_studies_it(study, profile, untested):
-    spec = spec_lib.load(STUDIES / study, [f"profile={profile}"] if profile else []).to_dict()
-    reasons = claims.not_studied(spec)
+    reasons = claims.not_studied(spec_lib.load(STUDIES / study, [f"profile={profile}"] if profile else []))
     assert set(reasons) == untested
     verdicts = {v.claim: v for v in claims.check(PAPER_LIKE, {}, reasons)}
     for claim in untested:
@@ -106,7 +105,7 @@ def test_a_claim_is_checked_only_on_a_sweep_that_studies_it(study, profile, unte
 
 
 def test_the_quickstart_says_why_it_tests_no_claim():
-    reasons = claims.not_studied(spec_lib.load(STUDIES / "quickstart.yaml").to_dict())
+    reasons = claims.not_studied(spec_lib.load(STUDIES / "quickstart.yaml"))
     assert reasons["C1"] == "it searches model.d_attn, model.d_model, train.lr, so the configuration differs between trials"
 
 
