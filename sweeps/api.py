@@ -157,9 +157,9 @@ class Sweep:
 
 def _report() -> driver.Report:
     """What writes a sweep's report (the driver calls it as each session ends)."""
-    from dashboards import report  # the dashboards sit above the sweep service: only its front door reaches up
+    from dashboards.report import page  # the dashboards sit above the sweep service: only its front door reaches up
 
-    return report.build
+    return page.build
 
 
 def _workspace(workspace: str | Path | Workspace | None) -> Workspace:

@@ -61,7 +61,8 @@ def test_seed_spread_wider_for_short_inputs_and_narrowed_by_warm_start():
 
 
 def test_the_grid_table_labels_each_variant_by_what_it_changes():
-    from dashboards.report import Trial, grid_data
+    from dashboards.report.data import Trial
+    from dashboards.report.groups import grid_data
 
     grid = {"model.latent_len": [16, 8], "train.lr,model.residual": [[1e-3, False], [1e-3, True]]}
     trials = []
@@ -110,7 +111,8 @@ def test_the_quickstart_says_why_it_tests_no_claim():
 
 
 def test_claims_are_checked_on_the_test_scores_of_complete_grid_cells():
-    from dashboards.report import Trial, seed_spreads, test_points
+    from dashboards.report.data import Trial
+    from dashboards.report.groups import seed_spreads, test_points
 
     def trial(number, latent, seed, val, test, state="complete", start=None):
         t = Trial(number, f"run{number}", "FINISHED", state, {"data.input_len": 32, "model.latent_len": latent,
