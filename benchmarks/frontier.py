@@ -50,7 +50,7 @@ from benchmarks.replay import GRACE_PERIOD, REDUCTION_FACTOR, TPE
 from benchmarks.search_vs_recipe import INPUT_LEN, RECIPE, document
 from benchmarks.sweep_runs import run_sweep
 from dashboards import claims
-from dashboards.report import save_figure
+from dashboards.report.figures import save_figure
 from seqae_core import corpus
 from seqae_core import data as data_lib
 from seqae_core import metrics as M

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
+
+from sweeps.spec import SweepSpec
 
 REPRODUCED, NOT_REPRODUCED, NO_DATA = "reproduced", "not reproduced", "not enough data"
 NOT_TESTED = "not tested by this sweep"
@@ -108,13 +109,13 @@ def seed_spread(spreads: Spreads) -> Verdict:
     return Verdict("C4", text, measured, REPRODUCED if wider_when_short and narrowed else NOT_REPRODUCED)
 
 
-def not_studied(spec: dict[str, Any]) -> dict[str, str]:
-    """Why a sweep (its canonical file: ``grid`` and ``search``) does not test each claim it does
+def not_studied(spec: SweepSpec) -> dict[str, str]:
+    """Why a sweep (its ``grid`` and ``search``) does not test each claim it does
     not study, ``{claim: reason}``; the claims it studies are absent. C1-C3 are about the cells of
     Fig. 3 (latent length, input length) and C4 about seeds under two learning-rate schedules: a
     grid over anything else, or a search, changes the configuration between the cells compared."""
-    grid = {key for axis in spec.get("grid") or {} for key in axis.split(",")}
-    searched = sorted(spec.get("search") or {})
+    grid = set(spec.grid_keys())
+    searched = sorted(spec.search)
 
     def held_fixed(allowed: set[str]) -> str | None:
         if searched:

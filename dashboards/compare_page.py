@@ -11,7 +11,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from dashboards.report import TEMPLATES, embedded, epoch_axis, save_figure
+from dashboards.report.figures import epoch_axis, save_figure
+from dashboards.report.page import TEMPLATES, embedded
 
 
 @dataclass(frozen=True)

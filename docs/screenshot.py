@@ -15,7 +15,7 @@ from pathlib import Path
 import markdown
 
 from dashboards.browser import headless_chromium
-from dashboards.report import template_digest
+from dashboards.report.page import template_digest
 
 DOCS = Path(__file__).resolve().parent
 REPORT_PICTURE = DOCS / "images" / "report.png"

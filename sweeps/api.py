@@ -40,9 +40,9 @@ if TYPE_CHECKING:
 BACKENDS = ("storage", "mlflow_tracking_uri", "optuna_storage")  # what ``backends=`` may name
 # What each kind of verb imports when it first runs, for :func:`load`.
 MODULES = {
-    "drive": ("sweeps.driver", "sweeps.lifecycle", "sweeps.submit", "dashboards.report"),
+    "drive": ("sweeps.driver", "sweeps.lifecycle", "sweeps.submit", "dashboards.report.page"),
     "read": ("sweeps.status",),
-    "tables": ("sweeps.export", "sweeps.compare", "dashboards.report"),
+    "tables": ("sweeps.export", "dashboards.compare", "dashboards.report.page"),
     "cluster": ("sweeps.submit", "sweeps.remote_status"),
     "models": ("sweeps.registry",),
 }
@@ -169,9 +169,11 @@ class Sweep:
         return cls(record.name, place)
 
     def _drive(self, **how: bool) -> Sweep:
+        """Run the sweep's driver here until it ends; it writes the report as each session ends."""
+        from dashboards.report import page  # the dashboards sit above the sweep service: only its front door reaches up
         from sweeps import driver
 
-        self.exit_code = driver.drive(self.workspace, self.name, **how)
+        self.exit_code = driver.drive(self.workspace, self.name, report=page.build, **how)
         return self
 
     def _submitted(self) -> Submission:
@@ -293,17 +295,17 @@ class Sweep:
     def compare(self, *others: str | Sweep, out: str | Path | None = None) -> tuple[str, Path]:
         """This sweep beside ``others`` (of the same objective, in the same workspace): the
         terminal's table and the written page."""
-        from sweeps import compare
+        from dashboards import compare  # the dashboards sit above the sweep service: only its front door reaches up
 
         names = [self.name, *(o.name if isinstance(o, Sweep) else o for o in others)]
         return compare.compare(self.workspace, names, None if out is None else str(out))
 
     def report(self) -> Path:
         """Write the sweep's report (also logged to its MLflow run); its ``index.html``."""
-        from dashboards import report
+        from dashboards.report import page  # the dashboards sit above the sweep service: only its front door reaches up
 
         try:
-            return report.build(self.workspace.read(self.name), self.workspace.report_dir(self.name))
+            return page.build(self.workspace.read(self.name), self.workspace.report_dir(self.name))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
 

@@ -14,15 +14,16 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
 from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 from optuna.trial import FrozenTrial
 
-from dashboards import report
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.train import describe_precision
@@ -51,6 +52,9 @@ log = logging.getLogger(__name__)
 
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
 MLFLOW_DRAIN_SECONDS = float(os.environ.get("SEQAE_MLFLOW_DRAIN_SECONDS", "300"))
+# What a driver calls as each session ends: write sweep ``state``'s report into the folder, return its
+# page. The report sits above the sweep service (it reads the sweep's records), so the caller hands it in.
+Report = Callable[[SweepState, Path], Path]
 
 
 @dataclass
@@ -69,11 +73,11 @@ class Session:
     notifier: Notifier
 
 
-def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: bool = False,
+def drive(workspace: Workspace, name: str, *, report: Report | None, check_file: bool = True, verbose: bool = False,
           extending: bool = False, allow_code_change: bool = False) -> int:
-    """Run what is left of a sweep: open its stores, reconcile them, run the trials, close the books.
-    ``extending`` (`seqae sweep extend --epochs`) keeps a stopped sweep stopped: only the trials
-    it reopened run."""
+    """Run what is left of a sweep: open its stores, reconcile them, run the trials, close the books
+    and write its ``report`` (None: none). ``extending`` (`seqae sweep extend --epochs`) keeps a
+    stopped sweep stopped: only the trials it reopened run."""
     workspace.read(name)  # an unknown sweep is refused before anything is written
     workspace.check_writable()
     # `ray job stop` and service managers send SIGTERM: stop as gracefully as on Ctrl-C.
@@ -90,7 +94,7 @@ def drive(workspace: Workspace, name: str, *, check_file: bool = True, verbose: 
             for note in notes:
                 progress.say(f"seqae: {note}")
             run(workspace, session, writer, verbose)
-            left = close(workspace, session, writer)
+            left = close(workspace, session, writer, report)
         except Exception as exc:  # Tune hands a searcher's error on wrapped: the storage's is found in the chain
             lost = storage_lost(exc)
             if lost is None:
@@ -200,12 +204,12 @@ def run(workspace: Workspace, session: Session, writer: Writer, verbose: bool) -
         progress.say("seqae: trials proposed by: " + ", ".join(f"{k} {v}" for k, v in study.proposals().items()))
 
 
-def close(workspace: Workspace, session: Session, writer: Writer) -> int:
+def close(workspace: Workspace, session: Session, writer: Writer, report: Report | None) -> int:
     """Pause the trials left unfinished; once the sweep has ended (every trial done, or drained by
     its target, its budget or `seqae sweep stop` with none left running) register the best model
     and finish its run, else leave the run KILLED for the next session; let MLflow take the
-    writes, record the session and rebuild the report. Returns the writes MLflow did not take in
-    time (they are safe in the checkpoints; the next session delivers them)."""
+    writes, record the session and rebuild the report with ``report``. Returns the writes MLflow
+    did not take in time (they are safe in the checkpoints; the next session delivers them)."""
     study, tracker, name = session.study, session.tracker, session.state.name
     control, interrupted = study.control(), study.numbers(ledger.Outcome.RUNNING.optuna_state)
     complete = study.remaining() == 0
@@ -222,8 +226,8 @@ def close(workspace: Workspace, session: Session, writer: Writer) -> int:
                           mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
                           mlflow_writes_failed=len(writer.failed), optuna_outage_seconds=optuna_outages(study))
     workspace.write(session.state)
-    if not left:
-        rebuild_report(session.state, workspace)
+    if report is not None and not left:
+        rebuild_report(session.state, workspace, report)
     session.notifier.send("end", f"the sweep is {outcome}", f"{progress.best_line(study.best(), study.spec.objectives)}; "
                           f"trials by state: {session.record['trials']}")
     session.notifier.close()
@@ -252,10 +256,10 @@ def optuna_outages(study: SweepStudy) -> float:
     return round(sum(study.storage.outages), 1) if isinstance(study.storage, PatientStorage) else 0.0
 
 
-def rebuild_report(state: SweepState, workspace: Workspace) -> None:
+def rebuild_report(state: SweepState, workspace: Workspace, report: Report) -> None:
     """The HTML report, rebuilt at the end of every session; a failure here never fails the sweep."""
     try:
-        index = report.build(state, workspace.report_dir(state.name))
+        index = report(state, workspace.report_dir(state.name))
         progress.say(f"seqae: report: {index}")
     except Exception as exc:  # noqa: BLE001 - `seqae report NAME` rebuilds it later
         log.warning("the report could not be built (%s); `seqae report %s` retries", exc, state.name)

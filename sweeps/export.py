@@ -41,7 +41,6 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 from optuna.trial import FrozenTrial
 
-from dashboards.mlflow_runs import all_runs
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.pareto import ranks
@@ -49,6 +48,7 @@ from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
 from sweeps.ledger import Outcome, resource_seconds
 from sweeps.mlflow_access import check_credentials
+from sweeps.mlflow_runs import all_runs
 from sweeps.search import feasible, kept_record, read_only
 from sweeps.workspace import Workspace
 

@@ -43,7 +43,6 @@ from mlflow.utils.mlflow_tags import (
 )
 from mlflow.utils.validation import MAX_ENTITIES_PER_BATCH
 
-from dashboards.mlflow_runs import all_runs
 from seqae_core import corpus
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
@@ -55,6 +54,7 @@ from seqae_errors import ConfigError
 from sweeps import textmodel
 from sweeps.ledger import Outcome, resource_seconds
 from sweeps.mlflow_access import find_sweep_run, fluent_uri
+from sweeps.mlflow_runs import all_runs
 
 log = logging.getLogger(__name__)
 

@@ -61,7 +61,8 @@ def test_seed_spread_wider_for_short_inputs_and_narrowed_by_warm_start():
 
 
 def test_the_grid_table_labels_each_variant_by_what_it_changes():
-    from dashboards.report import Trial, grid_data
+    from dashboards.report.data import Trial
+    from dashboards.report.groups import grid_data
 
     grid = {"model.latent_len": [16, 8], "train.lr,model.residual": [[1e-3, False], [1e-3, True]]}
     trials = []
@@ -95,8 +96,7 @@ def test_seed_spread_says_which_half_of_the_claim_fails():
     pytest.param("ablation_paper_block.yaml", None, {"C1", "C2", "C3", "C4"}, id="the-ablation-varies-the-block"),
 ])
 def test_a_claim_is_checked_only_on_a_sweep_that_studies_it(study, profile, untested):
-    spec = spec_lib.load(STUDIES / study, [f"profile={profile}"] if profile else []).to_dict()
-    reasons = claims.not_studied(spec)
+    reasons = claims.not_studied(spec_lib.load(STUDIES / study, [f"profile={profile}"] if profile else []))
     assert set(reasons) == untested
     verdicts = {v.claim: v for v in claims.check(PAPER_LIKE, {}, reasons)}
     for claim in untested:
@@ -106,12 +106,13 @@ def test_a_claim_is_checked_only_on_a_sweep_that_studies_it(study, profile, unte
 
 
 def test_the_quickstart_says_why_it_tests_no_claim():
-    reasons = claims.not_studied(spec_lib.load(STUDIES / "quickstart.yaml").to_dict())
+    reasons = claims.not_studied(spec_lib.load(STUDIES / "quickstart.yaml"))
     assert reasons["C1"] == "it searches model.d_attn, model.d_model, train.lr, so the configuration differs between trials"
 
 
 def test_claims_are_checked_on_the_test_scores_of_complete_grid_cells():
-    from dashboards.report import Trial, seed_spreads, test_points
+    from dashboards.report.data import Trial
+    from dashboards.report.groups import seed_spreads, test_points
 
     def trial(number, latent, seed, val, test, state="complete", start=None):
         t = Trial(number, f"run{number}", "FINISHED", state, {"data.input_len": 32, "model.latent_len": latent,

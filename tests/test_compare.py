@@ -1,4 +1,4 @@
-"""`seqae sweep compare` (sweeps/compare.py, dashboards/compare_page.py) on real Optuna studies, real
+"""`seqae sweep compare` (dashboards/compare.py, dashboards/compare_page.py) on real Optuna studies, real
 checkpoint records and a real workspace; no training."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
+from dashboards.compare import compare
 from seqae_errors import ConfigError
-from sweeps.compare import compare
 from tests.test_status import quickstart, run_trials, start_sweep, template, workspace, write_sweep  # noqa: F401
 
 

@@ -105,23 +105,24 @@ def test_the_loss_curve_is_drawn_against_epochs_with_whole_epoch_ticks(tmp_path)
     the steps each epoch ended at; every epoch axis is ticked at whole epochs only."""
     import matplotlib.pyplot as plt
 
-    from dashboards import report
+    from dashboards.report import figures
+    from dashboards.report.data import Trial
     from seqae_core import metrics as M
 
-    trial = report.Trial(0, "run", "FINISHED", "complete", {}, curves={
+    trial = Trial(0, "run", "FINISHED", "complete", {}, curves={
         M.TRAIN_LOSS: [(1, 3.0), (2, 2.0)], M.VAL_LOSS: [(1, 2.9), (2, 2.1)], M.GLOBAL_STEP: [(1, 10), (2, 20)],
         M.TRAIN_LOSS_STEPS: [(5, 4.0), (10, 3.0), (15, 2.5), (20, 2.0)]})
-    assert report.step_curve(trial) == [(0.5, 4.0), (1.0, 3.0), (1.5, 2.5), (2.0, 2.0)]
-    assert report.step_curve(report.Trial(1, "run", "FINISHED", "complete", {}, curves=trial.curves | {
+    assert figures.step_curve(trial) == [(0.5, 4.0), (1.0, 3.0), (1.5, 2.5), (2.0, 2.0)]
+    assert figures.step_curve(Trial(1, "run", "FINISHED", "complete", {}, curves=trial.curves | {
         M.TRAIN_LOSS_STEPS: []})) == []  # then the report draws the epochs' means
     fig, ax = plt.subplots()
     ax.plot([0.5, 1.0, 1.5, 2.0], [4.0, 3.0, 2.5, 2.0])
-    report.epoch_axis(ax)
+    figures.epoch_axis(ax)
     fig.canvas.draw()
     ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
     plt.close(fig)
     assert ticks and all(t == int(t) for t in ticks), ticks
-    assert report.losses([trial], tmp_path) == tmp_path / "losses.png"
+    assert figures.losses([trial], tmp_path) == tmp_path / "losses.png"
 
 
 def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, screenshot_dir, tmp_path):

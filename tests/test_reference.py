@@ -35,7 +35,7 @@ def test_every_config_key_has_a_description():
 
 def test_the_readmes_picture_of_a_report_shows_todays_templates():
     """docs/screenshot.py records the templates' digest beside the picture it takes."""
-    from dashboards.report import template_digest
+    from dashboards.report.page import template_digest
 
     recorded = (REPO / "docs" / "images" / "report.png.templates-sha256").read_text().strip()
     assert recorded == template_digest(), (

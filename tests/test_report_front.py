@@ -9,7 +9,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from dashboards.report import front, grid_front
+from dashboards.report.front import front, grid_front
 from seqae_core import names as N
 
 METRICS, MODES = ["val_token_accuracy", "latent_share"], ["max", "min"]

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from benchmarks import control_plane
-from dashboards import report
+from dashboards.report import data, figures, optuna_plots, page
 from sweeps import spec as spec_lib
 from sweeps.export import trial_table
 from sweeps.search import open_study
@@ -80,7 +80,7 @@ def test_every_run_is_read_when_they_take_several_pages(sweep, small_pages):
     assert sorted(tracker.trial_runs()) == list(range(8))
     table = trial_table(sweep, control_plane.NAME)
     assert len(table) == 8 and (table.mlflow_run_id != "").all()
-    parent, trials = report.collect(state.backends.mlflow_tracking_uri, state.mlflow_experiment_id)
+    parent, trials = data.collect(state.backends.mlflow_tracking_uri, state.mlflow_experiment_id)
     assert parent is not None and [t.number for t in trials] == list(range(8))
 
 
@@ -118,8 +118,8 @@ def test_a_driver_start_reads_each_trial_of_the_study_once(tmp_path, templates, 
 def test_a_large_sweeps_report_summarizes_and_reads_only_what_it_draws(sweep, tmp_path, monkeypatch):
     """Above MANY trials: a summary figure of every trial, the loss curves of the DRAWN best only
     (their histories the only ones read besides validation accuracy), the samples of the trial shown."""
-    monkeypatch.setattr(report, "MANY", 5)
-    monkeypatch.setattr(report, "DRAWN", 3)
+    monkeypatch.setattr(figures, "MANY", 5)
+    monkeypatch.setattr(figures, "DRAWN", 3)
     histories: collections.Counter[str] = collections.Counter()
     downloads: list[str] = []
     get_history, download = MlflowClient.get_metric_history, MlflowClient.download_artifacts
@@ -136,30 +136,30 @@ def test_a_large_sweeps_report_summarizes_and_reads_only_what_it_draws(sweep, tm
     monkeypatch.setattr(MlflowClient, "download_artifacts", counted_download)
     state = sweep.read(control_plane.NAME)
 
-    index = report.build(state, tmp_path / "report", log_to_mlflow=False)
+    index = page.build(state, tmp_path / "report", log_to_mlflow=False)
 
     read = dict(histories)
-    _, trials = report.collect(state.backends.mlflow_tracking_uri, state.mlflow_experiment_id)
+    _, trials = data.collect(state.backends.mlflow_tracking_uri, state.mlflow_experiment_id)
     assert read["val_token_accuracy"] == sum(bool(t.accuracy) for t in trials)  # each trial's, once
     assert read["train_loss"] == 3 and read["val_loss"] == 3  # the drawn trials' only
     assert len(downloads) == 1  # one latent ratio: its best trial's samples
-    page = index.read_text()
-    assert "summary.png" in page and "of the 3 best trials (of 8)" in page
-    assert 'id="trial-search"' in page and page.count("<tr class=") >= 8  # every row; the script pages them
+    html = index.read_text()
+    assert "summary.png" in html and "of the 3 best trials (of 8)" in html
+    assert 'id="trial-search"' in html and html.count("<tr class=") >= 8  # every row; the script pages them
     assert {p.name for p in (tmp_path / "report").glob("*.png")} >= {"summary.png", "losses.png"}
 
 
 def test_a_small_sweeps_report_draws_every_trial(sweep, tmp_path):
     state = sweep.read(control_plane.NAME)
-    _, trials = report.collect(state.backends.mlflow_tracking_uri, state.mlflow_experiment_id)
-    assert report.drawn(trials) == trials and report.summary_figure(trials, tmp_path) is None
+    _, trials = data.collect(state.backends.mlflow_tracking_uri, state.mlflow_experiment_id)
+    assert figures.drawn(trials) == trials and figures.summary_figure(trials, tmp_path) is None
 
 
 def test_parallel_coordinates_of_a_large_study_draw_its_best_trials(tmp_path):
     study = optuna.create_study(direction="maximize")
     dists = {"x": optuna.distributions.FloatDistribution(0, 1)}
     study.add_trials([optuna.trial.create_trial(params={"x": n / 100}, distributions=dists, values=[n / 100])
-                      for n in range(report.MANY + 10)])
-    best = report.best_of(study)
-    assert sorted(t.values[0] for t in best.trials) == [n / 100 for n in range(10, report.MANY + 10)]
-    assert report.best_of(best) is best
+                      for n in range(figures.MANY + 10)])
+    best = optuna_plots.best_of(study)
+    assert sorted(t.values[0] for t in best.trials) == [n / 100 for n in range(10, figures.MANY + 10)]
+    assert optuna_plots.best_of(best) is best

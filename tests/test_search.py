@@ -134,7 +134,7 @@ def test_a_fork_seeds_each_trial_with_the_keys_it_sampled(tmp_path):
 
 
 def test_the_reports_optuna_plots_take_keys_absent_from_some_trials(tmp_path):
-    from dashboards.report import optuna_figures
+    from dashboards.report.optuna_plots import optuna_figures
 
     spec = _spec(tmp_path, CONDITIONAL)
     url = f"sqlite:///{tmp_path}/s.db"

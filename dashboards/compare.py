@@ -1,6 +1,7 @@
 """`seqae sweep compare A B [...]`: sweeps of one objective side by side (a fork beside its
 origin, or sweeps of different studies), in the terminal and as a page in the report's style
-(:mod:`dashboards.compare_page`), from each sweep's trial table (:mod:`sweeps.export`)."""
+(:mod:`dashboards.compare_page`), from each sweep's trial table (:mod:`sweeps.export`);
+:meth:`sweeps.api.Sweep.compare` calls it."""
 
 from __future__ import annotations
 
