@@ -1,7 +1,7 @@
 """What `seqae sweep status` shows: trials by state, the best, the cost against the budget, and
 where the runs and the study live, read from the Optuna study and the trials' records alone: no MLflow,
 Ray or PyTorch is loaded, so that it answers in about a second. (A sweep submitted to a cluster adds
-its job: :mod:`sweeps.submitted`; `seqae sweep list` reads the sweeps' records alone:
+its job: :mod:`sweeps.remote_status`; `seqae sweep list` reads the sweeps' records alone:
 :func:`sweeps.workspace.listing`.)"""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# What each package may import of the others, bottom to top.
+# What each package may import of the others, bottom to top (architecture.md's picture, top to bottom).
 MAY_IMPORT: dict[str, set[str]] = {
     "seqae_errors": set(),
     "seqae_core": {"seqae_errors"},
@@ -208,15 +208,25 @@ def test_the_command_line_reaches_sweeps_through_its_api_alone():
     assert reached and all(m.startswith("sweeps.api") for m in reached), reached
 
 
-def test_the_architecture_page_names_every_module_of_the_product():
-    """docs/explanation/architecture.md is the map of the tree: a module it does not name is one a
-    reader cannot find there. A module of a subpackage is named by its path in its package
+def test_the_module_map_names_every_module_of_the_product():
+    """docs/reference/modules.md is the map of the tree: a module it does not name is one a reader
+    cannot find there. A module of a subpackage is named by its path in its package
     (`report/figures`)."""
-    page = (ROOT / "docs" / "explanation" / "architecture.md").read_text()
+    page = (ROOT / "docs" / "reference" / "modules.md").read_text()
     modules = [path.relative_to(ROOT / package).with_suffix("") for package in MAY_IMPORT if package != "benchmarks"
                for path in sorted((ROOT / package).rglob("*.py")) if path.stem not in ("__init__", "__main__")]
     assert any(len(module.parts) > 1 for module in modules)  # the subpackages were read
     assert [module.as_posix() for module in modules if f"`{module.as_posix()}`" not in page] == []
+
+
+def test_the_architecture_page_is_one_screen_whose_picture_is_the_layer_order():
+    """docs/explanation/architecture.md fits a screen (40 lines of 100 characters at most), and its
+    picture lists the packages top to bottom in the order the rules above enforce."""
+    lines = (ROOT / "docs" / "explanation" / "architecture.md").read_text().splitlines()
+    assert len(lines) <= 40 and max(map(len, lines)) <= 100, (len(lines), max(map(len, lines)))
+    picture = lines[lines.index("```text") + 1:]
+    picture = [line.split()[0] for line in picture[:picture.index("```")]]
+    assert picture == list(reversed(MAY_IMPORT)), picture
 
 
 def test_a_trials_worker_imports_neither_mlflow_nor_optuna_nor_the_tokenizer():
