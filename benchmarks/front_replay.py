@@ -6,7 +6,7 @@ the evidence table against the grid and random search.
 proposes with the service's own sampler (``sweeps.search.sampler``) for two objectives,
 validation accuracy (max) and the latent share (min; on this table the latent fraction, each
 latent token as wide as d_model); a proposal trains the table's nearest configuration at its
-fraction, to the end or until the service's multi-objective ASHA (``sweeps.runner.ParetoASHA``,
+fraction, to the end or until the service's multi-objective ASHA (``sweeps.schedulers.ParetoASHA``,
 the quickstart's grace 1 and factor 2) stops it, on :data:`WORKERS` asynchronous one-CPU workers
 that take the measured epochs' process CPU-seconds. The grid trains all 288, in
 an order the seed shuffles. Each replay's costs come from one training seed's table, alternating
@@ -53,7 +53,7 @@ from seqae_core import metrics as M
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
 from seqae_core.pareto import hypervolume, ranks
-from sweeps.runner import ParetoASHA, stub_trial
+from sweeps.schedulers import ParetoASHA, stub_trial
 from sweeps.search import sampler
 from sweeps.trial_spec import TrialSpec
 from sweeps.spec import Objective

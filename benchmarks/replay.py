@@ -4,7 +4,7 @@ The evidence table (``benchmarks/evidence_table.py``) holds every epoch of 96 co
 three latent fractions, trained from two seeds. A method is replayed against one seed's table:
 the service's own Optuna sampler (``sweeps.search.sampler``; TPE as ``frontier.yaml`` pins it)
 proposes over the table's grid, each proposal trains the nearest configuration of the table, the
-service's own ASHA or asynchronous Hyperband (``sweeps.runner.ResumableASHA``, the quickstart's
+service's own ASHA or asynchronous Hyperband (``sweeps.schedulers.ResumableASHA``, the quickstart's
 grace 1 and factor 2) stops, and :data:`WORKERS` asynchronous one-CPU workers take the measured
 epochs' process CPU-seconds. A proposal reads only what the sweep would have known when it was
 made. A warm-started method first runs the best configurations of another fraction's table, as
@@ -53,7 +53,7 @@ from benchmarks.intervals import bootstrap_mean, median_interval, ratio_interval
 from seqae_core import metrics as M
 from seqae_errors import ConfigError
 from sweeps import spec as spec_lib
-from sweeps.runner import ResumableASHA, stub_trial
+from sweeps.schedulers import ResumableASHA, stub_trial
 from sweeps.search import sampler
 from sweeps.trial_spec import TrialSpec
 

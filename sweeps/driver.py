@@ -28,7 +28,7 @@ from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.train import describe_precision
 from seqae_errors import ConfigError, StorageUnreachable
-from sweeps import ledger, progress, provenance, runner
+from sweeps import ledger, progress, provenance, runner, stoppers
 from sweeps import spec as spec_lib
 from sweeps.lifecycle import load_spec
 from sweeps.mlflow_access import check_credentials, unreachable, waiting_for_mlflow
@@ -118,7 +118,7 @@ def how_to_go_on(session: Session, outcome: str) -> str:
     with no trial left to continue (a resume would start none)."""
     name, spec = session.state.name, session.spec
     if (outcome == "stopped" and spec.budget and "RUNNING" not in session.record["trials"]
-            and runner.budget_spent(spec, session.study, session.backends.storage)):
+            and stoppers.budget_spent(spec, session.study, session.backends.storage)):
         return (f"its budget is spent, so resuming starts no trial; go on in a fork with a larger one: "
                 f"`seqae sweep fork {name} --file FILE --name NEW --set budget.{spec.budget.unit}_hours=H`")
     return f"continue it with `seqae sweep resume {name}`"

@@ -25,7 +25,7 @@ from benchmarks.replay import (
     warm_start,
 )
 from seqae_core import metrics as M
-from sweeps.runner import ResumableASHA
+from sweeps.schedulers import ResumableASHA
 from sweeps.spec import Objective
 
 GRID, RANDOM, TPE, ASHA_RANDOM, ASHA_TPE = METHODS[:5]

@@ -1,4 +1,4 @@
-"""The sweep's ASHA (sweeps.runner.ResumableASHA) on its own: Ray's scheduler, fed results as Tune
+"""The sweep's ASHA (sweeps.schedulers.ResumableASHA) on its own: Ray's scheduler, fed results as Tune
 feeds them, without a cluster or training."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from ray.tune.schedulers import TrialScheduler
 
 from seqae_core import metrics as M
-from sweeps.runner import ParetoASHA, ResumableASHA
+from sweeps.schedulers import ParetoASHA, ResumableASHA
 from sweeps.trial_spec import TrialSpec
 from sweeps.spec import Objective
 
