@@ -56,7 +56,7 @@ from seqae_core.pareto import hypervolume, ranks
 from sweeps.schedulers import ParetoASHA, stub_trial
 from sweeps.search import sampler
 from sweeps.trial_spec import TrialSpec
-from sweeps.spec import Objective
+from sweeps.spec_sections import Objective
 
 WORKERS = 2
 # Shares of the grid front's test hypervolume: the frontier issue's 95%, to be reached for at most

@@ -41,6 +41,7 @@ from sweeps.ray_connection import (
 )
 from sweeps.search import SweepStudy, open_study
 from sweeps.spec import cell_configs
+from sweeps.spec_sections import Objective
 from sweeps.study_storage import PatientStorage, storage_lost
 from sweeps.sweep_data import prepare_data, published_data
 from sweeps.tracking import Tracker
@@ -277,7 +278,7 @@ def register_best(study: SweepStudy, tracker: Tracker, name: str) -> None:
         register_front(front, study.spec.objectives, tracker, name)
 
 
-def register_front(front: list[FrozenTrial], objectives: tuple[spec_lib.Objective, ...], tracker: Tracker, name: str) -> None:
+def register_front(front: list[FrozenTrial], objectives: tuple[Objective, ...], tracker: Tracker, name: str) -> None:
     """Register the model of the best of ``front`` (Optuna's trials; ``@best``: by the first
     objective); with several objectives, every model of the Pareto front, each version tagged with
     its objectives' values and, where the latent's share is one of them, aliased by it
@@ -305,7 +306,7 @@ def register_front(front: list[FrozenTrial], objectives: tuple[spec_lib.Objectiv
               + (f", by latent share: {', '.join('@' + a for a in kept)}" if kept else ""))
 
 
-def latent_aliases(front: list[FrozenTrial], objectives: tuple[spec_lib.Objective, ...]) -> dict[int, tuple[str, ...]]:
+def latent_aliases(front: list[FrozenTrial], objectives: tuple[Objective, ...]) -> dict[int, tuple[str, ...]]:
     """Each front trial's operating-point alias, by trial number, where the latent's share is an
     objective: one alias per share, on the lowest-numbered trial at it, the smallest share first."""
     metrics = [o.metric for o in objectives]

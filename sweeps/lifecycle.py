@@ -26,6 +26,7 @@ from sweeps.ray_connection import (
     connect_ray,
 )
 from sweeps.search import Control, SweepStudy, open_study, read_only, study_exists
+from sweeps.spec_sections import MAX_CONCURRENT, MAX_TRIALS, check_limit
 from sweeps.sweep_data import check_data
 from sweeps.workspace import (
     DriverLock,
@@ -168,8 +169,8 @@ def extend(workspace: Workspace, name: str, trials: int) -> None:
         raise ConfigError(f"--trials={trials} must be positive")
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
         state = workspace.read(name)
-        spec_lib.check_limit(f"--trials={trials:,} (sweep {name!r} would have {state.total_trials + trials:,} trials)",
-                             state.total_trials + trials, spec_lib.MAX_TRIALS)
+        check_limit(f"--trials={trials:,} (sweep {name!r} would have {state.total_trials + trials:,} trials)",
+                             state.total_trials + trials, MAX_TRIALS)
         state.extra_trials += trials
         workspace.write(state)
 
@@ -252,7 +253,7 @@ def running_changes(**changes: int | str) -> dict[str, int]:
     value = changes["max_concurrent"]
     if isinstance(value, bool) or not str(value).isdigit() or int(value) < 1:
         raise ConfigError(f"max_concurrent={value!r} must be a whole number of at least 1")
-    spec_lib.check_limit(f"max_concurrent={int(value):,}", int(value), spec_lib.MAX_CONCURRENT)
+    check_limit(f"max_concurrent={int(value):,}", int(value), MAX_CONCURRENT)
     return {"max_concurrent": int(value)}
 
 

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from seqae_core import metrics as M
 from seqae_core import names as N
-from sweeps.spec import Objective
+from sweeps.spec_sections import Objective
 
 LINES = logging.getLogger("sweeps.progress")  # the driver's lines, shown where a user asked for them (show)
 

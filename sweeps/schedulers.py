@@ -12,7 +12,7 @@ from ray.tune.experiment import Trial
 
 from seqae_core import metrics as M
 from seqae_core.pareto import behind
-from sweeps.spec import Objective
+from sweeps.spec_sections import Objective
 from sweeps.trial_spec import TrialSpec
 
 

@@ -33,7 +33,8 @@ from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.config import build
 from seqae_errors import ConfigError
-from sweeps.spec import Distribution, SweepSpec, trial_layers
+from sweeps.spec import SweepSpec, trial_layers
+from sweeps.spec_sections import Distribution
 from sweeps.study_storage import duplicates, open_storage
 from sweeps.trial_spec import TrialSpec
 

@@ -17,339 +17,47 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
-    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_serializer,
     model_validator,
 )
 
-from seqae_core import metrics as M
-from seqae_core.config import (
-    KEYS,
-    Config,
-    accepts_float,
-    build,
-    coerce,
-    flatten,
-)
+from seqae_core.config import Config, build, coerce, flatten
 from seqae_errors import ConfigError
-from sweeps import notify
 from sweeps.overrides import apply_profile, apply_sets, mapping, read_document
+from sweeps.space import check_conditions, checked_search, grid_axes, sampling_order
 from sweeps.spec_messages import reason
+from sweeps.spec_sections import (
+    BudgetSection,
+    CheckpointsSection,
+    Constraint,
+    DEFAULT_OBJECTIVE,
+    Distribution,
+    MAX_CONCURRENT,
+    MAX_TRIALS,
+    NotifySection,
+    Objective,
+    ResourcesSection,
+    SamplerSection,
+    SchedulerSection,
+    Section,
+    TrialsSection,
+    WarmStartSection,
+    check_limit,
+    listed,
+    source_of,
+)
 
-# A typo such as `trials.total: 100000000` must not start a sweep that cannot end: Optuna's samplers
-# read the whole history at every ask, and the report and the MLflow UI list every trial.
-MAX_TRIALS = 10_000
-MAX_CONCURRENT = 1_000  # trials running at once: far more than one cluster's GPUs
-
-
-def check_limit(shown: str, value: int, limit: int) -> None:
-    """Refuse a ``value`` above ``limit``; ``shown`` names the key and value."""
-    if value > limit:
-        raise ConfigError(f"{shown} is above seqae's limit of {limit:,}; split the study into several sweeps "
-                          "(`seqae sweep fork` starts one from another's trials)")
-
-
-class _Section(BaseModel):
-    """A part of a sweep file: exact types (``true`` is not 1), finite numbers, no unknown keys."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
-
-
-class Distribution(_Section):
-    """What Optuna samples for one config key."""
-
-    type: Literal["loguniform", "uniform", "int", "categorical"] = Field(
-        description="how the key is sampled: loguniform and uniform between low and high, int a whole number "
-                    "between them, categorical one of choices")
-    low: float | None = Field(default=None, description="the smallest value (loguniform, uniform, int)")
-    high: float | None = Field(default=None, description="the largest value, included (loguniform, uniform, int)")
-    step: int | None = Field(default=None, gt=0, description="int only: the spacing of the values from low")
-    log: bool = Field(default=False, description="int only: sample on a log scale (loguniform always is)")
-    choices: tuple[Any, ...] = Field(default=(), strict=False, description="categorical only: the values, no repeats")
-    when: dict[str, tuple[Any, ...]] = Field(
-        default_factory=dict, strict=False,
-        description="sample the key only when each of these keys (another searched key, or a grid axis) takes one "
-                    "of these values; absent from the other trials (define-by-run)")
-
-    @field_validator("when", mode="before")
-    @classmethod
-    def _conditions(cls, value: Any) -> Any:
-        if not isinstance(value, dict):
-            return value
-        return {key: tuple(v) if isinstance(v, list) else (v,) for key, v in value.items()}
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Distribution:
-        allowed = {"categorical": {"choices"}, "int": {"low", "high", "step", "log"}}.get(self.type, {"low", "high"})
-        extra = sorted(self.model_fields_set - allowed - {"type", "when"})
-        if extra:
-            raise ValueError(f"{extra[0]!r} does not apply to type {self.type!r}")
-        if self.type == "categorical":
-            if not self.choices or len(set(map(repr, self.choices))) != len(self.choices):
-                raise ValueError(f"choices={list(self.choices)!r} must be a non-empty list without repeats")
-            return self
-        if self.low is None or self.high is None:
-            raise ValueError(f"type {self.type!r} needs low and high")
-        if self.type == "int" and not (self.low.is_integer() and self.high.is_integer()):
-            raise ValueError(f"low={self.low} and high={self.high} must be whole numbers for type 'int'")
-        if self.low > self.high:
-            raise ValueError(f"low={self.low} is greater than high={self.high}")
-        if (self.log or self.type == "loguniform") and self.low <= 0:
-            raise ValueError(f"low={self.low} must be positive on a log scale")
-        if self.log and (self.step or 1) != 1:
-            raise ValueError(f"step={self.step} cannot be combined with log: true")
-        return self
-
-    def active(self, params: dict[str, Any]) -> bool:
-        """Whether this key is sampled in a trial whose earlier keys took ``params``."""
-        return all(key in params and params[key] in values for key, values in self.when.items())
-
-    def contains(self, value: Any) -> bool:
-        if self.type == "categorical":
-            return value in self.choices
-        assert self.low is not None and self.high is not None
-        return (isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
-                and (self.type != "int" or float(value).is_integer()))
-
-    @model_serializer(mode="wrap")
-    def _canonical(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Only what differs from the defaults (a key that does not apply to the type is refused
-        when read back), an int's bounds as whole numbers."""
-        out = {k: v for k, v in dump(self).items()
-               if k == "type" or getattr(self, k) != type(self).model_fields[k].get_default(call_default_factory=True)}
-        return out | ({"low": int(self.low or 0), "high": int(self.high or 0)} if self.type == "int" else {})
-
-
-class Objective(_Section):
-    metric: str = Field(description="a validation metric every training reports (test metrics are refused): "
-                                    + ", ".join(M.OBJECTIVES))
-    mode: Literal["min", "max"] = Field(description="max for accuracies, min for losses and sizes")
-    target: float | None = Field(default=None, description="one objective only: once a trial reaches it, the sweep "
-                                                           "starts no new trials (running ones finish)")
-
-    @property
-    def sign(self) -> float:
-        """1 to maximize, -1 to minimize: the value times it is to be maximized."""
-        return 1.0 if self.mode == "max" else -1.0
-
-    def reached(self, value: float) -> bool:
-        return self.target is not None and (value >= self.target if self.mode == "max" else value <= self.target)
-
-    @model_validator(mode="after")
-    def _reported(self) -> Objective:
-        _check_selectable(self.metric)
-        if self.mode not in M.OBJECTIVES[self.metric]:
-            raise ValueError(f"mode={self.mode!r} for {self.metric} optimizes in the wrong direction")
-        return self
-
-
-def _check_selectable(metric: str) -> None:
-    """A metric a choice may rest on: reported by every training, and not measured on the test pages."""
-    if metric in M.TEST_METRICS:
-        raise ValueError(f"metric={metric!r} is measured on the test pages, which no choice may see (not the "
-                         "search, a target, a constraint or a scheduler); use a validation metric, and the test "
-                         "metrics are reported beside it")
-    if metric not in M.OBJECTIVES:
-        raise ValueError(f"metric={metric!r} is not reported by the trainer; choose from {', '.join(M.OBJECTIVES)}")
-
-
-class Constraint(_Section):
-    metric: str = Field(description="a metric an objective may name (test metrics are refused)")
-    at_least: float | None = Field(default=None, description="a trial meets it with the metric at least this "
-                                                             "(one of at_least, at_most)")
-    at_most: float | None = Field(default=None, description="a trial meets it with the metric at most this "
-                                                            "(one of at_least, at_most)")
-
-    @model_validator(mode="after")
-    def _one_bound(self) -> Constraint:
-        _check_selectable(self.metric)
-        if (self.at_least is None) == (self.at_most is None):
-            raise ValueError(f"the constraint on {self.metric} needs exactly one of at_least or at_most")
-        return self
-
-    def violation(self, value: float) -> float:
-        """How far ``value`` is outside the bound, 0 or less when inside it (Optuna's convention)."""
-        if self.at_least is not None:
-            return self.at_least - value
-        assert self.at_most is not None  # exactly one bound (_one_bound)
-        return value - self.at_most
-
-
-class _Trials(_Section):
-    per_cell: int | None = Field(default=None, gt=0, description="trials in each grid cell (one of per_cell, total)")
-    total: int | None = Field(default=None, gt=0, description="trials in the whole sweep (one of per_cell, total)")
-
-    @model_validator(mode="after")
-    def _one(self) -> _Trials:
-        if len(self.model_fields_set) != 1:
-            raise ValueError("trials must have exactly one of per_cell or total")
-        return self
-
-
-# The sampler's settings, pinned here rather than left to the installed Optuna's defaults (which
-# changed between 4.x and 5.x). TPE models the searched keys jointly (multivariate; Optuna's own
-# benchmarks favour it over independent TPE), in groups of keys that occur together (group: what
-# lets a multivariate TPE model a conditional space), and gives running trials a pessimistic value
-# (constant_liar), so that trials started at the same time are not proposed the same point.
-# n_startup_trials is Optuna's 10: a sweep that cannot leave it is told so (SweepSpec.notes).
-SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "tpe": {"n_startup_trials": 10, "multivariate": True, "group": True, "constant_liar": True},
-    "gp": {"n_startup_trials": 10},
-    "random": {},
-    "nsga2": {},
-}
-
-
-class _Sampler(_Section):
-    type: Literal["tpe", "gp", "random", "nsga2"] | None = Field(
-        default=None, description="Optuna's sampler; unset: TPE, or NSGA-II for several objectives (why, and why the "
-                                   "studies name random: docs/how-to/search.md, \"Which sampler\")")
-    seed: int = Field(default=0, ge=0, lt=2**32, description="seeds the sampler (numpy's range: 0 .. 2**32 - 1)")
-    n_startup_trials: int | None = Field(
-        default=None, ge=0,
-        description="TPE and GP: random proposals before the model takes over, counted over finished trials "
-                    "(TPE: complete and pruned, GP: complete), starting points and a fork's trials included (10 when unset)")
-    multivariate: bool | None = Field(default=None, description="TPE only: model the searched keys jointly "
-                                                                 "(true when unset)")
-    group: bool | None = Field(default=None, description="TPE only: model keys that occur together as a group "
-                                                          "(what a conditional space needs; true when unset)")
-    constant_liar: bool | None = Field(default=None, description="TPE only: give running trials a pessimistic value, "
-                                                                  "so trials started together differ (true when unset)")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _defaults(cls, value: Any) -> Any:
-        kind = value.get("type") if isinstance(value, dict) else None
-        if not isinstance(kind, str) or kind not in SAMPLER_DEFAULTS or set(value) - set(cls.model_fields):
-            return value  # pydantic names what is wrong with it: the type, or an unknown key (a typo) first
-        defaults = SAMPLER_DEFAULTS[kind]
-        extra = sorted(k for k in (set(value) & set(SAMPLER_DEFAULTS["tpe"])) - set(defaults) if value[k] is not None)
-        if extra:
-            raise ValueError(f"{extra[0]!r} does not apply to type {value['type']!r}; leave it out (with --set, "
-                             f"replace the whole sampler: sampler={{type: {value['type']}, seed: 0}})")
-        return {**defaults, **{k: v for k, v in value.items() if v is not None}}
-
-    @property
-    def models(self) -> bool:
-        """Whether proposals come from a model that starts after n_startup_trials."""
-        return self.type in ("tpe", "gp")
-
-
-class _Scheduler(_Section):
-    type: Literal["none", "asha", "hyperband"] = Field(
-        default="none", description="asha: stop the trials behind at each rung (with several objectives, by "
-                                    "non-dominated sorting: a trial on the rung's Pareto front goes on); hyperband: "
-                                    "asynchronous Hyperband, ASHA in brackets whose first rungs come later and later "
-                                    "(grace_period x factor^b), each trial in one, most in the first; none: train "
-                                    "every trial out")
-    grace_period: int = Field(default=1, gt=0, description="ASHA: the epoch of the first rung")
-    reduction_factor: int = Field(default=2, ge=2, description="ASHA: 1 in this many trials goes on past each rung; "
-                                                               "rungs at grace_period x factor^k epochs")
-
-    @property
-    def label(self) -> str:
-        """The scheduler's name in messages."""
-        return {"asha": "ASHA", "hyperband": "Hyperband"}.get(self.type, "no scheduler")
-
-    def rungs(self, epochs: int) -> list[int]:
-        """The epochs at which ASHA (Hyperband's first bracket) decides, in trials of ``epochs``."""
-        return list(itertools.takewhile(lambda rung: rung < epochs,
-                                        (self.grace_period * self.reduction_factor**k for k in itertools.count())))
-
-    def brackets(self, epochs: int) -> int:
-        """Ray's brackets: one for ASHA; for Hyperband one per rung, each starting a rung later."""
-        return max(1, len(self.rungs(epochs))) if self.type == "hyperband" else 1
-
-
-class _Resources(_Section):
-    cpu: float = Field(default=1.0, gt=0, description="CPUs Ray reserves for each trial")
-    gpu: float = Field(default=0.0, ge=0, description="GPUs for each trial; a fraction packs several trials on one "
-                                                       "GPU, above 1 a whole number")
-
-    @model_validator(mode="after")
-    def _whole(self) -> _Resources:
-        if self.gpu > 1 and not self.gpu.is_integer():
-            raise ValueError(f"gpu={self.gpu}: above 1, GPUs per trial must be a whole number")
-        return self
-
-
-class _Budget(_Section):
-    cpu_hours: float | None = Field(default=None, gt=0, description="training wall time x CPUs per trial, summed "
-                                                                     "over trials (one of cpu_hours, gpu_hours)")
-    gpu_hours: float | None = Field(default=None, gt=0, description="training wall time x GPU fraction per trial, "
-                                                                     "summed over trials")
-
-    @model_validator(mode="after")
-    def _one(self) -> _Budget:
-        if len(self.model_fields_set) != 1:
-            raise ValueError("budget must have exactly one of cpu_hours or gpu_hours")
-        return self
-
-    @property
-    def unit(self) -> str:
-        return "gpu" if self.gpu_hours else "cpu"
-
-    @property
-    def hours(self) -> float:
-        return float(self.gpu_hours or self.cpu_hours or 0)
-
-
-class _Notify(_Section):
-    urls: tuple[str, ...] = Field(default=(), strict=False, description="Apprise URLs to tell; env:NAME reads one "
-                                                                        "from $NAME, where tokens belong")
-    events: tuple[notify.Event, ...] = Field(default=notify.EVENTS, strict=False, description="what they are told of")
-
-    @model_validator(mode="after")
-    def _understood(self) -> _Notify:
-        for n, url in enumerate(self.urls):
-            if url.startswith("env:") and not url[4:].isidentifier():
-                raise ValueError(f"urls[{n}]: env:NAME needs an environment variable's name, not {url[4:]!r}")
-            if not url.startswith("env:") and not notify.understood(url):
-                # the URL itself is not repeated: it may hold a token
-                raise ValueError(f"urls[{n}] is not a URL Apprise understands (https://github.com/caronc/apprise/wiki)")
-        return self
-
-
-class _Checkpoints(_Section):
-    keep_best: int = Field(default=5, ge=1, description="how many of the best complete trials (the Pareto front's, "
-                                                         "with several objectives) keep their checkpoints once ended; "
-                                                         "every other ended trial keeps its progress, samples and "
-                                                         "metrics, but not its model: it cannot train on "
-                                                         "(`extend --epochs`)")
-
-
-class _WarmStart(_Section):
-    sweeps: tuple[str, ...] = Field(alias="from", min_length=1, strict=False,
-                                    description="earlier sweeps of this workspace with the same objective, at "
-                                                "any fixed settings (another latent fraction, another input length)")
-    top: int = Field(default=5, ge=1, le=100, description="how many of each one's best complete trials (those whose "
-                                                           "searched values fit this sweep's space) run first")
-
-
-def _listed(value: Any) -> Any:
-    return value if isinstance(value, list) else [value]
-
-
-def _source(info: ValidationInfo) -> str:
-    return str((info.context or {}).get("source", "the sweep file"))
-
-
-DEFAULT_OBJECTIVE = Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max")
-
-
-class SweepSpec(_Section):
+class SweepSpec(Section):
     """A sweep file, validated, with its profile and ``--set`` overrides applied: the schema of
     sweep files, stated once. Validating it (:func:`parse`) also resolves what a file leaves
     open: ``config`` becomes flat, typed config keys (the base of every trial), each grid axis a
@@ -371,7 +79,7 @@ class SweepSpec(_Section):
         default_factory=dict, strict=False,
         description="named starting points tried first, in order: {name: {config key: value}}; each trains all its "
                     "epochs (the scheduler never stops it) and counts toward trials")
-    objectives: Annotated[tuple[Objective, ...], BeforeValidator(_listed)] = Field(
+    objectives: Annotated[tuple[Objective, ...], BeforeValidator(listed)] = Field(
         default=(DEFAULT_OBJECTIVE,), alias="objective", min_length=1, strict=False,
         description="what the search optimizes: one objective, or a list of them for a Pareto front")
     constraints: tuple[Constraint, ...] | None = Field(
@@ -379,23 +87,23 @@ class SweepSpec(_Section):
         description="bounds a trial must meet to count, for example [{metric: val_token_accuracy, at_least: 0.9}]: "
                     "the best trial and the Pareto front are chosen among the trials that meet them, and the "
                     "sampler (TPE, NSGA-II or GP) proposes with them in mind")
-    trials: _Trials = Field(default=_Trials(per_cell=1), description="how many trials: per grid cell, or in all")
-    sampler: _Sampler = Field(default=_Sampler(), description="who proposes the trials, with its settings pinned "
+    trials: TrialsSection = Field(default=TrialsSection(per_cell=1), description="how many trials: per grid cell, or in all")
+    sampler: SamplerSection = Field(default=SamplerSection(), description="who proposes the trials, with its settings pinned "
                                                               "here rather than left to the installed Optuna's")
-    scheduler: _Scheduler = Field(default=_Scheduler(), description="who stops trials early")
-    resources: _Resources = Field(default=_Resources(), description="what each trial gets from Ray")
+    scheduler: SchedulerSection = Field(default=SchedulerSection(), description="who stops trials early")
+    resources: ResourcesSection = Field(default=ResourcesSection(), description="what each trial gets from Ray")
     max_concurrent: int = Field(default=1, gt=0, description="trials running at once; `seqae sweep set` changes it "
                                                              "while the sweep runs")
     retries: int = Field(default=0, ge=0, description="times a trial whose worker was lost starts again from its "
                                                       "newest checkpoint (a diverging loss or a bad config is not "
                                                       "retried: it would fail again)")
-    budget: _Budget | None = Field(default=None, description="once its trials have spent it, running trials stop at "
+    budget: BudgetSection | None = Field(default=None, description="once its trials have spent it, running trials stop at "
                                                              "their epoch's end and no new one starts")
-    checkpoints: _Checkpoints = Field(default=_Checkpoints(), description="which ended trials keep their "
+    checkpoints: CheckpointsSection = Field(default=CheckpointsSection(), description="which ended trials keep their "
                                                                           "checkpoints: what running trials need is "
                                                                           "always kept")
-    notify: _Notify | None = Field(default=None, description="who is told of a new best, a failure, a stop and the end")
-    warm_start: _WarmStart | None = Field(
+    notify: NotifySection | None = Field(default=None, description="who is told of a new best, a failure, a stop and the end")
+    warm_start: WarmStartSection | None = Field(
         default=None, description="transfer: the best configurations of earlier sweeps run first, as starting points "
                                   "named SWEEP.tNUMBER (this sweep's fixed settings hold for them); resolved when the "
                                   "sweep is created")
@@ -423,14 +131,14 @@ class SweepSpec(_Section):
             doc["scheduler"] = {**doc["scheduler"], "type": "none"}
         sampler = doc.get("sampler", {})
         if isinstance(sampler, dict) and sampler.get("type") is None:
-            several = len(_listed(doc.get("objective", [DEFAULT_OBJECTIVE]))) > 1
+            several = len(listed(doc.get("objective", [DEFAULT_OBJECTIVE]))) > 1
             doc["sampler"] = {**sampler, "type": "nsga2" if several else "tpe"}
         return doc
 
     @field_validator("base", mode="before")
     @classmethod
     def _config(cls, value: Any, info: ValidationInfo) -> dict[str, Any]:
-        where = f"{_source(info)}: config"
+        where = f"{source_of(info)}: config"
         base = {k: coerce(k, v, where) for k, v in flatten(value or {}, where).items()}
         if isinstance(base.get("data.path"), str):
             base["data.path"] = local_path(base["data.path"])
@@ -439,7 +147,7 @@ class SweepSpec(_Section):
     @field_validator("grid", mode="before")
     @classmethod
     def _resolve_grid(cls, value: Any, info: ValidationInfo) -> dict[str, tuple[Any, ...]]:
-        return _grid(value or {}, _source(info))
+        return grid_axes(value or {}, source_of(info))
 
     @field_validator("search", mode="before")
     @classmethod
@@ -449,12 +157,12 @@ class SweepSpec(_Section):
     @field_validator("search")
     @classmethod
     def _check_search(cls, value: dict[str, Distribution], info: ValidationInfo) -> dict[str, Distribution]:
-        return _search(value, _source(info))
+        return checked_search(value, source_of(info))
 
     @field_validator("start", mode="before")
     @classmethod
     def _starts(cls, value: Any, info: ValidationInfo) -> dict[str, dict[str, Any]]:
-        source = _source(info)
+        source = source_of(info)
         if not isinstance(value or {}, dict):
             raise ConfigError(f"{source}: start must map names to configurations, e.g. {{paper: {{model.block: paper}}}}")
         starts = {}
@@ -468,7 +176,7 @@ class SweepSpec(_Section):
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> SweepSpec:
-        source = _source(info)
+        source = source_of(info)
         grid_keys = [k for axis in self.grid for k in axis.split(",")]
         if len(set(grid_keys)) != len(grid_keys):
             raise ConfigError(f"{source}: a config key appears in two grid axes: {grid_keys}")
@@ -494,7 +202,7 @@ class SweepSpec(_Section):
         if self.constraints and self.sampler.type == "random":
             raise ConfigError(f"{source}: constraints need a sampler that models them (tpe, nsga2 or gp); "
                               "sampler.type='random' proposes without them")
-        _check_conditions(self, source)
+        check_conditions(self.search, self.grid_keys(), source)
         _check_starts(self, source)
         _check_sampler(self, source)
         if self.budget is not None and self.budget.unit != self.share[0]:
@@ -539,7 +247,7 @@ class SweepSpec(_Section):
     def sampling_order(self) -> list[str]:
         """The searched keys in the order a trial samples them: each after the keys its condition
         names (else as the file lists them)."""
-        return _sampling_order(self.search, set(self.grid_keys()), self.source)
+        return sampling_order(self.search, set(self.grid_keys()), self.source)
 
     def start_params(self, name: str) -> dict[str, Any]:
         """Starting point ``name``'s value of each searched key it samples: its own, else the base
@@ -661,78 +369,12 @@ def check_trial_configs(spec: SweepSpec) -> None:
                                   f"(resources.gpu=0; with {where}): set resources.gpu or train.head=auto")
 
 
-def _grid(grid: Any, source: str) -> dict[str, tuple[Any, ...]]:
-    axes: dict[str, tuple[Any, ...]] = {}
-    for axis, values in mapping(grid, "grid", source).items():
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"{source}: grid.{axis}={values!r} must be a non-empty list of values")
-        keys = axis.split(",")
-        if len(keys) == 1:
-            coerced: tuple[Any, ...] = tuple(coerce(axis, v, f"{source}: grid.{axis}") for v in values)
-        else:
-            rows = []
-            for value in values:
-                if not isinstance(value, list) or len(value) != len(keys):
-                    raise ConfigError(f"{source}: grid.{axis}: {value!r} must be a list of {len(keys)} values, "
-                                      f"one for each of {', '.join(keys)}")
-                rows.append(tuple(coerce(k, v, f"{source}: grid.{axis}") for k, v in zip(keys, value)))
-            coerced = tuple(rows)
-        if len(set(map(repr, coerced))) != len(coerced):
-            raise ConfigError(f"{source}: grid.{axis}={values!r} repeats a value")
-        axes[axis] = coerced
-    return axes
 
 
-def _search(search: dict[str, Distribution], source: str) -> dict[str, Distribution]:
-    """The distributions, checked against the types of the keys they sample."""
-    for key, dist in search.items():
-        where = f"{source}: search.{key}"
-        if key not in KEYS:
-            raise ConfigError(f"{source}: search: unknown config key {key!r}")
-        if key == "train.repeats":
-            raise ConfigError(f"{where}: the number of seeds is how a trial is measured, not a hyperparameter to "
-                              "search; set it in config (train.repeats: 3) for every trial")
-        if dist.type in ("uniform", "loguniform") and not accepts_float(key):
-            raise ConfigError(f"{where}.type={dist.type!r} samples fractions, but {key} is an integer; use type: int")
-        for value in dist.choices or (dist.low, dist.high):
-            coerce(key, value, where)
-    return search
 
 
-def _check_conditions(spec: SweepSpec, source: str) -> None:
-    """A condition names a grid axis or another searched key, and values that key can take; the
-    conditions form no cycle (``sampling_order``)."""
-    grid = spec.grid_keys()
-    for key, dist in spec.search.items():
-        for other, values in dist.when.items():
-            where = f"{source}: search.{key}.when.{other}"
-            if not values:
-                raise ConfigError(f"{where}: lists no value, so {key} would never be sampled")
-            if other in grid:
-                impossible = [v for v in values if v not in grid[other]]
-            elif other in spec.search and other != key:
-                impossible = [v for v in values if not spec.search[other].contains(v)]
-            else:
-                raise ConfigError(f"{where}: {other} is not a grid axis or another searched key; a condition can "
-                                  "only name one")
-            if impossible:
-                raise ConfigError(f"{where}: {other}={impossible[0]!r} is a value {other} never takes")
-    _sampling_order(spec.search, set(grid), source)
 
 
-def _sampling_order(search: dict[str, Distribution], grid: set[str], source: str) -> list[str]:
-    order: list[str] = []
-    placed = set(grid)
-    pending = list(search)
-    while pending:
-        ready = [key for key in pending if set(search[key].when) <= placed]
-        if not ready:
-            raise ConfigError(f"{source}: the conditions of search.{', search.'.join(pending)} name each other in a "
-                              "cycle; one of them must be sampled unconditionally")
-        order += ready
-        placed.update(ready)
-        pending = [key for key in pending if key not in placed]
-    return order
 
 
 def _check_starts(spec: SweepSpec, source: str) -> None:

@@ -45,7 +45,7 @@ RAY_TUNE_HOMES = ("sweeps/trial.py", "sweeps/stoppers.py", "sweeps/schedulers.py
 # The sweep service bottom to top: the records on disk and the spec, then the Optuna study and the outcomes, then
 # the adapters (MLflow, Ray, Tune), then what the verbs call.
 SWEEP_ORDER = [
-    "provenance", "notify", "overrides", "spec_messages", "spec", "workspace", "outages", "study_storage", "trial_spec", "search", "retention", "ledger", "progress", "writer",
+    "provenance", "notify", "overrides", "spec_messages", "spec_sections", "space", "spec", "workspace", "outages", "study_storage", "trial_spec", "search", "retention", "ledger", "progress", "writer",
     "mlflow_access", "mlflow_runs", "system_metrics", "textmodel", "tracking", "registry", "ray_connection", "submit",
     "sweep_data", "trial", "stoppers", "schedulers", "callbacks", "runner", "lifecycle", "status", "remote_status", "export", "driver", "api",
 ]

@@ -17,7 +17,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState, create_trial
 
 from sweeps.progress import Progress, best_line, clock, short, summary
-from sweeps.spec import Objective
+from sweeps.spec_sections import Objective
 from tests.conftest import REPO
 
 ACCURACY = Objective(metric="val_token_accuracy", mode="max")

@@ -26,7 +26,7 @@ from benchmarks.replay import (
 )
 from seqae_core import metrics as M
 from sweeps.schedulers import ResumableASHA
-from sweeps.spec import Objective
+from sweeps.spec_sections import Objective
 
 GRID, RANDOM, TPE, ASHA_RANDOM, ASHA_TPE = METHODS[:5]
 HYPERBAND_RANDOM, HYPERBAND_TPE = (m for m in METHODS if m.scheduler == "hyperband")

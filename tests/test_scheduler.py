@@ -10,7 +10,7 @@ from ray.tune.schedulers import TrialScheduler
 from seqae_core import metrics as M
 from sweeps.schedulers import ParetoASHA, ResumableASHA
 from sweeps.trial_spec import TrialSpec
-from sweeps.spec import Objective
+from sweeps.spec_sections import Objective
 
 
 def _trial(number: int, start: str | None = None) -> SimpleNamespace:

@@ -22,6 +22,7 @@ from sweeps import spec as spec_lib
 from sweeps.ledger import decide, settle
 from sweeps.search import Control, SweepStudy, open_study, read_only
 from sweeps.search import storage as optuna_storage
+from sweeps.spec_sections import MAX_CONCURRENT
 from sweeps.status import BestTrial, Cost, StartTrial, cost, status, trials_view
 from sweeps.workspace import Backends, Listed, Submission, SweepState, Workspace, listing
 from tests.refusal import assert_refused
@@ -221,7 +222,7 @@ def test_control_refuses_an_unknown_sweep_a_limit_too_high_and_a_sweep_not_start
         lifecycle.control(workspace, "alpha", drain="stop")
 
     start_sweep(workspace, state)
-    too_many = spec_lib.MAX_CONCURRENT + 1
+    too_many = MAX_CONCURRENT + 1
     with pytest.raises(ConfigError, match=f"max_concurrent={too_many:,} is above seqae's limit"):
         lifecycle.control(workspace, "alpha", max_concurrent=too_many)
     assert read_only(quickstart(), state.backends.optuna_storage, "alpha").control() == Control()  # nothing written

@@ -262,7 +262,7 @@ def test_the_front_is_registered_by_operating_point_and_encode_chooses_by_size(r
     from seqae_core.checkpoint import CheckpointStore
     from seqae_core.train import train
     from sweeps.driver import register_front
-    from sweeps.spec import Objective
+    from sweeps.spec_sections import Objective
 
     tracker, client = registered.tracker, MlflowClient(registered.uri)
     config = dataclasses.replace(registered.config, train=dataclasses.replace(registered.config.train, seed=8))
