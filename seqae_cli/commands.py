@@ -219,8 +219,7 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     cost = info.cost
     budget = f" of a budget of {cost.budget:g}" if cost.budget else ""
     print(f"  cost: {cost.hours:.4f} {cost.unit}{budget}")
-    best = info.best
-    for entry in best if isinstance(best, list) else [best] if best else []:
+    for entry in info.best:
         seeds = entry.seeds or {}
         values = ", ".join(f"{k} {value_text(v, seeds, k, seeds=True)}" for k, v in entry.values.items())
         test = ", ".join(f"{k} {value_text(v, seeds, k, seeds=True)}" for k, v in (entry.test or {}).items())

@@ -10,7 +10,7 @@ asked: :func:`show_progress` prints the driver's lines as they come (the command
 
     show_progress()
     sweep = Sweep.run("sweeps/studies/quickstart.yaml", set=["data.path=../shared/data/wikipedia-mini"])
-    sweep.status().best             # the best trial: validation (selected on) and test values
+    sweep.status().best[0]          # the best trial: validation (selected on) and test values
     trials = sweep.trials()         # a typed record per trial; .to_pandas(): export's table
     model = sweep.best_model()      # the registered model: model.predict(["some text"])
 

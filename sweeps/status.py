@@ -56,7 +56,7 @@ class TrialsView:
     description: str
     trials_total: int
     trials_by_state: dict[str, int]  # Optuna's states, and NOT_STARTED for the trials to come
-    best: BestTrial | list[BestTrial] | None  # a list for several objectives: the Pareto front
+    best: tuple[BestTrial, ...]  # the best trial; with several objectives the Pareto front; () before one ends
     objectives: list[str]
     mlflow_tracking_uri: str  # passwords masked
     optuna_storage: str
@@ -85,7 +85,11 @@ class SweepStatus(TrialsView):
     forked_from: str | None
 
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """What ``--json`` prints: ``best`` the one trial, the front as a list, or null before one ends."""
+        document = asdict(self)
+        front = document["best"]
+        document["best"] = front[0] if len(front) == 1 else list(front) or None
+        return document
 
 
 def status(workspace: Workspace, name: str) -> SweepStatus:
@@ -115,7 +119,7 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
             for t in study.best()]
     return TrialsView(
         profile=spec.profile, description=spec.description, trials_total=total, trials_by_state=by_state,
-        best=best[0] if len(best) == 1 else best or None, objectives=[f"{o.metric} ({o.mode})" for o in spec.objectives],
+        best=tuple(best), objectives=[f"{o.metric} ({o.mode})" for o in spec.objectives],
         mlflow_tracking_uri=redact(backends.mlflow_tracking_uri), optuna_storage=redact(backends.optuna_storage),
         optuna_study_name=study_name, storage=backends.storage, control=study.control(),
         cost=cost(spec, backends.storage, study), seeded_trials=len(study.forked()),

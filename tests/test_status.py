@@ -144,11 +144,11 @@ def test_trials_view_shows_trials_by_state_the_best_and_the_control_record(tmp_p
 
     assert view.trials_total == 5
     assert view.trials_by_state == {"COMPLETE": 2, "PRUNED": 1, "RUNNING": 1, "NOT_STARTED": 1}
-    assert view.best == BestTrial(numbers[1], {M.VAL_TOKEN_ACCURACY: 0.8}, study.trials()[numbers[1]].params, None,
-                                  None, None)
+    assert view.best == (BestTrial(numbers[1], {M.VAL_TOKEN_ACCURACY: 0.8}, study.trials()[numbers[1]].params, None,
+                                   None, None),)
     assert view.starts == {"paper_lr": StartTrial(numbers[0], "COMPLETE", {M.VAL_TOKEN_ACCURACY: 0.6}, None, None)}
     assert view.proposed_by == {"start": 1, "random": 3}
-    assert view.best.params.keys() == {"train.lr", "model.d_model", "model.d_attn"}
+    assert view.best[0].params.keys() == {"train.lr", "model.d_model", "model.d_attn"}
     assert view.control.drain == "the objective's target is reached"
     assert view.cost.per_trial_seconds == {"0": 30.0, "1": 60.0, "2": 10.0, "3": 10.0}
     assert view.objectives == ["val_token_accuracy (max)"]
@@ -161,7 +161,7 @@ def test_trials_view_of_a_sweep_whose_study_does_not_exist_yet(tmp_path, url):
     spec = quickstart()
     view = trials_view(spec, Backends(f"sqlite:///{tmp_path}/mlflow.db", url, str(tmp_path)), "later", 5)
     assert view.trials_by_state == {"NOT_STARTED": 5}
-    assert view.best is None and view.control == Control()
+    assert view.best == () and view.control == Control()
     assert view.cost == Cost("cpu-hours", 0.0, None, {})
 
 
@@ -188,14 +188,14 @@ def test_listing_and_status_of_local_and_submitted_sweeps(workspace):
     assert (shown.name, shown.workspace, shown.outcome, shown.sessions) == (
         "alpha", str(workspace.root), "stopped", 2)
     assert shown.trials_by_state == {"COMPLETE": 2, "PRUNED": 1, "NOT_STARTED": 2}
-    assert shown.best.trial == numbers[1] and shown.best.values == {M.VAL_TOKEN_ACCURACY: 0.7}
+    assert [(b.trial, b.values) for b in shown.best] == [(numbers[1], {M.VAL_TOKEN_ACCURACY: 0.7})]
     assert shown.cost.per_trial_seconds == {"0": 5.0, "1": 10.0, "2": 5.0}
     assert shown.optuna_storage == f"sqlite:///{workspace.root / 'optuna.db'}" and shown.storage == storage
     assert (shown.job, shown.forked_from, shown.mlflow_experiment_id) == (None, None, None)
 
     waiting = status(workspace, "gamma")
     assert waiting.outcome == "not started" and waiting.sessions == 0
-    assert waiting.trials_by_state == {"NOT_STARTED": 5} and waiting.best is None
+    assert waiting.trials_by_state == {"NOT_STARTED": 5} and waiting.best == ()
 
 
 # -- lifecycle.control ------------------------------------------------------------------------

@@ -70,7 +70,7 @@ class Trial:
     @property
     def kept_epoch(self) -> int | None:
         """The epoch early stopping kept: the first of the best validation accuracy."""
-        return max(self.accuracy, key=lambda point: (point[1], -point[0]))[0] if self.accuracy else None
+        return M.kept_epoch(self.accuracy)
 
     @property
     def epochs(self) -> int:
