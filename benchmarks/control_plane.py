@@ -63,10 +63,10 @@ from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.checkpoint import CheckpointStore
 from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT
-from sweeps import spec as spec_lib
-from sweeps.lifecycle import extend
-from sweeps.search import directions_of, optuna_distribution, storage
-from sweeps.workspace import Backends, SweepState, Workspace
+from sweeps.running.lifecycle import extend
+from sweeps.spec import sweep as spec_lib
+from sweeps.stores.search import directions_of, optuna_distribution, storage
+from sweeps.stores.workspace import Backends, SweepState, Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "sweeps" / "studies" / "quickstart.yaml"

@@ -16,11 +16,11 @@ import json
 import sys
 import time
 
-from sweeps import ledger
-from sweeps.lifecycle import load_spec
-from sweeps.search import open_study
-from sweeps.tracking import Tracker
-from sweeps.workspace import DriverLock, Workspace
+from sweeps.running.lifecycle import load_spec
+from sweeps.stores import ledger
+from sweeps.stores.search import open_study
+from sweeps.stores.tracking import Tracker
+from sweeps.stores.workspace import DriverLock, Workspace
 
 
 def start(root: str, name: str) -> float:

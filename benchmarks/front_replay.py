@@ -3,10 +3,10 @@ the evidence table against the grid and random search.
 
 **The space**: the evidence table's 96 configurations at its three latent fractions (16 -> 8, 4 and
 2 tokens), the fraction a searched key (``model.latent_fraction``) beside the table's. A method
-proposes with the service's own sampler (``sweeps.search.sampler``) for two objectives,
+proposes with the service's own sampler (``sweeps.stores.search.sampler``) for two objectives,
 validation accuracy (max) and the latent share (min; on this table the latent fraction, each
 latent token as wide as d_model); a proposal trains the table's nearest configuration at its
-fraction, to the end or until the service's multi-objective ASHA (``sweeps.schedulers.ParetoASHA``,
+fraction, to the end or until the service's multi-objective ASHA (``sweeps.running.schedulers.ParetoASHA``,
 the quickstart's grace 1 and factor 2) stops it, on :data:`WORKERS` asynchronous one-CPU workers
 that take the measured epochs' process CPU-seconds. The grid trains all 288, in
 an order the seed shuffles. Each replay's costs come from one training seed's table, alternating
@@ -51,12 +51,12 @@ from benchmarks.replay import (GRACE_PERIOD, REDUCTION_FACTOR, TPE, Curve, compl
                                write_rows)
 from seqae_core import metrics as M
 from seqae_errors import ConfigError
-from sweeps import spec as spec_lib
+from sweeps.spec import sweep as spec_lib
 from seqae_core.pareto import hypervolume, ranks
-from sweeps.schedulers import ParetoASHA, stub_trial
-from sweeps.search import sampler
-from sweeps.trial_spec import TrialSpec
-from sweeps.spec_sections import Objective
+from sweeps.running.schedulers import ParetoASHA, stub_trial
+from sweeps.spec.sections import Objective
+from sweeps.spec.trial import TrialSpec
+from sweeps.stores.search import sampler
 
 WORKERS = 2
 # Shares of the grid front's test hypervolume: the frontier issue's 95%, to be reached for at most

@@ -2,9 +2,9 @@
 
 The evidence table (``benchmarks/evidence_table.py``) holds every epoch of 96 configurations at
 three latent fractions, trained from two seeds. A method is replayed against one seed's table:
-the service's own Optuna sampler (``sweeps.search.sampler``; TPE as ``frontier.yaml`` pins it)
+the service's own Optuna sampler (``sweeps.stores.search.sampler``; TPE as ``frontier.yaml`` pins it)
 proposes over the table's grid, each proposal trains the nearest configuration of the table, the
-service's own ASHA or asynchronous Hyperband (``sweeps.schedulers.ResumableASHA``, the quickstart's
+service's own ASHA or asynchronous Hyperband (``sweeps.running.schedulers.ResumableASHA``, the quickstart's
 grace 1 and factor 2) stops, and :data:`WORKERS` asynchronous one-CPU workers take the measured
 epochs' process CPU-seconds. A proposal reads only what the sweep would have known when it was
 made. A warm-started method first runs the best configurations of another fraction's table, as
@@ -52,10 +52,10 @@ from benchmarks import evidence_table as E
 from benchmarks.intervals import bootstrap_mean, median_interval, ratio_interval, wilson
 from seqae_core import metrics as M
 from seqae_errors import ConfigError
-from sweeps import spec as spec_lib
-from sweeps.schedulers import ResumableASHA, stub_trial
-from sweeps.search import sampler
-from sweeps.trial_spec import TrialSpec
+from sweeps.running.schedulers import ResumableASHA, stub_trial
+from sweeps.spec import sweep as spec_lib
+from sweeps.spec.trial import TrialSpec
+from sweeps.stores.search import sampler
 
 WORKERS = 2
 # The evidence table's targets, registered before it was built: a configuration's best validation

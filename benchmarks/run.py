@@ -17,7 +17,7 @@ import torch
 
 from seqae_core.train import native_bf16_flags
 from seqae_errors import ConfigError
-from sweeps.progress import text_table
+from sweeps.running.progress import text_table
 
 Suite = Callable[[dict[str, Any]], list[dict[str, Any]]]
 

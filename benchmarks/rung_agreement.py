@@ -17,8 +17,8 @@ from typing import Any
 from scipy.stats import kendalltau
 
 from benchmarks.sweep_runs import sweep_events
-from sweeps.overrides import read_document
-from sweeps.spec import SWEEP_KEYS
+from sweeps.spec.overrides import read_document
+from sweeps.spec.sweep import SWEEP_KEYS
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "sweeps" / "studies" / "quickstart.yaml"
 

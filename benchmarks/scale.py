@@ -36,8 +36,8 @@ from seqae_core.model import ReducingAutoencoder
 from seqae_core.loss import plan_head
 from seqae_core.step import TrainStep
 from seqae_core.train import autocast
-from sweeps import spec as spec_lib
-from sweeps.spec import cell_configs
+from sweeps.spec import sweep as spec_lib
+from sweeps.spec.sweep import cell_configs
 
 STUDY = Path(__file__).resolve().parents[1] / "sweeps" / "studies" / "paper_fig3.yaml"
 VOCAB = 30522  # bert-base-uncased: the paper scores every id (data.vocab: tokenizer)

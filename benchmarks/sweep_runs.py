@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from seqae_core import metrics as M
 from seqae_core import names as N
-from sweeps.workspace import Workspace
+from sweeps.stores.workspace import Workspace
 
 
 def ended(workspace: Workspace, name: str) -> bool:

@@ -23,7 +23,7 @@ from seqae_core.loss import plan_head
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.step import TrainStep
 from seqae_core.train import describe_precision, train
-from sweeps import spec as spec_lib
+from sweeps.spec import sweep as spec_lib
 
 
 @dataclass

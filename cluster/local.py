@@ -14,7 +14,7 @@ without it ever entering a job's runtime environment.
 
 ``up --gpus-per-worker N`` starts each worker with N GPUs (``ray start --num-gpus=N``): on a
 machine without them they are logical, a rehearsal of GPU scheduling whose trials train on the
-CPU only where the sweep opts in with ``SEQAE_LOGICAL_GPUS=1`` (``sweeps.trial.trial_device``).
+CPU only where the sweep opts in with ``SEQAE_LOGICAL_GPUS=1`` (``sweeps.running.trial.trial_device``).
 
 ``down`` stops only what ``up`` started (the processes it recorded, and the Ray processes under
 its own temporary folder) and keeps the data: a later ``up`` on the same folder brings the same

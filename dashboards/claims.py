@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from sweeps.spec import SweepSpec
+from sweeps.spec.sweep import SweepSpec
 
 REPRODUCED, NOT_REPRODUCED, NO_DATA = "reproduced", "not reproduced", "not enough data"
 NOT_TESTED = "not tested by this sweep"

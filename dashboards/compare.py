@@ -1,6 +1,6 @@
 """`seqae sweep compare A B [...]`: sweeps of one objective side by side (a fork beside its
 origin, or sweeps of different studies), in the terminal and as a page in the report's style
-(:mod:`dashboards.compare_page`), from each sweep's trial table (:mod:`sweeps.export`);
+(:mod:`dashboards.compare_page`), from each sweep's trial table (:mod:`sweeps.results.export`);
 :meth:`sweeps.api.Sweep.compare` calls it."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from dashboards.compare_page import Compared, build
 from seqae_core import metrics as M
 from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
-from sweeps.export import trial_table
-from sweeps.progress import text_table
-from sweeps.workspace import Workspace
+from sweeps.results.export import trial_table
+from sweeps.running.progress import text_table
+from sweeps.stores.workspace import Workspace
 
 
 def _compared(workspace: Workspace, name: str, metric: str, sign: float) -> Compared:

@@ -24,8 +24,8 @@ from pydantic.fields import FieldInfo
 
 from seqae_cli.parser import build_parser
 from seqae_core import config as config_lib
-from sweeps.spec import SweepSpec
-from sweeps.spec_sections import Distribution
+from sweeps.spec.sections import Distribution
+from sweeps.spec.sweep import SweepSpec
 
 
 def _commands(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, argparse.ArgumentParser]]:

@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.set_defaults(handler=cmd_sweep_status)
 
     export = with_workspace(sweeps.add_parser("export", help="every trial of a sweep as one table (CSV, Parquet or "
-                                                             "JSON lines); the columns: sweeps/export.py"))
+                                                             "JSON lines); the columns: sweeps/results/export.py"))
     export.add_argument("name")
     export.add_argument("--format", default=None,
                         help="csv, parquet or jsonl (default: what --out's suffix names, else csv)")

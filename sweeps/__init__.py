@@ -1,5 +1,11 @@
-"""The sweep service: a sweep file checked (:mod:`sweeps.spec`), its trials run by Ray Tune and
-searched by Optuna (:mod:`sweeps.driver`), tracked in MLflow; from Python, :mod:`sweeps.api`.
+"""The sweep service, in four rooms, each importing only the rooms before it:
+
+- :mod:`sweeps.spec`: the sweep file, checked before anything is created;
+- :mod:`sweeps.stores`: what keeps a sweep (its workspace folder, the Optuna study, MLflow);
+- :mod:`sweeps.running`: running it (the driver, Ray Tune's side, a trial in its worker);
+- :mod:`sweeps.results`: reading what it found (status, the trials' table, the registered model);
+
+and :mod:`sweeps.api` over them all, the one door from Python and the command line.
 
 Importing it sets seqae's MLflow client settings in the environment, unless the user set them,
 before any of its modules imports MLflow (which reads its logging level at import) and before Ray

@@ -28,23 +28,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seqae_errors import ConfigError
-from sweeps.workspace import Job, Listed, Submission, Workspace, listing
+from sweeps.stores.workspace import Job, Listed, Submission, Workspace, listing
 
 if TYPE_CHECKING:
     from mlflow.pyfunc import PyFuncModel
 
-    from sweeps.export import Trials
-    from sweeps.search import Control
-    from sweeps.status import SweepStatus
+    from sweeps.results.export import Trials
+    from sweeps.results.status import SweepStatus
+    from sweeps.stores.search import Control
 
 BACKENDS = ("storage", "mlflow_tracking_uri", "optuna_storage")  # what ``backends=`` may name
 # What each kind of verb imports when it first runs, for :func:`load`.
 MODULES = {
-    "drive": ("sweeps.driver", "sweeps.lifecycle", "sweeps.submit", "dashboards.report.page"),
-    "read": ("sweeps.status",),
-    "tables": ("sweeps.export", "dashboards.compare", "dashboards.report.page"),
-    "cluster": ("sweeps.submit", "sweeps.remote_status"),
-    "models": ("sweeps.registry",),
+    "drive": ("sweeps.running.driver", "sweeps.running.lifecycle", "sweeps.running.submit", "dashboards.report.page"),
+    "read": ("sweeps.results.status",),
+    "tables": ("sweeps.results.export", "dashboards.compare", "dashboards.report.page"),
+    "cluster": ("sweeps.running.submit", "sweeps.results.remote_status"),
+    "models": ("sweeps.results.registry",),
 }
 
 
@@ -59,7 +59,7 @@ def load(kind: str) -> None:
 def show_progress() -> None:
     """Print the driver's progress lines (each trial's epochs, the session's end) on standard
     output from now on, as ``seqae sweep run`` does."""
-    from sweeps import progress
+    from sweeps.running import progress
 
     progress.show()
 
@@ -121,7 +121,7 @@ class Sweep:
         ``--set``) and record it, without running it; ``backends`` may name ``storage``,
         ``mlflow_tracking_uri`` and ``optuna_storage`` (else the workspace's own). With ``or_resume``
         an existing sweep of that name is taken if the file still describes it."""
-        from sweeps import lifecycle
+        from sweeps.running import lifecycle
 
         place = _workspace(workspace)
         sets = _sets(set, profile)
@@ -148,7 +148,7 @@ class Sweep:
              verbose: bool = False) -> Sweep:
         """A new sweep from ``file`` whose study starts with sweep ``origin``'s finished trials that
         fit its space, run until it ends."""
-        from sweeps import lifecycle
+        from sweeps.running import lifecycle
 
         place = _workspace(workspace)
         sweep = cls(lifecycle.fork(place, origin, str(file), name, _sets(set, profile), {}), place)
@@ -162,7 +162,7 @@ class Sweep:
         ``$SEQAE_RAY_ADDRESS``) as a Ray Job, packaging the current directory, which must hold
         ``file``; checked here first. The sweep returned follows it: :meth:`job`, :meth:`logs`,
         :meth:`status`, :meth:`cancel`, :meth:`resume`."""
-        from sweeps import submit
+        from sweeps.running import submit
 
         place = _workspace(workspace)
         record = submit.submit(place, str(file), name, _sets(set, profile), address)
@@ -171,7 +171,7 @@ class Sweep:
     def _drive(self, **how: bool) -> Sweep:
         """Run the sweep's driver here until it ends; it writes the report as each session ends."""
         from dashboards.report import page  # the dashboards sit above the sweep service: only its front door reaches up
-        from sweeps import driver
+        from sweeps.running import driver
 
         self.exit_code = driver.drive(self.workspace, self.name, report=page.build, **how)
         return self
@@ -185,7 +185,7 @@ class Sweep:
         """Run what is left of the sweep: interrupted trials from their newest checkpoint, then the
         trials not yet started. A submitted sweep is resubmitted, as a new job of the same sweep."""
         if self.submission is not None:
-            from sweeps import submit
+            from sweeps.running import submit
 
             submit.resubmit(self.workspace, self.submission)
             self.exit_code = 0
@@ -196,7 +196,7 @@ class Sweep:
                allow_code_change: bool = False, verbose: bool = False) -> Sweep:
         """``trials`` more trials, or (with ``epochs``) the finished trials ``which`` names
         (``best:K`` or ``3,5``; unset: ``best:1``) trained on to ``epochs``; then run them."""
-        from sweeps import driver, lifecycle, progress
+        from sweeps.running import driver, lifecycle, progress
 
         if epochs is None and which is not None:
             raise ConfigError(f"extend: which={which!r} names trials to train on: give epochs=N too")
@@ -219,7 +219,7 @@ class Sweep:
         what its status shows (unset: stopped from Python on this machine)."""
         import socket
 
-        from sweeps import lifecycle
+        from sweeps.running import lifecycle
 
         why = reason or f"stopped from Python on {socket.gethostname()}"
         return lifecycle.control(self.workspace, self.name, drain=why, **({"now": True} if now else {}))
@@ -227,7 +227,7 @@ class Sweep:
     def set(self, **changes: int | str) -> Control:
         """Change the running sweep (:func:`check_changes`): ``max_concurrent=N`` from its
         driver's next trial on, wherever the driver runs."""
-        from sweeps import lifecycle
+        from sweeps.running import lifecycle
 
         return lifecycle.control(self.workspace, self.name, **check_changes(**changes))
 
@@ -238,13 +238,14 @@ class Sweep:
         created the study."""
         import dataclasses
 
-        from sweeps import status
+        from sweeps.results import status
 
         record = self.submission
         if record is None:
             return status.status(self.workspace, self.name)
-        from sweeps import remote_status, submit
-        from sweeps.search import study_exists
+        from sweeps.results import remote_status
+        from sweeps.running import submit
+        from sweeps.stores.search import study_exists
 
         if self.workspace.exists(self.name):  # its driver keeps its state in this workspace
             return dataclasses.replace(status.status(self.workspace, self.name), job=submit.job_info(record))
@@ -254,41 +255,41 @@ class Sweep:
 
     def job(self) -> Job:
         """A submitted sweep's latest Ray Job, as the cluster reports it."""
-        from sweeps import submit
+        from sweeps.running import submit
 
         return submit.job_info(self._submitted())
 
     def logs(self) -> str:
         """What a submitted sweep's latest job printed so far."""
-        from sweeps import submit
+        from sweeps.running import submit
 
         return submit.logs(self._submitted())
 
     def cancel(self) -> bool:
         """Stop a submitted sweep's job (its trials continue from their checkpoints on
         :meth:`resume`); False if it had already ended."""
-        from sweeps import submit
+        from sweeps.running import submit
 
         return submit.cancel(self._submitted())
 
     def trials(self) -> Trials:
-        """Every trial as a typed record (:class:`sweeps.export.Trial`), in number order;
+        """Every trial as a typed record (:class:`sweeps.results.export.Trial`), in number order;
         ``.to_pandas()`` is the table ``seqae sweep export`` writes."""
-        from sweeps import export
+        from sweeps.results import export
 
         return export.trials(self.workspace, self.name)
 
     def export(self, out: str | Path | None = None, format: str | None = None) -> Path:
         """:meth:`trials` written to ``out`` as ``format`` (csv, parquet or jsonl; unset: what
         ``out``'s suffix names); an existing file is refused."""
-        from sweeps import export
+        from sweeps.results import export
 
         return export.export(self.workspace, self.name, format, None if out is None else str(out))
 
     def best_model(self) -> PyFuncModel:
         """The registered model of the sweep's best trial (alias ``@best``), an MLflow pyfunc:
         ``.predict(["text", ...])`` gives each text's reconstruction and token accuracy."""
-        from sweeps import registry
+        from sweeps.results import registry
 
         return registry.load_registered(self.workspace.read(self.name).backends.mlflow_tracking_uri, self.name)[1]
 
@@ -313,7 +314,7 @@ class Sweep:
 def check_changes(**changes: int | str) -> dict[str, int]:
     """What :meth:`Sweep.set` may change, checked before any sweep is opened: ``max_concurrent``,
     a whole number (or its digits) from 1 to seqae's limit."""
-    from sweeps import lifecycle
+    from sweeps.running import lifecycle
 
     return lifecycle.running_changes(**changes)
 
@@ -328,7 +329,7 @@ def encode(model: str, texts: Sequence[str], *, at: float | None = None,
     """``texts`` through registered ``model`` (``NAME``, ``NAME/VERSION`` or ``NAME@ALIAS``; with
     ``at``, the front's model of the largest latent share at most ``at``), from the registry of
     ``$SEQAE_MLFLOW_TRACKING_URI``, else of ``workspace``."""
-    from sweeps.registry import load_registered
+    from sweeps.results.registry import load_registered
 
     if not texts:
         raise ConfigError("nothing to encode: give TEXT arguments, - for standard input, or --file PATH")
@@ -345,7 +346,7 @@ def ui(*, host: str, mlflow_port: int, optuna_port: int, workspace: str | Path |
     """Serve the MLflow UI (unless ``$SEQAE_MLFLOW_TRACKING_URI`` names a server, which serves its
     own) and optuna-dashboard on ``workspace``'s stores until Ctrl-C, SIGTERM or SIGHUP."""
     from dashboards import ui as dashboards_ui
-    from sweeps.mlflow_access import check_credentials
+    from sweeps.stores.mlflow_access import check_credentials
 
     place = _workspace(workspace)
     tracking_uri = _tracking_uri(place, "")

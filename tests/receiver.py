@@ -1,4 +1,4 @@
-"""A real webhook on loopback for the notifications a sweep sends (``sweeps.notify``)."""
+"""A real webhook on loopback for the notifications a sweep sends (``sweeps.running.notify``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A sweep's CPU-second budget (sweeps/stoppers.py: Spend, BudgetStopper) ends it within one epoch of
+"""A sweep's CPU-second budget (sweeps/running/stoppers.py: Spend, BudgetStopper) ends it within one epoch of
 the budget, with trials running side by side; driven with the results Tune would hand over."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import heapq
 import pytest
 
 from seqae_core import metrics as M
-from sweeps.stoppers import BudgetStopper, Spend
+from sweeps.running.stoppers import BudgetStopper, Spend
 
 
 def spend_until_stopped(budget: float, epoch_costs: dict[int, float], workers: int = 2,

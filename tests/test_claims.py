@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dashboards import claims
-from sweeps import spec as spec_lib
+from sweeps.spec import sweep as spec_lib
 from tests.sweep_helpers import STUDIES
 
 # Fig. 3 as the paper draws it: near-perfect at 50%, falling with the fraction, short inputs worst.

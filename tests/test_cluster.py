@@ -76,7 +76,7 @@ def wait_job(cluster, name: str, timeout: float = 600, workspace: str | None = N
     seconds would take a core from the trials."""
     from ray.job_submission import JobSubmissionClient
 
-    from sweeps.workspace import Workspace
+    from sweeps.stores.workspace import Workspace
 
     record = Workspace(workspace or cluster["env"]["SEQAE_WORKSPACE"]).read_submission(name)
     assert record is not None, f"sweep {name} was not submitted"
@@ -443,7 +443,7 @@ def start_postgres(cluster) -> None:
 
 def assert_each_trial_once(cluster, name: str, n: int, epochs: int) -> None:
     """n trials, each once in Optuna (no second record of a creation) and once in MLflow, every epoch once in both."""
-    from sweeps.study_storage import duplicates
+    from sweeps.stores.study_storage import duplicates
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PGPASSFILE", cluster["env"]["PGPASSFILE"])

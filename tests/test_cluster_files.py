@@ -33,7 +33,7 @@ def test_cluster_state_inside_the_working_directory_is_never_packaged(tmp_path, 
     and PostgreSQL's data there; a submitted job's package must leave all of it out."""
     from ray._private.runtime_env.packaging import _get_excludes
 
-    from sweeps.submit import excludes
+    from sweeps.running.submit import excludes
 
     state = tmp_path / ".seqae-cluster"
     monkeypatch.setenv("PGPASSFILE", str(state / "secrets" / "pgpass"))

@@ -111,7 +111,7 @@ def test_the_cli_shows_its_own_info_lines_and_other_libraries_only_from_warning(
     code = ("import logging, sys; from seqae_cli.main import main; main(['sweep', 'list', '--workspace', sys.argv[1]]); "
             "logging.getLogger('matplotlib.font_manager').info('generated new fontManager'); "
             "logging.getLogger('datasets.config').warning('a warning of theirs'); "
-            "logging.getLogger('sweeps.driver').info('a line of seqae')")
+            "logging.getLogger('sweeps.running.driver').info('a line of seqae')")
     err = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True).stderr
     assert err.splitlines() == ["a warning of theirs", "a line of seqae"]
 

@@ -1,4 +1,4 @@
-"""`seqae sweep export` (sweeps/export.py): every trial as one table, on a real Optuna study
+"""`seqae sweep export` (sweeps/results/export.py): every trial as one table, on a real Optuna study
 (SQLite), real checkpoint records and a real MLflow store in a workspace; no training."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import pytest
 
 from seqae_core import metrics as M
 from seqae_errors import ConfigError
-from sweeps.export import FORMATS, export, trial_table
-from sweeps.tracking import Tracker
+from sweeps.results.export import FORMATS, export, trial_table
+from sweeps.stores.tracking import Tracker
 from tests.sweep_helpers import seqae
 from tests.test_status import quickstart, run_trials, start_sweep, template, workspace, write_sweep  # noqa: F401
 

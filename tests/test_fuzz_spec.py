@@ -28,8 +28,8 @@ from seqae_cli.main import main
 from seqae_core import config as config_lib
 from seqae_core.config import KEYS
 from seqae_errors import ConfigError
-from sweeps import search
-from sweeps import spec as spec_lib
+from sweeps.spec import sweep as spec_lib
+from sweeps.stores import search
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # TPE's pinned settings
 

@@ -12,7 +12,7 @@ from seqae_core import train as train_lib
 from seqae_core.model import attention
 from seqae_core.train import autocast_dtype, describe_precision, train
 from seqae_errors import ConfigError
-from sweeps import spec as spec_lib
+from sweeps.spec import sweep as spec_lib
 from tests.oracles import reference_attention
 from tests.refusal import assert_refused
 from tests.sweep_helpers import SMOKE, STUDIES

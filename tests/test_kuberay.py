@@ -189,6 +189,6 @@ def test_kuberay_manifests_set_what_the_code_reads():
 
 def _env_names_read_by_code() -> set[str]:
     names = set()
-    for path in list((REPO / "sweeps").glob("*.py")) + list((REPO / "seqae_core").glob("*.py")):
+    for path in list((REPO / "sweeps").rglob("*.py")) + list((REPO / "seqae_core").rglob("*.py")):
         names.update(re.findall(r"\"(SEQAE_[A-Z_]+)\"", path.read_text()))
     return names

@@ -2,7 +2,8 @@
 
 - packages point one way, and nothing imports the command line;
 - no cycle between files;
-- inside the sweep service, a module imports only the modules before it in ``SWEEP_ORDER``;
+- inside the sweep service, a module imports only the modules before it in ``SWEEP_ORDER``, which
+  keeps its rooms in order (the sweep file, its stores, running it, its results, the API);
 - the only function-local imports are the command line's verbs, the sweep API's methods (each
   imports what it uses; only they reach up to the dashboards: ``FRONT_DOOR``), and the
   tokenizer's where a data entry is built (``LAZY_ELSEWHERE``);
@@ -39,16 +40,22 @@ FRONT_DOOR = "sweeps/api.py"
 # ... and one function outside it, for a trial worker's start-up: building a data entry loads the tokenizer
 LAZY_ELSEWHERE = {("seqae_core/data.py", "seqae_core.corpus")}
 NOT_IN_THE_CORE = ("ray", "mlflow", "optuna")
-RAY_TUNE_HOMES = ("sweeps/trial.py", "sweeps/stoppers.py", "sweeps/schedulers.py", "sweeps/callbacks.py",
-                  "sweeps/runner.py")
+RAY_TUNE_HOMES = ("sweeps/running/trial.py", "sweeps/running/stoppers.py", "sweeps/running/schedulers.py", "sweeps/running/callbacks.py",
+                  "sweeps/running/runner.py")
 # (a trial in its worker; the driver's side of Tune: its stoppers, schedulers, callbacks and the Tuner)
-# The sweep service bottom to top: the records on disk and the spec, then the Optuna study and the outcomes, then
-# the adapters (MLflow, Ray, Tune), then what the verbs call.
+# The sweep service bottom to top, room by room (sweeps/__init__.py): the sweep file, its stores, running it,
+# reading its results, then the API over them.
 SWEEP_ORDER = [
-    "provenance", "notify", "overrides", "spec_messages", "spec_sections", "space", "spec", "workspace", "outages", "study_storage", "trial_spec", "search", "retention", "ledger", "progress", "writer",
-    "mlflow_access", "mlflow_runs", "system_metrics", "textmodel", "tracking", "registry", "ray_connection", "submit",
-    "sweep_data", "trial", "stoppers", "schedulers", "callbacks", "runner", "lifecycle", "status", "remote_status", "export", "driver", "api",
+    "spec.overrides", "spec.messages", "spec.sections", "spec.space", "spec.sweep", "spec.trial",
+    "stores.workspace", "stores.outages", "stores.study_storage", "stores.search", "stores.retention", "stores.ledger",
+    "stores.writer", "stores.mlflow_access", "stores.mlflow_runs", "stores.textmodel", "stores.tracking",
+    "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_connection",
+    "running.submit", "running.sweep_data", "running.trial", "running.stoppers", "running.schedulers",
+    "running.callbacks", "running.runner", "running.lifecycle", "running.driver",
+    "results.status", "results.remote_status", "results.export", "results.registry",
+    "api",
 ]
+ROOMS = ["spec", "stores", "running", "results", "api"]
 
 
 @dataclass(frozen=True)
@@ -80,14 +87,21 @@ def imports(source: str, file: str) -> list[Import]:
 
 
 def target(imp: Import, files: set[str]) -> str | None:
-    """The tree's file an import loads (``sweeps/spec.py`` for ``from sweeps import spec`` and for
-    ``from sweeps.spec import load``), or None for a third-party module."""
+    """The tree's file an import loads (``sweeps/spec/sweep.py`` for ``from sweeps import spec`` and for
+    ``from sweeps.spec.sweep import load``), or None for a third-party module."""
     parts = imp.module.split(".")
     for n in range(len(parts), 0, -1):
         for candidate in ("/".join(parts[:n]) + ".py", "/".join(parts[:n]) + "/__init__.py"):
             if candidate in files:
                 return candidate
     return None
+
+
+def sweep_module(module: str) -> str | None:
+    """The module of SWEEP_ORDER an import of ``sweeps...`` loads (``stores.search`` for
+    ``sweeps.stores.search.SweepStudy``), or None for a room itself."""
+    parts = module.split(".")[1:]
+    return next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in SWEEP_ORDER), None)
 
 
 def violations(found: list[Import]) -> list[str]:
@@ -106,9 +120,9 @@ def violations(found: list[Import]) -> list[str]:
             bad.append(f"{where}: the ML core runs without {', '.join(NOT_IN_THE_CORE)}")
         if imp.module.startswith("ray.tune") and imp.file not in RAY_TUNE_HOMES:
             bad.append(f"{where}: only {', '.join(RAY_TUNE_HOMES)} talk to Ray Tune")
-        if own == "sweeps" and imp.top == "sweeps":
-            mine, theirs = Path(imp.file).stem, imp.module.split(".")[1]
-            if theirs in SWEEP_ORDER and SWEEP_ORDER.index(theirs) >= SWEEP_ORDER.index(mine):
+        if own == "sweeps" and imp.top == "sweeps" and (theirs := sweep_module(imp.module)):
+            mine = Path(imp.file).with_suffix("").relative_to("sweeps").as_posix().replace("/", ".")
+            if mine in SWEEP_ORDER and SWEEP_ORDER.index(theirs) >= SWEEP_ORDER.index(mine):
                 bad.append(f"{where}: inside sweeps, {mine} may import only the modules before it in SWEEP_ORDER")
     return bad
 
@@ -153,7 +167,11 @@ def the_tree() -> tuple[list[Import], set[str]]:
 def test_the_tree_keeps_its_layers():
     tree, files = the_tree()
     assert {imp.file for imp in tree if imp.module.startswith("ray.tune")} == set(RAY_TUNE_HOMES)
-    assert {Path(f).stem for f in files if f.startswith("sweeps/") and not f.endswith("__init__.py")} == set(SWEEP_ORDER)
+    modules = [f.removeprefix("sweeps/").removesuffix(".py").replace("/", ".") for f in sorted(files)
+               if f.startswith("sweeps/") and not f.endswith("__init__.py")]
+    assert set(modules) == set(SWEEP_ORDER)  # every module of the sweep service has its place
+    rooms = [module.split(".")[0] for module in SWEEP_ORDER]
+    assert sorted(rooms, key=ROOMS.index) == rooms  # ... and SWEEP_ORDER keeps each room together, in order
     assert any(imp.lazy for imp in tree if imp.file.startswith(ENTRY_POINT))  # the lazy rule has something to see
     assert {imp.file for imp in tree if imp.file.startswith("sweeps/") and imp.top == "dashboards"} == {FRONT_DOOR}
     assert violations(tree) == []
@@ -166,20 +184,22 @@ def test_no_file_imports_itself_through_others():
 
 
 @pytest.mark.parametrize("file, source, complaint", [
-    ("sweeps/driver.py", "from dashboards import report", "sweeps may import only"),
+    ("sweeps/running/driver.py", "from dashboards import report", "sweeps may import only"),
     ("sweeps/api.py", "from dashboards import report", "sweeps may import only"),  # the front door's only inside a verb
     ("dashboards/report/page.py", "from seqae_cli.main import main", "dashboards may import only"),
     ("cluster/local.py", "from seqae_core.config import Config", "cluster may import only ['seqae_errors']"),
     ("seqae_core/train.py", "import mlflow", "the ML core runs without"),
-    ("sweeps/driver.py", "from ray.tune import Tuner", "talk to Ray Tune"),
-    ("sweeps/driver.py", "from seqae_cli.main import main", "sweeps may import only"),
+    ("sweeps/running/driver.py", "from ray.tune import Tuner", "talk to Ray Tune"),
+    ("sweeps/running/driver.py", "from seqae_cli.main import main", "sweeps may import only"),
     ("benchmarks/run.py", "from seqae_cli import commands", "benchmarks may import only"),
-    ("sweeps/tracking.py", "def f():\n    import torch", "only the command line and the sweep API import lazily"),
+    ("sweeps/stores/tracking.py", "def f():\n    import torch", "only the command line and the sweep API import lazily"),
     ("seqae_core/train.py", "def f():\n    from seqae_core import corpus", "only the command line and the sweep API"),
-    ("seqae_cli/commands.py", "from sweeps.workspace import Workspace", "through sweeps.api alone"),
+    ("seqae_cli/commands.py", "from sweeps.stores.workspace import Workspace", "through sweeps.api alone"),
     ("seqae_cli/commands.py", "def f():\n    from sweeps import status", "through sweeps.api alone"),
-    ("sweeps/search.py", "from sweeps.driver import drive", "search may import only the modules before it"),
-    ("sweeps/workspace.py", "from sweeps import search", "workspace may import only the modules before it"),
+    ("sweeps/stores/search.py", "from sweeps.running.driver import drive", "stores.search may import only the modules"),
+    ("sweeps/stores/workspace.py", "from sweeps.stores import search", "stores.workspace may import only the modules"),
+    ("sweeps/spec/sections.py", "from sweeps.running import notify", "spec.sections may import only the modules"),
+    ("sweeps/results/status.py", "from sweeps.api import Sweep", "results.status may import only the modules"),
 ])
 def test_each_forbidden_edge_is_caught(file, source, complaint):
     found = violations(imports(source, file))
@@ -196,9 +216,9 @@ def test_a_cycle_between_files_is_caught():
 @pytest.mark.parametrize("file, source", [
     pytest.param("seqae_cli/commands.py", "def bench():\n    from benchmarks.run import SUITES", id="a-verb-lazily"),
     pytest.param("sweeps/api.py", "def report():\n    from dashboards import report", id="the-front-door-reaches-up"),
-    pytest.param("dashboards/compare.py", "from sweeps.export import trial_table", id="dashboards-read-sweeps"),
+    pytest.param("dashboards/compare.py", "from sweeps.results.export import trial_table", id="dashboards-read-sweeps"),
     pytest.param("seqae_cli/main.py", "from sweeps.api import Sweep\nfrom sweeps import api", id="the-cli-uses-the-api"),
-    pytest.param("sweeps/api.py", "def status():\n    from sweeps import status", id="the-api-imports-lazily"),
+    pytest.param("sweeps/api.py", "def status():\n    from sweeps.results import status", id="the-api-imports-lazily"),
 ])
 def test_an_allowed_edge_passes(file, source):
     assert violations(imports(source, file)) == []
@@ -237,7 +257,7 @@ def test_a_trials_worker_imports_neither_mlflow_nor_optuna_nor_the_tokenizer():
     loads training and Ray Tune, and nothing of the driver's; it reads the data entry its driver
     built, and only a missing entry loads the tokenizer (seqae_core.data.build)."""
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, sweeps.trial; print(sorted({m.split('.')[0] for m in sys.modules} & "
+        [sys.executable, "-c", "import sys, sweeps.running.trial; print(sorted({m.split('.')[0] for m in sys.modules} & "
          "{'mlflow', 'optuna', 'torch', 'ray', 'transformers', 'datasets'}))"],
         capture_output=True, text=True, check=True, cwd=ROOT)
     assert loaded.stdout.splitlines()[-1] == "['ray', 'torch']", loaded.stdout + loaded.stderr

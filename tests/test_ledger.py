@@ -1,4 +1,4 @@
-"""sweeps/ledger.py: how a trial ended (``Outcome``, ``decide``), recording it in the study
+"""sweeps/stores/ledger.py: how a trial ended (``Outcome``, ``decide``), recording it in the study
 (``settle``), what it cost (``resource_seconds``), and what a new driver repairs after a crash
 (``reconcile_study``, ``reconcile_runs``), on a real Optuna study, a real MLflow store (both SQLite in ``tmp_path``) and
 checkpoint records written through ``CheckpointStore``. No Ray and no training."""
@@ -16,11 +16,11 @@ from optuna.trial import TrialState
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
 from seqae_core.records import TrialProgress
-from sweeps import spec as spec_lib
-from sweeps.ledger import Outcome, decide, reconcile_runs, reconcile_study, resource_seconds, settle
-from sweeps.search import SweepStudy, open_study
-from sweeps.search import storage as optuna_storage
-from sweeps.tracking import Tracker
+from sweeps.spec import sweep as spec_lib
+from sweeps.stores.ledger import Outcome, decide, reconcile_runs, reconcile_study, resource_seconds, settle
+from sweeps.stores.search import SweepStudy, open_study
+from sweeps.stores.search import storage as optuna_storage
+from sweeps.stores.tracking import Tracker
 from tests.conftest import WIKI_MINI
 from tests.sweep_helpers import STUDIES
 

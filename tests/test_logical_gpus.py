@@ -23,9 +23,9 @@ from seqae_core import names as N
 from seqae_core import train as train_lib
 from seqae_core.checkpoint import CheckpointStore
 from seqae_errors import ConfigError
-from sweeps.trial import LOGICAL_GPUS, _train_trial, trial_device
-from sweeps import spec as spec_lib
-from sweeps.ray_connection import check_resources
+from sweeps.running.ray_connection import check_resources
+from sweeps.running.trial import LOGICAL_GPUS, _train_trial, trial_device
+from sweeps.spec import sweep as spec_lib
 from tests.sweep_helpers import STUDIES, local_cluster, mlflow_runs, seqae, trial_metas, wait_for
 from tests.test_cluster import submit, wait_job  # the cluster tests' submission, on their tiny settings
 

@@ -87,7 +87,7 @@ def test_requests_without_valid_credentials_get_401_and_create_nothing(services,
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from sweeps.mlflow_access import unreachable
+    from sweeps.stores.mlflow_access import unreachable
 
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "not-the-password")
@@ -104,7 +104,7 @@ def test_requests_without_valid_credentials_get_401_and_create_nothing(services,
 ])
 def test_a_sweep_without_valid_credentials_stops_at_once_and_creates_nothing(services, tmp_path, credentials, who):
     """Exit code 2 and what to set, before the data is prepared or anything is created."""
-    from sweeps.search import study_exists
+    from sweeps.stores.search import study_exists
 
     workspace = tmp_path / "ws"
     run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "locked", "--workspace", str(workspace),

@@ -1,4 +1,4 @@
-"""Notifications (sweeps/notify.py) through Apprise to a real local HTTP receiver: what a sweep
+"""Notifications (sweeps/running/notify.py) through Apprise to a real local HTTP receiver: what a sweep
 sends, what a dead receiver does to it (nothing), and how URLs are configured."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from seqae_errors import ConfigError
-from sweeps import spec as spec_lib
-from sweeps.notify import ENV, Notifier, resolve
+from sweeps.running.notify import ENV, Notifier, resolve
+from sweeps.spec import sweep as spec_lib
 from tests.sweep_helpers import STUDIES, run_args, seqae
 
 

@@ -1,4 +1,4 @@
-"""What a person sees while a sweep runs (``sweeps.progress``): the short form of a trial's
+"""What a person sees while a sweep runs (``sweeps.running.progress``): the short form of a trial's
 parameters, the clock, the line per trial result (value, best so far, elapsed and time left), the
 line when a trial ends, and the table of every trial at the end, built from real Optuna trials.
 """
@@ -16,8 +16,8 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
-from sweeps.progress import Progress, best_line, clock, short, summary
-from sweeps.spec_sections import Objective
+from sweeps.running.progress import Progress, best_line, clock, short, summary
+from sweeps.spec.sections import Objective
 from tests.conftest import REPO
 
 ACCURACY = Objective(metric="val_token_accuracy", mode="max")
@@ -264,7 +264,7 @@ def test_a_trial_worker_stopped_inside_a_callback_exits_without_a_traceback():
     every trial's worker sets, the worker exits with the code and prints nothing."""
     plain = subprocess.run([sys.executable, "-c", STOPPED_IN_A_CALLBACK], capture_output=True, text=True, timeout=60)
     assert plain.returncode == 0 and "went on" in plain.stdout and "Traceback" in plain.stderr, plain  # the noise
-    hooked = "from sweeps.trial import exit_quietly_on_stop\nsys.unraisablehook = exit_quietly_on_stop\n"
+    hooked = "from sweeps.running.trial import exit_quietly_on_stop\nsys.unraisablehook = exit_quietly_on_stop\n"
     script = STOPPED_IN_A_CALLBACK.replace("class Node", hooked + "class Node", 1)
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert (ran.returncode, ran.stdout, ran.stderr) == (1, "", ""), ran

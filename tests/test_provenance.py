@@ -1,4 +1,4 @@
-"""Which code ran a sweep (sweeps/provenance.py): the git commit, uncommitted changes and package
+"""Which code ran a sweep (sweeps/running/provenance.py): the git commit, uncommitted changes and package
 versions on every MLflow run, and a resume refused when the code changed, in a real git clone."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from seqae_errors import ConfigError
-from sweeps import provenance
-from sweeps import spec as spec_lib
-from sweeps.driver import check_code
-from sweeps.workspace import Backends, SweepState
+from sweeps.running import provenance
+from sweeps.running.driver import check_code
+from sweeps.spec import sweep as spec_lib
+from sweeps.stores.workspace import Backends, SweepState
 from tests.sweep_helpers import REPO, STUDIES, mlflow_runs, optuna_trials, run_args, seqae
 
 
@@ -24,7 +24,7 @@ def git(*args: str, cwd=REPO) -> str:
 def test_the_code_is_this_checkout_its_commit_and_the_versions_that_matter():
     code = provenance.current()
     assert code.commit == git("rev-parse", "HEAD")
-    assert {"sweeps/driver.py", "seqae_core/model.py", "seqae_errors/__init__.py"} <= set(code.files)
+    assert {"sweeps/running/driver.py", "seqae_core/model.py", "seqae_errors/__init__.py"} <= set(code.files)
     assert not any(p.startswith(("tests/", "dashboards/")) for p in code.files)  # only what drivers and trials run
     assert set(code.versions) == {"torch", "ray", "optuna", "mlflow", "transformers"}
     tags = code.run_tags("sweep.yaml")
@@ -35,13 +35,13 @@ def test_the_code_is_this_checkout_its_commit_and_the_versions_that_matter():
 def test_a_changed_file_is_refused_by_name_unless_allowed():
     code = provenance.current()
     state = SweepState(name="s", spec=spec_lib.load(STUDIES / "quickstart.yaml"), fingerprint="f", file="f.yaml",
-                       sets=[], planned_trials=1, backends=Backends("", "", ""), study_name="s", code={"commit": "0" * 40, "files": {**code.files, "sweeps/runner.py": "old",
+                       sets=[], planned_trials=1, backends=Backends("", "", ""), study_name="s", code={"commit": "0" * 40, "files": {**code.files, "sweeps/running/runner.py": "old",
                                                                            "sweeps/gone.py": "x"}})
     with pytest.raises(ConfigError, match=r"its code changed since its last session \(2 files: sweeps/gone.py, "
-                                          r"sweeps/runner.py; commit 0000000 -> \w{7}\).*`seqae sweep resume s "
+                                          r"sweeps/running/runner.py; commit 0000000 -> \w{7}\).*`seqae sweep resume s "
                                           r"--allow-code-change`"):
         check_code(state, allow_code_change=False)
-    assert check_code(state, allow_code_change=True)[1].startswith("2 files: sweeps/gone.py, sweeps/runner.py")
+    assert check_code(state, allow_code_change=True)[1].startswith("2 files: sweeps/gone.py, sweeps/running/runner.py")
     assert check_code(SweepState(**{**state.__dict__, "code": None}), False)[1] is None  # an older sweep: recorded now
     assert provenance.changed({"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "4"}) == ["b", "c"]
 
@@ -61,16 +61,16 @@ def test_a_resume_after_a_commit_that_changes_the_code_is_refused_then_allowed_a
     assert ran.returncode == 0 and "the target 0.0" in ran.stdout, ran.stdout[-3000:] + ran.stderr[-3000:]
     before = [t.state.name for t in optuna_trials(workspace, name)]
 
-    runner = clone / "sweeps" / "runner.py"
+    runner = clone / "sweeps" / "running" / "runner.py"
     runner.write_text(runner.read_text() + "\n# a change between sessions\n")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-am", "a change", cwd=clone)
     second = git("rev-parse", "HEAD", cwd=clone)
-    driver_py = clone / "sweeps" / "driver.py"
+    driver_py = clone / "sweeps" / "running" / "driver.py"
     driver_py.write_text(driver_py.read_text() + "\n# uncommitted\n")
 
     refused = seqae("sweep", "resume", name, "--workspace", str(workspace), cwd=clone)
     assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
-    assert (f"its code changed since its last session (2 files: sweeps/driver.py, sweeps/runner.py; commit "
+    assert (f"its code changed since its last session (2 files: sweeps/running/driver.py, sweeps/running/runner.py; commit "
             f"{first[:7]} -> {second[:7]})") in refused.stderr and "--allow-code-change" in refused.stderr
     assert [t.state.name for t in optuna_trials(workspace, name)] == before  # nothing ran
 
@@ -78,7 +78,7 @@ def test_a_resume_after_a_commit_that_changes_the_code_is_refused_then_allowed_a
     assert allowed.returncode == 0, allowed.stdout[-3000:] + allowed.stderr[-3000:]
     info = json.loads(seqae("sweep", "status", name, "--json", "--workspace", str(workspace), cwd=clone).stdout)
     assert [e["code_change"] for e in info["control"]["log"] if "code_change" in e] == [
-        f"2 files: sweeps/driver.py, sweeps/runner.py; commit {first[:7]} -> {second[:7]}"]
+        f"2 files: sweeps/running/driver.py, sweeps/running/runner.py; commit {first[:7]} -> {second[:7]}"]
 
     runs = mlflow_runs(workspace, name)
     parent = next(r for r in runs if r.data.tags.get("seqae.role") == "sweep")

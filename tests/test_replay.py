@@ -25,8 +25,8 @@ from benchmarks.replay import (
     warm_start,
 )
 from seqae_core import metrics as M
-from sweeps.schedulers import ResumableASHA
-from sweeps.spec_sections import Objective
+from sweeps.running.schedulers import ResumableASHA
+from sweeps.spec.sections import Objective
 
 GRID, RANDOM, TPE, ASHA_RANDOM, ASHA_TPE = METHODS[:5]
 HYPERBAND_RANDOM, HYPERBAND_TPE = (m for m in METHODS if m.scheduler == "hyperband")

@@ -1,4 +1,4 @@
-"""A sweep's disk does not grow with every trial (sweeps/retention.py, RecordStore.release): an
+"""A sweep's disk does not grow with every trial (sweeps/stores/retention.py, RecordStore.release): an
 ended trial outside the ``checkpoints.keep_best`` best keeps its progress, samples and metrics and
 loses its model and optimizer state; the kept and the running keep everything; a trial whose worker
 still holds its records is released later; `extend --epochs` of a released trial is refused in
@@ -16,8 +16,8 @@ from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore, tensor_bytes
 from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, STATE, RecordStore, TrialProgress
 from seqae_errors import ConfigError
-from sweeps import lifecycle
-from sweeps.retention import Retention
+from sweeps.running import lifecycle
+from sweeps.stores.retention import Retention
 from tests.test_status import quickstart, run_trials, start_sweep, template, workspace, write_sweep  # noqa: F401
 
 MB = 10**6

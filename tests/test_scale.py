@@ -17,12 +17,12 @@ from optuna.trial import TrialState
 
 from benchmarks import control_plane
 from dashboards.report import data, figures, optuna_plots, page
-from sweeps import spec as spec_lib
-from sweeps.export import trial_table
-from sweeps.search import open_study
-from sweeps.search import storage as optuna_storage
-from sweeps.tracking import Tracker
-from sweeps.workspace import Workspace
+from sweeps.results.export import trial_table
+from sweeps.spec import sweep as spec_lib
+from sweeps.stores.search import open_study
+from sweeps.stores.search import storage as optuna_storage
+from sweeps.stores.tracking import Tracker
+from sweeps.stores.workspace import Workspace
 from tests.sweep_helpers import STUDIES
 
 SPEC = spec_lib.load(STUDIES / "quickstart.yaml", ["trials.total=30"])

@@ -1,4 +1,4 @@
-"""The sweep's ASHA (sweeps.schedulers.ResumableASHA) on its own: Ray's scheduler, fed results as Tune
+"""The sweep's ASHA (sweeps.running.schedulers.ResumableASHA) on its own: Ray's scheduler, fed results as Tune
 feeds them, without a cluster or training."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from types import SimpleNamespace
 from ray.tune.schedulers import TrialScheduler
 
 from seqae_core import metrics as M
-from sweeps.schedulers import ParetoASHA, ResumableASHA
-from sweeps.trial_spec import TrialSpec
-from sweeps.spec_sections import Objective
+from sweeps.running.schedulers import ParetoASHA, ResumableASHA
+from sweeps.spec.sections import Objective
+from sweeps.spec.trial import TrialSpec
 
 
 def _trial(number: int, start: str | None = None) -> SimpleNamespace:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from sweeps import spec as spec_lib
-from sweeps.search import open_study
+from sweeps.spec import sweep as spec_lib
+from sweeps.stores.search import open_study
 from tests.sweep_helpers import STUDIES
 
 

@@ -8,7 +8,7 @@ import pytest
 from benchmarks.search_vs_recipe import (BUDGET_TRAININGS, FRACTIONS, GPU, LAPTOP, Scores, Search, _search,
                                          _trained, equal_compute_seeds, figure, outputs, run, summarize)
 from seqae_errors import ConfigError
-from sweeps import spec as spec_lib
+from sweeps.spec import sweep as spec_lib
 
 SEED_EFFECT = (-0.02, 0.0, 0.03)  # what each training seed does to every configuration
 
@@ -134,7 +134,7 @@ def test_a_search_that_ended_is_read_back_and_one_left_to_continue_is_resumed(tm
     """A rerun of `seqae bench search` resumes only what an earlier run left unfinished: resumed, an
     ended search would lift its budget's stop and could add a trial, moving the published table."""
     from benchmarks.sweep_runs import ended
-    from sweeps.workspace import Workspace
+    from sweeps.stores.workspace import Workspace
     from tests.test_status import quickstart, write_sweep
 
     (tmp_path / "ws").mkdir()

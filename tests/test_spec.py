@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from seqae_cli.main import main
 from seqae_errors import ConfigError
-from sweeps import spec as spec_lib
+from sweeps.spec import sweep as spec_lib
 from tests.refusal import assert_refused
 
 STUDIES = sorted((Path(__file__).resolve().parents[1] / "sweeps" / "studies").glob("*.yaml"))

@@ -1,4 +1,4 @@
-"""sweeps/status.py and ``sweeps.lifecycle.control``: what `seqae sweep status|list` show (trials by
+"""sweeps/results/status.py and ``sweeps.running.lifecycle.control``: what `seqae sweep status|list` show (trials by
 state, the best, the cost against the budget, the control record) and what `seqae sweep stop|set`
 write, for local sweeps and submitted ones, on a real Optuna study (SQLite in ``tmp_path``), real
 checkpoint records and a real workspace folder. No Ray, no MLflow server and no training."""
@@ -17,14 +17,14 @@ from seqae_cli.main import main
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
 from seqae_errors import ConfigError
-from sweeps import lifecycle
-from sweeps import spec as spec_lib
-from sweeps.ledger import decide, settle
-from sweeps.search import Control, SweepStudy, open_study, read_only
-from sweeps.search import storage as optuna_storage
-from sweeps.spec_sections import MAX_CONCURRENT
-from sweeps.status import BestTrial, Cost, StartTrial, cost, status, trials_view
-from sweeps.workspace import Backends, Listed, Submission, SweepState, Workspace, listing
+from sweeps.results.status import BestTrial, Cost, StartTrial, cost, status, trials_view
+from sweeps.running import lifecycle
+from sweeps.spec import sweep as spec_lib
+from sweeps.spec.sections import MAX_CONCURRENT
+from sweeps.stores.ledger import decide, settle
+from sweeps.stores.search import Control, SweepStudy, open_study, read_only
+from sweeps.stores.search import storage as optuna_storage
+from sweeps.stores.workspace import Backends, Listed, Submission, SweepState, Workspace, listing
 from tests.refusal import assert_refused
 from tests.conftest import WIKI_MINI
 from tests.sweep_helpers import STUDIES, sets

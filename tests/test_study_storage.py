@@ -1,4 +1,4 @@
-"""The sweep's Optuna storage (``sweeps.study_storage``) rides out its database: a dropped
+"""The sweep's Optuna storage (``sweeps.stores.study_storage``) rides out its database: a dropped
 connection is retried and any other error raised at once; a database that stays away past the
 limit ends in one line naming the storage, password masked; a retry after a commit whose answer
 was lost records nothing twice.
@@ -29,7 +29,7 @@ from sqlalchemy import event
 from cluster.procs import free_port
 from seqae_core import names as N
 from seqae_errors import StorageUnreachable
-from sweeps.study_storage import PatientStorage, duplicates, open_storage, storage_lost, transient
+from sweeps.stores.study_storage import PatientStorage, duplicates, open_storage, storage_lost, transient
 
 FAST = {"first_wait": 0.01, "max_wait": 0.05}
 
@@ -111,7 +111,7 @@ def test_only_connection_level_errors_are_an_outage(error, retried):
 def test_a_dropped_connection_is_retried_until_it_answers(db, caplog):
     trial_id = db.storage.create_new_trial(db.study_id)
     db.drops = 3
-    with caplog.at_level(logging.WARNING, logger="sweeps.study_storage"):
+    with caplog.at_level(logging.WARNING, logger="sweeps.stores.study_storage"):
         db.storage.set_trial_user_attr(trial_id, "k", "v")
     assert db.dropped == 3 and db.trials()[0].user_attrs == {"k": "v"}
     assert "did not answer while setting trial" in caplog.text and "answers again after" in caplog.text
@@ -121,14 +121,14 @@ def test_a_dropped_connection_is_retried_until_it_answers(db, caplog):
 def test_other_errors_are_raised_at_once(db, caplog):
     trial_id = db.storage.create_new_trial(db.study_id)
     db.storage.set_trial_state_values(trial_id, TrialState.COMPLETE, [1.0])
-    with caplog.at_level(logging.WARNING, logger="sweeps.study_storage"):
+    with caplog.at_level(logging.WARNING, logger="sweeps.stores.study_storage"):
         with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
             db.storage.set_trial_user_attr(trial_id, "k", "v")
         with pytest.raises(optuna.exceptions.DuplicatedStudyError):
             db.storage.create_new_study([optuna.study.StudyDirection.MAXIMIZE], "s")
         with pytest.raises(KeyError):
             db.storage.get_study_id_from_name("no such study")
-    assert [r.message for r in caplog.records if r.name == "sweeps.study_storage"] == []  # not one retry
+    assert [r.message for r in caplog.records if r.name == "sweeps.stores.study_storage"] == []  # not one retry
 
 
 def test_a_database_that_stays_away_ends_in_one_line_and_every_call_after_at_once(tmp_path):

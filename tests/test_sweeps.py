@@ -13,9 +13,9 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from seqae_core.names import latent_alias
-from sweeps import spec as spec_lib
-from sweeps.export import trial_table
-from sweeps.workspace import Workspace
+from sweeps.results.export import trial_table
+from sweeps.spec import sweep as spec_lib
+from sweeps.stores.workspace import Workspace
 from tests.conftest import REPO, WIKI_MINI
 from tests.sweep_helpers import (SMOKE, STUDIES, metric_steps, mlflow_runs, optuna_trials, seqae, sets, status,
                                   tune_results, tune_trials)
@@ -274,7 +274,7 @@ def test_runs_a_killed_driver_left_without_parameters_are_adopted_and_completed(
     divided by zero). The next driver adopts such a run, logs what it lacks, and makes no second one."""
     from mlflow.tracking import MlflowClient
 
-    from sweeps.tracking import Tracker
+    from sweeps.stores.tracking import Tracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -304,7 +304,7 @@ def test_a_run_records_its_dataset_once_and_other_data_has_another_digest(tmp_pa
 
     from seqae_core import data
     from seqae_core.config import from_flat
-    from sweeps.tracking import Tracker
+    from sweeps.stores.tracking import Tracker
     from tests.conftest import TINY
 
     configs = {0: from_flat(TINY).data, 1: from_flat({**TINY, "data.input_len": 8}).data,

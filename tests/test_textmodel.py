@@ -33,7 +33,7 @@ def registered(tmp_path_factory, data_cache):
     from seqae_core.checkpoint import CheckpointStore
     from seqae_core.config import from_flat
     from seqae_core.train import train
-    from sweeps.tracking import Tracker
+    from sweeps.stores.tracking import Tracker
 
     workspace = tmp_path_factory.mktemp("ws")
     config = from_flat({**TINY, "data.vocab": "corpus", "model.latent_len": 12, "train.epochs": 3}, "tiny config")
@@ -220,7 +220,7 @@ def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best
 
     from seqae_core.checkpoint import CheckpointStore
     from seqae_core.train import train
-    from sweeps.registry import load_registered
+    from sweeps.results.registry import load_registered
 
     own = "sqlite:////a/python/sessions/own/mlflow.db"  # what the user of sweeps.api set before
     monkeypatch.setenv("MLFLOW_TRACKING_URI", own)
@@ -261,8 +261,8 @@ def test_the_front_is_registered_by_operating_point_and_encode_chooses_by_size(r
     from seqae_cli.main import main
     from seqae_core.checkpoint import CheckpointStore
     from seqae_core.train import train
-    from sweeps.driver import register_front
-    from sweeps.spec_sections import Objective
+    from sweeps.running.driver import register_front
+    from sweeps.spec.sections import Objective
 
     tracker, client = registered.tracker, MlflowClient(registered.uri)
     config = dataclasses.replace(registered.config, train=dataclasses.replace(registered.config.train, seed=8))

@@ -60,7 +60,7 @@ def test_a_cpu_without_bf16_says_it_trains_in_fp32(monkeypatch):
 
     monkeypatch.setattr(train_lib, "native_bf16_flags", lambda: [])
     precision = train_lib.describe_precision(config_lib.load(None, []), torch.device("cpu"))
-    # the sweep's first line, as sweeps.driver.run writes it
+    # the sweep's first line, as sweeps.running.driver.run writes it
     assert_quoted(f"seqae: sweep quickstart: 6 trials planned, 6 to run (data ready in 1.0 s; training in {precision})")
 
 

@@ -1,4 +1,4 @@
-"""The workspace folder (``sweeps.workspace``): sweep names and paths checked before anything is
+"""The workspace folder (``sweeps.stores.workspace``): sweep names and paths checked before anything is
 written, the records of a sweep (``sweep.json``, ``submission.json``) read back as written, the
 driver lock that keeps a second driver off a running sweep, and how a sweep's backends are picked
 (flags, then ``SEQAE_*`` variables, then the workspace's own files).
@@ -16,8 +16,8 @@ import pytest
 
 from seqae_cli.main import main
 from seqae_errors import ConfigError
-from sweeps import spec as spec_lib
-from sweeps.workspace import (
+from sweeps.spec import sweep as spec_lib
+from sweeps.stores.workspace import (
     Backends,
     DriverLock,
     Submission,
@@ -236,7 +236,7 @@ def test_names_lists_sweeps_and_submissions_only(ws):
 TAKE = """
 import os, sys
 from pathlib import Path
-from sweeps.workspace import DriverLock, SweepLocked
+from sweeps.stores.workspace import DriverLock, SweepLocked
 try:
     with DriverLock(Path(sys.argv[1])):
         print("took", os.getpid())

@@ -1,4 +1,4 @@
-"""The driver's MLflow writer (``sweeps.writer.Writer``): calls run in order on one thread, an outage
+"""The driver's MLflow writer (``sweeps.stores.writer.Writer``): calls run in order on one thread, an outage
 of the service is waited out and every write kept meanwhile lands afterwards, a write that cannot
 succeed is dropped alone, and ``close`` says how many writes did not land.
 
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from sweeps.writer import Writer
+from sweeps.stores.writer import Writer
 
 FAST = {"first_wait": 0.001, "max_wait": 0.01}
 # How long a test waits for the writer's thread to get somewhere: a bound, never a measurement (each

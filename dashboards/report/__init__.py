@@ -1,5 +1,5 @@
 """``seqae report NAME``: the paper's figures and the search's story, from a sweep's MLflow runs
-and its Optuna study, read through its record (:class:`sweeps.workspace.SweepState`);
+and its Optuna study, read through its record (:class:`sweeps.stores.workspace.SweepState`);
 :func:`dashboards.report.page.build` writes it.
 
 The report is one self-contained HTML file (figures embedded as PNG data) plus the PNGs beside

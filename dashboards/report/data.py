@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.config import parse_scalar
-from sweeps.mlflow_runs import all_runs
+from sweeps.stores.mlflow_runs import all_runs
 
 log = logging.getLogger(__name__)
 

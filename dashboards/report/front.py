@@ -19,7 +19,7 @@ from dashboards.report.figures import save_figure
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.pareto import hypervolume, ranks
-from sweeps.workspace import SweepState
+from sweeps.stores.workspace import SweepState
 
 
 # The published compression frontier (benchmarks/frontier.py): a grid at 16-128 input tokens on 30

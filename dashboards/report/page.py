@@ -24,7 +24,7 @@ from dashboards.report.groups import grid_data, seed_spreads, test_points
 from dashboards.report.optuna_plots import optuna_figures
 from dashboards.report.story import Story, story
 from seqae_core import metrics as M
-from sweeps.workspace import SweepState
+from sweeps.stores.workspace import SweepState
 
 
 # Autoescape is on for the .html templates: every value is text, escaped where it is rendered.

@@ -9,7 +9,7 @@ import optuna
 
 from dashboards.report.data import Trial
 from seqae_core import names as N
-from sweeps.spec import SweepSpec
+from sweeps.spec.sweep import SweepSpec
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,3 @@
+"""What a sweep found, read from its stores: its status (:mod:`.status`, and a submitted sweep's
+through the cluster: :mod:`.remote_status`), every trial as a table (:mod:`.export`) and its
+registered model (:mod:`.registry`)."""

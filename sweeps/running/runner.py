@@ -1,0 +1,203 @@
+"""Ray Tune for a sweep, on the driver: the searcher over the sweep's Optuna study, and one
+session's Tuner, with the :mod:`~sweeps.running.stoppers`, :mod:`~sweeps.running.schedulers` and
+:mod:`~sweeps.running.callbacks` it runs with.
+
+The searcher asks :class:`~sweeps.stores.search.SweepStudy` for trials (a
+:class:`~sweeps.spec.trial.TrialSpec` crosses into Tune), holds ``max_concurrent`` and the drain
+from the study's control record, and records each result as :mod:`sweeps.stores.ledger` decides it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from functools import partial
+from typing import Any
+
+import ray
+from ray import tune
+from ray.tune.search import Searcher
+from ray.tune.stopper import CombinedStopper
+
+from seqae_core import metrics as M
+from seqae_core.checkpoint import CheckpointStore
+from sweeps.running.callbacks import NotifyCallback, ProgressCallback, TrackingCallback
+from sweeps.running.notify import Notifier
+from sweeps.running.progress import Progress, say
+from sweeps.running.schedulers import ParetoASHA, ResumableASHA
+from sweeps.running.stoppers import BudgetStopper, DriverOnly, Spend, StopNow, spent_so_far, trial_progresses
+from sweeps.running.trial import run_trial
+from sweeps.spec.sweep import SweepSpec
+from sweeps.spec.trial import TrialSpec
+from sweeps.stores import ledger
+from sweeps.stores.retention import Retention
+from sweeps.stores.search import SweepStudy
+from sweeps.stores.tracking import Tracker
+from sweeps.stores.writer import Writer
+
+
+class StudySearcher(DriverOnly, Searcher):
+    """Asks the sweep's Optuna study for trials and tells it how they ended."""
+
+    def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str, spend: Spend, stop_now: StopNow,
+                 retention: Retention, notifier: Notifier | None = None) -> None:
+        objective = spec.objectives[0]
+        super().__init__(metric=objective.metric, mode=objective.mode)
+        self.spec, self.study, self.storage = spec, study, storage
+        self.spend, self.stop_now, self.retention, self.notifier = spend, stop_now, retention, notifier
+        self.plans: dict[str, TrialSpec] = {}
+        self.live: set[str] = set()  # Tune trials started and not yet ended
+        self.limit = spec.max_concurrent
+        self.draining = False
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "w") as f:
+            f.write("the searcher's state is the sweep's Optuna study\n")
+
+    def restore(self, checkpoint_path: str) -> None:
+        pass
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        """The next trial; None while ``max_concurrent`` trials run (the study's control record
+        may change it at any time); Tune's FINISHED once the sweep has no trial left, or none but
+        new ones while it drains."""
+        control = self.study.control()
+        budget = self.spec.budget
+        if budget and not control.drain and (why := self.spend.cannot_start(budget.hours, budget.unit)):
+            # a resumed sweep whose earlier sessions spent its budget: resuming lifted its drain
+            control = self.study.set_control(drain=why)
+        if control.drain and not self.draining:
+            self.draining = True
+            running = "stop at the end of their epoch" if control.now else "finish"
+            say(f"seqae: draining ({control.drain}): no new trials start; the running ones "
+                  f"({len(self.live)}) {running}")
+            if self.notifier:
+                self.notifier.send("stopped", "no new trials start", f"{control.drain}; {len(self.live)} running "
+                                   f"trials {running}")
+        limit = control.max_concurrent or self.spec.max_concurrent
+        if limit != self.limit:
+            say(f"seqae: max_concurrent {self.limit} -> {limit}")
+            self.limit = limit
+        if len(self.live) >= limit:
+            return None
+        trial = self.study.next_trial(new=not self.draining)
+        if trial is None:
+            return Searcher.FINISHED  # type: ignore[return-value]  # Tune's own sentinel, a str
+        self.plans[trial_id] = trial
+        self.live.add(trial_id)
+        self.spend.started(trial.number)
+        self.study.note_tune_trial(trial.number, trial_id)
+        return {"trial": trial}
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self._result(self.plans[trial_id].number, result)
+
+    def _result(self, number: int, result: dict[str, Any]) -> None:
+        """An epoch's value to Optuna; the sweep drains once it reaches the objective's target
+        within its constraints, or once its trials have spent its budget."""
+        self.study.report(number, int(result[M.EPOCH]), result)
+        self.spend.add(number, result)
+        objective, budget = self.spec.objectives[0], self.spec.budget
+        value = float(result[objective.metric])
+        why = None
+        meets = all(v <= 0.0 for v in self.spec.violations(result))
+        if objective.reached(value) and meets:
+            why = f"trial {number} reached {objective.metric} {value:.4f}, the target {objective.target}"
+        elif budget:
+            why = self.spend.cannot_start(budget.hours, budget.unit)
+        if why and not self.study.control().drain:
+            self.study.set_control(drain=why)
+
+    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+        self.live.discard(trial_id)
+        number = self.plans[trial_id].number
+        if result and M.EPOCH in result and not error:
+            # Tune hands a trial's last result (and one its scheduler stopped it on) only to this
+            # hook, not to on_trial_result: without this, Optuna would miss that epoch's value.
+            self._result(number, result)
+        self.spend.ended(number)
+        progress = CheckpointStore.of_trial(self.storage, number).progress()
+        outcome = ledger.decide(progress, error, self.study.epochs(number), number in self.spend.stopped,
+                                number in self.stop_now.halted)
+        ledger.settle(self.study, number, outcome, progress)
+        self.retention.settle(number)
+
+
+def run_session(
+    spec: SweepSpec, study: SweepStudy, tracker: Tracker, writer: Writer, *, storage: str, cache_dir: str,
+    published: dict[Any, str], session: int, epochs: int, verbose: bool = False, notifier: Notifier | None = None,
+) -> None:
+    """One Tuner run over the trials the study still has to run. Progress shows a line per
+    trial result; ``verbose`` brings back Ray Tune's own status tables."""
+    progresses = trial_progresses(study, storage)
+    spend = spent_so_far(spec, progresses)
+    retention = Retention(study, storage, spec.checkpoints.keep_best, progresses)
+    retention.settle()
+    stop_now = StopNow(study)
+    searcher = StudySearcher(spec, study, storage, spend, stop_now, retention, notifier)
+    objective = spec.objectives[0]
+    scheduler = None
+    continuing = study.continuing()
+    if continuing:  # trials `seqae sweep extend` reopened train on past max_t, to limits of their own
+        epochs = max(epochs, *continuing.values())
+        if spec.scheduler.type != "none":
+            say(f"seqae: trials {list(continuing)} train on to their new epoch limit; {spec.scheduler.label} stops "
+                  "no trial this session")
+    elif spec.scheduler.type != "none":
+        rungs: dict[str, Any] = {"time_attr": M.EPOCH, "max_t": epochs, "grace_period": spec.scheduler.grace_period,
+                                 "reduction_factor": spec.scheduler.reduction_factor,
+                                 "brackets": spec.scheduler.brackets(epochs)}
+        kind = ParetoASHA if spec.multi_objective else ResumableASHA
+        scheduler = kind({n: p.history for n, p in progresses.items()}, spec.objectives, **rungs)
+        for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):
+            if scheduler.stops(number, study.trial_spec(number).start is not None):  # the rungs it passed before the driver died stop it
+                say(f"seqae: trial {number}: ASHA's rungs, rebuilt from the trials' records, stop it")
+                ledger.settle(study, number, ledger.Outcome.PRUNED, progresses.get(number))
+                writer.submit(f"closing trial {number}", partial(tracker.trial_ended, number, ledger.Outcome.PRUNED))
+    # Tune's newer console output prints a config box, a results path and a TensorBoard hint
+    # whatever the verbosity; its classic reporter at verbosity 0 prints nothing.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "1" if verbose else "0")
+    best = study.best()
+    progress = Progress(study.study.study_name, objective, study.remaining() * epochs, epochs,
+                        (best[0].values[0], best[0].number) if len(best) == 1 else None)
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, runtime={"storage": storage, "cache_dir": cache_dir, "published": published}),
+        {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
+    )
+    tuner = tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            metric=objective.metric, mode=objective.mode, search_alg=searcher, scheduler=scheduler,
+            num_samples=study.remaining(),
+            # StudySearcher keeps to max_concurrent, which may change while the sweep runs; Tune's
+            # own limit is only an upper bound, and lets that many trials wait for workers at once
+            # (with none, Tune starts a custom searcher's trials one after another).
+            max_concurrent_trials=max(1, study.remaining()),
+            # A trial's process pays its imports (torch, Ray Tune, seqae) before its first step, most of
+            # its start (measured: docs/explanation/performance.md, "The figures behind the code's
+            # choices"): an ended trial's process trains the next one with the same resources.
+            # Not where a node can be lost alone: Tune (2.60) counts the death of a kept process twice
+            # when its node dies between two trials, and fails the next trial whatever its retries.
+            reuse_actors=sum(node["Alive"] for node in ray.nodes()) == 1,
+            trial_name_creator=lambda t: f"trial-{t.config['trial'].number:04d}",
+            trial_dirname_creator=lambda t: f"trial-{t.config['trial'].number:04d}",
+        ),
+        run_config=tune.RunConfig(
+            name=f"session-{session:03d}-{time.strftime('%Y%m%d-%H%M%S')}",
+            storage_path=f"{storage.rstrip('/')}/tune",
+            failure_config=tune.FailureConfig(max_failures=spec.retries),
+            # the budget's stopper first: it counts every epoch's cost, also the one a stop ends on
+            stop=CombinedStopper(BudgetStopper(spend, spec.budget.hours * 3600), stop_now)
+            if spec.budget else stop_now,
+            callbacks=[TrackingCallback(tracker, writer, study), ProgressCallback(progress, spend, stop_now),
+                       *([NotifyCallback(notifier, study)] if notifier else [])],
+            verbose=1 if verbose else 0,
+        ),
+    )
+    try:
+        tuner.fit()
+    finally:
+        progress.close()
+    retention.settle()  # trials whose workers still held their checkpoints when they ended
+    if line := retention.summary():
+        say(f"seqae: {line}")

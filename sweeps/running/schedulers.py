@@ -1,0 +1,134 @@
+"""The sweep's schedulers: Ray's ASHA and asynchronous Hyperband, whose rungs are rebuilt from
+the trials' records when a session starts (:class:`ResumableASHA`), and their multi-objective
+form, which ranks a rung by non-dominated sorting (:class:`ParetoASHA`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from ray import tune
+from ray.tune.experiment import Trial
+
+from seqae_core import metrics as M
+from seqae_core.pareto import behind
+from sweeps.spec.sections import Objective
+from sweeps.spec.trial import TrialSpec
+
+
+class ResumableASHA(tune.schedulers.ASHAScheduler):
+    """Ray's ASHA (or, with several ``brackets``, its asynchronous Hyperband), whose rungs live in
+    the driver's memory only (ray-project/ray#30838), rebuilt from the trials' checkpoint records
+    when a session starts: each trial of an earlier session counts at every rung it reached, and a
+    continued trial keeps its place in them, so it is promoted or stopped as it would have been had
+    the driver not died. (With trials running concurrently, which trials reached a rung before
+    another is not recorded; the rebuilt rungs hold them all.) A trial's bracket is drawn from its
+    number, with Ray's odds, so that it is the same in every session. It reads Ray's private
+    ``_brackets``, ``_trial_info`` and ``_Bracket._rungs``; the ASHA test in tests/test_control.py
+    fails if a Ray upgrade changes them."""
+
+    def __init__(self, history: dict[int, list[dict[str, Any]]], objectives: tuple[Objective, ...],
+                 **kwargs: Any) -> None:
+        """``history``: each earlier trial's epoch records (its checkpoint records' results)."""
+        super().__init__(**kwargs)
+        self._objectives = objectives
+        sizes = np.array([len(bracket._rungs) for bracket in self._brackets])
+        odds = np.exp(sizes - sizes.max())  # Ray's: more trials to the brackets with more rungs
+        self._odds = odds / odds.sum()
+        for number, records in history.items():
+            values = {int(record[M.EPOCH]): self.value(record) for record in records}
+            for milestone, recorded in self.bracket_of(number)._rungs:
+                if int(milestone) in values:
+                    recorded[f"past-{number}"] = values[int(milestone)]
+
+    def value(self, record: dict[str, Any]) -> Any:
+        """What a rung records of an epoch's ``record``: the objective's value, turned to be
+        maximized (Ray's ASHA records it so)."""
+        return self._objectives[0].sign * float(record[self._objectives[0].metric])
+
+    def behind(self, bracket: Any, others: dict[str, Any], mine: Any) -> bool:
+        """Whether ``mine`` falls below the rung's cutoff among ``others`` (Ray's rule)."""
+        cutoff = bracket.cutoff(others)
+        return cutoff is not None and mine < cutoff
+
+    def bracket_of(self, number: int) -> Any:
+        """Trial ``number``'s bracket (Ray's ``_Bracket``)."""
+        if len(self._brackets) == 1:
+            return self._brackets[0]
+        return self._brackets[int(np.random.default_rng(number).choice(len(self._brackets), p=self._odds))]
+
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        """ASHA's decision, except that a starting point always goes on: it is evaluated to the full
+        budget (its values still count at each rung, as any trial's)."""
+        decision = self.decide(tune_controller, trial, result)
+        before_the_end = result.get(self._time_attr, 0) < self._max_t
+        return tune.schedulers.TrialScheduler.CONTINUE if trial.config["trial"].start and before_the_end else decision
+
+    def decide(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        return super().on_trial_result(tune_controller, trial, result)
+
+    def stops(self, number: int, start: bool = False) -> bool:
+        """Whether a continued trial falls below a cutoff at a rung it passed before the crash
+        (a starting point never does: it runs to the full budget)."""
+        if start:
+            return False
+        bracket = self.bracket_of(number)
+        for _, recorded in reversed(bracket._rungs):  # lowest rung first
+            mine = recorded.get(f"past-{number}")
+            if mine is not None and self.behind(bracket, {k: v for k, v in recorded.items() if k != f"past-{number}"},
+                                                mine):
+                return True
+        return False
+
+    def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
+        super().on_trial_add(tune_controller, trial)
+        number = trial.config["trial"].number
+        bracket = self._trial_info[trial.trial_id] = self.bracket_of(number)
+        for _, recorded in bracket._rungs:  # a continued trial's rungs passed are its own again
+            if (value := recorded.pop(f"past-{number}", None)) is not None:
+                recorded[trial.trial_id] = value
+
+
+class ParetoASHA(ResumableASHA):
+    """ASHA (or asynchronous Hyperband) over several objectives: a rung records each trial's
+    objectives, every one turned to be maximized, and a trial reaching it goes on unless
+    non-dominated sorting puts it behind the best 1 in ``reduction_factor`` of the trials recorded
+    there and itself (:func:`seqae_core.pareto.behind`); a trial on the rung's front always goes on.
+    Syne Tune's MO-ASHA ranks the same way and breaks ties in rank as well; here they go on
+    together. Resumes as :class:`ResumableASHA` does."""
+
+    def value(self, record: dict[str, Any]) -> Any:
+        return tuple(o.sign * float(record[o.metric]) for o in self._objectives)
+
+    def behind(self, bracket: Any, others: dict[str, Any], mine: Any) -> bool:
+        return behind(list(others.values()), mine, 1 / bracket.rf)
+
+    def decide(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        """Ray's ASHA step for a vector: at the end, stop; at the highest rung the trial reached and
+        has no value at yet, record it there and go on unless it is behind."""
+        if self._time_attr not in result:
+            return tune.schedulers.TrialScheduler.CONTINUE
+        if result[self._time_attr] >= self._max_t:
+            return tune.schedulers.TrialScheduler.STOP
+        return self._record(trial, result)
+
+    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> None:
+        if self._time_attr in result:
+            self._record(trial, result)
+        del self._trial_info[trial.trial_id]
+
+    def _record(self, trial: Trial, result: dict[str, Any]) -> str:
+        bracket, mine = self._trial_info[trial.trial_id], self.value(result)
+        for milestone, recorded in bracket._rungs:  # the highest rung first
+            if result[self._time_attr] >= milestone and trial.trial_id not in recorded:
+                others = dict(recorded)
+                recorded[trial.trial_id] = mine
+                return (tune.schedulers.TrialScheduler.STOP if self.behind(bracket, others, mine)
+                        else tune.schedulers.TrialScheduler.CONTINUE)
+        return tune.schedulers.TrialScheduler.CONTINUE
+
+
+def stub_trial(spec: TrialSpec) -> Trial:
+    """A Tune trial that carries ``spec`` and nothing else: what a scheduler reads of a trial (its
+    id and config), for replaying :class:`ResumableASHA` without Tune (``benchmarks/replay.py``)."""
+    return Trial("replay", config={"trial": spec}, trial_id=str(spec.number), stub=True)

@@ -1,0 +1,135 @@
+"""Tune's stoppers on the driver: the sweep's budget (its resource-seconds, all sessions, kept to
+within one epoch) and `seqae sweep stop --now` (read from the study's control record at every
+result); and what Tune may keep of the driver's objects (nothing: :class:`DriverOnly`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray import tune
+
+from seqae_core import metrics as M
+from seqae_core.records import RecordStore, TrialProgress
+from sweeps.spec.sweep import SweepSpec
+from sweeps.stores import ledger
+from sweeps.stores.search import SweepStudy
+
+
+class DriverOnly:
+    """Each session starts a fresh Tuner and the study holds the state, so Tune's own copies
+    (tuner.pkl, searcher checkpoints) carry nothing: the live handles cannot be pickled anyway."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}
+
+
+class Spend:
+    """The resource-seconds a sweep's trials have spent, all sessions: each epoch counted once,
+    whichever of Tune's hooks hands it over first; and what the running trials are about to spend,
+    so that the budget is kept to within one epoch rather than overshot by every epoch in progress."""
+
+    def __init__(self, share: float, spent: float = 0.0, epochs: int = 0) -> None:
+        self.share, self.total, self.before = share, spent, spent  # before: earlier sessions' spend
+        self.epochs_before = epochs  # how many epochs earlier sessions paid for
+        self.counted: set[tuple[int, int]] = set()  # this session's epochs
+        # a running trial's latest epoch cost, what its next one should cost; a trial that has not
+        # reported yet is priced at a typical epoch
+        self.running: dict[int, float] = {}
+        self.stopped: set[int] = set()  # the trials the budget stopped
+
+    def started(self, number: int) -> None:
+        self.running.setdefault(number, self.typical())
+
+    def add(self, number: int, result: dict[str, Any]) -> None:
+        if (number, int(result[M.EPOCH])) not in self.counted:
+            self.counted.add((number, int(result[M.EPOCH])))
+            cost = self.share * float(result[M.EPOCH_SECONDS])
+            self.total += cost
+            self.running[number] = cost
+
+    def ended(self, number: int) -> None:
+        self.running.pop(number, None)
+
+    def committed(self) -> float:
+        """Spent, plus one more epoch of every running trial at its latest epoch's cost."""
+        return self.total + sum(self.running.values())
+
+    def typical(self) -> float:
+        """An epoch's mean cost in this session, else in the earlier ones (0 before any epoch)."""
+        if self.counted:
+            return (self.total - self.before) / len(self.counted)
+        return self.before / self.epochs_before if self.epochs_before else 0.0
+
+    def exhausted(self, seconds: float, starting: bool = False) -> bool:
+        """Whether ``seconds`` cannot pay one more epoch of every running trial (and, ``starting``,
+        the first epoch of a new trial, at a typical epoch's cost)."""
+        return self.committed() + (self.typical() if starting else 0.0) > seconds
+
+    def cannot_start(self, hours: float, unit: str) -> str | None:
+        """Why no new trial may start, if a budget of ``hours`` cannot pay its first epoch."""
+        return self.describe(hours, unit) if self.exhausted(hours * 3600, starting=True) else None
+
+    def describe(self, hours: float, unit: str) -> str:
+        return (f"the budget of {hours:g} {unit}-hours is spent ({self.total / 3600:.4f} spent, "
+                f"{self.committed() / 3600:.4f} with one more epoch of each running trial)")
+
+
+class BudgetStopper(DriverOnly, tune.Stopper):
+    """Stops a running trial at the end of its epoch when the budget cannot pay one more epoch of
+    it and of every other running trial (Tune asks a stopper before the scheduler and the searcher
+    hear of a result): the budget holds while trials run, not only by starting no new ones, and a
+    sweep ends within about one epoch of it."""
+
+    def __init__(self, spend: Spend, seconds: float) -> None:
+        self.spend, self.seconds = spend, seconds
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        number = int(result["trial"])
+        self.spend.add(number, result)
+        if self.spend.exhausted(self.seconds):
+            self.spend.ended(number)
+            self.spend.stopped.add(number)
+            return True
+        return False
+
+    def stop_all(self) -> bool:
+        return False
+
+
+class StopNow(DriverOnly, tune.Stopper):
+    """Stops each running trial at the end of its epoch once `seqae sweep stop --now` is in the
+    study's control record: read at every result, so a user's command on any machine reaches the
+    trials on every node within one epoch. The next session continues them from that epoch."""
+
+    def __init__(self, study: SweepStudy) -> None:
+        self.study = study
+        self.halted: set[int] = set()
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        if self.study.control().now:
+            self.halted.add(int(result["trial"]))
+            return True
+        return False
+
+    def stop_all(self) -> bool:
+        return False
+
+
+def trial_progresses(study: SweepStudy, storage: str) -> dict[int, TrialProgress]:
+    """How far each trial that trained got, from its checkpoint records."""
+    found = RecordStore.progress_of(storage, [t.number for t in study.trials()
+                                              if t.state.name in ("COMPLETE", "PRUNED", "RUNNING")])
+    return {number: progress for number, progress in found.items() if progress is not None}
+
+
+def spent_so_far(spec: SweepSpec, progresses: dict[int, TrialProgress]) -> Spend:
+    """What the trials spent in every session so far."""
+    return Spend(spec.share[1], sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values()),
+                 sum(len(p.history) for p in progresses.values()))
+
+
+def budget_spent(spec: SweepSpec, study: SweepStudy, storage: str) -> bool:
+    """Whether the sweep's budget cannot pay a new trial's first epoch: a resume would start none."""
+    budget = spec.budget
+    spend = spent_so_far(spec, trial_progresses(study, storage))
+    return budget is not None and spend.cannot_start(budget.hours, budget.unit) is not None

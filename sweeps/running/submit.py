@@ -1,0 +1,173 @@
+"""Submitting sweeps to a Ray cluster as Ray Jobs, and following them.
+
+``seqae sweep submit`` packages the current directory (the repository, with the sweep file in it)
+as the job's working directory and runs ``seqae sweep run`` as the job's driver on the cluster.
+The job gets the ``SEQAE_*`` and Hugging Face settings of this shell, never a secret: database
+passwords stay in a pgpass file named by ``PGPASSFILE``, the Ray token in the caller's
+environment. Ray's token authentication is honored through the ``Authorization`` header.
+
+A record of each submission (job ids, the address) is kept in the workspace, so ``status``,
+``logs``, ``cancel`` and ``resume`` work by sweep name.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from ray.job_submission import JobSubmissionClient
+
+from seqae_errors import ConfigError
+from sweeps.spec import sweep as spec_lib
+from sweeps.stores.workspace import Job, Submission, Workspace, check_name, redact, resolve_backends
+
+PASSED_PREFIXES = ("SEQAE_", "HF_HUB_", "HF_DATASETS_", "TOKENIZERS_")
+PASSED_NAMES = ("PGPASSFILE",)
+NEVER_PASSED = ("SEQAE_RAY_ADDRESS", "SEQAE_CACHE_DIR")  # the job's own address; each node's own data cache
+EXCLUDES = [".venv", ".git", "seqae-runs", "bench-results", "**/__pycache__", "*.db", ".pytest_cache"]
+# Files a cluster's state may hold (secrets, a database, checkpoints): never packaged with the job.
+STATE_PATHS = ("RAY_AUTH_TOKEN_PATH", "PGPASSFILE", "SEQAE_STORAGE", "SEQAE_WORKSPACE")
+
+
+def address(given: str | None) -> str:
+    chosen = given or os.environ.get("SEQAE_RAY_ADDRESS")
+    if not chosen:
+        raise ConfigError("no cluster address: pass --address http://HEAD:8265 or set SEQAE_RAY_ADDRESS")
+    if not chosen.startswith(("http://", "https://")):
+        raise ConfigError(f"--address {chosen!r} must be the dashboard's URL, e.g. http://127.0.0.1:8265")
+    return chosen
+
+
+def auth_headers() -> dict[str, str]:
+    """The Ray token, from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token (Ray's order)."""
+    token = os.environ.get("RAY_AUTH_TOKEN")
+    if not token:
+        path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH", Path.home() / ".ray" / "auth_token")).expanduser()
+        token = path.read_text().strip() if path.exists() else None
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def client(url: str) -> Any:
+    try:
+        return JobSubmissionClient(url, headers=auth_headers())
+    except Exception as exc:  # noqa: BLE001 - connection and authentication errors alike
+        raise ConfigError(f"cannot reach the Ray Jobs API at {url}: {str(exc).splitlines()[0]}") from None
+
+
+def job_env() -> dict[str, str]:
+    return {
+        k: v for k, v in os.environ.items()
+        if (k.startswith(PASSED_PREFIXES) or k in PASSED_NAMES) and k not in NEVER_PASSED
+    }
+
+
+def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], url: str | None) -> Submission:
+    """Validate here, then submit ``seqae sweep run`` as a Ray Job; returns the submission record."""
+    # A local data folder given on the command line is made absolute: the job runs elsewhere.
+    sets = [f"data.path={spec_lib.local_path(v)}" if k == "data.path" else f"{k}={v}"
+            for k, _, v in (s.partition("=") for s in sets)]
+    spec_lib.load(file, sets)  # a bad file fails here, before the cluster sees anything
+    name = check_name(name or Path(file).stem)
+    url = address(url)
+    if workspace.exists(name) or workspace.read_submission(name):
+        raise ConfigError(f"a sweep named {name!r} already exists; `seqae sweep resume {name}` continues it")
+    env = job_env()
+    for key, default in (("SEQAE_MLFLOW_TRACKING_URI", "MLflow"), ("SEQAE_OPTUNA_STORAGE", "Optuna")):
+        value = env.get(key, "")
+        if not value or value.startswith("sqlite:"):
+            raise ConfigError(
+                f"{key} is {value or 'unset'}: a submitted sweep runs on several nodes, where SQLite files on the "
+                f"driver's disk cannot serve every trial (and lock under concurrent writers). Point {default} at a "
+                "server: `seqae cluster up` starts both and prints what to export"
+            )
+    working_dir = Path.cwd()
+    try:
+        relative = Path(file).resolve().relative_to(working_dir)
+    except ValueError:
+        raise ConfigError(f"{file} is outside {working_dir}, the directory that is packaged for the cluster; "
+                          "run from the repository root") from None
+
+    cluster_workspace = env.get("SEQAE_WORKSPACE", str(workspace.root))
+    # where the driver will keep the sweep, picked as it picks them (from the same SEQAE_* settings,
+    # a password refused), for `status` here
+    backends = resolve_backends(Workspace(cluster_workspace), name, {})
+    record = Submission(name=name, address=url, file=str(relative), sets=sets, workspace=cluster_workspace,
+                        working_dir=str(working_dir), backends=backends)
+    _submit(workspace, record, env)
+    return record
+
+
+def resubmit(workspace: Workspace, record: Submission) -> Submission:
+    """Resume a submitted sweep: a new job whose driver restores from the shared state."""
+    current = _status(record) if record.jobs else None
+    if current is not None and not current.is_terminal():
+        raise ConfigError(f"sweep {record.name!r} is still running as job {record.jobs[-1]} ({current.value})")
+    _submit(workspace, record, job_env())
+    return record
+
+
+def excludes(working_dir: Path) -> list[str]:
+    """What the job's package leaves out: build and run outputs, and the whole top-level folder of
+    any cluster state inside the working directory (`seqae cluster up --dir .seqae-cluster` keeps
+    the token, the pgpass file and PostgreSQL's data there)."""
+    state = []
+    for key in STATE_PATHS:
+        value = os.environ.get(key)
+        if not value:
+            continue
+        try:
+            inside = Path(value).expanduser().resolve().relative_to(working_dir.resolve())
+        except ValueError:
+            continue
+        if inside.parts:
+            state.append(f"/{inside.parts[0]}")
+    return EXCLUDES + sorted(set(state))
+
+
+def _submit(workspace: Workspace, record: Submission, env: dict[str, str]) -> None:
+    """Every job of a sweep runs the same command: it creates the sweep, or resumes it."""
+    entrypoint = shlex.join(["python", "-m", "seqae_cli", "sweep", "run", record.file, "--or-resume",
+                             "--name", record.name, "--workspace", record.workspace,
+                             *[a for s in record.sets for a in ("--set", s)]])
+    jobs = client(record.address)
+    job_id = f"seqae-{record.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    jobs.submit_job(
+        entrypoint=entrypoint, submission_id=job_id, metadata={"seqae_sweep": record.name},
+        runtime_env={"working_dir": record.working_dir, "excludes": excludes(Path(record.working_dir)),
+                     "env_vars": env},
+    )
+    record.jobs.append(job_id)
+    workspace.write_submission(record)
+
+
+def _status(record: Submission) -> Any:
+    """The state of the sweep's latest job, or None where the cluster does not know it: a head
+    that restarted has forgotten every job (Ray does not persist them without an external GCS)."""
+    try:
+        return client(record.address).get_job_status(record.jobs[-1])
+    except RuntimeError as exc:
+        if "status code 404" in str(exc):
+            return None
+        raise
+
+
+def job_info(record: Submission) -> Job:
+    job_id = record.jobs[-1]
+    try:
+        current = _status(record)
+        state = current.value if current is not None else "UNKNOWN (the cluster no longer knows it: resume resubmits)"
+    except ConfigError as exc:
+        state = f"unknown ({exc})"
+    return Job(job_id, state, redact(record.address), tuple(record.jobs), f"{record.address}/#/jobs/{job_id}")
+
+
+def logs(record: Submission) -> str:
+    return str(client(record.address).get_job_logs(record.jobs[-1]))
+
+
+def cancel(record: Submission) -> bool:
+    return bool(client(record.address).stop_job(record.jobs[-1]))
+
