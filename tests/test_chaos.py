@@ -27,7 +27,6 @@ driver that dies of any other fault, or ends with an error, fails the soak.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import random
 import re
@@ -41,6 +40,7 @@ import pytest
 
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
+from tests.rotation import commit_seed
 from tests.sweep_helpers import (
     STUDIES,
     TINY,
@@ -54,17 +54,6 @@ from tests.sweep_helpers import (
     wait_for,
     wait_for_writers_to_exit,
 )
-
-CODE = ("seqae_errors", "seqae_core", "sweeps", "cluster", "dashboards", "seqae_cli")
-
-
-def commit_seed() -> int:
-    """A seed from the product code of the commit checked out (the trees of its packages): each
-    landing that changes the code soaks another schedule; one that changes only the tests or the
-    documentation soaks the same one again."""
-    trees = subprocess.run(["git", "ls-tree", "HEAD", "--", *CODE], capture_output=True, text=True,
-                           cwd=Path(__file__).resolve().parents[1])
-    return int(hashlib.sha256(trees.stdout.encode()).hexdigest()[:8], 16) % 10_000
 
 
 def soaks() -> list[tuple[int, str]]:

@@ -9,6 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeps.api import Sweep
 from tests import sweep_helpers as helpers
+from tests.rotation import rotated
 from tests.sweep_helpers import STUDIES, TINY, optuna_trials, run_args, seqae, start, status, trial_metas, wait_for
 
 pytestmark = pytest.mark.slow
@@ -170,8 +171,8 @@ TWO_OBJECTIVES = ["objective=[{metric: val_token_accuracy, mode: max}, {metric: 
                   "grid.train.lr=[0.03, 0.0001, 0.003]", "grid.model.latent_len=[8, 4]"]
 
 
-@pytest.mark.parametrize("scheduler, extra", [("asha", []), ("hyperband", []), ("asha", TWO_OBJECTIVES)],
-                         ids=["asha", "hyperband", "asha-two-objectives"])
+@pytest.mark.parametrize("scheduler, extra", rotated([("asha", ("asha", [])), ("hyperband", ("hyperband", [])),
+                                                     ("asha-two-objectives", ("asha", TWO_OBJECTIVES))]))
 def test_asha_makes_the_same_stop_decisions_after_a_driver_kill(tmp_path, scheduler, extra):
     """Ray's ASHA forgets its rungs with its driver; seqae rebuilds them from the trials' records,
     so a sweep killed mid-trial and resumed prunes exactly the trials an uninterrupted one does.
