@@ -162,3 +162,14 @@ def test_a_bad_fuse_repeats_is_refused_in_one_line_naming_key_and_value(override
     with pytest.raises(ConfigError) as refused:
         from_flat({**TINY, **overrides}, "--set")
     assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_bench_fuse_measures_both_ways_side_by_side():
+    """`seqae bench fuse`'s measurement at the tests' size, K=2 (the CLI's run is in the docs)."""
+    from benchmarks import fuse as bench
+
+    (row,) = bench.run(sizes=bench.SIZES[:1], packs=(2,))
+    assert row["K"] == 2 and row["one_after_another_tokens_per_s"] > 0 and row["fused_tokens_per_s"] > 0
+    assert row["fused_vs_one_after_another"] == pytest.approx(
+        row["fused_tokens_per_s"] / row["one_after_another_tokens_per_s"], abs=0.01)
+    assert (row["peak_gib_fused"] is None) == (not torch.cuda.is_available())
