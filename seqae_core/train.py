@@ -317,7 +317,10 @@ def train(
     With ``train.repeats`` = k > 1, k models (seeds ``train.seed`` .. ``train.seed + k - 1``) train
     side by side; every epoch's validation and test scores are their mean, with each seed's value
     and the standard error beside (:func:`seqae_core.metrics.across_seeds`); early stopping watches
-    the mean. The checkpoint's model, the one a sweep registers, is the first seed's.
+    the mean. The checkpoint's model, the one a sweep registers, is the first seed's. Where
+    ``train.fuse_repeats`` fuses them (:func:`seqae_core.fused.fuses`), the k seeds train as one
+    batched model (:class:`seqae_core.fused.Pack`), written back into each seed's own state at every
+    epoch's end: the metrics and checkpoint are as above, and a run resumes fused or not.
 
     Every ``train.log_every_steps`` optimizer steps, the mean loss of the steps since the previous
     point joins the epoch's ``train_loss_steps`` as ``[global step, loss]``; each epoch starts a

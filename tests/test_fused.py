@@ -69,13 +69,18 @@ def assert_histories_match(fused, alone, atol=1e-5):
                 assert mine[key] == pytest.approx(theirs[key], abs=atol), key
 
 
-def test_fused_repeats_match_each_seed_trained_alone(tiny_config, data_cache, pack_steps):
+@pytest.mark.parametrize("model", [
+    pytest.param({}, id="transformer-tied-head"),
+    pytest.param({"model.block": "paper", "model.heads": 1, "model.residual": True, "model.tie_embeddings": False,
+                  "model.latent_dim": 8, "model.pos_encoding": "sinusoidal"}, id="paper-own-head-narrow-latent"),
+])
+def test_fused_repeats_match_each_seed_trained_alone(tiny_config, data_cache, pack_steps, model):
     """fp32, no dropout: the pack of 3 seeds reports every metric of every epoch, each seed's
     among them, within 1e-5 of the seeds trained one after another; so are the checkpoints' weights."""
     runs = {}
     for fuse in ("off", "on"):
         reports = []
-        train(tiny_config(**{"train.fuse_repeats": fuse, "train.epochs": 2}),
+        train(tiny_config(**{"train.fuse_repeats": fuse, "train.epochs": 2, **model}),
               lambda m, c, r=reports: r.append((m, c)), cache_dir=data_cache)
         runs[fuse] = reports
         if fuse == "off":
@@ -137,6 +142,21 @@ def test_fused_dropout_trains_each_member_on_masks_of_its_own(tiny_config, data_
     final = train(config, cache_dir=data_cache)
     values = [final[M.seed_key(seed, M.VAL_LOSS)] for seed in (7, 8, 9)]
     assert len(set(values)) == SEEDS and all(v == v for v in values)
+
+
+@pytest.mark.gpu
+def test_a_cuda_run_fuses_its_repeats_by_default(tiny_config, data_cache, pack_steps):
+    """The GPU twin: train.fuse_repeats=auto packs on CUDA, and the pack learns as the seeds alone
+    do (TF32 matmuls there: close, not within 1e-5)."""
+    runs = {}
+    for fuse in ("off", "auto"):
+        reports: list[dict] = []
+        train(tiny_config(**{"train.fuse_repeats": fuse, "train.epochs": 2}), lambda m, c: reports.append(m),
+              cache_dir=data_cache, device="cuda")
+        runs[fuse] = reports
+    assert pack_steps["count"] == runs["auto"][-1][M.GLOBAL_STEP]
+    for fused, alone in zip(runs["auto"], runs["off"]):
+        assert fused[M.VAL_LOSS] == pytest.approx(alone[M.VAL_LOSS], rel=1e-2)
 
 
 def test_fuse_repeats_auto_fuses_on_cuda_and_not_on_a_cpu():
