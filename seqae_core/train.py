@@ -268,8 +268,9 @@ def _train_pack_epoch(pack: Pack, seeds: list[int], splits: data_lib.Splits, con
     orders = [_order(seed, epoch, len(splits.train)) for seed in seeds]
     loss_sums, tokens = [0.0] * len(seeds), [0] * len(seeds)
     curves: list[list[list[float]]] = [[] for _ in seeds]  # each seed's [global step, mean loss since its previous point]
-    bar = tqdm(range(0, len(splits.train), bs), desc=f"epoch {epoch}/{config.train.epochs} seeds {seeds[0]}-{seeds[-1]} "
-               "fused", disable=not progress, leave=False)
+    which = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+    bar = tqdm(range(0, len(splits.train), bs), desc=f"epoch {epoch}/{config.train.epochs} {which} fused",
+               disable=not progress, leave=False)
 
     def read() -> list[float]:
         windows = pack.read()
