@@ -37,10 +37,16 @@ SIZES = (
     # The tests' tiny model (tests/conftest.py's TINY), with the corpus vocabulary of its six pages.
     Size("tiny 16->8 (tests)", {"data.input_len": 16, "model.block": "transformer", "model.d_model": 32,
                                 "model.d_attn": 32, "model.heads": 2, "model.d_ffn": 64, "train.batch_size": 32}, 3_549),
+    # The quickstart's trial (sweeps/studies/quickstart.yaml with its best widths, d_model 128, d_attn 64),
+    # what a CPU trains: the transformer block, 64 -> 32, batch 16, and the corpus vocabulary of its
+    # 36 pages of the mini Wikipedia (9,269 ids).
+    Size("quickstart 64->32 d128 a64", {"data.input_len": 64, "model.latent_len": 32, "model.block": "transformer",
+                                        "model.heads": 4, "model.d_ffn": 512, "model.d_model": 128, "model.d_attn": 64,
+                                        "train.batch_size": 16}, 9_269),
     # The paper's widths and block at 64 -> 32, batch 16, with a corpus vocabulary (data.vocab=corpus)
     # of 8,192 ids, about the quickstart's: BERT's 30,522 would make a CPU's round of K=8 take half a minute.
     Size("paper 64->32 d256 a512", {"data.input_len": 64, "model.latent_len": 32, "model.d_model": 256,
-                                    "model.d_attn": 512, "train.batch_size": 16}, 8_192),
+                                    "model.d_attn": 512, "train.batch_size": 16}, 9_269),
 )
 PACKS = (1, 2, 4, 8)
 ROUNDS = 5  # timed rounds per measurement, after one warm-up round
