@@ -77,6 +77,7 @@ SUITES: dict[str, Suite] = {
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
     "gpu": _on_a_gpu(lambda o: _module("gpu_packing").run(o["data"])),
     "step": lambda o: _module("step_check").suite(),
+    "fuse": lambda o: _module("fuse").run(),
     "scale": lambda o: _module("scale").run(o["data"]),
     **{part: _frontier(part) for part in ("frontier-fig3", "frontier-width", "frontier-offcorpus", "frontier-sweep")},
     "processes": lambda o: _module("process_cpu").run(o["command"]),

@@ -196,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",
                        help="which to run, one or more: throughput, overhead, data, search, search-gpu, rungs, table, replay, front, "
-                            "defaults, gpu, step, scale, frontier-fig3, frontier-width, frontier-offcorpus, frontier-sweep, "
+                            "defaults, gpu, step, fuse, scale, frontier-fig3, frontier-width, frontier-offcorpus, frontier-sweep, "
                             "processes, control-plane")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
     bench.add_argument("--data", default=None, help="dataset path (default: $SEQAE_BENCH_DATA, else wikimedia/wikipedia "

@@ -96,6 +96,11 @@ class TrainConfig:
     head: Literal["auto", "chunked", "dense", "fused"] = "auto"
     # torch.compile the step's forward and loss (seqae_core.step): on, off, or auto (off until measured to pay)
     compile: Literal["auto", "on", "off"] = "auto"
+    # Train train.repeats' seeds as one batched model (seqae_core.fused), each seed's metrics and
+    # checkpoint as when they train one after another: on, off, or auto, which fuses on CUDA and
+    # not on a CPU, where fusing measured no faster (docs/explanation/performance.md). With dropout
+    # the fused seeds' masks are other draws of the same distribution; not with train.compile=on.
+    fuse_repeats: Literal["auto", "on", "off"] = "auto"
 
 
 @dataclass(frozen=True)
@@ -399,6 +404,9 @@ def validate(config: Config, origin: dict[str, str] | None = None) -> None:
         fail("model.latent_fraction", f"model.latent_fraction={m.latent_fraction} must be in (0, 1]")
     if m.latent_dim is not None and not 1 <= m.latent_dim <= m.d_model:
         fail("model.latent_dim", f"model.latent_dim={m.latent_dim} must be in 1..model.d_model={m.d_model}")
+    if config.train.fuse_repeats == "on" and config.train.compile == "on":
+        fail("train.fuse_repeats", "train.fuse_repeats=on cannot be used with train.compile=on (the fused step runs "
+             "eagerly): set one of them to off or auto")
     if m.d_attn % m.heads:
         fail("model.heads", f"model.d_attn={m.d_attn} must be divisible by model.heads={m.heads}")
 

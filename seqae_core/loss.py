@@ -143,19 +143,27 @@ def linear_cross_entropy(
     Equal to ``F.cross_entropy(head(hidden), targets, ignore_index=IGNORE, reduction="sum")`` and its
     gradients. Honors autocast: the matmuls run in its dtype, the softmax in fp32."""
     assert head.bias is not None, "the vocabulary head has a bias"
-    dtype = _compute_dtype(hidden.device, head.weight.dtype)
+    return head_cross_entropy(hidden, head.weight, head.bias, targets, plan, predict=predict)
+
+
+def head_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, targets: torch.Tensor, plan: HeadPlan, *,
+    predict: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`linear_cross_entropy` of a head given as its weight (v, d) and bias (v,): one member's
+    slice of stacked heads (``seqae_core.fused``) as well as a module's own."""
+    dtype = _compute_dtype(hidden.device, weight.dtype)
     if plan.kind == "chunked":
-        with_grad = torch.is_grad_enabled() and (hidden.requires_grad or head.weight.requires_grad)
-        loss, predicted = _ChunkedCrossEntropy.apply(
-            hidden, head.weight, head.bias, targets, dtype, with_grad, plan.chunk_rows)
+        with_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+        loss, predicted = _ChunkedCrossEntropy.apply(hidden, weight, bias, targets, dtype, with_grad, plan.chunk_rows)
         return loss, predicted if predict else None
     if plan.kind == "dense":
-        logits = F.linear(hidden.to(dtype), head.weight.to(dtype), head.bias.to(dtype))  # (n, v)
+        logits = F.linear(hidden.to(dtype), weight.to(dtype), bias.to(dtype))  # (n, v)
         loss = F.cross_entropy(logits.float(), targets, ignore_index=IGNORE, reduction="sum")
         return loss, logits.argmax(dim=-1) if predict else None
     assert not predict, "the fused head returns no argmax: score with plan.scoring"
     assert liger_fused_linear_cross_entropy is not None, "plan_head plans fused only where Liger-Kernel is installed"
-    loss = liger_fused_linear_cross_entropy(hidden.to(dtype), head.weight.to(dtype), targets, head.bias.to(dtype),
+    loss = liger_fused_linear_cross_entropy(hidden.to(dtype), weight.to(dtype), targets, bias.to(dtype),
                                             ignore_index=IGNORE, reduction="sum")
     return loss.float(), None
 

@@ -23,12 +23,14 @@ from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core.checkpoint import Checkpoint
 from seqae_core.config import Config, TrainConfig, from_flat
+from seqae_core.fused import Pack, fuses
 from seqae_core.loss import HeadPlan, Tally, plan_head, score, targets_of
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.step import TrainStep, compiles, fill_batch
 from seqae_errors import ConfigError
 
 Report = Callable[[dict[str, Any], Checkpoint], None]
+RESUMABLE_CHANGES = ("train.epochs", "train.fuse_repeats")  # a resumed run may change them: they train the same run
 SAMPLES = 8  # validation samples shown beside their reconstructions
 
 
@@ -221,9 +223,7 @@ def _train_epoch(replicate: Replicate, splits: data_lib.Splits, config: Config, 
     model, bs, step = replicate.model, config.train.batch_size, replicate.step
     model.train()
     step.new_epoch()
-    order = torch.randperm(
-        len(splits.train), generator=torch.Generator().manual_seed(replicate.seed * 100_003 + epoch)
-    ).numpy()
+    order = _order(replicate.seed, epoch, len(splits.train))
     loss_sum, tokens = 0.0, 0
     curve: list[list[float]] = []  # [global step, mean loss since the previous point]
     which = f" seed {replicate.seed}" if config.train.repeats > 1 else ""
@@ -252,6 +252,48 @@ def _train_epoch(replicate: Replicate, splits: data_lib.Splits, config: Config, 
     return loss_sum / max(tokens, 1), curve
 
 
+def _order(seed: int, epoch: int, n: int) -> np.ndarray:
+    """The order of an epoch's ``n`` training samples for ``seed``, drawn from ``(seed, epoch)``."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).numpy()
+
+
+def _train_pack_epoch(pack: Pack, seeds: list[int], splits: data_lib.Splits, config: Config, dev: torch.device,
+                      epoch: int, steps_per_epoch: int, progress: bool) -> tuple[list[float], list[list[list[float]]]]:
+    """One epoch of every seed of a pack, each in its own order drawn from ``(seed, epoch)``: what
+    :func:`_train_epoch` returns for each seed, in the seeds' order. A non-finite loss is named
+    by its step and its seed."""
+    bs = config.train.batch_size
+    pack.train()
+    pack.new_epoch()
+    orders = [_order(seed, epoch, len(splits.train)) for seed in seeds]
+    loss_sums, tokens = [0.0] * len(seeds), [0] * len(seeds)
+    curves: list[list[list[float]]] = [[] for _ in seeds]  # each seed's [global step, mean loss since its previous point]
+    which = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+    bar = tqdm(range(0, len(splits.train), bs), desc=f"epoch {epoch}/{config.train.epochs} {which} fused",
+               disable=not progress, leave=False)
+
+    def read() -> list[float]:
+        windows = pack.read()
+        for seed, window in zip(seeds, windows):
+            if window.bad_step:
+                raise NonFiniteLossError(f"training loss is not finite at epoch {epoch}, step {window.bad_step} seed {seed}")
+        for i, window in enumerate(windows):
+            loss_sums[i], tokens[i] = loss_sums[i] + window.loss * window.tokens, tokens[i] + window.tokens
+        if progress:
+            bar.set_postfix(loss=f"{sum(w.loss for w in windows) / len(windows):.4f}")
+        return [window.loss for window in windows]
+
+    for number, i in enumerate(bar, 1):
+        batch = torch.stack([splits.batch(splits.train[order[i : i + bs]]) for order in orders])  # (k, b, t)
+        pack(batch.to(dev, non_blocking=True))
+        global_step = (epoch - 1) * steps_per_epoch + number
+        if global_step % config.train.log_every_steps == 0:
+            for curve, loss in zip(curves, read()):
+                curve.append([global_step, loss])
+    read()  # the epoch's last steps, and their check, before anything is reported or checkpointed
+    return [total / max(count, 1) for total, count in zip(loss_sums, tokens)], curves
+
+
 def train(
     config: Config,
     report: Report | None = None,
@@ -276,7 +318,10 @@ def train(
     With ``train.repeats`` = k > 1, k models (seeds ``train.seed`` .. ``train.seed + k - 1``) train
     side by side; every epoch's validation and test scores are their mean, with each seed's value
     and the standard error beside (:func:`seqae_core.metrics.across_seeds`); early stopping watches
-    the mean. The checkpoint's model, the one a sweep registers, is the first seed's.
+    the mean. The checkpoint's model, the one a sweep registers, is the first seed's. Where
+    ``train.fuse_repeats`` fuses them (:func:`seqae_core.fused.fuses`), the k seeds train as one
+    batched model (:class:`seqae_core.fused.Pack`), written back into each seed's own state at every
+    epoch's end: the metrics and checkpoint are as above, and a run resumes fused or not.
 
     Every ``train.log_every_steps`` optimizer steps, the mean loss of the steps since the previous
     point joins the epoch's ``train_loss_steps`` as ``[global step, loss]``; each epoch starts a
@@ -302,10 +347,12 @@ def train(
     first_epoch = 1
     if resume is not None:
         saved = from_flat(resume.config).flat()
-        changed = [f"{k}={saved[k]!r} -> {v!r}" for k, v in config.flat().items() if k != "train.epochs" and saved[k] != v]
+        changed = [f"{k}={saved[k]!r} -> {v!r}" for k, v in config.flat().items() if k not in RESUMABLE_CHANGES
+                   and saved[k] != v]
         if changed:
             raise ConfigError(f"the checkpoint was written with another config ({', '.join(changed)}); only "
-                              "train.epochs may change, to train on: start a new run in another folder")
+                              "train.epochs (to train on) and train.fuse_repeats may change: start a new run in "
+                              "another folder")
         for replicate, state in zip(replicates, resume.seeds):
             replicate.load(state)
         stopper = EarlyStopping(**resume.early_stopping)
@@ -314,15 +361,29 @@ def train(
         first_epoch = resume.epoch + 1
         if resume.finished and (stopper.should_stop or resume.epoch >= config.train.epochs):
             return summary(history, stopper, config.train.epochs, data_seconds)
+    pack = None
+    if fuses(config, dev):  # the seeds as one batched model, from their own states (a resumed run's too)
+        pack = Pack([r.model for r in replicates], lr=config.train.lr, weight_decay=config.train.weight_decay,
+                    lr_lambda=lr_factor(config.train, steps_per_epoch, config.data.input_len), plan=plan,
+                    autocast=lambda: autocast(config, dev), pad_id=splits.pad_id, device=dev)
+        pack.stack([r.model for r in replicates], [r.optimizer for r in replicates], first.scheduler)
 
     for epoch in range(first_epoch, config.train.epochs + 1):
         epoch_start, epoch_cpu_start = time.perf_counter(), time.process_time()
-        losses, curves = [], []
-        for replicate in replicates:
-            with replicate.drawing(dev):
-                loss, curve = _train_epoch(replicate, splits, config, dev, epoch, steps_per_epoch, progress)
-            losses.append(loss)
-            curves.append(curve)
+        losses: list[float] = []
+        curves: list[list[list[float]]] = []
+        if pack is not None:
+            with first.drawing(dev):  # the pack's dropout masks, one draw for all members, from the first seed's stream
+                losses, curves = _train_pack_epoch(pack, [r.seed for r in replicates], splits, config, dev, epoch,
+                                                   steps_per_epoch, progress)
+            pack.unstack([r.model for r in replicates], [r.optimizer for r in replicates],
+                         [r.scheduler for r in replicates])
+        else:
+            for replicate in replicates:
+                with replicate.drawing(dev):
+                    loss, curve = _train_epoch(replicate, splits, config, dev, epoch, steps_per_epoch, progress)
+                losses.append(loss)
+                curves.append(curve)
         train_seconds = time.perf_counter() - epoch_start
         val = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.val, config, dev, plan), M.VAL_METRICS)
                               for r in replicates})

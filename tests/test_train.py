@@ -135,8 +135,9 @@ def test_the_loss_curve_has_a_point_every_n_steps_and_the_epoch_its_mean(tiny_co
 def test_repeats_train_each_seed_as_its_own_run_and_report_their_mean(tiny_config, data_cache):
     """train.repeats=2: each seed's validation scores are exactly those of its run alone (dropout
     on: the seeds draw from streams of their own); the record's scores are their mean, with the
-    standard error beside, and the test scores are the seeds' at the epoch the mean kept."""
-    settings = {"train.epochs": 2, "model.dropout": 0.1, "data.test_fraction": 0.2}
+    standard error beside, and the test scores are the seeds' at the epoch the mean kept. (One
+    after another, as a CPU's train.fuse_repeats=auto trains them; fused ones: tests/test_fused.py.)"""
+    settings = {"train.epochs": 2, "model.dropout": 0.1, "data.test_fraction": 0.2, "train.fuse_repeats": "off"}
     alone = {seed: [] for seed in (4, 5)}
     for seed, records in alone.items():
         train(tiny_config(**settings, **{"train.seed": seed}), lambda m, c, r=records: r.append(m), cache_dir=data_cache)
