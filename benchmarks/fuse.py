@@ -13,12 +13,12 @@ real windows have, so no data is needed: only the shapes matter to the speed.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import torch
 
+from benchmarks.timing import median_seconds
 from seqae_core.config import Config, from_flat
 from seqae_core.fused import Pack
 from seqae_core.loss import plan_head
@@ -75,26 +75,6 @@ def _batches(k: int, batch: int, length: int, vocab: int, device: torch.device) 
     return tokens.to(device)
 
 
-def _median_seconds(step: Callable[[], None], device: torch.device) -> float:
-    """The median of ROUNDS calls of ``step`` after a warm-up call: CUDA events on a GPU (the host
-    queues the kernels ahead of the device), the host's clock on a CPU."""
-    step()
-    times = []
-    for _ in range(ROUNDS):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1000)
-        else:
-            began = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - began)
-    return sorted(times)[len(times) // 2]
-
-
 def _models(config: Config, k: int, vocab: int, device: torch.device) -> list[ReducingAutoencoder]:
     models = []
     for seed in range(k):
@@ -129,7 +109,7 @@ def _measure(way: str, config: Config, k: int, vocab: int, tokens: torch.Tensor,
         def step() -> None:
             for member, train_step in enumerate(steps):
                 train_step(tokens[member])
-    seconds = _median_seconds(step, device)
+    seconds = median_seconds(step, device, warmup=1, rounds=ROUNDS)
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     return seconds, peak
 

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from benchmarks.baseline import BaselineAutoencoder, plain_step
 from benchmarks.flops import PEAK_BF16, forward_flops
 from benchmarks.syncs import count_per_step
+from benchmarks.timing import median_seconds
 from seqae_core.config import Config, from_flat
 from seqae_core.loss import GPU_CHUNK_ROWS, IGNORE, HeadPlan, liger_available, linear_cross_entropy, plan_head
 from seqae_core.model import ReducingAutoencoder
@@ -66,26 +67,6 @@ def _batches(batch: int, length: int, device: torch.device, count: int = 4) -> l
         tokens[torch.arange(length)[None, :] >= ends[:, None]] = 0
         batches.append(tokens.to(device))
     return batches
-
-
-def _timed(step: Callable[[], None], device: torch.device, warmup: int, steps: int) -> float:
-    """Median ms a step: CUDA events around each step after ``warmup`` steps, else the host clock."""
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            began = time.perf_counter()
-            step()
-            times.append((time.perf_counter() - began) * 1000)
-    return sorted(times)[len(times) // 2]
 
 
 def _before_step(model: ReducingAutoencoder, optimizer: torch.optim.Optimizer, pad_id: int,
@@ -175,7 +156,7 @@ def measure(block: str, batch: int, input_len: int, latent_len: int, device: tor
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         first_s = time.perf_counter() - began
-        ms = _timed(one, device, warmup, steps)
+        ms = median_seconds(one, device, warmup, steps) * 1000
         plain_ms = ms if name == "plain loop" else plain_ms
         tokens_per_s = batch * input_len / (ms / 1000)
         rows.append(Row(
