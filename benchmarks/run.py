@@ -67,6 +67,8 @@ SUITES: dict[str, Suite] = {
     "overhead": lambda o: _module("sweep_overhead").run(o["data"]),
     "data": lambda o: (_module("data_prep").prefix_vs_whole(o["data"]) + _module("data_prep").cache_hit(o["data"])
                        + _module("data_prep").parallel(o["data"])),
+    "data-scale": lambda o: _module("data_scale").run(o["data"], o["pages"], o["interrupt"],
+                                                      Path(o["workspace"]) if o["workspace"] else None),
     "search": _in_workspace(lambda o, workspace: _module("search_vs_recipe").run(
         o["data"], workspace, *[(o["fraction"],)] if o["fraction"] else [])),
     "search-gpu": _on_a_gpu(_in_workspace(lambda o, workspace: _search_gpu(o["data"], workspace))),
@@ -143,7 +145,15 @@ def command(args: argparse.Namespace) -> dict[str, Any]:
     if not seeds:
         raise ConfigError(f"--seeds {args.seeds!r} is not a range FIRST-LAST of whole numbers (for example 0-999)")
     data = args.data or os.environ.get("SEQAE_BENCH_DATA") or "wikimedia/wikipedia"
+    if "data-scale" in args.suites and not Path(data).expanduser().is_dir():
+        raise ConfigError(f"bench data-scale cuts its pages from a local folder in the wikimedia/wikipedia layout; "
+                          f"--data {data!r} is not one (for example --data ../shared/data/wikipedia-mini)")
+    if args.pages < 2:
+        raise ConfigError(f"--pages {args.pages} is too few: a split needs at least 2 pages")
+    if args.interrupt is not None and not 0 < args.interrupt < 1:
+        raise ConfigError(f"--interrupt {args.interrupt} is not a fraction of the pages between 0 and 1")
     return main(args.suites, Path(args.out),
                 {"shapes": args.shapes, "steps": args.steps, "workspace": args.workspace, "data": data,
                  "sizes": args.sizes, "optuna": args.optuna, "before": args.before, "seeds": seeds,
-                 "fraction": args.fraction, "command": args.command})
+                 "fraction": args.fraction, "command": args.command, "pages": args.pages,
+                 "interrupt": args.interrupt})

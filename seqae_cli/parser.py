@@ -195,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",
-                       help="which to run, one or more: throughput, overhead, data, search, search-gpu, rungs, table, replay, front, "
+                       help="which to run, one or more: throughput, overhead, data, data-scale, search, search-gpu, rungs, table, replay, front, "
                             "defaults, gpu, step, fuse, scale, frontier-fig3, frontier-width, frontier-offcorpus, frontier-sweep, "
                             "processes, control-plane")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
@@ -211,6 +211,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--fraction", type=float, default=None,
                        help="replay: the evidence table's latent fraction to replay on (0.5, 0.25 or 0.125; default "
                             "0.25); search: measure only this fraction (default: 0.5, 0.25 and 0.125)")
+    bench.add_argument("--pages", type=int, default=1_900_000,
+                       help="data-scale: how many synthetic pages to prepare (default: the paper's 1,900,000)")
+    bench.add_argument("--interrupt", type=float, default=None, metavar="FRACTION",
+                       help="data-scale: also kill a second preparation at this fraction of the pages and run it "
+                            "again, which resumes (for example 0.5)")
     bench.add_argument("--sizes", default="100,1000,10000",
                        help="control-plane: the sweeps' sizes in finished trials, comma-separated")
     bench.add_argument("--optuna", default="sqlite,postgresql",

@@ -13,11 +13,13 @@ import collections
 import functools
 import itertools
 import json
+import os
+import shutil
 import socket
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 from urllib.parse import urlparse
 
 import datasets
@@ -29,6 +31,7 @@ from seqae_core.config import DataConfig
 from seqae_errors import ConfigError, one_line
 
 PAGE_BATCH = 512  # pages per tokenizer call
+PARTIAL = "partial"  # the folder of a build's progress, inside the entry it builds
 CHARS_PER_TOKEN = 5.0  # characters tokenized per token still needed; English averages about 4.5
 
 
@@ -40,6 +43,7 @@ class Tokenized:
     vocab_size: int
     samples: int
     pages: int
+    resumed_after: int = 0  # source pages an earlier, killed build of the entry had tokenized
 
 
 @functools.cache
@@ -177,31 +181,57 @@ def window_tokens(tokenizer: Any, texts: list[str], n: int) -> list[list[list[in
     return [[tokens[i : i + n] for i in range(0, len(tokens), n)] for tokens in ids]
 
 
-def tokenize(config: DataConfig, out: Path, workers: int = 1) -> Tokenized:
+def tokenize(config: DataConfig, out: Path, key: dict[str, Any], workers: int = 1) -> Tokenized:
     """Tokenize the dataset into ``out``: tokens.npy (n, t), pages.npy (n,), token_ids.npy (v,),
-    vocab.json. The caller writes the manifest that makes them an entry (seqae_core.data.build).
+    vocab.json. The caller writes the manifest that makes them an entry (seqae_core.data.build),
+    then removes ``out/partial`` (:func:`finish`).
 
     Pages stream in batches of ``PAGE_BATCH``; ``workers`` processes (1: this process) tokenize
     batches in parallel, in order, a few batches ahead at most. Each batch's rows are appended to a
     file on disk as they come, so memory stays bounded by a few batches whatever the number of
     pages; ``tokens.npy`` is then written from that file in blocks (renumbered on the way for
-    ``data.vocab: corpus``)."""
+    ``data.vocab: corpus``), by plain reads and writes, so that no mapping of the whole file counts
+    in the process's memory.
+
+    Resumable: after each batch, ``out/partial/progress.json`` records how many source pages and
+    rows are on disk, beside ``seen.npy`` (which ids occur). Called again on the same ``out`` with
+    the same ``key`` after being killed, it truncates the rows of the batch it never recorded and
+    goes on after the last recorded one, so only the batches in flight are tokenized twice and the
+    entry is byte for byte the uninterrupted one's. Anything else in ``out`` is cleared first."""
+    partial = out / PARTIAL
+    progress = _resume_point(partial, key)
+    if progress is None:
+        for path in out.iterdir():
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        partial.mkdir()
+        progress = {"key": key, "source_pages": 0, "pages": 0, "rows": 0, "written": None}
+    resumed_after = int(progress["source_pages"])
+    if progress["written"] is not None:  # killed after the entry's files were written: nothing is left to do
+        return Tokenized(**progress["written"], resumed_after=resumed_after)
     tokenizer = load_tokenizer(config.tokenizer)
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
         raise ConfigError(f"data.tokenizer={config.tokenizer!r} has no pad token")
     vocab_size = len(tokenizer)
-    dtype = np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
-    seen = np.zeros(vocab_size, dtype=bool)  # which ids occur (data.vocab: corpus)
-    seen[pad_id] = True
-    n_rows = n_pages = 0
-    with open(out / "tokens.raw", "wb") as raw_tokens, open(out / "pages.raw", "wb") as raw_pages:
-        for rows, page_of_row in _tokenized(config, tokenizer, workers, pad_id, dtype):
+    dtype = np.dtype(np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32)
+    seen = np.load(partial / "seen.npy") if (partial / "seen.npy").exists() else np.zeros(vocab_size, dtype=bool)
+    seen[pad_id] = True  # which ids occur (data.vocab: corpus)
+    with open(partial / "tokens.raw", "ab") as raw_tokens, open(partial / "pages.raw", "ab") as raw_pages:
+        raw_tokens.truncate(progress["rows"] * config.input_len * dtype.itemsize)  # a batch never recorded
+        raw_pages.truncate(progress["rows"] * np.dtype(np.int64).itemsize)
+        for read, rows, page_of_row in _tokenized(config, tokenizer, workers, pad_id, dtype, progress["source_pages"]):
             seen[rows] = True
             raw_tokens.write(rows.tobytes())
-            raw_pages.write((page_of_row + n_pages).astype(np.int64).tobytes())
-            n_rows += len(rows)
-            n_pages += int(page_of_row[-1]) + 1 if len(page_of_row) else 0
+            raw_pages.write((page_of_row + progress["pages"]).astype(np.int64).tobytes())
+            raw_tokens.flush()
+            raw_pages.flush()
+            progress["source_pages"] += read
+            progress["rows"] += len(rows)
+            progress["pages"] += int(page_of_row[-1]) + 1 if len(page_of_row) else 0
+            # seen first: killed between the two, the batch is redone and adds the same ids again
+            _replace(partial / "seen.npy", lambda f: np.save(f, seen))
+            _replace(partial / "progress.json", lambda f: f.write(json.dumps(progress).encode()))
+    n_rows, n_pages = int(progress["rows"]), int(progress["pages"])
     if n_pages < 2:
         raise ConfigError(f"data.path={config.path!r} gave {n_pages} non-empty pages; at least 2 are needed")
     token_ids = np.arange(vocab_size, dtype=np.int64)  # (v,) tokenizer id of each id in tokens.npy
@@ -210,39 +240,72 @@ def tokenize(config: DataConfig, out: Path, workers: int = 1) -> Tokenized:
         token_ids = np.flatnonzero(seen).astype(np.int64)  # sorted: an id's rank among them is its new id
         renumber = (np.cumsum(seen) - 1).astype(dtype)
         pad_id, vocab_size = int(renumber[pad_id]), len(token_ids)
-    raw = np.memmap(out / "tokens.raw", dtype=dtype, mode="r", shape=(n_rows, config.input_len))
-    tokens = np.lib.format.open_memmap(out / "tokens.npy", mode="w+", dtype=dtype, shape=raw.shape)
-    for i in range(0, n_rows, 1 << 16):  # blocks of 65,536 rows: 64 MiB at N=512
-        tokens[i : i + (1 << 16)] = raw[i : i + (1 << 16)] if renumber is None else renumber[raw[i : i + (1 << 16)]]
-    tokens.flush()
-    del tokens, raw
-    (out / "tokens.raw").unlink()
-    np.save(out / "pages.npy", np.fromfile(out / "pages.raw", dtype=np.int64))
-    (out / "pages.raw").unlink()
+    _write_rows(partial / "tokens.raw", out / "tokens.npy", (n_rows, config.input_len), dtype, renumber)
+    np.save(out / "pages.npy", np.fromfile(partial / "pages.raw", dtype=np.int64))
     np.save(out / "token_ids.npy", token_ids)
     vocab = tokenizer.convert_ids_to_tokens(token_ids.tolist())
     (out / "vocab.json").write_text(json.dumps(vocab))
-    return Tokenized(pad_id=int(pad_id), vocab_size=vocab_size, samples=n_rows, pages=n_pages)
+    made = Tokenized(pad_id=int(pad_id), vocab_size=vocab_size, samples=n_rows, pages=n_pages)
+    progress["written"] = {k: v for k, v in asdict(made).items() if k != "resumed_after"}
+    _replace(partial / "progress.json", lambda f: f.write(json.dumps(progress).encode()))
+    return replace(made, resumed_after=resumed_after)
 
 
-def _tokenized(config: DataConfig, tokenizer: Any, workers: int, pad_id: int,
-               dtype: Any) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """``(rows, page of each row within the batch)`` per batch of pages, in dataset order."""
-    batches = _batches(iter_texts(config), PAGE_BATCH)
+def finish(out: Path) -> None:
+    """Remove a build's progress from ``out`` once its manifest makes it an entry."""
+    shutil.rmtree(out / PARTIAL, ignore_errors=True)
+
+
+def _resume_point(partial: Path, key: dict[str, Any]) -> dict[str, Any] | None:
+    """The progress recorded in ``partial`` by a build of ``key`` that stopped, else None."""
+    try:
+        progress = json.loads((partial / "progress.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return progress if progress.get("key") == key else None
+
+
+def _replace(path: Path, write: Callable[[BinaryIO], Any]) -> None:
+    """Write ``path`` whole or not at all: into a temporary file, renamed over it."""
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "wb") as f:
+        write(f)
+    os.replace(temporary, path)
+
+
+def _write_rows(raw: Path, target: Path, shape: tuple[int, int], dtype: np.dtype,
+                renumber: np.ndarray | None) -> None:
+    """The rows in ``raw`` as the ``.npy`` file ``target``, 65,536 rows (64 MiB at N=512) at a
+    time, renumbered on the way when ``renumber`` is given."""
+    block = (1 << 16) * shape[1]
+    with open(raw, "rb") as source, open(target, "wb") as sink:
+        np.lib.format.write_array_header_1_0(sink, {"descr": np.lib.format.dtype_to_descr(dtype),
+                                                    "fortran_order": False, "shape": shape})
+        while (ids := np.fromfile(source, dtype=dtype, count=block)).size:
+            sink.write((ids if renumber is None else renumber[ids]).tobytes())
+
+
+def _tokenized(config: DataConfig, tokenizer: Any, workers: int, pad_id: int, dtype: Any,
+               skip: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """``(source pages read, rows, page of each row within the batch)`` per batch of pages, in
+    dataset order, after the first ``skip`` source pages."""
+    batches = _batches(itertools.islice(iter_texts(config), skip, None), PAGE_BATCH)
     settings = (config.samples, config.input_len, pad_id, np.dtype(dtype).str)
     if workers <= 1:
         for texts in batches:
-            yield _rows(tokenizer, texts, *settings)
+            yield len(texts), *_rows(tokenizer, texts, *settings)
         return
 
     with ProcessPoolExecutor(workers, initializer=_load_worker_tokenizer, initargs=(config.tokenizer,)) as pool:
         ahead: collections.deque = collections.deque()
         for texts in batches:
-            ahead.append(pool.submit(_rows_in_worker, texts, *settings))
+            ahead.append((len(texts), pool.submit(_rows_in_worker, texts, *settings)))
             if len(ahead) >= 2 * workers:  # bounded: a few batches in flight
-                yield ahead.popleft().result()
+                read, rows = ahead.popleft()
+                yield read, *rows.result()
         while ahead:
-            yield ahead.popleft().result()
+            read, rows = ahead.popleft()
+            yield read, *rows.result()
 
 
 _WORKER_TOKENIZER: Any = None

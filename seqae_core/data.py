@@ -17,8 +17,10 @@ tokenized entries, and loads the tokenizer's libraries only to build one.
              ``token_ids.npy`` maps each corpus id back to the tokenizer's id.
 
 The tokenized samples are cached under ``cache_dir/<key>/``, keyed by everything that changes
-them. An entry is built in a temporary folder and renamed into place, and a manifest holds the
-size and SHA-256 of each file, so a partial or corrupted entry is detected and rebuilt. The test
+them. An entry is built in a folder of its own and renamed into place, and a manifest holds the
+size and SHA-256 of each file, so a partial or corrupted entry is detected and rebuilt. A build
+killed midway (a worker lost, Ctrl-C, SIGKILL) leaves that folder, and the next build of the
+same entry resumes it after its last recorded batch (:func:`seqae_core.corpus.tokenize`). The test
 and validation splits are drawn by page afterwards, so trials with other split settings share an
 entry: first the test pages (``data.test_fraction``, from their own seed), then the validation
 pages among the rest.
@@ -183,9 +185,12 @@ def prepare(config: DataConfig, cache_dir: Path | None = None, published: str | 
         if entry.exists():
             log.warning("data cache %s is unusable (%s); rebuilding it", entry, problem)
             shutil.rmtree(entry)
-        building = cache_dir / f".building-{name}-{os.getpid()}"
-        shutil.rmtree(building, ignore_errors=True)
-        building.mkdir()
+        # One name per entry, not per process: under the lock, a build killed midway is found by the
+        # next caller, who resumes it (seqae_core.corpus.tokenize); a fetch starts over.
+        building = cache_dir / f".building-{name}"
+        if key is None:
+            shutil.rmtree(building, ignore_errors=True)
+        building.mkdir(exist_ok=True)
         try:
             if key is not None:
                 build(config, key, building)
@@ -194,9 +199,11 @@ def prepare(config: DataConfig, cache_dir: Path | None = None, published: str | 
                 problem = check_entry(building, key)
                 if problem is not None:
                     raise RuntimeError(f"the data entry published at {published} is unusable: {problem}")
-            os.replace(building, entry)
-        finally:
-            shutil.rmtree(building, ignore_errors=True)
+        except BaseException as exc:  # kept to resume unless a fetch, or settings that would fail the same way again
+            if key is None or isinstance(exc, ConfigError):
+                shutil.rmtree(building, ignore_errors=True)
+            raise
+        os.replace(building, entry)
     return entry
 
 
@@ -211,7 +218,7 @@ def build(config: DataConfig, key: dict[str, Any], out: Path, workers: int | Non
 
     start = time.perf_counter()
     workers = workers or int(os.environ.get("SEQAE_DATA_WORKERS", "1"))
-    made = corpus.tokenize(config, out, workers)
+    made = corpus.tokenize(config, out, key, workers)
     manifest = {
         "format": FORMAT,
         "key": key,
@@ -221,10 +228,12 @@ def build(config: DataConfig, key: dict[str, Any], out: Path, workers: int | Non
         "pages": made.pages,
         "seconds": round(time.perf_counter() - start, 3),
         "workers": workers,
+        "resumed_after_pages": made.resumed_after,
         "built_by": {"host": socket.gethostname(), "pid": os.getpid()},
         "files": {name: {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)} for name in FILES},
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    corpus.finish(out)
     log.info("tokenized %d pages into %d samples in %.1fs", made.pages, made.samples, manifest["seconds"])
 
 

@@ -278,3 +278,66 @@ def test_parallel_preparation_writes_the_same_entry(samples, vocab, tiny_config,
     for name in data.FILES:
         assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes(), name
     assert sorted(p.name for p in (tmp_path / "2").iterdir()) == sorted([*data.FILES, "manifest.json"])  # no .raw left
+
+
+KILL_AT = {  # the progress write (the argument of corpus._replace) the build is killed at, and when
+    "rows written, batch not recorded": ("seen.npy", 3),
+    "seen recorded, progress not": ("progress.json", 3),
+    "files written, manifest not": ("written", 1),
+}
+
+
+@pytest.mark.parametrize("where", KILL_AT)
+def test_a_build_killed_midway_resumes_and_writes_the_uninterrupted_entry(where, tiny_config, tmp_path):
+    """A build is SIGKILLed in its own process at a point of its progress; the next prepare of
+    the same entry goes on from the last recorded batch (8 pages each here) and writes, byte for
+    byte, the entry an uninterrupted build writes."""
+    import signal
+    import subprocess
+    import sys
+
+    config = tiny_config(**{"data.max_pages": 40, "data.samples": "first", "data.vocab": "corpus"}).data
+    name, count = KILL_AT[where]
+    killed = tmp_path / "killed"
+    script = f"""
+import os, signal
+from pathlib import Path
+from seqae_core import corpus, data
+from seqae_core.config import DataConfig
+corpus.PAGE_BATCH = 8
+replace, calls = corpus._replace, {{"seen.npy": 0, "progress.json": 0, "written": 0}}
+def dying(path, write):
+    if path.name == "progress.json" and b'"written": {{' in _peek(write):
+        calls["written"] += 1
+        if {name!r} == "written" and calls["written"] == {count}:
+            os.kill(os.getpid(), signal.SIGKILL)
+    elif path.name in calls:
+        calls[path.name] += 1
+        if {name!r} == path.name and calls[path.name] == {count}:
+            os.kill(os.getpid(), signal.SIGKILL)
+    replace(path, write)
+def _peek(write):
+    import io
+    buffer = io.BytesIO(); write(buffer); return buffer.getvalue()
+corpus._replace = dying
+data.prepare(DataConfig(**{config.__dict__!r}), Path({str(killed)!r}))
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    building = [p for p in killed.iterdir() if p.name.startswith(".building-")]
+    assert len(building) == 1 and (building[0] / corpus.PARTIAL / "progress.json").exists()
+
+    original = corpus.PAGE_BATCH
+    corpus.PAGE_BATCH = 8
+    try:
+        resumed = data.prepare(config, killed)
+        uninterrupted = data.prepare(config, tmp_path / "whole")
+    finally:
+        corpus.PAGE_BATCH = original
+    manifest = json.loads((resumed / "manifest.json").read_text())
+    # killed at the 3rd batch's record, the 2 before it (16 pages) are kept; killed after the
+    # files were written, all 40 are
+    assert manifest["resumed_after_pages"] == (40 if name == "written" else 16)
+    assert manifest["files"] == json.loads((uninterrupted / "manifest.json").read_text())["files"]
+    assert not [p for p in killed.iterdir() if p.name.startswith(".building")]
+    assert sorted(p.name for p in resumed.iterdir()) == sorted([*data.FILES, "manifest.json"])
