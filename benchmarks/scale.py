@@ -9,7 +9,9 @@ Measured here:
 Arithmetic: 1.9 M pages split 80/20, one sample per page (``first``), 20 epochs (the paper's
 cap; patience 5 can only shorten it) or ASHA's expected epochs, matmul FLOPs per sample from
 ``flops.forward_flops`` (training 3x forward, validation 1x), and an H100's dense bf16
-peak, which bounds any GPU's time from below.
+peak, which bounds any GPU's time from below. On a GPU the measured step rate also gives the GPU's
+share of its peak, the GPU-hours at that share and the figure's wall time on 8 GPUs; on a CPU
+those rows say they need a GPU.
 """
 
 from __future__ import annotations
@@ -71,6 +73,29 @@ def step_flop_rate(config: Config, steps: int = 3) -> float:
 
     head, body = forward_flops(config, VOCAB)
     return 16 * 3 * (head + body) / median_step_seconds(step, steps)
+
+
+def measured_gpu_rows(rates: dict[int, float], epoch_flops: list[float], here_s: list[float], cells: list[Config],
+                      max_t: int, asha: float, gpus: int = 8) -> list[tuple[str, Any]]:
+    """What the 100%-of-peak floor leaves out: this GPU's measured share of its bf16 peak at each
+    input length, the figure's GPU-hours at the measured rates, and its wall time on ``gpus`` of
+    this GPU, one trial on each at a time (fractional GPUs can only shorten it). On a CPU each
+    figure is named, with the word that it needs a GPU."""
+    if not torch.cuda.is_available():
+        return [(f"{name} (run seqae bench scale on a GPU)", "needs a GPU") for name in (
+            "share of the GPU's bf16 peak reached by a batch-16 step, per input length",
+            "GPU-hours at the measured rates, 20 epochs and ASHA",
+            f"wall hours of Fig. 3 on {gpus} of the GPU, 20 epochs")]
+    name = torch.cuda.get_device_name(0)
+    peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
+    rows: list[tuple[str, Any]] = []
+    if peak is not None:
+        rows += [(f"share of the {name}'s bf16 peak at {n} tokens", f"{rate / peak:.1%}") for n, rate in rates.items()]
+    rows += [(f"GPU-hours on the {name} at the measured rates, {label}", round(sum(here_s) * epochs / 3600, 1))
+             for label, epochs in (("20 epochs", max_t), ("ASHA", asha))]
+    wall = max(sum(here_s) * max_t / gpus, max(here_s) * max_t) / 3600
+    rows.append((f"wall hours of Fig. 3 on {gpus} {name}s at the measured rates, 20 epochs", round(wall, 1)))
+    return rows
 
 
 def tracking_rows(data_path: str) -> dict[str, float]:
@@ -183,6 +208,8 @@ def run(data_path: str, gpus: tuple[int, ...] = (8, 15, 60)) -> list[dict[str, A
         wall = max(sum(h100_s) * max_t / 3600 / g, longest)
         say(f"wall hours on {g} H100s at 100% peak, 20 epochs (the longest cell bounds it)", round(wall, 1),
             "arithmetic")
+    for figure, value in measured_gpu_rows(rates, epoch_flops, here_s, cells, max_t, asha):
+        say(figure, value, "measured rate x FLOPs" if torch.cuda.is_available() else "needs a GPU")
     per_param = rows_at["epoch_record_bytes_per_param"] + rows_at["best_record_bytes_per_param"]
     say("checkpoint bytes per epoch, largest cell (epoch + best record)",
         f"{max(params) * per_param:.3g}",

@@ -184,6 +184,9 @@ def test_kuberay_manifests_set_what_the_code_reads():
 
     args = build_parser().parse_args(argv[3:])
     assert args.or_resume and (REPO / args.file).exists()
+    from sweeps.spec import sweep as spec_lib
+
+    assert spec_lib.load(REPO / args.file, [f"profile={args.profile}"]).resources.gpu > 0  # trials on the GPU workers
     assert job["clusterSelector"]["ray.io/cluster"] == cluster["metadata"]["name"]
 
 

@@ -50,6 +50,21 @@ def test_every_study_parses_and_comments_every_setting(path):
             assert "#" in line, f"{path.name}:{number} has a setting without a comment: {line.strip()}"
 
 
+GPU_STUDIES = ["paper_fig2", "paper_fig3", "paper_seeds", "search_lr_dims", "frontier"]
+
+
+@pytest.mark.parametrize("study", GPU_STUDIES)
+def test_the_paper_and_search_studies_run_on_gpus_with_one_flag_and_the_same_settings(study):
+    """``--profile gpu`` changes where trials run (an eighth of a GPU, two cores) and how many at
+    once, and nothing they train: the same cells, config and search as the file's own."""
+    plain = spec_lib.load(STUDIES[0].parent / f"{study}.yaml")
+    gpu = spec_lib.load(STUDIES[0].parent / f"{study}.yaml", ["profile=gpu"])
+    assert gpu.resources.gpu == 0.125 and gpu.resources.cpu == 2 and plain.resources.gpu == 0
+    assert gpu.base == plain.base and gpu.cells() == plain.cells() and gpu.search == plain.search
+    assert gpu.planned_trials() == plain.planned_trials() 
+    assert min(8, gpu.planned_trials()) <= gpu.max_concurrent <= max(8, gpu.planned_trials())  # a GPU full, at least
+
+
 def test_grid_cells_and_trial_count():
     spec = spec_lib.parse(GOOD, "good")
     assert spec.cells() == [{"model.latent_fraction": 1.0}, {"model.latent_fraction": 0.5}]
