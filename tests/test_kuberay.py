@@ -195,3 +195,33 @@ def _env_names_read_by_code() -> set[str]:
     for path in list((REPO / "sweeps").rglob("*.py")) + list((REPO / "seqae_core").rglob("*.py")):
         names.update(re.findall(r"\"(SEQAE_[A-Z_]+)\"", path.read_text()))
     return names
+
+
+def test_the_dockerfile_builds_the_image_the_manifests_name_at_the_versions_the_tests_run():
+    """The Dockerfile's base is Ray's image at the Ray this test runs (and raycluster.yaml's
+    rayVersion) and this Python; it installs seqae's packages, Ray pinned to the same version, inside
+    pyproject.toml's range; and its documented tag is the one every pod of the manifests runs."""
+    import sys
+
+    import ray
+    import tomllib
+    from packaging.requirements import Requirement
+
+    dockerfile = (KUBERAY / "Dockerfile").read_text()
+    (base,) = re.findall(r"^FROM (\S+)$", dockerfile, re.M)
+    image, tag = base.split(":")
+    python = f"py{sys.version_info.major}{sys.version_info.minor}"
+    assert image == "rayproject/ray" and tag == f"{ray.__version__}-{python}-gpu", base
+    assert by_kind("RayCluster")["spec"]["rayVersion"] == ray.__version__
+    assert f'"ray[tune,default]=={ray.__version__}"' in dockerfile
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    ray_range = next(Requirement(r) for r in project["dependencies"] if Requirement(r).name == "ray")
+    assert ray_range.specifier.contains(ray.__version__)
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    copied = set(re.findall(r"^COPY --chown=ray:users (\w+) ", dockerfile, re.M))
+    assert copied == {p.rstrip("*") for p in packages}, "the image installs every package pyproject.toml names"
+    (built,) = re.findall(r"docker build -f cluster/kuberay/Dockerfile -t (\S+) \.", dockerfile)
+    assert built.endswith(f":{project['version']}")
+    images = {c["image"] for _, doc in documents() if doc["apiVersion"].startswith("ray.io/")
+              for template in pod_templates(doc).values() for c in template["spec"]["containers"]}
+    assert images == {built}
