@@ -85,5 +85,7 @@ def connect_ray(home: Path) -> None:
         # trials are Tune actors, started with their own resources: the prestarted workers were
         # seldom given one, and each spent CPU starting, at every sweep's start (measured:
         # docs/explanation/performance.md, "No idle workers for a sweep's own Ray").
-        ray.init(include_dashboard=False, logging_level=logging.WARNING,
+        # address="local": without it ray.init joins a cluster that `ray start` left running on
+        # this machine (and refuses the _system_config below), where a local sweep was asked for.
+        ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING,
                  _system_config={"prestart_worker_first_driver": False})
