@@ -1,6 +1,6 @@
 """Data preparation: tokenizing only each page's first N tokens against tokenizing whole pages;
-the start-up of a later trial that finds the tokenized data in the cache; and preparation in
-parallel on a large input, projected to the paper's 1.9 M pages."""
+the start-up of a later trial that finds the tokenized data in the cache; and preparation in one
+or two processes on a larger input (the paper's 1.9 M pages: :mod:`benchmarks.data_scale`)."""
 
 from __future__ import annotations
 
@@ -69,14 +69,10 @@ def cache_hit(path: str) -> list[dict[str, Any]]:
              "import_s": round(import_s, 3), "entries": len(entries)}]
 
 
-PAPER_PAGES = 1_900_000  # the first 30% of English Wikipedia (the paper)
-
-
 def parallel(path: str, copies: int = 82, n: int = 512) -> list[dict[str, Any]]:
     """Pages/s and peak memory preparing the paper's samples (``first``, N tokens) from ``path``'s
     pages repeated ``copies`` times, with 1 worker on 1 core, 1 on 2 cores (only the tokenizer's
-    own threads use the second) and 2 workers on 2 cores, each in a fresh process; then the time for 1.9 M pages on 1 core and on a 16-core node, by Amdahl's law
-    fitted to the two timings (the part that did not speed up stays serial)."""
+    own threads use the second) and 2 workers on 2 cores, each in a fresh process."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         big = repeated(Path(path), Path(tmp) / "big", copies)
@@ -98,12 +94,4 @@ def parallel(path: str, copies: int = 82, n: int = 512) -> list[dict[str, Any]]:
                          "seconds": round(seconds, 2), "pages_per_s": round(pages / seconds, 1),
                          # the main process, plus each worker at the largest worker's peak (an upper bound)
                          "peak_rss_mib": round((rss + (workers * child_rss if workers > 1 else 0)) / 1024, 1)})
-    t1, t2 = rows[0]["seconds"], rows[2]["seconds"]
-    parallel_part = 2 * max(t1 - t2, 0.0)
-    serial_part = t1 - parallel_part
-    per_page = 1 / rows[0]["pages"]
-    for node_cores in (1, 16):
-        hours = (serial_part + parallel_part / node_cores) * per_page * PAPER_PAGES / 3600
-        rows.append({"projection": f"{PAPER_PAGES:,} pages, first {n} tokens, {node_cores} core(s)",
-                     "hours": round(hours, 2), "serial_fraction": round(serial_part / t1, 3)})
     return rows

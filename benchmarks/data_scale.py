@@ -32,17 +32,20 @@ PAPER_PAGES = 1_900_000  # the first 30% of English Wikipedia (the paper)
 # (most articles are short, a few very long); the offline pages are long ones (median 2,273 words).
 WORDS_MEAN, WORDS_MEDIAN = 670, 335
 SHARD = 50_000  # pages per parquet file
+# Pages per parquet row group: datasets streams a parquet file a row group at a time, so the row
+# group, not the file, sets the reader's memory (1,000 rows: the batch datasets itself writes).
+ROW_GROUP = 1_000
 INPUT_LEN = 512
-WORKERS = 2  # SEQAE_DATA_WORKERS: one tokenizing process per core of this machine
+WORKERS = 2  # tokenizing processes unless SEQAE_DATA_WORKERS says: one per core of this machine
 
 
 def synthetic(source: Path, folder: Path, pages: int, seed: int = 0) -> dict[str, Any]:
     """Write ``pages`` pages in the layout of ``wikimedia/wikipedia`` into ``folder``: each a run
     of whole words of the offline corpus from a random place, as long as a length drawn from
     Wikipedia's distribution. Kept when ``folder`` already holds them (a rerun reuses them)."""
-    described = folder / "pages.json"
-    if described.exists() and json.loads(described.read_text())["pages"] == pages:
-        return json.loads(described.read_text())
+    described, layout = folder / "pages.json", [pages, SHARD, ROW_GROUP]
+    if described.exists() and (kept := json.loads(described.read_text())).pop("layout", None) == layout:
+        return kept
     shutil.rmtree(folder, ignore_errors=True)
     texts = pq.read_table(next((source / NAME).glob("*.parquet")), columns=["text"]).column("text").to_pylist()
     text = "\n\n".join(texts)
@@ -62,12 +65,13 @@ def synthetic(source: Path, folder: Path, pages: int, seed: int = 0) -> dict[str
             body.append(text[start : start + chars[i]])
         table = pa.table({"id": [str(i) for i in rows], "url": [f"synthetic:{i}" for i in rows],
                           "title": [f"page {i}" for i in rows], "text": body})
-        pq.write_table(table, folder / NAME / f"train-{shard:05d}-of-{shards:05d}.parquet", compression="zstd")
+        pq.write_table(table, folder / NAME / f"train-{shard:05d}-of-{shards:05d}.parquet", compression="zstd",
+                       row_group_size=ROW_GROUP)
     (folder / "README.md").write_text(f"---\nconfigs:\n- config_name: {NAME}\n  data_files:\n  - split: train\n"
                                       f"    path: {NAME}/train-*\n---\n# {pages} synthetic pages cut from {source}\n")
     made = {"pages": pages, "mean_words": round(float(words.mean())), "median_words": round(float(np.median(words))),
             "parquet_bytes": _bytes(folder / NAME)}
-    described.write_text(json.dumps(made))
+    described.write_text(json.dumps({**made, "layout": layout}))
     return made
 
 
@@ -118,14 +122,18 @@ class Watch:
         self._thread.join()
 
 
+def workers() -> int:
+    return int(os.environ.get("SEQAE_DATA_WORKERS", WORKERS))
+
+
 def _prepare(corpus: Path, cache: Path, kill_at: int | None = None) -> dict[str, Any]:
-    """One preparation in a fresh process with ``WORKERS`` tokenizing processes, watched; with
-    ``kill_at``, SIGKILLed (it and its workers) once its progress records that many pages."""
+    """One preparation in a fresh process with :func:`workers` tokenizing processes, watched;
+    with ``kill_at``, SIGKILLed (it and its workers) once its progress records that many pages."""
     cache.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     child = subprocess.Popen([sys.executable, "-c", PREPARE.format(input_len=INPUT_LEN), str(corpus), str(cache)],
                              stdout=subprocess.PIPE, text=True, start_new_session=True,
-                             env={**os.environ, "SEQAE_DATA_WORKERS": str(WORKERS)})
+                             env={**os.environ, "SEQAE_DATA_WORKERS": str(workers())})
     watch = Watch(child.pid, cache)
     recorded = None
     while kill_at is not None and child.poll() is None:
@@ -164,7 +172,7 @@ def run(source: str, pages: int = PAPER_PAGES, interrupt: float | None = None,
         rows: list[dict[str, Any]] = [{"case": "synthetic corpus", **made}]
         shutil.rmtree(folder / "cache", ignore_errors=True)
         whole = _prepare(folder / f"corpus-{pages}", folder / "cache" / "whole")
-        rows.append({"case": f"prepare, {WORKERS} workers, first {INPUT_LEN} tokens",
+        rows.append({"case": f"prepare, {workers()} worker{'s' * (workers() > 1)}, first {INPUT_LEN} tokens",
                      **{k: v for k, v in whole.items() if k != "files"}})
         if interrupt is not None:
             killed = _prepare(folder / f"corpus-{pages}", folder / "cache" / "resumed", kill_at=int(interrupt * pages))

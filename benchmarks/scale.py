@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.data_prep import PAPER_PAGES
+from benchmarks.data_scale import PAPER_PAGES
 from benchmarks.flops import PEAK_BF16, forward_flops
 from benchmarks.throughput import median_step_seconds
 from seqae_core import metrics as M
