@@ -40,6 +40,11 @@ class Checkpoint:
     step: int = 0  # optimizer steps taken of epoch + 1 (0 at an epoch's end; a state saved before there were any: 0)
 
     @property
+    def place(self) -> str:
+        """Where it stands, for messages: ``after epoch 3``, or ``at step 40 of epoch 4``."""
+        return f"at step {self.step} of epoch {self.epoch + 1}" if self.step else f"after epoch {self.epoch}"
+
+    @property
     def number(self) -> int:
         """The result's number, which names its records: the epoch's by default."""
         return len(self.history)

@@ -227,6 +227,8 @@ def test_a_run_killed_between_validations_of_an_epoch_resumes_there_with_the_uni
         train(config, kill, cache_dir=data_cache)
     state, skipped = store.resume()
     assert skipped == [] and state.step > 0  # between two epochs' ends
+    assert state.place == f"at step {state.step} of epoch {state.epoch + 1}"
+    assert store.progress().epoch == full[stop_after - 1][M.EPOCH]  # what a sweep reads: the epochs trained
     assert full[stop_after - 1][M.EPOCH] == state.epoch + state.step / (full[-1][M.GLOBAL_STEP] / 2)
     resumed = []
     final = train(config, lambda m, c: resumed.append(m), resume=state, cache_dir=data_cache)
