@@ -300,7 +300,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                 "pass --resume to continue it, or choose another folder"
             )
         if args.resume:
-            print(f"seqae: resuming after epoch {resume.epoch}" if resume else
+            print(f"seqae: resuming {resume.place}" if resume else
                   "seqae: no valid checkpoint found; starting from epoch 1", file=sys.stderr)
 
     def report(metrics: dict[str, Any], checkpoint: Checkpoint) -> None:

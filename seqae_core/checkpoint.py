@@ -1,5 +1,5 @@
 """A training run's checkpoints in its record store (``seqae_core.records``): what
-``seqae_core.train`` reports each epoch, as the bytes of an epoch record (``state.pt``) and, on a
+``seqae_core.train`` reports at each validation (once an epoch by default), as the bytes of an epoch record (``state.pt``) and, on a
 new best, of a best-model record (the model, sample reconstructions and metrics); and those bytes
 read back. Tensors are saved with ``torch.save`` and loaded ``weights_only``."""
 
@@ -22,12 +22,14 @@ STATE_FORMAT = 1  # the layout of a saved state (Checkpoint.state); a state of a
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """An epoch's checkpoint as ``seqae_core.train`` reports it: everything needed to continue the
-    training exactly, and on a new best its sample reconstructions. Saved as plain tensors, lists
-    and dicts (:meth:`state`, which torch loads ``weights_only``), read back by :meth:`of_state`."""
+    """A validation's checkpoint as ``seqae_core.train`` reports it: everything needed to continue
+    the training exactly, and on a new best its sample reconstructions. Saved as plain tensors,
+    lists and dicts (:meth:`state`, which torch loads ``weights_only``), read back by :meth:`of_state`.
+    Where it stands is ``epoch`` whole epochs and ``step`` steps into the next: a validation
+    between epochs' ends (``train.validate_every``) resumes there, in the epoch's data order."""
 
     config: dict[str, Any]  # the flat config it trains
-    epoch: int
+    epoch: int  # epochs trained to their end
     seeds: list[dict[str, Any]]  # each seed's model, optimizer, scheduler and random stream; train.seed's first
     early_stopping: dict[str, Any]  # seqae_core.train.EarlyStopping's fields
     history: list[dict[str, Any]]  # every epoch's metrics so far
@@ -35,13 +37,24 @@ class Checkpoint:
     patience_spent: bool  # stopped early: more epochs would not train it on
     token_ids: torch.Tensor  # the tokenizer's id of each of the model's ids
     samples: list[dict[str, list[str]]] | None = None  # on a new best: originals and reconstructions
+    step: int = 0  # optimizer steps taken of epoch + 1 (0 at an epoch's end; a state saved before there were any: 0)
+
+    @property
+    def place(self) -> str:
+        """Where it stands, for messages: ``after epoch 3``, or ``at step 40 of epoch 4``."""
+        return f"at step {self.step} of epoch {self.epoch + 1}" if self.step else f"after epoch {self.epoch}"
+
+    @property
+    def number(self) -> int:
+        """The result's number, which names its records: the epoch's by default."""
+        return len(self.history)
 
     def state(self) -> dict[str, Any]:
         """The saved layout: the first seed's state beside the rest, the other seeds' as ``repeats``."""
         return {"format": STATE_FORMAT, "config": self.config, "epoch": self.epoch, **self.seeds[0],
                 "repeats": self.seeds[1:], "early_stopping": self.early_stopping, "history": self.history,
                 "finished": self.finished, "patience_spent": self.patience_spent, "token_ids": self.token_ids,
-                "samples": self.samples}
+                "samples": self.samples, "step": self.step}
 
     @classmethod
     def of_state(cls, state: dict[str, Any]) -> Checkpoint:
@@ -50,20 +63,22 @@ class Checkpoint:
                               "new run in another folder")
         first = {key: state[key] for key in ("model", "optimizer", "scheduler", "rng")}
         return cls(state["config"], state["epoch"], [first, *state.get("repeats", [])], state["early_stopping"],
-                   state["history"], state["finished"], state["patience_spent"], state["token_ids"], state.get("samples"))
+                   state["history"], state["finished"], state["patience_spent"], state["token_ids"], state.get("samples"),
+                   state.get("step", 0))
 
 
 class CheckpointStore(RecordStore):
     """A record store that training saves its checkpoints in and resumes from."""
 
     def save(self, metrics: dict[str, Any], checkpoint: Checkpoint) -> None:
-        """An epoch's checkpoint (``seqae_core.train``'s report), and the best-model record when
-        the epoch is a new best (its checkpoint then carries sample reconstructions)."""
-        self.save_epoch(checkpoint.epoch, checkpoint.state(), {"history": checkpoint.history,
+        """A validation's checkpoint (``seqae_core.train``'s report), and the best-model record when
+        it is a new best (its checkpoint then carries sample reconstructions); named by the
+        result's number, the epoch's by default."""
+        self.save_epoch(checkpoint.number, checkpoint.state(), {"history": checkpoint.history,
                                                                "finished": checkpoint.finished,
                                                                "patience_spent": checkpoint.patience_spent})
         if checkpoint.samples is not None:
-            self.save_best(checkpoint.epoch, {
+            self.save_best(checkpoint.number, {
                 MODEL: tensor_bytes({"config": checkpoint.config, "model": checkpoint.seeds[0]["model"],
                                      "token_ids": checkpoint.token_ids}),
                 SAMPLES_JSON: json.dumps(checkpoint.samples).encode(),

@@ -91,6 +91,10 @@ class TrainConfig:
     repeats: int = 1
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA and bf16-native CPUs
     log_every_steps: int = 20  # a point of the training-loss curve every N optimizer steps (besides each epoch's mean)
+    # Validate (a result: a report, a checkpoint, a scheduler's decision) every N optimizer steps
+    # (a whole number) or every 1/k of an epoch (0.5, 0.25, ...), and always at an epoch's end;
+    # None: once an epoch. train.patience stays in epochs (patience x validations an epoch).
+    validate_every: int | float | None = None
     # The vocabulary head's loss (seqae_core.loss): auto is chunked on a CPU, on a GPU fused where
     # Liger-Kernel is installed (the gpu extra), else dense; every way gives the same loss and gradients.
     head: Literal["auto", "chunked", "dense", "fused"] = "auto"
@@ -162,6 +166,9 @@ def accepts_float(key: str) -> bool:
     return float in options
 
 
+# How far 1 / train.validate_every may be from a whole number of validations an epoch: 0.333
+# and 0.33 are a third; 0.3 (3.33 an epoch) is refused rather than rounded.
+FRACTION_SLACK = 0.05
 MAX_YAML_DEPTH = 32  # config and sweep files nest 3 or 4 levels; PyYAML's composer recurses, 2 frames a level
 
 
@@ -381,6 +388,11 @@ def validate(config: Config, origin: dict[str, str] | None = None) -> None:
                 "train.log_every_steps", "train.repeats"):
         if flat[key] <= 0:
             fail(key, f"{key}={flat[key]} must be positive")
+    every = config.train.validate_every
+    if isinstance(every, int) and every < 1 or isinstance(every, float) and not (
+            0.0 < every < 1.0 and abs(1 / every - round(1 / every)) <= FRACTION_SLACK):
+        fail("train.validate_every", f"train.validate_every={every} must be a whole number of steps (1 or more) or "
+             "a fraction of an epoch of the form 1/k (0.5, 0.25, 0.1, ...)")
     if config.train.lr_decay_epochs < 0:
         fail("train.lr_decay_epochs", f"train.lr_decay_epochs={config.train.lr_decay_epochs} must be >= 0")
     if config.train.weight_decay < 0:

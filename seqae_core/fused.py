@@ -142,8 +142,9 @@ class Pack:
         self._tokens.zero_()
         return [Window(loss=loss / max(tokens, 1), tokens=int(tokens), bad_step=int(bad)) for loss, tokens, bad in zip(*rows)]
 
-    def new_epoch(self) -> None:
-        self._step.zero_()
+    def count_from(self, done: int) -> None:
+        """As :meth:`seqae_core.step.TrainStep.count_from`."""
+        self._step.fill_(done)
         self._bad_step.zero_()
 
     # --- to and from each seed's own state ---

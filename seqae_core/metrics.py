@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from collections.abc import Iterable
 from typing import Any
 
-# Reported after every epoch.
-EPOCH = "epoch"
+# Reported after every validation: once an epoch by default, more often with train.validate_every.
+EPOCH = "epoch"  # epochs trained: whole at an epoch's end, a fraction (1.25) at a validation between
+VALIDATION = "validation"  # the result's number, 1, 2, ...: the epoch's by default
 TRAIN_LOSS = "train_loss"
 VAL_LOSS = "val_loss"
 VAL_TOKEN_ACCURACY = "val_token_accuracy"
@@ -53,7 +54,7 @@ STOPPED_EARLY = "stopped_early"
 TRAIN_SECONDS = "train_seconds"
 
 PER_EPOCH: tuple[str, ...] = (
-    EPOCH, TRAIN_LOSS, VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY, LEARNING_RATE, TOKENS_PER_S,
+    EPOCH, VALIDATION, TRAIN_LOSS, VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY, LEARNING_RATE, TOKENS_PER_S,
     EPOCH_SECONDS, EPOCH_CPU_SECONDS, LATENT_FRACTION, LATENT_FLOATS, LATENT_SHARE, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY,
     DATA_SECONDS, GLOBAL_STEP,
 )
@@ -127,6 +128,17 @@ def seeds_text(record: dict[str, Any], metric: str) -> str:
 def base_metric(key: str) -> str:
     """The metric a key reports: ``val_loss`` for ``val_loss``, ``val_loss_stderr`` and ``seed_1/val_loss``."""
     return key.rpartition("/")[2].removesuffix("_stderr") if is_spread(key) else key
+
+
+def result_number(record: dict[str, Any]) -> int:
+    """A record's result number (:data:`VALIDATION`): what keys its intermediate value, its MLflow
+    step and its cost. A record written before train.validate_every has none: its epoch's."""
+    return int(record.get(VALIDATION, record[EPOCH]))
+
+
+def epoch_text(epochs: float) -> str:
+    """Epochs trained as a person reads them: ``3`` at an epoch's end, ``2.25`` between."""
+    return f"{epochs:.0f}" if float(epochs).is_integer() else f"{epochs:.2f}"
 
 
 # Early stopping watches this one (the paper's patience of 5 epochs).

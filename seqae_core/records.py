@@ -41,6 +41,7 @@ from typing import Any, Iterable, Iterator, TypeVar
 import pyarrow.fs as pafs
 from filelock import FileLock
 
+from seqae_core import metrics as M
 from seqae_core.storage import filesystem
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,8 @@ class Loaded:
 class TrialProgress:
     """What the newest epoch record says of its run, read from the manifest alone."""
 
-    epoch: int
-    history: list[dict[str, Any]]  # every epoch's metrics so far
+    epoch: float  # epochs trained: a fraction where its newest record is a validation between epochs' ends
+    history: list[dict[str, Any]]  # every result's metrics so far (an epoch's each, by default)
     finished: bool  # trained to its last epoch or stopped early: nothing left to run
     patience_spent: bool = False  # stopped early: more epochs would not train it on
     released: bool = False  # its checkpoints are gone (RecordStore.release): it cannot train on
@@ -123,8 +124,11 @@ class RecordStore:
         meta = self.newest_meta("epoch")
         if meta is None:
             return None
-        return TrialProgress(int(meta["epoch"]), list(meta.get("history", [])), bool(meta.get("finished")),
-                             bool(meta.get("patience_spent")), bool(meta.get("released")))
+        history = list(meta.get("history", []))
+        # the record is named by its result number (train.validate_every); its history says the epochs trained
+        trained = history[-1][M.EPOCH] if history else int(meta["epoch"])
+        return TrialProgress(trained, history, bool(meta.get("finished")), bool(meta.get("patience_spent")),
+                             bool(meta.get("released")))
 
     def best_epoch(self) -> int | None:
         """The epoch of the newest best-model record, without reading its files."""

@@ -91,9 +91,10 @@ class TrainStep:
         self._tokens.zero_()
         return Window(loss=loss_sum / max(tokens, 1), tokens=int(tokens), bad_step=int(bad))
 
-    def new_epoch(self) -> None:
-        """Steps count from 1 again, as the error that names a step says."""
-        self._step.zero_()
+    def count_from(self, done: int) -> None:
+        """The next step is the epoch's ``done + 1``-th, as the error that names a step says: 0 at
+        an epoch's start, the steps already taken where it goes on after a validation or a resume."""
+        self._step.fill_(done)
         self._bad_step.zero_()
 
 

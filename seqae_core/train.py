@@ -40,7 +40,9 @@ class NonFiniteLossError(RuntimeError):
 
 @dataclass
 class EarlyStopping:
-    """Patience on the monitored metric (higher is better)."""
+    """Patience on the monitored metric (higher is better), counted in results: ``epoch`` is a
+    result's number, which is the epoch's under the default ``train.validate_every`` (once an
+    epoch); :func:`train` gives it ``train.patience`` x the validations an epoch."""
 
     patience: int
     best: float = -math.inf
@@ -58,6 +60,26 @@ class EarlyStopping:
     @property
     def should_stop(self) -> bool:
         return self.bad_epochs >= self.patience
+
+
+def validation_steps(train: TrainConfig, steps_per_epoch: int) -> list[int]:
+    """The steps of an epoch after which it validates (``train.validate_every``), its last step
+    always among them: every N steps, or at each k-th of the epoch, at the first step that reaches
+    it (so a scheduler's rung at a fractional epoch falls on a validation); ``[steps_per_epoch]``
+    by default. An epoch shorter than the setting asks is a :class:`ConfigError`."""
+    every, steps = train.validate_every, steps_per_epoch
+    if every is None:
+        return [steps]
+    if isinstance(every, int):
+        if every > steps:
+            raise ConfigError(f"train.validate_every={every} steps is more than an epoch's {steps} steps: set it to "
+                              f"at most {steps}, or leave it unset to validate once an epoch")
+        return [*range(every, steps, every), steps]
+    count = round(1 / every)
+    if count > steps:
+        raise ConfigError(f"train.validate_every={every} asks for {count} validations an epoch, which has {steps} "
+                          "steps: validate less often")
+    return [-(-i * steps // count) for i in range(1, count + 1)]  # ceil(i * steps / count)
 
 
 def lr_factor(train: TrainConfig, steps_per_epoch: int, input_len: int) -> Callable[[int], float]:
@@ -215,20 +237,21 @@ def _named(scores: M.Scores, names: tuple[str, ...]) -> dict[str, float]:
     return dict(zip(names, (scores.loss, scores.token_accuracy, scores.sequence_accuracy)))
 
 
-def _train_epoch(replicate: Replicate, splits: data_lib.Splits, config: Config, dev: torch.device, epoch: int,
-                 steps_per_epoch: int, progress: bool) -> tuple[float, list[list[float]]]:
-    """One epoch of one seed, in the order drawn from ``(seed, epoch)``: its mean training loss,
-    and its points of the training-loss curve. The host reads the device once a log window (and
-    at the epoch's end), where a non-finite loss is found and named by its step."""
+def _train_steps(replicate: Replicate, splits: data_lib.Splits, config: Config, dev: torch.device, epoch: int,
+                 steps: range, steps_per_epoch: int, progress: bool) -> tuple[float, list[list[float]]]:
+    """The ``steps`` of an epoch (0-based: a whole epoch, or the part between two validations)
+    of one seed, in the epoch's order drawn from ``(seed, epoch)``: their mean training loss, and
+    their points of the training-loss curve. The host reads the device once a log window (and at
+    the part's end, where a new window starts), where a non-finite loss is found and named by its step."""
     model, bs, step = replicate.model, config.train.batch_size, replicate.step
     model.train()
-    step.new_epoch()
+    step.count_from(steps.start)
     order = _order(replicate.seed, epoch, len(splits.train))
     loss_sum, tokens = 0.0, 0
     curve: list[list[float]] = []  # [global step, mean loss since the previous point]
     which = f" seed {replicate.seed}" if config.train.repeats > 1 else ""
-    bar = tqdm(range(0, len(order), bs), desc=f"epoch {epoch}/{config.train.epochs}{which}", disable=not progress,
-               leave=False)
+    bar = tqdm(range(steps.start * bs, min(steps.stop * bs, len(order)), bs), desc=f"epoch {epoch}/{config.train.epochs}{which}",
+               disable=not progress, leave=False)
 
     def read() -> float:
         nonlocal loss_sum, tokens
@@ -240,7 +263,7 @@ def _train_epoch(replicate: Replicate, splits: data_lib.Splits, config: Config, 
             bar.set_postfix(loss=f"{window.loss:.4f}")
         return window.loss
 
-    for number, i in enumerate(bar, 1):
+    for number, i in enumerate(bar, steps.start + 1):
         batch = splits.batch(splits.train[order[i : i + bs]])
         if step.compiled:  # one shape for the compiled graph: the short last batch filled with padding
             batch = fill_batch(batch, bs, splits.pad_id)
@@ -248,7 +271,7 @@ def _train_epoch(replicate: Replicate, splits: data_lib.Splits, config: Config, 
         global_step = (epoch - 1) * steps_per_epoch + number
         if global_step % config.train.log_every_steps == 0:
             curve.append([global_step, read()])
-    read()  # the epoch's last steps, and its check, before anything is reported or checkpointed
+    read()  # the part's last steps, and its check, before anything is reported or checkpointed
     return loss_sum / max(tokens, 1), curve
 
 
@@ -257,20 +280,21 @@ def _order(seed: int, epoch: int, n: int) -> np.ndarray:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).numpy()
 
 
-def _train_pack_epoch(pack: Pack, seeds: list[int], splits: data_lib.Splits, config: Config, dev: torch.device,
-                      epoch: int, steps_per_epoch: int, progress: bool) -> tuple[list[float], list[list[list[float]]]]:
-    """One epoch of every seed of a pack, each in its own order drawn from ``(seed, epoch)``: what
-    :func:`_train_epoch` returns for each seed, in the seeds' order. A non-finite loss is named
-    by its step and its seed."""
+def _train_pack_steps(pack: Pack, seeds: list[int], splits: data_lib.Splits, config: Config, dev: torch.device,
+                      epoch: int, steps: range, steps_per_epoch: int,
+                      progress: bool) -> tuple[list[float], list[list[list[float]]]]:
+    """The ``steps`` of an epoch of every seed of a pack, each in its own order drawn from
+    ``(seed, epoch)``: what :func:`_train_steps` returns for each seed, in the seeds' order. A
+    non-finite loss is named by its step and its seed."""
     bs = config.train.batch_size
     pack.train()
-    pack.new_epoch()
+    pack.count_from(steps.start)
     orders = [_order(seed, epoch, len(splits.train)) for seed in seeds]
     loss_sums, tokens = [0.0] * len(seeds), [0] * len(seeds)
     curves: list[list[list[float]]] = [[] for _ in seeds]  # each seed's [global step, mean loss since its previous point]
     which = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
-    bar = tqdm(range(0, len(splits.train), bs), desc=f"epoch {epoch}/{config.train.epochs} {which} fused",
-               disable=not progress, leave=False)
+    bar = tqdm(range(steps.start * bs, min(steps.stop * bs, len(splits.train)), bs),
+               desc=f"epoch {epoch}/{config.train.epochs} {which} fused", disable=not progress, leave=False)
 
     def read() -> list[float]:
         windows = pack.read()
@@ -283,14 +307,14 @@ def _train_pack_epoch(pack: Pack, seeds: list[int], splits: data_lib.Splits, con
             bar.set_postfix(loss=f"{sum(w.loss for w in windows) / len(windows):.4f}")
         return [window.loss for window in windows]
 
-    for number, i in enumerate(bar, 1):
+    for number, i in enumerate(bar, steps.start + 1):
         batch = torch.stack([splits.batch(splits.train[order[i : i + bs]]) for order in orders])  # (k, b, t)
         pack(batch.to(dev, non_blocking=True))
         global_step = (epoch - 1) * steps_per_epoch + number
         if global_step % config.train.log_every_steps == 0:
             for curve, loss in zip(curves, read()):
                 curve.append([global_step, loss])
-    read()  # the epoch's last steps, and their check, before anything is reported or checkpointed
+    read()  # the part's last steps, and their check, before anything is reported or checkpointed
     return [total / max(count, 1) for total, count in zip(loss_sums, tokens)], curves
 
 
@@ -338,13 +362,14 @@ def train(
     splits = data_lib.load(config.data, cache_dir, published)
     data_seconds = time.perf_counter() - started
     steps_per_epoch = math.ceil(len(splits.train) / config.train.batch_size)
+    checks = validation_steps(config.train, steps_per_epoch)  # refused before a model is built
     replicates = [Replicate.create(config, config.train.seed + i, splits.vocab_size, dev, steps_per_epoch, plan,
                                    splits.pad_id) for i in range(config.train.repeats)]
     first = replicates[0]  # the seed whose model is kept and registered
-    stopper = EarlyStopping(config.train.patience)
+    stopper = EarlyStopping(config.train.patience * len(checks))  # train.patience epochs, in validations
     history: list[dict[str, Any]] = []
     kept_test: dict[str, float] = {}  # the kept checkpoint's test scores
-    first_epoch = 1
+    first_epoch, first_step = 1, 0
     if resume is not None:
         saved = from_flat(resume.config).flat()
         changed = [f"{k}={saved[k]!r} -> {v!r}" for k, v in config.flat().items() if k not in RESUMABLE_CHANGES
@@ -358,7 +383,7 @@ def train(
         stopper = EarlyStopping(**resume.early_stopping)
         history = list(resume.history)
         kept_test = {k: v for k, v in history[-1].items() if M.base_metric(k) in M.TEST_METRICS}
-        first_epoch = resume.epoch + 1
+        first_epoch, first_step = resume.epoch + 1, resume.step
         if resume.finished and (stopper.should_stop or resume.epoch >= config.train.epochs):
             return summary(history, stopper, config.train.epochs, data_seconds)
     pack = None
@@ -368,46 +393,52 @@ def train(
                     autocast=lambda: autocast(config, dev), pad_id=splits.pad_id, device=dev)
         pack.stack([r.model for r in replicates], [r.optimizer for r in replicates], first.scheduler)
 
-    for epoch in range(first_epoch, config.train.epochs + 1):
-        epoch_start, epoch_cpu_start = time.perf_counter(), time.process_time()
+    for epoch, steps in _parts(first_epoch, first_step, config.train.epochs, checks):
+        part_start, part_cpu_start = time.perf_counter(), time.process_time()
         losses: list[float] = []
         curves: list[list[list[float]]] = []
         if pack is not None:
             with first.drawing(dev):  # the pack's dropout masks, one draw for all members, from the first seed's stream
-                losses, curves = _train_pack_epoch(pack, [r.seed for r in replicates], splits, config, dev, epoch,
-                                                   steps_per_epoch, progress)
+                losses, curves = _train_pack_steps(pack, [r.seed for r in replicates], splits, config, dev, epoch,
+                                                   steps, steps_per_epoch, progress)
             pack.unstack([r.model for r in replicates], [r.optimizer for r in replicates],
                          [r.scheduler for r in replicates])
         else:
             for replicate in replicates:
                 with replicate.drawing(dev):
-                    loss, curve = _train_epoch(replicate, splits, config, dev, epoch, steps_per_epoch, progress)
+                    loss, curve = _train_steps(replicate, splits, config, dev, epoch, steps, steps_per_epoch,
+                                               progress)
                 losses.append(loss)
                 curves.append(curve)
-        train_seconds = time.perf_counter() - epoch_start
+        train_seconds = time.perf_counter() - part_start
+        number = len(history) + 1  # this result's: the epoch's by default
         val = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.val, config, dev, plan), M.VAL_METRICS)
                               for r in replicates})
-        improved = stopper.update(val[M.VAL_TOKEN_ACCURACY], epoch)
+        improved = stopper.update(val[M.VAL_TOKEN_ACCURACY], number)
         if improved and len(splits.test):  # the checkpoint early stopping keeps, on pages nothing selects on
             kept_test = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.test, config, dev, plan),
                                                        M.TEST_METRICS) for r in replicates})
-        stop = stopper.should_stop or epoch == config.train.epochs
+        ends_epoch = steps.stop == steps_per_epoch
+        part_samples = min(steps.stop * config.train.batch_size, len(splits.train)) - steps.start * config.train.batch_size
+        stop = stopper.should_stop or (ends_epoch and epoch == config.train.epochs)
+        trained = epoch if ends_epoch else epoch - 1 + steps.stop / steps_per_epoch  # a fraction between epochs' ends
         metrics = {
-            M.EPOCH: epoch,
+            M.EPOCH: trained,
+            M.VALIDATION: number,
             M.TRAIN_LOSS: sum(losses) / len(losses),
             **val,
             M.LEARNING_RATE: first.scheduler.get_last_lr()[0],
-            M.TOKENS_PER_S: len(replicates) * len(splits.train) * config.data.input_len / train_seconds,
-            M.EPOCH_SECONDS: time.perf_counter() - epoch_start,
-            M.EPOCH_CPU_SECONDS: time.process_time() - epoch_cpu_start,
+            M.TOKENS_PER_S: len(replicates) * part_samples * config.data.input_len / train_seconds,
+            M.EPOCH_SECONDS: time.perf_counter() - part_start,
+            M.EPOCH_CPU_SECONDS: time.process_time() - part_cpu_start,
             M.LATENT_FRACTION: config.latent_fraction,
             M.LATENT_FLOATS: config.latent_floats,
             M.LATENT_SHARE: config.latent_share,
-            M.BEST_EPOCH: stopper.best_epoch,
+            M.BEST_EPOCH: history[stopper.best_epoch - 1][M.EPOCH] if stopper.best_epoch < number else trained,
             M.BEST_VAL_TOKEN_ACCURACY: stopper.best,
             M.DATA_SECONDS: data_seconds,
-            **({M.COMPILE_SECONDS: first.step.compile_seconds} if epoch == 1 and first.step.compiled else {}),
-            M.GLOBAL_STEP: epoch * steps_per_epoch,
+            **({M.COMPILE_SECONDS: first.step.compile_seconds} if number == 1 and first.step.compiled else {}),
+            M.GLOBAL_STEP: (epoch - 1) * steps_per_epoch + steps.stop,
             M.TRAIN_LOSS_STEPS: [[points[0][0], sum(p[1] for p in points) / len(points)] for points in zip(*curves)],
             **kept_test,
             **({M.GPU_MEMORY_GIB: torch.cuda.max_memory_allocated(dev) / 2**30} if dev.type == "cuda" else {}),
@@ -416,7 +447,8 @@ def train(
         history.append(metrics)
         if report is not None:
             report(dict(metrics), Checkpoint(
-                config=config.flat(), epoch=epoch, seeds=[r.state() for r in replicates],
+                config=config.flat(), epoch=epoch if ends_epoch else epoch - 1, step=0 if ends_epoch else steps.stop,
+                seeds=[r.state() for r in replicates],
                 early_stopping=asdict(stopper), history=history, finished=stop, patience_spent=stopper.should_stop,
                 token_ids=torch.from_numpy(splits.token_ids),
                 samples=reconstruct(first.model, splits, dev) if improved else None))
@@ -425,17 +457,28 @@ def train(
     return summary(history, stopper, config.train.epochs, data_seconds)
 
 
+def _parts(first_epoch: int, first_step: int, epochs: int, checks: list[int]) -> Iterator[tuple[int, range]]:
+    """``(epoch, its steps up to the next validation)`` from step ``first_step`` of ``first_epoch``
+    on (0-based steps; ``checks``: :func:`validation_steps`)."""
+    for epoch in range(first_epoch, epochs + 1):
+        start = first_step if epoch == first_epoch else 0
+        for stop in checks:
+            if stop > start:
+                yield epoch, range(start, stop)
+                start = stop
+
+
 def summary(history: list[dict[str, Any]], stopper: EarlyStopping, epochs: int, data_seconds: float) -> dict[str, Any]:
-    """The final metrics: those of the best epoch, and how the run went."""
+    """The final metrics: those of the best result (the best epoch's by default), and how the run went."""
     best = history[stopper.best_epoch - 1]
     train_seconds = sum(h[M.EPOCH_SECONDS] for h in history)
     return {
         **{k: best[k] for k in (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.VAL_SEQUENCE_ACCURACY, M.TRAIN_LOSS, M.LATENT_FRACTION,
                                 M.LATENT_FLOATS, M.LATENT_SHARE, *M.TEST_METRICS) if k in best},
         **{k: v for k, v in best.items() if M.is_spread(k)},
-        M.BEST_EPOCH: stopper.best_epoch,
-        M.EPOCHS_RUN: len(history),
-        M.STOPPED_EARLY: len(history) < epochs,
+        M.BEST_EPOCH: best[M.EPOCH],
+        M.EPOCHS_RUN: history[-1][M.EPOCH],  # whole unless patience stopped it between epochs' ends
+        M.STOPPED_EARLY: history[-1][M.EPOCH] < epochs,
         M.TOKENS_PER_S: float(np.mean([h[M.TOKENS_PER_S] for h in history])),
         M.TRAIN_SECONDS: train_seconds,
         M.DATA_SECONDS: data_seconds,

@@ -72,6 +72,11 @@ def test_set_values_are_typed():
         pytest.param(["model.d_model=64", "model.latent_dim=65"], "model.latent_dim=65 must be in 1..model.d_model=64",
                      id="latent-wider-than-the-model"),
         pytest.param(["train.lr"], "expected key=value", id="no-equals"),
+        *[pytest.param([f"train.validate_every={v}"], f"train.validate_every={v} must be a whole number of steps "
+                       "(1 or more) or a fraction of an epoch of the form 1/k", id=f"validate-every-{v}")
+          for v in ("0", "-3", "1.5", "0.3", "-0.25")],
+        pytest.param(["train.validate_every=often"], "train.validate_every='often' must be an integer or a finite "
+                     "number or null", id="validate-every-a-word"),
     ],
 )
 def test_cli_rejects_bad_input_before_loading_data(bad, message, capsys, tmp_path):

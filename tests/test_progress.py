@@ -268,3 +268,15 @@ def test_a_trial_worker_stopped_inside_a_callback_exits_without_a_traceback():
     script = STOPPED_IN_A_CALLBACK.replace("class Node", hooked + "class Node", 1)
     ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
     assert (ran.returncode, ran.stdout, ran.stderr) == (1, "", ""), ran
+
+
+def test_validations_between_epochs_ends_print_fractional_epochs_and_count_what_they_trained(progress):
+    """train.validate_every=0.25: a line at each validation, its epochs trained a fraction, and the
+    sweep's done work grows by the share of an epoch since the trial's previous result."""
+    p = progress(work=6, epochs=3)
+    lines = [p.result(0, {}, {"val_token_accuracy": 0.5, "epoch": epoch}) for epoch in (0.25, 0.5, 0.75, 1, 1.25)]
+    assert [line.split("  ")[1] for line in lines] == ["epoch 0.25/3", "epoch 0.50/3", "epoch 0.75/3", "epoch 1/3",
+                                                      "epoch 1.25/3"]
+    assert p.done == 1.25
+    p.result(1, {}, {"val_token_accuracy": 0.5, "epoch": 2.5})  # a trial resumed in this session: since its epoch began
+    assert p.done == 1.75

@@ -74,3 +74,33 @@ def test_several_objectives_rank_a_rung_by_non_dominated_sorting_and_resume_the_
     assert asha.on_trial_result(None, _trial(0), end) == TrialScheduler.STOP  # its last epoch
     rebuilt = ParetoASHA(history, objectives, **settings)
     assert [rebuilt.stops(n) for n in range(5)] == [False, False, True, False, True]
+
+
+def test_rungs_below_an_epoch_decide_at_the_validation_that_reaches_them_and_resume_the_same():
+    """train.validate_every=0.25 makes the epochs trained a fraction: rungs at 0.25, 0.5 and 1 of
+    max_t 2 (grace_period 0.25, factor 2). Two trials reach a quarter of an epoch; a third, worse,
+    stops there, mid-epoch. Rebuilt from the trials' records, each rung holds the first record at or
+    past it, and the third is behind again."""
+    objective = (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"),)
+    settings = {"time_attr": M.EPOCH, "metric": M.VAL_TOKEN_ACCURACY, "mode": "max", "max_t": 2,
+                "grace_period": 0.25, "reduction_factor": 2}
+    asha = ResumableASHA({}, objective, **settings)
+    assert [milestone for milestone, _ in asha.bracket_of(0)._rungs] == [2, 1, 0.5, 0.25]
+    trials = [_trial(n) for n in range(3)]
+    for trial in trials:
+        asha.on_trial_add(None, trial)
+    history: dict[int, list[dict[str, float]]] = {0: [], 1: [], 2: []}
+    for number, value in ((0, 0.8), (1, 0.9), (2, 0.1)):
+        record = {M.EPOCH: 1 / 3, M.VALIDATION: 1, M.VAL_TOKEN_ACCURACY: value}  # the first step past a quarter
+        history[number].append(record)
+        decision = asha.on_trial_result(None, trials[number], record)
+        assert decision == (TrialScheduler.STOP if number == 2 else TrialScheduler.CONTINUE)
+    record = {M.EPOCH: 5 / 9, M.VALIDATION: 2, M.VAL_TOKEN_ACCURACY: 0.85}
+    history[0].append(record)
+    assert asha.on_trial_result(None, trials[0], record) == TrialScheduler.CONTINUE
+    assert dict(asha.bracket_of(0)._rungs)[0.5] == {"t0": 0.85}
+
+    rebuilt = ResumableASHA(history, objective, **settings)
+    rungs = dict(rebuilt.bracket_of(0)._rungs)
+    assert rungs[0.25] == {"past-0": 0.8, "past-1": 0.9, "past-2": 0.1} and rungs[0.5] == {"past-0": 0.85}
+    assert rebuilt.stops(2) and not rebuilt.stops(1) and not rebuilt.stops(0)

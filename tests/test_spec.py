@@ -369,6 +369,9 @@ def test_the_stored_form_keeps_every_field_of_the_schema(tmp_path):
                  "at most once; train.epochs above 3 gives it a second rung", id="asha-once"),
     pytest.param(["trials.total=12", "train.epochs=2", "scheduler={type: asha, grace_period: 2, reduction_factor: 2}"],
                  "ASHA decides never of 2", id="asha-never"),
+    pytest.param(["trials.total=12", "train.epochs=4", "scheduler={type: asha, grace_period: 0.25, reduction_factor: 2}"],
+                 "ASHA's rungs at 0.25, 0.5 epochs decide nothing for trials that validate once an epoch: set "
+                 "train.validate_every to validate at least every 0.25 epoch", id="asha-below-an-epoch-once-an-epoch"),
 ])
 def test_a_valid_sweep_that_cannot_do_what_it_says_is_told_so(tmp_path, sets, note):
     spec = spec_lib.load(write(tmp_path, {**SEARCH, "config": {"data": {"input_len": 32, "test_fraction": 0.1}}}),

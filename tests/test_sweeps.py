@@ -17,8 +17,8 @@ from sweeps.results.export import trial_table
 from sweeps.spec import sweep as spec_lib
 from sweeps.stores.workspace import Workspace
 from tests.conftest import REPO, WIKI_MINI
-from tests.sweep_helpers import (SMOKE, STUDIES, metric_steps, mlflow_runs, optuna_trials, seqae, sets, status,
-                                  tune_results, tune_trials)
+from tests.sweep_helpers import (SMOKE, STUDIES, metric_steps, mlflow_runs, optuna_trials, run_args, seqae, sets,
+                                  status, tune_results, tune_trials)
 
 FIG3_FRACTIONS = [1.0, 0.5, 0.25]  # the report's Fig. 3 draws a point per fraction (the paper_fig3 run checks it)
 # What each study needs on top of SMOKE to run in seconds: a tiny grid, or few trials.
@@ -157,6 +157,40 @@ def _check_searched_and_stopped_at_the_papers_patience(workspace: Path, study: s
             assert trial.state.name == "COMPLETE" and epochs == tuple(range(1, best + 6)), (number, best, epochs)
         assert metric_steps(runs[number].info.run_id, "val_token_accuracy", workspace) == list(epochs), number
         assert tune_epochs[number] == list(epochs), number
+
+
+@pytest.mark.slow
+def test_a_sweep_validating_at_quarter_epochs_decides_reports_and_tracks_at_each(tmp_path):
+    """train.validate_every=0.25 and ASHA's first rung a quarter into the first epoch (grace 0.25,
+    factor 2: rungs at 0.25, 0.5 and 1 of 2 epochs): a progress line at each validation with its
+    epochs trained, ASHA stopping trials between epochs' ends, Optuna's intermediate values and
+    MLflow's steps numbered by validation, the loss curve's points at their global steps."""
+    workspace = tmp_path / "ws"
+    run = seqae(*run_args(workspace, "quarters", "trials.total=5", "train.validate_every=0.25",
+                          "scheduler.type=asha", "scheduler.grace_period=0.25",
+                          "search.model.d_model={type: categorical, choices: [16, 32]}",
+                          "search.model.d_attn={type: categorical, choices: [16, 32]}",
+                          "start.paper_lr={train.lr: 1.0e-3, model.d_model: 32, model.d_attn: 32}"))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # 5 pages of 16 tokens in batches of 64: 5 steps an epoch, validated after steps 2, 3, 4 and 5
+    for epoch in ("0.40", "0.60", "0.80", "1", "1.40", "2"):
+        assert re.search(rf"^trial 0  epoch {epoch}/2  start paper_lr: ", run.stdout, re.M), run.stdout
+    assert re.search(r"^trial \d  stopped by the scheduler after 0\.\d0 epochs$", run.stdout, re.M), run.stdout
+    trials = {t.number: t for t in optuna_trials(workspace, "quarters")}
+    pruned = [n for n, t in trials.items() if t.state.name == "PRUNED"]
+    assert pruned and all(len(trials[n].intermediate_values) < 4 for n in pruned)  # stopped within epoch 1
+    for trial in trials.values():
+        assert sorted(trial.intermediate_values) == list(range(1, len(trial.intermediate_values) + 1))
+        assert trial.state.name == "PRUNED" or len(trial.intermediate_values) == 8  # 4 validations x 2 epochs
+    results = {name: [json.loads(line) for line in (path / "result.json").read_text().splitlines()]
+               for path in (workspace / "sweeps" / "quarters" / "tune").glob("session-*/trial-*")
+               for name in [path.name]}
+    assert [r["epoch"] for r in results["trial-0000"]] == [0.4, 0.6, 0.8, 1, 1.4, 1.6, 1.8, 2]
+    for child in [r for r in mlflow_runs(workspace, "quarters") if "seqae.trial" in r.data.tags]:
+        number = int(child.data.tags["seqae.trial"])
+        assert metric_steps(child.info.run_id, "val_token_accuracy", workspace) == sorted(trials[number].intermediate_values)
+        last_step = int(child.data.metrics["global_step"])
+        assert metric_steps(child.info.run_id, "train_loss_steps", workspace) == list(range(3, last_step + 1, 3))
 
 
 @pytest.mark.slow

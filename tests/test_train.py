@@ -7,7 +7,7 @@ import torch
 
 from seqae_cli.main import main
 from seqae_core import metrics as M
-from seqae_core.checkpoint import CheckpointStore, tensors
+from seqae_core.checkpoint import Checkpoint, CheckpointStore, tensors
 from seqae_core.config import TrainConfig
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.train import (
@@ -16,7 +16,9 @@ from seqae_core.train import (
     batch_scores,
     lr_factor,
     train,
+    validation_steps,
 )
+from seqae_errors import ConfigError
 from tests.conftest import TINY, sets
 
 TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.EPOCH_CPU_SECONDS, M.DATA_SECONDS}
@@ -191,6 +193,116 @@ def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, 
     assert {k: v for k, v in final.items() if k not in {M.TOKENS_PER_S, M.TRAIN_SECONDS, M.DATA_SECONDS}} == {
         k: v for k, v in expected.items() if k not in {M.TOKENS_PER_S, M.TRAIN_SECONDS, M.DATA_SECONDS}
     }
+
+
+@pytest.mark.parametrize("settings, stop_after", [
+    pytest.param({"train.validate_every": 0.25}, 3, id="quarters-killed-after-the-third"),
+    pytest.param({"train.validate_every": 4}, 3, id="every-4-steps-killed-in-epoch-2"),
+    pytest.param({"train.validate_every": 0.5, "train.repeats": 2}, 1, id="halves-2-seeds"),
+    pytest.param({"train.validate_every": 0.5, "train.repeats": 2, "train.fuse_repeats": "on"}, 3,
+                 id="halves-2-seeds-fused"),
+])
+def test_a_run_killed_between_validations_of_an_epoch_resumes_there_with_the_uninterrupted_runs_numbers(
+        tiny_config, data_cache, tmp_path, settings, stop_after):
+    """train.validate_every below an epoch: the run killed after validation ``stop_after``, mid-epoch,
+    resumes from that validation's checkpoint, in the epoch's data order and with its random
+    streams, and every later validation's metrics, its loss curve's points included, are the
+    uninterrupted run's, exactly (the same operations on the same numbers, in the same order)."""
+    config = tiny_config(**{"train.epochs": 2, "model.dropout": 0.1, "data.test_fraction": 0.2, "train.log_every_steps": 1,
+                            **settings})
+    full = []
+    expected = train(config, lambda m, c: full.append(m), cache_dir=data_cache)
+
+    class Stop(Exception):
+        pass
+
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+
+    def kill(metrics, checkpoint):
+        store.save(metrics, checkpoint)
+        if metrics[M.VALIDATION] == stop_after:
+            raise Stop
+
+    with pytest.raises(Stop):
+        train(config, kill, cache_dir=data_cache)
+    state, skipped = store.resume()
+    assert skipped == [] and state.step > 0  # between two epochs' ends
+    assert state.place == f"at step {state.step} of epoch {state.epoch + 1}"
+    assert store.progress().epoch == full[stop_after - 1][M.EPOCH]  # what a sweep reads: the epochs trained
+    assert full[stop_after - 1][M.EPOCH] == state.epoch + state.step / (full[-1][M.GLOBAL_STEP] / 2)
+    resumed = []
+    final = train(config, lambda m, c: resumed.append(m), resume=state, cache_dir=data_cache)
+    assert [m[M.VALIDATION] for m in resumed] == list(range(stop_after + 1, len(full) + 1))
+    assert without_timing(resumed) == without_timing(full[stop_after:])
+    assert all(m[M.TRAIN_LOSS_STEPS] for m in full[stop_after:])  # the curve's points are compared, not absent
+    untimed = {M.TOKENS_PER_S, M.TRAIN_SECONDS, M.DATA_SECONDS}
+    assert {k: v for k, v in final.items() if k not in untimed} == {k: v for k, v in expected.items() if k not in untimed}
+
+
+def test_validations_between_epochs_ends_are_results_with_fractional_epochs(tiny_config, data_cache):
+    """At train.validate_every=0.25 an epoch of 9 steps validates after steps 3, 5, 7 and 9 (the
+    first step at or past each quarter), each a result: its epochs trained, its global step, its
+    loss curve's points since the previous validation and its checkpoint's place in the epoch."""
+    config = tiny_config(**{"train.epochs": 2, "train.validate_every": 0.25, "train.log_every_steps": 1})
+    reports = []
+    final = train(config, lambda m, c: reports.append((m, c)), cache_dir=data_cache)
+    assert [m[M.GLOBAL_STEP] for m, _ in reports] == [3, 5, 7, 9, 12, 14, 16, 18]
+    assert [m[M.EPOCH] for m, _ in reports] == [3 / 9, 5 / 9, 7 / 9, 1, 1 + 3 / 9, 1 + 5 / 9, 1 + 7 / 9, 2]
+    assert [m[M.VALIDATION] for m, _ in reports] == list(range(1, 9))
+    assert [(c.epoch, c.step) for _, c in reports] == [(0, 3), (0, 5), (0, 7), (1, 0), (1, 3), (1, 5), (1, 7), (2, 0)]
+    assert [[s for s, _ in m[M.TRAIN_LOSS_STEPS]] for m, _ in reports[:2]] == [[1, 2, 3], [4, 5]]
+    assert final[M.EPOCHS_RUN] == 2 and final[M.STOPPED_EARLY] is False
+
+
+def test_patience_counts_epochs_whatever_the_validations_an_epoch(tiny_config, data_cache):
+    """train.patience=1 at four validations an epoch: with a learning rate of ~0 nothing improves
+    after the first validation, so the run stops four validations (one epoch) later, a third into
+    epoch 2, and says so."""
+    config = tiny_config(**{"train.epochs": 5, "train.validate_every": 0.25, "train.patience": 1,
+                            "train.lr": 1e-12, "train.lr_final": 1e-12})
+    reports = []
+    final = train(config, lambda m, c: reports.append((m, c)), cache_dir=data_cache)
+    assert len(reports) == 5 and reports[-1][1].finished and reports[-1][1].patience_spent
+    assert final[M.BEST_EPOCH] == 3 / 9 and final[M.EPOCHS_RUN] == 1 + 3 / 9 and final[M.STOPPED_EARLY] is True
+
+
+def test_the_default_validates_once_an_epoch_as_validating_every_epochs_steps_does(tiny_config, data_cache):
+    """Unset, train.validate_every is once an epoch: the results of setting it to an epoch's 9 steps,
+    whole epochs numbered as their validations."""
+    default, every_epoch = [], []
+    train(tiny_config(), lambda m, c: default.append(m), cache_dir=data_cache)
+    train(tiny_config(**{"train.validate_every": 9}), lambda m, c: every_epoch.append(m), cache_dir=data_cache)
+    assert without_timing(default) == without_timing(every_epoch)
+    assert [(m[M.EPOCH], m[M.VALIDATION], m[M.GLOBAL_STEP]) for m in default] == [(1, 1, 9), (2, 2, 18)]
+
+
+@pytest.mark.parametrize("every, message", [
+    (10, "train.validate_every=10 steps is more than an epoch's 9 steps"),
+    (0.1, "train.validate_every=0.1 asks for 10 validations an epoch, which has 9 steps"),
+])
+def test_validating_more_often_than_an_epoch_has_steps_is_refused_before_training(tiny_config, data_cache, every,
+                                                                                    message):
+    with pytest.raises(ConfigError, match=message):
+        train(tiny_config(**{"train.validate_every": every}), lambda m, c: pytest.fail("trained"),
+              cache_dir=data_cache)
+
+
+def test_validation_steps_fall_at_or_just_past_each_share_of_the_epoch():
+    assert validation_steps(TrainConfig(), 95) == [95]
+    assert validation_steps(TrainConfig(validate_every=30), 95) == [30, 60, 90, 95]
+    assert validation_steps(TrainConfig(validate_every=0.25), 95) == [24, 48, 72, 95]
+    assert validation_steps(TrainConfig(validate_every=0.333), 10) == [4, 7, 10]
+    assert validation_steps(TrainConfig(validate_every=0.5), 2) == [1, 2]
+
+
+def test_a_state_saved_before_validate_every_resumes_at_the_next_epochs_start():
+    """A format-1 state written without ``step`` (before validations between epochs' ends) reads as
+    one at its epoch's end: the run goes on at step 0 of the next epoch."""
+    state = {"format": 1, "config": {}, "epoch": 3, "model": {}, "optimizer": {}, "scheduler": {}, "rng": {},
+             "early_stopping": {}, "history": [{}, {}, {}], "finished": False, "patience_spent": False,
+             "token_ids": torch.zeros(1)}
+    checkpoint = Checkpoint.of_state(state)
+    assert (checkpoint.epoch, checkpoint.step, checkpoint.number) == (3, 0, 3)
 
 
 def test_a_finished_run_given_more_epochs_trains_on_as_if_it_had_had_them(tiny_config, data_cache, tmp_path):

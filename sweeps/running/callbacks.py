@@ -119,8 +119,8 @@ class NotifyCallback(DriverOnly, tune.Callback):
         self.notifier.send("failed", f"trial {number} failed", last_error(trial)[-1000:])
 
 
-def _epochs(trial: Trial) -> int:
-    return int((trial.last_result or {}).get(M.EPOCH, 0))
+def _epochs(trial: Trial) -> float:
+    return float((trial.last_result or {}).get(M.EPOCH, 0))
 
 
 def last_error(trial: Trial) -> str:

@@ -14,6 +14,7 @@ import torch
 from optuna.trial import TrialState
 
 from seqae_core.config import build
+from seqae_core.metrics import epoch_text
 from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
 from sweeps.running.progress import say
@@ -206,12 +207,12 @@ def extend_epochs(workspace: Workspace, name: str, epochs: int, which: str) -> l
             elif progress.released:
                 released.append(number)
             elif progress.patience_spent:
-                notes.append(f"trial {number}: left as it is: its patience ran out at epoch {progress.epoch}")
+                notes.append(f"trial {number}: left as it is: its patience ran out at epoch {epoch_text(progress.epoch)}")
             elif progress.epoch >= epochs:
-                notes.append(f"trial {number}: left as it is: it already trained {progress.epoch} epochs")
+                notes.append(f"trial {number}: left as it is: it already trained {epoch_text(progress.epoch)} epochs")
             else:
                 chosen.append(number)
-                notes.append(f"trial {number}: trains on from epoch {progress.epoch} to {epochs}")
+                notes.append(f"trial {number}: trains on from epoch {epoch_text(progress.epoch)} to {epochs}")
         if released:
             keep = spec.checkpoints.keep_best
             raise ConfigError(f"--trials={which}: trials {', '.join(map(str, released))} cannot train on: their "

@@ -5,12 +5,14 @@ and a table of every trial at the end.
 
 The bar is tqdm's (it draws only on a terminal; in a log file the lines stand alone). The time
 left is the sweep's remaining trial-epochs at the rate seen so far, so early stops and pruning
-only ever make it shorter.
+only ever make it shorter. A trial that validates between epochs' ends (train.validate_every)
+prints a line at each validation, its epochs trained a fraction (``epoch 1.25/3``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from typing import Any
@@ -75,8 +77,9 @@ class Progress:
                  best: tuple[float, int] | None = None) -> None:
         self.objective, self.epochs, self.best = objective, epochs, best
         self.started = time.monotonic()
-        self.done = 0
-        self.work = max(work, 1)
+        self.done = 0.0  # trial-epochs trained, fractions of an epoch included
+        self.last: dict[int, float] = {}  # each trial's epochs trained at its latest result
+        self.work: float = max(work, 1)
         self.bar = tqdm(total=self.work, desc=f"sweep {name}", unit="epoch", disable=None, leave=False,
                         dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
                                                        "trial-epochs [{elapsed}<{remaining}]")
@@ -93,16 +96,20 @@ class Progress:
         return (self.work - self.done) * (time.monotonic() - self.started) / self.done
 
     def result(self, number: int, params: dict[str, Any], metrics: dict[str, Any], start: str | None = None) -> str:
-        """Record an epoch's result and print its line (a starting point's shows its name before
-        its parameters); returns the line."""
-        self.done = min(self.done + 1, self.work)
-        self.bar.update(1)
+        """Record a result and print its line (a starting point's shows its name before its
+        parameters); returns the line. It adds the epochs trained since the trial's previous
+        result (one a result by default; a trial's first in this session: since its epoch began)."""
+        epoch = float(metrics[M.EPOCH])
+        trained = epoch - self.last.get(number, math.ceil(epoch) - 1)
+        self.last[number] = epoch
+        self.done = min(self.done + trained, self.work)
+        self.bar.update(trained)
         value = float(metrics[self.objective.metric])
         if self._better(value):
             self.best = (value, number)
         assert self.best is not None
         left = self.left()
-        line = (f"trial {number}  epoch {int(metrics['epoch'])}/{self.epochs}  "
+        line = (f"trial {number}  epoch {M.epoch_text(epoch)}/{self.epochs}  "
                 f"{f'start {start}: ' if start else ''}{short(params)}  "
                 f"{self.objective.metric} {M.value_text(value, metrics, self.objective.metric)}  "
                 f"best {self.best[0]:.4f} (trial {self.best[1]})  "
@@ -111,13 +118,13 @@ class Progress:
         say(line)
         return line
 
-    def ended(self, number: int, epochs_run: int, how: str, why: str | None = None) -> None:
+    def ended(self, number: int, epochs_run: float, how: str, why: str | None = None) -> None:
         """A trial ended (``how``: finished, stopped by the scheduler or the budget, failed; ``why``: the error):
         the epochs it will not run leave the sweep's remaining work."""
         self.work = max(self.work - max(self.epochs - epochs_run, 0), self.done, 1)
         self.bar.total = self.work
         self.bar.refresh()
-        say(f"trial {number}  {how} after {epochs_run} epoch{'s' if epochs_run != 1 else ''}"
+        say(f"trial {number}  {how} after {M.epoch_text(epochs_run)} epoch{'s' if epochs_run != 1 else ''}"
                  + (f": {why}" if why else ""))
 
     def close(self) -> None:

@@ -95,7 +95,7 @@ class StudySearcher(DriverOnly, Searcher):
     def _result(self, number: int, result: dict[str, Any]) -> None:
         """An epoch's value to Optuna; the sweep drains once it reaches the objective's target
         within its constraints, or once its trials have spent its budget."""
-        self.study.report(number, int(result[M.EPOCH]), result)
+        self.study.report(number, M.result_number(result), result)
         self.spend.add(number, result)
         objective, budget = self.spec.objectives[0], self.spec.budget
         value = float(result[objective.metric])

@@ -29,17 +29,19 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
 
     def __init__(self, history: dict[int, list[dict[str, Any]]], objectives: tuple[Objective, ...],
                  **kwargs: Any) -> None:
-        """``history``: each earlier trial's epoch records (its checkpoint records' results)."""
+        """``history``: each earlier trial's records (its checkpoint records' results). A rung at
+        ``m`` epochs holds the first record at or past it, as Tune's ASHA recorded it then: with
+        train.validate_every below an epoch, the epochs trained are fractions and a rung may be too."""
         super().__init__(**kwargs)
         self._objectives = objectives
         sizes = np.array([len(bracket._rungs) for bracket in self._brackets])
         odds = np.exp(sizes - sizes.max())  # Ray's: more trials to the brackets with more rungs
         self._odds = odds / odds.sum()
         for number, records in history.items():
-            values = {int(record[M.EPOCH]): self.value(record) for record in records}
             for milestone, recorded in self.bracket_of(number)._rungs:
-                if int(milestone) in values:
-                    recorded[f"past-{number}"] = values[int(milestone)]
+                reached = next((r for r in records if float(r[M.EPOCH]) >= milestone), None)
+                if reached is not None:
+                    recorded[f"past-{number}"] = self.value(reached)
 
     def value(self, record: dict[str, Any]) -> Any:
         """What a rung records of an epoch's ``record``: the objective's value, turned to be

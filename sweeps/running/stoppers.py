@@ -41,8 +41,8 @@ class Spend:
         self.running.setdefault(number, self.typical())
 
     def add(self, number: int, result: dict[str, Any]) -> None:
-        if (number, int(result[M.EPOCH])) not in self.counted:
-            self.counted.add((number, int(result[M.EPOCH])))
+        if (number, M.result_number(result)) not in self.counted:  # each validation's seconds since the previous
+            self.counted.add((number, M.result_number(result)))
             cost = self.share * float(result[M.EPOCH_SECONDS])
             self.total += cost
             self.running[number] = cost

@@ -74,7 +74,7 @@ def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runt
     for note in skipped:
         print(f"seqae: trial {number}: skipped damaged checkpoint {note}", flush=True)
     if resume is not None:
-        print(f"seqae: trial {number}: continuing after epoch {resume.epoch}", flush=True)
+        print(f"seqae: trial {number}: continuing {resume.place}", flush=True)
     elif skipped or continued:
         print(f"seqae: trial {number}: no valid checkpoint left; starting over from epoch 1", flush=True)
     device, gpu = trial_device(number, trial_config)

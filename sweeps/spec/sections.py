@@ -232,7 +232,9 @@ class SchedulerSection(Section):
                                     "asynchronous Hyperband, ASHA in brackets whose first rungs come later and later "
                                     "(grace_period x factor^b), each trial in one, most in the first; none: train "
                                     "every trial out")
-    grace_period: int = Field(default=1, gt=0, description="ASHA: the epoch of the first rung")
+    grace_period: int | float = Field(default=1, gt=0, description="ASHA: the epochs trained at the first rung; a "
+                                                                    "fraction (0.25) with train.validate_every "
+                                                                    "validating at least that often")
     reduction_factor: int = Field(default=2, ge=2, description="ASHA: 1 in this many trials goes on past each rung; "
                                                                "rungs at grace_period x factor^k epochs")
 
@@ -241,7 +243,7 @@ class SchedulerSection(Section):
         """The scheduler's name in messages."""
         return {"asha": "ASHA", "hyperband": "Hyperband"}.get(self.type, "no scheduler")
 
-    def rungs(self, epochs: int) -> list[int]:
+    def rungs(self, epochs: int) -> list[int | float]:
         """The epochs at which ASHA (Hyperband's first bracket) decides, in trials of ``epochs``."""
         return list(itertools.takewhile(lambda rung: rung < epochs,
                                         (self.grace_period * self.reduction_factor**k for k in itertools.count())))

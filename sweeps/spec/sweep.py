@@ -281,6 +281,13 @@ class SweepSpec(Section):
                              f"{epochs} "
                              f"(scheduler.grace_period {grace}, reduction_factor {factor}): a trial is stopped at most "
                              f"once; train.epochs above {grace * factor} gives it a second rung")
+            below = [rung for rung in rungs if rung < 1]
+            if below and any(config.train.validate_every is None for config in cell_configs(self)):
+                # Ray records a result at the highest rung it reached: validated once an epoch, a
+                # trial's first result (epoch 1) passes the rungs below it unrecorded
+                notes.append(f"{self.scheduler.label}'s rungs at {', '.join(map(str, below))} epochs decide nothing "
+                             "for trials that validate once an epoch: set train.validate_every to validate at "
+                             f"least every {min(below)} epoch")
         return notes
 
     def planned_trials(self) -> int:

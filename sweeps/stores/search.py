@@ -119,11 +119,12 @@ def study_exists(url: str, name: str) -> bool:
 
 
 def kept_record(history: list[dict[str, Any]]) -> dict[str, Any]:
-    """The record of the epoch early stopping kept: the first best of the monitored metric."""
-    epoch = M.kept_epoch((int(h[M.EPOCH]), float(h[M.MONITOR])) for h in history)
-    if epoch is None:
+    """The record of the result (the epoch, by default) early stopping kept: the first best of the
+    monitored metric."""
+    number = M.kept_epoch((M.result_number(h), float(h[M.MONITOR])) for h in history)
+    if number is None:
         raise ValueError("a trial with no epochs kept none")
-    return next(h for h in history if int(h[M.EPOCH]) == epoch)
+    return next(h for h in history if M.result_number(h) == number)
 
 
 def best_epoch_values(spec: SweepSpec, history: list[dict[str, Any]]) -> list[float]:
@@ -381,7 +382,8 @@ class SweepStudy:
 
     # -- outcomes ----------------------------------------------------------------------------
     def report(self, number: int, epoch: int, metrics: dict[str, Any]) -> None:
-        """An epoch's objective value, as an intermediate value (single-objective sweeps)."""
+        """A result's objective value, as an intermediate value at ``epoch``, its result number
+        (:func:`seqae_core.metrics.result_number`: the epoch's by default; single-objective sweeps)."""
         if self.spec.multi_objective:
             return
         trial = self._running(number)
@@ -396,8 +398,8 @@ class SweepStudy:
         trial = self._running(number)  # read once: a driver that saw the trial run reported every epoch
         reported = trial.intermediate_values if trial is not None else {}
         for record in history if trial is not None else []:
-            if int(record[M.EPOCH]) not in reported:
-                self.report(number, int(record[M.EPOCH]), record)
+            if M.result_number(record) not in reported:
+                self.report(number, M.result_number(record), record)
         self.study.tell(self._records.get(number, number), best_epoch_values(self.spec, history), skip_if_finished=True)
 
     def note_kept(self, number: int, history: list[dict[str, Any]]) -> None:

@@ -58,7 +58,8 @@ from sweeps.stores.mlflow_runs import all_runs
 
 log = logging.getLogger(__name__)
 
-LOGGED_METRICS = tuple(m for m in M.PER_EPOCH + M.CUDA_PER_EPOCH + M.TEST_METRICS if m != M.EPOCH)
+# A record's result number (its epoch's by default) is its MLflow step, not a metric of its own.
+LOGGED_METRICS = tuple(m for m in M.PER_EPOCH + M.CUDA_PER_EPOCH + M.TEST_METRICS if m not in (M.EPOCH, M.VALIDATION))
 # MLflow 3 keeps an experiment's kind in this tag, and its UI's kind selector writes this value
 # for model training. (MLflow 3.17's UI opens an experiment on the page of its own workflow type
 # instead, which a link picks with ?workflowType=machine_learning: dashboards.ui.runs_url.)
@@ -211,11 +212,12 @@ class Tracker:
         self._log_epoch(number, result, tags)
 
     def _log_epoch(self, number: int, record: dict[str, Any], tags: list[RunTag] | None = None) -> None:
-        """An epoch's record (a result, or one of the checkpoint store's history): its points of the
-        loss curve, then its system metrics and its own, which mark it logged. Whatever is logged
-        already is skipped, so a write retried after an outage logs nothing twice."""
+        """A validation's record (a result, or one of the checkpoint store's history), at its
+        result number (the epoch's by default): its points of the loss curve, then its system
+        metrics and its own, which mark it logged. Whatever is logged already is skipped, so a
+        write retried after an outage logs nothing twice."""
         cache, tags = self._runs[number], tags or []
-        epoch = int(record[M.EPOCH])
+        epoch = M.result_number(record)
         if epoch in cache.logged_steps:
             if tags:
                 self.client.log_batch(cache.run_id, tags=tags)
@@ -372,7 +374,7 @@ class Tracker:
 
 
 def _metrics(result: dict[str, Any], now: int) -> list[Metric]:
-    epoch = int(result[M.EPOCH])
+    epoch = M.result_number(result)
     return [Metric(k, float(v), now, epoch) for k, v in result.items() if k in LOGGED_METRICS or M.is_spread(k)]
 
 
