@@ -155,8 +155,9 @@ def _prepare(corpus: Path, cache: Path, kill_at: int | None = None) -> dict[str,
     result = json.loads(out.strip().splitlines()[-1])
     entry = Path(result["entry"])
     manifest = json.loads((entry / "manifest.json").read_text())
+    tokenized = manifest["pages"] - manifest["resumed_after_pages"]  # a resumed run: only those after the resume point
     return {"pages": manifest["pages"], "seconds": round(result["seconds"], 1),
-            "pages_per_s": round(manifest["pages"] / result["seconds"], 1),
+            "pages_per_s": round(tokenized / result["seconds"], 1),
             "cpu_seconds": round(result["cpu_seconds"], 1), "peak_rss_mib": round(watch.rss / 2**20),
             "peak_pss_mib": round(watch.pss / 2**20), "entry_bytes": _bytes(entry), "peak_disk_bytes": watch.disk,
             "resumed_after_pages": manifest["resumed_after_pages"], "files": manifest["files"]}

@@ -45,12 +45,12 @@ STUDY = Path(__file__).resolve().parents[1] / "sweeps" / "studies" / "paper_fig3
 VOCAB = 30522  # bert-base-uncased: the paper scores every id (data.vocab: tokenizer)
 
 
-def asha_epochs(max_t: int, grace: int, factor: int) -> float:
+def asha_epochs(max_t: int, grace: float, factor: int) -> float:
     """Expected epochs of a trial under ASHA: a 1/factor share goes on at each rung."""
-    rungs = [grace]
+    rungs: list[float] = [grace]
     while rungs[-1] * factor < max_t:
         rungs.append(rungs[-1] * factor)
-    epochs, share, done = 0.0, 1.0, 0
+    epochs, share, done = 0.0, 1.0, 0.0
     for rung in [r for r in rungs if r < max_t] + [max_t]:
         epochs += share * (rung - done)
         share, done = share / factor, rung
