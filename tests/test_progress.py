@@ -16,7 +16,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
-from sweeps.running.progress import Progress, best_line, clock, short, summary
+from sweeps.running.progress import Progress, best_line, clock, short, show, summary
 from sweeps.spec.sections import Objective
 from tests.conftest import REPO
 
@@ -64,6 +64,7 @@ def test_clock(secs, expected):
 # -- Progress ----------------------------------------------------------------------------------
 @pytest.fixture
 def progress():
+    show()  # the lines print as the command line prints them, whichever test ran before
     made: list[Progress] = []
 
     def make(objective: Objective = ACCURACY, work: int = 9, epochs: int = 3,
