@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from seqae_core import metrics as M
-from seqae_core.checkpoint import CheckpointStore
 from seqae_core.config import from_flat
 from seqae_core.fused import Pack, fuses
 from seqae_core.train import NonFiniteLossError, train
 from seqae_errors import ConfigError
 from tests.conftest import TINY
+from tests.interrupted import train_until
 
 TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.EPOCH_CPU_SECONDS, M.DATA_SECONDS}
 SEEDS = 3
@@ -105,21 +105,10 @@ def test_a_run_resumes_fused_or_not_from_either_checkpoint(tiny_config, data_cac
     are those of an uninterrupted run (within 1e-5)."""
     full = uninterrupted(tiny_config(**{"train.fuse_repeats": "off"}), data_cache)
 
-    class Stop(Exception):
-        pass
-
-    store = CheckpointStore(str(tmp_path / "ckpt"))
-
-    def stop_after_one(metrics, checkpoint):
-        store.save(metrics, checkpoint)
-        if metrics[M.EPOCH] == 1:
-            raise Stop
-
-    with pytest.raises(Stop):
-        train(tiny_config(**{"train.fuse_repeats": before}), stop_after_one, cache_dir=data_cache)
+    state, _ = train_until(tiny_config(**{"train.fuse_repeats": before}), tmp_path / "ckpt", lambda m: m[M.EPOCH] == 1,
+                           data_cache)
     fused_before = pack_steps["count"]
     assert (fused_before > 0) == (before == "on")
-    state, _ = store.resume()
     assert state.epoch == 1 and len(state.seeds) == SEEDS
     resumed = []
     train(tiny_config(**{"train.fuse_repeats": after}), lambda m, c: resumed.append(m),

@@ -20,6 +20,7 @@ from seqae_core.train import (
 )
 from seqae_errors import ConfigError
 from tests.conftest import TINY, sets
+from tests.interrupted import train_until
 
 TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.EPOCH_CPU_SECONDS, M.DATA_SECONDS}
 
@@ -172,20 +173,8 @@ def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, 
     full = []
     expected = train(config, lambda m, c: full.append(m), cache_dir=data_cache)
 
-    class Stop(Exception):
-        pass
-
-    store = CheckpointStore(str(tmp_path / "ckpt"))
-
-    def stop_after_two(metrics, checkpoint):
-        store.save(metrics, checkpoint)
-        if metrics[M.EPOCH] == 2:
-            raise Stop
-
-    with pytest.raises(Stop):
-        train(config, stop_after_two, cache_dir=data_cache)
-    state, skipped = store.resume()
-    assert state.epoch == 2 and skipped == []
+    state, _ = train_until(config, tmp_path / "ckpt", lambda m: m[M.EPOCH] == 2, data_cache)
+    assert state.epoch == 2
     resumed = []
     final = train(config, lambda m, c: resumed.append(m), resume=state, cache_dir=data_cache)
     assert [m[M.EPOCH] for m in resumed] == [3, 4]
@@ -213,20 +202,8 @@ def test_a_run_killed_between_validations_of_an_epoch_resumes_there_with_the_uni
     full = []
     expected = train(config, lambda m, c: full.append(m), cache_dir=data_cache)
 
-    class Stop(Exception):
-        pass
-
-    store = CheckpointStore(str(tmp_path / "ckpt"))
-
-    def kill(metrics, checkpoint):
-        store.save(metrics, checkpoint)
-        if metrics[M.VALIDATION] == stop_after:
-            raise Stop
-
-    with pytest.raises(Stop):
-        train(config, kill, cache_dir=data_cache)
-    state, skipped = store.resume()
-    assert skipped == [] and state.step > 0  # between two epochs' ends
+    state, store = train_until(config, tmp_path / "ckpt", lambda m: m[M.VALIDATION] == stop_after, data_cache)
+    assert state.step > 0  # between two epochs' ends
     assert state.place == f"at step {state.step} of epoch {state.epoch + 1}"
     assert store.progress().epoch == full[stop_after - 1][M.EPOCH]  # what a sweep reads: the epochs trained
     assert full[stop_after - 1][M.EPOCH] == state.epoch + state.step / (full[-1][M.GLOBAL_STEP] / 2)
