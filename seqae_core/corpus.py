@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import collections
 import functools
+import io
 import itertools
 import json
-import os
 import shutil
 import socket
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator
+from typing import Any, Iterator
 from urllib.parse import urlparse
 
 import datasets
@@ -28,6 +28,7 @@ from huggingface_hub import constants
 from transformers import AutoTokenizer
 
 from seqae_core.config import DataConfig
+from seqae_core.storage import write_atomically
 from seqae_errors import ConfigError, one_line
 
 PAGE_BATCH = 512  # pages per tokenizer call
@@ -229,8 +230,8 @@ def tokenize(config: DataConfig, out: Path, key: dict[str, Any], workers: int = 
             progress["rows"] += len(rows)
             progress["pages"] += int(page_of_row[-1]) + 1 if len(page_of_row) else 0
             # seen first: killed between the two, the batch is redone and adds the same ids again
-            _replace(partial / "seen.npy", lambda f: np.save(f, seen))
-            _replace(partial / "progress.json", lambda f: f.write(json.dumps(progress).encode()))
+            write_atomically(partial / "seen.npy", _npy(seen))
+            write_atomically(partial / "progress.json", json.dumps(progress).encode())
     n_rows, n_pages = int(progress["rows"]), int(progress["pages"])
     if n_pages < 2:
         raise ConfigError(f"data.path={config.path!r} gave {n_pages} non-empty pages; at least 2 are needed")
@@ -247,7 +248,7 @@ def tokenize(config: DataConfig, out: Path, key: dict[str, Any], workers: int = 
     (out / "vocab.json").write_text(json.dumps(vocab))
     made = Tokenized(pad_id=int(pad_id), vocab_size=vocab_size, samples=n_rows, pages=n_pages)
     progress["written"] = {k: v for k, v in asdict(made).items() if k != "resumed_after"}
-    _replace(partial / "progress.json", lambda f: f.write(json.dumps(progress).encode()))
+    write_atomically(partial / "progress.json", json.dumps(progress).encode())
     return replace(made, resumed_after=resumed_after)
 
 
@@ -265,12 +266,10 @@ def _resume_point(partial: Path, key: dict[str, Any]) -> dict[str, Any] | None:
     return progress if progress.get("key") == key else None
 
 
-def _replace(path: Path, write: Callable[[BinaryIO], Any]) -> None:
-    """Write ``path`` whole or not at all: into a temporary file, renamed over it."""
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "wb") as f:
-        write(f)
-    os.replace(temporary, path)
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
 
 
 def _write_rows(raw: Path, target: Path, shape: tuple[int, int], dtype: np.dtype,

@@ -4,6 +4,7 @@ credentials and endpoint settings (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -14,3 +15,11 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     if "://" in uri:
         return pafs.FileSystem.from_uri(uri)
     return pafs.LocalFileSystem(), str(Path(uri).expanduser().resolve())
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace the local file ``path`` by ``data``: readers, and a process killed meanwhile, see the
+    old file or the new one, never half of one."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)

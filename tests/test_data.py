@@ -280,7 +280,7 @@ def test_parallel_preparation_writes_the_same_entry(samples, vocab, tiny_config,
     assert sorted(p.name for p in (tmp_path / "2").iterdir()) == sorted([*data.FILES, "manifest.json"])  # no .raw left
 
 
-KILL_AT = {  # the progress write (the argument of corpus._replace) the build is killed at, and when
+KILL_AT = {  # the progress write (the file corpus.write_atomically replaces) the build is killed at, and when
     "rows written, batch not recorded": ("seen.npy", 3),
     "seen recorded, progress not": ("progress.json", 3),
     "files written, manifest not": ("written", 1),
@@ -305,21 +305,14 @@ from pathlib import Path
 from seqae_core import corpus, data
 from seqae_core.config import DataConfig
 corpus.PAGE_BATCH = 8
-replace, calls = corpus._replace, {{"seen.npy": 0, "progress.json": 0, "written": 0}}
-def dying(path, write):
-    if path.name == "progress.json" and b'"written": {{' in _peek(write):
-        calls["written"] += 1
-        if {name!r} == "written" and calls["written"] == {count}:
-            os.kill(os.getpid(), signal.SIGKILL)
-    elif path.name in calls:
-        calls[path.name] += 1
-        if {name!r} == path.name and calls[path.name] == {count}:
-            os.kill(os.getpid(), signal.SIGKILL)
-    replace(path, write)
-def _peek(write):
-    import io
-    buffer = io.BytesIO(); write(buffer); return buffer.getvalue()
-corpus._replace = dying
+write, calls = corpus.write_atomically, {{"seen.npy": 0, "progress.json": 0, "written": 0}}
+def dying(path, data):
+    kind = "written" if path.name == "progress.json" and b'"written": {{' in data else path.name
+    calls[kind] += 1
+    if {name!r} == kind and calls[kind] == {count}:
+        os.kill(os.getpid(), signal.SIGKILL)
+    write(path, data)
+corpus.write_atomically = dying
 data.prepare(DataConfig(**{config.__dict__!r}), Path({str(killed)!r}))
 """
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

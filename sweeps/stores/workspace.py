@@ -37,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from filelock import FileLock, Timeout
 
+from seqae_core.storage import write_atomically
 from seqae_errors import ConfigError
 from sweeps.spec.sweep import SweepSpec, validate
 
@@ -312,9 +313,7 @@ def _legacy_root(state: SweepState) -> Path | None:
 def write_json(path: Path, document: Any) -> None:
     """Atomically replace ``path`` (readers see the old file or the new one, never half of one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_text(json.dumps(document, indent=1))
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(document, indent=1).encode())
 
 
 class SweepLocked(ConfigError):
