@@ -22,6 +22,9 @@ EPOCH_SECONDS = "epoch_seconds"
 # The epoch's CPU time of the training process (every thread): what a trial costs when the
 # machine is shared, where wall time also counts the other processes' turns.
 EPOCH_CPU_SECONDS = "epoch_cpu_seconds"
+# Of EPOCH_CPU_SECONDS, the scoring's: the validation pages and, at a new best, the test pages. What
+# validating this often costs (train.validate_every), apart from the steps trained.
+VALIDATION_CPU_SECONDS = "validation_cpu_seconds"
 RESOURCE_SECONDS = "resource_seconds"  # a sweep trial's training wall time x the CPUs or GPU fraction it held
 LATENT_FRACTION = "latent_fraction"  # latent_len / input_len, constant per trial
 LATENT_FLOATS = "latent_floats"  # latent_len x latent_dim: the floats a sample is compressed to, constant per trial
@@ -55,7 +58,7 @@ TRAIN_SECONDS = "train_seconds"
 
 PER_EPOCH: tuple[str, ...] = (
     EPOCH, VALIDATION, TRAIN_LOSS, VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY, LEARNING_RATE, TOKENS_PER_S,
-    EPOCH_SECONDS, EPOCH_CPU_SECONDS, LATENT_FRACTION, LATENT_FLOATS, LATENT_SHARE, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY,
+    EPOCH_SECONDS, EPOCH_CPU_SECONDS, VALIDATION_CPU_SECONDS, LATENT_FRACTION, LATENT_FLOATS, LATENT_SHARE, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY,
     DATA_SECONDS, GLOBAL_STEP,
 )
 CUDA_PER_EPOCH: tuple[str, ...] = (GPU_MEMORY_GIB,)  # reported besides those on CUDA only

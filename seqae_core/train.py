@@ -411,6 +411,7 @@ def train(
                 losses.append(loss)
                 curves.append(curve)
         train_seconds = time.perf_counter() - part_start
+        scoring_cpu_start = time.process_time()
         number = len(history) + 1  # this result's: the epoch's by default
         val = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.val, config, dev, plan), M.VAL_METRICS)
                               for r in replicates})
@@ -418,6 +419,7 @@ def train(
         if improved and len(splits.test):  # the checkpoint early stopping keeps, on pages nothing selects on
             kept_test = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.test, config, dev, plan),
                                                        M.TEST_METRICS) for r in replicates})
+        scoring_cpu = time.process_time() - scoring_cpu_start
         ends_epoch = steps.stop == steps_per_epoch
         part_samples = min(steps.stop * config.train.batch_size, len(splits.train)) - steps.start * config.train.batch_size
         stop = stopper.should_stop or (ends_epoch and epoch == config.train.epochs)
@@ -431,6 +433,7 @@ def train(
             M.TOKENS_PER_S: len(replicates) * part_samples * config.data.input_len / train_seconds,
             M.EPOCH_SECONDS: time.perf_counter() - part_start,
             M.EPOCH_CPU_SECONDS: time.process_time() - part_cpu_start,
+            M.VALIDATION_CPU_SECONDS: scoring_cpu,
             M.LATENT_FRACTION: config.latent_fraction,
             M.LATENT_FLOATS: config.latent_floats,
             M.LATENT_SHARE: config.latent_share,

@@ -14,7 +14,7 @@ from seqae_errors import ConfigError
 from tests.conftest import TINY
 from tests.interrupted import train_until
 
-TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.EPOCH_CPU_SECONDS, M.DATA_SECONDS}
+TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.EPOCH_CPU_SECONDS, M.VALIDATION_CPU_SECONDS, M.DATA_SECONDS}
 SEEDS = 3
 EXACT = {"train.repeats": SEEDS, "train.seed": 7, "train.precision": "fp32", "model.dropout": 0.0, "train.epochs": 3,
          "train.log_every_steps": 3}  # fp32 without dropout: the promise of equality; a few curve points an epoch

@@ -22,7 +22,7 @@ from seqae_errors import ConfigError
 from tests.conftest import TINY, sets
 from tests.interrupted import train_until
 
-TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.EPOCH_CPU_SECONDS, M.DATA_SECONDS}
+TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.EPOCH_CPU_SECONDS, M.VALIDATION_CPU_SECONDS, M.DATA_SECONDS}
 
 
 @pytest.fixture
