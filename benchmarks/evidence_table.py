@@ -18,6 +18,11 @@ and the replays' fraction), the first seed of a fraction before its second. Ever
 the published table (``benchmarks/tables/evidence.parquet``) and its data card from every
 training done so far, the published rows included, so a table built across machines continues
 from what was published.
+
+:data:`QUARTERS` is the same trainings at the 25% fraction validated at each quarter of an epoch
+(``train.validate_every: 0.25``, ``seqae bench table-quarters``): a row per validation, with the
+validation's own CPU-seconds, so a replay can charge a method for validating as often as its rungs
+need and no more (``benchmarks.subepoch_rungs``).
 """
 
 from __future__ import annotations
@@ -71,6 +76,19 @@ FIXED: dict[str, Any] = {  # every training's other settings
     "train.lr_schedule": "linear", "train.lr_decay_epochs": EPOCHS, "train.precision": "auto",
 }
 
+@dataclass(frozen=True)
+class Recording:
+    """Which trainings a table holds and how often they validate."""
+
+    path: Path
+    fractions: tuple[float, ...]
+    validate_every: float | None  # None: once an epoch
+    parts: str  # the workspace folder of its trainings' parts
+
+
+EPOCHS_RECORDING = Recording(TABLE, FRACTIONS, None, "evidence-table")
+QUARTERS = Recording(TABLES / "evidence-quarters.parquet", (0.25,), 0.25, "evidence-table-quarters")
+
 SCHEMA = pa.schema([
     ("config_id", pa.int64()),  # 0 .. SIZE-1, the same configuration at every fraction
     *((k, pa.string() if k == "model.block" else pa.float64() if isinstance(GRID[k][0], float) else pa.int64())
@@ -90,6 +108,17 @@ SCHEMA = pa.schema([
     ("wall_seconds", pa.float64()),  # the epoch's
     ("cpu_seconds", pa.float64()),  # the epoch's process CPU time (one thread: one CPU)
 ])
+# QUARTERS' rows: one per validation, ``epoch`` the epochs trained (0.25, 0.5, ...), ``kept_epoch``
+# likewise, ``cpu_seconds`` the quarter's (its steps and its validation), ``validation_cpu_seconds``
+# the validation's share of it (the validation pages and, at a new best, the test pages).
+QUARTERS_SCHEMA = pa.schema([
+    *(pa.field(f.name, pa.float64()) if f.name in ("epoch", "kept_epoch") else f for f in SCHEMA),
+    ("validation_cpu_seconds", pa.float64()),
+])
+
+
+def schema(recording: Recording) -> pa.Schema:
+    return SCHEMA if recording.validate_every is None else QUARTERS_SCHEMA
 
 
 def grid() -> list[dict[str, Any]]:
@@ -163,40 +192,44 @@ class Job:
         return round(self.fraction * INPUT_LEN)
 
 
-def jobs() -> list[Job]:
+def jobs(recording: Recording = EPOCHS_RECORDING) -> list[Job]:
     """Every training, in the order they are built."""
-    return [Job(c, f, s) for f in FRACTIONS for s in SEEDS for c in range(len(CONFIGURATIONS))]
+    return [Job(c, f, s) for f in recording.fractions for s in SEEDS for c in range(len(CONFIGURATIONS))]
 
 
-def settings(job: Job, data_path: str) -> dict[str, Any]:
-    """The config keys of ``job``'s training."""
+def settings(job: Job, data_path: str, recording: Recording = EPOCHS_RECORDING) -> dict[str, Any]:
+    """The config keys of ``job``'s training (patience stays in epochs: no early stop either way)."""
+    every = {} if recording.validate_every is None else {"train.validate_every": recording.validate_every}
     return {**FIXED, **CONFIGURATIONS[job.config_id], "data.path": data_path, "model.latent_len": job.latent_len,
-            "train.seed": job.seed}
+            "train.seed": job.seed, **every}
 
 
-def _train(job: Job, data_path: str, out: Path) -> Path:
+def _train(job: Job, data_path: str, out: Path, recording: Recording = EPOCHS_RECORDING) -> Path:
     """Train ``job`` in this (pool) process and write its rows to ``out``, atomically."""
     torch.set_num_threads(1)
-    config = from_flat(settings(job, data_path))
+    config = from_flat(settings(job, data_path, recording))
     epochs: list[dict[str, Any]] = []
     train(config, lambda metrics, checkpoint: epochs.append(metrics))
-    rows = [row(job, config.model.d_model, e) for e in epochs]
+    rows = [row(job, config.model.d_model, e, recording) for e in epochs]
     partial = out.with_suffix(f".{os.getpid()}.tmp")
     pd.DataFrame(rows).to_parquet(partial, index=False)
     partial.rename(out)
     return out
 
 
-def row(job: Job, d_model: int, epoch: dict[str, Any]) -> dict[str, Any]:
-    """One epoch of one training, in :data:`SCHEMA`'s columns."""
+def row(job: Job, d_model: int, epoch: dict[str, Any], recording: Recording = EPOCHS_RECORDING) -> dict[str, Any]:
+    """One validation (an epoch's, by default) of one training, in :func:`schema`'s columns."""
+    whole = recording.validate_every is None
     return {
         "config_id": job.config_id, **CONFIGURATIONS[job.config_id], "input_len": INPUT_LEN,
         "latent_len": job.latent_len, "latent_dim": d_model, "latent_fraction": job.latent_len / INPUT_LEN,
-        "float_share": job.latent_len / INPUT_LEN, "seed": job.seed, "epoch": int(epoch[M.EPOCH]),
-        "kept_epoch": int(epoch[M.BEST_EPOCH]), "val_token_accuracy": epoch[M.VAL_TOKEN_ACCURACY],
+        "float_share": job.latent_len / INPUT_LEN, "seed": job.seed,
+        "epoch": int(epoch[M.EPOCH]) if whole else float(epoch[M.EPOCH]),
+        "kept_epoch": int(epoch[M.BEST_EPOCH]) if whole else float(epoch[M.BEST_EPOCH]), "val_token_accuracy": epoch[M.VAL_TOKEN_ACCURACY],
         "val_loss": epoch[M.VAL_LOSS], "test_token_accuracy": epoch[M.TEST_TOKEN_ACCURACY],
         "test_loss": epoch[M.TEST_LOSS], "wall_seconds": epoch[M.EPOCH_SECONDS],
         "cpu_seconds": epoch[M.EPOCH_CPU_SECONDS],
+        **({} if whole else {"validation_cpu_seconds": epoch[M.VALIDATION_CPU_SECONDS]}),
     }
 
 
@@ -205,7 +238,7 @@ def _published_done(table: pd.DataFrame) -> set[str]:
     return {Job(int(c), float(f), int(s)).name for c, f, s in keys.itertuples(index=False)}
 
 
-def collect(parts: Path, published: Path = TABLE) -> pd.DataFrame:
+def collect(parts: Path, published: Path = TABLE, recording: Recording = EPOCHS_RECORDING) -> pd.DataFrame:
     """Every training done: the parts in ``parts`` and the published table's, one row per epoch."""
     frames = [pd.read_parquet(p) for p in sorted(parts.glob("*.parquet"))]
     if published.exists():
@@ -214,17 +247,17 @@ def collect(parts: Path, published: Path = TABLE) -> pd.DataFrame:
         frames.append(old[[Job(int(c), float(f), int(s)).name not in have for c, f, s in
                            old[["config_id", "latent_fraction", "seed"]].itertuples(index=False)]])
     if not frames:
-        return SCHEMA.empty_table().to_pandas()
+        return schema(recording).empty_table().to_pandas()
     table = pd.concat(frames, ignore_index=True)
     return table.sort_values(["latent_fraction", "seed", "config_id", "epoch"], ascending=[False, True, True, True],
                              ignore_index=True)
 
 
-def publish(table: pd.DataFrame, out: Path = TABLE) -> None:
-    """Write the table (Parquet in :data:`SCHEMA`) and its data card beside it."""
+def publish(table: pd.DataFrame, out: Path = TABLE, recording: Recording = EPOCHS_RECORDING) -> None:
+    """Write the table (Parquet in :func:`schema`) and its data card beside it."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    table[SCHEMA.names].to_parquet(out, index=False, schema=SCHEMA)
-    out.with_suffix(".md").write_text(card(table))
+    table[schema(recording).names].to_parquet(out, index=False, schema=schema(recording))
+    out.with_suffix(".md").write_text(card(table, recording))
 
 
 def noise(table: pd.DataFrame) -> pd.DataFrame:
@@ -245,30 +278,40 @@ def _markdown(frame: pd.DataFrame) -> list[str]:
             *("| " + " | ".join(str(v) for v in values) + " |" for values in frame.itertuples(index=False))]
 
 
-def card(table: pd.DataFrame) -> str:
+def card(table: pd.DataFrame, recording: Recording = EPOCHS_RECORDING) -> str:
     trainings = table[["latent_fraction", "config_id", "seed"]].drop_duplicates()
     counts = trainings.groupby(["latent_fraction", "seed"]).size().to_dict()
     done = ", ".join(f"{f:.1%} seed {s}: {n}" for (f, s), n in sorted(counts.items(), reverse=True))
     epochs = table.cpu_seconds.describe() if len(table) else None
+    quarters = recording.validate_every is not None
+    fractions = recording.fractions
     lines = [
-        "# The evidence table",
+        "# The evidence table" + (", validated at each quarter of an epoch" if quarters else ""),
         "",
         "- **What:** learning curves of a discrete space for replaying search methods without training "
-        "(`seqae bench replay`). One row per configuration, latent fraction, training seed and epoch "
-        "(`benchmarks/evidence_table.py`, `SCHEMA`, documents every column).",
+        f"(`seqae bench {'quarter-rungs' if quarters else 'replay'}`). One row per configuration, latent fraction, "
+        f"training seed and {'validation (at each quarter of an epoch)' if quarters else 'epoch'} "
+        f"(`benchmarks/evidence_table.py`, `{'QUARTERS_SCHEMA' if quarters else 'SCHEMA'}`, documents every column).",
         f"- **Scale:** {SIZE} configurations (a maximin Latin hypercube on the levels of a {len(grid())}-point grid over "
-        f"block, 5 learning rates, d_model, d_attn, layers, dropout and heads) x {len(FRACTIONS)} latent fractions "
-        f"({', '.join(f'{INPUT_LEN}->{round(f * INPUT_LEN)}' for f in sorted(FRACTIONS, reverse=True))} tokens) x "
-        f"{len(SEEDS)} training seeds x {EPOCHS} epochs = {SIZE * len(FRACTIONS) * len(SEEDS)} trainings. "
+        f"block, 5 learning rates, d_model, d_attn, layers, dropout and heads) x {len(fractions)} latent "
+        f"fraction{'s' if len(fractions) > 1 else ''} "
+        f"({', '.join(f'{INPUT_LEN}->{round(f * INPUT_LEN)}' for f in sorted(fractions, reverse=True))} tokens) x "
+        f"{len(SEEDS)} training seeds x {EPOCHS} epochs = {SIZE * len(fractions) * len(SEEDS)} trainings. "
         f"Done so far: {len(trainings)} trainings ({done or 'none'}), {len(table)} rows.",
-        f"- **How:** `seqae bench table --data ../shared/data/wikipedia-mini --workspace DIR`: each training is "
+        f"- **How:** `seqae bench {'table-quarters' if quarters else 'table'} --data ../shared/data/wikipedia-mini "
+        f"--workspace DIR`: each training is "
         f"`seqae_core.train` in a pool of {WORKERS} single-threaded processes on consecutive {INPUT_LEN}-token "
         f"windows of the first {PAGES} pages of the offline corpus (10% of the pages held out for test, corpus "
         f"vocabulary), d_ffn 256, residual on, batch 16, lr decaying linearly to 1e-4 over the {EPOCHS} epochs, "
         "no early stop, `train.precision` auto (bf16 autocast only on a CPU with native bf16, else fp32; the "
-        "machines are in the tables' README). `cpu_seconds` is the epoch's process CPU time, "
-        "`wall_seconds` its wall time; `test_*` score the checkpoint early stopping keeps by that epoch.",
-        *([f"- **Epoch CPU-seconds:** median {epochs['50%']:.2f}, range {epochs['min']:.2f}-{epochs['max']:.2f}."]
+        "machines are in the tables' README)"
+        + (", `train.validate_every` 0.25. `cpu_seconds` is the quarter's process CPU time (its steps and its "
+           "validation), `validation_cpu_seconds` the validation's share of it, "
+           if quarters else ". `cpu_seconds` is the epoch's process CPU time, ")
+        + "`wall_seconds` its wall time; `test_*` score the checkpoint early stopping keeps by then.",
+        *([f"- **{'Quarter' if quarters else 'Epoch'} CPU-seconds:** median {epochs['50%']:.2f}, "
+           f"range {epochs['min']:.2f}-{epochs['max']:.2f}"
+           + (f"; of them validating, median {table.validation_cpu_seconds.median():.2f}." if quarters else ".")]
           if epochs is not None else []),
         "- **License:** the measurements are seqae's; the text they were trained on is Wikipedia's "
         "(CC BY-SA 4.0), and none of it is in the table.",
@@ -282,30 +325,33 @@ def card(table: pd.DataFrame) -> str:
 
 
 def build(data_path: str, workspace: Path, workers: int = WORKERS, limit: int | None = None,
-          published: Path = TABLE) -> pd.DataFrame:
-    """Train every training not done yet (in ``workspace/evidence-table`` or the ``published``
-    table), at most ``limit`` of them, and publish; the table."""
-    parts = workspace / "evidence-table"
+          recording: Recording = EPOCHS_RECORDING) -> pd.DataFrame:
+    """Train every training of ``recording`` not done yet (in its folder of ``workspace`` or its
+    published table), at most ``limit`` of them, and publish; the table."""
+    published = recording.path
+    parts = workspace / recording.parts
     parts.mkdir(parents=True, exist_ok=True)
     (parts / "settings.json").write_text(json.dumps({"grid": {k: list(v) for k, v in GRID.items()}, "fixed": FIXED,
+                                                       "validate_every": recording.validate_every,
                                                        "configurations": list(CONFIGURATIONS)}, indent=1))
     done = {p.stem for p in parts.glob("*.parquet")} | (_published_done(pd.read_parquet(published))
                                                         if published.exists() else set())
-    todo = [j for j in jobs() if j.name not in done][:limit]
-    print(f"evidence table: {len(jobs()) - len([j for j in jobs() if j.name not in done])} of {len(jobs())} "
+    every = jobs(recording)
+    todo = [j for j in every if j.name not in done][:limit]
+    print(f"evidence table: {len(every) - len([j for j in every if j.name not in done])} of {len(every)} "
           f"trainings done, {len(todo)} to train now", flush=True)
     started = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_train, job, data_path, parts / f"{job.name}.parquet"): job for job in todo}
+        futures = {pool.submit(_train, job, data_path, parts / f"{job.name}.parquet", recording): job for job in todo}
         for n, future in enumerate(as_completed(futures), 1):
             future.result()
             elapsed = time.perf_counter() - started
             print(f"  {futures[future].name} ({n}/{len(todo)}, {elapsed:.0f} s, "
                   f"~{elapsed / n * (len(todo) - n):.0f} s left)", flush=True)
             if n % 24 == 0:
-                publish(collect(parts, published), published)
-    table = collect(parts, published)
-    publish(table, published)
+                publish(collect(parts, published, recording), published, recording)
+    table = collect(parts, published, recording)
+    publish(table, published, recording)
     return table
 
 
@@ -321,8 +367,8 @@ def summary(table: pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
-def run(data_path: str, workspace: Path) -> list[dict[str, Any]]:
-    table = build(data_path, workspace)
+def run(data_path: str, workspace: Path, recording: Recording = EPOCHS_RECORDING) -> list[dict[str, Any]]:
+    table = build(data_path, workspace, recording=recording)
     return summary(table) + [{"latent": f"{INPUT_LEN}->{round(r.latent_fraction * INPUT_LEN)}", "seed": "|1-2|",
                               "trainings": r.configurations, "noise_median": r.median_abs_diff,
                               "noise_p90": r.p90_abs_diff} for r in noise(table).itertuples()]

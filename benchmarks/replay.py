@@ -191,10 +191,13 @@ def warm_start(source: list[Curve], top: int = WARM_TOP) -> tuple[dict[str, Any]
 
 
 def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, ...], *,
-           workers: int = WORKERS, budgets: tuple[float, ...] = BUDGETS, first: tuple[dict[str, Any], ...] = ()) -> Trace:
+           workers: int = WORKERS, budgets: tuple[float, ...] = BUDGETS, first: tuple[dict[str, Any], ...] = (),
+           grid_cost: float | None = None) -> Trace:
     """Run ``method`` against ``table`` until ``budgets[-1]`` x the grid's cost is spent (a grid:
-    until every configuration is trained); ``first``: a warm start's configurations."""
-    grid_cost = sum(sum(c.cpu) for c in table)
+    until every configuration is trained); ``first``: a warm start's configurations. ``grid_cost``:
+    every configuration of ``table`` trained, unless the grid validates less often than ``table``
+    does (``benchmarks.subepoch_rungs``)."""
+    grid_cost = sum(sum(c.cpu) for c in table) if grid_cost is None else grid_cost
     horizon = budgets[-1] * grid_cost
     epochs = len(table[0].val)
     order = list(table)
@@ -334,10 +337,10 @@ def summarize(runs: list[Run], taus: dict[int, float]) -> list[dict[str, Any]]:
             rows.append({
                 "target": f"p{percentile}", "method": method, "replays": len(mine),
                 "target_value": f"{np.mean([r.targets[i] for r in mine]):.4f}",
-                "cpu_s_median": _number(median.estimate), "cpu_s_95ci": f"[{_number(median.low)}, {_number(median.high)}]",
+                "cpu_s_median": number_text(median.estimate), "cpu_s_95ci": f"[{number_text(median.low)}, {number_text(median.high)}]",
                 "vs_grid": (ratio_interval(costs, [r.trace.costs[i] for r in grid]).ratio() if grid else ""),
                 "reached": f"{share.estimate:.1%} [{share.low:.1%}, {share.high:.1%}]",
-                "trials_median": _number(float(np.median([r.trace.trials_to[i] for r in mine]))),
+                "trials_median": number_text(float(np.median([r.trace.trials_to[i] for r in mine]))),
                 **({"first_rung_tau": f"{np.mean(list(taus.values())):.3f}"}
                    if method.startswith(("asha", "hyperband")) else {}),
             })
@@ -346,11 +349,11 @@ def summarize(runs: list[Run], taus: dict[int, float]) -> list[dict[str, Any]]:
             regret = bootstrap_mean([100 * (r.best_test - r.trace.returned_test[j]) for r in mine])
             rows.append({"target": f"regret at {budget:g}x grid", "method": method, "replays": len(mine),
                          "regret_points": f"{regret.estimate:.2f} [{regret.low:.2f}, {regret.high:.2f}]",
-                         "trials_median": _number(float(np.median([r.trace.trials for r in mine])))})
+                         "trials_median": number_text(float(np.median([r.trace.trials for r in mine])))})
     return rows
 
 
-def _number(value: float) -> str:
+def number_text(value: float) -> str:
     return "inf" if value == math.inf else f"{value:.0f}"
 
 
@@ -375,12 +378,12 @@ def run(seeds: range, fraction: float = FRACTION, table_path: Path = E.TABLE, wo
                           f"not {E.SIZE}: build it first (seqae bench table)")
     tables = by_fraction[fraction]
     out = folder / f"replay-{round(fraction * 1000):04d}-seeds-{seeds.start}-{seeds.stop - 1}.parquet"
-    done = _read_runs(out, seeds) if out.exists() else []  # a rerun replays only the methods the file lacks
+    done = read_runs(out, seeds) if out.exists() else []  # a rerun replays only the methods the file lacks
     for method in methods:  # one method at a time, written as it ends: a kill loses at most one
         if method.name not in {r.method for r in done}:
             sources = by_fraction[method.warm_from] if method.warm_from is not None else None
             done += replays(tables, (method,), seeds, workers, sources)
-            _write_runs(out, done)
+            write_runs(out, done)
     order = [m.name for m in methods]
     return summarize(sorted((r for r in done if r.method in order), key=lambda r: (order.index(r.method), r.seed)),
                      {s: first_rung_tau(t) for s, t in tables.items()})
@@ -400,7 +403,7 @@ def complete_rows(path: Path, seeds: range) -> list[dict[str, Any]]:
     return frame[frame.method.isin(complete)].to_dict("records")  # type: ignore[return-value]
 
 
-def _write_runs(path: Path, runs: list[Run]) -> None:
+def write_runs(path: Path, runs: list[Run]) -> None:
     """Every replay of ``runs``, a row each."""
     write_rows(path, [{"method": r.method, "seed": r.seed, "cost_seed": r.cost_seed, "best_test": r.best_test,
                    "trials": r.trace.trials,
@@ -410,8 +413,8 @@ def _write_runs(path: Path, runs: list[Run]) -> None:
                    **{f"test_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.returned_test)}} for r in runs])
 
 
-def _read_runs(path: Path, seeds: range) -> list[Run]:
-    """The replays a file holds (:func:`_write_runs`), of the methods it has every seed of."""
+def read_runs(path: Path, seeds: range) -> list[Run]:
+    """The replays a file holds (:func:`write_runs`), of the methods it has every seed of."""
     return [Run(row["method"], int(row["seed"]), int(row["cost_seed"]),
                 tuple(float(row[f"target_p{p}"]) for p in TARGET_PERCENTILES), float(row["best_test"]),
                 Trace(tuple(float(row[f"cpu_s_p{p}"]) for p in TARGET_PERCENTILES),

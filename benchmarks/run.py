@@ -74,7 +74,10 @@ SUITES: dict[str, Suite] = {
     "search-gpu": _on_a_gpu(_in_workspace(lambda o, workspace: _search_gpu(o["data"], workspace))),
     "rungs": lambda o: _module("rung_agreement").run(o["data"]),
     "table": _in_workspace(lambda o, workspace: _module("evidence_table").run(o["data"], workspace)),
+    "table-quarters": _in_workspace(lambda o, workspace: _module("evidence_table").run(
+        o["data"], workspace, _module("evidence_table").QUARTERS)),
     "replay": lambda o: _module("replay").run(o["seeds"], o["fraction"] or _module("replay").FRACTION),
+    "quarter-rungs": lambda o: _module("subepoch_rungs").run(o["seeds"]),
     "front": lambda o: _module("front_replay").run(o["seeds"]),
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
     "gpu": _on_a_gpu(lambda o: _module("gpu_packing").run(o["data"])),
