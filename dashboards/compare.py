@@ -31,10 +31,10 @@ def _compared(workspace: Workspace, name: str, metric: str, sign: float) -> Comp
             points.append((spent, float(best)))
     complete = table[table.state == "COMPLETE"]
     top = complete.loc[(sign * complete[metric]).idxmax()] if len(complete) else None
-    curve: list[tuple[int, float]] = []
+    curve: list[tuple[float, float]] = []
     if top is not None:
         progress = RecordStore.of_trial(state.backends.storage, int(top.trial)).progress()
-        curve = [(int(h[M.EPOCH]), float(h[M.VAL_TOKEN_ACCURACY])) for h in progress.history] if progress else []
+        curve = [(float(h[M.EPOCH]), float(h[M.VAL_TOKEN_ACCURACY])) for h in progress.history] if progress else []
     counts = table.state.value_counts()
     test = top.get(M.TEST_TOKEN_ACCURACY) if top is not None else None
     cells = {

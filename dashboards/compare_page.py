@@ -20,7 +20,7 @@ class Compared:
     name: str
     cells: dict[str, str]  # the comparison table's row: column -> text
     spent: list[tuple[float, float]]  # at each finished trial, in the order they ended: (resource-seconds, best so far)
-    curve: list[tuple[int, float]]  # the best trial's validation accuracy per epoch
+    curve: list[tuple[float, float]]  # the best trial's validation accuracy at each validation: (epochs trained, value)
     unit: str  # "cpu" or "gpu"
 
 
