@@ -46,6 +46,7 @@ FORKED = "seqae.forked_from"  # a seeded trial's: "<origin sweep>#<its trial num
 CONTINUES = "seqae.continues"  # the newer record of a continued trial: the sweep trial's number
 EPOCHS = "seqae.epochs"  # ... and the epoch limit it trains on to
 START = "seqae.start"  # a starting point's trial (Optuna attribute and MLflow tag): its name in the sweep file
+TRAINED = "seqae.trained"  # a trial's: the epochs it had trained at its latest result (1.25 between epochs' ends)
 PROPOSED_BY = "seqae.proposed_by"  # a trial's: "start", "grid", "random start-up", or the sampler that proposed it
 TEST = "seqae.test"  # a trial's: the test metrics of the checkpoint it kept (with a test split)
 SEEDS = "seqae.seeds"  # a trial's of several seeds (train.repeats): each seed's value and the standard error at the kept epoch

@@ -193,14 +193,18 @@ def test_summary_of_a_single_objective_sweep_is_best_first_in_every_state():
     ])
 
 
-def test_summary_counts_epochs_not_results_where_trials_validate_between_epochs_ends():
-    """Nine results at train.validate_every 0.25 are 2.25 epochs; every 500 steps, the driver does
-    not know an epoch's steps and says validations."""
-    trials = study_of(trial(TrialState.COMPLETE, 1e-3, 64, 0.91, epochs=9), trial(TrialState.PRUNED, 0.02, 32, 0.6, epochs=2))
-    rows = [line.split()[2] for line in summary(trials, (ACCURACY,), 0.25).splitlines()[1:]]
-    assert rows == ["2.25", "0.5"]
-    assert summary(trials, (ACCURACY,), 500).splitlines()[1].split()[2:4] == ["9", "validations"]
-    assert [line.split()[2] for line in summary(trials, (ACCURACY,)).splitlines()[1:]] == ["9", "2"]
+def test_summary_counts_epochs_trained_not_results_where_trials_validate_between_epochs_ends():
+    """Nine results at train.validate_every 0.25 are 2.25 epochs, and a trial stopped after its
+    first validation of 5 steps' epochs (after step 2) trained 0.4: the table says what each trial's
+    latest result says it trained; a trial recorded before that was kept counts its results."""
+    def trained(value: float, results: int, epochs: float | None) -> optuna.trial.FrozenTrial:
+        made = trial(TrialState.COMPLETE, 1e-3, 64, value, epochs=results)
+        return create_trial(state=made.state, value=value, params=made.params, distributions=made.distributions,
+                            intermediate_values=made.intermediate_values,
+                            user_attrs={} if epochs is None else {"seqae.trained": epochs})
+
+    trials = study_of(trained(0.91, 9, 2.25), trained(0.6, 1, 0.4), trained(0.5, 3, None))
+    assert [line.split()[2] for line in summary(trials, (ACCURACY,)).splitlines()[1:]] == ["2.25", "0.40", "3"]
 
 
 def test_summary_of_a_minimized_objective_puts_the_lowest_first():

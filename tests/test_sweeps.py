@@ -12,6 +12,7 @@ import yaml
 
 from mlflow.tracking import MlflowClient
 
+from seqae_core.metrics import epoch_text
 from seqae_core.names import latent_alias
 from sweeps.results.export import trial_table
 from sweeps.spec import sweep as spec_lib
@@ -194,10 +195,13 @@ def test_a_sweep_validating_at_quarter_epochs_decides_reports_and_tracks_at_each
                for path in (workspace / "sweeps" / "quarters" / "tune").glob("session-*/trial-*")
                for name in [path.name]}
     assert [r["epoch"] for r in results["trial-0000"]] == [0.4, 0.6, 0.8, 1, 1.4, 1.6, 1.8, 2]
-    table = run.stdout[run.stdout.index("trial  state"):].splitlines()  # the end's table counts epochs, not results
+    header = re.search(r"^trial\s+state\s+epochs\s", run.stdout, re.M)  # the end's table: epochs trained, not results
+    assert header, run.stdout
+    table = run.stdout[header.start():].splitlines()
     rows = {int(m[1]): (m[2], m[3]) for line in table[1:] if (m := re.match(r"(\d+)(?: \(\w+\))?\s+(\w+)\s+(\S+)", line))}
     assert rows[0] == ("COMPLETE", "2"), table
-    assert all(rows[n] == ("PRUNED", f"{len(trials[n].intermediate_values) / 4:g}") for n in pruned), table
+    stopped_at = {int(name.split("-")[1]): epoch_text(lines[-1]["epoch"]) for name, lines in results.items()}
+    assert all(rows[n] == ("PRUNED", stopped_at[n]) for n in pruned), table
     for child in [r for r in mlflow_runs(workspace, "quarters") if "seqae.trial" in r.data.tags]:
         number = int(child.data.tags["seqae.trial"])
         assert metric_steps(child.info.run_id, "val_token_accuracy", workspace) == sorted(trials[number].intermediate_values)

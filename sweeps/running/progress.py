@@ -25,7 +25,6 @@ from seqae_core import metrics as M
 from seqae_core import names as N
 from sweeps.spec.sections import Objective
 
-VALIDATE_EVERY = "train.validate_every"  # the config key that sets how many results an epoch has
 LINES = logging.getLogger("sweeps.running.progress")  # the driver's lines, shown where a user asked for them (show)
 
 
@@ -132,14 +131,12 @@ class Progress:
         self.bar.close()
 
 
-def summary(trials: list[Any], objectives: tuple[Objective, ...], validate_every: int | float | None = None) -> str:
-    """A table of every trial of the study, best first: trial, state, epochs (the results reported
-    to Optuna, in epochs: 2.25 at ``train.validate_every`` 0.25, the trial's or else the sweep's
-    ``validate_every``, after 9 results; "9 validations" where it validates every N steps, whose
-    epochs the driver does not know; "-" for multi-objective sweeps,
-    which report none), objective values, the test token accuracy of the checkpoint each kept (with
-    a test split) and parameters; a starting point is named beside its number. ``trials`` are
-    Optuna FrozenTrials."""
+def summary(trials: list[Any], objectives: tuple[Objective, ...]) -> str:
+    """A table of every trial of the study, best first: trial, state, epochs trained at its latest
+    result (a fraction, 0.4, where a trial validates between epochs' ends and stopped there; "-"
+    for multi-objective sweeps, which report none), objective values, the test token accuracy of
+    the checkpoint each kept (with a test split) and parameters; a starting point is named beside
+    its number. ``trials`` are Optuna FrozenTrials."""
     first = objectives[0]
     sign = -1.0 if first.mode == "max" else 1.0
 
@@ -147,13 +144,10 @@ def summary(trials: list[Any], objectives: tuple[Objective, ...], validate_every
         return (sign * trial.values[0] if trial.values else float("inf"), trial.number)
 
     tested = any(N.TEST in t.user_attrs for t in trials)
-    def per_epoch(trial: Any) -> int | None:
-        every = trial.params.get(VALIDATE_EVERY, validate_every)
-        return 1 if every is None else round(1 / every) if isinstance(every, float) else None
-
     def trained(trial: Any) -> str:
-        results, validations = len(trial.intermediate_values), per_epoch(trial)
-        return "-" if not results else f"{results} validations" if validations is None else f"{results / validations:g}"
+        # A trial recorded before seqae kept N.TRAINED validated once an epoch: its results count them.
+        epochs = trial.user_attrs.get(N.TRAINED, len(trial.intermediate_values))
+        return M.epoch_text(epochs) if epochs else "-"
 
     header = ["trial", "state", "epochs", *(o.metric for o in objectives),
               *([M.TEST_TOKEN_ACCURACY] if tested else []), "params"]

@@ -259,10 +259,10 @@ class SweepStudy:
             self.study.add_trial(optuna.trial.create_trial(
                 params=params, distributions={k: optuna_distribution(space[k]) for k in params}, values=trial.values,
                 intermediate_values=trial.intermediate_values,
-                # a starting point seeded from the origin is not tried again; its test scores and seeds
-                # stay beside its values
+                # a starting point seeded from the origin is not tried again; its test scores, seeds and
+                # epochs trained stay beside its values
                 user_attrs={N.FORKED: f"{origin.study.study_name}#{trial.number}",
-                            **{a: trial.user_attrs[a] for a in (N.START, N.TEST, N.SEEDS) if a in trial.user_attrs}}))
+                            **{a: trial.user_attrs[a] for a in (N.START, N.TEST, N.SEEDS, N.TRAINED) if a in trial.user_attrs}}))
             notes.append(f"trial {trial.number}: seeded" + (f"; dropped {', '.join(dropped)}" if dropped else ""))
         return notes
 
@@ -391,6 +391,7 @@ class SweepStudy:
         if trial is not None and epoch not in trial.intermediate_values:
             value = float(metrics[self.spec.objectives[0].metric])
             self.storage.set_trial_intermediate_value(self._trial_id(number), epoch, value)
+            self.storage.set_trial_user_attr(self._trial_id(number), N.TRAINED, float(metrics[M.EPOCH]))
 
     def complete(self, number: int, history: list[dict[str, Any]]) -> None:
         """Complete a trial with its values from ``history``, and the epochs' intermediate values no
