@@ -200,9 +200,9 @@ def _tracking(workspace: Workspace, spec: spec_lib.SweepSpec, fingerprint: str, 
     experiment_id = client.create_experiment(NAME, artifact_location=(workspace.artifact_root / NAME).as_uri(),
                                              tags={N.FINGERPRINT: fingerprint, N.SWEEP: NAME})
     parent = client.create_run(experiment_id, run_name=NAME, tags={N.SWEEP: NAME, N.ROLE: N.ROLE_SWEEP})
-    source = {"mlflow.source.name": str(STUDY), "mlflow.source.type": "LOCAL", "seqae.code": "0123456789ab",
-              "seqae.code_dirty": "false", "mlflow.source.git.commit": "0" * 40,
-              **{f"seqae.version.{p}": "1.0" for p in ("torch", "ray", "optuna", "mlflow", "transformers")}}
+    source = {"mlflow.source.name": str(STUDY), "mlflow.source.type": "LOCAL", N.CODE: "0123456789ab",
+              N.CODE_DIRTY: "false", "mlflow.source.git.commit": "0" * 40,
+              **{f"{N.VERSION}{p}": "1.0" for p in ("torch", "ray", "optuna", "mlflow", "transformers")}}
     base = spec_lib.cell_configs(spec)[0].flat()
     with tempfile.TemporaryDirectory() as tmp:
         sample_file = Path(tmp) / SAMPLES_JSON
@@ -210,8 +210,8 @@ def _tracking(workspace: Workspace, spec: spec_lib.SweepSpec, fingerprint: str, 
         for number, start, params, fate, history in plans:
             outcome = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}[fate]
             tags = {"mlflow.parentRunId": parent.info.run_id, N.SWEEP: NAME, N.TRIAL: str(number),
-                    "optuna.trial_number": str(number), **source, "ray.tune_trial_id": f"{number:05d}abcd",
-                    "ray.node_ip": "127.0.0.1", "ray.node_id": "f" * 56, "ray.hostname": "bench", N.OUTCOME: outcome,
+                    N.OPTUNA_TRIAL: str(number), **source, N.TUNE_TRIAL_ID: f"{number:05d}abcd",
+                    N.NODE_IP: "127.0.0.1", N.NODE_ID: "f" * 56, N.HOSTNAME: "bench", N.OUTCOME: outcome,
                     N.RESOURCE: "cpu", **({N.START: start} if start else {})}
             if history:
                 tags[N.ARTIFACTS_EPOCH] = str(max(history, key=lambda h: h[M.VAL_TOKEN_ACCURACY])[M.EPOCH])

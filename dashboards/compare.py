@@ -1,48 +1,55 @@
 """`seqae sweep compare A B [...]`: sweeps of one objective side by side (a fork beside its
 origin, or sweeps of different studies), in the terminal and as a page in the report's style
-(:mod:`dashboards.compare_page`), from each sweep's trial table (:mod:`sweeps.results.export`);
+(:mod:`dashboards.compare_page`), from each sweep's typed trial records (:func:`sweeps.results.export.trials`);
 :meth:`sweeps.api.Sweep.compare` calls it."""
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from pathlib import Path
 
 from dashboards.compare_page import Compared, build
 from seqae_core import metrics as M
 from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
-from sweeps.results.export import trial_table
+from sweeps.results.export import Trial, trials
 from sweeps.running.progress import text_table
 from sweeps.stores.workspace import Workspace
+
+
+def _value(trial: Trial, metric: str) -> float | None:
+    """The trial's ``metric`` at its kept epoch; None where it has none (or it is NaN)."""
+    value = trial.metrics.get(metric)
+    return value if value is not None and not math.isnan(value) else None
 
 
 def _compared(workspace: Workspace, name: str, metric: str, sign: float) -> Compared:
     state = workspace.read(name)
     spec = state.spec
-    table = trial_table(workspace, name)
-    ended = table[table.ended != ""].sort_values("ended")
+    records = trials(workspace, name)
     spent, best, points = 0.0, None, []
-    for row in ended.itertuples():
-        spent += row.cost_seconds
-        value = getattr(row, metric)
-        if row.state == "COMPLETE" and value == value and (best is None or sign * value > sign * best):
+    for trial in sorted((t for t in records if t.ended), key=lambda t: t.ended):
+        spent += trial.cost_seconds
+        value = _value(trial, metric)
+        if trial.state == "COMPLETE" and value is not None and (best is None or sign * value > sign * best):
             best = value
         if best is not None:
             points.append((spent, float(best)))
-    complete = table[table.state == "COMPLETE"]
-    top = complete.loc[(sign * complete[metric]).idxmax()] if len(complete) else None
+    scored = [(sign * value, -t.number, t) for t in records if t.state == "COMPLETE" and (value := _value(t, metric)) is not None]
+    top = max(scored, key=lambda s: s[:2])[2] if scored else None  # the first trial of equal values
     curve: list[tuple[float, float]] = []
     if top is not None:
-        progress = RecordStore.of_trial(state.backends.storage, int(top.trial)).progress()
+        progress = RecordStore.of_trial(state.backends.storage, top.number).progress()
         curve = [(float(h[M.EPOCH]), float(h[M.VAL_TOKEN_ACCURACY])) for h in progress.history] if progress else []
-    counts = table.state.value_counts()
-    test = top.get(M.TEST_TOKEN_ACCURACY) if top is not None else None
+    counts = Counter(t.state for t in records)
+    test = _value(top, M.TEST_TOKEN_ACCURACY) if top is not None else None
     cells = {
-        "sweep": name, "trials": f"{len(table)}: " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())),
-        "best trial": "-" if top is None else f"{int(top.trial)}" + (f" ({top.start})" if top.start else ""),
-        f"best {metric} (val)": "-" if top is None else f"{top[metric]:.4f}",
-        "its test token accuracy": "-" if test is None or test != test else f"{test:.4f}",
-        f"{spec.share[0]}-hours": f"{table.cost_seconds.sum() / 3600:.3f}",
+        "sweep": name, "trials": f"{len(records)}: " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())),
+        "best trial": "-" if top is None else f"{top.number}" + (f" ({top.start})" if top.start else ""),
+        f"best {metric} (val)": "-" if top is None else f"{_value(top, metric):.4f}",
+        "its test token accuracy": "-" if test is None else f"{test:.4f}",
+        f"{spec.share[0]}-hours": f"{sum(t.cost_seconds for t in records) / 3600:.3f}",
         "forked from": state.forked_from or "-",
     }
     return Compared(name, cells, points, curve, spec.share[0])

@@ -26,6 +26,8 @@ def latent_alias(share: float) -> str:
     return f"{LATENT_ALIAS}{share * 100:g}pct".replace(".", "_")
 
 
+OPTUNA_TRIAL = "optuna.trial_number"  # a trial's run: its Optuna trial number, as Optuna's MLflow callback names it
+OPTUNA_STATE = "optuna.state"  # ... the trial's Optuna state, on runs closed before OUTCOME existed
 ERROR = "seqae.error"  # a failed trial's run: the end of its traceback
 CONTINUED = "seqae.continued"  # a trial's run reopened by `seqae sweep extend --epochs`
 ARTIFACTS_EPOCH = "seqae.artifacts_epoch"  # a trial's run: the epoch whose best-model artifacts it holds
@@ -36,6 +38,7 @@ TUNE_TRIAL_ID = "ray.tune_trial_id"  # a trial's run: the Ray Tune trial that ra
 NODE = "ray."  # ... + node_id, node_ip, hostname: where Ray ran the trial (NODE_ID, NODE_IP below)
 NODE_ID = NODE + "node_id"
 NODE_IP = NODE + "node_ip"
+HOSTNAME = NODE + "hostname"
 GPU = "seqae.gpu"  # a trial's run that Ray gave a GPU: "cuda", or "logical" (trained on the CPU: SEQAE_LOGICAL_GPUS)
 GPU_IDS = "ray.gpu_ids"  # ... the ids ray.get_gpu_ids() gave it, comma-separated
 CUDA_VISIBLE_DEVICES = "ray.cuda_visible_devices"  # ... and the CUDA_VISIBLE_DEVICES Ray set from them

@@ -216,7 +216,7 @@ def test_a_cycle_between_files_is_caught():
 @pytest.mark.parametrize("file, source", [
     pytest.param("seqae_cli/commands.py", "def bench():\n    from benchmarks.run import SUITES", id="a-verb-lazily"),
     pytest.param("sweeps/api.py", "def report():\n    from dashboards import report", id="the-front-door-reaches-up"),
-    pytest.param("dashboards/compare.py", "from sweeps.results.export import trial_table", id="dashboards-read-sweeps"),
+    pytest.param("dashboards/compare.py", "from sweeps.results.export import trials", id="dashboards-read-sweeps"),
     pytest.param("seqae_cli/main.py", "from sweeps.api import Sweep\nfrom sweeps import api", id="the-cli-uses-the-api"),
     pytest.param("sweeps/api.py", "def status():\n    from sweeps.results import status", id="the-api-imports-lazily"),
 ])

@@ -95,14 +95,14 @@ def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
         if N.TRIAL not in tags:
             continue
         # set whenever the sweep closes the run (runs closed before the tag existed carry Optuna's state)
-        state = tags.get(N.OUTCOME) or LEGACY_STATES.get(tags.get("optuna.state", ""), "running")
+        state = tags.get(N.OUTCOME) or LEGACY_STATES.get(tags.get(N.OPTUNA_STATE, ""), "running")
         if run.info.status == "RUNNING":
             state = "running"
         trial = Trial(
             number=int(tags[N.TRIAL]), run_id=run.info.run_id, status=run.info.status, state=state,
             params={k: parse_scalar(v) for k, v in run.data.params.items()},
             duration=((run.info.end_time or now) - run.info.start_time) / 1000,
-            node=tags.get("ray.node_ip", "") + (f" ({tags['ray.node_id'][:8]})" if "ray.node_id" in tags else ""),
+            node=tags.get(N.NODE_IP, "") + (f" ({tags[N.NODE_ID][:8]})" if N.NODE_ID in tags else ""),
             cost=run.data.metrics.get(M.RESOURCE_SECONDS), resource=tags.get(N.RESOURCE, "cpu"),
             test=run.data.metrics.get(M.TEST_TOKEN_ACCURACY), start=tags.get(N.START),
             logged=set(run.data.metrics), samples_logged=bool(tags.get(N.ARTIFACTS_EPOCH)),

@@ -164,7 +164,7 @@ class Tracker:
             run = self.client.create_run(
                 self._experiment, run_name=f"trial-{number:04d}",
                 tags={"mlflow.parentRunId": self.parent_run_id, N.SWEEP: self.sweep,
-                      N.TRIAL: str(number), "optuna.trial_number": str(number)},
+                      N.TRIAL: str(number), N.OPTUNA_TRIAL: str(number)},
             )
             cache = _RunCache(run.info.run_id)
         if params is not None:
