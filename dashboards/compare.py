@@ -36,8 +36,9 @@ def _compared(workspace: Workspace, name: str, metric: str, sign: float) -> Comp
             best = value
         if best is not None:
             points.append((spent, float(best)))
-    scored = [(sign * value, -t.number, t) for t in records if t.state == "COMPLETE" and (value := _value(t, metric)) is not None]
-    top = max(scored, key=lambda s: s[:2])[2] if scored else None  # the first trial of equal values
+    scored = [(value, t) for t in records if t.state == "COMPLETE" and (value := _value(t, metric)) is not None]
+    # the best, and the first trial of equal values
+    top_value, top = max(scored, key=lambda s: (sign * s[0], -s[1].number)) if scored else (None, None)
     curve: list[tuple[float, float]] = []
     if top is not None:
         progress = RecordStore.of_trial(state.backends.storage, top.number).progress()
@@ -47,7 +48,7 @@ def _compared(workspace: Workspace, name: str, metric: str, sign: float) -> Comp
     cells = {
         "sweep": name, "trials": f"{len(records)}: " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())),
         "best trial": "-" if top is None else f"{top.number}" + (f" ({top.start})" if top.start else ""),
-        f"best {metric} (val)": "-" if top is None else f"{_value(top, metric):.4f}",
+        f"best {metric} (val)": "-" if top_value is None else f"{top_value:.4f}",
         "its test token accuracy": "-" if test is None else f"{test:.4f}",
         f"{spec.share[0]}-hours": f"{sum(t.cost_seconds for t in records) / 3600:.3f}",
         "forked from": state.forked_from or "-",

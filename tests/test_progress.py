@@ -167,10 +167,10 @@ def study_of(*trials: optuna.trial.FrozenTrial, directions: tuple[Direction, ...
 
 
 def trial(state: TrialState, lr: float, d_model: int, value: float | None = None,
-          epochs: int = 0) -> optuna.trial.FrozenTrial:
+          epochs: int = 0, user_attrs: dict | None = None) -> optuna.trial.FrozenTrial:
     return create_trial(state=state, value=value, params={"train.lr": lr, "model.d_model": d_model},
                         distributions={"train.lr": LR, "model.d_model": D_MODEL},
-                        intermediate_values={e: 0.1 * (e + 1) for e in range(epochs)})
+                        intermediate_values={e: 0.1 * (e + 1) for e in range(epochs)}, user_attrs=user_attrs)
 
 
 def test_summary_of_a_single_objective_sweep_is_best_first_in_every_state():
@@ -197,13 +197,9 @@ def test_summary_counts_epochs_trained_not_results_where_trials_validate_between
     """Nine results at train.validate_every 0.25 are 2.25 epochs, and a trial stopped after its
     first validation of 5 steps' epochs (after step 2) trained 0.4: the table says what each trial's
     latest result says it trained; a trial recorded before that was kept counts its results."""
-    def trained(value: float, results: int, epochs: float | None) -> optuna.trial.FrozenTrial:
-        made = trial(TrialState.COMPLETE, 1e-3, 64, value, epochs=results)
-        return create_trial(state=made.state, value=value, params=made.params, distributions=made.distributions,
-                            intermediate_values=made.intermediate_values,
-                            user_attrs={} if epochs is None else {"seqae.trained": epochs})
-
-    trials = study_of(trained(0.91, 9, 2.25), trained(0.6, 1, 0.4), trained(0.5, 3, None))
+    trials = study_of(trial(TrialState.COMPLETE, 1e-3, 64, 0.91, epochs=9, user_attrs={"seqae.trained": 2.25}),
+                      trial(TrialState.COMPLETE, 1e-3, 64, 0.6, epochs=1, user_attrs={"seqae.trained": 0.4}),
+                      trial(TrialState.COMPLETE, 1e-3, 64, 0.5, epochs=3))
     assert [line.split()[2] for line in summary(trials, (ACCURACY,)).splitlines()[1:]] == ["2.25", "0.40", "3"]
 
 

@@ -145,7 +145,8 @@ def summary(trials: list[Any], objectives: tuple[Objective, ...]) -> str:
 
     tested = any(N.TEST in t.user_attrs for t in trials)
     def trained(trial: Any) -> str:
-        # A trial recorded before seqae kept N.TRAINED validated once an epoch: its results count them.
+        # A trial recorded before seqae kept N.TRAINED shows its result count: its epochs, unless it
+        # validated between epochs' ends (possible in the one release before N.TRAINED).
         epochs = trial.user_attrs.get(N.TRAINED, len(trial.intermediate_values))
         return M.epoch_text(epochs) if epochs else "-"
 
