@@ -83,19 +83,21 @@ def _compute_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
 
 class _ChunkedCrossEntropy(torch.autograd.Function):
     """sum_i w_i CE(hidden_i W^T + b, target_i) and argmax_i, w_i = 0 where target_i is IGNORE;
-    the gradients are computed in forward, a block of rows at a time."""
+    the gradients are computed in forward, a block of rows at a time. Without ``predict`` the
+    argmax is not taken (an empty tensor is returned): a row's maximum without its index is a
+    cheaper reduction on a CPU."""
 
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, targets: torch.Tensor,
-        dtype: torch.dtype, with_grad: bool, chunk_rows: int,
+        dtype: torch.dtype, with_grad: bool, chunk_rows: int, predict: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         n = hidden.shape[0]  # hidden (n, d), weight (v, d), bias (v,), targets (n,)
         h, w, b = hidden.to(dtype), weight.to(dtype), bias.to(dtype)
         scored = (targets != IGNORE).to(torch.float32)  # (n,) 1 where a position counts, 0 at pads
         safe = targets.clamp(min=0)  # (n,) a valid index everywhere; the pads' terms are weighted 0
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
-        predicted = torch.empty(n, dtype=torch.long, device=hidden.device)
+        predicted = torch.empty(n if predict else 0, dtype=torch.long, device=hidden.device)
         if with_grad:
             grad_h = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device)
             grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=hidden.device)
@@ -106,7 +108,10 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
             t, weight_rows = safe[rows], scored[rows]  # (c,), (c,)
             logits = torch.addmm(b, h[rows], w.t()).float()  # (c, v)
             target_logit = logits.gather(1, t[:, None]).squeeze(1)  # (c,)
-            top, predicted[rows] = logits.max(dim=1)  # (c,), (c,)
+            if predict:
+                top, predicted[rows] = logits.max(dim=1)  # (c,), (c,)
+            else:
+                top = logits.amax(dim=1)  # (c,)
             probs = logits.sub_(top[:, None])
             if on_cpu:
                 # exp(x - max) below e^-80 would be a denormal float, which x86 computes very
@@ -130,7 +135,7 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_loss: torch.Tensor, _: Any) -> tuple[Any, ...]:  # type: ignore[override]
         grad_h, grad_w, grad_b = ctx.saved_tensors
-        return grad_h * grad_loss, grad_w * grad_loss, grad_b * grad_loss, None, None, None, None
+        return grad_h * grad_loss, grad_w * grad_loss, grad_b * grad_loss, None, None, None, None, None
 
 
 def linear_cross_entropy(
@@ -155,7 +160,8 @@ def head_cross_entropy(
     dtype = _compute_dtype(hidden.device, weight.dtype)
     if plan.kind == "chunked":
         with_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
-        loss, predicted = _ChunkedCrossEntropy.apply(hidden, weight, bias, targets, dtype, with_grad, plan.chunk_rows)
+        loss, predicted = _ChunkedCrossEntropy.apply(hidden, weight, bias, targets, dtype, with_grad, plan.chunk_rows,
+                                                     predict)
         return loss, predicted if predict else None
     if plan.kind == "dense":
         logits = F.linear(hidden.to(dtype), weight.to(dtype), bias.to(dtype))  # (n, v)
