@@ -13,7 +13,8 @@ from dashboards.compare_page import Compared, build
 from seqae_core import metrics as M
 from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
-from sweeps.results.export import Trial, trials
+from sweeps.results.export import trials
+from sweeps.results.trials import Trial
 from sweeps.running.progress import text_table
 from sweeps.stores.workspace import Workspace
 

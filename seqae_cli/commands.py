@@ -213,7 +213,7 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         print("  proposed by: " + ", ".join(f"{k} {v}" for k, v in info.proposed_by.items()))
     for start, trial in info.starts.items():
         value = "".join(f", {k} {value_text(v, trial.seeds or {}, k)}" for k, v in trial.values.items())
-        print(f"  start {start}: trial {trial.trial} ({trial.state}{value})")
+        print(f"  start {start}: trial {trial.number} ({trial.state}{value})")
     for note in info.notes:
         print(f"  note: {note}")
     cost = info.cost
@@ -224,7 +224,7 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         values = ", ".join(f"{k} {value_text(v, seeds, k, seeds=True)}" for k, v in entry.values.items())
         test = ", ".join(f"{k} {value_text(v, seeds, k, seeds=True)}" for k, v in (entry.test or {}).items())
         start = f" (start {entry.start})" if entry.start else ""
-        print(f"  best: trial {entry.trial}{start}: {values} (validation, selected on)")
+        print(f"  best: trial {entry.number}{start}: {values} (validation, selected on)")
         print(f"        {f'{test} (test pages, never selected on)' if test else 'no test split: data.test_fraction is 0'}")
         for key, value in sorted(entry.params.items()):
             print(f"        {key} = {value}")

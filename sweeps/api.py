@@ -273,7 +273,7 @@ class Sweep:
         return submit.cancel(self._submitted())
 
     def trials(self) -> Trials:
-        """Every trial as a typed record (:class:`sweeps.results.export.Trial`), in number order;
+        """Every trial as a typed record (:class:`sweeps.results.trials.Trial`), in number order;
         ``.to_pandas()`` is the table ``seqae sweep export`` writes."""
         from sweeps.results import export
 

@@ -52,7 +52,7 @@ SWEEP_ORDER = [
     "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_connection",
     "running.submit", "running.sweep_data", "running.trial", "running.stoppers", "running.schedulers",
     "running.callbacks", "running.runner", "running.lifecycle", "running.driver",
-    "results.status", "results.remote_status", "results.export", "results.registry",
+    "results.trials", "results.status", "results.remote_status", "results.export", "results.registry",
     "api",
 ]
 ROOMS = ["spec", "stores", "running", "results", "api"]

@@ -7,7 +7,7 @@ import optuna
 import pytest
 
 from seqae_core.pareto import behind, hypervolume, ranks
-from sweeps.results.export import pareto_ranks
+from sweeps.results.trials import pareto_ranks
 
 
 def _finished(values: list[float], number: int) -> optuna.trial.FrozenTrial:

@@ -17,7 +17,8 @@ from seqae_cli.main import main
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
 from seqae_errors import ConfigError
-from sweeps.results.status import BestTrial, Cost, StartTrial, cost, status, trials_view
+from sweeps.results.status import Cost, cost, status, trials_view
+from sweeps.results.trials import read_trials
 from sweeps.running import lifecycle
 from sweeps.spec import sweep as spec_lib
 from sweeps.spec.sections import MAX_CONCURRENT
@@ -124,7 +125,7 @@ def test_cost_counts_every_epoch_of_every_trial_times_its_share(tmp_path, url, e
     study = open_study(spec, url, "cost", spec.planned_trials(), spec.fingerprint())
     run_trials(study, storage, [([900.0, 900.0], 0.6, True), ([450.0], 0.3, False), ([], 0.0, None)])
 
-    spent = cost(spec, storage, read_only(spec, url, "cost"))
+    spent = cost(spec, read_trials(spec, read_only(spec, url, "cost"), storage))
 
     assert spent.per_trial_seconds == {"0": 1800 * share, "1": 450 * share, "2": 0.0}
     assert spent.hours == pytest.approx(2250 * share / 3600)
@@ -144,9 +145,15 @@ def test_trials_view_shows_trials_by_state_the_best_and_the_control_record(tmp_p
 
     assert view.trials_total == 5
     assert view.trials_by_state == {"COMPLETE": 2, "PRUNED": 1, "RUNNING": 1, "NOT_STARTED": 1}
-    assert view.best == (BestTrial(numbers[1], {M.VAL_TOKEN_ACCURACY: 0.8}, study.trials()[numbers[1]].params, None,
-                                   None, None),)
-    assert view.starts == {"paper_lr": StartTrial(numbers[0], "COMPLETE", {M.VAL_TOKEN_ACCURACY: 0.6}, None, None)}
+    records = read_trials(spec, read_only(spec, url, "view"), storage)
+    assert view.best == (records[numbers[1]],) and view.starts == {"paper_lr": records[numbers[0]]}
+    best, start = view.best[0], view.starts["paper_lr"]
+    assert (best.number, best.state, best.values, best.params, best.test, best.seeds, best.start) == (
+        numbers[1], "COMPLETE", {M.VAL_TOKEN_ACCURACY: 0.8}, study.trials()[numbers[1]].params, None, None, "")
+    assert (start.number, start.state, start.values, start.test, start.seeds) == (
+        numbers[0], "COMPLETE", {M.VAL_TOKEN_ACCURACY: 0.6}, None, None)
+    # every epoch at 0.8: the first is kept; no MLflow was read
+    assert (best.kept_epoch, best.last_epoch, best.cost_seconds, best.mlflow_run_id) == (1, 3, 60.0, "")
     assert view.proposed_by == {"start": 1, "random": 3}
     assert view.best[0].params.keys() == {"train.lr", "model.d_model", "model.d_attn"}
     assert view.control.drain == "the objective's target is reached"
@@ -188,7 +195,7 @@ def test_listing_and_status_of_local_and_submitted_sweeps(workspace):
     assert (shown.name, shown.workspace, shown.outcome, shown.sessions) == (
         "alpha", str(workspace.root), "stopped", 2)
     assert shown.trials_by_state == {"COMPLETE": 2, "PRUNED": 1, "NOT_STARTED": 2}
-    assert [(b.trial, b.values) for b in shown.best] == [(numbers[1], {M.VAL_TOKEN_ACCURACY: 0.7})]
+    assert [(b.number, b.values) for b in shown.best] == [(numbers[1], {M.VAL_TOKEN_ACCURACY: 0.7})]
     assert shown.cost.per_trial_seconds == {"0": 5.0, "1": 10.0, "2": 5.0}
     assert shown.optuna_storage == f"sqlite:///{workspace.root / 'optuna.db'}" and shown.storage == storage
     assert (shown.job, shown.forked_from, shown.mlflow_experiment_id) == (None, None, None)

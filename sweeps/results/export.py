@@ -35,54 +35,20 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import overload
 
 import pandas as pd
 from mlflow.tracking import MlflowClient
-from optuna.trial import FrozenTrial
 
-from seqae_core import metrics as M
 from seqae_core import names as N
-from seqae_core.pareto import ranks
-from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
-from sweeps.stores.ledger import Outcome, resource_seconds
+from sweeps.results.trials import Run, Trial, read_trials
 from sweeps.stores.mlflow_access import check_credentials
 from sweeps.stores.mlflow_runs import all_runs
-from sweeps.stores.search import feasible, kept_record, read_only
+from sweeps.stores.search import read_only
 from sweeps.stores.workspace import Workspace
 
 FORMATS = {"csv": ".csv", "parquet": ".parquet", "jsonl": ".jsonl"}
-
-
-def pareto_ranks(trials: list[FrozenTrial], modes: Sequence[str]) -> dict[int, int]:
-    """Each complete trial's Pareto rank (:func:`seqae_core.pareto.ranks`) by its objective values, by trial number."""
-    done = [t for t in trials if t.values is not None and t.state.name == "COMPLETE"]
-    if not done:
-        return {}
-    return {t.number: int(r) for t, r in zip(done, ranks([t.values for t in done], modes))}
-
-
-@dataclass(frozen=True)
-class Trial:
-    """A trial of a sweep as its stores hold it, read once (the module's docstring says what each
-    column, and so each field, is)."""
-
-    number: int
-    start: str  # a starting point's name; "" for a proposed trial
-    state: str  # Optuna's
-    outcome: str  # complete, pruned, failed, interrupted
-    proposed_by: str
-    ended: str  # ISO 8601, UTC; "" while it runs or waits to continue
-    params: dict[str, Any]
-    kept_epoch: int | None
-    last_epoch: int | None
-    metrics: dict[str, float | None]  # at the kept epoch: val_*, test_*, *_stderr, the other objectives
-    feasible: bool | None  # with constraints; None for a trial that did not finish
-    pareto_rank: int | None  # with several objectives
-    cost_seconds: float
-    node: str
-    mlflow_run_id: str
 
 
 @dataclass(frozen=True)
@@ -110,7 +76,7 @@ class Trials(Sequence[Trial]):
             "trial": t.number, "start": t.start, "state": t.state, "outcome": t.outcome, "proposed_by": t.proposed_by,
             "ended": t.ended, **{f"param.{k}": v for k, v in t.params.items()}, "kept_epoch": t.kept_epoch,
             "last_epoch": t.last_epoch, **t.metrics, **({"feasible": t.feasible} if self.constrained else {}),
-            **({"pareto_rank": t.pareto_rank} if self.several else {}), "cost_seconds": t.cost_seconds,
+            **({"pareto_rank": t.pareto_rank} if self.several else {}), "cost_seconds": round(t.cost_seconds, 3),
             "node": t.node, "mlflow_run_id": t.mlflow_run_id,
         } for t in self.records])
         if self.several:  # whole numbers, empty where a trial did not finish
@@ -121,39 +87,15 @@ class Trials(Sequence[Trial]):
 def trials(workspace: Workspace, name: str) -> Trials:
     """Every trial of sweep ``name``, read from its Optuna study, its trials' records and its MLflow runs."""
     state = workspace.read(name)
-    spec = state.spec
-    backends = state.backends
-    study = read_only(spec, backends.optuna_storage, state.study_name)
-    runs: dict[str, Any] = {}
+    spec, backends = state.spec, state.backends
+    runs: dict[int, Run] = {}
     if state.mlflow_experiment_id is not None:
         check_credentials(backends.mlflow_tracking_uri)
         client = MlflowClient(backends.mlflow_tracking_uri)
-        runs = {r.data.tags[N.TRIAL]: r for r in all_runs(client, state.mlflow_experiment_id) if N.TRIAL in r.data.tags}
-    records = []
-    found = study.trials()
-    several = spec.multi_objective
-    met = {t.number: feasible(t) for t in found}
-    ranks = pareto_ranks([t for t in found if met[t.number]], [o.mode for o in spec.objectives]) if several else {}
-    # the objectives beyond the validation and test metrics every row has (the latent's size)
-    extra = [o.metric for o in spec.objectives if o.metric not in (*M.VAL_METRICS, *M.TEST_METRICS)]
-    progresses = RecordStore.progress_of(backends.storage, [t.number for t in found])
-    for trial in found:
-        progress = progresses[trial.number]
-        history = progress.history if progress else []
-        kept = kept_record(history) if history else {}
-        run = runs.get(str(trial.number))
-        records.append(Trial(
-            number=trial.number, start=trial.user_attrs.get(N.START, ""), state=trial.state.name,
-            outcome=Outcome(trial.state.name).label, proposed_by=trial.user_attrs.get(N.PROPOSED_BY, ""),
-            ended=trial.datetime_complete.isoformat() if trial.datetime_complete else "", params=dict(trial.params),
-            kept_epoch=kept.get(M.EPOCH), last_epoch=history[-1][M.EPOCH] if history else None,
-            metrics={**{k: kept.get(k) for k in (*M.VAL_METRICS, *M.TEST_METRICS)},
-                     **{k: v for k, v in kept.items() if k.endswith("_stderr")}, **{k: kept.get(k) for k in extra}},
-            feasible=met[trial.number] if trial.state.is_finished() else None, pareto_rank=ranks.get(trial.number),
-            cost_seconds=round(resource_seconds(spec.share[1], progress), 3),
-            node=run.data.tags.get(N.NODE_IP, "") if run else "", mlflow_run_id=run.info.run_id if run else "",
-        ))
-    return Trials(tuple(records), bool(spec.constraints), several)
+        runs = {int(r.data.tags[N.TRIAL]): Run(r.info.run_id, r.data.tags.get(N.NODE_IP, ""))
+                for r in all_runs(client, state.mlflow_experiment_id) if N.TRIAL in r.data.tags}
+    study = read_only(spec, backends.optuna_storage, state.study_name)
+    return Trials(tuple(read_trials(spec, study, backends.storage, runs)), bool(spec.constraints), spec.multi_objective)
 
 
 def trial_table(workspace: Workspace, name: str) -> pd.DataFrame:

@@ -9,11 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from seqae_core import names as N
-from seqae_core.records import RecordStore
+from sweeps.results.trials import Trial, read_trials
 from sweeps.spec import sweep as spec_lib
-from sweeps.stores.ledger import resource_seconds
-from sweeps.stores.search import Control, SweepStudy, read_only
+from sweeps.stores.search import Control, read_only
 from sweeps.stores.workspace import Backends, Job, Workspace, redact
 
 
@@ -28,27 +26,6 @@ class Cost:
 
 
 @dataclass(frozen=True)
-class BestTrial:
-    trial: int
-    values: dict[str, float]  # each objective's, on validation: what the search selected on
-    params: dict[str, Any]  # its searched and grid keys, as Optuna holds them
-    test: dict[str, float] | None  # the kept checkpoint's, on pages nothing selected on; None without a test split
-    seeds: dict[str, Any] | None  # with train.repeats > 1: each seed's value and the standard error
-    start: str | None  # the starting point it was, if it was one
-
-
-@dataclass(frozen=True)
-class StartTrial:
-    """The trial a starting point of the sweep file ran as."""
-
-    trial: int
-    state: str
-    values: dict[str, float]
-    test: dict[str, float] | None
-    seeds: dict[str, Any] | None
-
-
-@dataclass(frozen=True)
 class TrialsView:
     """What a sweep's Optuna study and trial stores say, and where its runs and study live."""
 
@@ -56,7 +33,7 @@ class TrialsView:
     description: str
     trials_total: int
     trials_by_state: dict[str, int]  # Optuna's states, and NOT_STARTED for the trials to come
-    best: tuple[BestTrial, ...]  # the best trial; with several objectives the Pareto front; () before one ends
+    best: tuple[Trial, ...]  # the best trial; with several objectives the Pareto front; () before one ends
     objectives: list[str]
     mlflow_tracking_uri: str  # passwords masked
     optuna_storage: str
@@ -67,7 +44,7 @@ class TrialsView:
     seeded_trials: int  # a fork's trials taken from its origin
     sampler: dict[str, Any]
     proposed_by: dict[str, int]  # how many trials each proposer proposed: "start", "random start-up", "tpe", ...
-    starts: dict[str, StartTrial]
+    starts: dict[str, Trial]  # the trial each starting point of the sweep file ran as, by its name
     notes: list[str]
 
 
@@ -85,10 +62,15 @@ class SweepStatus(TrialsView):
     forked_from: str | None
 
     def as_json(self) -> dict[str, Any]:
-        """What ``--json`` prints: ``best`` the one trial, the front as a list, or null before one ends."""
+        """What ``--json`` prints: ``best`` the one trial, the front as a list, or null before one
+        ends; each best trial and starting point with the fields a reader of the sweep asks for
+        (the whole record: :meth:`sweeps.api.Sweep.trials`)."""
         document = asdict(self)
-        front = document["best"]
-        document["best"] = front[0] if len(front) == 1 else list(front) or None
+        front = [{"trial": t.number, "values": t.values, "params": t.params, "test": t.test, "seeds": t.seeds,
+                  "start": t.start or None} for t in self.best]
+        document["best"] = front[0] if len(front) == 1 else front or None
+        document["starts"] = {name: {"trial": t.number, "state": t.state, "values": t.values, "test": t.test,
+                                     "seeds": t.seeds} for name, t in self.starts.items()}
         return document
 
 
@@ -113,27 +95,21 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
     created = sum(by_state.values())
     if created < total:
         by_state["NOT_STARTED"] = total - created
-    metrics = [o.metric for o in spec.objectives]
-    best = [BestTrial(t.number, dict(zip(metrics, t.values)), t.params, t.user_attrs.get(N.TEST),
-                      t.user_attrs.get(N.SEEDS), t.user_attrs.get(N.START))
-            for t in study.best()]
+    records = {t.number: t for t in read_trials(spec, study, backends.storage)}
     return TrialsView(
         profile=spec.profile, description=spec.description, trials_total=total, trials_by_state=by_state,
-        best=tuple(best), objectives=[f"{o.metric} ({o.mode})" for o in spec.objectives],
+        best=tuple(records[t.number] for t in study.best()), objectives=[f"{o.metric} ({o.mode})" for o in spec.objectives],
         mlflow_tracking_uri=redact(backends.mlflow_tracking_uri), optuna_storage=redact(backends.optuna_storage),
         optuna_study_name=study_name, storage=backends.storage, control=study.control(),
-        cost=cost(spec, backends.storage, study), seeded_trials=len(study.forked()),
+        cost=cost(spec, list(records.values())), seeded_trials=len(study.forked()),
         sampler=spec.sampler.model_dump(exclude_none=True), proposed_by=study.proposals(),
-        starts={t.user_attrs[N.START]: StartTrial(t.number, t.state.name, dict(zip(metrics, t.values or [])),
-                                                  t.user_attrs.get(N.TEST), t.user_attrs.get(N.SEEDS))
-                for t in study.trials() if N.START in t.user_attrs},
+        starts={t.start: t for t in records.values() if t.start},
         notes=spec.notes(),
     )
 
 
-def cost(spec: spec_lib.SweepSpec, storage: str, study: SweepStudy) -> Cost:
+def cost(spec: spec_lib.SweepSpec, trials: list[Trial]) -> Cost:
     """Resource-hours spent per trial and in all, against the budget (``ledger.resource_seconds``)."""
-    progress = RecordStore.progress_of(storage, [t.number for t in study.trials()])
-    per_trial = {number: resource_seconds(spec.share[1], p) for number, p in progress.items()}
+    per_trial = {t.number: t.cost_seconds for t in trials}
     return Cost(f"{spec.share[0]}-hours", round(sum(per_trial.values()) / 3600, 6), spec.budget.hours if spec.budget else None,
                 {str(n): round(s, 2) for n, s in per_trial.items()})
