@@ -114,11 +114,16 @@ def test_claims_are_checked_on_the_test_scores_of_complete_grid_cells():
     from dashboards.report.data import Trial
     from dashboards.report.groups import seed_spreads, test_points
 
-    def trial(number, latent, seed, val, test, state="complete", start=None):
+    from sweeps.results.trials import Trial as Stored
+
+    def trial(number, latent, seed, val, test, state="complete", start=""):
+        # the stores' record holds the kept checkpoint's test score; its run's last epoch scored another
+        record = Stored(number, start, state.upper(), state, "grid", "", {}, {"val_token_accuracy": val}, 1, 2,
+                        {"val_token_accuracy": val, "test_token_accuracy": test}, None, None, None, None, 1.0, "", "")
         t = Trial(number, f"run{number}", "FINISHED", state, {"data.input_len": 32, "model.latent_len": latent,
-                                                               "train.seed": seed, "train.lr": 1e-3},
-                  test=test, start=start)
-        t.curves["val_token_accuracy"] = [(1, val)]
+                                                               "train.seed": seed, "train.lr": 1e-3}, record=record)
+        t.curves["val_token_accuracy"] = [(1, val), (2, val / 2)]
+        t.curves["test_token_accuracy"] = [(1, test), (2, test / 2)]
         return t
 
     trials = [trial(0, 16, 0, 0.99, 0.95), trial(1, 16, 1, 0.99, 0.93), trial(2, 8, 0, 0.90, 0.80),

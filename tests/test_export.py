@@ -83,3 +83,42 @@ def test_a_trial_outside_a_constraint_is_never_the_best_and_export_says_which(wo
     assert [t.number for t in study.best()] == [numbers[1]]
     assert [t.number for t in study.ranked()] == numbers[1:3]
     assert list(trial_table(workspace, "qs").feasible) == [False, True, True, None]
+
+
+def test_the_report_scores_each_trial_on_its_kept_checkpoints_test_pages_as_export_does(workspace):  # noqa: F811
+    """A trial whose validation peaked at epoch 1 of 2: its MLflow run's latest test score is epoch
+    2's, but the report's table and claims, like export and status, take the kept epoch's."""
+    import torch
+
+    from dashboards.report import data
+    from seqae_core.checkpoint import CheckpointStore
+    from sweeps.results.trials import read_trials
+    from sweeps.stores.ledger import decide, settle
+    from sweeps.stores.search import read_only
+    from tests.test_status import new_trial
+
+    spec = quickstart()
+    state = write_sweep(workspace, "qs", spec)
+    study = start_sweep(workspace, state)
+    storage = state.backends.storage
+    number = new_trial(study)
+    history = [{M.EPOCH: 1, M.VAL_TOKEN_ACCURACY: 0.7, M.TEST_TOKEN_ACCURACY: 0.68, M.EPOCH_SECONDS: 10.0},
+               {M.EPOCH: 2, M.VAL_TOKEN_ACCURACY: 0.6, M.TEST_TOKEN_ACCURACY: 0.5, M.EPOCH_SECONDS: 10.0}]
+    store = CheckpointStore.of_trial(storage, number)
+    for epoch in (1, 2):
+        store.save_epoch(epoch, {"epoch": epoch, "weight": torch.zeros(2)},
+                         {"history": history[:epoch], "finished": epoch == 2, "patience_spent": False})
+    progress = store.progress()
+    outcome = decide(progress, error=False)
+    settle(study, number, outcome, progress)
+    tracker = Tracker(state.backends.mlflow_tracking_uri, "qs", storage, workspace.artifact_root, spec.share)
+    tracker.open(state.fingerprint, None, None, {}, (M.VAL_TOKEN_ACCURACY, "max"))
+    tracker.child_run(number, study.trial_spec(number).logged_params)
+    tracker.trial_ended(number, outcome)  # the run made whole from the records: both epochs' metrics
+
+    records = {t.number: t for t in read_trials(spec, read_only(spec, state.backends.optuna_storage, "qs"), storage)}
+    _, (shown,) = data.collect(state.backends.mlflow_tracking_uri, tracker.experiment_id, records)
+
+    assert tracker.client.get_run(shown.run_id).data.metrics[M.TEST_TOKEN_ACCURACY] == 0.5  # the run's latest
+    assert (shown.kept_epoch, shown.test, shown.cost, shown.start) == (1, 0.68, 20.0, "paper_lr")
+    assert trial_table(workspace, "qs")[M.TEST_TOKEN_ACCURACY].tolist() == [0.68]

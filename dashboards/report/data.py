@@ -1,6 +1,8 @@
 """A sweep's MLflow runs read into the report's :class:`Trial` records: each child run's
-parameters, outcome, cost and test score, its curves (validation accuracy for every trial, the
-others only for the trials drawn one by one) and its validation samples."""
+parameters (the whole configuration it trained), outcome and node, its curves (validation accuracy
+for every trial, the others only for the trials drawn one by one) and its validation samples;
+beside them, the trial as the sweep's stores hold it (:class:`sweeps.results.trials.Trial`: its
+kept checkpoint's test scores, its cost, its starting point), read once for the whole report."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from mlflow.tracking import MlflowClient
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.config import parse_scalar
+from sweeps.results import trials as stored
 from sweeps.stores.mlflow_runs import all_runs
 
 log = logging.getLogger(__name__)
@@ -38,14 +41,28 @@ class Trial:
     duration: float = 0.0
     node: str = ""
     samples: list[dict[str, list[str]]] = field(default_factory=list)
-    cost: float | None = None  # resource-seconds: training wall time x the CPUs or GPU fraction held
     resource: str = "cpu"
-    test: float | None = None  # the kept checkpoint's test token accuracy (pages nothing selected on)
-    start: str | None = None  # the starting point it is, by name
+    record: stored.Trial | None = None  # the trial as the sweep's stores hold it; None for a run the study lacks
     # with train.repeats > 1: each seed's value and the standard error of the token accuracies, at the kept epoch
     spread: dict[str, float] = field(default_factory=dict)
     logged: set[str] = field(default_factory=lambda: set(CURVES))  # the metrics its run logged
     samples_logged: bool = False  # its run holds best-model artifacts (samples.json): load_samples reads them
+
+    @property
+    def test(self) -> float | None:
+        """The kept checkpoint's test token accuracy (pages nothing selected on), not its run's
+        last epoch's."""
+        return self.record.metrics.get(M.TEST_TOKEN_ACCURACY) if self.record else None
+
+    @property
+    def cost(self) -> float | None:
+        """Resource-seconds: training wall time x the CPUs or GPU fraction held."""
+        return self.record.cost_seconds if self.record else None
+
+    @property
+    def start(self) -> str | None:
+        """The starting point it is, by name."""
+        return (self.record.start or None) if self.record else None
 
     @property
     def input_len(self) -> int:
@@ -82,9 +99,12 @@ class Trial:
         return self.state == "pruned" or (self.state == "complete" and self.epochs < int(self.params.get("train.epochs", 0)))
 
 
-def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
+def collect(tracking_uri: str, experiment_id: str,
+            records: dict[int, stored.Trial] | None = None) -> tuple[Any, list[Trial]]:
     """The parent run and every child run of a sweep, with their validation accuracy over epochs
-    (the other curves: :func:`load_curves`, for the trials a figure draws one by one)."""
+    (the other curves: :func:`load_curves`, for the trials a figure draws one by one), each beside
+    its trial's record in ``records`` (by number)."""
+    records = records or {}
     client = MlflowClient(tracking_uri)
     found = list(all_runs(client, experiment_id))
     parent = next((r for r in found if r.data.tags.get(N.ROLE) == N.ROLE_SWEEP), None)
@@ -103,8 +123,7 @@ def collect(tracking_uri: str, experiment_id: str) -> tuple[Any, list[Trial]]:
             params={k: parse_scalar(v) for k, v in run.data.params.items()},
             duration=((run.info.end_time or now) - run.info.start_time) / 1000,
             node=tags.get(N.NODE_IP, "") + (f" ({tags[N.NODE_ID][:8]})" if N.NODE_ID in tags else ""),
-            cost=run.data.metrics.get(M.RESOURCE_SECONDS), resource=tags.get(N.RESOURCE, "cpu"),
-            test=run.data.metrics.get(M.TEST_TOKEN_ACCURACY), start=tags.get(N.START),
+            resource=tags.get(N.RESOURCE, "cpu"), record=records.get(int(tags[N.TRIAL])),
             logged=set(run.data.metrics), samples_logged=bool(tags.get(N.ARTIFACTS_EPOCH)),
         )
         load_curves(client, [trial], (M.VAL_TOKEN_ACCURACY,))

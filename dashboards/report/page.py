@@ -24,6 +24,8 @@ from dashboards.report.groups import grid_data, seed_spreads, test_points
 from dashboards.report.optuna_plots import optuna_figures
 from dashboards.report.story import Story, story
 from seqae_core import metrics as M
+from sweeps.results.trials import read_trials
+from sweeps.stores.search import read_only
 from sweeps.stores.workspace import SweepState
 
 
@@ -116,10 +118,16 @@ def build(state: SweepState, out: Path, log_to_mlflow: bool = True) -> Path:
     for old in out.glob("*.png"):
         old.unlink()
     client = MlflowClient(backends.mlflow_tracking_uri)
-    parent, trials = collect(backends.mlflow_tracking_uri, state.mlflow_experiment_id)
+    notes: list[str] = []
+    try:
+        study = read_only(state.spec, backends.optuna_storage, state.study_name)
+        records = {t.number: t for t in read_trials(state.spec, study, backends.storage)}
+    except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the runs' figures stand
+        records = {}
+        notes.append(f"Test scores, costs and starting points are unavailable: the Optuna study cannot be read ({exc})")
+    parent, trials = collect(backends.mlflow_tracking_uri, state.mlflow_experiment_id, records)
     load_curves(client, drawn(trials))
     figures: list[tuple[Path, str]] = []
-    notes: list[str] = []
     if (path := fig2(trials, out)) is not None:
         figures.append((path, "Validation token accuracy over epochs, one line per latent length"))
     path, fig3_points = fig3(trials, out)
