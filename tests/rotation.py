@@ -1,10 +1,12 @@
 """The commit's seed, and the variants of a long test that CI runs one of per commit.
 
 Some slow tests exist in variants that exercise one mechanism each way (ASHA, Hyperband, ASHA
-on two objectives). With ``SEQAE_ROTATION=commit`` (what ``tests/run``, and so CI, sets) a commit
-runs one variant of each, picked by the seed of its product code, and the others are skipped
-with that reason, so that ``-ra`` names what this commit did not run; a change to the product
-code picks another. Unset, or ``SEQAE_ROTATION=all``, every variant runs. The chaos soak draws
+on two objectives: :func:`rotated`), and some slow tests meet one kind of fault each on the same
+machinery (the local cluster's: :func:`in_turn`; the chaos soak still kills a worker and
+restarts PostgreSQL on that cluster at every commit). With ``SEQAE_ROTATION=commit`` (what ``tests/run``, and so CI, sets) a commit runs one
+of each group, picked by the seed of its product code, and the others are skipped with that
+reason, so that ``-ra`` names what this commit did not run; a change to the product code picks
+another. Unset, or ``SEQAE_ROTATION=all``, every variant runs. The chaos soak draws
 its fault schedule from the same seed (tests/test_chaos.py)."""
 
 from __future__ import annotations
@@ -28,15 +30,35 @@ def commit_seed() -> int:
     return int(hashlib.sha256(trees.stdout.encode()).hexdigest()[:8], 16) % 10_000
 
 
+def _turn(names: list[str], salt: int) -> tuple[int, str] | None:
+    """The commit's seed and the name it picks from ``names`` (``salt`` gives each group its own
+    turn), or None where every one runs."""
+    if os.environ.get("SEQAE_ROTATION", "all") != "commit":
+        return None
+    seed = commit_seed()
+    return seed, names[(seed + salt) % len(names)]
+
+
+def _reason(seed: int, chosen: str, what: str) -> str:
+    return f"rotated out: commit seed {seed} runs {what} {chosen} (SEQAE_ROTATION=all runs every one; tests/rotation.py)"
+
+
 def rotated(variants: list[tuple[str, tuple]], salt: int = 0) -> list:
     """``pytest.param``s of ``variants`` (``(id, values)`` pairs): each of them, or with
-    ``SEQAE_ROTATION=commit`` the one the commit's seed picks (``salt`` gives each test its own
-    turn), the others marked to skip with the seed that chose."""
-    if os.environ.get("SEQAE_ROTATION", "all") != "commit":
+    ``SEQAE_ROTATION=commit`` the one the commit's seed picks, the others marked to skip with the
+    seed that chose."""
+    turn = _turn([name for name, _ in variants], salt)
+    if turn is None:
         return [pytest.param(*values, id=name) for name, values in variants]
-    seed = commit_seed()
-    chosen = variants[(seed + salt) % len(variants)][0]
-    reason = (f"rotated out: commit seed {seed} runs the variant {chosen} of this test "
-              f"(SEQAE_ROTATION=all runs every variant; tests/rotation.py)")
-    return [pytest.param(*values, id=name, marks=() if name == chosen else pytest.mark.skip(reason=reason))
-            for name, values in variants]
+    seed, chosen = turn
+    skip = pytest.mark.skip(reason=_reason(seed, chosen, "the variant"))
+    return [pytest.param(*values, id=name, marks=() if name == chosen else skip) for name, values in variants]
+
+
+def in_turn(name: str, group: list[str], salt: int = 0) -> pytest.MarkDecorator:
+    """A mark for one of ``group``, tests that each meet one kind of fault on the same machinery
+    (the local cluster's): with ``SEQAE_ROTATION=commit`` only the one the commit's seed picks
+    runs, the others skip saying which ran."""
+    turn = _turn(group, salt)
+    chosen = name if turn is None else turn[1]
+    return pytest.mark.skipif(name != chosen, reason=_reason(*turn, "the fault test") if turn else "")

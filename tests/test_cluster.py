@@ -17,6 +17,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO
+from tests.rotation import in_turn
 from tests.sweep_helpers import (
     SMOKE,
     STUDIES,
@@ -88,6 +89,11 @@ def wait_job(cluster, name: str, timeout: float = 600, workspace: str | None = N
 
 def dashboard(cluster) -> str:
     return cluster["env"]["SEQAE_RAY_ADDRESS"]
+
+
+# The tests below that meet one kind of fault each on this cluster, each with a sweep of its own: a
+# commit runs one of them (tests/rotation.py), SEQAE_ROTATION=all every one.
+FAULT_TESTS = ["lost-worker", "killed-worker", "torn-down", "postgresql-restart", "database-away"]
 
 
 def test_cluster_is_three_nodes_with_loopback_services(cluster):
@@ -302,6 +308,7 @@ def kill_worker_mid_trial(cluster, name: str, epochs: Callable[[], dict[int, int
     return number, ips[number]
 
 
+@in_turn("lost-worker", FAULT_TESTS)
 def test_lost_worker_with_no_retries_left_fails_its_trial_everywhere(cluster):
     """Scenario 3, retries exhausted: the trial is FAILED in Tune, Optuna and MLflow; the rest finish."""
     name = "noretry"
@@ -330,6 +337,7 @@ def test_lost_worker_with_no_retries_left_fails_its_trial_everywhere(cluster):
         restore_worker(cluster, node_ip)
 
 
+@in_turn("killed-worker", FAULT_TESTS)
 def test_killed_worker_trials_continue_on_the_survivor_through_an_object_store(cluster):
     """Scenario 3, with retries, and checkpoints and data in S3, which no node shares a disk with:
     the driver tokenizes the data once and publishes it; each node that runs a trial fetches it
@@ -375,6 +383,7 @@ def test_killed_worker_trials_continue_on_the_survivor_through_an_object_store(c
         assert manifest["built_by"] == entry["built_by"]  # the driver's tokenization, not the node's
 
 
+@in_turn("torn-down", FAULT_TESTS)
 def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster):
     """Scenario 5: head included. Ray forgets the job; `seqae sweep resume` resubmits it and the new
     driver carries on from the study, the checkpoints and the runs in the shared storage."""
@@ -462,6 +471,7 @@ def assert_each_trial_once(cluster, name: str, n: int, epochs: int) -> None:
     assert finished(Path(cluster["env"]["SEQAE_STORAGE"]) / name) == set(range(n))  # no trial lost
 
 
+@in_turn("postgresql-restart", FAULT_TESTS)
 def test_a_postgresql_restart_mid_sweep_is_ridden_out_by_the_same_driver(cluster, tmp_path):
     """Scenario 22: PostgreSQL stopped after the sweep's first result, while trials train, and started
     again once the driver has met the outage: the study's storage retries its calls and the MLflow
@@ -493,6 +503,7 @@ def test_a_postgresql_restart_mid_sweep_is_ridden_out_by_the_same_driver(cluster
     assert_each_trial_once(cluster, name, n, epochs)
 
 
+@in_turn("database-away", FAULT_TESTS)
 def test_a_database_away_past_the_limit_stops_the_driver_in_one_line_and_resume_finishes(cluster, tmp_path, receiver):
     """Scenario 23: PostgreSQL away longer than SEQAE_STORAGE_RETRY_SECONDS: the driver stops with exit
     code 75 and one line naming the storage and `seqae sweep resume NAME`, and says so to the sweep's
