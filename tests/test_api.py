@@ -31,7 +31,7 @@ def test_the_python_page_runs_as_written(workspace, capsys):
     assert [t.number for t in page["trials"]] == [0, 1, 2] and page["trials"][0].kept_epoch >= 1
     table = page["table"]
     assert len(table) == 3 and table["state"].tolist() == ["COMPLETE"] * 3
-    assert table.loc[table.trial == best.trial, "val_token_accuracy"].item() == best.values["val_token_accuracy"]
+    assert table.loc[table.trial == best.number, "val_token_accuracy"].item() == best.values["val_token_accuracy"]
     assert 0 <= page["out"].token_accuracy[0] <= 1 and page["out"].latents[0].ndim == 3
     assert page["page"].name == "index.html" and page["page"].exists()
     out = capsys.readouterr().out
