@@ -142,6 +142,17 @@ class Config:
         return {key: getattr(getattr(self, key.split(".")[0]), key.split(".")[1]) for key in KEYS}
 
 
+# The keys that set no tensor's shape nor anything a batched step shares: trials that differ only in
+# them train as one pack (a sweep's resources.fuse, seqae_core.fused), each member with its own values.
+FREE_KEYS = ("train.lr", "train.lr_final", "train.lr_decay_epochs", "train.weight_decay", "train.seed", "train.patience")
+
+
+def fusion_key(config: Config) -> tuple[tuple[str, Any], ...]:
+    """What the trials of one pack share: every key but :data:`FREE_KEYS` (and
+    ``train.fuse_repeats``, which is about a run's repeats)."""
+    return tuple(sorted((k, v) for k, v in config.flat().items() if k not in FREE_KEYS and k != "train.fuse_repeats"))
+
+
 # Each block's defaults where they differ from the paper's (the dataclasses' defaults, which the
 # paper block keeps). A key set anywhere (config file, sweep file, grid, search, --set) wins.
 # The transformer's were found by laptop probes at 32 -> 8 tokens, and checked on another split

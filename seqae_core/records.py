@@ -13,6 +13,7 @@ size and SHA-256 of every file, and the record's :class:`TrialProgress` (epoch r
     best-000002/samples.*      sample reconstructions (JSON, and text with wrong tokens marked)
     best-000002/metrics.json   the metrics of that epoch
     failed.txt                 why the run cannot succeed, if it failed in a way that repeats
+    left.txt                   the pack it left, if a scheduler stopped it while the pack went on
     lease.json                 on an object store: which writer holds the store now
 
 A record whose manifest is missing, or whose files do not match it, is never loaded: the
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 STATE, MODEL, SAMPLES_JSON, SAMPLES_TXT, METRICS = "state.pt", "model.pt", "samples.json", "samples.txt", "metrics.json"
 
 LEASE = "lease.json"  # an object store's writer lease (see ``RecordStore.exclusive``)
+LEFT = "left.txt"  # the pack a run left (``RecordStore.record_leave``)
 
 S = TypeVar("S", bound="RecordStore")  # of_trial builds the store of the class it is called on
 
@@ -248,6 +250,21 @@ class RecordStore:
                 return f.read().decode(errors="replace")
         except FileNotFoundError:
             return None
+
+    def record_leave(self, pack: str) -> None:
+        """Mark the run as leaving the pack of runs that trains it (``pack``: the pack's name), at the
+        end of the epoch its last record holds: one whom a scheduler stopped while the others go on.
+        A retry of that pack leaves it out; a later pack (a continued sweep's) trains it again."""
+        with self.fs.open_output_stream(f"{self.root}/{LEFT}") as out:
+            out.write(pack.encode())
+
+    def left(self, pack: str) -> bool:
+        """Whether the run left the pack named ``pack`` (:meth:`record_leave`)."""
+        try:
+            with self.fs.open_input_stream(f"{self.root}/{LEFT}") as f:
+                return bool(f.read().decode(errors="replace") == pack)
+        except FileNotFoundError:
+            return False
 
     def _epochs(self, kind: str) -> list[int]:
         found = []

@@ -41,7 +41,7 @@ FRONT_DOOR = "sweeps/api.py"
 LAZY_ELSEWHERE = {("seqae_core/data.py", "seqae_core.corpus")}
 NOT_IN_THE_CORE = ("ray", "mlflow", "optuna")
 RAY_TUNE_HOMES = ("sweeps/running/trial.py", "sweeps/running/stoppers.py", "sweeps/running/schedulers.py", "sweeps/running/callbacks.py",
-                  "sweeps/running/runner.py")
+                  "sweeps/running/packs.py", "sweeps/running/runner.py")
 # (a trial in its worker; the driver's side of Tune: its stoppers, schedulers, callbacks and the Tuner)
 # The sweep service bottom to top, room by room (sweeps/__init__.py): the sweep file, its stores, running it,
 # reading its results, then the API over them.
@@ -51,7 +51,7 @@ SWEEP_ORDER = [
     "stores.writer", "stores.mlflow_access", "stores.mlflow_runs", "stores.textmodel", "stores.tracking",
     "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_connection",
     "running.submit", "running.sweep_data", "running.trial", "running.stoppers", "running.schedulers",
-    "running.callbacks", "running.runner", "running.lifecycle", "running.driver",
+    "running.callbacks", "running.packs", "running.runner", "running.lifecycle", "running.driver",
     "results.trials", "results.status", "results.remote_status", "results.export", "results.registry",
     "api",
 ]

@@ -22,6 +22,7 @@ from sweeps.stores.tracking import Tracker
 from sweeps.stores.writer import Writer
 
 log = logging.getLogger(__name__)
+MEMBER_ERROR = "member_error"  # a pack's member that failed alone: its error, in its stand-in trial's config
 
 
 class TrackingCallback(DriverOnly, tune.Callback):
@@ -126,7 +127,9 @@ def _epochs(trial: Trial) -> float:
 def last_error(trial: Trial) -> str:
     """The last line of the trial's latest error ("NonFiniteLossError: ..."), read from the
     trial's local error file: Tune writes it before calling back, whereas the copy in the
-    storage path may not be synced yet."""
+    storage path may not be synced yet. A pack's member that failed alone carries its own."""
+    if error := trial.config.get(MEMBER_ERROR):  # sweeps.running.packs
+        return str(error)
     path = trial.error_file
     text = Path(path).read_text(errors="replace") if path and Path(path).exists() else ""
     lines = [line.strip() for line in text.splitlines() if line.strip()]

@@ -16,6 +16,7 @@ from typing import Any
 
 import ray
 from ray import tune
+from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
 from ray.tune.stopper import CombinedStopper
 
@@ -23,10 +24,11 @@ from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
 from sweeps.running.callbacks import NotifyCallback, ProgressCallback, TrackingCallback
 from sweeps.running.notify import Notifier
+from sweeps.running.packs import Members, PackCallback, PackScheduler, PackSearcher, member_id, pack_name
 from sweeps.running.progress import Progress, say
 from sweeps.running.schedulers import ParetoASHA, ResumableASHA
 from sweeps.running.stoppers import BudgetStopper, DriverOnly, Spend, StopNow, spent_so_far, trial_progresses
-from sweeps.running.trial import run_trial
+from sweeps.running.trial import run_pack, run_trial
 from sweeps.spec.sweep import SweepSpec
 from sweeps.spec.trial import TrialSpec
 from sweeps.stores import ledger
@@ -80,14 +82,17 @@ class StudySearcher(DriverOnly, Searcher):
             self.limit = limit
         if len(self.live) >= limit:
             return None
-        trial = self.study.next_trial(new=not self.draining)
-        if trial is None:
+        fuse = self.spec.resources.fuse
+        trials = (self.study.next_pack(fuse, new=not self.draining) if fuse > 1
+                  else [t for t in [self.study.next_trial(new=not self.draining)] if t is not None])
+        if not trials:
             return Searcher.FINISHED  # type: ignore[return-value]  # Tune's own sentinel, a str
-        self.plans[trial_id] = trial
+        for trial in trials:  # a pack's members by their own ids (sweeps.running.packs)
+            self.plans[trial_id if fuse == 1 else member_id(trial_id, trial.number)] = trial
+            self.spend.started(trial.number)
+            self.study.note_tune_trial(trial.number, trial_id)
         self.live.add(trial_id)
-        self.spend.started(trial.number)
-        self.study.note_tune_trial(trial.number, trial_id)
-        return {"trial": trial}
+        return {"trial": trials[0]} if fuse == 1 else {"trial": trials[0], "pack": tuple(trials)}
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         self._result(self.plans[trial_id].number, result)
@@ -121,6 +126,11 @@ class StudySearcher(DriverOnly, Searcher):
                                 number in self.stop_now.halted)
         ledger.settle(self.study, number, outcome, progress)
         self.retention.settle(number)
+
+
+def tune_name(trial: tune.experiment.Trial) -> str:
+    """A Tune trial's name and folder: ``trial-0003``, or a pack's (:func:`~sweeps.running.packs.pack_name`)."""
+    return pack_name(trial.config["pack"]) if "pack" in trial.config else f"trial-{trial.config['trial'].number:04d}"
 
 
 def run_session(
@@ -160,15 +170,22 @@ def run_session(
     best = study.best()
     progress = Progress(study.study.study_name, objective, study.remaining() * epochs, epochs,
                         (best[0].values[0], best[0].number) if len(best) == 1 else None)
+    fused = spec.resources.fuse > 1
     trainable = tune.with_resources(
-        tune.with_parameters(run_trial, runtime={"storage": storage, "cache_dir": cache_dir, "published": published}),
+        tune.with_parameters(run_pack if fused else run_trial,
+                             runtime={"storage": storage, "cache_dir": cache_dir, "published": published}),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
+    stoppers: list[tune.Stopper] = [*([BudgetStopper(spend, spec.budget.hours * 3600)] if spec.budget else []), stop_now]
+    callbacks: list[tune.Callback] = [TrackingCallback(tracker, writer, study), ProgressCallback(progress, spend, stop_now),
+                                      *([NotifyCallback(notifier, study)] if notifier else [])]
+    members = Members(searcher, scheduler or FIFOScheduler(), stoppers, callbacks, storage) if fused else None
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
-            metric=objective.metric, mode=objective.mode, search_alg=searcher, scheduler=scheduler,
-            num_samples=study.remaining(),
+            metric=None if members else objective.metric, mode=None if members else objective.mode,
+            search_alg=PackSearcher(members) if members else searcher,
+            scheduler=PackScheduler(members) if members else scheduler, num_samples=study.remaining(),
             # StudySearcher keeps to max_concurrent, which may change while the sweep runs; Tune's
             # own limit is only an upper bound, and lets that many trials wait for workers at once
             # (with none, Tune starts a custom searcher's trials one after another).
@@ -179,18 +196,16 @@ def run_session(
             # Not where a node can be lost alone: Tune (2.60) counts the death of a kept process twice
             # when its node dies between two trials, and fails the next trial whatever its retries.
             reuse_actors=sum(node["Alive"] for node in ray.nodes()) == 1,
-            trial_name_creator=lambda t: f"trial-{t.config['trial'].number:04d}",
-            trial_dirname_creator=lambda t: f"trial-{t.config['trial'].number:04d}",
+            trial_name_creator=tune_name,
+            trial_dirname_creator=tune_name,
         ),
         run_config=tune.RunConfig(
             name=f"session-{session:03d}-{time.strftime('%Y%m%d-%H%M%S')}",
             storage_path=f"{storage.rstrip('/')}/tune",
             failure_config=tune.FailureConfig(max_failures=spec.retries),
             # the budget's stopper first: it counts every epoch's cost, also the one a stop ends on
-            stop=CombinedStopper(BudgetStopper(spend, spec.budget.hours * 3600), stop_now)
-            if spec.budget else stop_now,
-            callbacks=[TrackingCallback(tracker, writer, study), ProgressCallback(progress, spend, stop_now),
-                       *([NotifyCallback(notifier, study)] if notifier else [])],
+            stop=None if members else CombinedStopper(*stoppers),
+            callbacks=[PackCallback(members)] if members else callbacks,
             verbose=1 if verbose else 0,
         ),
     )

@@ -130,7 +130,8 @@ class ParetoASHA(ResumableASHA):
         return tune.schedulers.TrialScheduler.CONTINUE
 
 
-def stub_trial(spec: TrialSpec) -> Trial:
+def stub_trial(spec: TrialSpec, trial_id: str | None = None) -> Trial:
     """A Tune trial that carries ``spec`` and nothing else: what a scheduler reads of a trial (its
-    id and config), for replaying :class:`ResumableASHA` without Tune (``benchmarks/replay.py``)."""
-    return Trial("replay", config={"trial": spec}, trial_id=str(spec.number), stub=True)
+    id, by default its number, and config), for replaying :class:`ResumableASHA` without Tune
+    (``benchmarks/replay.py``), and for a pack's members (:mod:`sweeps.running.packs`)."""
+    return Trial("replay", config={"trial": spec}, trial_id=trial_id or str(spec.number), stub=True)

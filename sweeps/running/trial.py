@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import ExitStack
 from typing import Any
 
 import ray
@@ -18,6 +19,7 @@ from ray import tune
 from seqae_core.checkpoint import Checkpoint, CheckpointStore
 from seqae_core.config import Config
 from seqae_core.data import shared_settings
+from seqae_core.members import MemberResult, train_members
 from seqae_core.train import NonFiniteLossError, describe_precision, train
 from seqae_errors import ConfigError
 from sweeps.running.system_metrics import SystemMetrics
@@ -27,6 +29,7 @@ from sweeps.spec.trial import TrialSpec
 # says so (the GPU is logical: `ray start --num-gpus`, `seqae cluster up --gpus-per-worker`); unset,
 # such a trial fails. A rehearsal of GPU scheduling, never a silent fallback.
 LOGICAL_GPUS = "SEQAE_LOGICAL_GPUS"
+MEMBERS, FAILED = "members", "failed"  # a pack's report: each member's result; [number, error] of each that failed
 
 
 def run_trial(config: dict[str, Any], runtime: dict[str, Any]) -> None:
@@ -90,6 +93,83 @@ def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runt
     with SystemMetrics() as usage:  # each epoch's record carries the machine's CPU, memory and GPU use
         train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir, published=published,
               measure=usage.epoch)
+
+
+def run_pack(config: dict[str, Any], runtime: dict[str, Any]) -> None:
+    """A Tune function trainable: a pack of trials of one shape (``resources.fuse``) trained as one
+    batched model (:func:`seqae_core.members.train_members`), each member continued from its own
+    newest valid checkpoint. Each validation, one report holds every member's result and the error
+    of each that failed alone (read by :class:`sweeps.running.packs.Members`); a member the driver
+    stopped leaves before the next part, and a retry of the pack leaves it out."""
+    sys.unraisablehook = exit_quietly_on_stop
+    pack_id = tune.get_context().get_trial_id()
+    specs: tuple[TrialSpec, ...] = config["pack"]
+    stores = {t.number: CheckpointStore.of_trial(runtime["storage"], t.number) for t in specs}
+    cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
+    torch.set_num_threads(max(1, int(cpus)))
+    with ExitStack() as held:
+        for store in stores.values():
+            held.enter_context(store.exclusive())
+        failed = []
+        for spec in specs:
+            if spec.config is None:
+                failed.append([spec.number, f"ConfigError: {spec.error or 'the trial has no config'}"])
+                stores[spec.number].record_verdict(failed[-1][1])
+            elif (verdict := stores[spec.number].verdict()) is not None:
+                failed.append([spec.number, f"TrialFailed: it already failed in a way a retry cannot fix: {verdict}"])
+        if failed:
+            tune.report({MEMBERS: [], FAILED: failed})
+        gone = {number for number, _ in failed}
+        members = [t for t in specs if t.number not in gone and not stores[t.number].left(pack_id)]
+        while members:  # members whose checkpoints stand behind the others' catch up first
+            members = _train_pack(members, stores, runtime, pack_id)
+
+
+def _train_pack(specs: list[TrialSpec], stores: dict[int, CheckpointStore], runtime: dict[str, Any],
+                pack_id: str) -> list[TrialSpec]:
+    """Train the pack's ``specs`` from their checkpoints, all of them where they stand at one place;
+    otherwise (a pack killed between two members' records) those furthest behind, until they reach
+    the next place another stands at. Returns the members left to train: none once all have ended."""
+    resumes = {}
+    for spec in specs:
+        resume, skipped = stores[spec.number].resume()
+        for note in skipped:
+            print(f"seqae: trial {spec.number}: skipped damaged checkpoint {note}", flush=True)
+        if resume is not None:
+            print(f"seqae: trial {spec.number}: continuing {resume.place}", flush=True)
+        resumes[spec.number] = resume
+    places = {n: (r.epoch, r.step) if r is not None else (0, 0) for n, r in resumes.items()
+              if r is None or not r.finished}
+    behind = min(places.values(), default=(0, 0))
+    ahead = min((p for p in places.values() if p > behind), default=None)
+    group = [t for t in specs if ahead is None or places.get(t.number) == behind]
+    device, gpu = trial_device(group[0].number, group[0].config)  # type: ignore[arg-type]  # run_pack left out the unbuilt
+    node_id = ray.get_runtime_context().get_node_id()
+
+    def report(results: list[MemberResult]) -> set[int]:
+        records, failed = [], []
+        for result in results:
+            number = group[result.index].number
+            if result.error is not None:
+                stores[number].record_verdict(result.error)
+                failed.append([number, result.error])
+            elif result.metrics is not None and result.checkpoint is not None:
+                stores[number].save(result.metrics, result.checkpoint)
+                records.append({**result.metrics, "trial": number, "node_id": node_id, **gpu,
+                                "finished": result.checkpoint.finished})
+        tune.report({MEMBERS: records, FAILED: failed})
+        caught_up = {r.index for r in results if ahead is not None and r.checkpoint is not None
+                     and (r.checkpoint.epoch, r.checkpoint.step) >= ahead}
+        return caught_up | {i for i, spec in enumerate(group) if stores[spec.number].left(pack_id)}
+
+    configs = [t.config for t in group if t.config is not None]
+    published = runtime["published"].get(shared_settings(configs[0].data))
+    with SystemMetrics() as usage:  # each epoch's record carries the machine's CPU, memory and GPU use
+        train_members(configs, report, resumes=[resumes[t.number] for t in group], device=device,
+                      cache_dir=None if published else runtime["cache_dir"], published=published, measure=usage.epoch)
+    if ahead is None:
+        return []
+    return [t for t in specs if not stores[t.number].left(pack_id) and stores[t.number].verdict() is None]
 
 
 def trial_device(number: int, config: Config) -> tuple[str, dict[str, str]]:

@@ -257,6 +257,8 @@ class ResourcesSection(Section):
     cpu: float = Field(default=1.0, gt=0, description="CPUs Ray reserves for each trial")
     gpu: float = Field(default=0.0, ge=0, description="GPUs for each trial; a fraction packs several trials on one "
                                                        "GPU, above 1 a whole number")
+    fuse: int = Field(default=1, ge=1, le=64, description="trials of one shape trained as one batched model in one Ray "
+                                                          "Tune trial, which gets cpu and gpu above; 1: each alone")
 
     @model_validator(mode="after")
     def _whole(self) -> ResourcesSection:

@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from seqae_core.config import Config, build, coerce, flatten
+from seqae_core.config import FREE_KEYS, Config, build, coerce, flatten
 from seqae_errors import ConfigError
 from sweeps.spec.messages import reason
 from sweeps.spec.overrides import apply_profile, apply_sets, mapping, read_document
@@ -205,6 +205,7 @@ class SweepSpec(Section):
         check_conditions(self.search, self.grid_keys(), source)
         _check_starts(self, source)
         _check_sampler(self, source)
+        _check_fuse(self, source)
         if self.budget is not None and self.budget.unit != self.share[0]:
             raise ConfigError(f"{source}: budget.{self.budget.unit}_hours, but trials are counted in "
                               f"{self.share[0]}-hours here (resources.gpu={self.resources.gpu}); use "
@@ -374,6 +375,11 @@ def check_trial_configs(spec: SweepSpec) -> None:
             if config.train.head == "fused" and not spec.resources.gpu:  # else every trial would fail alone
                 raise ConfigError(f"{spec.source}: train.head=fused runs on CUDA only, and the trials get no GPU "
                                   f"(resources.gpu=0; with {where}): set resources.gpu or train.head=auto")
+            if spec.resources.fuse > 1 and (config.train.repeats > 1 or config.train.compile == "on"):
+                key, value = (("train.repeats", config.train.repeats) if config.train.repeats > 1
+                              else ("train.compile", "on"))
+                raise ConfigError(f"{spec.source}: resources.fuse={spec.resources.fuse} trains each trial as one member "
+                                  f"of a pack, which {key}={value!r} cannot be (with {where}): set resources.fuse=1")
 
 
 
@@ -410,6 +416,16 @@ def _check_starts(spec: SweepSpec, source: str) -> None:
                 set_here = "its value" if key in point else "the base config's value (the point does not set it)"
                 raise ConfigError(f"{where}: {key}={value!r} ({set_here}) is outside search.{key}; a starting "
                                   "point lies in the searched space")
+
+
+def _check_fuse(spec: SweepSpec, source: str) -> None:
+    """A pack's members differ only in :data:`~seqae_core.config.FREE_KEYS`: a sweep that fuses
+    must search or grid one of them, or every pack would be one trial."""
+    fuse = spec.resources.fuse
+    if fuse > 1 and not any(k in FREE_KEYS for k in (*spec.search, *spec.grid_keys())):
+        raise ConfigError(f"{source}: resources.fuse={fuse} packs trials that differ only in {', '.join(FREE_KEYS)}; "
+                          "this sweep searches none of them, so every pack would hold one trial: search one, or set "
+                          "resources.fuse=1")
 
 
 def _check_sampler(spec: SweepSpec, source: str) -> None:

@@ -31,7 +31,7 @@ from optuna.trial import TrialState
 
 from seqae_core import metrics as M
 from seqae_core import names as N
-from seqae_core.config import build
+from seqae_core.config import FREE_KEYS, build, fusion_key
 from seqae_errors import ConfigError
 from sweeps.spec.sections import Distribution
 from sweeps.spec.sweep import SweepSpec, trial_layers
@@ -170,6 +170,7 @@ class SweepStudy:
         self.spec, self.study, self.storage, self.total = spec, study, backend, total
         self.study_id = backend.get_study_id_from_name(study.study_name)
         self._issued: set[int] = set()
+        self._deferred: list[TrialSpec] = []  # asked for a pack it could not join (next_pack): the next trial
         self._records = {t.user_attrs[N.CONTINUES]: t.number for t in self._held()
                          if N.CONTINUES in t.user_attrs}  # sweep trial -> its newest Optuna trial, if not itself
 
@@ -275,13 +276,12 @@ class SweepStudy:
     def next_trial(self, new: bool = True) -> TrialSpec | None:
         """An interrupted trial to continue, else (if ``new``) a new trial while the budget lasts,
         else None."""
+        if self._deferred:
+            return self._deferred.pop(0)
         trials = self.trials()
         for trial in trials:
             if trial.state == TrialState.RUNNING and trial.number not in self._issued:
-                self._issued.add(trial.number)
-                params = dict(trial.params) if N.PROPOSED_BY in trial.user_attrs else self._suggest_late(trial)
-                return self._spec(trial.number, params, continued=True, epochs=trial.user_attrs.get(N.EPOCHS),
-                                  start=trial.user_attrs.get(N.START))
+                return self._continued(trial)
         if not new or len(trials) >= self.total:
             return None
         held = self._held()  # a fork's seeded trials too: they count for both below
@@ -295,6 +295,61 @@ class SweepStudy:
         params = self._propose(asked, proposer)
         self._issued.add(asked.number)
         return self._spec(asked.number, params, start=start)
+
+    def _continued(self, trial: optuna.trial.FrozenTrial) -> TrialSpec:
+        """Interrupted trial ``trial``, issued to continue from its checkpoint."""
+        self._issued.add(trial.number)
+        params = dict(trial.params) if N.PROPOSED_BY in trial.user_attrs else self._suggest_late(trial)
+        return self._spec(trial.number, params, continued=True, epochs=trial.user_attrs.get(N.EPOCHS),
+                          start=trial.user_attrs.get(N.START))
+
+    def next_pack(self, size: int, new: bool = True) -> list[TrialSpec]:
+        """Up to ``size`` trials of one shape (:func:`~seqae_core.config.fusion_key`) to train as one
+        pack (``resources.fuse``); empty when the sweep has none left to start. The first is
+        :meth:`next_trial`'s. An interrupted first is packed with other interrupted trials of its
+        shape. A new one is packed with new proposals of its shape while the sweep's total lasts: the
+        sampler proposes their :data:`~seqae_core.config.FREE_KEYS`, every other searched value is
+        the first's (Optuna's ``PartialFixedSampler``), and a grid gives them the emptiest of the
+        cells of that shape. A proposal that cannot join (its config cannot be built) waits to be
+        the first of a later pack, alone."""
+        first = self.next_trial(new)
+        if first is None:
+            return []
+        pack = [first]
+        if first.config is None:
+            return pack
+        shape = fusion_key(first.config)
+        if first.continued:
+            for trial in self.trials():
+                if len(pack) < size and trial.state == TrialState.RUNNING and trial.number not in self._issued:
+                    spec = self.trial_spec(trial.number)
+                    if spec.config is not None and fusion_key(spec.config) == shape:
+                        pack.append(self._continued(trial))
+            return pack
+        fixed = {k: v for k, v in first.params.items() if k not in FREE_KEYS}
+        while len(pack) < size and len(self.trials()) < self.total:
+            member = self._propose_like(fixed)
+            if member.config is not None and fusion_key(member.config) == shape:
+                pack.append(member)
+            else:
+                self._deferred.append(member)
+                break
+        return pack
+
+    def _propose_like(self, fixed: dict[str, Any]) -> TrialSpec:
+        """A new trial whose searched values are ``fixed`` where it names them (see :meth:`next_pack`)."""
+        cells = [cell for cell in self.spec.cells() if all(fixed.get(k, v) == v for k, v in cell.items())]
+        if cells != [{}]:
+            self.study.enqueue_trial(self._emptiest_cell(self.trials(), cells))
+        base = self.study.sampler
+        self.study.sampler = optuna.samplers.PartialFixedSampler(fixed, base)
+        try:
+            asked = self.study.ask()
+            params = self._propose(asked, self._proposer(self._held()))
+        finally:
+            self.study.sampler = base
+        self._issued.add(asked.number)
+        return self._spec(asked.number, params)
 
     def _propose(self, asked: optuna.Trial, proposer: str) -> dict[str, Any]:
         """Give an asked trial its parameters, then record who proposed them: last, so a trial
@@ -364,8 +419,10 @@ class SweepStudy:
             started.append(trial.number)
         return started
 
-    def _emptiest_cell(self, trials: list[optuna.trial.FrozenTrial]) -> dict[str, Any]:
-        cells = self.spec.cells()
+    def _emptiest_cell(self, trials: list[optuna.trial.FrozenTrial],
+                       cells: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The one of ``cells`` (default: the grid's) the fewest ``trials`` have trained."""
+        cells = self.spec.cells() if cells is None else cells
         if cells == [{}]:
             return {}
         filled = [sum(all(t.params.get(k) == v for k, v in cell.items()) for t in trials) for cell in cells]

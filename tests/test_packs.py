@@ -1,0 +1,173 @@
+"""Fused trials in a sweep (``resources.fuse``): trials of one shape trained as one batched model in
+one Ray Tune trial, each member still its own trial in Optuna, ASHA, MLflow, the checkpoints, the
+status and the export; a member that diverges fails alone; a pack killed mid-epoch resumes."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pandas as pd
+import psutil
+import pytest
+
+from seqae_core import metrics as M
+from seqae_core.checkpoint import CheckpointStore
+from seqae_core.config import from_flat, fusion_key
+from seqae_core.train import train
+from sweeps.spec import sweep as spec_lib
+from sweeps.stores.search import open_study
+from tests.refusal import assert_refused
+from tests.sweep_helpers import (
+    STUDIES, held, metric_steps, mlflow_runs, optuna_trials, run_args, seqae, start, status, trial_metas, wait_for,
+    wait_for_writers_to_exit,
+)
+from tests.sweep_helpers import sets as sets_of
+
+# A grid over the learning rate alone, so that a pack of 4 and the same 4 trials one at a time
+# train the same configurations in the same order: lr 1e30 drives the loss to NaN; ASHA (grace 1,
+# factor 2) decides at epoch 1 on the other three, in trial order. fp32 without dropout: the
+# promise of equality within 1e-5.
+GRID = ["search={}", "start={}", "grid.train.lr=[1.0e30, 1.0e-2, 3.0e-3, 1.0e-3]", "trials={per_cell: 1}",
+        "train.lr_schedule=constant", "train.precision=fp32", "model.dropout=0.0",
+        "scheduler={type: asha, grace_period: 1, reduction_factor: 2}"]
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_a_pack_is_proposed_with_the_shape_of_its_first_member_and_free_keys_sampled(tmp_path, sampler):
+    """The quickstart's space (lr; d_model and d_attn set shapes) in packs of 3: its starting point,
+    then the sampler's own proposal, each followed by proposals of the same widths and their own
+    learning rates; the sweep's total holds, and each member is an Optuna trial of its own."""
+    spec = spec_lib.load(STUDIES / "quickstart.yaml", [f"sampler={{type: {sampler}, seed: 0}}", "trials.total=7",
+                                                         "resources.fuse=3"])
+    study = open_study(spec, f"sqlite:///{tmp_path}/s.db", "s", 7, "fingerprint")
+    packs = []
+    while pack := study.next_pack(3):
+        packs.append(pack)
+        for member in pack:
+            study.study.tell(member.number, 0.5)
+    assert [len(p) for p in packs] == [3, 3, 1]
+    assert packs[0][0].start == "paper_lr" and not any(m.start for m in packs[0][1:])
+    for pack in packs:
+        assert len({fusion_key(m.config) for m in pack}) == 1
+        assert len({m.params["train.lr"] for m in pack}) == len(pack)  # the free key sampled for each
+    assert [m.number for p in packs for m in p] == list(range(7))
+    assert {(p[0].params["model.d_model"], p[0].params["model.d_attn"]) for p in packs} != {(128, 128)}  # shapes vary
+
+
+@pytest.mark.parametrize("sets, says", [
+    (["resources.fuse=4", "search={model.d_model: {type: categorical, choices: [64, 128]}}", "start={}"],
+     "resources.fuse=4 packs trials that differ only in train.lr"),
+    (["resources.fuse=4", "train.repeats=2"], "which train.repeats=2 cannot be"),
+    (["resources.fuse=0"], "resources.fuse"),
+])
+def test_a_sweep_that_cannot_fuse_is_refused_in_one_line_before_anything_is_made(tmp_path, sets, says):
+    workspace = tmp_path / "ws"
+    run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace), *sets_of(*sets))
+    assert_refused(run.returncode, run.stderr, says, created=(workspace,))
+
+
+@pytest.fixture(scope="module")
+def sweeps(tmp_path_factory):
+    """The grid fused into one pack of 4, and the same grid trial by trial."""
+    root = tmp_path_factory.mktemp("packs")
+    runs = {}
+    for name, fuse in (("fused", 4), ("alone", 1)):
+        run = seqae(*run_args(root / name, name, *GRID, f"resources.fuse={fuse}"))
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        runs[name] = (root / name, run)
+    return runs
+
+
+@pytest.mark.slow
+def test_a_pack_ends_with_the_trials_values_and_decisions_of_its_members_run_alone(sweeps):
+    """Each member: the same state, the same intermediate value at every epoch (within 1e-5) and the
+    same test score of its kept checkpoint as the trial trained alone; ASHA stopped at least one
+    member at its first rung while another trained on; the diverging member failed alone."""
+    trials = {name: {t.number: t for t in optuna_trials(workspace, name)} for name, (workspace, _) in sweeps.items()}
+    assert sorted(trials["fused"]) == sorted(trials["alone"]) == [0, 1, 2, 3]
+    for number, alone in trials["alone"].items():
+        fused = trials["fused"][number]
+        assert fused.params == alone.params and fused.state == alone.state, number
+        assert sorted(fused.intermediate_values) == sorted(alone.intermediate_values), number
+        for epoch, value in alone.intermediate_values.items():
+            assert fused.intermediate_values[epoch] == pytest.approx(value, abs=1e-5), (number, epoch)
+        for key, value in alone.user_attrs.get("seqae.test", {}).items():
+            assert fused.user_attrs["seqae.test"][key] == pytest.approx(value, abs=1e-5), (number, key)
+    states = {n: t.state.name for n, t in trials["fused"].items()}
+    assert states[0] == "FAIL"
+    assert "PRUNED" in states.values() and "COMPLETE" in states.values(), states
+    assert all(len(t.intermediate_values) == 1 for t in trials["fused"].values() if t.state.name == "PRUNED")
+    assert all(len(t.intermediate_values) == 2 for t in trials["fused"].values() if t.state.name == "COMPLETE")
+
+
+@pytest.mark.slow
+def test_every_member_is_its_own_trial_where_a_user_looks(sweeps):
+    """One Tune trial trained the pack; Optuna, MLflow (a child run per member, counted through its
+    client), the checkpoints, the progress lines, the status and the export have a trial per member,
+    the diverging one named failed with its error."""
+    workspace, run = sweeps["fused"]
+    tune_trials = sorted(p.name for p in (workspace / "sweeps" / "fused" / "tune").glob("session-*/*")
+                         if p.is_dir() and p.name.startswith(("pack-", "trial-")))
+    assert tune_trials == ["pack-0000-of-4"], tune_trials
+    states = {t.number: t.state.name for t in optuna_trials(workspace, "fused")}
+    children = {int(r.data.tags["seqae.trial"]): r for r in mlflow_runs(workspace, "fused") if "seqae.trial" in r.data.tags}
+    assert sorted(children) == [0, 1, 2, 3]
+    for number, child in children.items():
+        assert child.data.tags["optuna.trial_number"] == str(number)
+        epochs = {"COMPLETE": [1, 2], "PRUNED": [1], "FAIL": []}[states[number]]
+        assert metric_steps(child.info.run_id, "val_token_accuracy", workspace) == epochs, number
+        if epochs:
+            assert child.data.metrics["pack_members"] >= 1 and child.info.status == "FINISHED"
+    assert children[0].info.status == "FAILED" and "NonFiniteLossError" in children[0].data.tags["seqae.error"]
+    assert re.search(r"^trial 0  failed after 0 epochs: NonFiniteLossError: training loss is not finite", run.stdout,
+                     re.M), run.stdout[-3000:]
+    assert re.search(r"^trial \d  stopped by the scheduler after 1 epochs?$", run.stdout, re.M), run.stdout[-3000:]
+    storage = workspace / "sweeps" / "fused"
+    assert sorted(trial_metas(storage)) == [1, 2, 3]  # each trained member's own records; the failed one has none
+    info = status("fused", workspace)
+    assert info["trials_by_state"] == {s: list(states.values()).count(s) for s in set(states.values())}
+    out = workspace.parent / "fused-trials.csv"
+    exported = seqae("sweep", "export", "fused", "--workspace", str(workspace), "--out", str(out))
+    assert exported.returncode == 0, exported.stderr[-2000:]
+    rows = pd.read_csv(out)
+    assert sorted(rows["trial"]) == [0, 1, 2, 3]
+    assert dict(zip(rows["trial"], rows["state"])) == states
+
+
+@pytest.mark.slow
+def test_a_pack_killed_mid_epoch_resumes_each_member_from_its_own_checkpoint(tmp_path, data_cache):
+    """SIGKILL of the pack's worker in epoch 3 of 5: Tune retries the pack, each member continues
+    from its own newest checkpoint, and every member ends with the epochs, values and kept
+    checkpoint an uninterrupted run of its config has (trained alone here, within 1e-5)."""
+    workspace, name = tmp_path / "ws", "killed"
+    storage = workspace / "sweeps" / name
+    driver = start(*run_args(workspace, name, "search={}", "start={}", "grid.train.lr=[1.0e-2, 3.0e-3]",
+                             "trials={per_cell: 1}", "train.precision=fp32", "model.dropout=0.0", "train.epochs=5",
+                             "data.max_pages=12", "scheduler.type=none", "resources.fuse=2", "retries=1"),
+                   log=tmp_path / "driver.log")
+
+    def pack_in_epoch_three() -> bool:
+        metas = trial_metas(storage)
+        return len(metas) == 2 and all(m["epoch"] == 2 and not m["finished"] for m in metas.values())
+
+    wait_for(lambda: held(driver, pack_in_epoch_three), 400, "both members two epochs in", every=0.05)
+    (worker,) = [p for p in psutil.Process(driver.pid).children(recursive=True)
+                 if "ImplicitFunc" in " ".join(p.cmdline())]
+    os.kill(worker.pid, signal.SIGKILL)
+    assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    wait_for_writers_to_exit(storage)
+    log = (tmp_path / "driver.log").read_text()
+    assert re.search(r"trial 0: continuing after epoch 2", log) and re.search(r"trial 1: continuing after epoch 2", log), log
+    trials = {t.number: t for t in optuna_trials(workspace, name)}
+    assert {n: t.state.name for n, t in trials.items()} == {0: "COMPLETE", 1: "COMPLETE"}
+    for number, trial in trials.items():
+        resume, _ = CheckpointStore.of_trial(str(storage), number).resume()
+        alone: list[dict] = []
+        train(from_flat(resume.config), lambda m, c: alone.append(m), cache_dir=data_cache)
+        assert sorted(trial.intermediate_values) == [1, 2, 3, 4, 5]
+        for epoch, record in enumerate(alone, 1):
+            assert trial.intermediate_values[epoch] == pytest.approx(record[M.VAL_TOKEN_ACCURACY], abs=1e-5)
+            assert resume.history[epoch - 1][M.VAL_TOKEN_ACCURACY] == pytest.approx(record[M.VAL_TOKEN_ACCURACY], abs=1e-5)
+        assert trial.value == pytest.approx(max(r[M.VAL_TOKEN_ACCURACY] for r in alone), abs=1e-5)
