@@ -23,6 +23,7 @@ from seqae_core.config import Config, from_flat
 from seqae_core.fused import Pack
 from seqae_core.loss import plan_head
 from seqae_core.model import ReducingAutoencoder
+from seqae_core.schedule import Schedule
 from seqae_core.step import TrainStep
 
 
@@ -93,8 +94,8 @@ def _measure(way: str, config: Config, k: int, vocab: int, tokens: torch.Tensor,
     models = _models(config, k, vocab, device)
     step: Callable[[], None]
     if way == "fused":
-        pack = Pack(models, lr=1e-4, weight_decay=0.01, lr_lambda=lambda s: 1.0, plan=plan, autocast=autocast, pad_id=0,
-                    device=device)
+        pack = Pack(models, lr=[1e-4] * k, weight_decay=[0.01] * k, schedule=[Schedule(1.0, 0, linear=False)] * k,
+                    plan=plan, autocast=autocast, pad_id=0, device=device)
         pack.train()
 
         def step() -> None:

@@ -1,28 +1,30 @@
-"""A run's ``train.repeats`` seeds trained as one batched model: a pack.
+"""Models of one shape trained as one batched model: a pack.
 
-The k seeds of one config share every shape, so their weights stack into tensors of shape
-(k, ...) and one forward pass computes all k models at once (``torch.func``: the seeds' modules
-become one functional model, ``vmap`` maps it over the leading axis), where training them one
-after another launches k times as many small kernels. This follows HFTA (Wang et al., MLSys 2021)
-and PyTorch's model-ensembling recipe (``stack_module_state``, ``functional_call``, ``vmap``).
+Models whose configs differ in no tensor's shape (a run's ``train.repeats`` seeds, or a sweep's
+trials that differ only in :data:`FREE_KEYS`) stack their weights into tensors of shape (k, ...),
+and one forward pass computes all k models at once (``torch.func``: the members' modules become one
+functional model, ``vmap`` maps it over the leading axis), where training them one after another
+launches k times as many small kernels. This follows HFTA (Wang et al., MLSys 2021) and PyTorch's
+model-ensembling recipe (``stack_module_state``, ``functional_call``, ``vmap``).
 
-Each member still trains as its seed would alone:
+Each member still trains as it would alone:
 
 - the loss is the sum of the members' mean losses, so each member's gradient is its own (no
-  member's loss reaches another's weights);
-- one AdamW steps the stacked weights: AdamW is elementwise and the members share the learning
-  rate schedule, so each member's update is the one its own optimizer would make (seqae clips no
-  gradients; a clip by norm would have to be per member);
+  member's loss reaches another's weights, a non-finite one neither);
+- one AdamW steps the stacked weights (:class:`seqae_core.adamw.StackedAdamW`): AdamW is elementwise,
+  and each member has its own learning rate, schedule and weight decay there, so each member's
+  update is the one its own optimizer would make (seqae clips no gradients; a clip by norm would
+  have to be per member);
 - each member sees its own batches (the order drawn from its seed), stacked (k, b, t);
 - the vocabulary head runs per member, the kernels of an unfused run on each member's slice.
 
-At an epoch's end the pack is unstacked into each seed's own model, optimizer and schedule
+At a validation the pack is unstacked into each member's own model, optimizer and schedule
 (:meth:`Pack.unstack`), so evaluation, metrics and the checkpoint are exactly as without fusion, and
 a run resumes fused or not from either's checkpoint (:meth:`Pack.stack` reads them back).
 
-fp32 without dropout, a member's metrics equal its seed's alone within float rounding (the
+fp32 without dropout, a member's metrics equal its run's alone within float rounding (the
 batched matmuls sum in another order). With dropout, ``vmap(randomness="different")`` draws each
-member its own masks, from the first seed's stream: the same distribution as alone, other draws.
+member its own masks, from one stream: the same distribution as alone, other draws.
 
 Shape letters: k members   b batch   t tokens   d d_model   v vocab
 """
@@ -37,10 +39,23 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
+from seqae_core.adamw import StackedAdamW
 from seqae_core.config import Config
 from seqae_core.loss import IGNORE, HeadPlan, head_cross_entropy, targets_of
 from seqae_core.model import ReducingAutoencoder
+from seqae_core.schedule import Schedule
 from seqae_core.step import Window
+
+# The config keys a pack's members may differ in: none changes a tensor's shape or the data.
+FREE_KEYS: tuple[str, ...] = ("train.lr", "train.lr_final", "train.lr_decay_epochs", "train.weight_decay", "train.seed",
+                              "train.patience")
+
+
+def fusion_key(config: Config) -> tuple[tuple[str, Any], ...]:
+    """What configs must share to train in one pack: every key but :data:`FREE_KEYS` (and
+    ``train.fuse_repeats``, which only says whether a run's seeds fuse), as sorted ``(key, value)`` pairs."""
+    return tuple(sorted((key, value) for key, value in config.flat().items()
+                        if key not in FREE_KEYS and key != "train.fuse_repeats"))
 
 
 def fuses(config: Config, device: torch.device) -> bool:
@@ -67,26 +82,27 @@ class _Hidden(nn.Module):
 
 
 class Pack:
-    """k models of one config as stacked weights, with one AdamW and one schedule over them, and a
-    static-shape step that the device never waits on the host for (as :class:`seqae_core.step.TrainStep`).
+    """k models of one shape as stacked weights, with one optimizer over them that gives member i
+    its own ``lr[i]``, ``weight_decay[i]`` and ``schedule[i]``, and a static-shape step that the
+    device never waits on the host for (as :class:`seqae_core.step.TrainStep`).
 
-    Built from the seeds' own models, optimizers and schedules (:meth:`stack`), and written back
-    into them at an epoch's end (:meth:`unstack`); in between, the pack's are the ones that train."""
+    Built from the members' own models, optimizers and schedules (:meth:`stack`), and written back
+    into them at a validation (:meth:`unstack`); in between, the pack's are the ones that train."""
 
-    def __init__(self, models: list[ReducingAutoencoder], *, lr: float, weight_decay: float,
-                 lr_lambda: Callable[[int], float], plan: HeadPlan, autocast: Callable[[], Any], pad_id: int,
+    def __init__(self, models: list[ReducingAutoencoder], *, lr: list[float], weight_decay: list[float],
+                 schedule: list[Schedule], plan: HeadPlan, autocast: Callable[[], Any], pad_id: int,
                  device: torch.device) -> None:
         wrapped = [_Hidden(model) for model in models]
         # named_parameters lists a tied weight once (the embedding, registered before the head), the
-        # order each seed's optimizer indexes its state by: the pack's optimizer keeps that order.
+        # order each member's optimizer indexes its state by: the pack's optimizer keeps that order.
         self.params, self.buffers = stack_module_state(wrapped)  # type: ignore[arg-type]
         ids = {id(p): name for name, p in wrapped[0].named_parameters()}
         self.head_weight = ids[id(models[0].head.weight)]  # "model.embed.weight" when tied
         self.head_bias = ids[id(models[0].head.bias)]
         self.base = copy.deepcopy(wrapped[0]).to("meta")  # the structure only: functional_call brings the weights
         self.k = len(models)
-        self.optimizer = torch.optim.AdamW(list(self.params.values()), lr=lr, weight_decay=weight_decay, fused=True)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda)
+        self.optimizer = StackedAdamW(list(self.params.values()), lr=lr, weight_decay=weight_decay, schedule=schedule,
+                                      device=device)
         self.plan, self.autocast, self.pad_id = plan, autocast, pad_id
         self._hidden = vmap(self._one_hidden, randomness="different")  # each member its own dropout masks
         self._loss_sum = torch.zeros(self.k, dtype=torch.float32, device=device)
@@ -124,11 +140,10 @@ class Pack:
         """One optimizer step of every member, on tokens (k, b, t)."""
         with self.autocast():
             loss_sums, counts = self.loss_of(tokens)  # (k,), (k,)
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad()
         # The sum of the members' means: d(sum)/d(member i's loss) = 1, so each gradient is its member's own.
         (loss_sums / counts.clamp(min=1)).sum().backward()
         self.optimizer.step()
-        self.scheduler.step()
         self._step += 1
         # Each member's first non-finite step stays recorded (its later steps see NaN weights too).
         self._bad_step = torch.where(torch.isfinite(loss_sums) | (self._bad_step > 0), self._bad_step, self._step)
@@ -147,30 +162,23 @@ class Pack:
         self._step.fill_(done)
         self._bad_step.zero_()
 
-    # --- to and from each seed's own state ---
+    # --- to and from each member's own state ---
 
     @torch.no_grad()
     def stack(self, models: list[ReducingAutoencoder], optimizers: list[torch.optim.Optimizer],
-              scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
-        """Take the seeds' weights, optimizer states and (shared) schedule: a fresh run's or a
-        resumed one's, whether its checkpoint was written fused or not."""
+              schedulers: list[torch.optim.lr_scheduler.LRScheduler]) -> None:
+        """Take the members' weights, optimizer states and schedules: a fresh run's or a resumed
+        one's, whether its checkpoint was written fused or not."""
         for name, stacked in self.params.items():
             stacked.copy_(torch.stack([_Hidden(m).get_parameter(name) for m in models]))
         for name, stacked in self.buffers.items():
             stacked.copy_(torch.stack([_Hidden(m).get_buffer(name) for m in models]))
-        states = [o.state_dict() for o in optimizers]
-        fused = {"state": {}, "param_groups": copy.deepcopy(states[0]["param_groups"])}
-        for index in states[0]["state"]:
-            moments = [s["state"][index] for s in states]
-            fused["state"][index] = {key: value if key == "step" else torch.stack([m[key] for m in moments])
-                                     for key, value in moments[0].items()}  # "step": one count, shared
-        self.optimizer.load_state_dict(fused)
-        self.scheduler.load_state_dict(scheduler.state_dict())
+        self.optimizer.load(optimizers, schedulers)
 
     @torch.no_grad()
     def unstack(self, models: list[ReducingAutoencoder], optimizers: list[torch.optim.Optimizer],
                 schedulers: list[torch.optim.lr_scheduler.LRScheduler]) -> None:
-        """Write member i's weights, optimizer state and schedule into seed i's own, as if it had
+        """Write member i's weights, optimizer state and schedule into its own, as if it had
         trained alone: what evaluation, the metrics and the checkpoint then read."""
         for name, stacked in self.params.items():
             for i, m in enumerate(models):
@@ -178,12 +186,4 @@ class Pack:
         for name, stacked in self.buffers.items():
             for i, m in enumerate(models):
                 _Hidden(m).get_buffer(name).copy_(stacked[i])
-        fused = self.optimizer.state_dict()
-        for i, optimizer in enumerate(optimizers):
-            optimizer.load_state_dict({
-                "state": {index: {key: value.clone() if key == "step" else value[i].clone() for key, value in moment.items()}
-                          for index, moment in fused["state"].items()},
-                "param_groups": copy.deepcopy(fused["param_groups"])})
-        for scheduler in schedulers:
-            scheduler.load_state_dict(self.scheduler.state_dict())
-
+        self.optimizer.store(optimizers, schedulers)

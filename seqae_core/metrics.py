@@ -50,6 +50,9 @@ DATA_SECONDS = "data_seconds"  # this process's data start-up: a cache hit takes
 # them, reported with epoch 1 and in the final metrics (the epoch's time and cost include it).
 COMPILE_SECONDS = "compile_seconds"
 GPU_MEMORY_GIB = "gpu_memory_gib"  # on CUDA: the most GPU memory this trial's tensors held so far
+# A sweep's pack (seqae_core.members): the trials that trained the part in one batched model, this
+# one among them. Its timings are then its share: the pack's seconds over this count.
+PACK_MEMBERS = "pack_members"
 
 # Summaries in the trainer's final result.
 EPOCHS_RUN = "epochs_run"

@@ -5,6 +5,8 @@ calls ``report(metrics, checkpoint)`` after every epoch and returns the final me
 checkpoint is a dict holding everything needed to continue exactly: model, optimizer, scheduler,
 early-stopping state, epoch, RNG state and the metric history. The data order of an epoch is
 drawn from ``(train.seed, epoch)``, so a resumed run sees the batches an uninterrupted one would.
+Its epoch loop (:func:`train_runs`) also trains a sweep's trials of one shape as one pack
+(:func:`seqae_core.members.train_members`), each kept as its own :class:`Run`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from seqae_core.config import Config, TrainConfig, from_flat
 from seqae_core.fused import Pack, fuses
 from seqae_core.loss import HeadPlan, Tally, plan_head, score, targets_of
 from seqae_core.model import ReducingAutoencoder
+from seqae_core.schedule import lr_schedule
 from seqae_core.step import TrainStep, compiles, fill_batch
 from seqae_errors import ConfigError
 
@@ -83,17 +86,10 @@ def validation_steps(train: TrainConfig, steps_per_epoch: int) -> list[int]:
 
 
 def lr_factor(train: TrainConfig, steps_per_epoch: int, input_len: int) -> Callable[[int], float]:
-    """Multiplier of ``train.lr`` at an optimizer step.
-
-    linear: to ``lr_final`` over ``lr_decay_epochs`` epochs, then constant. constant: ``lr``
-    throughout. paper: linear up to 256 input tokens, ``lr_final`` throughout above."""
-    end = train.lr_final / train.lr
-    if train.lr_schedule == "constant":
-        return lambda step: 1.0
-    if train.lr_schedule == "paper" and input_len > 256:
-        return lambda step: end
-    decay_steps = train.lr_decay_epochs * steps_per_epoch  # 0: lr_final from the start
-    return lambda step: 1.0 + (end - 1.0) * (min(step / decay_steps, 1.0) if decay_steps else 1.0)
+    """Multiplier of ``train.lr`` at an optimizer step (:func:`seqae_core.schedule.lr_schedule`), as a
+    function: ``LambdaLR`` saves a callable object's fields in its state, a function's not."""
+    schedule = lr_schedule(train, steps_per_epoch, input_len)
+    return lambda step: schedule(step)
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -280,28 +276,28 @@ def _order(seed: int, epoch: int, n: int) -> np.ndarray:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).numpy()
 
 
-def _train_pack_steps(pack: Pack, seeds: list[int], splits: data_lib.Splits, config: Config, dev: torch.device,
-                      epoch: int, steps: range, steps_per_epoch: int,
-                      progress: bool) -> tuple[list[float], list[list[list[float]]]]:
-    """The ``steps`` of an epoch of every seed of a pack, each in its own order drawn from
-    ``(seed, epoch)``: what :func:`_train_steps` returns for each seed, in the seeds' order. A
-    non-finite loss is named by its step and its seed."""
+def _train_pack_steps(pack: Pack, replicates: list[Replicate], labels: list[str], splits: data_lib.Splits,
+                      config: Config, dev: torch.device, epoch: int, steps: range, steps_per_epoch: int,
+                      progress: bool, fail_fast: bool) -> tuple[list[float], list[list[list[float]]], list[str | None]]:
+    """The ``steps`` of an epoch of every member of a pack, each in its own order drawn from
+    ``(seed, epoch)``: what :func:`_train_steps` returns for each member, in the members' order, and
+    each member's non-finite loss (None where there was none), named by its step and ``labels[i]``.
+    The part ends early at the first (``fail_fast``) or once every member has one."""
     bs = config.train.batch_size
     pack.train()
     pack.count_from(steps.start)
-    orders = [_order(seed, epoch, len(splits.train)) for seed in seeds]
-    loss_sums, tokens = [0.0] * len(seeds), [0] * len(seeds)
-    curves: list[list[list[float]]] = [[] for _ in seeds]  # each seed's [global step, mean loss since its previous point]
-    which = f"seed {seeds[0]}" if len(seeds) == 1 else f"seeds {seeds[0]}-{seeds[-1]}"
+    orders = [_order(r.seed, epoch, len(splits.train)) for r in replicates]
+    loss_sums, tokens = [0.0] * len(replicates), [0] * len(replicates)
+    curves: list[list[list[float]]] = [[] for _ in replicates]  # each member's [global step, mean loss since its previous point]
+    errors: list[str | None] = [None] * len(replicates)
     bar = tqdm(range(steps.start * bs, min(steps.stop * bs, len(splits.train)), bs),
-               desc=f"epoch {epoch}/{config.train.epochs} {which} fused", disable=not progress, leave=False)
+               desc=f"epoch {epoch}/{config.train.epochs} {len(replicates)} fused", disable=not progress, leave=False)
 
     def read() -> list[float]:
         windows = pack.read()
-        for seed, window in zip(seeds, windows):
-            if window.bad_step:
-                raise NonFiniteLossError(f"training loss is not finite at epoch {epoch}, step {window.bad_step} seed {seed}")
         for i, window in enumerate(windows):
+            if window.bad_step and errors[i] is None:
+                errors[i] = f"training loss is not finite at epoch {epoch}, step {window.bad_step}{labels[i]}"
             loss_sums[i], tokens[i] = loss_sums[i] + window.loss * window.tokens, tokens[i] + window.tokens
         if progress:
             bar.set_postfix(loss=f"{sum(w.loss for w in windows) / len(windows):.4f}")
@@ -314,8 +310,228 @@ def _train_pack_steps(pack: Pack, seeds: list[int], splits: data_lib.Splits, con
         if global_step % config.train.log_every_steps == 0:
             for curve, loss in zip(curves, read()):
                 curve.append([global_step, loss])
+            if any(errors) if fail_fast else all(errors):
+                break
     read()  # the part's last steps, and their check, before anything is reported or checkpointed
-    return [total / max(count, 1) for total, count in zip(loss_sums, tokens)], curves
+    return [total / max(count, 1) for total, count in zip(loss_sums, tokens)], curves, errors
+
+
+def _check_resume(config: Config, resume: Checkpoint) -> None:
+    """Refuse a checkpoint of another config (but for :data:`RESUMABLE_CHANGES`)."""
+    saved = from_flat(resume.config).flat()
+    changed = [f"{k}={saved[k]!r} -> {v!r}" for k, v in config.flat().items() if k not in RESUMABLE_CHANGES
+               and saved[k] != v]
+    if changed:
+        raise ConfigError(f"the checkpoint was written with another config ({', '.join(changed)}); only "
+                          "train.epochs (to train on) and train.fuse_repeats may change: start a new run in "
+                          "another folder")
+
+
+@dataclass
+class Run:
+    """One config's training between its validations: its seeds, early stopping, history and the
+    kept checkpoint's test scores, from a fresh start or a checkpoint. What :func:`train` and
+    :func:`seqae_core.members.train_members` share, so a run's records are the same whichever trains it."""
+
+    config: Config
+    replicates: list[Replicate]
+    stopper: EarlyStopping
+    history: list[dict[str, Any]]
+    kept_test: dict[str, float]
+    place: tuple[int, int]  # the epoch it trains next, and the steps of it already taken
+    done: bool  # resumed from a finished checkpoint that more epochs would not train on
+    error: str | None = None  # why it failed, where its loss was not finite (train_members)
+
+    @classmethod
+    def start(cls, config: Config, resume: Checkpoint | None, splits: data_lib.Splits, dev: torch.device,
+              plan: HeadPlan, steps_per_epoch: int, checks: list[int]) -> Run:
+        """A fresh run of ``config``, or ``resume``'s (refused where its config is another)."""
+        if resume is not None:
+            _check_resume(config, resume)
+        replicates = [Replicate.create(config, config.train.seed + i, splits.vocab_size, dev, steps_per_epoch, plan,
+                                       splits.pad_id) for i in range(config.train.repeats)]
+        if resume is None:  # train.patience epochs, in validations
+            return cls(config, replicates, EarlyStopping(config.train.patience * len(checks)), [], {}, (1, 0), False)
+        for replicate, state in zip(replicates, resume.seeds):
+            replicate.load(state)
+        stopper = EarlyStopping(**resume.early_stopping)
+        history = list(resume.history)
+        kept_test = {k: v for k, v in history[-1].items() if M.base_metric(k) in M.TEST_METRICS}
+        done = resume.finished and (stopper.should_stop or resume.epoch >= config.train.epochs)
+        return cls(config, replicates, stopper, history, kept_test, (resume.epoch + 1, resume.step), done)
+
+    def summary(self, data_seconds: float) -> dict[str, Any]:
+        return summary(self.history, self.stopper, self.config.train.epochs, data_seconds)
+
+    def score(self, splits: data_lib.Splits, dev: torch.device, plan: HeadPlan) -> tuple[dict[str, float], bool]:
+        """The validation scores of its seeds (their mean, and each seed's), and whether early
+        stopping keeps them as a new best (then the test pages are scored too)."""
+        val = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.val, self.config, dev, plan),
+                                             M.VAL_METRICS) for r in self.replicates})
+        improved = self.stopper.update(val[M.VAL_TOKEN_ACCURACY], len(self.history) + 1)
+        if improved and len(splits.test):  # the checkpoint early stopping keeps, on pages nothing selects on
+            self.kept_test = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.test, self.config, dev,
+                                                                     plan), M.TEST_METRICS) for r in self.replicates})
+        return val, improved
+
+    def record(self, part: Part, losses: list[float], curves: list[list[list[float]]], val: dict[str, float],
+               improved: bool, scoring_cpu: float, splits: data_lib.Splits,
+               dev: torch.device) -> tuple[dict[str, Any], Checkpoint]:
+        """The part's metrics, appended to the history, and its checkpoint."""
+        epoch, steps, config, first = part.epoch, part.steps, self.config, self.replicates[0]
+        number = len(self.history) + 1  # this result's: the epoch's by default
+        ends_epoch = steps.stop == part.steps_per_epoch
+        bs = config.train.batch_size
+        part_samples = min(steps.stop * bs, len(splits.train)) - steps.start * bs
+        trained = epoch if ends_epoch else epoch - 1 + steps.stop / part.steps_per_epoch  # a fraction between epochs' ends
+        metrics = {
+            M.EPOCH: trained,
+            M.VALIDATION: number,
+            M.TRAIN_LOSS: sum(losses) / len(losses),
+            **val,
+            M.LEARNING_RATE: first.scheduler.get_last_lr()[0],
+            M.TOKENS_PER_S: len(self.replicates) * part_samples * config.data.input_len / part.train_seconds,
+            M.EPOCH_SECONDS: part.seconds,
+            M.EPOCH_CPU_SECONDS: part.cpu_seconds,
+            M.VALIDATION_CPU_SECONDS: scoring_cpu,
+            M.LATENT_FRACTION: config.latent_fraction,
+            M.LATENT_FLOATS: config.latent_floats,
+            M.LATENT_SHARE: config.latent_share,
+            M.BEST_EPOCH: (self.history[self.stopper.best_epoch - 1][M.EPOCH] if self.stopper.best_epoch < number
+                           else trained),
+            M.BEST_VAL_TOKEN_ACCURACY: self.stopper.best,
+            M.DATA_SECONDS: part.data_seconds,
+            **({M.COMPILE_SECONDS: first.step.compile_seconds} if number == 1 and first.step.compiled else {}),
+            M.GLOBAL_STEP: (epoch - 1) * part.steps_per_epoch + steps.stop,
+            M.TRAIN_LOSS_STEPS: [[points[0][0], sum(p[1] for p in points) / len(points)] for points in zip(*curves)],
+            **self.kept_test,
+            **({M.GPU_MEMORY_GIB: torch.cuda.max_memory_allocated(dev) / 2**30} if dev.type == "cuda" else {}),
+            **part.extra,
+        }
+        self.history.append(metrics)
+        stop = self.stopper.should_stop or (ends_epoch and epoch == config.train.epochs)
+        checkpoint = Checkpoint(
+            config=config.flat(), epoch=epoch if ends_epoch else epoch - 1, step=0 if ends_epoch else steps.stop,
+            seeds=[r.state() for r in self.replicates],
+            early_stopping=asdict(self.stopper), history=self.history, finished=stop,
+            patience_spent=self.stopper.should_stop, token_ids=torch.from_numpy(splits.token_ids),
+            samples=reconstruct(first.model, splits, dev) if improved else None)
+        return metrics, checkpoint
+
+
+@dataclass(frozen=True)
+class Part:
+    """The steps of an epoch up to a validation, as the runs that trained them share it."""
+
+    epoch: int
+    steps: range  # 0-based, of the epoch
+    steps_per_epoch: int
+    train_seconds: float  # the steps' wall time, every run's together
+    seconds: float  # a run's share of the part's wall time, the validations' included
+    cpu_seconds: float  # a run's share of its CPU time
+    data_seconds: float
+    extra: dict[str, Any]  # joins every run's metrics: the machine's use (measure), a pack's size
+
+
+@dataclass(frozen=True)
+class MemberResult:
+    """A pack member's result of one validation (:func:`seqae_core.members.train_members`)."""
+
+    index: int  # the member's place in the configs
+    metrics: dict[str, Any] | None  # this validation's metrics, as train()'s report gets them; None when it failed
+    checkpoint: Checkpoint | None  # as train()'s report gets it; None when it failed
+    error: str | None = None  # why it failed: "NonFiniteLossError: training loss is not finite at epoch 2, step 5"
+
+
+PackReport = Callable[[list[MemberResult]], set[int]]  # returns the indices of the members that must leave now
+
+
+def train_runs(runs: list[Run], splits: data_lib.Splits, dev: torch.device, plan: HeadPlan, steps_per_epoch: int,
+               checks: list[int], report: PackReport, *, fused: bool, members: bool, data_seconds: float,
+               progress: bool, measure: Callable[[], dict[str, float]] | None) -> None:
+    """The epoch loop: train the runs that are not ``done`` (all at one place, of one shape) part by
+    part, and give ``report`` each part's results, one per run that trained it, indexed by its place
+    in ``runs``; a run leaves when it finishes, runs out of patience, fails, or ``report`` names it.
+
+    ``fused``: as one pack (:class:`seqae_core.fused.Pack`), rebuilt from the runs' own states
+    when one leaves; else each seed after another. ``members``: as a sweep's pack
+    (:func:`seqae_core.members.train_members`): a run whose loss is not finite fails alone, and the
+    metrics carry ``pack_members``; else a non-finite loss raises :class:`NonFiniteLossError`."""
+    active = [i for i, run in enumerate(runs) if not run.done]
+    if not active:
+        return
+    pack = None
+    first_epoch, first_step = runs[active[0]].place
+    shared = runs[active[0]].config  # what the runs share: data, shape, epochs, batches
+    for epoch, steps in _parts(first_epoch, first_step, shared.train.epochs, checks):
+        trained = [runs[i] for i in active]
+        replicates = [r for run in trained for r in run.replicates]
+        part_start, part_cpu_start = time.perf_counter(), time.process_time()
+        errors: list[str | None] = [None] * len(replicates)
+        if fused:
+            if pack is None:  # the runs' own states, a fresh start's, a checkpoint's or a bigger pack's
+                pack = _pack(trained, splits, dev, plan, steps_per_epoch)
+            labels = [f" seed {r.seed}" if run.config.train.repeats > 1 else ""
+                      for run in trained for r in run.replicates]
+            with replicates[0].drawing(dev):  # the pack's dropout masks, all members' from the first's stream
+                losses, curves, errors = _train_pack_steps(pack, replicates, labels, splits, shared, dev, epoch, steps,
+                                                           steps_per_epoch, progress, fail_fast=not members)
+            pack.unstack([r.model for r in replicates], [r.optimizer for r in replicates],
+                         [r.scheduler for r in replicates])
+        else:
+            losses, curves = [], []
+            for run in trained:
+                for replicate in run.replicates:
+                    with replicate.drawing(dev):
+                        loss, curve = _train_steps(replicate, splits, run.config, dev, epoch, steps, steps_per_epoch,
+                                                   progress)
+                    losses.append(loss)
+                    curves.append(curve)
+        if not members and any(errors):
+            raise NonFiniteLossError(next(e for e in errors if e))
+        train_seconds = time.perf_counter() - part_start
+        outcomes: list[tuple[int, Run, slice, str | None]] = []  # each run's replicates among the part's
+        start = 0
+        for index, run in zip(active, trained):
+            where = slice(start, start + len(run.replicates))
+            outcomes.append((index, run, where, next((e for e in errors[where] if e), None)))
+            start = where.stop
+        scored = []
+        for index, run, where, error in outcomes:
+            scoring_cpu_start = time.process_time()
+            scored.append(None if error else (*run.score(splits, dev, plan), time.process_time() - scoring_cpu_start))
+        n = len(trained)
+        part = Part(epoch, steps, steps_per_epoch, train_seconds, (time.perf_counter() - part_start) / n,
+                    (time.process_time() - part_cpu_start) / n, data_seconds,
+                    {**({M.PACK_MEMBERS: n} if members else {}), **(measure() if measure is not None else {})})
+        results = []
+        for (index, run, where, error), scores in zip(outcomes, scored):
+            if scores is None:
+                run.error = error
+                results.append(MemberResult(index, None, None, f"{NonFiniteLossError.__name__}: {error}"))
+                continue
+            metrics, checkpoint = run.record(part, losses[where], curves[where], scores[0], scores[1], scores[2],
+                                             splits, dev)
+            results.append(MemberResult(index, dict(metrics), checkpoint))
+        leaving = report(results)
+        leaving |= {r.index for r in results if r.checkpoint is None or r.checkpoint.finished}
+        if leaving & set(active):
+            active = [i for i in active if i not in leaving]
+            pack = None
+        if not active:
+            return
+
+
+def _pack(runs: list[Run], splits: data_lib.Splits, dev: torch.device, plan: HeadPlan, steps_per_epoch: int) -> Pack:
+    """The runs' seeds as one pack, from their own states; each with its run's lr, schedule and weight decay."""
+    replicates = [(run.config, r) for run in runs for r in run.replicates]
+    pack = Pack([r.model for _, r in replicates], lr=[c.train.lr for c, _ in replicates],
+                weight_decay=[c.train.weight_decay for c, _ in replicates],
+                schedule=[lr_schedule(c.train, steps_per_epoch, c.data.input_len) for c, _ in replicates], plan=plan,
+                autocast=lambda: autocast(runs[0].config, dev), pad_id=splits.pad_id, device=dev)
+    pack.stack([r.model for _, r in replicates], [r.optimizer for _, r in replicates],
+               [r.scheduler for _, r in replicates])
+    return pack
 
 
 def train(
@@ -355,109 +571,30 @@ def train(
     """
     dev = pick_device(device)
     plan = plan_head(config.train.head, dev)  # a head this machine cannot run is refused before the data loads
+    splits, data_seconds = load_data(config, dev, cache_dir, published)
+    steps_per_epoch = math.ceil(len(splits.train) / config.train.batch_size)
+    checks = validation_steps(config.train, steps_per_epoch)  # refused before a model is built
+    run = Run.start(config, resume, splits, dev, plan, steps_per_epoch, checks)
+
+    def forward(results: list[MemberResult]) -> set[int]:
+        for result in results:
+            if report is not None and result.metrics is not None and result.checkpoint is not None:
+                report(result.metrics, result.checkpoint)
+        return set()
+
+    train_runs([run], splits, dev, plan, steps_per_epoch, checks, forward, fused=fuses(config, dev), members=False,
+               data_seconds=data_seconds, progress=progress, measure=measure)
+    return run.summary(data_seconds)
+
+
+def load_data(config: Config, dev: torch.device, cache_dir: Any, published: str | None) -> tuple[data_lib.Splits, float]:
+    """The run's data (``seqae_core.data.load``) and the seconds it took, with ``dev`` set up to train."""
     if dev.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True  # fp32 runs' matmuls on the tensor cores (bf16 runs: no change)
         torch.backends.cudnn.allow_tf32 = True
     started = time.perf_counter()
     splits = data_lib.load(config.data, cache_dir, published)
-    data_seconds = time.perf_counter() - started
-    steps_per_epoch = math.ceil(len(splits.train) / config.train.batch_size)
-    checks = validation_steps(config.train, steps_per_epoch)  # refused before a model is built
-    replicates = [Replicate.create(config, config.train.seed + i, splits.vocab_size, dev, steps_per_epoch, plan,
-                                   splits.pad_id) for i in range(config.train.repeats)]
-    first = replicates[0]  # the seed whose model is kept and registered
-    stopper = EarlyStopping(config.train.patience * len(checks))  # train.patience epochs, in validations
-    history: list[dict[str, Any]] = []
-    kept_test: dict[str, float] = {}  # the kept checkpoint's test scores
-    first_epoch, first_step = 1, 0
-    if resume is not None:
-        saved = from_flat(resume.config).flat()
-        changed = [f"{k}={saved[k]!r} -> {v!r}" for k, v in config.flat().items() if k not in RESUMABLE_CHANGES
-                   and saved[k] != v]
-        if changed:
-            raise ConfigError(f"the checkpoint was written with another config ({', '.join(changed)}); only "
-                              "train.epochs (to train on) and train.fuse_repeats may change: start a new run in "
-                              "another folder")
-        for replicate, state in zip(replicates, resume.seeds):
-            replicate.load(state)
-        stopper = EarlyStopping(**resume.early_stopping)
-        history = list(resume.history)
-        kept_test = {k: v for k, v in history[-1].items() if M.base_metric(k) in M.TEST_METRICS}
-        first_epoch, first_step = resume.epoch + 1, resume.step
-        if resume.finished and (stopper.should_stop or resume.epoch >= config.train.epochs):
-            return summary(history, stopper, config.train.epochs, data_seconds)
-    pack = None
-    if fuses(config, dev):  # the seeds as one batched model, from their own states (a resumed run's too)
-        pack = Pack([r.model for r in replicates], lr=config.train.lr, weight_decay=config.train.weight_decay,
-                    lr_lambda=lr_factor(config.train, steps_per_epoch, config.data.input_len), plan=plan,
-                    autocast=lambda: autocast(config, dev), pad_id=splits.pad_id, device=dev)
-        pack.stack([r.model for r in replicates], [r.optimizer for r in replicates], first.scheduler)
-
-    for epoch, steps in _parts(first_epoch, first_step, config.train.epochs, checks):
-        part_start, part_cpu_start = time.perf_counter(), time.process_time()
-        losses: list[float] = []
-        curves: list[list[list[float]]] = []
-        if pack is not None:
-            with first.drawing(dev):  # the pack's dropout masks, one draw for all members, from the first seed's stream
-                losses, curves = _train_pack_steps(pack, [r.seed for r in replicates], splits, config, dev, epoch,
-                                                   steps, steps_per_epoch, progress)
-            pack.unstack([r.model for r in replicates], [r.optimizer for r in replicates],
-                         [r.scheduler for r in replicates])
-        else:
-            for replicate in replicates:
-                with replicate.drawing(dev):
-                    loss, curve = _train_steps(replicate, splits, config, dev, epoch, steps, steps_per_epoch,
-                                               progress)
-                losses.append(loss)
-                curves.append(curve)
-        train_seconds = time.perf_counter() - part_start
-        scoring_cpu_start = time.process_time()
-        number = len(history) + 1  # this result's: the epoch's by default
-        val = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.val, config, dev, plan), M.VAL_METRICS)
-                              for r in replicates})
-        improved = stopper.update(val[M.VAL_TOKEN_ACCURACY], number)
-        if improved and len(splits.test):  # the checkpoint early stopping keeps, on pages nothing selects on
-            kept_test = M.across_seeds({r.seed: _named(evaluate(r.model, splits, splits.test, config, dev, plan),
-                                                       M.TEST_METRICS) for r in replicates})
-        scoring_cpu = time.process_time() - scoring_cpu_start
-        ends_epoch = steps.stop == steps_per_epoch
-        part_samples = min(steps.stop * config.train.batch_size, len(splits.train)) - steps.start * config.train.batch_size
-        stop = stopper.should_stop or (ends_epoch and epoch == config.train.epochs)
-        trained = epoch if ends_epoch else epoch - 1 + steps.stop / steps_per_epoch  # a fraction between epochs' ends
-        metrics = {
-            M.EPOCH: trained,
-            M.VALIDATION: number,
-            M.TRAIN_LOSS: sum(losses) / len(losses),
-            **val,
-            M.LEARNING_RATE: first.scheduler.get_last_lr()[0],
-            M.TOKENS_PER_S: len(replicates) * part_samples * config.data.input_len / train_seconds,
-            M.EPOCH_SECONDS: time.perf_counter() - part_start,
-            M.EPOCH_CPU_SECONDS: time.process_time() - part_cpu_start,
-            M.VALIDATION_CPU_SECONDS: scoring_cpu,
-            M.LATENT_FRACTION: config.latent_fraction,
-            M.LATENT_FLOATS: config.latent_floats,
-            M.LATENT_SHARE: config.latent_share,
-            M.BEST_EPOCH: history[stopper.best_epoch - 1][M.EPOCH] if stopper.best_epoch < number else trained,
-            M.BEST_VAL_TOKEN_ACCURACY: stopper.best,
-            M.DATA_SECONDS: data_seconds,
-            **({M.COMPILE_SECONDS: first.step.compile_seconds} if number == 1 and first.step.compiled else {}),
-            M.GLOBAL_STEP: (epoch - 1) * steps_per_epoch + steps.stop,
-            M.TRAIN_LOSS_STEPS: [[points[0][0], sum(p[1] for p in points) / len(points)] for points in zip(*curves)],
-            **kept_test,
-            **({M.GPU_MEMORY_GIB: torch.cuda.max_memory_allocated(dev) / 2**30} if dev.type == "cuda" else {}),
-            **(measure() if measure is not None else {}),
-        }
-        history.append(metrics)
-        if report is not None:
-            report(dict(metrics), Checkpoint(
-                config=config.flat(), epoch=epoch if ends_epoch else epoch - 1, step=0 if ends_epoch else steps.stop,
-                seeds=[r.state() for r in replicates],
-                early_stopping=asdict(stopper), history=history, finished=stop, patience_spent=stopper.should_stop,
-                token_ids=torch.from_numpy(splits.token_ids),
-                samples=reconstruct(first.model, splits, dev) if improved else None))
-        if stop:
-            break
-    return summary(history, stopper, config.train.epochs, data_seconds)
+    return splits, time.perf_counter() - started
 
 
 def _parts(first_epoch: int, first_step: int, epochs: int, checks: list[int]) -> Iterator[tuple[int, range]]:

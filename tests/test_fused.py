@@ -1,18 +1,23 @@
 """train.repeats' seeds trained as one batched model (seqae_core.fused): each seed's metrics,
-curves and checkpoint as when the seeds train one after another."""
+curves and checkpoint as when the seeds train one after another; and a sweep's trials of one shape
+as one pack (seqae_core.members), each member's records and checkpoints as when it trains alone."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
 
 from seqae_core import metrics as M
+from seqae_core.checkpoint import Checkpoint, tensor_bytes, tensors
 from seqae_core.config import from_flat
-from seqae_core.fused import Pack, fuses
+from seqae_core.fused import Pack, fuses, fusion_key
+from seqae_core.members import train_members
 from seqae_core.train import NonFiniteLossError, train
 from seqae_errors import ConfigError
 from tests.conftest import TINY
-from tests.interrupted import train_until
+from tests.interrupted import Stop, train_until
 
 TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.EPOCH_CPU_SECONDS, M.VALIDATION_CPU_SECONDS, M.DATA_SECONDS}
 SEEDS = 3
@@ -182,3 +187,204 @@ def test_bench_fuse_measures_both_ways_side_by_side():
     assert row["fused_vs_one_after_another"] == pytest.approx(
         row["fused_tokens_per_s"] / row["one_after_another_tokens_per_s"], abs=0.01)
     assert (row["peak_gib_fused"] is None) == (not torch.cuda.is_available())
+
+
+# --- a sweep's trials of one shape as one pack (seqae_core.members) ---
+
+MEMBERS = [  # differing in every free key: each its own lr, schedule, weight decay, batches, patience
+    {"train.lr": 2e-3, "train.lr_final": 1e-4, "train.lr_decay_epochs": 2, "train.weight_decay": 0.01,
+     "train.seed": 7, "train.patience": 5},
+    {"train.lr": 3e-3, "train.lr_final": 3e-3, "train.lr_decay_epochs": 5, "train.weight_decay": 0.0,
+     "train.seed": 8, "train.patience": 2},
+    {"train.lr": 1e-6, "train.lr_final": 1e-7, "train.lr_decay_epochs": 1, "train.weight_decay": 0.1,
+     "train.seed": 9, "train.patience": 1},  # barely learns: out of patience after epoch 2
+]
+
+
+@pytest.fixture
+def member_config(tiny_config):
+    """A pack member's config: one seed, the free keys of ``MEMBERS[i]``, and ``overrides``."""
+    return lambda i, **overrides: tiny_config(**{"train.repeats": 1, **MEMBERS[i], **overrides})
+
+
+class PackReports:
+    """A pack's reports, member by member, and the indices each validation's report drops."""
+
+    def __init__(self, drop: dict[int, set[int]] | None = None) -> None:
+        self.calls: list[list] = []
+        self.drop = drop or {}
+
+    def __call__(self, results):
+        self.calls.append(results)
+        return self.drop.get(len(self.calls), set())
+
+    def metrics(self, index: int) -> list[dict]:
+        return [r.metrics for call in self.calls for r in call if r.index == index]
+
+    def last_checkpoint(self, index: int):
+        return [r.checkpoint for call in self.calls for r in call if r.index == index][-1]
+
+
+def assert_member_matches(mine, alone, atol=1e-5):
+    """A member's records as its run's alone, the timings and the pack's size aside."""
+    assert len(mine) == len(alone) > 0
+    for record, theirs in zip(mine, alone):
+        assert record.keys() - TIMING - {M.PACK_MEMBERS} == theirs.keys() - TIMING
+        for key in sorted(theirs.keys() - TIMING):
+            if key == M.TRAIN_LOSS_STEPS:
+                assert [s for s, _ in record[key]] == [s for s, _ in theirs[key]] and record[key]
+                torch.testing.assert_close([v for _, v in record[key]], [v for _, v in theirs[key]], atol=atol, rtol=0)
+            else:
+                assert record[key] == pytest.approx(theirs[key], abs=atol), key
+
+
+_ALONE: dict[str, tuple[list[dict], Checkpoint, dict]] = {}
+
+
+def alone_run(config, data_cache) -> tuple[list[dict], Checkpoint, dict]:
+    """``config``'s records trained alone, its last checkpoint and its final metrics (trained once per config)."""
+    if repr(config) not in _ALONE:
+        reports: list = []
+        final = train(config, lambda m, c: reports.append((m, c)), cache_dir=data_cache)
+        _ALONE[repr(config)] = [m for m, _ in reports], reports[-1][1], final
+    return _ALONE[repr(config)]
+
+
+def test_members_differing_in_every_free_key_each_train_as_alone(member_config, data_cache, pack_steps):
+    """fp32, no dropout: three trials of one shape, each with its own lr, lr_final, decay epochs,
+    weight decay, seed and patience, in one pack: every metric of every epoch, and the last
+    checkpoint's weights, optimizer and schedule, within 1e-5 of each trained alone."""
+    configs = [member_config(i) for i in range(3)]
+    assert len({fusion_key(c) for c in configs}) == 1 and len({repr(c) for c in configs}) == 3
+    reports = PackReports()
+    finals = train_members(configs, reports, cache_dir=data_cache)
+    steps = pack_steps["count"]
+    assert steps == reports.calls[0][0].metrics[M.GLOBAL_STEP] * len(reports.calls) > 0  # each epoch's steps, fused
+    for i, config in enumerate(configs):
+        alone, checkpoint, final = alone_run(config, data_cache)
+        assert_member_matches(reports.metrics(i), alone)
+        assert finals[i] is not None and finals[i].keys() == final.keys()
+        for key in final.keys() - TIMING - {M.TRAIN_SECONDS}:
+            assert finals[i][key] == pytest.approx(final[key], abs=1e-5), key
+        mine = reports.last_checkpoint(i)
+        assert mine.finished and mine.config == checkpoint.config and len(mine.seeds) == 1
+        assert mine.patience_spent == checkpoint.patience_spent == (i == 2)
+        torch.testing.assert_close(mine.seeds[0]["model"], checkpoint.seeds[0]["model"], atol=1e-5, rtol=0)
+        assert mine.seeds[0]["scheduler"] == checkpoint.seeds[0]["scheduler"]
+        assert mine.seeds[0]["optimizer"]["param_groups"] == checkpoint.seeds[0]["optimizer"]["param_groups"]
+        torch.testing.assert_close(mine.seeds[0]["optimizer"]["state"], checkpoint.seeds[0]["optimizer"]["state"],
+                                   atol=1e-5, rtol=1e-4)
+    # Member 2 left when its patience ran out: the third epoch's pack had two.
+    assert [[(r.index, r.metrics[M.PACK_MEMBERS]) for r in call] for call in reports.calls] == [
+        [(0, 3), (1, 3), (2, 3)], [(0, 3), (1, 3), (2, 3)], [(0, 2), (1, 2)]]
+    assert len({r.metrics[M.LEARNING_RATE] for r in reports.calls[0]}) == 3  # each member on its own schedule
+
+
+def test_a_member_the_report_drops_leaves_with_its_record_of_that_epoch(member_config, data_cache):
+    """The report drops member 1 after epoch 1 (a scheduler stopped it): that record is its last
+    and its summary's; the pack trains on with two, each still as alone."""
+    configs = [member_config(i) for i in range(3)]
+    reports = PackReports(drop={1: {1}})
+    finals = train_members(configs, reports, cache_dir=data_cache)
+    dropped = reports.metrics(1)
+    alone = [alone_run(c, data_cache)[0] for c in configs]
+    assert [m[M.EPOCH] for m in dropped] == [1]
+    assert_member_matches(dropped, alone[1][:1])
+    assert finals[1] is not None and finals[1][M.EPOCHS_RUN] == 1 and finals[1][M.STOPPED_EARLY]
+    for i in (0, 2):
+        assert_member_matches(reports.metrics(i), alone[i])
+    assert [[(r.index, r.metrics[M.PACK_MEMBERS]) for r in call] for call in reports.calls] == [
+        [(0, 3), (1, 3), (2, 3)], [(0, 2), (2, 2)], [(0, 1)]]
+
+
+def test_a_diverging_member_fails_alone_and_the_others_train_as_alone(member_config, data_cache):
+    """Member 1's loss overflows in epoch 1: it leaves then, named in its result, and is returned
+    as None; the others' gradients never mixed with its: they match their runs alone."""
+    configs = [member_config(0), member_config(1, **{"train.lr": 1e30, "train.lr_final": 1e30}), member_config(2)]
+    with pytest.raises(NonFiniteLossError, match=r"at epoch 1, step [0-9]+$"):
+        train(configs[1], cache_dir=data_cache)  # alone, it raises
+    reports = PackReports()
+    finals = train_members(configs, reports, cache_dir=data_cache)
+    (failed,) = [r for r in reports.calls[0] if r.index == 1]
+    assert failed.metrics is None and failed.checkpoint is None
+    assert re.fullmatch(r"NonFiniteLossError: training loss is not finite at epoch 1, step [0-9]+", failed.error)
+    assert all(r.index != 1 for call in reports.calls[1:] for r in call) and finals[1] is None
+    assert [r.metrics[M.PACK_MEMBERS] for r in reports.calls[0] if r.metrics] == [3, 3]  # it trained the part
+    for i in (0, 2):
+        assert_member_matches(reports.metrics(i), alone_run(configs[i], data_cache)[0])
+        assert finals[i] is not None
+
+
+def test_when_every_member_fails_the_report_still_gets_their_errors(member_config, data_cache):
+    configs = [member_config(i, **{"train.lr": 1e30, "train.lr_final": 1e30}) for i in range(2)]
+    reports = PackReports()
+    assert train_members(configs, reports, cache_dir=data_cache) == [None, None]
+    assert len(reports.calls) == 1 and [r.index for r in reports.calls[0]] == [0, 1]
+    assert all(r.metrics is None and r.error.startswith("NonFiniteLossError: training loss is not finite at epoch 1")
+               for r in reports.calls[0])
+
+
+def test_members_resume_from_their_own_checkpoints_in_a_pack_or_alone(member_config, data_cache):
+    """Three members checkpointed after epoch 1 (their checkpoints saved and read back, as a
+    sweep's store does): two resume as a pack, the third through train(); each ends as its
+    uninterrupted run alone."""
+    configs = [member_config(i) for i in range(3)]
+
+    def stop_after_one(results):
+        saved.extend(Checkpoint.of_state(tensors(tensor_bytes(r.checkpoint.state()))) for r in results)
+        raise Stop
+
+    saved: list[Checkpoint] = []
+    with pytest.raises(Stop):
+        train_members(configs, stop_after_one, cache_dir=data_cache)
+    assert [c.epoch for c in saved] == [1, 1, 1] and not any(c.finished for c in saved)
+    reports = PackReports()
+    train_members(configs[:2], reports, resumes=saved[:2], cache_dir=data_cache)
+    alone: list[dict] = []
+    train(configs[2], lambda m, c: alone.append(m), resume=saved[2], cache_dir=data_cache)
+    for i, resumed in enumerate([reports.metrics(0), reports.metrics(1), alone]):
+        full = alone_run(configs[i], data_cache)[0]
+        assert [m[M.EPOCH] for m in resumed] == [m[M.EPOCH] for m in full[1:]]
+        assert_member_matches(resumed, full[1:])
+
+
+def test_a_finished_member_is_not_trained_and_returns_its_summary(member_config, data_cache):
+    done = member_config(0, **{"train.epochs": 1})
+    reports: list = []
+    final = train(done, lambda m, c: reports.append(c), cache_dir=data_cache)
+    pack = PackReports()
+    finals = train_members([done, member_config(1, **{"train.epochs": 1})], pack, resumes=[reports[-1], None],
+                           cache_dir=data_cache)
+    assert [[r.index for r in call] for call in pack.calls] == [[1]]
+    assert {k: v for k, v in finals[0].items() if k != M.DATA_SECONDS} == {  # this call's start-up
+        k: v for k, v in final.items() if k != M.DATA_SECONDS}
+    assert finals[1] is not None and finals[1][M.EPOCHS_RUN] == 1
+
+
+def test_fused_members_draw_dropout_masks_of_their_own(member_config, data_cache):
+    """Two members of one seed, differing only in patience: with dropout they would stay equal
+    if they shared masks."""
+    configs = [member_config(0, **{"model.dropout": 0.1, "train.epochs": 1, "train.patience": p}) for p in (3, 4)]
+    finals = train_members(configs, cache_dir=data_cache)
+    assert finals[0] is not None and finals[1] is not None
+    assert finals[0][M.VAL_LOSS] != finals[1][M.VAL_LOSS]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    pytest.param([{}, {"model.d_model": 48}], "the configs differ in model.d_model (32, 48)", id="another-shape"),
+    pytest.param([{}, {"train.epochs": 2}], "the configs differ in train.epochs (3, 2)", id="other-epochs"),
+    pytest.param([{"train.repeats": 2}, {}], "train.repeats=[2, 1]", id="repeats"),
+    pytest.param([{"train.compile": "on", "train.fuse_repeats": "off"}] * 2, "train.compile=['on', 'on']",
+                 id="compiled"),
+])
+def test_configs_that_cannot_share_a_pack_are_refused_in_one_line(member_config, overrides, message):
+    configs = [member_config(i, **o) for i, o in enumerate(overrides)]
+    with pytest.raises(ConfigError) as refused:
+        train_members(configs)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_members_at_different_places_are_refused(member_config, data_cache, tmp_path):
+    state, _ = train_until(member_config(0), tmp_path / "ckpt", lambda m: m[M.EPOCH] == 1, data_cache)
+    with pytest.raises(ConfigError, match=r"different places \(member 0 after epoch 1, member 1 at the start\)"):
+        train_members([member_config(0), member_config(1)], resumes=[state, None], cache_dir=data_cache)

@@ -1,0 +1,116 @@
+"""AdamW over a pack's stacked weights, each member with its own learning rate, schedule and weight
+decay (``seqae_core.fused``).
+
+``torch.optim.AdamW`` takes one learning rate per parameter group, and a member is a slice of every
+stacked tensor, not a group: so this is AdamW's update written out (torch's math: decoupled weight
+decay ``p *= 1 - lr wd``, the two moments, their bias corrections, ``eps`` added after the square root
+of the corrected second moment), with lr and weight decay as (k,) tensors broadcast over each (k, ...)
+weight. The schedule's multiplier is computed on the device from a device step count, so a step
+queues its kernels and returns, as :class:`seqae_core.step.TrainStep` does. HFTA (Wang et al.,
+MLSys 2021) fuses its optimizers this way.
+
+It reads and writes each member's own ``torch.optim.AdamW`` and ``LambdaLR`` state (:meth:`load`,
+:meth:`store`), so a member's checkpoint is the one it would have written alone.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from seqae_core.schedule import Schedule
+
+
+class StackedAdamW:
+    """AdamW on stacked weights (k, ...): member i steps with ``lr[i] * schedule[i](step)`` and
+    ``weight_decay[i]``; the members share betas, eps and the step count (a pack's stand at one place)."""
+
+    def __init__(self, params: list[torch.Tensor], *, lr: list[float], weight_decay: list[float],
+                 schedule: list[Schedule], device: torch.device, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8) -> None:
+        assert len(lr) == len(weight_decay) == len(schedule) == params[0].shape[0], "one setting per member"
+        self.params, self.betas, self.eps = params, betas, eps
+        self.schedules = list(schedule)
+
+        def column(values: list[float] | list[bool], dtype: torch.dtype = torch.float64) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype, device=device)
+
+        # float64: the factor and lr are the host's LambdaLR values bit for bit (same IEEE operations).
+        self.lr, self.weight_decay = column(lr), column(weight_decay)
+        self._end, self._linear = column([s.end for s in schedule]), column([s.linear for s in schedule], torch.bool)
+        self._decay_steps = column([float(s.decay_steps) for s in schedule])
+        self.steps = torch.zeros((), dtype=torch.float64, device=device)  # optimizer steps taken
+        self.exp_avg = [torch.zeros_like(p) for p in params]
+        self.exp_avg_sq = [torch.zeros_like(p) for p in params]
+
+    def current_lr(self) -> torch.Tensor:
+        """(k,) float64: each member's learning rate for the next step, as its ``LambdaLR`` sets it."""
+        done = torch.where(self._decay_steps > 0, torch.clamp(self.steps / self._decay_steps.clamp(min=1.0), max=1.0),
+                           1.0)
+        return self.lr * torch.where(self._linear, 1.0 + (self._end - 1.0) * done, self._end)
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        beta1, beta2 = self.betas
+        lr = self.current_lr()
+        self.steps += 1
+        # The per-member scalars in float64, cast to the weights' dtype, and each update in the order
+        # of torch's fused kernel: rounded alike, a member's weights stay within float noise of alone.
+        dtype = self.params[0].dtype
+        decay = (1.0 - lr * self.weight_decay).to(dtype)
+        step_size = (-lr / (1.0 - beta1 ** self.steps)).to(dtype)
+        correction2_sqrt = torch.sqrt(1.0 - beta2 ** self.steps).to(dtype)
+        for p, exp_avg, exp_avg_sq in zip(self.params, self.exp_avg, self.exp_avg_sq):
+            if p.grad is None:
+                continue
+            shape = (-1,) + (1,) * (p.dim() - 1)  # (k, 1, ...): a member's scalar over its slice
+            p.mul_(decay.view(shape))
+            exp_avg.lerp_(p.grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+            denom = (exp_avg_sq.sqrt() / correction2_sqrt).add_(self.eps)
+            p.add_(step_size.view(shape) * exp_avg / denom)
+
+    # --- to and from each member's own torch.optim.AdamW and LambdaLR ---
+
+    @torch.no_grad()
+    def load(self, optimizers: list[torch.optim.Optimizer],
+             schedulers: list[torch.optim.lr_scheduler.LRScheduler]) -> None:
+        """Take the members' moments and step count: a fresh run's (none yet) or a resumed one's.
+        Their optimizers index the state as :attr:`params` list the stacked weights."""
+        states = [o.state_dict()["state"] for o in optimizers]
+        counts = {s.last_epoch for s in schedulers}
+        assert len(counts) == 1, f"a pack's members stand at one step, not {sorted(counts)}"
+        self.steps.fill_(counts.pop())
+        for index, (exp_avg, exp_avg_sq) in enumerate(zip(self.exp_avg, self.exp_avg_sq)):
+            if index in states[0]:
+                exp_avg.copy_(torch.stack([s[index]["exp_avg"] for s in states]))
+                exp_avg_sq.copy_(torch.stack([s[index]["exp_avg_sq"] for s in states]))
+            else:
+                exp_avg.zero_()
+                exp_avg_sq.zero_()
+
+    @torch.no_grad()
+    def store(self, optimizers: list[torch.optim.Optimizer],
+              schedulers: list[torch.optim.lr_scheduler.LRScheduler]) -> None:
+        """Write member i's moments, step count and learning rate into its own optimizer and
+        schedule, as if it had taken the steps alone (the host reads the step count: once a part)."""
+        steps = int(self.steps.item())
+        for i, (optimizer, scheduler) in enumerate(zip(optimizers, schedulers)):
+            lr = scheduler.base_lrs[0] * self.schedules[i](steps)  # LambdaLR.get_lr's product
+            groups = copy.deepcopy(optimizer.state_dict()["param_groups"])
+            for group in groups:
+                group["lr"] = lr
+            state: dict[int, dict[str, Any]] = {} if steps == 0 else {
+                index: {"step": torch.tensor(float(steps), dtype=torch.float32), "exp_avg": exp_avg[i].clone(),
+                        "exp_avg_sq": exp_avg_sq[i].clone()}
+                for index, (exp_avg, exp_avg_sq) in enumerate(zip(self.exp_avg, self.exp_avg_sq))}
+            optimizer.load_state_dict({"state": state, "param_groups": groups})
+            saved = scheduler.state_dict()
+            scheduler.load_state_dict({**saved, "last_epoch": steps, "_last_lr": [lr],
+                                       "_step_count": saved["_step_count"] + steps - saved["last_epoch"]})
