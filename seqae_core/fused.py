@@ -1,7 +1,7 @@
 """Models of one shape trained as one batched model: a pack.
 
 Models whose configs differ in no tensor's shape (a run's ``train.repeats`` seeds, or a sweep's
-trials that differ only in :data:`FREE_KEYS`) stack their weights into tensors of shape (k, ...),
+trials that differ only in :data:`~seqae_core.config.FREE_KEYS`) stack their weights into tensors of shape (k, ...),
 and one forward pass computes all k models at once (``torch.func``: the members' modules become one
 functional model, ``vmap`` maps it over the leading axis), where training them one after another
 launches k times as many small kernels. This follows HFTA (Wang et al., MLSys 2021) and PyTorch's
@@ -45,18 +45,6 @@ from seqae_core.loss import IGNORE, HeadPlan, head_cross_entropy, targets_of
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.schedule import Schedule
 from seqae_core.step import Window
-
-# The config keys a pack's members may differ in: none changes a tensor's shape or the data.
-FREE_KEYS: tuple[str, ...] = ("train.lr", "train.lr_final", "train.lr_decay_epochs", "train.weight_decay", "train.seed",
-                              "train.patience")
-
-
-def fusion_key(config: Config) -> tuple[tuple[str, Any], ...]:
-    """What configs must share to train in one pack: every key but :data:`FREE_KEYS` (and
-    ``train.fuse_repeats``, which only says whether a run's seeds fuse), as sorted ``(key, value)`` pairs."""
-    return tuple(sorted((key, value) for key, value in config.flat().items()
-                        if key not in FREE_KEYS and key != "train.fuse_repeats"))
-
 
 def fuses(config: Config, device: torch.device) -> bool:
     """Whether ``train.fuse_repeats`` packs the run's seeds on ``device``. ``auto`` packs on CUDA

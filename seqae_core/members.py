@@ -1,7 +1,7 @@
 """A sweep's trials of one shape trained as one pack: ``train_members(configs, report)``.
 
-Configs that share a :func:`seqae_core.fused.fusion_key` (they differ at most in
-:data:`seqae_core.fused.FREE_KEYS`: learning rate, schedule, weight decay, seed, patience) train as
+Configs that share a :func:`seqae_core.config.fusion_key` (they differ at most in
+:data:`seqae_core.config.FREE_KEYS`: learning rate, schedule, weight decay, seed, patience) train as
 one batched model, each member with its own hyperparameters, batches, early stopping and history:
 what each member reports is what :func:`seqae_core.train.train` of its config alone reports, its
 timings aside (its share of the pack's). A member leaves when it finishes, runs out of patience,
@@ -15,8 +15,7 @@ import math
 from typing import Any, Callable
 
 from seqae_core.checkpoint import Checkpoint
-from seqae_core.config import Config
-from seqae_core.fused import FREE_KEYS, fusion_key
+from seqae_core.config import FREE_KEYS, Config, fusion_key
 from seqae_core.loss import plan_head
 from seqae_core.train import MemberResult, PackReport, Run, load_data, pick_device, train_runs, validation_steps
 from seqae_errors import ConfigError

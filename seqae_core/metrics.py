@@ -65,6 +65,7 @@ PER_EPOCH: tuple[str, ...] = (
     DATA_SECONDS, GLOBAL_STEP,
 )
 CUDA_PER_EPOCH: tuple[str, ...] = (GPU_MEMORY_GIB,)  # reported besides those on CUDA only
+PACK_PER_EPOCH: tuple[str, ...] = (PACK_MEMBERS,)  # reported besides those by a sweep's pack's members
 # Reported besides those with a test split (data.test_fraction > 0): TEST_METRICS.
 # What a sweep may optimize, and the direction that makes sense for each.
 OBJECTIVES: dict[str, tuple[str, ...]] = {

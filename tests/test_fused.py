@@ -11,8 +11,8 @@ import torch
 
 from seqae_core import metrics as M
 from seqae_core.checkpoint import Checkpoint, tensor_bytes, tensors
-from seqae_core.config import from_flat
-from seqae_core.fused import Pack, fuses, fusion_key
+from seqae_core.config import from_flat, fusion_key
+from seqae_core.fused import Pack, fuses
 from seqae_core.members import train_members
 from seqae_core.train import NonFiniteLossError, train
 from seqae_errors import ConfigError

@@ -21,7 +21,6 @@ from sweeps.stores.search import open_study
 from tests.refusal import assert_refused
 from tests.sweep_helpers import (
     STUDIES, held, metric_steps, mlflow_runs, optuna_trials, run_args, seqae, start, status, trial_metas, wait_for,
-    wait_for_writers_to_exit,
 )
 from tests.sweep_helpers import sets as sets_of
 
@@ -138,36 +137,43 @@ def test_every_member_is_its_own_trial_where_a_user_looks(sweeps):
 
 @pytest.mark.slow
 def test_a_pack_killed_mid_epoch_resumes_each_member_from_its_own_checkpoint(tmp_path, data_cache):
-    """SIGKILL of the pack's worker in epoch 3 of 5: Tune retries the pack, each member continues
-    from its own newest checkpoint, and every member ends with the epochs, values and kept
-    checkpoint an uninterrupted run of its config has (trained alone here, within 1e-5)."""
+    """SIGKILL of the pack's worker halfway into epoch 3 of 4 (validating every half epoch), its
+    result there not yet handed to the driver: Tune retries the pack, each member continues at that
+    step from its own newest checkpoint, and every member ends with the values and the kept
+    checkpoint of an uninterrupted run of its config (trained alone here, within 1e-5)."""
     workspace, name = tmp_path / "ws", "killed"
     storage = workspace / "sweeps" / name
     driver = start(*run_args(workspace, name, "search={}", "start={}", "grid.train.lr=[1.0e-2, 3.0e-3]",
-                             "trials={per_cell: 1}", "train.precision=fp32", "model.dropout=0.0", "train.epochs=5",
-                             "data.max_pages=12", "scheduler.type=none", "resources.fuse=2", "retries=1"),
+                             "trials={per_cell: 1}", "train.precision=fp32", "model.dropout=0.0", "train.epochs=4",
+                             "train.validate_every=0.5", "scheduler.type=none", "resources.fuse=2", "retries=1"),
                    log=tmp_path / "driver.log")
 
-    def pack_in_epoch_three() -> bool:
+    def halfway_into_epoch_three() -> bool:  # the 5th validation: epoch 2.5
         metas = trial_metas(storage)
-        return len(metas) == 2 and all(m["epoch"] == 2 and not m["finished"] for m in metas.values())
+        return len(metas) == 2 and all(m["epoch"] == 5 for m in metas.values())
 
-    wait_for(lambda: held(driver, pack_in_epoch_three), 400, "both members two epochs in", every=0.05)
-    (worker,) = [p for p in psutil.Process(driver.pid).children(recursive=True)
-                 if "ImplicitFunc" in " ".join(p.cmdline())]
-    os.kill(worker.pid, signal.SIGKILL)
+    wait_for(lambda: held(driver, halfway_into_epoch_three), 400, "both members halfway into epoch 3", every=0.05)
+    workers = [p for p in psutil.Process(driver.pid).children(recursive=True) if "ImplicitFunc" in " ".join(p.cmdline())]
+    assert workers, "the pack's worker is a Tune function trainable's actor"
+    for worker in workers:
+        os.kill(worker.pid, signal.SIGKILL)
+    os.kill(driver.pid, signal.SIGCONT)
     assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
-    wait_for_writers_to_exit(storage)
     log = (tmp_path / "driver.log").read_text()
-    assert re.search(r"trial 0: continuing after epoch 2", log) and re.search(r"trial 1: continuing after epoch 2", log), log
+    for number in (0, 1):
+        assert re.search(rf"seqae: trial {number}: continuing at step \d+ of epoch 3$", log, re.M), log[-3000:]
+    assert "TBXLoggerCallback" not in log, log[-3000:]  # Tune's loggers take a pack's report as it is
     trials = {t.number: t for t in optuna_trials(workspace, name)}
     assert {n: t.state.name for n, t in trials.items()} == {0: "COMPLETE", 1: "COMPLETE"}
     for number, trial in trials.items():
         resume, _ = CheckpointStore.of_trial(str(storage), number).resume()
         alone: list[dict] = []
         train(from_flat(resume.config), lambda m, c: alone.append(m), cache_dir=data_cache)
-        assert sorted(trial.intermediate_values) == [1, 2, 3, 4, 5]
-        for epoch, record in enumerate(alone, 1):
-            assert trial.intermediate_values[epoch] == pytest.approx(record[M.VAL_TOKEN_ACCURACY], abs=1e-5)
-            assert resume.history[epoch - 1][M.VAL_TOKEN_ACCURACY] == pytest.approx(record[M.VAL_TOKEN_ACCURACY], abs=1e-5)
+        assert len(alone) == 8 and sorted(trial.intermediate_values) == list(range(1, 9))
+        for record, kept in zip(alone, resume.history, strict=True):
+            value = record[M.VAL_TOKEN_ACCURACY]
+            assert trial.intermediate_values[record[M.VALIDATION]] == pytest.approx(value, abs=1e-5)
+            assert kept[M.VAL_TOKEN_ACCURACY] == pytest.approx(value, abs=1e-5)
         assert trial.value == pytest.approx(max(r[M.VAL_TOKEN_ACCURACY] for r in alone), abs=1e-5)
+        assert trial.user_attrs["seqae.test"][M.TEST_TOKEN_ACCURACY] == pytest.approx(
+            alone[-1][M.TEST_TOKEN_ACCURACY], abs=1e-5)

@@ -18,6 +18,7 @@ The pack goes on while any member does.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ray import tune
@@ -55,11 +56,13 @@ class Members:
                  callbacks: list[tune.Callback], storage: str) -> None:
         self.searcher, self.scheduler, self.stoppers, self.callbacks = searcher, scheduler, stoppers, callbacks
         self.storage = storage
+        self.packs: dict[str, Trial] = {}  # Tune's trials, by id
         self.running: dict[str, dict[int, Trial]] = {}  # pack's Tune id -> its members still training, by number
         self.controller: Any = None  # Tune's, as its scheduler hooks hand it over
 
     def added(self, controller: Any, pack: Trial) -> None:
         self.controller = controller
+        self.packs[pack.trial_id] = pack
         members = self.running.setdefault(pack.trial_id, {})
         for spec in pack.config["pack"]:
             members[spec.number] = stub_trial(spec, member_id(pack.trial_id, spec.number))
@@ -80,7 +83,7 @@ class Members:
         """Each member's result, as Tune would hand a trial's; STOP once no member trains on."""
         self.controller = controller
         members = self.running.get(pack.trial_id, {})
-        for record in result.get(MEMBERS, []):
+        for record in json.loads(result.get(MEMBERS, "[]")):
             member = members.get(int(record["trial"]))
             if member is None:  # a result Tune hands over twice (the last one, as the pack ends)
                 continue
@@ -101,12 +104,20 @@ class Members:
                 self._end(pack, member, str(error))
         return TrialScheduler.CONTINUE if members else TrialScheduler.STOP
 
-    def ended(self, pack: Trial, error: str | None) -> None:
-        """The pack ended (``error``: why it failed): so do the members that were still training."""
-        for member in list(self.running.get(pack.trial_id, {}).values()):
-            self._end(pack, member, error)
-        self.running.pop(pack.trial_id, None)
-        self.searcher.live.discard(pack.trial_id)
+    def ended(self, pack_id: str, failed: bool) -> None:
+        """Tune let go of the pack (``failed``: with its retries spent, the error in its error
+        file): so do the members that were still training, as trials that ended so."""
+        self.searcher.live.discard(pack_id)
+        pack = self.packs.pop(pack_id, None)
+        for member in list(self.running.get(pack_id, {}).values()) if pack is not None else []:
+            self._end(pack, member, last_error(pack) if failed else None)
+        self.running.pop(pack_id, None)
+
+    def failed(self, pack: Trial) -> None:
+        """The pack's worker failed: the scheduler hears of it for each member, as of a trial's
+        (Tune then retries the pack, or lets go of it: :meth:`ended`)."""
+        for member in self.running.get(pack.trial_id, {}).values():
+            self.scheduler.on_trial_error(self.controller, member)
 
     def removed(self, pack: Trial) -> None:
         for member in self.running.get(pack.trial_id, {}).values():
@@ -128,7 +139,7 @@ class Members:
 
 class PackSearcher(DriverOnly, Searcher):
     """Tune's searcher for a sweep of packs: the sweep's own proposes the packs; the members'
-    results and ends reach it through :class:`Members`."""
+    results and ends reach it through :class:`Members`, which hears here that Tune let go of a pack."""
 
     def __init__(self, members: Members) -> None:
         super().__init__()  # no metric of its own: a pack's result has none, its members' do
@@ -141,7 +152,8 @@ class PackSearcher(DriverOnly, Searcher):
         pass  # played to each member by PackScheduler, which Tune asks first
 
     def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
-        pass  # each member's end is played by PackScheduler and PackCallback
+        """Tune lets go of a pack here first (its scheduler and callbacks hear of it after)."""
+        self.members.ended(trial_id, error)
 
     def save(self, checkpoint_path: str) -> None:
         self.members.searcher.save(checkpoint_path)
@@ -170,10 +182,10 @@ class PackScheduler(DriverOnly, TrialScheduler):
         return self.members.result(tune_controller, trial, result)
 
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> None:
-        self.members.ended(trial, None)
+        pass  # the members ended as their results came, or as the searcher heard the pack end
 
     def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:
-        self.members.ended(trial, last_error(trial))
+        self.members.failed(trial)
 
     def on_trial_remove(self, tune_controller: Any, trial: Trial) -> None:
         self.members.removed(trial)
@@ -187,7 +199,8 @@ class PackScheduler(DriverOnly, TrialScheduler):
 
 class PackCallback(DriverOnly, tune.Callback):
     """Tune's callback for a sweep of packs: a pack's start and recovery reach the sweep's
-    callbacks once per member (its results and end, through :class:`PackScheduler`)."""
+    callbacks once per member (its results through :class:`PackScheduler`, its end through
+    :class:`PackSearcher`)."""
 
     def __init__(self, members: Members) -> None:
         self.members = members

@@ -7,6 +7,7 @@ Every trial's worker pays its imports when it starts."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from contextlib import ExitStack
@@ -29,7 +30,9 @@ from sweeps.spec.trial import TrialSpec
 # says so (the GPU is logical: `ray start --num-gpus`, `seqae cluster up --gpus-per-worker`); unset,
 # such a trial fails. A rehearsal of GPU scheduling, never a silent fallback.
 LOGICAL_GPUS = "SEQAE_LOGICAL_GPUS"
-MEMBERS, FAILED = "members", "failed"  # a pack's report: each member's result; [number, error] of each that failed
+# A pack's report: its members' results, as JSON text (Tune's loggers would try to chart a list of
+# them as a TensorBoard histogram, and warn), and [number, error] of each member that failed.
+MEMBERS, FAILED = "members", "failed"
 
 
 def run_trial(config: dict[str, Any], runtime: dict[str, Any]) -> None:
@@ -118,7 +121,7 @@ def run_pack(config: dict[str, Any], runtime: dict[str, Any]) -> None:
             elif (verdict := stores[spec.number].verdict()) is not None:
                 failed.append([spec.number, f"TrialFailed: it already failed in a way a retry cannot fix: {verdict}"])
         if failed:
-            tune.report({MEMBERS: [], FAILED: failed})
+            tune.report({MEMBERS: "[]", FAILED: failed})
         gone = {number for number, _ in failed}
         members = [t for t in specs if t.number not in gone and not stores[t.number].left(pack_id)]
         while members:  # members whose checkpoints stand behind the others' catch up first
@@ -157,7 +160,7 @@ def _train_pack(specs: list[TrialSpec], stores: dict[int, CheckpointStore], runt
                 stores[number].save(result.metrics, result.checkpoint)
                 records.append({**result.metrics, "trial": number, "node_id": node_id, **gpu,
                                 "finished": result.checkpoint.finished})
-        tune.report({MEMBERS: records, FAILED: failed})
+        tune.report({MEMBERS: json.dumps(records), FAILED: failed})
         caught_up = {r.index for r in results if ahead is not None and r.checkpoint is not None
                      and (r.checkpoint.epoch, r.checkpoint.step) >= ahead}
         return caught_up | {i for i, spec in enumerate(group) if stores[spec.number].left(pack_id)}

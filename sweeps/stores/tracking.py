@@ -59,7 +59,8 @@ from sweeps.stores.mlflow_runs import all_runs
 log = logging.getLogger(__name__)
 
 # A record's result number (its epoch's by default) is its MLflow step, not a metric of its own.
-LOGGED_METRICS = tuple(m for m in M.PER_EPOCH + M.CUDA_PER_EPOCH + M.TEST_METRICS if m not in (M.EPOCH, M.VALIDATION))
+LOGGED_METRICS = tuple(m for m in M.PER_EPOCH + M.CUDA_PER_EPOCH + M.PACK_PER_EPOCH + M.TEST_METRICS
+                       if m not in (M.EPOCH, M.VALIDATION))
 # MLflow 3 keeps an experiment's kind in this tag, and its UI's kind selector writes this value
 # for model training. (MLflow 3.17's UI opens an experiment on the page of its own workflow type
 # instead, which a link picks with ?workflowType=machine_learning: dashboards.ui.runs_url.)
