@@ -9,6 +9,8 @@
   distribution and defined where a share of the values is infinite.
 - A ratio of two medians of independent replays: a percentile bootstrap resampling each side
   (:func:`ratio_interval`), fine with hundreds of replays a side.
+- The same ratio of two methods replayed from the same seeds: the bootstrap resampling the seeds,
+  each with both its replays (:func:`paired_ratio_interval`).
 - A share: Wilson's score interval (:func:`wilson`).
 - Several claims at once: Holm's step-down adjustment of their p-values (:func:`holm`), and
   Bonferroni's level for the intervals printed beside them (:func:`simultaneous_level`), since
@@ -92,6 +94,24 @@ def ratio_interval(numerator: np.ndarray | list[float], denominator: np.ndarray 
     with np.errstate(invalid="ignore", divide="ignore"):
         ratios = (np.median(a[rng.integers(0, len(a), (draws, len(a)))], axis=1)
                   / np.median(b[rng.integers(0, len(b), (draws, len(b)))], axis=1))
+        estimate = float(np.median(a) / np.median(b))
+    ratios = np.nan_to_num(ratios, nan=math.inf)
+    tail = (1 - level) / 2
+    low, high = np.quantile(ratios, [tail, 1 - tail], method="inverted_cdf")
+    return Interval(estimate, float(low), float(high))
+
+
+def paired_ratio_interval(numerator: np.ndarray | list[float], denominator: np.ndarray | list[float],
+                          level: float = 0.95, draws: int = 2000, seed: int = 0) -> Interval:
+    """median(numerator) / median(denominator) of paired samples (``numerator[i]`` and
+    ``denominator[i]`` measured on one unit: a replay seed's cost table and targets; ``inf``
+    allowed), and a percentile bootstrap interval resampling the pairs together, which keeps what
+    the unit shares out of the interval."""
+    a, b = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
+    assert len(a) == len(b), "paired samples"
+    picks = np.random.default_rng(seed).integers(0, len(a), (draws, len(a)))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratios = np.median(a[picks], axis=1) / np.median(b[picks], axis=1)
         estimate = float(np.median(a) / np.median(b))
     ratios = np.nan_to_num(ratios, nan=math.inf)
     tail = (1 - level) / 2

@@ -84,6 +84,7 @@ class Method:
     scheduler: str = "none"  # or asha, or hyperband (asynchronous: ASHA in brackets), the service's own
     startup: int = 2  # TPE's random start-up trials: 2, the quickstart's when registered
     warm_from: float | None = None  # transfer: the other fraction whose table's best configurations run first
+    pack: int = 1  # trials proposed together and trained in lockstep on one worker (benchmarks.pack_replay)
 
 
 # Registered before measuring: the methods published (grid to asha+tpe), TPE's start-up at 1, 5
@@ -104,6 +105,10 @@ WARM_TOP = 5  # the earlier sweep's best configurations that run first
 # TPE as the studies pin it, and the quickstart's ASHA (sweeps/studies/quickstart.yaml).
 TPE = {"multivariate": True, "group": True, "constant_liar": True}
 GRACE_PERIOD, REDUCTION_FACTOR = 1, 2
+# The keys the members of a fused pack (``resources.fuse``) may differ in; every other key sets the
+# pack's shape, which its members share. Of the table's grid only the learning rate is one.
+FREE_KEYS = frozenset({"train.lr", "train.lr_final", "train.lr_decay_epochs", "train.weight_decay", "train.seed",
+                       "train.patience"})
 
 
 def methods_at(fraction: float) -> tuple[Method, ...]:
@@ -164,9 +169,25 @@ class Proposals:
         self.table = table
         self.coords = E._coordinates([c.params for c in table])
 
-    def ask(self) -> tuple[Curve, optuna.Trial]:
+    def ask(self, size: int = 1) -> list[tuple[Curve, optuna.Trial]]:
+        """``size`` proposals, as the service fills a pack: the sampler's own first, then each of the
+        others with the first's shape fixed (every key but :data:`FREE_KEYS`), the earlier ones
+        pending while it is asked."""
         trial = self.study.ask()
-        return self.table[nearest(self.coords, suggested(self.spec, trial))], trial
+        params = suggested(self.spec, trial)
+        asked = [(self.table[nearest(self.coords, params)], trial)]
+        if size == 1:
+            return asked
+        own = self.study.sampler
+        self.study.sampler = optuna.samplers.PartialFixedSampler(
+            {k: v for k, v in params.items() if k not in FREE_KEYS}, own)
+        try:
+            for _ in range(size - 1):  # each suggested before the next is asked: the sampler sees it pending
+                trial = self.study.ask()
+                asked.append((self.table[nearest(self.coords, suggested(self.spec, trial))], trial))
+        finally:
+            self.study.sampler = own
+        return asked
 
 
 def suggested(spec: spec_lib.SweepSpec, trial: optuna.Trial) -> dict[str, Any]:
@@ -196,7 +217,12 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
     """Run ``method`` against ``table`` until ``budgets[-1]`` x the grid's cost is spent (a grid:
     until every configuration is trained); ``first``: a warm start's configurations. ``grid_cost``:
     every configuration of ``table`` trained, unless the grid validates less often than ``table``
-    does (``benchmarks.subepoch_rungs``)."""
+    does (``benchmarks.subepoch_rungs``).
+
+    A worker runs a pack of ``method.pack`` trials at a time (one: a trial at a time), its members
+    in lockstep: a pack's epoch takes the sum of its members' epochs, each member's epoch ends with
+    the pack's, a stopped member leaves, and the worker proposes the next pack when the last has left."""
+    assert method.pack == 1 or not first, "a warm start's enqueued trials would not share a pack's shape"
     grid_cost = sum(sum(c.cpu) for c in table) if grid_cost is None else grid_cost
     horizon = budgets[-1] * grid_cost
     epochs = len(table[0].val)
@@ -208,8 +234,10 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
                           grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR,
                           brackets=spec.scheduler.brackets(epochs))
             if spec is not None and method.scheduler != "none" else None)
-    events: list[tuple[float, int, int]] = []  # (ends at, tie-break, trial number): a trial's epoch ends
-    running: dict[int, tuple[Curve, Any, Any, int, float]] = {}  # curve, Optuna trial, Tune stub trial, epoch, since
+    events: list[tuple[float, int, int]] = []  # (ends at, tie-break, pack number): a pack's epoch ends
+    # by pack number (its first trial's): its members by trial number (curve, Optuna trial, Tune stub
+    # trial), its epoch, since when
+    running: dict[int, tuple[dict[int, tuple[Curve, Any, Any]], int, float]] = {}
     counter = itertools.count()
     started, closed = 0, 0.0  # trials started; CPU-seconds of the epochs ended
     costs, trials_to = [math.inf] * len(targets), [math.inf] * len(targets)
@@ -225,58 +253,65 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
     def spent(now: float) -> float:
         return closed + sum(now - since for *_, since in running.values())
 
+    def run_epoch(now: float, pack: dict[int, tuple[Curve, Any, Any]], epoch: int) -> None:
+        running[min(pack)] = (pack, epoch, now)
+        heapq.heappush(events, (now + sum(c.cpu[epoch - 1] for c, *_ in pack.values()), next(counter), min(pack)))
+
     def start(now: float) -> bool:
         nonlocal started
         if method.sampler == "grid":
             if started >= len(order):
                 return False
-            curve, handle = order[started], None
+            asked: list[tuple[Curve, Any]] = [(c, None) for c in order[started:started + method.pack]]
         else:
             assert proposals is not None
-            curve, handle = proposals.ask()
-        number = started
-        started += 1
-        # a warm start's configurations run as the service runs them, as starting points: to the end
-        start = "warm" if number < len(first) and proposals is not None else None
-        view = stub_trial(TrialSpec(number, {}, None, start=start))
-        if asha is not None:
-            asha.on_trial_add(None, view)
-        running[number] = (curve, handle, view, 1, now)
-        heapq.heappush(events, (now + curve.cpu[0], next(counter), number))
+            asked = list(proposals.ask(method.pack))
+        pack = {}
+        for curve, handle in asked:
+            number = started
+            started += 1
+            # a warm start's configurations run as the service runs them, as starting points: to the end
+            start = "warm" if number < len(first) and proposals is not None else None
+            view = stub_trial(TrialSpec(number, {}, None, start=start))
+            if asha is not None:
+                asha.on_trial_add(None, view)
+            pack[number] = (curve, handle, view)
+        run_epoch(now, pack, 1)
         return True
 
     for _ in range(workers):
         start(0.0)
     while events and len(returned) < len(budgets):
-        now, _, number = heapq.heappop(events)
+        now, _, key = heapq.heappop(events)
         while len(returned) < len(budgets) and spent(now) >= budgets[len(returned)] * grid_cost:
             returned.append(returns())  # what had ended before the budget ran out
         if len(returned) == len(budgets):
             break
-        curve, handle, view, epoch, _ = running[number]
-        closed += curve.cpu[epoch - 1]
-        value = curve.val[epoch - 1]
-        if value > kept.get(number, (-math.inf, math.nan))[0]:
-            kept[number] = (value, curve.test[epoch - 1])
-        del running[number]
-        for i, target in enumerate(targets):
-            if value >= target and costs[i] == math.inf:
-                costs[i], trials_to[i] = spent(now), started
-        if handle is not None:
-            handle.report(value, epoch)
-        stop = (asha is not None and asha.on_trial_result(None, view, {M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: value})
-                == ResumableASHA.STOP)
-        if epoch < epochs and not stop:
-            running[number] = (curve, handle, view, epoch + 1, now)
-            heapq.heappush(events, (now + curve.cpu[epoch], next(counter), number))
-            continue
-        if proposals is not None:
-            if epoch < epochs:
-                kept.pop(number, None)
-                proposals.study.tell(handle, state=optuna.trial.TrialState.PRUNED)
-            else:  # the value a sweep records: the best epoch's, which early stopping keeps
-                proposals.study.tell(handle, max(curve.val))
-        if spent(now) < horizon:
+        pack, epoch, _ = running.pop(key)
+        closed += sum(curve.cpu[epoch - 1] for curve, *_ in pack.values())
+        for number, (curve, handle, view) in list(pack.items()):
+            value = curve.val[epoch - 1]
+            if value > kept.get(number, (-math.inf, math.nan))[0]:
+                kept[number] = (value, curve.test[epoch - 1])
+            for i, target in enumerate(targets):
+                if value >= target and costs[i] == math.inf:
+                    costs[i], trials_to[i] = spent(now), started
+            if handle is not None:
+                handle.report(value, epoch)
+            stop = (asha is not None and asha.on_trial_result(None, view, {M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: value})
+                    == ResumableASHA.STOP)
+            if epoch < epochs and not stop:
+                continue
+            del pack[number]
+            if proposals is not None:
+                if epoch < epochs:
+                    kept.pop(number, None)
+                    proposals.study.tell(handle, state=optuna.trial.TrialState.PRUNED)
+                else:  # the value a sweep records: the best epoch's, which early stopping keeps
+                    proposals.study.tell(handle, max(curve.val))
+        if pack:  # the pack goes on with the members left; it takes no new one
+            run_epoch(now, pack, epoch + 1)
+        elif spent(now) < horizon:
             start(now)
     returned += [returns()] * (len(budgets) - len(returned))  # a grid ends at its cost exactly
     return Trace(tuple(costs), tuple(trials_to), tuple(returned), started)
@@ -328,29 +363,35 @@ def summarize(runs: list[Run], taus: dict[int, float]) -> list[dict[str, Any]]:
     by_method = {m: [r for r in runs if r.method == m] for m in dict.fromkeys(r.method for r in runs)}
     grid = by_method.get("grid")
     rows: list[dict[str, Any]] = []
-    for i, percentile in enumerate(TARGET_PERCENTILES):
+    for i in range(len(TARGET_PERCENTILES)):
         for method, mine in by_method.items():
-            costs = [r.trace.costs[i] for r in mine]
-            reached = sum(c < math.inf for c in costs)
-            median = median_interval(costs)
-            share = wilson(reached, len(costs))
-            rows.append({
-                "target": f"p{percentile}", "method": method, "replays": len(mine),
-                "target_value": f"{np.mean([r.targets[i] for r in mine]):.4f}",
-                "cpu_s_median": number_text(median.estimate), "cpu_s_95ci": f"[{number_text(median.low)}, {number_text(median.high)}]",
-                "vs_grid": (ratio_interval(costs, [r.trace.costs[i] for r in grid]).ratio() if grid else ""),
-                "reached": f"{share.estimate:.1%} [{share.low:.1%}, {share.high:.1%}]",
-                "trials_median": number_text(float(np.median([r.trace.trials_to[i] for r in mine]))),
-                **({"first_rung_tau": f"{np.mean(list(taus.values())):.3f}"}
-                   if method.startswith(("asha", "hyperband")) else {}),
-            })
-    for j, budget in enumerate(BUDGETS):
-        for method, mine in by_method.items():
-            regret = bootstrap_mean([100 * (r.best_test - r.trace.returned_test[j]) for r in mine])
-            rows.append({"target": f"regret at {budget:g}x grid", "method": method, "replays": len(mine),
-                         "regret_points": f"{regret.estimate:.2f} [{regret.low:.2f}, {regret.high:.2f}]",
-                         "trials_median": number_text(float(np.median([r.trace.trials for r in mine])))})
+            vs_grid = ratio_interval([r.trace.costs[i] for r in mine], [r.trace.costs[i] for r in grid]).ratio() if grid else ""
+            rows.append({**cost_row(mine, i, {"vs_grid": vs_grid}),
+                         **({"first_rung_tau": f"{np.mean(list(taus.values())):.3f}"}
+                            if method.startswith(("asha", "hyperband")) else {})})
+    rows += [regret_row(mine, j) for j in range(len(BUDGETS)) for mine in by_method.values()]
     return rows
+
+
+def cost_row(mine: list[Run], i: int, versus: dict[str, str]) -> dict[str, Any]:
+    """One method's replays' cost to target ``i``: the median with its interval, ``versus`` (a
+    ratio to another method's), the share reached, the median trials."""
+    costs = [r.trace.costs[i] for r in mine]
+    median, share = median_interval(costs), wilson(sum(c < math.inf for c in costs), len(costs))
+    return {"target": f"p{TARGET_PERCENTILES[i]}", "method": mine[0].method, "replays": len(mine),
+            "target_value": f"{np.mean([r.targets[i] for r in mine]):.4f}",
+            "cpu_s_median": number_text(median.estimate),
+            "cpu_s_95ci": f"[{number_text(median.low)}, {number_text(median.high)}]", **versus,
+            "reached": f"{share.estimate:.1%} [{share.low:.1%}, {share.high:.1%}]",
+            "trials_median": number_text(float(np.median([r.trace.trials_to[i] for r in mine])))}
+
+
+def regret_row(mine: list[Run], j: int) -> dict[str, Any]:
+    """One method's replays' test regret, in points, at budget ``j``."""
+    regret = bootstrap_mean([100 * (r.best_test - r.trace.returned_test[j]) for r in mine])
+    return {"target": f"regret at {BUDGETS[j]:g}x grid", "method": mine[0].method, "replays": len(mine),
+            "regret_points": f"{regret.estimate:.2f} [{regret.low:.2f}, {regret.high:.2f}]",
+            "trials_median": number_text(float(np.median([r.trace.trials for r in mine])))}
 
 
 def number_text(value: float) -> str:
@@ -363,21 +404,10 @@ def run(seeds: range, fraction: float = FRACTION, table_path: Path = E.TABLE, wo
     ``fraction``; writes every replay to ``folder/replay-<fraction>-<seeds>.parquet``. A method
     that file already holds for every seed is read back, not replayed again: the methods are
     replayed in resumable parts, and one added later runs alone."""
-    if fraction not in E.FRACTIONS:
-        raise ConfigError(f"--fraction {fraction} is not a fraction of the evidence table "
-                          f"({', '.join(str(f) for f in sorted(E.FRACTIONS))})")
-    methods = methods or methods_at(fraction)
-    table = pd.read_parquet(table_path)
-    needed = {fraction, *(m.warm_from for m in methods if m.warm_from is not None)}
-    by_fraction = {f: {s: curves(table, f, s) for s in E.SEEDS} for f in needed}
-    short = {f: [len(t) for t in tables.values()] for f, tables in by_fraction.items()
-             if any(len(t) != E.SIZE for t in tables.values())}
-    if short:
-        f, sizes = next(iter(short.items()))
-        raise ConfigError(f"the evidence table at {f:.1%} has {', '.join(map(str, sizes))} configurations per seed, "
-                          f"not {E.SIZE}: build it first (seqae bench table)")
+    methods = methods or methods_at(known(fraction))
+    by_fraction = tables_at({fraction, *(m.warm_from for m in methods if m.warm_from is not None)}, table_path)
     tables = by_fraction[fraction]
-    out = folder / f"replay-{round(fraction * 1000):04d}-seeds-{seeds.start}-{seeds.stop - 1}.parquet"
+    out = runs_file(folder, "replay", fraction, seeds)
     done = read_runs(out, seeds) if out.exists() else []  # a rerun replays only the methods the file lacks
     for method in methods:  # one method at a time, written as it ends: a kill loses at most one
         if method.name not in {r.method for r in done}:
@@ -389,6 +419,35 @@ def run(seeds: range, fraction: float = FRACTION, table_path: Path = E.TABLE, wo
                      {s: first_rung_tau(t) for s, t in tables.items()})
 
 
+def tables_at(fractions: set[float], table_path: Path = E.TABLE) -> dict[float, dict[int, list[Curve]]]:
+    """The evidence table's curves at each of ``fractions``, by training seed; refused unless it
+    holds every configuration there."""
+    for fraction in fractions:
+        known(fraction)
+    table = pd.read_parquet(table_path)
+    by_fraction = {f: {s: curves(table, f, s) for s in E.SEEDS} for f in fractions}
+    short = {f: [len(t) for t in tables.values()] for f, tables in by_fraction.items()
+             if any(len(t) != E.SIZE for t in tables.values())}
+    if short:
+        f, sizes = next(iter(short.items()))
+        raise ConfigError(f"the evidence table at {f:.1%} has {', '.join(map(str, sizes))} configurations per seed, "
+                          f"not {E.SIZE}: build it first (seqae bench table)")
+    return by_fraction
+
+
+def known(fraction: float) -> float:
+    """``fraction``, refused unless the evidence table has it."""
+    if fraction not in E.FRACTIONS:
+        raise ConfigError(f"--fraction {fraction} is not a fraction of the evidence table "
+                          f"({', '.join(str(f) for f in sorted(E.FRACTIONS))})")
+    return fraction
+
+
+def runs_file(folder: Path, kind: str, fraction: float, seeds: range) -> Path:
+    """``folder/<kind>-<fraction in thousandths>-seeds-<first>-<last>.parquet``."""
+    return folder / f"{kind}-{round(fraction * 1000):04d}-seeds-{seeds.start}-{seeds.stop - 1}.parquet"
+
+
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     """A replay file: a row per replay, the file replaced whole or not at all."""
     partial = path.with_name(f".{path.name}.partial")
@@ -397,8 +456,9 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def complete_rows(path: Path, seeds: range) -> list[dict[str, Any]]:
-    """The rows of a replay file (:func:`write_rows`) of the methods it has every seed of."""
+    """The rows of ``seeds`` in a replay file (:func:`write_rows`), of the methods it has every one of."""
     frame = pd.read_parquet(path)
+    frame = frame[frame.seed.isin(seeds)]  # a file may hold more seeds than asked for
     complete = [m for m, group in frame.groupby("method", sort=False) if sorted(group.seed) == list(seeds)]
     return frame[frame.method.isin(complete)].to_dict("records")  # type: ignore[return-value]
 
@@ -414,7 +474,7 @@ def write_runs(path: Path, runs: list[Run]) -> None:
 
 
 def read_runs(path: Path, seeds: range) -> list[Run]:
-    """The replays a file holds (:func:`write_runs`), of the methods it has every seed of."""
+    """The replays of ``seeds`` a file holds (:func:`write_runs`), of the methods it has every one of."""
     return [Run(row["method"], int(row["seed"]), int(row["cost_seed"]),
                 tuple(float(row[f"target_p{p}"]) for p in TARGET_PERCENTILES), float(row["best_test"]),
                 Trace(tuple(float(row[f"cpu_s_p{p}"]) for p in TARGET_PERCENTILES),

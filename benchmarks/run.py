@@ -77,6 +77,8 @@ SUITES: dict[str, Suite] = {
     "table-quarters": _in_workspace(lambda o, workspace: _module("evidence_table").run(
         o["data"], workspace, _module("evidence_table").QUARTERS)),
     "replay": lambda o: _module("replay").run(o["seeds"], o["fraction"] or _module("replay").FRACTION),
+    "pack-replay": lambda o: _module("pack_replay").run(o["seeds"], o["pack"] or _module("pack_replay").PACK,
+                                                        o["fraction"] or _module("replay").FRACTION),
     "quarter-rungs": lambda o: _module("subepoch_rungs").run(o["seeds"]),
     "front": lambda o: _module("front_replay").run(o["seeds"]),
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
@@ -153,10 +155,12 @@ def command(args: argparse.Namespace) -> dict[str, Any]:
                           f"--data {data!r} is not one (for example --data ../shared/data/wikipedia-mini)")
     if args.pages < 2:
         raise ConfigError(f"--pages {args.pages} is too few: a split needs at least 2 pages")
+    if args.pack is not None and args.pack < 2:
+        raise ConfigError(f"--pack {args.pack} is not a pack: pack-replay compares packs of 2 or more trials with one at a time")
     if args.interrupt is not None and not 0 < args.interrupt < 1:
         raise ConfigError(f"--interrupt {args.interrupt} is not a fraction of the pages between 0 and 1")
     return main(args.suites, Path(args.out),
                 {"shapes": args.shapes, "steps": args.steps, "workspace": args.workspace, "data": data,
                  "sizes": args.sizes, "optuna": args.optuna, "before": args.before, "seeds": seeds,
-                 "fraction": args.fraction, "command": args.command, "pages": args.pages,
+                 "fraction": args.fraction, "pack": args.pack, "command": args.command, "pages": args.pages,
                  "interrupt": args.interrupt})

@@ -5,16 +5,21 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import optuna
 import pandas as pd
 import pytest
 
 from benchmarks import evidence_table as E
+from benchmarks import pack_replay
 from benchmarks.replay import (
+    FREE_KEYS,
     METHODS,
     WARM_TOP,
     Curve,
     Method,
+    Proposals,
     Run,
+    _spec,
     first_rung_tau,
     methods_at,
     replay,
@@ -193,3 +198,75 @@ def test_a_rerun_replays_only_the_methods_its_file_lacks(tmp_path):
     assert list(again.method.unique()) == ["grid", "random", "asha+random"] and len(again) == 9
     assert (again[again.method == "random"].trials == -1).all()
     assert {r["method"] for r in rows} == {"grid", "random", "asha+random"}
+
+
+@pytest.mark.parametrize("method", [ASHA_RANDOM, ASHA_TPE], ids=["random", "tpe"])
+def test_a_packs_members_share_the_first_proposals_shape_and_are_asked_while_the_earlier_are_pending(method):
+    """After TPE's start-up too (ten trials told first): the first member is the sampler's own,
+    the other three differ from it in free keys only (here the learning rate), every member is
+    running when the pack is asked whole, and the sweep's sampler is back for the next pack."""
+    proposals = Proposals(table(), _spec(method, 0, 4))
+    for curve, trial in [p for _ in range(10) for p in proposals.ask()]:
+        proposals.study.tell(trial, max(curve.val))
+    own = proposals.study.sampler
+    for _ in range(3):
+        members = [trial for _, trial in proposals.ask(4)]
+        shapes = [{k: v for k, v in t.params.items() if k not in FREE_KEYS} for t in members]
+        assert len(members) == 4 and all(shape == shapes[0] for shape in shapes)
+        assert all(t.number == members[0].number + i for i, t in enumerate(members))
+        assert [t.state for t in proposals.study.get_trials()[-4:]] == [optuna.trial.TrialState.RUNNING] * 4
+        assert proposals.study.sampler is own
+        for trial in members:
+            proposals.study.tell(trial, 0.5)
+
+
+def test_a_packs_epoch_costs_its_members_epochs_and_ends_theirs_together():
+    """Packs of 4 of 1-second epochs: on one worker the first epoch of each member ends at 4 s; on
+    two, the other pack's epoch in progress counts as well (8 s), and 8 trials have started."""
+    grid = Method("grid in packs", "grid", pack=4)
+    assert replay(table(), grid, 0, (0.0,), workers=1).costs == (4.0,)
+    assert replay(table(), grid, 0, (0.0,), workers=2).costs == (8.0,)
+    assert replay(table(), grid, 0, (0.0,), workers=2).trials_to == (8,)
+    assert replay(table(), grid, 0, (2.0,), workers=2).trials == 96
+
+
+def test_a_stopped_member_leaves_and_its_pack_goes_on_without_a_new_one(monkeypatch):
+    """Every configuration alike, reaching the target at its fourth epoch only; ASHA stops the odd
+    trials at their first rung. In packs of 2 on one worker the first pack's first epoch costs 2
+    s, then its even member trains alone to the target: 5 s, 2 trials. Without the stops both
+    train on (8 s); one at a time, a trial alone reaches it at 4 s."""
+    curves = [Curve(c.config_id, c.params, (0.1, 0.2, 0.3, 0.9), (0.1,) * 4, (1.0,) * 4) for c in table()]
+    alone, pack = ASHA_RANDOM, pack_replay.packed(ASHA_RANDOM, 2)
+    assert replay(curves, pack, 0, (0.9,), workers=1).costs == (8.0,)
+    assert replay(curves, alone, 0, (0.9,), workers=1).costs == (4.0,)
+    def decide(self, runner, trial, result):
+        odd = int(trial.trial_id) % 2 == 1 and result[M.EPOCH] == 1
+        return ResumableASHA.STOP if odd else ResumableASHA.CONTINUE
+    monkeypatch.setattr(ResumableASHA, "on_trial_result", decide)
+    trace = replay(curves, pack, 0, (0.9,), workers=1)
+    assert trace.costs == (5.0,) and trace.trials_to == (2,)
+
+
+def test_pack_replay_reads_one_at_a_time_from_a_replay_file_and_writes_only_its_packs(tmp_path):
+    """The one-at-a-time replays come from a replay file holding more seeds (here marked, so a
+    replay again would show); the packs are replayed and written, and a rerun reads them back. The
+    summary pairs each packed method with the same sampler one at a time."""
+    rows = [{"latent_fraction": 0.25, "seed": seed, "config_id": c.config_id, "epoch": e + 1,
+             "val_token_accuracy": c.val[e], "test_token_accuracy": c.test[e], "cpu_seconds": c.cpu[e]}
+            for seed, shift in ((1, 0.01), (2, 0.0)) for c in table(shift) for e in range(len(c.val))]
+    path = tmp_path / "evidence.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    replay_all(range(4), 0.25, path, workers=1, methods=(ASHA_RANDOM,), folder=tmp_path)
+    alone = tmp_path / "replay-0250-seeds-0-3.parquet"
+    marked = pd.read_parquet(alone).assign(trials=-1)  # what a replay would never write
+    marked.to_parquet(alone)
+    summary = pack_replay.run(range(1, 3), 2, 0.25, path, workers=1, methods=(ASHA_RANDOM,), folder=tmp_path)
+    packs = pd.read_parquet(tmp_path / "pack-replay-0250-seeds-1-2.parquet")
+    assert list(packs.method) == ["asha+random packs of 2"] * 2 and sorted(packs.seed) == [1, 2]
+    costs = [r for r in summary if r["target"].startswith("p")]
+    assert [r["method"] for r in costs[:2]] == ["asha+random", "asha+random packs of 2"]
+    assert costs[1]["vs_one_at_a_time"].endswith("]") and costs[0]["vs_one_at_a_time"] == ""
+    assert {r["trials_median"] for r in summary if r["method"] == "asha+random" and "regret" in r["target"]} == {"-1"}
+    packs.assign(trials=-2).to_parquet(tmp_path / "pack-replay-0250-seeds-1-2.parquet")
+    again = pack_replay.run(range(1, 3), 2, 0.25, path, workers=1, methods=(ASHA_RANDOM,), folder=tmp_path)
+    assert {r["trials_median"] for r in again if "packs" in r["method"] and "regret" in r["target"]} == {"-2"}
