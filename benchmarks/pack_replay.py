@@ -6,7 +6,7 @@ model in one Tune trial, a pack; each member stays its own Optuna trial. **How a
 are made** (the service's "a pack per shape drawn first"): the first member is the sweep's sampler's
 own proposal (``study.ask()``); each of the other K-1 is asked with that proposal's shape fixed,
 ``optuna.samplers.PartialFixedSampler`` over the sweep's sampler with every key but
-``replay.FREE_KEYS`` (the learning rate, its schedule, weight decay, seed, patience) fixed, so only
+``seqae_core.config.FREE_KEYS`` (the learning rate, its schedule, weight decay, seed, patience) fixed, so only
 the free keys are sampled, the earlier members pending (TPE as the studies pin it has
 ``constant_liar``, so it sees them as running). ASHA judges each member on its own; a stopped
 member leaves the pack at that epoch's end and the pack goes on with the others, taking no new

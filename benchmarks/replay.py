@@ -55,7 +55,7 @@ from seqae_errors import ConfigError
 from sweeps.running.schedulers import ResumableASHA, stub_trial
 from sweeps.spec import sweep as spec_lib
 from sweeps.spec.trial import TrialSpec
-from sweeps.stores.search import sampler
+from sweeps.stores.search import sampler, shaped_like
 
 WORKERS = 2
 # The evidence table's targets, registered before it was built: a configuration's best validation
@@ -105,10 +105,6 @@ WARM_TOP = 5  # the earlier sweep's best configurations that run first
 # TPE as the studies pin it, and the quickstart's ASHA (sweeps/studies/quickstart.yaml).
 TPE = {"multivariate": True, "group": True, "constant_liar": True}
 GRACE_PERIOD, REDUCTION_FACTOR = 1, 2
-# The keys the members of a fused pack (``resources.fuse``) may differ in; every other key sets the
-# pack's shape, which its members share. Of the table's grid only the learning rate is one.
-FREE_KEYS = frozenset({"train.lr", "train.lr_final", "train.lr_decay_epochs", "train.weight_decay", "train.seed",
-                       "train.patience"})
 
 
 def methods_at(fraction: float) -> tuple[Method, ...]:
@@ -171,7 +167,7 @@ class Proposals:
 
     def ask(self, size: int = 1) -> list[tuple[Curve, optuna.Trial]]:
         """``size`` proposals, as the service fills a pack: the sampler's own first, then each of the
-        others with the first's shape fixed (every key but :data:`FREE_KEYS`), the earlier ones
+        others with the first's shape fixed (:func:`sweeps.stores.search.shaped_like`), the earlier ones
         pending while it is asked."""
         trial = self.study.ask()
         params = suggested(self.spec, trial)
@@ -179,8 +175,7 @@ class Proposals:
         if size == 1:
             return asked
         own = self.study.sampler
-        self.study.sampler = optuna.samplers.PartialFixedSampler(
-            {k: v for k, v in params.items() if k not in FREE_KEYS}, own)
+        self.study.sampler = shaped_like(own, params)
         try:
             for _ in range(size - 1):  # each suggested before the next is asked: the sampler sees it pending
                 trial = self.study.ask()

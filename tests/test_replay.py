@@ -12,7 +12,6 @@ import pytest
 from benchmarks import evidence_table as E
 from benchmarks import pack_replay
 from benchmarks.replay import (
-    FREE_KEYS,
     METHODS,
     WARM_TOP,
     Curve,
@@ -30,6 +29,7 @@ from benchmarks.replay import (
     warm_start,
 )
 from seqae_core import metrics as M
+from seqae_core.config import FREE_KEYS
 from sweeps.running.schedulers import ResumableASHA
 from sweeps.spec.sections import Objective
 

@@ -103,6 +103,12 @@ def sampler(spec: SweepSpec, total: int, held: int = 0) -> optuna.samplers.BaseS
                                       constant_liar=bool(settings.constant_liar), constraints_func=bounds)
 
 
+def shaped_like(base: optuna.samplers.BaseSampler, params: dict[str, Any]) -> optuna.samplers.BaseSampler:
+    """``base`` with every value of ``params`` fixed but those of :data:`~seqae_core.config.FREE_KEYS`:
+    how a pack's members after its first are proposed (``resources.fuse``; :meth:`SweepStudy.next_pack`)."""
+    return optuna.samplers.PartialFixedSampler({k: v for k, v in params.items() if k not in FREE_KEYS}, base)
+
+
 def violations(count: int, trial: optuna.trial.FrozenTrial) -> list[float]:
     """How far a finished trial's kept checkpoint is outside each of the ``count`` constraints
     (Optuna's ``constraints_func``); a trial that kept no checkpoint meets none."""
@@ -326,9 +332,8 @@ class SweepStudy:
                     if spec.config is not None and fusion_key(spec.config) == shape:
                         pack.append(self._continued(trial))
             return pack
-        fixed = {k: v for k, v in first.params.items() if k not in FREE_KEYS}
         while len(pack) < size and len(self.trials()) < self.total:
-            member = self._propose_like(fixed)
+            member = self._propose_like(first.params)
             if member.config is not None and fusion_key(member.config) == shape:
                 pack.append(member)
             else:
@@ -336,13 +341,14 @@ class SweepStudy:
                 break
         return pack
 
-    def _propose_like(self, fixed: dict[str, Any]) -> TrialSpec:
-        """A new trial whose searched values are ``fixed`` where it names them (see :meth:`next_pack`)."""
-        cells = [cell for cell in self.spec.cells() if all(fixed.get(k, v) == v for k, v in cell.items())]
+    def _propose_like(self, first: dict[str, Any]) -> TrialSpec:
+        """A new trial of the shape of the one whose values are ``first`` (see :meth:`next_pack`)."""
+        cells = [cell for cell in self.spec.cells()
+                 if all(first[k] == v for k, v in cell.items() if k not in FREE_KEYS)]
         if cells != [{}]:
             self.study.enqueue_trial(self._emptiest_cell(self.trials(), cells))
         base = self.study.sampler
-        self.study.sampler = optuna.samplers.PartialFixedSampler(fixed, base)
+        self.study.sampler = shaped_like(base, first)
         try:
             asked = self.study.ask()
             params = self._propose(asked, self._proposer(self._held()))
