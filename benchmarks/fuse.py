@@ -142,3 +142,9 @@ def run(sizes: tuple[Size, ...] = SIZES, packs: tuple[int, ...] = PACKS) -> list
                 peak_gib_one_after_another=None if peaks["alone"] is None else round(peaks["alone"], 3),
                 peak_gib_fused=None if peaks["fused"] is None else round(peaks["fused"], 3))))
     return rows
+
+
+if __name__ == "__main__":  # the GPU check's way in (benchmarks/gpu_check.sh): its table, without the CLI's imports
+    from benchmarks.step_check import format_table
+
+    print("\n" + format_table(run()), flush=True)
