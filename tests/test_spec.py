@@ -305,7 +305,7 @@ EVERY_FIELD = [
      "constraints": [{"metric": "val_loss", "at_most": 2.0}],
      "sampler": {"type": "tpe", "seed": 7, "n_startup_trials": 3, "multivariate": False, "group": False,
                  "constant_liar": False},
-     "scheduler": {"type": "asha", "grace_period": 2, "reduction_factor": 3}, "resources": {"cpu": 2, "gpu": 0.5},
+     "scheduler": {"type": "asha", "grace_period": 2, "reduction_factor": 3}, "resources": {"cpu": 2, "gpu": 0.5, "fuse": 2},
      "max_concurrent": 3, "retries": 2, "budget": {"gpu_hours": 1.5}, "checkpoints": {"keep_best": 2},
      "notify": {"urls": ["json://localhost:8080"], "events": ["best", "end"]},
      "profiles": {"small": {"description": "fewer trials", "trials.per_cell": 1}}},

@@ -109,8 +109,9 @@ class Members:
         file): so do the members that were still training, as trials that ended so."""
         self.searcher.live.discard(pack_id)
         pack = self.packs.pop(pack_id, None)
-        for member in list(self.running.get(pack_id, {}).values()) if pack is not None else []:
-            self._end(pack, member, last_error(pack) if failed else None)
+        if pack is not None:
+            for member in list(self.running.get(pack_id, {}).values()):
+                self._end(pack, member, last_error(pack) if failed else None)
         self.running.pop(pack_id, None)
 
     def failed(self, pack: Trial) -> None:

@@ -113,13 +113,14 @@ def run_pack(config: dict[str, Any], runtime: dict[str, Any]) -> None:
     with ExitStack() as held:
         for store in stores.values():
             held.enter_context(store.exclusive())
-        failed = []
+        failed: list[tuple[int, str]] = []
         for spec in specs:
             if spec.config is None:
-                failed.append([spec.number, f"ConfigError: {spec.error or 'the trial has no config'}"])
-                stores[spec.number].record_verdict(failed[-1][1])
+                error = f"ConfigError: {spec.error or 'the trial has no config'}"
+                stores[spec.number].record_verdict(error)
+                failed.append((spec.number, error))
             elif (verdict := stores[spec.number].verdict()) is not None:
-                failed.append([spec.number, f"TrialFailed: it already failed in a way a retry cannot fix: {verdict}"])
+                failed.append((spec.number, f"TrialFailed: it already failed in a way a retry cannot fix: {verdict}"))
         if failed:
             tune.report({MEMBERS: "[]", FAILED: failed})
         gone = {number for number, _ in failed}
