@@ -11,6 +11,7 @@ import signal
 import pandas as pd
 import psutil
 import pytest
+import torch
 
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
@@ -81,19 +82,27 @@ def sweeps(tmp_path_factory):
 
 @pytest.mark.slow
 def test_a_pack_ends_with_the_trials_values_and_decisions_of_its_members_run_alone(sweeps):
-    """Each member: the same state, the same intermediate value at every epoch (within 1e-5) and the
-    same test score of its kept checkpoint as the trial trained alone; ASHA stopped at least one
-    member at its first rung while another trained on; the diverging member failed alone."""
+    """Each member: the same state, every epoch's losses within 1e-5 and its value (validation token
+    accuracy) within a token, and its kept checkpoint's test scores likewise, as the trial trained
+    alone; ASHA stopped at least one member at its first rung while another trained on; the
+    diverging member failed alone. (A batched matmul sums in another order: a token whose two top
+    logits tie within rounding may go either way, so accuracies are held to a token, losses to 1e-5.)"""
     trials = {name: {t.number: t for t in optuna_trials(workspace, name)} for name, (workspace, _) in sweeps.items()}
+    records = {name: trial_metas(workspace / "sweeps" / name) for name, (workspace, _) in sweeps.items()}
     assert sorted(trials["fused"]) == sorted(trials["alone"]) == [0, 1, 2, 3]
+    assert sorted(records["fused"]) == sorted(records["alone"]) == [1, 2, 3]  # the diverging one has none
     for number, alone in trials["alone"].items():
         fused = trials["fused"][number]
         assert fused.params == alone.params and fused.state == alone.state, number
         assert sorted(fused.intermediate_values) == sorted(alone.intermediate_values), number
         for epoch, value in alone.intermediate_values.items():
-            assert fused.intermediate_values[epoch] == pytest.approx(value, abs=1e-5), (number, epoch)
+            assert fused.intermediate_values[epoch] == pytest.approx(value, abs=5e-4), (number, epoch)
         for key, value in alone.user_attrs.get("seqae.test", {}).items():
-            assert fused.user_attrs["seqae.test"][key] == pytest.approx(value, abs=1e-5), (number, key)
+            assert fused.user_attrs["seqae.test"][key] == pytest.approx(value, abs=5e-4), (number, key)
+    for number, meta in records["alone"].items():
+        for mine, theirs in zip(records["fused"][number]["history"], meta["history"], strict=True):
+            for loss in (M.TRAIN_LOSS, M.VAL_LOSS, M.TEST_LOSS):
+                assert mine[loss] == pytest.approx(theirs[loss], abs=1e-5), (number, mine[M.EPOCH], loss)
     states = {n: t.state.name for n, t in trials["fused"].items()}
     assert states[0] == "FAIL"
     assert "PRUNED" in states.values() and "COMPLETE" in states.values(), states
@@ -139,8 +148,9 @@ def test_every_member_is_its_own_trial_where_a_user_looks(sweeps):
 def test_a_pack_killed_mid_epoch_resumes_each_member_from_its_own_checkpoint(tmp_path, data_cache):
     """SIGKILL of the pack's worker halfway into epoch 3 of 4 (validating every half epoch), its
     result there not yet handed to the driver: Tune retries the pack, each member continues at that
-    step from its own newest checkpoint, and every member ends with the values and the kept
-    checkpoint of an uninterrupted run of its config (trained alone here, within 1e-5)."""
+    step from its own newest checkpoint, and every member ends with the losses of an uninterrupted
+    run of its config at every validation (trained alone here, within 1e-5), and Optuna holds the
+    values the member's records hold."""
     workspace, name = tmp_path / "ws", "killed"
     storage = workspace / "sweeps" / name
     driver = start(*run_args(workspace, name, "search={}", "start={}", "grid.train.lr=[1.0e-2, 3.0e-3]",
@@ -165,15 +175,25 @@ def test_a_pack_killed_mid_epoch_resumes_each_member_from_its_own_checkpoint(tmp
     assert "TBXLoggerCallback" not in log, log[-3000:]  # Tune's loggers take a pack's report as it is
     trials = {t.number: t for t in optuna_trials(workspace, name)}
     assert {n: t.state.name for n, t in trials.items()} == {0: "COMPLETE", 1: "COMPLETE"}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the trial trained (resources.cpu=1): another thread count sums in another order
+    try:
+        alones = {}
+        for number in trials:
+            resume, _ = CheckpointStore.of_trial(str(storage), number).resume()
+            alones[number] = []
+            train(from_flat(resume.config), lambda m, c, n=number: alones[n].append(m), cache_dir=data_cache)
+    finally:
+        torch.set_num_threads(threads)
     for number, trial in trials.items():
         resume, _ = CheckpointStore.of_trial(str(storage), number).resume()
-        alone: list[dict] = []
-        train(from_flat(resume.config), lambda m, c: alone.append(m), cache_dir=data_cache)
+        alone = alones[number]
         assert len(alone) == 8 and sorted(trial.intermediate_values) == list(range(1, 9))
         for record, kept in zip(alone, resume.history, strict=True):
-            value = record[M.VAL_TOKEN_ACCURACY]
-            assert trial.intermediate_values[record[M.VALIDATION]] == pytest.approx(value, abs=1e-5)
-            assert kept[M.VAL_TOKEN_ACCURACY] == pytest.approx(value, abs=1e-5)
-        assert trial.value == pytest.approx(max(r[M.VAL_TOKEN_ACCURACY] for r in alone), abs=1e-5)
-        assert trial.user_attrs["seqae.test"][M.TEST_TOKEN_ACCURACY] == pytest.approx(
-            alone[-1][M.TEST_TOKEN_ACCURACY], abs=1e-5)
+            # the losses within 1e-5 of the uninterrupted run's: a resume from the wrong state would be
+            # far off; an accuracy may differ by a token whose two top logits tie within rounding
+            for loss in (M.TRAIN_LOSS, M.VAL_LOSS, M.TEST_LOSS):
+                assert kept[loss] == pytest.approx(record[loss], abs=1e-5), (number, record[M.VALIDATION], loss)
+            assert kept[M.VAL_TOKEN_ACCURACY] == pytest.approx(record[M.VAL_TOKEN_ACCURACY], abs=5e-4)
+            assert trial.intermediate_values[record[M.VALIDATION]] == kept[M.VAL_TOKEN_ACCURACY]  # what the driver got
+        assert trial.value == max(r[M.VAL_TOKEN_ACCURACY] for r in resume.history)

@@ -76,13 +76,7 @@ class TrialFailed(RuntimeError):
 
 def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runtime: dict[str, Any],
                  continued: bool) -> None:
-    resume, skipped = store.resume()
-    for note in skipped:
-        print(f"seqae: trial {number}: skipped damaged checkpoint {note}", flush=True)
-    if resume is not None:
-        print(f"seqae: trial {number}: continuing {resume.place}", flush=True)
-    elif skipped or continued:
-        print(f"seqae: trial {number}: no valid checkpoint left; starting over from epoch 1", flush=True)
+    resume = _resumed(number, store, continued)
     device, gpu = trial_device(number, trial_config)
     node_id = ray.get_runtime_context().get_node_id()
 
@@ -96,6 +90,19 @@ def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runt
     with SystemMetrics() as usage:  # each epoch's record carries the machine's CPU, memory and GPU use
         train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir, published=published,
               measure=usage.epoch)
+
+
+def _resumed(number: int, store: CheckpointStore, continued: bool) -> Checkpoint | None:
+    """Trial ``number``'s newest valid checkpoint (None: it starts from epoch 1), and what the
+    user is told of it: the damaged records skipped, where it continues, or that it starts over."""
+    resume, skipped = store.resume()
+    for note in skipped:
+        print(f"seqae: trial {number}: skipped damaged checkpoint {note}", flush=True)
+    if resume is not None:
+        print(f"seqae: trial {number}: continuing {resume.place}", flush=True)
+    elif skipped or continued:
+        print(f"seqae: trial {number}: no valid checkpoint left; starting over from epoch 1", flush=True)
+    return resume
 
 
 def run_pack(config: dict[str, Any], runtime: dict[str, Any]) -> None:
@@ -134,14 +141,7 @@ def _train_pack(specs: list[TrialSpec], stores: dict[int, CheckpointStore], runt
     """Train the pack's ``specs`` from their checkpoints, all of them where they stand at one place;
     otherwise (a pack killed between two members' records) those furthest behind, until they reach
     the next place another stands at. Returns the members left to train: none once all have ended."""
-    resumes = {}
-    for spec in specs:
-        resume, skipped = stores[spec.number].resume()
-        for note in skipped:
-            print(f"seqae: trial {spec.number}: skipped damaged checkpoint {note}", flush=True)
-        if resume is not None:
-            print(f"seqae: trial {spec.number}: continuing {resume.place}", flush=True)
-        resumes[spec.number] = resume
+    resumes = {spec.number: _resumed(spec.number, stores[spec.number], spec.continued) for spec in specs}
     places = {n: (r.epoch, r.step) if r is not None else (0, 0) for n, r in resumes.items()
               if r is None or not r.finished}
     behind = min(places.values(), default=(0, 0))
