@@ -332,8 +332,10 @@ class SweepStudy:
                     if spec.config is not None and fusion_key(spec.config) == shape:
                         pack.append(self._continued(trial))
             return pack
-        while len(pack) < size and len(self.trials()) < self.total:
+        created = len(self.trials())  # read once: each member asked below creates one more
+        while len(pack) < size and created < self.total:
             member = self._propose_like(first.params)
+            created += 1
             if member.config is not None and fusion_key(member.config) == shape:
                 pack.append(member)
             else:
