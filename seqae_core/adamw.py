@@ -2,12 +2,14 @@
 decay (``seqae_core.fused``).
 
 ``torch.optim.AdamW`` takes one learning rate per parameter group, and a member is a slice of every
-stacked tensor, not a group: so this is AdamW's update written out (torch's math: decoupled weight
-decay ``p *= 1 - lr wd``, the two moments, their bias corrections, ``eps`` added after the square root
-of the corrected second moment), with lr and weight decay as (k,) tensors broadcast over each (k, ...)
-weight. The schedule's multiplier is computed on the device from a device step count, so a step
-queues its kernels and returns, as :class:`seqae_core.step.TrainStep` does. HFTA (Wang et al.,
-MLSys 2021) fuses its optimizers this way.
+stacked tensor, not a group. So each member steps with the kernel its own ``AdamW(fused=True)``
+runs alone (``torch._fused_adamw_``, one launch over all its tensors), on its slices of the stacked
+weights, gradients and moments (views: member i's is row i of each (k, ...) tensor): k launches a
+step where writing AdamW's update out would take six a stacked weight, and each member's update is
+the one it would make alone (on a CPU bit for bit; see :meth:`step`). Its learning rate is a device tensor, computed on the
+device from a device step count, so a step queues its kernels and returns, as
+:class:`seqae_core.step.TrainStep` does. HFTA (Wang et al., MLSys 2021) fuses its optimizers over
+stacked weights too.
 
 It reads and writes each member's own ``torch.optim.AdamW`` and ``LambdaLR`` state (:meth:`load`,
 :meth:`store`), so a member's checkpoint is the one it would have written alone.
@@ -38,10 +40,11 @@ class StackedAdamW:
             return torch.tensor(values, dtype=dtype, device=device)
 
         # float64: the factor and lr are the host's LambdaLR values bit for bit (same IEEE operations).
-        self.lr, self.weight_decay = column(lr), column(weight_decay)
+        self.lr, self.weight_decay, self.k = column(lr), [float(w) for w in weight_decay], len(lr)
         self._end, self._linear = column([s.end for s in schedule]), column([s.linear for s in schedule], torch.bool)
         self._decay_steps = column([float(s.decay_steps) for s in schedule])
         self.steps = torch.zeros((), dtype=torch.float64, device=device)  # optimizer steps taken
+        self._steps32 = torch.zeros((), dtype=torch.float32, device=device)
         self.exp_avg = [torch.zeros_like(p) for p in params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in params]
 
@@ -58,23 +61,19 @@ class StackedAdamW:
     @torch.no_grad()
     def step(self) -> None:
         beta1, beta2 = self.betas
+        # A CPU's kernel reads the lr tensor as a double, as it takes the host's float alone: the same
+        # update bit for bit. CUDA's reads a float32 one (and a float alone as a double): float noise.
         lr = self.current_lr()
+        lr = lr.to(torch.float32) if lr.is_cuda else lr
         self.steps += 1
-        # The per-member scalars in float64, cast to the weights' dtype, and each update in the order
-        # of torch's fused kernel: rounded alike, a member's weights stay within float noise of alone.
-        dtype = self.params[0].dtype
-        decay = (1.0 - lr * self.weight_decay).to(dtype)
-        step_size = (-lr / (1.0 - beta1 ** self.steps)).to(dtype)
-        correction2_sqrt = torch.sqrt(1.0 - beta2 ** self.steps).to(dtype)
-        for p, exp_avg, exp_avg_sq in zip(self.params, self.exp_avg, self.exp_avg_sq):
-            if p.grad is None:
-                continue
-            shape = (-1,) + (1,) * (p.dim() - 1)  # (k, 1, ...): a member's scalar over its slice
-            p.mul_(decay.view(shape))
-            exp_avg.lerp_(p.grad, 1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-            denom = (exp_avg_sq.sqrt() / correction2_sqrt).add_(self.eps)
-            p.add_(step_size.view(shape) * exp_avg / denom)
+        self._steps32.copy_(self.steps)  # the kernel's count, a float32 tensor as AdamW's state "step"
+        live = [index for index, p in enumerate(self.params) if p.grad is not None]
+        for i in range(self.k):
+            torch._fused_adamw_(  # type: ignore[attr-defined]
+                [self.params[j].detach()[i] for j in live], [self.params[j].grad[i] for j in live],  # type: ignore[index]
+                [self.exp_avg[j][i] for j in live], [self.exp_avg_sq[j][i] for j in live], [],
+                [self._steps32] * len(live), lr=lr[i], beta1=beta1, beta2=beta2, weight_decay=self.weight_decay[i],
+                eps=self.eps, amsgrad=False, maximize=False)
 
     # --- to and from each member's own torch.optim.AdamW and LambdaLR ---
 

@@ -189,6 +189,39 @@ def test_bench_fuse_measures_both_ways_side_by_side():
     assert (row["peak_gib_fused"] is None) == (not torch.cuda.is_available())
 
 
+def test_the_packs_adamw_steps_each_member_bit_for_bit_as_its_own_adamw():
+    """Given the same gradients, member i's weights and moments after each step equal those of its
+    own ``AdamW(fused=True)`` under its ``LambdaLR`` exactly: its lr, weight decay and schedule, one
+    member's schedule decaying, another's constant."""
+    from seqae_core.adamw import StackedAdamW
+    from seqae_core.schedule import Schedule
+
+    lrs, decays = [1e-3, 3e-3, 2e-4], [0.01, 0.0, 0.1]
+    schedules = [Schedule(0.1, 4, linear=True), Schedule(1.0, 0, linear=False), Schedule(0.5, 2, linear=True)]
+    generator = torch.Generator().manual_seed(0)
+    shapes = [(5, 3), (7,), (2, 3, 4)]
+    alone = [[torch.randn(shape, generator=generator) for shape in shapes] for _ in lrs]
+    stacked = [torch.stack([member[j] for member in alone]).requires_grad_() for j in range(len(shapes))]
+    pack = StackedAdamW(stacked, lr=lrs, weight_decay=decays, schedule=schedules, device=torch.device("cpu"))
+    optimizers = [torch.optim.AdamW([p.requires_grad_() for p in member], lr=lr, weight_decay=wd, fused=True)
+                  for member, lr, wd in zip(alone, lrs, decays)]
+    schedulers = [torch.optim.lr_scheduler.LambdaLR(o, s) for o, s in zip(optimizers, schedules)]
+    for _ in range(6):
+        for j, weight in enumerate(stacked):
+            weight.grad = torch.randn(weight.shape, generator=generator)
+            for i, member in enumerate(alone):
+                member[j].grad = weight.grad[i].clone()
+        pack.step()
+        for optimizer, scheduler in zip(optimizers, schedulers):
+            optimizer.step()
+            scheduler.step()
+        for i, (member, optimizer) in enumerate(zip(alone, optimizers)):
+            for j, weight in enumerate(member):
+                assert torch.equal(stacked[j][i], weight), (i, j)
+                assert torch.equal(pack.exp_avg[j][i], optimizer.state[weight]["exp_avg"]), (i, j)
+                assert torch.equal(pack.exp_avg_sq[j][i], optimizer.state[weight]["exp_avg_sq"]), (i, j)
+
+
 # --- a sweep's trials of one shape as one pack (seqae_core.members) ---
 
 MEMBERS = [  # differing in every free key: each its own lr, schedule, weight decay, batches, patience
