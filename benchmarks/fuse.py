@@ -1,31 +1,39 @@
-"""``seqae bench fuse``: K seeds of one config trained as one pack (:mod:`seqae_core.fused`) against
-the same K trained one after another, as ``train.repeats`` = K does with ``train.fuse_repeats``
-on and off.
+"""``seqae bench fuse``: K trials of one shape trained as one pack (:mod:`seqae_core.fused`, as
+``resources.fuse`` and ``train.repeats`` train them) against the same K trials as fractional GPUs
+(K processes sharing the device at once, :mod:`benchmarks.fractional`, as K Ray Tune trials of
+``resources.gpu: 1/K`` run) and one after another.
 
-For each size and K in 1, 2, 4, 8: the aggregate training tokens/s of the K members (K batches
-of b x t tokens a round, each member its own batch), the median round after a warm-up round,
-the two ways alternated three times so that drift in the machine's speed hits both alike (each
-way's fastest median counts); and on a GPU the peak memory of each way
-(``torch.cuda.max_memory_allocated``; a CPU's is not measured). CUDA events time a GPU's rounds,
-``time.perf_counter`` a CPU's. Synthetic batches, with the padding
+For each size and K: the aggregate training tokens/s of the K members (each member its own batch of
+b x t tokens a step), the three ways alternated three times so that drift in the machine's speed
+hits all alike (each way's fastest measurement counts). One after another and fused: the median
+round (each member one step) of five after a warm-up round. Fractional: from a common start, after
+each process's two warm-up steps, until the last of the K processes has taken ten steps. On a GPU
+also each way's peak memory (``torch.cuda.max_memory_allocated``, the K processes' summed; a CPU's is
+not measured) and the share of the GPU's dense bf16 peak that the fused and fractional matmul FLOPs
+reach (:func:`benchmarks.flops.mfu`, summed over the pack). CUDA events time a GPU's rounds,
+``time.perf_counter`` a CPU's and the fractional processes'. Synthetic batches, with the padding
 real windows have, so no data is needed: only the shapes matter to the speed.
+
+The sizes and K differ by device: on a GPU the paper's widths at 512 -> 256 and 64 -> 32 with BERT's
+vocabulary, both blocks, K up to 16; on a CPU the sizes it trains, K up to 8 (a CPU round of the
+paper's 512 -> 256 at K = 16 would take minutes).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import torch
 
+from benchmarks.flops import mfu
+from benchmarks.fractional import Job, Processes, autocast_for, device_here, member_batch, member_model, trial_step
 from benchmarks.timing import median_seconds
 from seqae_core.config import Config, from_flat
 from seqae_core.fused import Pack
 from seqae_core.loss import plan_head
-from seqae_core.model import ReducingAutoencoder
 from seqae_core.schedule import Schedule
-from seqae_core.step import TrainStep
-
 
 @dataclass(frozen=True)
 class Size:
@@ -44,14 +52,25 @@ SIZES = (
     Size("quickstart 64->32 d128 a64", {"data.input_len": 64, "model.latent_len": 32, "model.block": "transformer",
                                         "model.heads": 4, "model.d_ffn": 512, "model.d_model": 128, "model.d_attn": 64,
                                         "train.batch_size": 16}, 9_269),
-    # The paper's widths and block at 64 -> 32, batch 16, with a corpus vocabulary (data.vocab=corpus)
-    # of 8,192 ids, about the quickstart's: BERT's 30,522 would make a CPU's round of K=8 take half a minute.
+    # The paper's widths and block at 64 -> 32, batch 16, with the quickstart's corpus vocabulary
+    # (data.vocab=corpus): BERT's 30,522 would make a CPU's round of K=8 take half a minute.
     Size("paper 64->32 d256 a512", {"data.input_len": 64, "model.latent_len": 32, "model.d_model": 256,
                                     "model.d_attn": 512, "train.batch_size": 16}, 9_269),
 )
 PACKS = (1, 2, 4, 8)
+BERT_VOCAB = 30_522
+# On a GPU: the paper's widths, batch 16 and BERT's vocabulary, at the issue's two lengths and both
+# blocks; 512 -> 256 first, the size of resources.fuse's target.
+GPU_SIZES = tuple(
+    Size(f"{block} {n}->{n // 2} d256 a512", {"data.input_len": n, "model.latent_len": n // 2, "model.block": block,
+                                              "model.d_model": 256, "model.d_attn": 512, "train.batch_size": 16},
+         BERT_VOCAB)
+    for n in (512, 64) for block in ("paper", "transformer"))
+GPU_PACKS = (1, 2, 4, 8, 16)
 ROUNDS = 5  # timed rounds per measurement, after one warm-up round
+FRACTIONAL_WARMUP, FRACTIONAL_STEPS = 2, 10  # each fractional process's untimed and timed steps
 REPEATS = 3  # measurements of each way, alternated; the fastest of each way's is its figure
+WAYS = ("one_after_another", "fractional", "fused")
 
 
 @dataclass(frozen=True)
@@ -61,51 +80,36 @@ class Row:
     precision: str
     K: int
     one_after_another_tokens_per_s: float
+    fractional_tokens_per_s: float
     fused_tokens_per_s: float
+    fused_vs_fractional: float
     fused_vs_one_after_another: float
+    fused_peak_share: float | None  # of the GPU's dense bf16 peak, summed over the pack
+    fractional_peak_share: float | None
     peak_gib_one_after_another: float | None
+    peak_gib_fractional: float | None
     peak_gib_fused: float | None
 
 
-def _batches(k: int, batch: int, length: int, vocab: int, device: torch.device) -> torch.Tensor:
-    """(k, b, t) token batches, some windows ending early in padding (id 0)."""
-    generator = torch.Generator().manual_seed(k)
-    tokens = torch.randint(1, vocab, (k, batch, length), generator=generator)
-    ends = torch.randint(length // 4, length + 1, (k, batch), generator=generator)
-    tokens[torch.arange(length)[None, None, :] >= ends[..., None]] = 0
-    return tokens.to(device)
-
-
-def _models(config: Config, k: int, vocab: int, device: torch.device) -> list[ReducingAutoencoder]:
-    models = []
-    for seed in range(k):
-        torch.manual_seed(seed)
-        models.append(ReducingAutoencoder(config, vocab).to(device))
-    return models
-
-
-def _measure(way: str, config: Config, k: int, vocab: int, tokens: torch.Tensor, device: torch.device,
-             autocast: Callable[[], Any]) -> tuple[float, float | None]:
-    """Seconds a round (each of the k members one step) and, on a GPU, the peak GiB, of one way."""
-    plan = plan_head("auto", device)
+def _in_process(way: str, config: Config, k: int, vocab: int, tokens: torch.Tensor,
+                device: torch.device) -> tuple[float, float | None]:
+    """Seconds a round (each of the k members one step) and, on a GPU, the peak GiB, of the pack or
+    of the k trials one after another, in this process."""
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    models = _models(config, k, vocab, device)
     step: Callable[[], None]
     if way == "fused":
+        models = [member_model(config, vocab, member, device) for member in range(k)]
         pack = Pack(models, lr=[1e-4] * k, weight_decay=[0.01] * k, schedule=[Schedule(1.0, 0, linear=False)] * k,
-                    plan=plan, autocast=autocast, pad_id=0, device=device)
+                    plan=plan_head("auto", device), autocast=autocast_for(device), pad_id=0, device=device)
         pack.train()
+        del models  # the pack holds its own stacked copies
 
         def step() -> None:
             pack(tokens)
     else:
-        steps = []
-        for model in models:
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
-            steps.append(TrainStep(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
-                                   plan=plan, autocast=autocast, pad_id=0, device=device))
+        steps = [trial_step(config, vocab, member, device) for member in range(k)]
 
         def step() -> None:
             for member, train_step in enumerate(steps):
@@ -115,36 +119,59 @@ def _measure(way: str, config: Config, k: int, vocab: int, tokens: torch.Tensor,
     return seconds, peak
 
 
-def run(sizes: tuple[Size, ...] = SIZES, packs: tuple[int, ...] = PACKS) -> list[dict[str, Any]]:
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    precision = "bf16" if device.type == "cuda" else "fp32"  # train.precision=auto's on a GPU; a CPU's exact path
+def _fractional(processes: Processes, size: Size, k: int) -> tuple[float, float | None]:
+    """Seconds a round of the k trials as k processes at once (their span over the steps each took)."""
+    threads = max(1, torch.get_num_threads() // k)
+    seconds, peak = processes.train([Job(size.settings, size.vocab, member, threads, FRACTIONAL_WARMUP,
+                                         FRACTIONAL_STEPS) for member in range(k)])
+    return seconds / FRACTIONAL_STEPS, peak
 
-    def autocast() -> Any:
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def run(sizes: tuple[Size, ...] | None = None, packs: tuple[int, ...] | None = None,
+        on_row: Callable[[dict[str, Any]], None] = lambda row: None) -> list[dict[str, Any]]:
+    """The table's rows, each handed to ``on_row`` as it is measured. ``sizes`` and ``packs``
+    default to the device's (module docstring)."""
+    device = device_here()
+    gpu = device.type == "cuda"
+    sizes = sizes or (GPU_SIZES if gpu else SIZES)
+    packs = packs or (GPU_PACKS if gpu else PACKS)
     rows = []
-    for size in sizes:
-        config = from_flat(size.settings)
-        b, t = config.train.batch_size, config.data.input_len
-        for k in packs:
-            tokens = _batches(k, b, t, size.vocab, device)
-            seconds: dict[str, list[float]] = {"alone": [], "fused": []}
-            peaks: dict[str, float | None] = {}
-            for _ in range(REPEATS):
-                for way in ("alone", "fused"):
-                    took, peaks[way] = _measure(way, config, k, size.vocab, tokens, device, autocast)
-                    seconds[way].append(took)
-            alone, fused = (k * b * t / min(seconds[way]) for way in ("alone", "fused"))
-            rows.append(asdict(Row(
-                size=size.name, device=torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
-                precision=precision, K=k, one_after_another_tokens_per_s=round(alone), fused_tokens_per_s=round(fused),
-                fused_vs_one_after_another=round(fused / alone, 2),
-                peak_gib_one_after_another=None if peaks["alone"] is None else round(peaks["alone"], 3),
-                peak_gib_fused=None if peaks["fused"] is None else round(peaks["fused"], 3))))
+    with Processes(max(packs)) as processes:
+        for size in sizes:
+            config = from_flat(size.settings)
+            b, t = config.train.batch_size, config.data.input_len
+            for k in packs:
+                tokens = torch.stack([member_batch(b, t, size.vocab, member, device) for member in range(k)])
+                seconds: dict[str, list[float]] = {way: [] for way in WAYS}
+                peaks: dict[str, float | None] = {}
+                for _ in range(REPEATS):
+                    for way in WAYS:
+                        took, peaks[way] = (_fractional(processes, size, k) if way == "fractional"
+                                            else _in_process(way, config, k, size.vocab, tokens, device))
+                        seconds[way].append(took)
+                rate = {way: k * b * t / min(seconds[way]) for way in WAYS}
+                shares = {way: mfu(config, size.vocab, rate[way]) for way in ("fused", "fractional")}
+                row = asdict(Row(
+                    size=size.name, device=torch.cuda.get_device_name(0) if gpu else "cpu",
+                    precision="bf16" if gpu else "fp32", K=k,
+                    **{f"{way}_tokens_per_s": round(rate[way]) for way in WAYS},  # type: ignore[arg-type]
+                    fused_vs_fractional=round(rate["fused"] / rate["fractional"], 2),
+                    fused_vs_one_after_another=round(rate["fused"] / rate["one_after_another"], 2),
+                    fused_peak_share=_rounded(shares["fused"], 4), fractional_peak_share=_rounded(shares["fractional"], 4),
+                    **{f"peak_gib_{way}": _rounded(peaks[way], 3) for way in WAYS}))  # type: ignore[arg-type]
+                on_row(row)
+                rows.append(row)
     return rows
 
 
 if __name__ == "__main__":  # the GPU check's way in (benchmarks/gpu_check.sh): its table, without the CLI's imports
-    from benchmarks.step_check import format_table
+    from benchmarks.step_check import format_table, machine
 
-    print("\n" + format_table(run()), flush=True)
+    print("bench fuse:", machine(), flush=True)
+    # Each row as it is measured, so that a run cut short by the check's timeout still says what it measured.
+    table = run(on_row=lambda row: print("bench fuse:", json.dumps(row), flush=True))
+    print("\n" + format_table(table), flush=True)

@@ -269,7 +269,7 @@ def format_table(rows: list[dict[str, object]]) -> str:
     def cell(key: str, value: object) -> str:
         if value is None:
             return "-"
-        return f"{value:.1%}" if key == "peak_share" and isinstance(value, float) else str(value)
+        return f"{value:.1%}" if key.endswith("peak_share") and isinstance(value, float) else str(value)
 
     columns = list(rows[0])
     return "\n".join([" | ".join(columns), *(" | ".join(cell(k, r[k]) for k in columns) for r in rows)])

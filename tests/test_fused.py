@@ -178,15 +178,22 @@ def test_a_bad_fuse_repeats_is_refused_in_one_line_naming_key_and_value(override
     assert message in str(refused.value) and "\n" not in str(refused.value)
 
 
-def test_bench_fuse_measures_both_ways_side_by_side():
-    """`seqae bench fuse`'s measurement at the tests' size, K=2 (the CLI's run is in the docs)."""
+def test_bench_fuse_measures_the_three_ways_side_by_side():
+    """`seqae bench fuse`'s measurement at the tests' size, K=2: fused, as two processes at once
+    (fractional), and one after another (the CLI's run is in the docs)."""
     from benchmarks import fuse as bench
 
-    (row,) = bench.run(sizes=bench.SIZES[:1], packs=(2,))
-    assert row["K"] == 2 and row["one_after_another_tokens_per_s"] > 0 and row["fused_tokens_per_s"] > 0
+    rows = []
+    assert bench.run(sizes=bench.SIZES[:1], packs=(2,), on_row=rows.append) == rows
+    (row,) = rows
+    assert row["K"] == 2 and all(row[f"{way}_tokens_per_s"] > 0 for way in bench.WAYS)
+    assert row["fused_vs_fractional"] == pytest.approx(row["fused_tokens_per_s"] / row["fractional_tokens_per_s"],
+                                                       abs=0.01)
     assert row["fused_vs_one_after_another"] == pytest.approx(
         row["fused_tokens_per_s"] / row["one_after_another_tokens_per_s"], abs=0.01)
-    assert (row["peak_gib_fused"] is None) == (not torch.cuda.is_available())
+    on_gpu = torch.cuda.is_available()
+    assert all((row[f"peak_gib_{way}"] is None) == (not on_gpu) for way in bench.WAYS)
+    assert (row["fused_peak_share"] is None) == (not on_gpu)
 
 
 def test_the_packs_adamw_steps_each_member_bit_for_bit_as_its_own_adamw():
