@@ -27,7 +27,6 @@ most 0.5x the grid's median CPU-seconds, the ratio's 95% interval below 0.6x, on
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from scipy.stats import kendalltau
 from benchmarks import TABLES
 from benchmarks import evidence_table as E
 from benchmarks import replay as R
-from benchmarks.intervals import bootstrap_mean, median_interval, ratio_interval, wilson
+from benchmarks.intervals import ratio_interval
 from seqae_errors import ConfigError
 
 QUARTER = 0.25  # the table's validation interval, in epochs
@@ -132,33 +131,20 @@ def summarize(runs: list[R.Run], methods: tuple[Rungs, ...], taus: dict[float, f
     share reached; per method and budget: the simple regret in points. The quarter-rung rows of
     the p90 target say whether :data:`TARGET` is met."""
     grid = [r for r in runs if r.method == "grid"]
+    by_method = {rungs.name: [r for r in runs if r.method == rungs.name] for rungs in methods}
     rows: list[dict[str, Any]] = []
     for i, percentile in enumerate(R.TARGET_PERCENTILES):
         for rungs in methods:
-            mine = [r for r in runs if r.method == rungs.name]
-            costs = [r.trace.costs[i] for r in mine]
-            median, share = median_interval(costs), wilson(sum(c < math.inf for c in costs), len(costs))
-            ratio = ratio_interval(costs, [r.trace.costs[i] for r in grid])
-            row: dict[str, Any] = {
-                "target": f"p{percentile}", "method": rungs.name, "replays": len(mine),
-                "cpu_s_median": R.number_text(median.estimate),
-                "cpu_s_95ci": f"[{R.number_text(median.low)}, {R.number_text(median.high)}]",
-                "vs_grid": ratio.ratio(), "reached": f"{share.estimate:.1%} [{share.low:.1%}, {share.high:.1%}]",
-                "trials_median": R.number_text(float(np.median([r.trace.trials_to[i] for r in mine]))),
-            }
+            mine = by_method[rungs.name]
+            ratio = ratio_interval([r.trace.costs[i] for r in mine], [r.trace.costs[i] for r in grid])
+            row = R.cost_row(mine, i, {"vs_grid": ratio.ratio()})
             if rungs.method.scheduler != "none":
                 row["first_rung_tau"] = f"{taus[rungs.every]:.3f}"
             if percentile == TARGET["percentile"] and rungs.every == QUARTER and rungs.method.scheduler == "asha":
                 met = ratio.estimate <= TARGET["ratio"] and ratio.high < TARGET["interval_high"]
                 row["target_0.5x"] = "met" if met else "missed"
             rows.append(row)
-    for j, budget in enumerate(R.BUDGETS):
-        for rungs in methods:
-            mine = [r for r in runs if r.method == rungs.name]
-            regret = bootstrap_mean([100 * (r.best_test - r.trace.returned_test[j]) for r in mine])
-            rows.append({"target": f"regret at {budget:g}x grid", "method": rungs.name, "replays": len(mine),
-                         "regret_points": f"{regret.estimate:.2f} [{regret.low:.2f}, {regret.high:.2f}]",
-                         "trials_median": R.number_text(float(np.median([r.trace.trials for r in mine])))})
+    rows += [R.regret_row(by_method[rungs.name], j) for j in range(len(R.BUDGETS)) for rungs in methods]
     return rows
 
 
