@@ -145,7 +145,7 @@ def measure(block: str, batch: int, input_len: int, latent_len: int, device: tor
         step, note, _ = _variant(name, config, device, autocast)
         turn = {"i": 0}
 
-        def one() -> None:
+        def one(step: Callable[[torch.Tensor], None] = step) -> None:
             turn["i"] += 1
             step(batches[turn["i"] % len(batches)])
 
@@ -166,7 +166,7 @@ def measure(block: str, batch: int, input_len: int, latent_len: int, device: tor
             round(first_s, 1) if name in ("+ compiled", "+ CUDA graphs") else None, note))
         print(f"  measured {block} {batch} {name}: {rows[-1].ms} ms a step, {rows[-1].vs_plain}x the plain loop",
               flush=True)  # a run cut short by its time limit still shows what it measured
-        del step
+        del step, one  # the variant's model freed before the next one's is built
     return rows
 
 
