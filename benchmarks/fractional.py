@@ -83,12 +83,24 @@ class Done:
     peak_gib: float | None  # this process's peak allocated GPU memory (None on a CPU)
 
 
+def _next(inbox: Any) -> Any:
+    """The driver's next message; ``None`` once the driver is gone, however it went (the GPU
+    check's timeout kills it with no time to close its processes)."""
+    driver = multiprocessing.parent_process()
+    while True:
+        try:
+            return inbox.get(timeout=1.0)
+        except queue.Empty:
+            if driver is not None and not driver.is_alive():
+                return None
+
+
 def _serve(inbox: Any, outbox: Any) -> None:
     """A worker process: a job at a time until ``None``."""
     device = device_here()
     torch.zeros((), device=device)  # the CUDA context made before the driver times anything
     outbox.put("up")
-    while (job := inbox.get()) is not None:
+    while (job := _next(inbox)) is not None:
         torch.set_num_threads(job.threads)
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -100,7 +112,8 @@ def _serve(inbox: Any, outbox: Any) -> None:
             step(tokens)
         synchronize(device)
         outbox.put("ready")
-        start = inbox.get()
+        if (start := _next(inbox)) is None:
+            return
         time.sleep(max(0.0, start - time.perf_counter()))  # perf_counter: one monotonic clock, all processes
         for _ in range(job.steps):
             step(tokens)
@@ -153,6 +166,8 @@ class Processes:
             inbox.put(None)
         for worker in self._workers:
             worker.join(timeout=30)
+            if worker.is_alive():  # still in a job: an error left it training
+                worker.terminate()
 
     def __enter__(self) -> Processes:
         return self
