@@ -3,12 +3,12 @@ decay (``seqae_core.fused``).
 
 ``torch.optim.AdamW`` takes one learning rate per parameter group, and a member is a slice of every
 stacked tensor, not a group. So each member steps with the kernel its own ``AdamW(fused=True)``
-runs alone (``torch._fused_adamw_``, one launch over all its tensors), on its slices of the stacked
-weights, gradients and moments (views: member i's is row i of each (k, ...) tensor): k launches a
-step where writing AdamW's update out would take six a stacked weight, and each member's update is
-the one it would make alone (on a CPU bit for bit; see :meth:`step`). Its learning rate is a device tensor, computed on the
-device from a device step count, so a step queues its kernels and returns, as
-:class:`seqae_core.step.TrainStep` does. HFTA (Wang et al., MLSys 2021) fuses its optimizers over
+runs alone (``torch._fused_adamw_``, one call over all its tensors), on its slices of the stacked
+weights, gradients and moments (views: member i's is row i of each (k, ...) tensor): k calls a step
+where writing AdamW's update out would take six kernels a stacked weight, and each member's update
+is the one it would make alone (on a CPU bit for bit; see :meth:`step`). Its learning rate is a
+device tensor, computed on the device from a device step count, so a step queues its kernels and
+returns, as :class:`seqae_core.step.TrainStep` does. HFTA (Wang et al., MLSys 2021) fuses its optimizers over
 stacked weights too.
 
 It reads and writes each member's own ``torch.optim.AdamW`` and ``LambdaLR`` state (:meth:`load`,
@@ -23,6 +23,11 @@ from typing import Any
 import torch
 
 from seqae_core.schedule import Schedule
+
+
+def _rows(stacked: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """Member i's views of (k, ...) tensors: row i of each, one ``unbind`` a tensor."""
+    return [list(rows) for rows in zip(*(t.unbind(0) for t in stacked))]
 
 
 class StackedAdamW:
@@ -47,6 +52,9 @@ class StackedAdamW:
         self._steps32 = torch.zeros((), dtype=torch.float32, device=device)
         self.exp_avg = [torch.zeros_like(p) for p in params]
         self.exp_avg_sq = [torch.zeros_like(p) for p in params]
+        # Each member's rows of the weights and moments, made once (every write to them is in place):
+        # views made afresh each step would cost the host more than the k kernels take on a GPU.
+        self._rows = [_rows([p.detach() for p in params]), _rows(self.exp_avg), _rows(self.exp_avg_sq)]
 
     def current_lr(self) -> torch.Tensor:
         """(k,) float64: each member's learning rate for the next step, as its ``LambdaLR`` sets it."""
@@ -67,13 +75,13 @@ class StackedAdamW:
         lr = lr.to(torch.float32) if lr.is_cuda else lr
         self.steps += 1
         self._steps32.copy_(self.steps)  # the kernel's count, a float32 tensor as AdamW's state "step"
-        live = [index for index, p in enumerate(self.params) if p.grad is not None]
-        for i in range(self.k):
+        live = [j for j, p in enumerate(self.params) if p.grad is not None]
+        grads = _rows([self.params[j].grad for j in live])  # type: ignore[misc]  # live: not None
+        weights, exp_avgs, exp_avg_sqs = ([[member[j] for j in live] for member in rows] for rows in self._rows)
+        for i, (w, g, m, v) in enumerate(zip(weights, grads, exp_avgs, exp_avg_sqs)):
             torch._fused_adamw_(  # type: ignore[attr-defined]
-                [self.params[j].detach()[i] for j in live], [self.params[j].grad[i] for j in live],  # type: ignore[index]
-                [self.exp_avg[j][i] for j in live], [self.exp_avg_sq[j][i] for j in live], [],
-                [self._steps32] * len(live), lr=lr[i], beta1=beta1, beta2=beta2, weight_decay=self.weight_decay[i],
-                eps=self.eps, amsgrad=False, maximize=False)
+                w, g, m, v, [], [self._steps32] * len(live), lr=lr[i], beta1=beta1, beta2=beta2,
+                weight_decay=self.weight_decay[i], eps=self.eps, amsgrad=False, maximize=False)
 
     # --- to and from each member's own torch.optim.AdamW and LambdaLR ---
 
