@@ -119,9 +119,13 @@ def test_every_member_is_its_own_trial_where_a_user_looks(sweeps):
     tune_trials = sorted(p.name for p in (workspace / "sweeps" / "fused" / "tune").glob("session-*/*")
                          if p.is_dir() and p.name.startswith(("pack-", "trial-")))
     assert tune_trials == ["pack-0000-of-4"], tune_trials
-    states = {t.number: t.state.name for t in optuna_trials(workspace, "fused")}
+    trials = optuna_trials(workspace, "fused")
+    states = {t.number: t.state.name for t in trials}
     children = {int(r.data.tags["seqae.trial"]): r for r in mlflow_runs(workspace, "fused") if "seqae.trial" in r.data.tags}
     assert sorted(children) == [0, 1, 2, 3]
+    # Each member's run names the one Tune trial that trained the pack, as Optuna records it.
+    (pack_id,) = {tuple(t.user_attrs["seqae.tune_trial_ids"]) for t in trials}
+    assert {child.data.tags["ray.tune_trial_id"] for child in children.values()} == set(pack_id), pack_id
     for number, child in children.items():
         assert child.data.tags["optuna.trial_number"] == str(number)
         epochs = {"COMPLETE": [1, 2], "PRUNED": [1], "FAIL": []}[states[number]]

@@ -23,6 +23,7 @@ from sweeps.stores.writer import Writer
 
 log = logging.getLogger(__name__)
 MEMBER_ERROR = "member_error"  # a pack's member that failed alone: its error, in its stand-in trial's config
+PACK_TUNE_ID = "pack_tune_id"  # a pack's member: the Tune trial that trains it (its pack), in its stand-in's config
 
 
 class TrackingCallback(DriverOnly, tune.Callback):
@@ -34,7 +35,7 @@ class TrackingCallback(DriverOnly, tune.Callback):
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         spec: TrialSpec = trial.config["trial"]
         self.writer.submit(f"starting trial {spec.number}", lambda: self.tracker.trial_started(
-            spec.number, spec.logged_params, trial.trial_id, spec.continued,
+            spec.number, spec.logged_params, trial.config.get(PACK_TUNE_ID, trial.trial_id), spec.continued,
             None if spec.config is None else spec.config.data, spec.start))
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any) -> None:

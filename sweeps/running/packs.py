@@ -29,7 +29,7 @@ from ray.tune.utils import flatten_dict
 
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
-from sweeps.running.callbacks import MEMBER_ERROR, last_error
+from sweeps.running.callbacks import MEMBER_ERROR, PACK_TUNE_ID, last_error
 from sweeps.running.schedulers import stub_trial
 from sweeps.running.stoppers import DriverOnly
 from sweeps.running.trial import FAILED, MEMBERS
@@ -66,6 +66,7 @@ class Members:
         members = self.running.setdefault(pack.trial_id, {})
         for spec in pack.config["pack"]:
             members[spec.number] = stub_trial(spec, member_id(pack.trial_id, spec.number))
+            members[spec.number].config[PACK_TUNE_ID] = pack.trial_id  # what MLflow's ray.tune_trial_id tag names
             self.scheduler.on_trial_add(controller, members[spec.number])
 
     def started(self, pack: Trial, **info: Any) -> None:
