@@ -35,6 +35,7 @@ from seqae_core.fused import Pack
 from seqae_core.loss import plan_head
 from seqae_core.schedule import Schedule
 
+
 @dataclass(frozen=True)
 class Size:
     name: str
