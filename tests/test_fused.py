@@ -21,6 +21,11 @@ from tests.interrupted import Stop, train_until
 
 TIMING = {M.TOKENS_PER_S, M.EPOCH_SECONDS, M.EPOCH_CPU_SECONDS, M.VALIDATION_CPU_SECONDS, M.DATA_SECONDS}
 SEEDS = 3
+# A checkpoint's weights: a coordinate whose gradient is a sum that nearly cancels keeps the rounding
+# of the pack's other summation order at about 1e-4 relative, and Adam's normalized step carries that
+# into the weight (one coordinate of 41,152 at 3.0e-5 in about one run in seven, the next at 5.4e-6);
+# the metrics, averages over every token, stay within 1e-5.
+WEIGHTS_ATOL = 1e-4
 EXACT = {"train.repeats": SEEDS, "train.seed": 7, "train.precision": "fp32", "model.dropout": 0.0, "train.epochs": 3,
          "train.log_every_steps": 3}  # fp32 without dropout: the promise of equality; a few curve points an epoch
 
@@ -81,7 +86,8 @@ def assert_histories_match(fused, alone, atol=1e-5):
 ])
 def test_fused_repeats_match_each_seed_trained_alone(tiny_config, data_cache, pack_steps, model):
     """fp32, no dropout: the pack of 3 seeds reports every metric of every epoch, each seed's
-    among them, within 1e-5 of the seeds trained one after another; so are the checkpoints' weights."""
+    among them, within 1e-5 of the seeds trained one after another; the checkpoints' weights within
+    ``WEIGHTS_ATOL``."""
     runs = {}
     for fuse in ("off", "on"):
         reports = []
@@ -97,7 +103,7 @@ def test_fused_repeats_match_each_seed_trained_alone(tiny_config, data_cache, pa
     assert len(fused.seeds) == len(alone.seeds) == SEEDS
     for mine, theirs in zip(fused.seeds, alone.seeds):
         assert mine["model"].keys() == theirs["model"].keys()
-        torch.testing.assert_close(mine["model"], theirs["model"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(mine["model"], theirs["model"], atol=WEIGHTS_ATOL, rtol=0)
         assert mine["scheduler"] == theirs["scheduler"]
         assert mine["optimizer"]["param_groups"] == theirs["optimizer"]["param_groups"]
         torch.testing.assert_close(mine["optimizer"]["state"], theirs["optimizer"]["state"], atol=1e-5, rtol=1e-4)
@@ -293,7 +299,8 @@ def alone_run(config, data_cache) -> tuple[list[dict], Checkpoint, dict]:
 def test_members_differing_in_every_free_key_each_train_as_alone(member_config, data_cache, pack_steps):
     """fp32, no dropout: three trials of one shape, each with its own lr, lr_final, decay epochs,
     weight decay, seed and patience, in one pack: every metric of every epoch, and the last
-    checkpoint's weights, optimizer and schedule, within 1e-5 of each trained alone."""
+    checkpoint's optimizer and schedule, within 1e-5 of each trained alone, its weights within
+    ``WEIGHTS_ATOL``."""
     configs = [member_config(i) for i in range(3)]
     assert len({fusion_key(c) for c in configs}) == 1 and len({repr(c) for c in configs}) == 3
     reports = PackReports()
@@ -309,7 +316,7 @@ def test_members_differing_in_every_free_key_each_train_as_alone(member_config, 
         mine = reports.last_checkpoint(i)
         assert mine.finished and mine.config == checkpoint.config and len(mine.seeds) == 1
         assert mine.patience_spent == checkpoint.patience_spent == (i == 2)
-        torch.testing.assert_close(mine.seeds[0]["model"], checkpoint.seeds[0]["model"], atol=1e-5, rtol=0)
+        torch.testing.assert_close(mine.seeds[0]["model"], checkpoint.seeds[0]["model"], atol=WEIGHTS_ATOL, rtol=0)
         assert mine.seeds[0]["scheduler"] == checkpoint.seeds[0]["scheduler"]
         assert mine.seeds[0]["optimizer"]["param_groups"] == checkpoint.seeds[0]["optimizer"]["param_groups"]
         torch.testing.assert_close(mine.seeds[0]["optimizer"]["state"], checkpoint.seeds[0]["optimizer"]["state"],
