@@ -306,8 +306,7 @@ class SweepStudy:
         """Interrupted trial ``trial``, issued to continue from its checkpoint."""
         self._issued.add(trial.number)
         params = dict(trial.params) if N.PROPOSED_BY in trial.user_attrs else self._suggest_late(trial)
-        return self._spec(trial.number, params, continued=True, epochs=trial.user_attrs.get(N.EPOCHS),
-                          start=trial.user_attrs.get(N.START))
+        return self._spec_of(trial, params, continued=True)
 
     def next_pack(self, size: int, new: bool = True) -> list[TrialSpec]:
         """Up to ``size`` trials of one shape (:func:`~seqae_core.config.fusion_key`) to train as one
@@ -328,7 +327,7 @@ class SweepStudy:
         if first.continued:
             for trial in self.trials():
                 if len(pack) < size and trial.state == TrialState.RUNNING and trial.number not in self._issued:
-                    spec = self.trial_spec(trial.number)
+                    spec = self._spec_of(trial, dict(trial.params))  # its shape, before it is issued
                     if spec.config is not None and fusion_key(spec.config) == shape:
                         pack.append(self._continued(trial))
             return pack
@@ -398,7 +397,11 @@ class SweepStudy:
     def trial_spec(self, number: int) -> TrialSpec:
         """Trial ``number`` as it crossed into Tune (its config rebuilt from its parameters)."""
         trial = self.storage.get_trial(self._trial_id(number))
-        return self._spec(number, dict(trial.params), epochs=trial.user_attrs.get(N.EPOCHS),
+        return self._spec_of(trial, dict(trial.params))
+
+    def _spec_of(self, trial: optuna.trial.FrozenTrial, params: dict[str, Any], continued: bool = False) -> TrialSpec:
+        """Trial ``trial`` with ``params``, at the epochs and starting point it recorded."""
+        return self._spec(trial.number, params, continued, epochs=trial.user_attrs.get(N.EPOCHS),
                           start=trial.user_attrs.get(N.START))
 
     def _spec(self, number: int, params: dict[str, Any], continued: bool = False,
