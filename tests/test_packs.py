@@ -56,6 +56,28 @@ def test_a_pack_is_proposed_with_the_shape_of_its_first_member_and_free_keys_sam
     assert {(p[0].params["model.d_model"], p[0].params["model.d_attn"]) for p in packs} != {(128, 128)}  # shapes vary
 
 
+def test_interrupted_trials_are_packed_again_with_those_of_their_shape(tmp_path):
+    """A session that ends with its packs' trials still running (a killed driver): the next
+    session's packs continue them, each with the interrupted trials of its own shape, and propose
+    no new trial before they are all issued."""
+    spec = spec_lib.load(STUDIES / "quickstart.yaml", ["sampler={type: random, seed: 0}", "trials.total=6",
+                                                       "resources.fuse=3"])
+    storage = f"sqlite:///{tmp_path}/s.db"
+    first = open_study(spec, storage, "s", 6, "fingerprint")
+    interrupted = [first.next_pack(3), first.next_pack(3)]  # asked, never told: RUNNING in Optuna
+    assert [len(p) for p in interrupted] == [3, 3]
+    assert fusion_key(interrupted[0][0].config) != fusion_key(interrupted[1][0].config)
+    first.study.tell(interrupted[0][1].number, 0.5)  # one finished: a pack of the first shape has room
+    del interrupted[0][1]
+    again = open_study(spec, storage, "s", 6, "fingerprint")
+    continued = [again.next_pack(3), again.next_pack(3)]
+    assert [[m.number for m in p] for p in continued] == [[m.number for m in p] for p in interrupted] == [[0, 2],
+                                                                                                        [3, 4, 5]]
+    assert all(m.continued for p in continued for m in p)
+    assert [[m.params for m in p] for p in continued] == [[m.params for m in p] for p in interrupted]
+    assert again.next_pack(3) == []  # the total is reached: nothing new
+
+
 @pytest.mark.parametrize("sets, says", [
     (["resources.fuse=4", "search={model.d_model: {type: categorical, choices: [64, 128]}}", "start={}"],
      "resources.fuse=4 packs trials that differ only in train.lr"),
