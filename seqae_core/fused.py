@@ -46,6 +46,7 @@ from seqae_core.model import ReducingAutoencoder
 from seqae_core.schedule import Schedule
 from seqae_core.step import Window
 
+
 def fuses(config: Config, device: torch.device) -> bool:
     """Whether ``train.fuse_repeats`` packs the run's seeds on ``device``. ``auto`` packs on CUDA
     (many small kernels become a few larger ones) and not on a CPU, where the pack measured no

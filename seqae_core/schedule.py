@@ -34,4 +34,3 @@ def lr_schedule(train: TrainConfig, steps_per_epoch: int, input_len: int) -> Sch
     if train.lr_schedule == "paper" and input_len > 256:
         return Schedule(end, 0, linear=False)
     return Schedule(end, train.lr_decay_epochs * steps_per_epoch, linear=True)
-

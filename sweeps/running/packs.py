@@ -36,7 +36,6 @@ from sweeps.running.trial import FAILED, MEMBERS
 from sweeps.spec.trial import TrialSpec
 
 
-
 def member_id(pack_id: str, number: int) -> str:
     """The id by which the sweep's parts know trial ``number`` of the pack Tune knows as ``pack_id``."""
     return f"{pack_id}-{number}"
