@@ -101,9 +101,10 @@ class TrainConfig:
     # torch.compile the step's forward and loss (seqae_core.step): on, off, or auto (off until measured to pay)
     compile: Literal["auto", "on", "off"] = "auto"
     # Train train.repeats' seeds as one batched model (seqae_core.fused), each seed's metrics and
-    # checkpoint as when they train one after another: on, off, or auto, which fuses on CUDA and
-    # not on a CPU, where fusing measured no faster (docs/explanation/performance.md). With dropout
-    # the fused seeds' masks are other draws of the same distribution; not with train.compile=on.
+    # checkpoint as when they train one after another: on, off, or auto, which fuses only on a device
+    # where seqae bench fuse measured the pack faster: none yet (a CPU measured slower, a GPU is not
+    # measured; docs/explanation/performance.md). With dropout the fused seeds' masks are other
+    # draws of the same distribution; not with train.compile=on.
     fuse_repeats: Literal["auto", "on", "off"] = "auto"
 
 

@@ -47,15 +47,21 @@ from seqae_core.schedule import Schedule
 from seqae_core.step import Window
 
 
+# The device types on which ``train.fuse_repeats=auto`` packs a run's seeds: those where ``seqae
+# bench fuse`` measured the pack faster than the seeds one after another (docs/explanation/
+# performance.md). A CPU measured slower; CUDA joins when the GPU check measures it faster there,
+# not before: a default is a measured choice, and the fused step has not yet run on a GPU.
+MEASURED_FASTER: frozenset[str] = frozenset()
+
+
 def fuses(config: Config, device: torch.device) -> bool:
-    """Whether ``train.fuse_repeats`` packs the run's seeds on ``device``. ``auto`` packs on CUDA
-    (many small kernels become a few larger ones) and not on a CPU, where the pack measured no
-    faster than the seeds one after another (``seqae bench fuse``, docs/explanation/performance.md);
-    never a run of one seed, nor one that compiles its step."""
+    """Whether ``train.fuse_repeats`` packs the run's seeds on ``device``: ``on``, or ``auto`` on a
+    device type in :data:`MEASURED_FASTER`; never a run of one seed unless asked, nor one that
+    compiles its step."""
     choice = config.train.fuse_repeats
     if config.train.repeats == 1 or config.train.compile == "on":
         return choice == "on" and config.train.compile != "on"
-    return choice == "on" or (choice == "auto" and device.type == "cuda")
+    return choice == "on" or (choice == "auto" and device.type in MEASURED_FASTER)
 
 
 class _Hidden(nn.Module):

@@ -12,7 +12,7 @@ import torch
 from seqae_core import metrics as M
 from seqae_core.checkpoint import Checkpoint, tensor_bytes, tensors
 from seqae_core.config import from_flat, fusion_key
-from seqae_core.fused import Pack, fuses
+from seqae_core.fused import MEASURED_FASTER, Pack, fuses
 from seqae_core.members import train_members
 from seqae_core.train import NonFiniteLossError, train
 from seqae_errors import ConfigError
@@ -145,27 +145,32 @@ def test_fused_dropout_trains_each_member_on_masks_of_its_own(tiny_config, data_
 
 
 @pytest.mark.gpu
-def test_a_cuda_run_fuses_its_repeats_by_default(tiny_config, data_cache, pack_steps):
-    """The GPU twin: train.fuse_repeats=auto packs on CUDA, and the pack learns as the seeds alone
+def test_a_cuda_run_packs_its_repeats_when_asked(tiny_config, data_cache, pack_steps):
+    """The GPU twin: train.fuse_repeats=on packs on CUDA, and the pack learns as the seeds alone
     do (TF32 matmuls there: close, not within 1e-5)."""
     runs = {}
-    for fuse in ("off", "auto"):
+    for fuse in ("off", "on"):
         reports: list[dict] = []
         train(tiny_config(**{"train.fuse_repeats": fuse, "train.epochs": 2}), lambda m, c: reports.append(m),
               cache_dir=data_cache, device="cuda")
         runs[fuse] = reports
-    assert pack_steps["count"] == runs["auto"][-1][M.GLOBAL_STEP]
-    for fused, alone in zip(runs["auto"], runs["off"]):
+    assert pack_steps["count"] == runs["on"][-1][M.GLOBAL_STEP]
+    for fused, alone in zip(runs["on"], runs["off"]):
         assert fused[M.VAL_LOSS] == pytest.approx(alone[M.VAL_LOSS], rel=1e-2)
 
 
-def test_fuse_repeats_auto_fuses_on_cuda_and_not_on_a_cpu():
+def test_fuse_repeats_auto_fuses_only_where_measured_faster(monkeypatch):
+    """auto packs no device's seeds until seqae bench fuse measures a pack faster there (none yet:
+    a CPU measured slower, a GPU not yet measured); a device added to MEASURED_FASTER packs."""
     def config(**overrides):
         return from_flat({**TINY, "train.repeats": 4, **overrides})
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert not fuses(config(), cpu) and fuses(config(), cuda)
-    assert fuses(config(**{"train.fuse_repeats": "on"}), cpu)
+    assert MEASURED_FASTER == frozenset()
+    assert not fuses(config(), cpu) and not fuses(config(), cuda)
+    assert fuses(config(**{"train.fuse_repeats": "on"}), cpu) and fuses(config(**{"train.fuse_repeats": "on"}), cuda)
+    monkeypatch.setattr("seqae_core.fused.MEASURED_FASTER", frozenset({"cuda"}))
+    assert fuses(config(), cuda) and not fuses(config(), cpu)
     assert not fuses(config(**{"train.fuse_repeats": "off"}), cuda)
     assert not fuses(config(**{"train.repeats": 1}), cuda)  # one seed: nothing to fuse, unless asked
     assert not fuses(config(**{"train.compile": "on"}), cuda)
