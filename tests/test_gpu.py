@@ -160,9 +160,11 @@ def _pack(device: str, members: list, bf16: bool) -> tuple[Pack, list[torch.Tens
 def test_a_pack_trains_each_member_as_it_trains_alone(device, exact_fp32):
     """fp32, no dropout: a pack of three members, each with its own seed, batches, lr, weight decay
     and schedule, against each trained alone by seqae's step: every step's loss of every member
-    within 1e-5 on the CPU (1e-4 on CUDA, as the plain loop's test), and the weights, moments and
-    learning rate the pack writes back into each member's own model, optimizer and schedule as
-    training alone left them."""
+    within 1e-5 on the CPU, and the weights, moments and learning rate the pack writes back into
+    each member's own model, optimizer and schedule as training alone left them (weights within
+    1e-4: ``test_fused.WEIGHTS_ATOL``'s reason). On CUDA other kernels sum in other orders even
+    without TF32: losses within 1e-4 (as the plain loop's test), weights within 1e-3 (Adam carries
+    a nearly cancelling gradient's rounding into a weight at up to the lr a step)."""
     members = _members(device)
     unstacked = [copy.deepcopy((model, optimizer, scheduler)) for model, _, optimizer, scheduler in members]
     pack, batches = _pack(device, members, bf16=False)
@@ -181,15 +183,15 @@ def test_a_pack_trains_each_member_as_it_trains_alone(device, exact_fp32):
             step(member_batches[i % len(member_batches)])
             losses.append(step.read().loss)
         alone.append(losses)
-    rel = 1e-5 if device == "cpu" else 1e-4
+    rel, weights_atol, moments_rtol = (1e-5, 1e-4, 1e-4) if device == "cpu" else (1e-4, 1e-3, 1e-3)
     for j, losses in enumerate(alone):
         assert losses[-1] < losses[0]  # each member learned
         assert [row[j] for row in fused] == pytest.approx(losses, rel=rel), f"member {j}"
     assert len({round(losses[-1], 4) for losses in alone}) == len(MEMBERS)  # and each its own way
     for (model, _, optimizer, scheduler), (written, written_optimizer, written_scheduler) in zip(members, unstacked):
-        torch.testing.assert_close(written.state_dict(), model.state_dict(), atol=1e-4, rtol=0)
+        torch.testing.assert_close(written.state_dict(), model.state_dict(), atol=weights_atol, rtol=0)
         torch.testing.assert_close(written_optimizer.state_dict()["state"], optimizer.state_dict()["state"],
-                                   atol=1e-5, rtol=1e-4)
+                                   atol=1e-5, rtol=moments_rtol)
         assert written_scheduler.get_last_lr() == pytest.approx(scheduler.get_last_lr(), rel=1e-12)
 
 
