@@ -1,7 +1,8 @@
 """The training step on CUDA, each test beside its CPU twin (the same test on the CPU, which CI
 runs): training against the plain loop, bf16 against fp32 of the same seed, no host sync, the
-fused head, and a pack of fused members against each member trained alone. The CUDA ones carry the ``gpu`` marker and are skipped, with one reason, where torch
-sees no GPU; the GPU check (benchmarks/gpu_check.sh) runs them on one."""
+fused head, and a pack of fused members against each member trained alone. The CUDA ones carry
+the ``gpu`` marker and are skipped, with one reason, where torch sees no GPU; the GPU check
+(benchmarks/gpu_check.sh) runs them on one."""
 
 from __future__ import annotations
 
