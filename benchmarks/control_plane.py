@@ -316,7 +316,7 @@ def run(sizes: list[int], backends: list[str], before: Path | None = None) -> li
         if "postgresql" in backends:
             pg = postgres.create(Path(tmp) / "secrets", port=_free_port())
             postgres.start(pg, Path(tmp) / "postgres.log")
-            os.environ["PGPASSFILE"] = pg.pgpass
+            os.environ["PGPASSFILE"] = pg.pgpass_of("optuna")
         try:
             for backend in backends:
                 for size in sizes:
@@ -324,15 +324,15 @@ def run(sizes: list[int], backends: list[str], before: Path | None = None) -> li
                     if backend == "postgresql":
                         assert pg is not None
                         database = f"optuna_{size}"
-                        postgres.create_database(pg, database)
-                        url = pg.url(database)
+                        postgres.create_database(pg, database, "optuna")
+                        url = pg.url(database, "optuna")
                     started = time.perf_counter()
                     # a trial short per code, for the one each code's driver start asks for: a sweep
                     # holds 10,000 at most
                     workspace = build(Path(tmp) / f"{backend}-{size}", size - len(codes), url)
                     built = time.perf_counter() - started
                     for code, (env, freeze) in codes.items():
-                        env = {**env, **({"PGPASSFILE": pg.pgpass} if pg else {})}
+                        env = {**env, **({"PGPASSFILE": pg.pgpass_of("optuna")} if pg else {})}
                         for row in measure(workspace, env, freeze):
                             rows.append({"trials": size, "optuna": backend, "code": code, **row, "built_s": round(built)})
                             # a 10,000-trial table takes most of an hour: each row shows as it is measured

@@ -71,7 +71,7 @@ def _ray_env(state: dict[str, Any], ip: str) -> dict[str, str]:
         "RAY_USAGE_STATS_ENABLED": "0",
         # the job driver and the trials find this venv's python first
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PGPASSFILE": state["postgres"]["pgpass"],
+        "PGPASSFILE": postgres.Postgres(**state["postgres"]).pgpass_of("optuna"),  # the drivers' studies
     }
 
 
@@ -112,7 +112,7 @@ def environment(state: dict[str, Any]) -> dict[str, str]:
         "SEQAE_MLFLOW_TRACKING_URI": f"http://127.0.0.1:{state['mlflow']['port']}",
         "MLFLOW_TRACKING_USERNAME": mlflow_server.ADMIN,
         "SEQAE_OPTUNA_STORAGE": postgres.Postgres(**state["postgres"]).url("optuna"),
-        "PGPASSFILE": state["postgres"]["pgpass"],
+        "PGPASSFILE": postgres.Postgres(**state["postgres"]).pgpass_of("optuna"),  # the studies' role, no other
         "SEQAE_STORAGE": state["storage"],
         "SEQAE_WORKSPACE": state["workspace"],
     }
@@ -204,7 +204,7 @@ def start_mlflow(state: dict[str, Any]) -> None:
     pg = postgres.Postgres(**state["postgres"])
     state["pids"]["mlflow"] = mlflow_server.start(
         pg.url("mlflow"), str(Path(state["storage"]) / "mlartifacts"), state["mlflow"]["port"],
-        root / "logs" / "mlflow.log", env={"PGPASSFILE": pg.pgpass}, auth=root / "secrets" / AUTH_CONFIG,
+        root / "logs" / "mlflow.log", env={"PGPASSFILE": pg.pgpass_of("mlflow")}, auth=root / "secrets" / AUTH_CONFIG,
     )
     _write_state(root, state)
 

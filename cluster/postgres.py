@@ -1,9 +1,18 @@
 """A private PostgreSQL server on loopback, for a cluster's MLflow server (runs, and its users and
 permissions) and Optuna study.
 
-The password is generated, never printed, and kept in a pgpass file (mode 600) that clients
-name with ``PGPASSFILE``; URLs carry no secret. As root, the server runs as the ``postgres``
-system user, since PostgreSQL refuses to run as root.
+Least privilege: the superuser ``seqae`` that ``initdb`` makes is the cluster's own, used only by
+``seqae cluster`` to create databases and roles. Each purpose has a role of its own that is no
+superuser and owns only its databases (:data:`ROLES`): ``seqae_optuna`` the studies, which the
+users' shells and the sweep drivers reach; ``seqae_mlflow`` MLflow's runs and its users and
+permissions, which only the MLflow server reaches. So a user's credentials cannot rewrite MLflow's
+users, read another database or run OS commands as the server (``COPY ... TO PROGRAM`` needs a
+superuser).
+
+Every password is generated, never printed, and kept in a pgpass file (mode 600) that clients
+name with ``PGPASSFILE``: the superuser's in ``pgpass``, each role's in ``pgpass-<purpose>``
+beside it; URLs carry no secret. As root, the server runs as the ``postgres`` system user, since
+PostgreSQL refuses to run as root.
 """
 
 from __future__ import annotations
@@ -18,26 +27,37 @@ from pathlib import Path
 
 from seqae_errors import ConfigError
 
-ROLE = "seqae"
-DATABASES = ("mlflow", "mlflow_auth", "optuna")
+ROLE = "seqae"  # the superuser: the cluster's own, never handed to a user or a server
+# purpose -> (its role, the databases it owns); every database belongs to exactly one purpose
+ROLES = {"optuna": ("seqae_optuna", ("optuna",)), "mlflow": ("seqae_mlflow", ("mlflow", "mlflow_auth"))}
+DATABASES = tuple(db for _, databases in ROLES.values() for db in databases)
 
 
 @dataclass
 class Postgres:
     data_dir: str
     port: int
-    pgpass: str  # a pgpass file with the role's password
+    pgpass: str  # a pgpass file with the superuser's password
     run_as: str | None  # the OS user the server runs as (None: the current one)
 
-    def url(self, database: str) -> str:
+    def url(self, database: str, purpose: str | None = None) -> str:
+        """``database`` through the role of ``purpose`` (unset: the one :data:`ROLES` gives it)."""
         # The driver named: SQLAlchemy 2.0 defaults to psycopg2 and 2.1 to psycopg (3).
-        return f"postgresql+psycopg://{ROLE}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql+psycopg://{ROLES[purpose or purpose_of(database)][0]}@127.0.0.1:{self.port}/{database}"
+
+    def pgpass_of(self, purpose: str) -> str:
+        """The pgpass file with the password of ``purpose``'s role (and no other)."""
+        return str(Path(self.pgpass).with_name(f"pgpass-{purpose}"))
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
 DEBIAN_VERSIONS = Path("/usr/lib/postgresql")  # Debian's servers, one folder per major version
+
+
+def purpose_of(database: str) -> str:
+    return next(purpose for purpose, (_, databases) in ROLES.items() if database in databases)
 
 
 def bindir() -> Path:
@@ -99,10 +119,64 @@ def start(pg: Postgres, log: Path) -> None:
     for database in DATABASES:
         if database not in existing:
             create_database(pg, database)
+    ensure_roles(pg)
 
 
-def create_database(pg: Postgres, name: str) -> None:
+def create_database(pg: Postgres, name: str, purpose: str | None = None) -> None:
+    """A new database; with ``purpose``, its role's (see :func:`hand_over`)."""
     _psql(pg, f"CREATE DATABASE {name}")
+    if purpose is not None:
+        hand_over(pg, name, purpose)
+
+
+def ensure_roles(pg: Postgres) -> None:
+    """Each purpose's role, with a password in its own pgpass file, owning its databases and
+    everything in them. Idempotent: a cluster made before the roles existed (its tables the
+    superuser's) is handed over on its next start, and a role whose pgpass file is gone gets a
+    new password."""
+    # the maintenance database is the superuser's alone, as every other database is its role's
+    _psql(pg, "REVOKE ALL ON DATABASE postgres FROM PUBLIC")
+    roles = set(_psql(pg, "SELECT rolname FROM pg_roles").split())
+    for purpose, (role, databases) in ROLES.items():
+        pgpass = Path(pg.pgpass_of(purpose))
+        if role not in roles or not pgpass.exists():
+            password = secrets.token_urlsafe(24)
+            verb = "ALTER" if role in roles else "CREATE"
+            # no SUPERUSER, CREATEDB, CREATEROLE or REPLICATION: a role that only logs in
+            _psql(pg, f"{verb} ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION "
+                      f"PASSWORD '{password}'")
+            fd = os.open(pgpass, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(f"127.0.0.1:{pg.port}:*:{role}:{password}\n")  # the role reaches only its own
+        for database in databases:
+            hand_over(pg, database, purpose)
+
+
+def hand_over(pg: Postgres, database: str, purpose: str) -> None:
+    """Make ``database`` and everything in it the role of ``purpose``'s, reachable by no other role."""
+    role = ROLES[purpose][0]
+    _psql(pg, f"ALTER DATABASE {database} OWNER TO {role}")
+    # PUBLIC may connect to a new database by default: only its owner (and the superuser) may
+    _psql(pg, f"REVOKE ALL ON DATABASE {database} FROM PUBLIC")
+    _psql(pg, _HAND_OVER.format(role=role), database)
+
+
+# What the superuser made in a database before its role existed becomes the role's: tables (with
+# the sequences they own), views, free sequences and enum types of the public schema. PostgreSQL
+# 15's public schema belongs to the database's owner, so the role may create tables there.
+_HAND_OVER = """DO $$DECLARE r record; BEGIN
+FOR r IN SELECT format('ALTER %s public.%I OWNER TO {role}', CASE c.relkind WHEN 'v' THEN 'VIEW'
+    WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END, c.relname) AS q
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p', 'v', 'S') AND c.relowner <> '{role}'::regrole
+    AND NOT (c.relkind = 'S' AND EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid
+             AND d.classid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')))
+LOOP EXECUTE r.q; END LOOP;
+FOR r IN SELECT format('ALTER TYPE public.%I OWNER TO {role}', t.typname) AS q
+  FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+  WHERE n.nspname = 'public' AND t.typtype = 'e' AND t.typowner <> '{role}'::regrole
+LOOP EXECUTE r.q; END LOOP;
+END$$"""
 
 
 def stop(pg: Postgres) -> None:
@@ -118,10 +192,14 @@ def running(pg: Postgres) -> bool:
         return False
 
 
-def _psql(pg: Postgres, sql: str) -> str:
+def _psql(pg: Postgres, sql: str, database: str = "postgres") -> str:
+    """``sql`` as the superuser."""
+    # on standard input, not the command line, where `ps` would show a role's new password
     result = subprocess.run(
-        [str(bindir() / "psql"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", ROLE, "-d", "postgres", "-At", "-c", sql],
-        capture_output=True, text=True, env={**os.environ, "PGPASSFILE": pg.pgpass, "PGCONNECT_TIMEOUT": "3"},
+        [str(bindir() / "psql"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", ROLE, "-d", database, "-At",
+         "-v", "ON_ERROR_STOP=1"],
+        input=sql, capture_output=True, text=True,
+        env={**os.environ, "PGPASSFILE": pg.pgpass, "PGCONNECT_TIMEOUT": "3"},
     )
     if result.returncode != 0:
         raise RuntimeError(f"psql: {result.stderr.strip()}")

@@ -130,7 +130,8 @@ def test_env_sh_gives_the_shell_the_credentials_and_no_secret_is_written_out(ser
     secrets_dir = root / "secrets"
     assert oct(secrets_dir.stat().st_mode)[-3:] == "700"
     assert {p.name: oct(p.stat().st_mode)[-3:] for p in secrets_dir.iterdir()} == {
-        "ray_token": "600", "pgpass": "600", "mlflow_password": "600", "mlflow_auth.ini": "600"}
+        "ray_token": "600", "pgpass": "600", "pgpass-optuna": "600", "pgpass-mlflow": "600", "mlflow_password": "600",
+        "mlflow_auth.ini": "600"}
     assert Path(state["mlflow"]["password_file"]).parent == secrets_dir
     status = seqae("cluster", "status", "--dir", str(root))
     assert status.returncode == 0 and json.loads(status.stdout)["services"] == {"mlflow": True, "postgres": True}
@@ -199,3 +200,81 @@ def test_a_restart_keeps_the_admin_password_and_the_users(services, monkeypatch)
     assert "kept" in experiment_names(services)  # the admin's password still opens the same runs
     assert experiment_names(services, bob) == {"kept"}  # bob, his password and his grant are kept
     assert os.environ["MLFLOW_TRACKING_PASSWORD"] not in up.stdout + up.stderr
+
+
+def connect(services, role: str, database: str, passfile: str):
+    import psycopg
+
+    port = services["state"]["postgres"]["port"]
+    return psycopg.connect(host="127.0.0.1", port=port, user=role, dbname=database, passfile=passfile,
+                           connect_timeout=5, autocommit=True)
+
+
+def test_a_users_database_role_reaches_the_studies_only_and_is_no_superuser(services, tmp_path):
+    """env.sh's PGPASSFILE holds the studies' role alone: it reads and writes Optuna's database, and
+    cannot reach MLflow's runs or its users, make roles, or run programs as the server."""
+    import psycopg
+
+    from cluster import postgres
+    from sweeps.stores.search import study_exists
+
+    users_file = services["env"]["PGPASSFILE"]
+    assert Path(users_file).name == "pgpass-optuna"
+    assert "seqae_optuna" in services["env"]["SEQAE_OPTUNA_STORAGE"]
+    with connect(services, "seqae_optuna", "optuna", users_file) as db:
+        flags = db.execute("SELECT rolsuper, rolcreaterole, rolcreatedb FROM pg_roles WHERE rolname = current_user")
+        assert flags.fetchone() == (False, False, False)
+        marker = tmp_path / "ran"
+        for sql in (f"COPY (SELECT 1) TO PROGRAM 'touch {marker}'", "CREATE ROLE mallory LOGIN SUPERUSER",
+                    "ALTER ROLE seqae_optuna SUPERUSER", "CREATE DATABASE mine"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                db.execute(sql)
+        assert not marker.exists()
+    for database in ("mlflow", "mlflow_auth", "postgres"):  # its password opens no other database
+        with pytest.raises(psycopg.OperationalError, match="permission denied|not have CONNECT"):
+            connect(services, "seqae_optuna", database, users_file)
+    for role in ("seqae", "seqae_mlflow"):  # and the file holds no other role's password
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            connect(services, role, "mlflow_auth", users_file)
+    # the MLflow server's role is the only one of the two that reaches MLflow's users
+    state = services["state"]
+    mlflow_file = postgres.Postgres(**state["postgres"]).pgpass_of("mlflow")
+    with connect(services, "seqae_mlflow", "mlflow_auth", mlflow_file) as db:
+        assert db.execute("SELECT count(*) FROM users WHERE username = 'admin'").fetchone() == (1,)
+    with pytest.MonkeyPatch.context() as mp:  # and the studies' role still serves Optuna
+        mp.setenv("PGPASSFILE", users_file)
+        import optuna
+
+        optuna.create_study(study_name="roles", storage=services["env"]["SEQAE_OPTUNA_STORAGE"]).optimize(
+            lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
+        assert study_exists(services["env"]["SEQAE_OPTUNA_STORAGE"], "roles")
+
+
+def test_a_cluster_made_before_the_roles_hands_its_tables_to_them_on_its_next_start(services):
+    """Objects the superuser made (as every cluster did before the roles) become the role's when
+    the roles are ensured, which every start does: the studies' role then writes to them."""
+    import optuna
+
+    from cluster import postgres
+
+    pg = postgres.Postgres(**services["state"]["postgres"])
+    superuser = f"postgresql+psycopg://{postgres.ROLE}@127.0.0.1:{pg.port}/optuna"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGPASSFILE", pg.pgpass)
+        # a fresh table and enum type of the superuser's own, as an old cluster's Optuna schema was
+        with connect(services, postgres.ROLE, "optuna", pg.pgpass) as db:
+            db.execute("CREATE TYPE old_state AS ENUM ('a', 'b')")
+            db.execute("CREATE TABLE old_rows (id serial PRIMARY KEY, state old_state)")
+    with connect(services, "seqae_optuna", "optuna", pg.pgpass_of("optuna")) as db:
+        with pytest.raises(Exception, match="permission denied"):
+            db.execute("INSERT INTO old_rows (state) VALUES ('a')")
+    postgres.ensure_roles(pg)
+    with connect(services, "seqae_optuna", "optuna", pg.pgpass_of("optuna")) as db:
+        db.execute("INSERT INTO old_rows (state) VALUES ('b')")
+        assert db.execute("SELECT count(*) FROM old_rows").fetchone() == (1,)
+        db.execute("DROP TABLE old_rows")
+        db.execute("DROP TYPE old_state")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGPASSFILE", pg.pgpass_of("optuna"))
+        optuna.create_study(study_name="after-hand-over", storage=pg.url("optuna")).optimize(
+            lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
