@@ -39,7 +39,7 @@ from typing import Any
 
 import psutil
 
-from cluster import mlflow_server, postgres
+from cluster import accounts, mlflow_server, postgres
 from cluster.procs import alive_group, free_port, free_port_block, http_ok, stop_group, wait_until
 from seqae_errors import ConfigError
 
@@ -188,6 +188,7 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
     mlflow_server.write_auth_config(secrets_dir / AUTH_CONFIG, Path(state["mlflow"]["password_file"]),
                                     pg.url("mlflow_auth"))
     start_mlflow(state)
+    accounts.admin_account(state)
 
     if ray:
         _start_ray(state, logs)
@@ -212,9 +213,10 @@ def start_mlflow(state: dict[str, Any]) -> None:
 def _start_ray(state: dict[str, Any], logs: Path) -> None:
     """A head on 127.0.0.2 and worker raylets on 127.0.0.3, 127.0.0.4, ...: one node each."""
     workers, head_cpus = state["workers"], state["head_cpus"]
-    # Sweep drivers run on the head (Ray's default for jobs) and inherit its environment: the
-    # MLflow credentials reach them this way, never through a job's runtime environment.
-    env = {**os.environ, **_ray_env(state, "127.0.0.2"), **mlflow_credentials(state)}
+    # Sweep drivers run on the head (Ray's default for jobs) and inherit its environment: it names
+    # the folder of the users' MLflow passwords, where a driver signs in as the user who submitted
+    # its sweep; no password is in the environment, and none enters a job's runtime environment.
+    env = {**os.environ, **_ray_env(state, "127.0.0.2"), accounts.ACCOUNTS_ENV: str(accounts.accounts_dir(state))}
     head = [_ray_bin(), "start", "--head", f"--port={state['gcs_port']}", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={state['dashboard_port']}", f"--temp-dir={state['ray_temp_dir']}",
             f"--ray-client-server-port={state['node_ports'] + NODE_PORTS - 1}",
@@ -312,6 +314,15 @@ def _liveness(state: dict[str, Any]) -> dict[str, bool]:
         "mlflow": isinstance(mlflow_pid, int) and http_ok(f"http://127.0.0.1:{state['mlflow']['port']}/health"),
         "postgres": postgres.running(postgres.Postgres(**state["postgres"])),
     }
+
+
+def add_user(root: Path, name: str) -> Path:
+    """``seqae cluster add-user NAME``: an MLflow account for ``name`` (:mod:`cluster.accounts`);
+    returns the folder to give them."""
+    state = read_state(root.resolve())
+    if state is None:
+        raise ConfigError(f"no cluster was started from {root.resolve()}")
+    return accounts.add_user(state, name, environment(state))
 
 
 def status(root: Path) -> dict[str, Any]:

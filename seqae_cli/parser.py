@@ -7,6 +7,7 @@ import argparse
 
 from seqae_cli.commands import (
     cmd_bench,
+    cmd_cluster_add_user,
     cmd_cluster_down,
     cmd_cluster_status,
     cmd_cluster_up,
@@ -176,7 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
     clusters = cluster.add_subparsers(dest="cluster_command", required=True)
     for verb, text in (("up", "start a head and worker raylets on loopback, PostgreSQL and an MLflow server"),
                        ("services", "start only PostgreSQL and an MLflow server (beside a launcher's Ray head)"),
-                       ("down", "stop what `up` started (the data stays)"), ("status", "what is running")):
+                       ("down", "stop what `up` started (the data stays)"), ("status", "what is running"),
+                       ("add-user", "an MLflow account for a user, and the folder with what they need to submit")):
         sub = clusters.add_parser(verb, help=text)
         sub.add_argument("--dir", default=".seqae-cluster", help="the cluster's folder (default: ./.seqae-cluster)")
         if verb == "up":
@@ -189,8 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
                                   "trials train on the CPU only if the sweep sets SEQAE_LOGICAL_GPUS=1")
         if verb == "services":
             sub.add_argument("--storage", help="shared storage for checkpoints and artifacts, e.g. s3://bucket/prefix")
+        if verb == "add-user":
+            sub.add_argument("user", help="the user's name (lower-case letters, digits, '.', '_', '-')")
         handlers = {"up": cmd_cluster_up, "services": cmd_cluster_up, "down": cmd_cluster_down,
-                    "status": cmd_cluster_status}
+                    "status": cmd_cluster_status, "add-user": cmd_cluster_add_user}
         sub.set_defaults(handler=handlers[verb])
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")

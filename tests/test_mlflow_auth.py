@@ -131,7 +131,7 @@ def test_env_sh_gives_the_shell_the_credentials_and_no_secret_is_written_out(ser
     assert oct(secrets_dir.stat().st_mode)[-3:] == "700"
     assert {p.name: oct(p.stat().st_mode)[-3:] for p in secrets_dir.iterdir()} == {
         "ray_token": "600", "pgpass": "600", "pgpass-optuna": "600", "pgpass-mlflow": "600", "mlflow_password": "600",
-        "mlflow_auth.ini": "600"}
+        "mlflow_auth.ini": "600", "mlflow_accounts": "700"}
     assert Path(state["mlflow"]["password_file"]).parent == secrets_dir
     status = seqae("cluster", "status", "--dir", str(root))
     assert status.returncode == 0 and json.loads(status.stdout)["services"] == {"mlflow": True, "postgres": True}
@@ -278,3 +278,68 @@ def test_a_cluster_made_before_the_roles_hands_its_tables_to_them_on_its_next_st
         mp.setenv("PGPASSFILE", pg.pgpass_of("optuna"))
         optuna.create_study(study_name="after-hand-over", storage=pg.url("optuna")).optimize(
             lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
+
+
+def permission_of(services, experiment_id: str, user: str) -> str:
+    """``user``'s permission on the experiment, as MLflow's admin reads it."""
+    from mlflow.server import get_app_client
+
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in services["admin"].items():
+            mp.setenv(key, value)
+        client = get_app_client("basic-auth", tracking_uri=services["env"]["SEQAE_MLFLOW_TRACKING_URI"])
+        return client.get_user_permission(user, "experiment", experiment_id).permission
+
+
+def test_each_user_gets_an_mlflow_account_and_a_driver_on_the_head_writes_as_the_submitter(services, tmp_path):
+    """`seqae cluster add-user`: the user's own login, in a folder that works wherever it is copied;
+    what they create is theirs (MLflow gives its creator MANAGE, others nothing); a driver that runs
+    where the head's accounts folder is named signs in as the user its job names, and one whose user
+    has no account stops at once."""
+    import shutil
+
+    from cluster import accounts, local
+    from sweeps.stores import mlflow_access
+
+    assert accounts.ACCOUNTS_ENV == mlflow_access.ACCOUNTS_ENV
+    root, uri = services["root"], services["env"]["SEQAE_MLFLOW_TRACKING_URI"]
+    added = seqae("cluster", "add-user", "alice", "--dir", str(root))
+    assert added.returncode == 0, added.stdout + added.stderr
+    folder = root / "users" / "alice"
+    password = (folder / "mlflow_password").read_text()
+    assert password not in added.stdout + added.stderr and str(folder) in added.stdout
+    assert {p.name: oct(p.stat().st_mode)[-3:] for p in folder.iterdir()} == {
+        "env.sh": "600", "mlflow_password": "600", "ray_token": "600", "pgpass": "600"}
+    assert (root / "secrets" / "mlflow_accounts" / "alice").read_text() == password
+    for again, why in (("alice", "already has an MLflow account"), ("Alice!", "use lower-case letters"),
+                       ("admin", "MLflow's admin")):
+        refused_user = seqae("cluster", "add-user", again, "--dir", str(root))
+        assert refused_user.returncode == 2 and why in refused_user.stderr, refused_user.stderr
+
+    laptop = tmp_path / "laptop"  # the folder copied elsewhere still finds its files
+    shutil.copytree(folder, laptop)
+    sourced = subprocess.run(["bash", "-c", f"source {laptop / 'env.sh'} && env -0"], capture_output=True, text=True,
+                             cwd="/")
+    exported = dict(line.split("=", 1) for line in sourced.stdout.split("\0") if "=" in line)
+    assert exported["MLFLOW_TRACKING_USERNAME"] == "alice" and exported["MLFLOW_TRACKING_PASSWORD"] == password
+    assert exported["PGPASSFILE"] == str(laptop / "pgpass") and exported["SEQAE_MLFLOW_TRACKING_URI"] == uri
+    alice = ("alice", password)
+    mine = api(services, "experiments/create", {"name": "alices"}, user=alice)["experiment_id"]
+    seqae("cluster", "add-user", "bob", "--dir", str(root))
+    bob = ("bob", (root / "users" / "bob" / "mlflow_password").read_text())
+    assert experiment_names(services, bob) == set() and "alices" in experiment_names(services)
+    assert permission_of(services, mine, "alice") == "MANAGE"
+
+    head = {**services["env"], **NOBODY, mlflow_access.ACCOUNTS_ENV: str(accounts.accounts_dir(local.read_state(root)))}
+    run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "alices-sweep", "--workspace",
+                str(tmp_path / "ws"), *sets(*SMOKE, "trials.total=1"), env={**head, mlflow_access.OWNER_ENV: "alice"},
+                timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    sweep = next(e for e in api(services, "experiments/search?max_results=1000", user=alice)["experiments"]
+                 if e["name"] == "alices-sweep")
+    assert permission_of(services, sweep["experiment_id"], "alice") == "MANAGE"  # alice created it: the driver was
+    assert "alices-sweep" not in experiment_names(services, bob)
+    nobody = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "carols", "--workspace",
+                   str(tmp_path / "ws2"), *sets(*SMOKE), env={**head, mlflow_access.OWNER_ENV: "carol"}, timeout=120)
+    assert nobody.returncode == 2 and "no MLflow account for 'carol'" in nobody.stderr, nobody.stderr
+    assert "carols" not in experiment_names(services)

@@ -1,0 +1,107 @@
+"""One MLflow account per user of a cluster: ``seqae cluster add-user NAME``.
+
+The cluster's admin (who holds its ``secrets/``) creates the account through MLflow's own
+basic-auth API, with a generated password that is never printed. The password is kept twice, each
+copy mode 600: in ``secrets/mlflow_accounts/NAME`` on the head, where the driver of a sweep NAME
+submitted signs in as NAME (:func:`sweeps.stores.mlflow_access.sign_in_as_owner`), and in
+``users/NAME/``, the folder the user copies to their own machine: their ``env.sh`` (the cluster's
+addresses, their MLflow user, the files beside it by relative path), the password, the Ray token
+and the studies' pgpass file. MLflow gives a user MANAGE on what they create and nothing else until
+someone grants it, so each user's sweeps are theirs; the admin reads all.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import secrets
+import shlex
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from cluster import mlflow_server, postgres
+from seqae_errors import ConfigError
+
+ACCOUNTS = "mlflow_accounts"  # in secrets/: a password file per user, named by the user
+# the head's variable naming that folder, which sweeps.stores.mlflow_access reads (tested to agree)
+ACCOUNTS_ENV = "SEQAE_MLFLOW_ACCOUNTS"
+USERS = "users"  # in the cluster's folder: what each user copies
+# MLflow's user names are free text; these also make a safe file name and a sweep owner's name
+NAME = re.compile(r"[a-z][a-z0-9_.-]{0,62}")
+
+
+def accounts_dir(state: dict[str, Any]) -> Path:
+    return Path(state["root"]) / "secrets" / ACCOUNTS
+
+
+def write_private(path: Path, text: str) -> Path:
+    """``path`` with mode 600 from its creation, its folder mode 700."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    return path
+
+
+def admin_account(state: dict[str, Any]) -> None:
+    """The admin's entry among the accounts, so that a sweep the admin submits signs in too."""
+    password = Path(state["mlflow"]["password_file"]).read_text()
+    write_private(accounts_dir(state) / mlflow_server.ADMIN, password)
+
+
+def add_user(state: dict[str, Any], name: str, environment: dict[str, str]) -> Path:
+    """Create MLflow user ``name`` on the cluster's server; returns the folder to hand to them,
+    whose ``env.sh`` exports ``environment`` (the cluster's) as that user."""
+    if not NAME.fullmatch(name):
+        raise ConfigError(f"user name {name!r}: use lower-case letters, digits, '.', '_' or '-', starting with a letter")
+    if name == mlflow_server.ADMIN:
+        raise ConfigError(f"user name {name!r} is MLflow's admin, which `seqae cluster up` made")
+    password = secrets.token_urlsafe(24)
+    _create(state, name, password)
+    write_private(accounts_dir(state) / name, password)
+    folder = user_dir(state, name)
+    write_private(folder / "mlflow_password", password)
+    write_private(folder / "ray_token", Path(state["token_file"]).read_text())
+    write_private(folder / "pgpass", Path(postgres.Postgres(**state["postgres"]).pgpass_of("optuna")).read_text())
+    write_private(folder / "env.sh", _env_sh(environment, name))
+    return folder
+
+
+def _create(state: dict[str, Any], name: str, password: str) -> None:
+    """The account, through the basic-auth app's REST API as the admin (the body, not the URL, holds
+    the password)."""
+    uri = f"http://127.0.0.1:{state['mlflow']['port']}"
+    admin = f"{mlflow_server.ADMIN}:{Path(state['mlflow']['password_file']).read_text().strip()}"
+    request = urllib.request.Request(
+        f"{uri}/api/2.0/mlflow/users/create", method="POST",
+        data=json.dumps({"username": name, "password": password}).encode(),
+        headers={"Content-Type": "application/json", "Authorization": "Basic " + base64.b64encode(admin.encode()).decode()})
+    try:
+        urllib.request.urlopen(request, timeout=30).close()
+    except urllib.error.HTTPError as exc:
+        answer = exc.read().decode(errors="replace")
+        if "RESOURCE_ALREADY_EXISTS" in answer or "already exists" in answer:
+            raise ConfigError(f"user {name!r} already has an MLflow account on this cluster") from None
+        raise ConfigError(f"the MLflow server at {uri} did not create user {name!r}: {exc.code} {answer[:200]}") from None
+    except OSError as exc:
+        raise ConfigError(f"the MLflow server at {uri} is not answering ({exc}): `seqae cluster up` first") from None
+
+
+def user_dir(state: dict[str, Any], name: str) -> Path:
+    return Path(state["root"]) / USERS / name
+
+
+def _env_sh(environment: dict[str, str], name: str) -> str:
+    """The user's exports, the files named relative to the script, wherever the folder is copied."""
+    files = {"RAY_AUTH_TOKEN_PATH": "ray_token", "PGPASSFILE": "pgpass"}
+    values = {**environment, "MLFLOW_TRACKING_USERNAME": name}
+    lines = ['here="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"\n']
+    for key, value in values.items():
+        lines.append(f'export {key}="$here/{files[key]}"\n' if key in files else f"export {key}={shlex.quote(value)}\n")
+    lines.append('export MLFLOW_TRACKING_PASSWORD="$(cat "$here/mlflow_password")"\n')
+    return "".join(lines)
