@@ -31,11 +31,10 @@ from seqae_errors import ConfigError
 from sweeps.stores.workspace import Job, Listed, Submission, Workspace, listing
 
 if TYPE_CHECKING:
-    from mlflow.pyfunc import PyFuncModel
-
     from sweeps.results.export import Trials
     from sweeps.results.status import SweepStatus
     from sweeps.stores.search import Control
+    from sweeps.stores.textmodel import LoadedModel
 
 BACKENDS = ("storage", "mlflow_tracking_uri", "optuna_storage")  # what ``backends=`` may name
 # What each kind of verb imports when it first runs, for :func:`load`.
@@ -286,8 +285,9 @@ class Sweep:
 
         return export.export(self.workspace, self.name, format, None if out is None else str(out))
 
-    def best_model(self) -> PyFuncModel:
-        """The registered model of the sweep's best trial (alias ``@best``), an MLflow pyfunc:
+    def best_model(self) -> LoadedModel:
+        """The registered model of the sweep's best trial (alias ``@best``), built by the installed
+        code from its stored weights and config (no code stored with it runs):
         ``.predict(["text", ...])`` gives each text's reconstruction and token accuracy."""
         from sweeps.results import registry
 

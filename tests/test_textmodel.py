@@ -209,6 +209,67 @@ def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered
         assert err.count("\n") == 1 and says in err and "Traceback" not in err, err
 
 
+def test_loading_a_registered_model_runs_no_stored_code(registered, texts, tmp_path):
+    """Code planted in a registered model's artifacts, in its stored model file and in every module
+    of its stored code paths, each writing a marker file when it runs: `load_registered` (what
+    `Sweep.best_model()` and `seqae encode` load with) and `seqae encode` run none of it, leave
+    ``sys.path`` as it was, and predict as the installed model does. The same model through
+    ``mlflow.pyfunc.load_model``, as `mlflow models serve` loads it, runs the planted code."""
+    from urllib.parse import urlparse
+
+    from mlflow.models import Model
+    from mlflow.tracking import MlflowClient
+
+    from seqae_errors import ConfigError
+    from sweeps.results.registry import load_registered
+
+    version, _ = registered.tracker.register(0, "planted")  # trial 0 again: the weights of 'tiny'
+    stored = Path(urlparse(MlflowClient(registered.uri).get_model_version_download_uri("planted", version)).path)
+    flavor = Model.load(stored).flavors["python_function"]
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    model_file = Path(flavor["model_code_path"]).name  # the logged file's name: pyfunc runs it from there
+    planted = [stored / model_file, *sorted((stored / flavor["code"]).rglob("*.py"))]
+    assert len(planted) > 2 and any(p.name == "__init__.py" and p.parent.name == "seqae_core" for p in planted)
+    for file in planted:
+        marker = ran / "-".join(file.relative_to(stored).parts)
+        file.write_text(f"{file.read_text()}\nimport pathlib; pathlib.Path({str(marker)!r}).touch()\n")
+    expected = registered.model.predict(texts)
+
+    path = list(sys.path)
+    uri, loaded = load_registered(registered.uri, "planted")
+    assert uri == f"models:/planted/{version}"
+    assert sorted(p.name for p in ran.iterdir()) == [] and sys.path == path
+    out = loaded.predict(texts)
+    pd.testing.assert_frame_equal(out.drop(columns="latents"), expected.drop(columns="latents"))
+    for got, want in zip(out.latents, expected.latents):
+        np.testing.assert_array_equal(got, want)
+    framed = loaded.predict(pd.DataFrame({"text": texts}))  # a DataFrame's text column, as the pyfunc takes
+    pd.testing.assert_frame_equal(framed.drop(columns="latents"), out.drop(columns="latents"))
+
+    run = seqae("encode", "planted", *texts, "--workspace", str(registered.workspace))  # a process of its own
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert sorted(p.name for p in ran.iterdir()) == []
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith(f"models:/planted/{version}: ")
+    for n, row in enumerate(expected.itertuples(), 1):
+        assert f"text {n}: token accuracy {row.token_accuracy:.4f} ({len(row.tokens)} tokens, latents " \
+               f"{' x '.join(map(str, row.latents.shape))})" in lines
+
+    # The plants are live: pyfunc's loader, in a clean process, runs the stored model file and code paths.
+    probe = subprocess.run([sys.executable, "-c", "import sys, mlflow; mlflow.pyfunc.load_model(sys.argv[1])", uri],
+                           cwd=tmp_path, env={**os.environ, "MLFLOW_TRACKING_URI": registered.uri},
+                           capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    ran_then = {p.name for p in ran.iterdir()}
+    assert model_file in ran_then and f"{flavor['code']}-seqae_core-__init__.py" in ran_then, ran_then
+
+    (stored / "artifacts" / "token_ids.json").unlink()  # a version that is not a seqae model: one line
+    with pytest.raises(ConfigError, match=rf"^model 'planted': models:/planted/{version} has no "
+                                          r"artifacts/token_ids.json in the model registry at .*: not a seqae model$"):
+        load_registered(registered.uri, "planted")
+
+
 def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best(registered, data_cache, capfd,
                                                                                   monkeypatch):
     """Registering the same best trial again (a resumed sweep whose best did not change) adds no

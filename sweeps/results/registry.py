@@ -1,9 +1,11 @@
-"""Loading a sweep's registered model (`seqae encode`): a version of the MLflow model registry,
-by number or alias, as the text-in, text-out pyfunc of :mod:`sweeps.stores.textmodel`."""
+"""Loading a sweep's registered model (`seqae encode`, ``Sweep.best_model()``): a version of the
+MLflow model registry, by number or alias, built by the installed :mod:`sweeps.stores.textmodel`
+from the version's artifacts alone; the model file and code paths stored beside them never run."""
 
 from __future__ import annotations
 
-from typing import Any
+import tempfile
+from pathlib import Path
 
 import mlflow
 from mlflow.exceptions import MlflowException
@@ -12,16 +14,17 @@ from mlflow.tracking import MlflowClient
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_errors import ConfigError
+from sweeps.stores import textmodel
 from sweeps.stores.mlflow_access import fluent_uri
 from sweeps.stores.workspace import redact
 
 
-def load_registered(tracking_uri: str, model: str, at: float | None = None) -> tuple[str, Any]:
+def load_registered(tracking_uri: str, model: str, at: float | None = None) -> tuple[str, textmodel.LoadedModel]:
     """A registered model version, given as ``NAME`` (the version its sweep's ``@best`` alias
     points at, else the newest; with ``at``, the front's model of the largest latent share at most
-    ``at``), ``NAME/VERSION`` or ``NAME@ALIAS``, with or without ``models:/``, loaded as a pyfunc:
-    ``(its models:/ URI, the model)``. :class:`ConfigError` naming ``model`` if the registry at
-    ``tracking_uri`` has no such version."""
+    ``at``), ``NAME/VERSION`` or ``NAME@ALIAS``, with or without ``models:/``:
+    ``(its models:/ URI, the model)``, the model built from its artifacts (:func:`_from_artifacts`).
+    :class:`ConfigError` naming ``model`` if the registry at ``tracking_uri`` has no such version."""
 
     client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
     name, at_sign, alias = model.removeprefix("models:/").partition("@")
@@ -54,7 +57,25 @@ def load_registered(tracking_uri: str, model: str, at: float | None = None) -> t
                           f"(versions: {', '.join(map(str, numbers))})")
     uri = f"models:/{name}/{version or numbers[-1]}"
     with fluent_uri(tracking_uri):
-        return uri, mlflow.pyfunc.load_model(uri)
+        return uri, _from_artifacts(uri, model, where)
+
+
+def _from_artifacts(uri: str, model: str, where: str) -> textmodel.LoadedModel:
+    """The model at ``uri`` (``models:/NAME/VERSION``, in the fluent API's registry) built by the
+    installed code from the artifacts it reads as data (weights, config, tokenizer files, token
+    ids), fetched without the rest of the logged model. Not ``mlflow.pyfunc.load_model``, which
+    runs the model file stored beside them and puts the stored code paths first on ``sys.path``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            folder = Path(mlflow.artifacts.download_artifacts(f"{uri}/{textmodel.ARTIFACTS}", dst_path=tmp))
+        except MlflowException as exc:
+            raise ConfigError(f"model {model!r}: cannot read {uri}/{textmodel.ARTIFACTS} {where} "
+                              f"({str(exc).splitlines()[-1]})") from None
+        paths = {name: folder / file for name, file in textmodel.FILES.items()}
+        missing = [f"{textmodel.ARTIFACTS}/{path.name}" for path in paths.values() if not path.exists()]
+        if missing:
+            raise ConfigError(f"model {model!r}: {uri} has no {', '.join(missing)} {where}: not a seqae model")
+        return textmodel.LoadedModel({name: str(path) for name, path in paths.items()})
 
 
 def _by_size(client: MlflowClient, name: str, at: float, model: str) -> str:

@@ -1,7 +1,8 @@
 """The registered model: text in, text out, as an MLflow pyfunc logged from this file's code.
 
-``mlflow.pyfunc.load_model("models:/quickstart/1").predict(["some text", ...])`` (or a DataFrame
-with a ``text`` column) returns a DataFrame with one row per text:
+``Sweep.best_model().predict(["some text", ...])`` (or ``seqae encode``, or
+``mlflow.pyfunc.load_model("models:/quickstart/1")``; a DataFrame with a ``text`` column also
+goes in) returns a DataFrame with one row per text:
 
     reconstruction        the text the model rebuilds from its latents
     token_accuracy        the share of the input's tokens rebuilt exactly (NaN for a text without tokens)
@@ -12,24 +13,34 @@ with a ``text`` column) returns a DataFrame with one row per text:
 A text is tokenized as in training (no special tokens) and cut into ``data.input_len``-token
 windows, the last one padded (``seqae_core.corpus``). Tokens outside the model's vocabulary (with
 ``data.vocab: corpus``) go in as the unknown token (or padding, if the model has no unknown token)
-and count as wrong.
+and count as wrong. It runs on CUDA when there is one, in the precision training used there
+(``train.precision``).
 
 The model is logged as code, not pickled: its artifacts are the weights (safetensors), the flat
 config, the tokenizer's own files (serving needs no Hub) and ``token_ids.json``, the tokenizer's
-id of each of the model's ids. Loading them runs no stored code. It runs on CUDA when there is
-one, in the precision training used there (``train.precision``).
+id of each of the model's ids. The logged model also holds a copy of this file and of
+``seqae_core`` and ``seqae_errors`` (its code paths), for ``mlflow models serve``.
+
+What runs when a model loads: ``seqae encode`` and ``Sweep.best_model()``
+(``sweeps.results.registry``) fetch those four artifacts alone and build :class:`LoadedModel`
+from them with the installed code; the weights, the config (checked as any config is) and the
+tokenizer's files are read as data, and no code stored with the model runs.
+``mlflow models serve`` and ``mlflow.pyfunc.load_model`` run the stored copy of this file and put
+the stored code paths first on ``sys.path``: whoever can write the artifact store, or move an
+alias, runs code there. Serve only models from a registry whose writers you trust.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
-from mlflow.models import ModelSignature, set_model
+from mlflow.models import ModelSignature, set_model, validate_schema
 from mlflow.pyfunc import PythonModel
 from mlflow.types.schema import Array, ColSpec, DataType, Schema
 from safetensors.torch import load_model, save_model
@@ -41,6 +52,9 @@ from seqae_core.model import ReducingAutoencoder
 from seqae_core.train import autocast, pick_device
 
 WEIGHTS, CONFIG, TOKENIZER, TOKEN_IDS = "weights", "config", "tokenizer", "token_ids"
+# Each artifact's file (the tokenizer's a folder); a logged pyfunc model keeps them under ARTIFACTS.
+FILES = {WEIGHTS: "model.safetensors", CONFIG: "config.json", TOKENIZER: "tokenizer", TOKEN_IDS: "token_ids.json"}
+ARTIFACTS = "artifacts"
 INPUT_EXAMPLE = ["Paris is the capital and largest city of France.",
                  "The river rises in the hills to the north and flows south through the valley into the sea."]
 BATCH_TOKENS = {"cpu": 4096, "cuda": 65536}  # window tokens per forward pass; the head's logits dominate memory
@@ -63,8 +77,7 @@ def write_artifacts(folder: Path, saved: dict[str, Any], tokenizer: Any) -> dict
     config = from_flat(saved["config"])
     model = ReducingAutoencoder(config, len(saved["token_ids"]))
     model.load_state_dict(saved["model"])
-    paths = {WEIGHTS: folder / "model.safetensors", CONFIG: folder / "config.json",
-             TOKENIZER: folder / "tokenizer", TOKEN_IDS: folder / "token_ids.json"}
+    paths = {name: folder / file for name, file in FILES.items()}
     save_model(model, str(paths[WEIGHTS]))  # the embedding and the head share one tensor: stored once
     paths[CONFIG].write_text(json.dumps(config.flat(), indent=1))
     tokenizer.save_pretrained(paths[TOKENIZER])
@@ -77,9 +90,13 @@ class TextAutoencoder(PythonModel):
     """Texts -> reconstructions, token accuracies and latents (see the module's docstring)."""
 
     def load_context(self, context: Any) -> None:
-        artifacts = context.artifacts
+        self.load(context.artifacts)
+
+    def load(self, artifacts: Mapping[str, str]) -> None:
+        """The model from its artifacts' local paths (by name, as :data:`FILES`), with this code:
+        the config checked as any config is, the tokenizer's own classes."""
         self.config: Config = from_flat(json.loads(Path(artifacts[CONFIG]).read_text()), artifacts[CONFIG])
-        self.tokenizer = AutoTokenizer.from_pretrained(artifacts[TOKENIZER])
+        self.tokenizer = AutoTokenizer.from_pretrained(artifacts[TOKENIZER], trust_remote_code=False)
         self.token_ids = np.asarray(json.loads(Path(artifacts[TOKEN_IDS]).read_text())["token_ids"], dtype=np.int64)
         # The tokenizer's id -> the model's: the unknown token's where the model has no id for it
         # (with data.vocab: corpus), else the pad token's, which every model has.
@@ -137,6 +154,21 @@ class TextAutoencoder(PythonModel):
         if not latents:
             return np.zeros((0, s, d), dtype=np.float32), np.zeros((0, rows.shape[1]), dtype=np.int64)
         return np.concatenate(latents), self.token_ids[np.concatenate(predicted)]
+
+
+class LoadedModel:
+    """A registered model built by the installed :class:`TextAutoencoder` from its artifacts alone
+    (``seqae encode``, ``Sweep.best_model()``): ``.predict`` takes what the pyfunc takes."""
+
+    def __init__(self, artifacts: Mapping[str, str]) -> None:
+        self.model = TextAutoencoder()
+        self.model.load(artifacts)
+
+    def predict(self, texts: Sequence[str] | pd.DataFrame) -> pd.DataFrame:
+        """A list of texts, or a DataFrame whose first column is ``text``: a row per text (see the
+        module's docstring)."""
+        validate_schema(texts, SIGNATURE.inputs)  # as the pyfunc checks its input
+        return self.model.predict(None, texts if isinstance(texts, pd.DataFrame) else pd.DataFrame({0: list(texts)}))
 
 
 set_model(TextAutoencoder())
