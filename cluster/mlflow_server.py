@@ -70,7 +70,8 @@ def start(backend_uri: str, artifacts: str, port: int, log: Path, env: dict[str,
           host: str = "127.0.0.1", timeout: float = 120, auth: Path | None = None) -> int:
     """Start the server in its own session and wait until it answers; returns its pid. ``auth``:
     the basic-auth app's config file, to require users and passwords."""
-    Path(artifacts).mkdir(parents=True, exist_ok=True)
+    if "://" not in artifacts:  # a bucket's root is the bucket's business
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
     # The basic-auth app signs its sign-up form with this key; one worker, so a key per start will do.
     auth_env = {"MLFLOW_AUTH_CONFIG_PATH": str(auth), "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32)}
     pid = spawn(argv(backend_uri, artifacts, port, host, auth is not None), log,
