@@ -29,8 +29,9 @@ def test_a_sweeps_report_model_and_code_diff_land_in_the_bucket_and_read_back_th
                                                                                             monkeypatch):
     """The sweep runs from a clone of this repository with an uncommitted change (so that it
     logs its code diff), as a user who sourced the services' env.sh and holds the admin's
-    password; only the services (the head) hold the bucket's credentials: the driver's artifacts
-    go through the MLflow server, and its checkpoints to the same bucket through pyarrow."""
+    password. Its artifacts go through the MLflow server (their URIs are the server's,
+    ``mlflow-artifacts:/``), which writes them to the bucket; its checkpoints go to the same
+    bucket through pyarrow."""
     from mlflow.tracking import MlflowClient
 
     from cluster import local
@@ -61,6 +62,7 @@ def test_a_sweeps_report_model_and_code_diff_land_in_the_bucket_and_read_back_th
         runs = client.search_runs([experiment.experiment_id])
         parent = next(r for r in runs if r.data.tags.get("seqae.role") == "sweep")
         trial = next(r for r in runs if r.data.tags.get("seqae.trial") == "0")
+        assert parent.info.artifact_uri.startswith("mlflow-artifacts:/")
         diff = f"provenance/code-{parent.data.tags['seqae.code']}.diff"
         under = f"team/mlartifacts/{experiment.experiment_id}"
         for artifact in (f"{parent.info.run_id}/artifacts/report/index.html", f"{parent.info.run_id}/artifacts/{diff}",
