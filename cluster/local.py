@@ -39,7 +39,7 @@ from typing import Any
 
 import psutil
 
-from cluster import accounts, mlflow_server, postgres
+from cluster import accounts, artifact_store, mlflow_server, postgres
 from cluster.procs import alive_group, free_port, free_port_block, http_ok, stop_group, wait_until
 from seqae_errors import ConfigError
 
@@ -146,6 +146,12 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
         raise ConfigError(f"--workers={workers} must be at least 1 (a head and workers make a multi-node cluster)")
     if gpus_per_worker is not None and gpus_per_worker < 0:
         raise ConfigError(f"--gpus-per-worker={gpus_per_worker} must be 0 or more")
+    if storage is not None and "://" not in storage:
+        storage = str(Path(storage).expanduser().resolve())  # the server and the nodes start elsewhere
+    if previous and storage is not None and storage != previous["storage"]:
+        raise ConfigError(f"--storage {storage}: the services in {root} keep their checkpoints and MLflow's artifacts in "
+                          f"{previous['storage']}; start them without --storage, or in another --dir")
+    artifact_store.check(storage or (previous or {}).get("storage", ""))
     secrets_dir = root / "secrets"
     secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(secrets_dir, 0o700)
@@ -204,7 +210,7 @@ def start_mlflow(state: dict[str, Any]) -> None:
     root = Path(state["root"])
     pg = postgres.Postgres(**state["postgres"])
     state["pids"]["mlflow"] = mlflow_server.start(
-        pg.url("mlflow"), str(Path(state["storage"]) / "mlartifacts"), state["mlflow"]["port"],
+        pg.url("mlflow"), artifact_store.artifact_root(state["storage"]), state["mlflow"]["port"],
         root / "logs" / "mlflow.log", env={"PGPASSFILE": pg.pgpass_of("mlflow")}, auth=root / "secrets" / AUTH_CONFIG,
     )
     _write_state(root, state)

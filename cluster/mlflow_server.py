@@ -1,6 +1,8 @@
 """An MLflow tracking server bound to loopback, with the security defaults seqae keeps: only
-loopback Host headers are accepted (a foreign Host gets 403, against DNS rebinding) and only the
-server's own origin may write across origins (other cross-origin writes get 403).
+loopback Host headers are accepted, on any port, so that a browser or client behind an SSH tunnel
+or `kubectl port-forward` on another local port is served, while a foreign Host gets 403 (against
+DNS rebinding); and only loopback origins may write across origins (other cross-origin writes get
+403).
 
 With an ``auth`` config (what :func:`write_auth_config` writes), the server runs MLflow's own
 authentication, the ``basic-auth`` app: every request needs a user's name and password (401
@@ -18,15 +20,18 @@ from pathlib import Path
 from cluster.procs import http_ok, spawn, wait_until
 
 ADMIN = "admin"  # MLflow's own name for the user its basic-auth app creates first
+# MLflow matches these with fnmatch; a browser leaves the port out only for port 80. Cross-origin
+# writes need no flag: MLflow itself allows loopback origins on any port and refuses the others
+# (a wildcard origin given here would be read as a regular expression by flask-cors, which matches
+# a prefix: http://127.0.0.1.evil.example too).
+LOOPBACK_HOSTS = "127.0.0.1,localhost,127.0.0.1:*,localhost:*"
 
 
 def argv(backend_uri: str, artifacts: str, port: int, host: str = "127.0.0.1", auth: bool = False) -> list[str]:
-    origins = ",".join(f"http://{h}:{port}" for h in ("127.0.0.1", "localhost"))
     return [
         sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
         "--artifacts-destination", artifacts, "--serve-artifacts", "--host", host, "--port", str(port),
-        "--workers", "1", "--allowed-hosts", f"127.0.0.1:{port},localhost:{port}",
-        "--cors-allowed-origins", origins, *(["--app-name", "basic-auth"] if auth else []),
+        "--workers", "1", "--allowed-hosts", LOOPBACK_HOSTS, *(["--app-name", "basic-auth"] if auth else []),
     ]
 
 
@@ -65,7 +70,8 @@ def start(backend_uri: str, artifacts: str, port: int, log: Path, env: dict[str,
           host: str = "127.0.0.1", timeout: float = 120, auth: Path | None = None) -> int:
     """Start the server in its own session and wait until it answers; returns its pid. ``auth``:
     the basic-auth app's config file, to require users and passwords."""
-    Path(artifacts).mkdir(parents=True, exist_ok=True)
+    if "://" not in artifacts:  # a bucket's root is the bucket's business
+        Path(artifacts).mkdir(parents=True, exist_ok=True)
     # The basic-auth app signs its sign-up form with this key; one worker, so a key per start will do.
     auth_env = {"MLFLOW_AUTH_CONFIG_PATH": str(auth), "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32)}
     pid = spawn(argv(backend_uri, artifacts, port, host, auth is not None), log,

@@ -4,6 +4,7 @@ what a submitted job's package leaves out."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -44,3 +45,21 @@ def test_cluster_state_inside_the_working_directory_is_never_packaged(tmp_path, 
     skipped = _get_excludes(tmp_path, patterns)  # Ray's own matcher for runtime_env excludes
     assert skipped(state / "postgres" / "PG_VERSION") and skipped(state / "secrets" / "pgpass")
     assert not skipped(tmp_path / "sweeps" / "studies" / "quickstart.yaml")
+
+
+def test_the_heads_that_keep_mlflow_artifacts_in_s3_install_boto3_through_the_s3_extra():
+    """MLflow's server reaches S3 through boto3, which seqae's s3 extra installs: the launcher's
+    head, whose services keep the artifacts in the bucket, and KubeRay's image install that extra."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "boto3" in {Requirement(r).name for r in extras["s3"]}
+    config = yaml.safe_load((REPO / "cluster" / "aws.yaml").read_text())
+    assert "--storage s3://" in " ".join(config["head_start_ray_commands"])
+    installed = [set(extra.split(",")) for command in config["setup_commands"] + config["head_setup_commands"]
+                 for extra in re.findall(r'pip install .*seqae\[([\w,]+)\]', command)]
+    assert any("s3" in extra for extra in installed), installed
+    (image,) = re.findall(r'pip install .*"\.\[([\w,]+)\]"', (REPO / "cluster" / "kuberay" / "Dockerfile").read_text())
+    assert "s3" in image.split(",")

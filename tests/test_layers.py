@@ -6,7 +6,8 @@
   keeps its rooms in order (the sweep file, its stores, running it, its results, the API);
 - the only function-local imports are the command line's verbs, the sweep API's methods (each
   imports what it uses; only they reach up to the dashboards: ``FRONT_DOOR``), and the
-  tokenizer's where a data entry is built (``LAZY_ELSEWHERE``);
+  tokenizer's where a data entry is built, and the s3 extra's boto3 where an S3 storage is checked
+  (``LAZY_ELSEWHERE``);
 - the command line reaches the sweep service only through its API (``sweeps.api``);
 - the ML core needs no sweep machinery, and only the runner and the trial it runs know Ray Tune."""
 
@@ -38,7 +39,10 @@ ENTRY_POINT = "seqae_cli"  # the `seqae` command: its functions import (each ver
 # comparison), and only inside its functions
 FRONT_DOOR = "sweeps/api.py"
 # ... and one function outside it, for a trial worker's start-up: building a data entry loads the tokenizer
-LAZY_ELSEWHERE = {("seqae_core/data.py", "seqae_core.corpus")}
+# ... and boto3 where an s3:// storage is checked: the s3 extra's, absent from an install without it
+LAZY_ELSEWHERE = {("seqae_core/data.py", "seqae_core.corpus"), ("cluster/artifact_store.py", "boto3"),
+                  ("cluster/artifact_store.py", "botocore.config.Config"),
+                  *(("cluster/artifact_store.py", f"botocore.exceptions.{name}") for name in ("BotoCoreError", "ClientError"))}
 NOT_IN_THE_CORE = ("ray", "mlflow", "optuna")
 RAY_TUNE_HOMES = ("sweeps/running/trial.py", "sweeps/running/stoppers.py", "sweeps/running/schedulers.py", "sweeps/running/callbacks.py",
                   "sweeps/running/packs.py", "sweeps/running/runner.py")

@@ -5,19 +5,23 @@ tracks through it, is in test_cluster.py)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from cluster.procs import free_port
 from tests.sweep_helpers import SMOKE, STUDIES, kill_group, seqae, sets, start, wait_for
+from tests.test_troubleshooting import assert_quoted
 
 pytestmark = pytest.mark.slow
 
@@ -343,3 +347,85 @@ def test_each_user_gets_an_mlflow_account_and_a_driver_on_the_head_writes_as_the
                    str(tmp_path / "ws2"), *sets(*SMOKE), env={**head, mlflow_access.OWNER_ENV: "carol"}, timeout=120)
     assert nobody.returncode == 2 and "no MLflow account for 'carol'" in nobody.stderr, nobody.stderr
     assert "carols" not in experiment_names(services)
+
+
+@contextlib.contextmanager
+def forwarded(port: int, listen: str = "127.0.0.1") -> Iterator[int]:
+    """A TCP forward from a free port on ``listen`` to the server's ``port``, as an SSH tunnel
+    (`ssh -L`) or `kubectl port-forward` gives a laptop: bytes passed on unchanged, the Host header
+    the client's own. Yields the forward's port."""
+    listener = socket.create_server((listen, 0))
+
+    def pipe(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # the listener closed
+            while True:
+                client, _ = listener.accept()
+                server = socket.create_connection(("127.0.0.1", port))
+                for a, b in ((client, server), (server, client)):
+                    threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+
+
+def test_mlflow_answers_through_a_tunnel_on_any_local_port_and_still_refuses_a_foreign_host(services, monkeypatch):
+    """A browser or client behind a forward on another local port sends the Host
+    ``127.0.0.1:<that port>`` or ``localhost:<that port>``: the server takes any loopback Host,
+    and still refuses a foreign one (DNS rebinding) and a write from a foreign page's origin."""
+    from mlflow.tracking import MlflowClient
+
+    server_port = int(services["env"]["SEQAE_MLFLOW_TRACKING_URI"].rsplit(":", 1)[1])
+    with forwarded(server_port) as port:
+        assert port != server_port
+        for key, value in services["admin"].items():
+            monkeypatch.setenv(key, value)
+        client = MlflowClient(f"http://127.0.0.1:{port}")  # sends Host: 127.0.0.1:<port>
+        tunnelled = client.create_experiment("through-a-tunnel")
+        assert client.get_experiment(tunnelled).name == "through-a-tunnel"
+
+        def through(path: str, host: str, origin: str | None = None, body: dict | None = None) -> int:
+            headers = {"Host": host, "Authorization": "Basic " + base64.b64encode(":".join(admin(services)).encode()).decode(),
+                       **({"Origin": origin} if origin else {}), **({"Content-Type": "application/json"} if body else {})}
+            request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers, method="POST" if body else "GET",
+                                             data=json.dumps(body).encode() if body else None)
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    return response.status
+            except urllib.error.HTTPError as error:
+                return error.code
+
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", "localhost"):  # a browser leaves out port 80
+            assert through("/", host) == 200, host  # the UI's page
+        create = "/api/2.0/mlflow/experiments/create"
+        assert through(create, f"localhost:{port}", f"http://localhost:{port}", {"name": "from-the-ui"}) == 200
+        assert through("/", f"evil.example:{port}") == 403  # DNS rebinding: a foreign name for this address
+        assert through("/", f"127.0.0.1.evil.example:{port}") == 403
+        assert through(create, f"localhost:{port}", "http://evil.example", {"name": "from-a-foreign-page"}) == 403
+    assert "from-a-foreign-page" not in experiment_names(services)
+
+
+def test_a_sweep_reaching_mlflow_by_a_name_it_does_not_allow_is_told_to_use_loopback(services):
+    """A forward that listens on another address (here 127.0.0.2, as a laptop's LAN address or a
+    shared tunnel host): the server's Host check refuses it, and the driver says so, not that the
+    credentials are wrong, before anything is created."""
+    server_port = int(services["env"]["SEQAE_MLFLOW_TRACKING_URI"].rsplit(":", 1)[1])
+    with forwarded(server_port, listen="127.0.0.2") as port:
+        uri = f"http://127.0.0.2:{port}"
+        run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "by-name", "--workspace",
+                    str(services["root"] / "by-name"), *sets(*SMOKE),
+                    env={**services["env"], **services["admin"], "SEQAE_MLFLOW_TRACKING_URI": uri}, timeout=120)
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    line = next(line for line in run.stderr.splitlines() if line.startswith("seqae: error: "))
+    assert f"refuses the Host '127.0.0.2:{port}' with 403" in line and "127.0.0.1" in line, line
+    assert_quoted(line)
+    assert "by-name" not in experiment_names(services)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import socket
+import sys
 
 import pytest
 import torch
@@ -121,3 +122,26 @@ def test_no_ray_cluster_at_ray_address(tmp_path):
                 env={"RAY_ADDRESS": address}, timeout=120)
     assert_quoted(first_error(run))
     assert f"RAY_ADDRESS={address!r}" in run.stderr
+
+
+def test_services_with_an_s3_storage_without_boto3(monkeypatch, tmp_path):
+    from cluster import local
+
+    monkeypatch.setitem(sys.modules, "boto3", None)  # as where the s3 extra is not installed: import fails
+    with pytest.raises(ConfigError) as refused:
+        local.up(tmp_path / "services", ray=False, storage="s3://your-bucket/sweeps")
+    assert_quoted(printed(refused.value))
+    assert '".[s3]"' in str(refused.value) and not (tmp_path / "services").exists()  # nothing started
+
+
+def test_services_with_an_s3_storage_the_credentials_do_not_reach(s3, monkeypatch, tmp_path):
+    """The S3-compatible server answers, but there is no such bucket: as a wrong name, key or
+    policy, the listing is refused before PostgreSQL or MLflow starts."""
+    from cluster import local
+
+    for key, value in s3.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError) as refused:
+        local.up(tmp_path / "services", ray=False, storage="s3://your-bucket/sweeps")  # no such bucket there
+    assert_quoted(printed(refused.value))
+    assert "NoSuchBucket" in str(refused.value) and not (tmp_path / "services").exists()

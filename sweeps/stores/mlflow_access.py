@@ -10,6 +10,7 @@ import logging
 import os
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
+from urllib.parse import urlsplit
 
 import mlflow
 import requests
@@ -28,6 +29,9 @@ T = TypeVar("T")
 # On a cluster's head (cluster/accounts.py): the folder of its users' MLflow passwords, one file a user
 ACCOUNTS_ENV = "SEQAE_MLFLOW_ACCOUNTS"
 OWNER_ENV = "SEQAE_OWNER"  # a submitted sweep's job: the user who submitted it
+# How MLflow's server answers a Host it does not allow (mlflow.server.security_utils.INVALID_HOST_MSG;
+# importing that loads the whole server, a second more at every start)
+INVALID_HOST = "Invalid Host header - possible DNS rebinding attack detected"
 
 
 def find_sweep_run(client: MlflowClient, experiment_id: str) -> Run | None:
@@ -90,6 +94,12 @@ def check_credentials(uri: str) -> None:
     except MlflowException as exc:
         if not _refused(exc):
             return
+        if INVALID_HOST in exc.message:  # the server's check of the name it is reached by, not of the user
+            raise ConfigError(
+                f"the MLflow server at {uri} refuses the Host {urlsplit(uri).netloc!r} with 403 (MLflow's protection "
+                "against DNS rebinding; `seqae cluster services` allows 127.0.0.1 and localhost, on any port): reach it "
+                "through a tunnel or port-forward on this machine's loopback, e.g. SEQAE_MLFLOW_TRACKING_URI=http://127.0.0.1:5000"
+            ) from None
         user = os.environ.get("MLFLOW_TRACKING_USERNAME")
         who = f"user {user!r} (MLFLOW_TRACKING_USERNAME)" if user else "requests without credentials"
         raise ConfigError(
