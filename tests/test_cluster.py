@@ -10,12 +10,14 @@ import signal
 import subprocess
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Callable
 
 import psutil
 import pytest
 
+from sweeps.stores.workspace import Workspace
 from tests.conftest import REPO
 from tests.rotation import in_turn
 from tests.sweep_helpers import (
@@ -257,6 +259,45 @@ def test_sqlite_backends_are_refused_for_multi_node_sweeps(cluster, tmp_path):
                      "SEQAE_MLFLOW_TRACKING_URI": "", "SEQAE_OPTUNA_STORAGE": ""})
     assert run.returncode == 2 and "3 nodes" in run.stderr and "SQLite" in run.stderr, run.stderr[-2000:]
     assert not (tmp_path / "ws2" / "sweeps").exists()
+
+
+def test_a_job_gets_only_the_projects_tracked_files_and_no_secret_on_its_command_line_or_in_its_env(cluster, tmp_path):
+    """Submitted from a clone with an untracked `.env` and key file beside the code, a `--set` and
+    SEQAE_NOTIFY_URLS holding a secret: the files never reach the cluster (Ray unpacks a job's
+    package under its temp folder's runtime_resources), and the secret is in neither the job's
+    info from the Jobs API nor any process's command line or the driver's environment."""
+    from ray.job_submission import JobSubmissionClient
+
+    # made here, so that no tracked file (this one is packaged too) holds them
+    clone, planted, secret = tmp_path / "clone", f"planted-{uuid.uuid4().hex}", f"secret-{uuid.uuid4().hex}"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    (clone / ".env").write_text(f"API_KEY={planted}\n")
+    (clone / "id_rsa.pem").write_text(f"-----BEGIN KEY-----\n{planted}\n")
+    workspace = str(tmp_path / "ws")
+    run = seqae("sweep", "submit", "sweeps/studies/quickstart.yaml", "--name", "packaged", "--workspace", workspace,
+                *sets(*SWEEP, "trials.total=2", f"description={secret}"), cwd=clone,
+                env={**cluster["env"], "SEQAE_NOTIFY_URLS": f"json://127.0.0.1:9/{secret}"})
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(r"package: \d+ files, [\d.]+ [KM]iB", run.stdout), run.stdout
+
+    driver = job_driver("packaged")  # the job is up: its package unpacked, its driver started
+    lines = [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])]
+    assert any("--sets-file" in line for line in lines)  # the driver's line, read while it runs
+    assert not [line for line in lines if secret in line]
+    assert secret not in "\0".join(driver.environ().values())
+    record = Workspace(workspace).read_submission("packaged")
+    token = Path(cluster["state"]["token_file"]).read_text().strip()
+    info = JobSubmissionClient(record.address, headers={"Authorization": f"Bearer {token}"}).get_job_info(record.jobs[-1])
+    assert "--sets-file" in info.entrypoint and secret not in info.model_dump_json()
+
+    unpacked = [p for session in Path(cluster["state"]["ray_temp_dir"]).glob("session_2*")
+                for p in (session / "runtime_resources").rglob("*")]
+    assert any(p.match("*/seqae_cli/__main__.py") for p in unpacked)  # the package is there
+    assert not [p for p in unpacked if p.name in (".env", "id_rsa.pem")]
+    assert not [p for p in unpacked if p.is_file() and planted.encode() in p.read_bytes()]
+
+    info = wait_job(cluster, "packaged", workspace=workspace)
+    assert info["job"]["status"] == "SUCCEEDED" and info["trials_by_state"] == {"COMPLETE": 2}  # its --set arrived
 
 
 def restore_worker(cluster, node_ip: str) -> None:
