@@ -5,11 +5,17 @@ or SIGHUP (a closed terminal). It prints the page of each sweep's runs (:func:`r
 A tracking server (a cluster's, ``http://...``) serves its own UI, so only optuna-dashboard starts
 and the server's address is printed. Where the server requires users (``seqae cluster up``'s
 does), the browser asks for a user and password: no proxy hands the user's credentials to
-whoever else reaches a port on this machine."""
+whoever else reaches a port on this machine.
+
+Neither optuna-dashboard nor the MLflow UI started on a workspace's own store has a login: they
+serve on loopback only, reached from elsewhere through an SSH tunnel or a port-forward, unless the
+user says an authenticating proxy fronts them (:func:`check_host`)."""
 
 from __future__ import annotations
 
+import ipaddress
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -55,6 +61,9 @@ def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflo
         for name, experiment_id in sweeps(mlflow_uri):
             print(f"  sweep {name}: {runs_url(base, experiment_id)}", flush=True)
         print(f"optuna-dashboard  http://{host}:{optuna_port}", flush=True)
+        if not loopback(host):
+            print(f"{'optuna-dashboard has' if server else 'optuna-dashboard and the MLflow UI have'} no login of "
+                  f"their own: only the authenticating proxy in front of {host} keeps others out", flush=True)
         print("Ctrl-C stops optuna-dashboard." if server else "Ctrl-C stops both.", flush=True)
         deadline = None if until is None else time.time() + until
         while deadline is None or time.time() < deadline:
@@ -64,6 +73,30 @@ def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflo
     finally:
         stop_groups(pids, STOP_GRACE)
         print("stopped optuna-dashboard" if server else "stopped the MLflow UI and optuna-dashboard", flush=True)
+
+
+def check_host(host: str, behind_auth_proxy: bool) -> None:
+    """Refuse to serve on an address other than loopback, unless an authenticating proxy fronts it:
+    whoever reaches optuna-dashboard can change or delete any study."""
+    if behind_auth_proxy or loopback(host):
+        return
+    raise ConfigError(f"--host {host}: optuna-dashboard has no login (whoever reaches it can delete a study), nor "
+                      "has the MLflow UI `seqae ui` starts on a workspace's own store; serve on 127.0.0.1 and reach "
+                      "it through an SSH tunnel (ssh -L 8080:127.0.0.1:8080 HOST) or kubectl port-forward, or put an "
+                      "authenticating proxy in front and pass --behind-auth-proxy")
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` (an address, or a name: every address it resolves to) is this machine's loopback."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        found = {str(info[4][0]).split("%")[0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    return all(ipaddress.ip_address(a).is_loopback for a in found)
 
 
 def check_ports(host: str, ports: dict[str, int]) -> None:

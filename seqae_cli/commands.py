@@ -32,17 +32,38 @@ def _freeze_imported(kind: str) -> None:
 
 
 def _describe(sweep: Sweep) -> str:
-    job = sweep.job()
+    job, record = sweep.job(), sweep.submission
+    assert record is not None  # a job is a submitted sweep's
     return (f"submitted sweep {sweep.name!r} as job {job.id} to {job.address}\n"
+            f"  package: {record.package_files} files, {_size(record.package_bytes)} (the files git tracks in "
+            f"{record.working_dir}, and the sweep file)\n"
             f"  watch:  {job.dashboard}\n"
             f"  logs:   seqae sweep logs {sweep.name}\n"
             f"  status: seqae sweep status {sweep.name}")
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**10:.1f} KiB" if n < 2**20 else f"{n / 2**20:.1f} MiB"
+
+
+def _sets_file(path: str | None) -> list[str]:
+    """The KEY=VALUE overrides in a JSON list (a submitted job's, which keeps them off its command line)."""
+    if path is None:
+        return []
+    try:
+        sets = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--sets-file {path}: {exc}") from None
+    if not isinstance(sets, list) or not all(isinstance(s, str) and "=" in s for s in sets):
+        raise ConfigError(f"--sets-file {path} must hold a JSON list of KEY=VALUE strings")
+    return sets
+
+
 def cmd_sweep_run(args: argparse.Namespace) -> int | None:  # the driver's exit code
+    sets = _sets_file(args.sets_file) + args.set
     _freeze_imported("drive")
     backends = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
-    return Sweep.run(args.file, set=args.set, profile=args.profile, name=args.name, workspace=args.workspace,
+    return Sweep.run(args.file, set=sets, profile=args.profile, name=args.name, workspace=args.workspace,
                      or_resume=args.or_resume, backends=backends, verbose=args.verbose).exit_code
 
 
@@ -135,7 +156,8 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    api.ui(host=args.host, mlflow_port=args.mlflow_port, optuna_port=args.optuna_port, workspace=args.workspace)
+    api.ui(host=args.host, mlflow_port=args.mlflow_port, optuna_port=args.optuna_port, workspace=args.workspace,
+           behind_auth_proxy=args.behind_auth_proxy)
     return 0
 
 

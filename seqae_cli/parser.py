@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key (pins it: it leaves the grid and search) or a sweep setting, "
                           "e.g. --set trials.total=4 (repeatable)")
+    run.add_argument("--sets-file", metavar="PATH",
+                     help="a JSON list of KEY=VALUE overrides, applied before any --set (a submitted job's: "
+                          "its command line, which ps and the Jobs API show, holds none)")
     run.add_argument("--profile", help="apply the file's profile of that name first, e.g. --profile laptop")
     for flag, env, what in (("--storage", "SEQAE_STORAGE", "checkpoints and Tune state: a path every node reaches, "
                              "or a URI such as s3://bucket/prefix"),
@@ -73,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=cmd_sweep_run)
 
     submit = with_workspace(sweeps.add_parser("submit", help="run a sweep on a Ray cluster, as a Ray Job"))
-    submit.add_argument("file", help="sweep file inside the current directory, which is packaged for the cluster")
+    submit.add_argument("file", help="sweep file inside the current directory, the root of a seqae git checkout "
+                                     "whose tracked files are packaged for the cluster")
     submit.add_argument("--address", help="the cluster's dashboard URL, e.g. http://HEAD:8265 "
                                           "(default: $SEQAE_RAY_ADDRESS)")
     submit.add_argument("--name", help="the sweep's name (default: the file's name without .yaml)")
@@ -168,7 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
     encode.set_defaults(handler=cmd_encode)
 
     ui = with_workspace(commands.add_parser("ui", help="the MLflow UI and optuna-dashboard on a workspace"))
-    ui.add_argument("--host", default="127.0.0.1", help="address to serve on (default: 127.0.0.1)")
+    ui.add_argument("--host", default="127.0.0.1",
+                    help="address to serve on (default: 127.0.0.1); another than loopback only with "
+                         "--behind-auth-proxy: optuna-dashboard has no login")
+    ui.add_argument("--behind-auth-proxy", action="store_true",
+                    help="serve on a --host other than loopback: an authenticating proxy in front of it keeps "
+                         "out whoever may not change the studies")
     ui.add_argument("--mlflow-port", type=int, default=5000, help="MLflow UI port (default: 5000)")
     ui.add_argument("--optuna-port", type=int, default=8080, help="optuna-dashboard port (default: 8080)")
     ui.set_defaults(handler=cmd_ui)

@@ -158,8 +158,8 @@ class Sweep:
                name: str | None = None, address: str | None = None,
                workspace: str | Path | Workspace | None = None) -> Sweep:
         """Run the sweep on the Ray cluster whose dashboard ``address`` names (unset:
-        ``$SEQAE_RAY_ADDRESS``) as a Ray Job, packaging the current directory, which must hold
-        ``file``; checked here first. The sweep returned follows it: :meth:`job`, :meth:`logs`,
+        ``$SEQAE_RAY_ADDRESS``) as a Ray Job, packaging the files git tracks in the current
+        directory, the root of a seqae checkout, which must hold ``file``; checked here first. The sweep returned follows it: :meth:`job`, :meth:`logs`,
         :meth:`status`, :meth:`cancel`, :meth:`resume`."""
         from sweeps.running import submit
 
@@ -342,12 +342,15 @@ def encode(model: str, texts: Sequence[str], *, at: float | None = None,
                                   tuple(r.latents.shape)) for r in rows.itertuples()])
 
 
-def ui(*, host: str, mlflow_port: int, optuna_port: int, workspace: str | Path | Workspace | None = None) -> None:
+def ui(*, host: str, mlflow_port: int, optuna_port: int, workspace: str | Path | Workspace | None = None,
+       behind_auth_proxy: bool = False) -> None:
     """Serve the MLflow UI (unless ``$SEQAE_MLFLOW_TRACKING_URI`` names a server, which serves its
-    own) and optuna-dashboard on ``workspace``'s stores until Ctrl-C, SIGTERM or SIGHUP."""
+    own) and optuna-dashboard on ``workspace``'s stores until Ctrl-C, SIGTERM or SIGHUP; on a
+    ``host`` other than loopback only ``behind_auth_proxy`` (neither UI has a login)."""
     from dashboards import ui as dashboards_ui
     from sweeps.stores.mlflow_access import check_credentials
 
+    dashboards_ui.check_host(host, behind_auth_proxy)
     place = _workspace(workspace)
     tracking_uri = _tracking_uri(place, "")
     check_credentials(tracking_uri)  # the user's own, which the browser will ask for

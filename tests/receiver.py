@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +18,7 @@ class Receiver(ThreadingHTTPServer):
 
     def __init__(self) -> None:
         self.received: list[dict] = []
+        self.folder = Path(tempfile.mkdtemp(prefix="seqae-receiver-"))  # mode 700
         received = self.received
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,8 +40,12 @@ class Receiver(ThreadingHTTPServer):
         return [m["title"] for m in self.received]
 
     def notify(self) -> str:
-        """The `--set` that sends a sweep's notifications here."""
-        return f"notify={{urls: ['{self.url}']}}"
+        """The `--set` that sends a sweep's notifications here: the URL in a file only its owner
+        reads, as a sweep file names a URL (a token's holder) by reference."""
+        path = self.folder / "hook-url"
+        path.write_text(self.url)
+        path.chmod(0o600)
+        return f"notify={{urls: ['file:{path}']}}"
 
 
 @pytest.fixture
@@ -47,3 +55,4 @@ def receiver() -> Iterator[Receiver]:
     yield server
     server.shutdown()
     server.server_close()
+    shutil.rmtree(server.folder, ignore_errors=True)

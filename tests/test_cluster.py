@@ -10,12 +10,14 @@ import signal
 import subprocess
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Callable
 
 import psutil
 import pytest
 
+from sweeps.stores.workspace import Workspace
 from tests.conftest import REPO
 from tests.rotation import in_turn
 from tests.sweep_helpers import (
@@ -259,6 +261,66 @@ def test_sqlite_backends_are_refused_for_multi_node_sweeps(cluster, tmp_path):
     assert not (tmp_path / "ws2" / "sweeps").exists()
 
 
+def test_a_job_gets_only_the_projects_tracked_files_and_no_secret_reaches_its_command_line_env_logs_or_records(
+        cluster, tmp_path, receiver):
+    """Submitted from a clone with an untracked `.env` and key file beside the code, a `--set`
+    value, and a notification URL holding a secret both in SEQAE_NOTIFY_URLS and in a private file
+    the sweep names (`file:/PATH`): the files never reach the cluster (Ray unpacks a job's package
+    under its temp folder's runtime_resources); the setting is on no command line and not in the
+    job's info; the secret is nowhere: not in the Jobs API's job info or logs, any process's
+    command line, the driver's environment, Ray's logs, the sweep's folder (sweep.json, the
+    report) or MLflow's params and tags; and the notifications still arrive, through the file."""
+    from ray.job_submission import JobSubmissionClient
+
+    # made here, so that no tracked file (this one is packaged too) holds them
+    clone, planted, setting, secret = tmp_path / "clone", *(f"{kind}-{uuid.uuid4().hex}" for kind in
+                                                              ("planted", "setting", "secret"))
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    (clone / ".env").write_text(f"API_KEY={planted}\n")
+    (clone / "id_rsa.pem").write_text(f"-----BEGIN KEY-----\n{planted}\n")
+    url_file = tmp_path / "notify-url"
+    url_file.write_text(f"{receiver.url}-{secret}")  # the receiver takes any path
+    url_file.chmod(0o600)
+    workspace = str(tmp_path / "ws")
+    run = seqae("sweep", "submit", "sweeps/studies/quickstart.yaml", "--name", "packaged", "--workspace", workspace,
+                *sets(*SWEEP, "trials.total=2", f"description={setting}", f"notify={{urls: ['file:{url_file}']}}"),
+                cwd=clone, env={**cluster["env"], "SEQAE_NOTIFY_URLS": f"json://127.0.0.1:9/{secret}"})
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(r"package: \d+ files, [\d.]+ [KM]iB", run.stdout), run.stdout
+    assert "SEQAE_NOTIFY_URLS is not passed to the job" in run.stderr
+
+    driver = job_driver("packaged")  # the job is up: its package unpacked, its driver started
+    lines = [" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])]
+    assert any("--sets-file" in line for line in lines)  # the driver's line, read while it runs
+    assert not [line for line in lines if setting in line or secret in line]
+    assert secret not in "\0".join(driver.environ().values())
+    record = Workspace(workspace).read_submission("packaged")
+    token = Path(cluster["state"]["token_file"]).read_text().strip()
+    jobs = JobSubmissionClient(record.address, headers={"Authorization": f"Bearer {token}"})
+    info = jobs.get_job_info(record.jobs[-1]).model_dump_json()
+    assert "--sets-file" in info and setting not in info and secret not in info
+
+    sessions = list(Path(cluster["state"]["ray_temp_dir"]).glob("session_2*"))
+    unpacked = [p for session in sessions for p in (session / "runtime_resources").rglob("*")]
+    assert any(p.match("*/seqae_cli/__main__.py") for p in unpacked)  # the package is there
+    assert not [p for p in unpacked if p.name in (".env", "id_rsa.pem")]
+    assert not [p for p in unpacked if p.is_file() and planted.encode() in p.read_bytes()]
+
+    info = wait_job(cluster, "packaged", workspace=workspace)
+    assert info["job"]["status"] == "SUCCEEDED" and info["trials_by_state"] == {"COMPLETE": 2}  # its --set arrived
+    assert "seqae packaged: the sweep is complete" in receiver.titles()  # the URL read from its file
+    logs = jobs.get_job_logs(record.jobs[-1])
+    assert "sweep packaged: complete" in logs and secret not in logs
+    ray_logs = [p for session in sessions for p in (session / "logs").rglob("*") if p.is_file()]
+    sweep_files = [p for p in (Path(record.workspace) / "sweeps" / "packaged").rglob("*") if p.is_file()]
+    assert any(p.name == "sweep.json" for p in sweep_files) and ray_logs
+    assert not [p for p in ray_logs + sweep_files if secret.encode() in p.read_bytes()]
+    runs = mlflow_runs(None, "packaged", tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
+    recorded = [v for r in runs for v in (*r.data.params.values(), *r.data.tags.values())]
+    assert any(str(url_file) in v for v in recorded)  # the reference, logged as the param sweep.notify
+    assert not [v for v in recorded if secret in v]
+
+
 def restore_worker(cluster, node_ip: str) -> None:
     from cluster import local
 
@@ -271,7 +333,8 @@ def job_driver(name: str) -> psutil.Process:
     def found() -> psutil.Process | None:
         for process in psutil.process_iter(["cmdline"]):
             line = process.info["cmdline"] or []
-            if line[1:5] == ["-m", "seqae_cli", "sweep", "run"] and line[line.index("--name") + 1] == name:
+            named = "--name" in line and line[line.index("--name") + 1] == name  # others' drivers may run here
+            if line[1:5] == ["-m", "seqae_cli", "sweep", "run"] and named:
                 return process
         return None
 

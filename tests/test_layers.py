@@ -54,7 +54,7 @@ SWEEP_ORDER = [
     "stores.workspace", "stores.outages", "stores.study_storage", "stores.search", "stores.retention", "stores.ledger",
     "stores.writer", "stores.mlflow_access", "stores.mlflow_runs", "stores.textmodel", "stores.tracking",
     "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_connection",
-    "running.submit", "running.sweep_data", "running.trial", "running.stoppers", "running.schedulers",
+    "running.package", "running.submit", "running.sweep_data", "running.trial", "running.stoppers", "running.schedulers",
     "running.callbacks", "running.packs", "running.runner", "running.lifecycle", "running.driver",
     "results.trials", "results.status", "results.remote_status", "results.export", "results.registry",
     "api",

@@ -3,9 +3,11 @@ sweep stopping new trials (its target, its budget, `seqae sweep stop`) and its e
 through Apprise, which speaks to Slack, e-mail, Matrix, Discord, ntfy, plain JSON webhooks and
 a hundred more services by URL.
 
-Where the URLs come from: the sweep file's ``notify.urls`` (an entry ``env:NAME`` reads the URL
-from the environment variable NAME, so that a token never sits in a file that is shared or
-committed) and the environment variable ``SEQAE_NOTIFY_URLS`` (URLs separated by spaces).
+Where the URLs come from: the sweep file's ``notify.urls``, each a reference the driver reads (an
+entry ``env:NAME`` reads the URL from the environment variable NAME, ``file:/PATH`` from a file
+only its owner may read), so that a token never sits in a file that is shared or committed, nor in
+the sweep's records; and the environment variable ``SEQAE_NOTIFY_URLS`` (URLs separated by spaces)
+of a driver run here (``submit`` does not pass it to a job, whose environment the Jobs API shows).
 
 A notification is sent from a thread of its own, so a slow or dead service never stops or slows
 the sweep; what cannot be delivered is logged, and at the sweep's end the driver waits a few
@@ -17,6 +19,7 @@ import logging
 import os
 import queue
 import threading
+from pathlib import Path
 
 import apprise
 
@@ -29,18 +32,34 @@ _DONE = None
 
 
 def resolve(urls: list[str]) -> list[str]:
-    """The URLs to notify: the sweep file's (``env:NAME`` read from the environment; one unset is
-    skipped with a warning) and those in ``SEQAE_NOTIFY_URLS``."""
+    """The URLs to notify: the sweep file's (``env:NAME`` read from the environment, ``file:/PATH``
+    from the file; one unset, missing or readable by others is skipped with a warning) and those in
+    ``SEQAE_NOTIFY_URLS``."""
     resolved = []
     for n, url in enumerate(urls):
         if url.startswith("env:"):
-            value = os.environ.get(url[4:], "")
-            if not value:
-                log.warning("notify.urls[%d]: $%s is not set; no notifications go there", n, url[4:])
-                continue
-            url = value
-        resolved.append(url)
+            url = os.environ.get(url[4:], "")
+            if not url:
+                log.warning("notify.urls[%d]: $%s is not set; no notifications go there", n, urls[n][4:])
+        elif url.startswith("file:"):
+            url = _read_private(n, Path(url[5:]))
+        if url:
+            resolved.append(url)
     return resolved + os.environ.get(ENV, "").split()
+
+
+def _read_private(n: int, path: Path) -> str:
+    """The URL in ``path``, or "" (with a warning) where it is missing or others may read it."""
+    try:
+        mode = path.stat().st_mode
+        if mode & 0o077:
+            log.warning("notify.urls[%d]: %s may be read by others (mode %o); `chmod 600` it; no notifications go "
+                        "there", n, path, mode & 0o777)
+            return ""
+        return path.read_text().strip()
+    except OSError as exc:
+        log.warning("notify.urls[%d]: %s cannot be read (%s); no notifications go there", n, path, exc.strerror)
+        return ""
 
 
 class Notifier:

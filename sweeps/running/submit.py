@@ -1,10 +1,12 @@
 """Submitting sweeps to a Ray cluster as Ray Jobs, and following them.
 
-``seqae sweep submit`` packages the current directory (the repository, with the sweep file in it)
-as the job's working directory and runs ``seqae sweep run`` as the job's driver on the cluster.
-The job gets the ``SEQAE_*`` and Hugging Face settings of this shell, never a secret: database
-passwords stay in a pgpass file named by ``PGPASSFILE``, the Ray token in the caller's
-environment. Ray's token authentication is honored through the ``Authorization`` header.
+``seqae sweep submit`` packages the seqae project it is run from (the files git tracks, the sweep
+file and the job's ``--set`` overrides: :mod:`sweeps.running.package`) as the job's working
+directory and runs ``seqae sweep run`` as the job's driver on the cluster. The job gets the
+``SEQAE_*`` and Hugging Face settings of this shell, never a secret: database passwords stay in a
+pgpass file named by ``PGPASSFILE``, the Ray token in the caller's environment, notification URLs
+on the cluster (``notify.urls``' ``env:NAME`` and ``file:/PATH``). Ray's token authentication is
+honored through the ``Authorization`` header.
 
 A record of each submission (job ids, the address) is kept in the workspace, so ``status``,
 ``logs``, ``cancel`` and ``resume`` work by sweep name.
@@ -12,6 +14,7 @@ A record of each submission (job ids, the address) is kept in the workspace, so 
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import time
@@ -21,15 +24,18 @@ from typing import Any
 from ray.job_submission import JobSubmissionClient
 
 from seqae_errors import ConfigError
+from sweeps.running import package
+from sweeps.running.notify import ENV as NOTIFY_URLS
 from sweeps.spec import sweep as spec_lib
 from sweeps.stores.workspace import Job, Submission, Workspace, check_name, redact, resolve_backends
 
 PASSED_PREFIXES = ("SEQAE_", "HF_HUB_", "HF_DATASETS_", "TOKENIZERS_")
 PASSED_NAMES = ("PGPASSFILE",)
-NEVER_PASSED = ("SEQAE_RAY_ADDRESS", "SEQAE_CACHE_DIR")  # the job's own address; each node's own data cache
-EXCLUDES = [".venv", ".git", "seqae-runs", "bench-results", "**/__pycache__", "*.db", ".pytest_cache"]
-# Files a cluster's state may hold (secrets, a database, checkpoints): never packaged with the job.
-STATE_PATHS = ("RAY_AUTH_TOKEN_PATH", "PGPASSFILE", "SEQAE_STORAGE", "SEQAE_WORKSPACE")
+# the job's own address; each node's own data cache; URLs that hold tokens (the Jobs API shows a
+# job's environment to every holder of the Ray token)
+NEVER_PASSED = ("SEQAE_RAY_ADDRESS", "SEQAE_CACHE_DIR", NOTIFY_URLS)
+
+log = logging.getLogger(__name__)
 
 
 def address(given: str | None) -> str:
@@ -83,12 +89,15 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
                 f"driver's disk cannot serve every trial (and lock under concurrent writers). Point {default} at a "
                 "server: `seqae cluster up` starts both and prints what to export"
             )
-    working_dir = Path.cwd()
+    working_dir = package.project_root(Path.cwd())
     try:
         relative = Path(file).resolve().relative_to(working_dir)
     except ValueError:
         raise ConfigError(f"{file} is outside {working_dir}, the directory that is packaged for the cluster; "
                           "run from the repository root") from None
+    if os.environ.get(NOTIFY_URLS):
+        log.warning("%s is not passed to the job, whose environment the Jobs API shows: name its URLs in the "
+                    "sweep file's notify.urls as env:NAME or file:/PATH, read on the cluster", NOTIFY_URLS)
 
     cluster_workspace = env.get("SEQAE_WORKSPACE", str(workspace.root))
     # where the driver will keep the sweep, picked as it picks them (from the same SEQAE_* settings,
@@ -109,37 +118,20 @@ def resubmit(workspace: Workspace, record: Submission) -> Submission:
     return record
 
 
-def excludes(working_dir: Path) -> list[str]:
-    """What the job's package leaves out: build and run outputs, and the whole top-level folder of
-    any cluster state inside the working directory (`seqae cluster up --dir .seqae-cluster` keeps
-    the token, the pgpass file and PostgreSQL's data there)."""
-    state = []
-    for key in STATE_PATHS:
-        value = os.environ.get(key)
-        if not value:
-            continue
-        try:
-            inside = Path(value).expanduser().resolve().relative_to(working_dir.resolve())
-        except ValueError:
-            continue
-        if inside.parts:
-            state.append(f"/{inside.parts[0]}")
-    return EXCLUDES + sorted(set(state))
-
-
 def _submit(workspace: Workspace, record: Submission, env: dict[str, str]) -> None:
     """Every job of a sweep runs the same command: it creates the sweep, or resumes it."""
     entrypoint = shlex.join(["python", "-m", "seqae_cli", "sweep", "run", record.file, "--or-resume",
                              "--name", record.name, "--workspace", record.workspace,
-                             *[a for s in record.sets for a in ("--set", s)]])
+                             "--sets-file", package.SETS_FILE])
     jobs = client(record.address)
     job_id = f"seqae-{record.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    jobs.submit_job(
-        entrypoint=entrypoint, submission_id=job_id, metadata={"seqae_sweep": record.name},
-        runtime_env={"working_dir": record.working_dir, "excludes": excludes(Path(record.working_dir)),
-                     "env_vars": env},
-    )
+    with package.build(package.project_root(Path(record.working_dir)), record.file, record.sets) as packed:
+        jobs.submit_job(
+            entrypoint=entrypoint, submission_id=job_id, metadata={"seqae_sweep": record.name},
+            runtime_env={"working_dir": str(packed.path), "env_vars": env},
+        )
     record.jobs.append(job_id)
+    record.package_files, record.package_bytes = packed.files, packed.bytes
     workspace.write_submission(record)
 
 

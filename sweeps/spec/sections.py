@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 from typing import Any, Literal
 
-import apprise
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -289,18 +288,26 @@ class BudgetSection(Section):
 
 
 class NotifySection(Section):
-    urls: tuple[str, ...] = Field(default=(), strict=False, description="Apprise URLs to tell; env:NAME reads one "
-                                                                        "from $NAME, where tokens belong")
+    urls: tuple[str, ...] = Field(default=(), strict=False, description="where the Apprise URLs to tell are, read "
+                                                                        "by the driver: env:NAME ($NAME) or "
+                                                                        "file:/PATH (a file only its owner reads); "
+                                                                        "never the URL itself, which holds a token")
     events: tuple[Event, ...] = Field(default=EVENTS, strict=False, description="what they are told of")
 
     @model_validator(mode="after")
     def _understood(self) -> NotifySection:
+        # A URL is never repeated in a message: it may hold a token. Apprise's URLs nearly all do (in
+        # the path, the user or the query), so none is taken literally: a sweep file is shared, and
+        # its settings are stored in sweep.json and logged to MLflow.
         for n, url in enumerate(self.urls):
-            if url.startswith("env:") and not url[4:].isidentifier():
-                raise ValueError(f"urls[{n}]: env:NAME needs an environment variable's name, not {url[4:]!r}")
-            if not url.startswith("env:") and not apprise.Apprise().add(url):  # not a service Apprise knows
-                # the URL itself is not repeated: it may hold a token
-                raise ValueError(f"urls[{n}] is not a URL Apprise understands (https://github.com/caronc/apprise/wiki)")
+            kind, _, rest = url.partition(":")
+            if kind == "env" and not rest.isidentifier():
+                raise ValueError(f"urls[{n}]: env:NAME needs an environment variable's name, not {rest!r}")
+            if kind == "file" and not (rest.startswith("/") and not rest.startswith("//")):
+                raise ValueError(f"urls[{n}]: file:/PATH needs an absolute path on the cluster, not {rest!r}")
+            if kind not in ("env", "file"):
+                raise ValueError(f"urls[{n}] is a URL itself; give where the driver reads it instead: env:NAME "
+                                 "(an environment variable) or file:/PATH (a file only its owner reads, chmod 600)")
         return self
 
 

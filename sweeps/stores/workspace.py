@@ -130,9 +130,11 @@ class Submission:
     file: str  # the sweep file, relative to working_dir
     sets: list[str]
     workspace: str  # the cluster's workspace, where its driver keeps the sweep
-    working_dir: str  # the directory packaged as the job's working directory
+    working_dir: str  # the project whose tracked files are packaged as the job's working directory
     jobs: list[str] = field(default_factory=list)  # Ray Job ids, oldest first
     backends: Backends | None = None  # picked as its driver picks them
+    package_files: int = 0  # the latest job's package: how many files
+    package_bytes: int = 0  # ... and its size, zipped, as uploaded
 
     @property
     def sweep_file(self) -> str:
