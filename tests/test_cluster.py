@@ -147,7 +147,7 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
                     unset=("SEQAE_OPTUNA_STORAGE",))
         assert run.returncode == 0, run.stdout + run.stderr
     control = job_status(cluster, "spread", workspace=laptop)["control"]
-    assert control["max_concurrent"] == 3 and "stopped by `seqae sweep stop`" in control["drain"], control
+    assert control["max_concurrent"] == 3 and "with `seqae sweep stop`" in control["drain"], control
     assert {r.info.status for r in runs} == {"FINISHED"}
     nodes = {r.data.tags["ray.node_id"] for r in children}
     assert len(nodes) > 1, nodes  # the trials ran on more than one node

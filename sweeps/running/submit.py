@@ -22,6 +22,7 @@ from ray.job_submission import JobSubmissionClient
 
 from seqae_errors import ConfigError
 from sweeps.spec import sweep as spec_lib
+from sweeps.stores import ownership
 from sweeps.stores.workspace import Job, Submission, Workspace, check_name, redact, resolve_backends
 
 PASSED_PREFIXES = ("SEQAE_", "HF_HUB_", "HF_DATASETS_", "TOKENIZERS_")
@@ -95,7 +96,7 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
     # a password refused), for `status` here
     backends = resolve_backends(Workspace(cluster_workspace), name, {})
     record = Submission(name=name, address=url, file=str(relative), sets=sets, workspace=cluster_workspace,
-                        working_dir=str(working_dir), backends=backends)
+                        working_dir=str(working_dir), backends=backends, owner=ownership.actor())
     _submit(workspace, record, env)
     return record
 
@@ -134,10 +135,13 @@ def _submit(workspace: Workspace, record: Submission, env: dict[str, str]) -> No
                              *[a for s in record.sets for a in ("--set", s)]])
     jobs = client(record.address)
     job_id = f"seqae-{record.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # The driver runs as the head's user: it acts for the user who submits (its sweep's owner, or an admin)
+    user = ownership.actor()
+    owned = {"seqae_owner": record.owner} if record.owner else {}
     jobs.submit_job(
-        entrypoint=entrypoint, submission_id=job_id, metadata={"seqae_sweep": record.name},
+        entrypoint=entrypoint, submission_id=job_id, metadata={"seqae_sweep": record.name, "seqae_user": user, **owned},
         runtime_env={"working_dir": record.working_dir, "excludes": excludes(Path(record.working_dir)),
-                     "env_vars": env},
+                     "env_vars": {**env, ownership.USER: user}},
     )
     record.jobs.append(job_id)
     workspace.write_submission(record)

@@ -113,6 +113,7 @@ class SweepState:
     warm_starts: dict[str, dict[str, Any]] = field(default_factory=dict)  # warm_start resolved: {SWEEP.tN: searched values}
     code: dict[str, Any] | None = None  # the code its last session ran: {"commit": ..., "files": {path: sha256}}
     root: str | None = None  # the workspace's folder when this was written (see :meth:`Workspace.read`)
+    owner: str | None = None  # the user who created it (sweeps.stores.ownership); None, before owners were: anyone's
 
     @property
     def total_trials(self) -> int:
@@ -133,6 +134,7 @@ class Submission:
     working_dir: str  # the directory packaged as the job's working directory
     jobs: list[str] = field(default_factory=list)  # Ray Job ids, oldest first
     backends: Backends | None = None  # picked as its driver picks them
+    owner: str | None = None  # the user who submitted it (sweeps.stores.ownership); None, before owners were: anyone's
 
     @property
     def sweep_file(self) -> str:
