@@ -200,4 +200,3 @@ def test_a_run_sweep_records_its_owner_everywhere_and_only_its_owner_and_the_adm
     assert info["control"]["log"][-1]["by"] == "admin (an MLflow admin, on alice's sweep)"
     sessions = json.loads((workspace / "sweeps" / name / "sweep.json").read_text())["sessions"]
     assert [s["user"] for s in sessions] == ["alice", "admin"]
-    assert "host" not in sessions[0]
