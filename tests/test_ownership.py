@@ -6,6 +6,7 @@ command line and the Python API."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import shutil
 from pathlib import Path
@@ -20,6 +21,7 @@ from seqae_core import names as N
 from seqae_errors import ConfigError
 from sweeps.api import Sweep
 from sweeps.running import lifecycle
+from sweeps.spec import sweep as spec_lib
 from sweeps.stores import ownership
 from sweeps.stores.search import open_study, read_only
 from sweeps.stores.search import storage as optuna_storage
@@ -59,8 +61,6 @@ def alices(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_who_acts_is_the_jobs_user_then_the_mlflow_user_then_the_os_user(monkeypatch):
-    import getpass
-
     monkeypatch.delenv(ownership.USER, raising=False)
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "")
     assert ownership.actor() == getpass.getuser()  # set but empty: not a name
@@ -138,7 +138,7 @@ def test_the_studys_owner_is_checked_where_only_the_study_is_reached(workspace, 
     workspace.write_submission(Submission(name="remote", address="http://127.0.0.1:9", file="quick.yaml", sets=SETS,
                                           workspace="/cluster/ws", working_dir=str(source), jobs=["seqae-remote-1"],
                                           backends=workspace.default_backends("remote")))
-    spec = lifecycle.spec_lib.load(source / "quick.yaml", SETS)
+    spec = spec_lib.load(source / "quick.yaml", SETS)
     open_study(spec, url, "remote", spec.planned_trials(), spec.fingerprint()).claim("alice")
     assert optuna.load_study(study_name="remote", storage=url).user_attrs[N.OWNER] == "alice"
     as_user(monkeypatch, "bob")
@@ -184,7 +184,7 @@ def test_a_run_sweep_records_its_owner_everywhere_and_only_its_owner_and_the_adm
         refused = seqae("sweep", *argv, "--workspace", str(workspace))
         assert refused.returncode == 2 and (f"seqae: error: sweep {name!r} belongs to alice; bob may not {verb} it "
                                             "(an MLflow admin may)") in refused.stderr, (argv, refused.stderr)
-    with pytest.raises(ConfigError, match=f"belongs to alice; bob may not stop it"):
+    with pytest.raises(ConfigError, match="belongs to alice; bob may not stop it"):
         Sweep(name, workspace).stop()
     assert status(name, workspace)["trials_total"] == 1 and status(name, workspace)["control"]["log"] == []
 

@@ -5,8 +5,8 @@ study, its MLflow experiment, runs and registered model, and its Ray jobs record
 acts is the MLflow user (``MLFLOW_TRACKING_USERNAME``), else the operating system's; a submitted
 sweep's driver runs on the cluster's head as the head's user, so its job carries the submitting
 user in :data:`USER`, which comes first. Stopping, changing, resuming, extending or cancelling a
-sweep is for its owner and MLflow's admin; reading one (status, export, a fork's seed) is for anyone.
-A sweep recorded before owners were (no owner) is anyone's.
+sweep is for its owner and MLflow's admin; reading one (status, export, a fork's seed) is for
+anyone. A sweep recorded before owners were (no owner) is anyone's.
 
 These checks keep the members of one team from acting on each other's sweeps by mistake; they
 are no wall against a user who edits the records or holds the cluster's credentials."""
