@@ -3,7 +3,7 @@
 The cluster's admin (who holds its ``secrets/``) creates the account through MLflow's own
 basic-auth API, with a generated password that is never printed. The password is kept twice, each
 copy mode 600: in ``secrets/mlflow_accounts/NAME`` on the head, where the driver of a sweep NAME
-submitted signs in as NAME (:func:`sweeps.stores.mlflow_access.sign_in_as_owner`), and in
+submitted signs in as NAME (:func:`sweeps.stores.mlflow_access.sign_in_as_job_user`), and in
 ``users/NAME/``, the folder the user copies to their own machine: their ``env.sh`` (the cluster's
 addresses, their MLflow user, the files beside it by relative path), the password, the Ray token
 and the studies' pgpass file. MLflow gives a user MANAGE on what they create and nothing else until

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,7 +105,7 @@ def cmd_sweep_fork(args: argparse.Namespace) -> int | None:  # the driver's exit
 
 def cmd_sweep_stop(args: argparse.Namespace) -> int:
     how = "`seqae sweep stop --now`" if args.now else "`seqae sweep stop`"
-    Sweep(args.name, args.workspace).stop(f"stopped by {how} on {socket.gethostname()}", now=args.now)
+    Sweep(args.name, args.workspace).stop(f"stopped by {api.actor()} with {how}", now=args.now)
     running = "stop at the end of their epoch" if args.now else "finish"
     print(f"sweep {args.name}: no new trials start; the running ones {running}. `seqae sweep resume {args.name}` "
           "continues it later")
@@ -225,9 +224,13 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         print(json.dumps(info.as_json()))
         return 0
     if isinstance(info, api.Pending):
-        print(f"sweep {args.name}: job {info.job.id} is {info.job.status} (its driver has not started its trials yet)")
+        owner = f" by {info.owner}" if info.owner else ""
+        print(f"sweep {args.name} (submitted{owner}): job {info.job.id} is {info.job.status} (its driver has not "
+              "started its trials yet)")
         return 0
     print(f"sweep {info.name} ({info.outcome}) in {info.workspace}")
+    if info.owner:
+        print(f"  owner: {info.owner}")
     if info.profile:
         print(f"  profile: {info.profile}: {info.description}")
     control = info.control

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 # MLflow tags
 SWEEP = "seqae.sweep"  # experiment and runs: the sweep's name
+OWNER = "seqae.owner"  # experiment, runs, registered model and study (a user attribute): the user the sweep belongs to
 FINGERPRINT = "seqae.fingerprint"  # experiment and study: the sweep file's fingerprint (one sweep per experiment)
 ROLE = "seqae.role"  # the sweep's parent run: "sweep"
 ROLE_SWEEP = "sweep"

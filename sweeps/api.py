@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seqae_errors import ConfigError
+from sweeps.stores.ownership import actor, check
 from sweeps.stores.workspace import Job, Listed, Submission, Workspace, listing
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ class Pending:
 
     name: str
     job: Job
+    owner: str | None  # who submitted it (None: a submission from before owners)
 
     def as_json(self) -> dict[str, object]:
         return asdict(self)
@@ -146,7 +148,8 @@ class Sweep:
              profile: str | None = None, name: str | None = None, workspace: str | Path | Workspace | None = None,
              verbose: bool = False) -> Sweep:
         """A new sweep from ``file`` whose study starts with sweep ``origin``'s finished trials that
-        fit its space, run until it ends."""
+        fit its space, run until it ends. The fork is its maker's; ``origin`` is only read, as
+        its status is, so it may be anyone's."""
         from sweeps.running import lifecycle
 
         place = _workspace(workspace)
@@ -180,9 +183,16 @@ class Sweep:
             raise ConfigError(f"sweep {self.name!r} was not submitted to a cluster from this workspace")
         return self.submission
 
+    def _may(self, verb: str) -> str:
+        """Who acts, if they may ``verb`` the sweep (its owner or MLflow's admin:
+        :mod:`sweeps.stores.ownership`); refused otherwise."""
+        record = self.submission or self.workspace.read(self.name)
+        return check(self.name, record.owner, verb)
+
     def resume(self, *, allow_code_change: bool = False, verbose: bool = False) -> Sweep:
         """Run what is left of the sweep: interrupted trials from their newest checkpoint, then the
         trials not yet started. A submitted sweep is resubmitted, as a new job of the same sweep."""
+        self._may("resume")
         if self.submission is not None:
             from sweeps.running import submit
 
@@ -197,6 +207,7 @@ class Sweep:
         (``best:K`` or ``3,5``; unset: ``best:1``) trained on to ``epochs``; then run them."""
         from sweeps.running import driver, lifecycle, progress
 
+        self._may("extend")
         if epochs is None and which is not None:
             raise ConfigError(f"extend: which={which!r} names trials to train on: give epochs=N too")
         if (trials is None) == (epochs is None):
@@ -215,17 +226,16 @@ class Sweep:
     def stop(self, reason: str | None = None, now: bool = False) -> Control:
         """Start no new trials, wherever its driver runs; the running ones finish, or with ``now``
         stop at the end of their epoch, for a resume to continue them from there. ``reason`` is
-        what its status shows (unset: stopped from Python on this machine)."""
-        import socket
-
+        what its status shows (unset: ``stopped by USER from Python``); its control record's log
+        names who stopped it. For its owner and MLflow's admin (:mod:`sweeps.stores.ownership`)."""
         from sweeps.running import lifecycle
 
-        why = reason or f"stopped from Python on {socket.gethostname()}"
+        why = reason or f"stopped by {actor()} from Python"
         return lifecycle.control(self.workspace, self.name, drain=why, **({"now": True} if now else {}))
 
     def set(self, **changes: int | str) -> Control:
         """Change the running sweep (:func:`check_changes`): ``max_concurrent=N`` from its
-        driver's next trial on, wherever the driver runs."""
+        driver's next trial on, wherever the driver runs. For its owner and MLflow's admin."""
         from sweeps.running import lifecycle
 
         return lifecycle.control(self.workspace, self.name, **check_changes(**changes))
@@ -249,7 +259,7 @@ class Sweep:
         if self.workspace.exists(self.name):  # its driver keeps its state in this workspace
             return dataclasses.replace(status.status(self.workspace, self.name), job=submit.job_info(record))
         if not (record.backends and study_exists(record.backends.optuna_storage, self.name)):
-            return Pending(self.name, submit.job_info(record))
+            return Pending(self.name, submit.job_info(record), record.owner)
         return remote_status.status_of(record)
 
     def job(self) -> Job:
@@ -266,10 +276,12 @@ class Sweep:
 
     def cancel(self) -> bool:
         """Stop a submitted sweep's job (its trials continue from their checkpoints on
-        :meth:`resume`); False if it had already ended."""
+        :meth:`resume`); False if it had already ended. For its owner and MLflow's admin."""
         from sweeps.running import submit
 
-        return submit.cancel(self._submitted())
+        record = self._submitted()
+        self._may("cancel")
+        return submit.cancel(record)
 
     def trials(self) -> Trials:
         """Every trial as a typed record (:class:`sweeps.results.trials.Trial`), in number order;

@@ -3,6 +3,7 @@ PostgreSQL and an MLflow server; sweeps submitted through the Jobs API."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+import optuna
 import psutil
 import pytest
 
@@ -134,6 +136,16 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
     text = seqae("sweep", "status", "spread", "--workspace", laptop, env=cluster["env"]).stdout
     assert "COMPLETE 4" in text and "job: " in text and "SUCCEEDED" in text, text
 
+    # the sweep is its submitter's (the driver ran as the head's user): another user may neither stop
+    # nor cancel it, and is told whose it is before the study or the cluster is changed
+    owner = cluster["env"].get("MLFLOW_TRACKING_USERNAME") or getpass.getuser()
+    assert info["owner"] == owner and f"owner: {owner}" in text, text
+    for verb in ("stop", "cancel"):
+        run = seqae("sweep", verb, "spread", "--workspace", laptop,
+                    env={**cluster["env"], "MLFLOW_TRACKING_USERNAME": "bob"})
+        assert run.returncode == 2 and f"sweep 'spread' belongs to {owner}; bob may not {verb} it" in run.stderr, \
+            run.stderr
+
     runs = mlflow_runs(None, "spread", tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
     parents = [r for r in runs if r.data.tags.get("seqae.role") == "sweep"]
     children = [r for r in runs if "seqae.trial" in r.data.tags]
@@ -149,7 +161,7 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
                     unset=("SEQAE_OPTUNA_STORAGE",))
         assert run.returncode == 0, run.stdout + run.stderr
     control = job_status(cluster, "spread", workspace=laptop)["control"]
-    assert control["max_concurrent"] == 3 and "stopped by `seqae sweep stop`" in control["drain"], control
+    assert control["max_concurrent"] == 3 and "with `seqae sweep stop`" in control["drain"], control
     assert {r.info.status for r in runs} == {"FINISHED"}
     nodes = {r.data.tags["ray.node_id"] for r in children}
     assert len(nodes) > 1, nodes  # the trials ran on more than one node
@@ -160,7 +172,9 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PGPASSFILE", cluster["env"]["PGPASSFILE"])
         trials = optuna_trials(None, "spread", storage=storage)
+        assert optuna.load_study(study_name="spread", storage=storage).user_attrs["seqae.owner"] == owner
     assert len(trials) == 4 and {t.state.name for t in trials} == {"COMPLETE"}
+    assert {r.data.tags["seqae.owner"] for r in runs} == {owner}
 
     # MLflow's authentication was on: the driver tracked with the head's credentials, and a client
     # without them reads nothing of the sweep
@@ -174,7 +188,10 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
     token = Path(cluster["state"]["token_file"]).read_text().strip()
     request = urllib.request.Request(f"{dashboard(cluster)}/api/jobs/{job}", headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=10) as response:
-        job_env = json.loads(response.read())["runtime_env"]["env_vars"]
+        job_info = json.loads(response.read())
+    job_env = job_info["runtime_env"]["env_vars"]
+    assert job_info["metadata"] == {"seqae_sweep": "spread", "seqae_user": owner, "seqae_owner": owner}
+    assert job_env["SEQAE_USER"] == owner  # whom the driver acts for
     assert not any(k.startswith("MLFLOW_TRACKING_") for k in job_env), sorted(job_env)
     ray_logs = [p for p in Path(cluster["state"]["ray_temp_dir"]).glob("session_*/logs/**/*") if p.is_file()]
     assert any("driver" in p.name for p in ray_logs)  # the job driver's own log is among them

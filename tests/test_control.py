@@ -8,6 +8,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sweeps.api import Sweep
+from sweeps.stores import ownership
 from tests import sweep_helpers as helpers
 from tests.rotation import rotated
 from tests.sweep_helpers import STUDIES, TINY, optuna_trials, run_args, seqae, start, status, trial_metas, wait_for
@@ -59,7 +60,8 @@ def test_set_max_concurrent_then_stop_drains_then_stop_now_ends_the_running_tria
         assert raised.returncode == 0, raised.stderr
         wait_for(lambda: states(workspace, name).count("RUNNING") == 2, 180, "two trials running at once")
         Sweep.open(name, workspace).stop()  # through the Python API; `seqae sweep stop` makes the same call
-        wait_for(lambda: "draining (stopped from Python on " in log.read_text(), 180, "the driver to drain")
+        wait_for(lambda: f"draining (stopped by {ownership.actor()} from Python)" in log.read_text(), 180,
+                 "the driver to drain")
         assert "the running ones (2) finish" in log.read_text()
         assert status(name, workspace)["trials_by_state"] == {"RUNNING": 2, "NOT_STARTED": 2}
         now = seqae("sweep", "stop", name, "--now", "--workspace", str(workspace))
@@ -77,7 +79,7 @@ def test_set_max_concurrent_then_stop_drains_then_stop_now_ends_the_running_tria
     assert info["outcome"] == "stopped" and info["trials_by_state"] == {"RUNNING": 2, "NOT_STARTED": 2}
     assert info["control"]["max_concurrent"] == 2 and info["control"]["now"] is True
     shown = seqae("sweep", "status", name, "--workspace", str(workspace)).stdout
-    assert "stopped: no new trials (stopped by `seqae sweep stop --now` on " in shown, shown
+    assert f"stopped: no new trials (stopped by {ownership.actor()} with `seqae sweep stop --now`)" in shown, shown
     assert "the running ones stop at the end of their epoch" in shown, shown
     runs = helpers.mlflow_runs(workspace, name)
     for run in runs:  # left to continue: paused, as after Ctrl-C

@@ -51,7 +51,7 @@ RAY_TUNE_HOMES = ("sweeps/running/trial.py", "sweeps/running/stoppers.py", "swee
 # reading its results, then the API over them.
 SWEEP_ORDER = [
     "spec.overrides", "spec.messages", "spec.sections", "spec.space", "spec.sweep", "spec.trial",
-    "stores.workspace", "stores.outages", "stores.study_storage", "stores.search", "stores.retention", "stores.ledger",
+    "stores.ownership", "stores.workspace", "stores.outages", "stores.study_storage", "stores.search", "stores.retention", "stores.ledger",
     "stores.writer", "stores.mlflow_access", "stores.mlflow_runs", "stores.textmodel", "stores.tracking",
     "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_connection",
     "running.package", "running.submit", "running.sweep_data", "running.trial", "running.stoppers", "running.schedulers",

@@ -303,7 +303,7 @@ def test_each_user_gets_an_mlflow_account_and_a_driver_on_the_head_writes_as_the
     import shutil
 
     from cluster import accounts, local
-    from sweeps.stores import mlflow_access
+    from sweeps.stores import mlflow_access, ownership
 
     assert accounts.ACCOUNTS_ENV == mlflow_access.ACCOUNTS_ENV
     root, uri = services["root"], services["env"]["SEQAE_MLFLOW_TRACKING_URI"]
@@ -336,7 +336,7 @@ def test_each_user_gets_an_mlflow_account_and_a_driver_on_the_head_writes_as_the
 
     head = {**services["env"], **NOBODY, mlflow_access.ACCOUNTS_ENV: str(accounts.accounts_dir(local.read_state(root)))}
     run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "alices-sweep", "--workspace",
-                str(tmp_path / "ws"), *sets(*SMOKE, "trials.total=1"), env={**head, mlflow_access.OWNER_ENV: "alice"},
+                str(tmp_path / "ws"), *sets(*SMOKE, "trials.total=1"), env={**head, ownership.USER: "alice"},
                 timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     sweep = next(e for e in api(services, "experiments/search?max_results=1000", user=alice)["experiments"]
@@ -344,7 +344,7 @@ def test_each_user_gets_an_mlflow_account_and_a_driver_on_the_head_writes_as_the
     assert permission_of(services, sweep["experiment_id"], "alice") == "MANAGE"  # alice created it: the driver was
     assert "alices-sweep" not in experiment_names(services, bob)
     nobody = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "carols", "--workspace",
-                   str(tmp_path / "ws2"), *sets(*SMOKE), env={**head, mlflow_access.OWNER_ENV: "carol"}, timeout=120)
+                   str(tmp_path / "ws2"), *sets(*SMOKE), env={**head, ownership.USER: "carol"}, timeout=120)
     assert nobody.returncode == 2 and "no MLflow account for 'carol'" in nobody.stderr, nobody.stderr
     assert "carols" not in experiment_names(services)
 

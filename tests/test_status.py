@@ -23,6 +23,7 @@ from sweeps.running import lifecycle
 from sweeps.spec import sweep as spec_lib
 from sweeps.spec.sections import MAX_CONCURRENT
 from sweeps.stores.ledger import decide, settle
+from sweeps.stores.ownership import actor
 from sweeps.stores.search import Control, SweepStudy, open_study, read_only
 from sweeps.stores.search import storage as optuna_storage
 from sweeps.stores.workspace import Backends, Listed, Submission, SweepState, Workspace, listing
@@ -218,7 +219,7 @@ def test_control_of_a_local_sweep_writes_the_record_into_its_study(workspace):
     assert returned.drain == "stopped by `seqae sweep stop`"
     assert control.drain == "stopped by `seqae sweep stop`" and control.max_concurrent == 4
     assert [{k: v for k, v in entry.items() if k != "at"} for entry in control.log] == [
-        {"drain": "stopped by `seqae sweep stop`"}, {"max_concurrent": 4}]
+        {"by": actor(), "drain": "stopped by `seqae sweep stop`"}, {"by": actor(), "max_concurrent": 4}]
 
 
 def test_control_refuses_an_unknown_sweep_a_limit_too_high_and_a_sweep_not_started(workspace):

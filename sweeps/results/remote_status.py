@@ -34,4 +34,4 @@ def status_of(record: Submission) -> SweepStatus:
                        outcome="complete" if complete and by_state else f"job {job.status}",
                        mlflow_experiment_id=experiment.experiment_id if experiment else None,
                        mlflow_parent_run_id=run.info.run_id if run else None, sessions=len(record.jobs), job=job,
-                       forked_from=None)
+                       forked_from=None, owner=record.owner)

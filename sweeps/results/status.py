@@ -60,6 +60,7 @@ class SweepStatus(TrialsView):
     sessions: int
     job: Job | None  # a submitted sweep's
     forked_from: str | None
+    owner: str | None  # the user it belongs to (sweeps.stores.ownership); None: a sweep from before owners
 
     def as_json(self) -> dict[str, Any]:
         """What ``--json`` prints: ``best`` the one trial, the front as a list, or null before one
@@ -84,7 +85,7 @@ def status(workspace: Workspace, name: str) -> SweepStatus:
     return SweepStatus(**vars(view), name=name, workspace=str(workspace.root),
                        outcome=last.get("outcome", "not started"), mlflow_experiment_id=state.mlflow_experiment_id,
                        mlflow_parent_run_id=state.mlflow_parent_run_id, sessions=len(state.sessions), job=None,
-                       forked_from=state.forked_from)
+                       forked_from=state.forked_from, owner=state.owner)
 
 
 def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, total: int) -> TrialsView:

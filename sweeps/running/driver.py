@@ -42,7 +42,7 @@ from sweeps.running.trial import LOGICAL_GPUS
 from sweeps.spec import sweep as spec_lib
 from sweeps.spec.sections import EVENTS, Objective
 from sweeps.spec.sweep import cell_configs
-from sweeps.stores import ledger
+from sweeps.stores import ledger, ownership
 from sweeps.stores.mlflow_access import check_credentials, unreachable, waiting_for_mlflow
 from sweeps.stores.search import SweepStudy, open_study
 from sweeps.stores.study_storage import PatientStorage, storage_lost
@@ -130,6 +130,9 @@ def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_c
     """The sweep's record, its data (prepared once), its Optuna study and its MLflow runs. Refused
     when the code changed since the sweep's last session, unless ``allow_code_change``."""
     state = workspace.read(name)
+    user = ownership.check(name, state.owner, "drive")  # its owner, or an admin, who is told whose sweep it drives
+    if user != ownership.actor():
+        progress.say(f"seqae: {user} drives it")
     spec = load_spec(state, check_file)
     code, change = check_code(state, allow_code_change)
     backends = state.backends
@@ -142,19 +145,21 @@ def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_c
                                               published_data(workspace, backends.storage))
     data_seconds = time.time() - started
     study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
+    if state.owner:
+        study.claim(state.owner)
     if change:
         study.set_control(code_change=change)
     state.code = {"commit": code.commit, "files": code.files}
     tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage,
                       workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None,
-                      spec.share, entries, code.run_tags(state.file), code.diff)
+                      spec.share, entries, code.run_tags(state.file), code.diff, state.owner)
     objective = spec.objectives[0]
     waiting_for_mlflow(backends.mlflow_tracking_uri, "opening the sweep's experiment",
                        partial(tracker.open, state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id,
                                sweep_params(spec, state), (objective.metric, objective.mode)))
     state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
-    record = {"started": started, "pid": os.getpid(), "host": socket.gethostname(), "outcome": "running",
-              "job": os.environ.get("RAY_JOB_ID")}
+    record = {"started": started, "pid": os.getpid(), "user": ownership.actor(), "host": socket.gethostname(),
+              "outcome": "running", "job": os.environ.get("RAY_JOB_ID")}
     notifier = Notifier(name, resolve(list(spec.notify.urls) if spec.notify else []),
                         spec.notify.events if spec.notify else EVENTS)
     return Session(state, spec, backends, study, tracker, epochs, data_seconds, published, record, notifier)

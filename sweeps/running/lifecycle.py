@@ -27,6 +27,7 @@ from sweeps.running.ray_connection import (
 from sweeps.running.sweep_data import check_data
 from sweeps.spec import sweep as spec_lib
 from sweeps.spec.sections import MAX_CONCURRENT, MAX_TRIALS, check_limit
+from sweeps.stores import ownership
 from sweeps.stores.mlflow_access import check_credentials
 from sweeps.stores.search import Control, SweepStudy, open_study, read_only, study_exists
 from sweeps.stores.workspace import (
@@ -49,7 +50,9 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
     name = check_name(name or Path(file).stem)
     workspace.check_paths(name)
     if or_resume and workspace.exists(name):
-        load_spec(workspace.read(name), check_file=True)
+        state = workspace.read(name)
+        ownership.check(name, state.owner, "resume")
+        load_spec(state, check_file=True)
         return name
     if workspace.exists(name):
         state = workspace.read(name)
@@ -77,7 +80,7 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
     state = SweepState(
         name=name, spec=spec, fingerprint=spec.fingerprint(), file=file,
         sets=list(sets), planned_trials=spec.planned_trials(), backends=backends, study_name=name,
-        warm_starts=warm,
+        warm_starts=warm, owner=ownership.actor(),
     )
     with DriverLock(workspace.root / ".create.lock"):
         if workspace.exists(name):
@@ -260,17 +263,22 @@ def running_changes(**changes: int | str) -> dict[str, int]:
 
 def control(workspace: Workspace, name: str, **changes: Any) -> Control:
     """``seqae sweep stop|set``: record in the sweep's study what its driver is asked to do, where
-    a driver on this machine or on a cluster (a submitted sweep) reads it before each new trial."""
+    a driver on this machine or on a cluster (a submitted sweep) reads it before each new trial.
+    For the sweep's owner (the study's, else its record's) and MLflow's admin: the record's log
+    names who asked."""
     if "max_concurrent" in changes:
         running_changes(max_concurrent=changes["max_concurrent"])
     if workspace.exists(name):
         state = workspace.read(name)
-        spec, url = state.spec, state.backends.optuna_storage
+        spec, url, owner = state.spec, state.backends.optuna_storage, state.owner
     elif (record := workspace.read_submission(name)) is not None:
-        spec, url = spec_lib.load(record.sweep_file, record.sets), record.backends.optuna_storage if record.backends else ""
+        spec, owner = spec_lib.load(record.sweep_file, record.sets), record.owner
+        url = record.backends.optuna_storage if record.backends else ""
     else:
         workspace.read(name)  # raises: no such sweep
     if not url or not study_exists(url, name):
         raise ConfigError(f"sweep {name!r} has not started yet (no Optuna study {name!r} at "
                           f"{redact(url) or 'a storage its submission names'})")
-    return read_only(spec, url, name).set_control(**changes)
+    study = read_only(spec, url, name)
+    who = ownership.check(name, study.owner or owner, "stop" if "drain" in changes else "set")
+    return study.set_control(who, **changes)

@@ -27,6 +27,7 @@ from seqae_errors import ConfigError
 from sweeps.running import package
 from sweeps.running.notify import ENV as NOTIFY_URLS
 from sweeps.spec import sweep as spec_lib
+from sweeps.stores import ownership
 from sweeps.stores.workspace import Job, Submission, Workspace, check_name, redact, resolve_backends
 
 PASSED_PREFIXES = ("SEQAE_", "HF_HUB_", "HF_DATASETS_", "TOKENIZERS_")
@@ -104,7 +105,7 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
     # a password refused), for `status` here
     backends = resolve_backends(Workspace(cluster_workspace), name, {})
     record = Submission(name=name, address=url, file=str(relative), sets=sets, workspace=cluster_workspace,
-                        working_dir=str(working_dir), backends=backends)
+                        working_dir=str(working_dir), backends=backends, owner=ownership.actor())
     _submit(workspace, record, env)
     return record
 
@@ -125,10 +126,14 @@ def _submit(workspace: Workspace, record: Submission, env: dict[str, str]) -> No
                              "--sets-file", package.SETS_FILE])
     jobs = client(record.address)
     job_id = f"seqae-{record.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    # The driver runs as the head's user: it acts for the user who submits (its sweep's owner, or an admin)
+    user = ownership.actor()
+    owned = {"seqae_owner": record.owner} if record.owner else {}
     with package.build(package.project_root(Path(record.working_dir)), record.file, record.sets) as packed:
         jobs.submit_job(
-            entrypoint=entrypoint, submission_id=job_id, metadata={"seqae_sweep": record.name},
-            runtime_env={"working_dir": str(packed.path), "env_vars": env},
+            entrypoint=entrypoint, submission_id=job_id,
+            metadata={"seqae_sweep": record.name, "seqae_user": user, **owned},
+            runtime_env={"working_dir": str(packed.path), "env_vars": {**env, ownership.USER: user}},
         )
     record.jobs.append(job_id)
     record.package_files, record.package_bytes = packed.files, packed.bytes

@@ -22,13 +22,13 @@ from mlflow.tracking import MlflowClient
 from seqae_core import names as N
 from seqae_errors import ConfigError
 from sweeps.stores.outages import Service, retry_seconds, waited_for
+from sweeps.stores.ownership import USER
 from sweeps.stores.workspace import redact
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 # On a cluster's head (cluster/accounts.py): the folder of its users' MLflow passwords, one file a user
 ACCOUNTS_ENV = "SEQAE_MLFLOW_ACCOUNTS"
-OWNER_ENV = "SEQAE_OWNER"  # a submitted sweep's job: the user who submitted it
 # How MLflow's server answers a Host it does not allow (mlflow.server.security_utils.INVALID_HOST_MSG;
 # importing that loads the whole server, a second more at every start)
 INVALID_HOST = "Invalid Host header - possible DNS rebinding attack detected"
@@ -63,19 +63,20 @@ def waiting_for_mlflow(uri: str, what: str, call: Callable[[], T]) -> T:
     return waited_for(service, what, call, unreachable, log, retry_seconds())
 
 
-def sign_in_as_owner() -> None:
+def sign_in_as_job_user() -> None:
     """On a cluster's head, where the drivers of submitted sweeps run (``$SEQAE_MLFLOW_ACCOUNTS``
     names its users' password files): this process's MLflow credentials become those of the user
-    who submitted the sweep (``$SEQAE_OWNER``), where MLflow's client reads them, so the sweep's
-    experiment, runs and models are that user's. Elsewhere it does nothing."""
+    its job acts for (``$SEQAE_USER``: who submitted or resumed it), where MLflow's client reads
+    them, so the sweep's experiment, runs and models are written as that user. Elsewhere it does
+    nothing."""
     folder = os.environ.get(ACCOUNTS_ENV)
     if not folder:
         return
-    owner = os.environ.get(OWNER_ENV, "")
+    owner = os.environ.get(USER, "")
     password = Path(folder) / owner
     if not owner or owner != password.name or not password.is_file():
         raise ConfigError(f"this cluster has no MLflow account for {repr(owner) if owner else 'the submitting user'} "
-                          f"({OWNER_ENV}): its admin creates one with `seqae cluster add-user NAME`, and the user "
+                          f"({USER}): its admin creates one with `seqae cluster add-user NAME`, and the user "
                           "submits after sourcing the env.sh it writes")
     os.environ["MLFLOW_TRACKING_USERNAME"] = owner
     os.environ["MLFLOW_TRACKING_PASSWORD"] = password.read_text().strip()
@@ -84,11 +85,11 @@ def sign_in_as_owner() -> None:
 def check_credentials(uri: str) -> None:
     """Stop at once, naming what to set, when the tracking server at ``uri`` refuses this
     process's credentials (``MLFLOW_TRACKING_USERNAME`` and ``MLFLOW_TRACKING_PASSWORD``, which
-    MLflow's client reads; on a cluster's head, the submitting user's: :func:`sign_in_as_owner`).
+    MLflow's client reads; on a cluster's head, the submitting user's: :func:`sign_in_as_job_user`).
     A server that does not answer is left to the writer to wait out."""
     if not uri.startswith(("http://", "https://")):
         return
-    sign_in_as_owner()
+    sign_in_as_job_user()
     try:
         MlflowClient(uri).search_experiments(max_results=1)
     except MlflowException as exc:

@@ -63,11 +63,12 @@ class Control:
     def of(cls, record: dict[str, Any]) -> Control:
         return cls(**{**record, "now": bool(record.get("now")), "log": tuple(record.get("log", ()))})
 
-    def changed(self, **changes: Any) -> Control:
-        """This record with ``changes`` (a key set to None is cleared), each logged with the time."""
+    def changed(self, by: str | None = None, **changes: Any) -> Control:
+        """This record with ``changes`` (a key set to None is cleared), each logged with the time
+        and, for a user's change, ``by`` whom (:func:`sweeps.stores.ownership.check`)."""
         if unknown := sorted(changes.keys() - ({f.name for f in fields(self)} - {"log"})):
             raise ValueError(f"the control record has no settable key {unknown[0]!r}")
-        entry = {"at": time.strftime("%Y-%m-%d %H:%M:%S"), **changes}
+        entry = {"at": time.strftime("%Y-%m-%d %H:%M:%S"), **({"by": by} if by else {}), **changes}
         return Control.of({**self.record(), **changes, "log": [*self.log, entry]})
 
     def record(self) -> dict[str, Any]:
@@ -195,11 +196,21 @@ class SweepStudy:
         """The control record the study keeps (:class:`Control`)."""
         return Control.of(self.storage.get_study_user_attrs(self.study_id).get(N.CONTROL, {}))
 
-    def set_control(self, **changes: Any) -> Control:
+    def set_control(self, by: str | None = None, **changes: Any) -> Control:
         """Merge ``changes`` into the control record (:meth:`Control.changed`), and keep it."""
-        control = self.control().changed(**changes)
+        control = self.control().changed(by, **changes)
         self.storage.set_study_user_attr(self.study_id, N.CONTROL, control.record())
         return control
+
+    @property
+    def owner(self) -> str | None:
+        """The user the sweep belongs to, as its driver recorded it (None: a study from before owners)."""
+        return self.storage.get_study_user_attrs(self.study_id).get(N.OWNER)
+
+    def claim(self, owner: str) -> None:
+        """Record ``owner`` as the sweep's, unless the study names one already."""
+        if self.owner is None:
+            self.storage.set_study_user_attr(self.study_id, N.OWNER, owner)
 
     # -- the trials --------------------------------------------------------------------------
     def trials(self) -> list[optuna.trial.FrozenTrial]:

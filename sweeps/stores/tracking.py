@@ -81,9 +81,11 @@ class Tracker:
 
     def __init__(self, tracking_uri: str, sweep: str, storage: str, artifact_root: Path | None = None,
                  share: tuple[str, float] = ("cpu", 1.0), entries: dict[DataConfig, Path] | None = None,
-                 source: dict[str, str] | None = None, diff: str = "") -> None:
+                 source: dict[str, str] | None = None, diff: str = "", owner: str | None = None) -> None:
         self.uri, self.sweep, self.storage = tracking_uri, sweep, storage
         self.source, self.diff = source or {}, diff  # sweeps.running.provenance: every run's tags, the uncommitted changes
+        # the user the sweep belongs to, on its experiment, runs and model (none: a sweep from before owners)
+        self.owned = {N.OWNER: owner} if owner else {}
         self.share = share  # what a trial holds, as its cost counts it (SweepSpec.share)
         self.entries = entries or {}  # the prepared data, by shared settings (sweeps.running.sweep_data.prepare_data)
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
@@ -109,11 +111,12 @@ class Tracker:
             location = None if self.artifact_root is None else (self.artifact_root / self.sweep).as_uri()
             self.experiment_id = self.client.create_experiment(
                 self.sweep, artifact_location=location,
-                tags={N.FINGERPRINT: fingerprint, N.SWEEP: self.sweep, **marks},
+                tags={N.FINGERPRINT: fingerprint, N.SWEEP: self.sweep, **marks, **self.owned},
             )
         else:
             self.experiment_id = experiment.experiment_id
-            for key, value in marks.items():  # a mark someone changed since (in the UI, say) stays theirs
+            # a mark someone changed since (in the UI, say) stays theirs
+            for key, value in {**marks, **self.owned}.items():
                 if key not in experiment.tags:
                     self.client.set_experiment_tag(self.experiment_id, key, value)
         if experiment_id is not None and experiment_id != self.experiment_id:
@@ -129,7 +132,7 @@ class Tracker:
         else:
             self.parent_run_id = parent_run_id
             self.client.update_run(parent_run_id, status="RUNNING")
-        self.client.log_batch(self.parent_run_id, tags=[RunTag(k, v) for k, v in self.source.items()])
+        self.client.log_batch(self.parent_run_id, tags=[RunTag(k, v) for k, v in {**self.source, **self.owned}.items()])
         if self.diff:  # named by the code's digest: one file per state of the code the sweep ran
             self.client.log_text(self.parent_run_id, self.diff, f"provenance/code-{self.source['seqae.code']}.diff")
 
@@ -189,7 +192,8 @@ class Tracker:
         tagged and named with its name."""
         run_id = self.child_run(number, params)
         self.client.update_run(run_id, status="RUNNING", name=f"trial-{number:04d}-{start}" if start else None)
-        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in self.source.items()])  # the code this session runs
+        # the code this session runs, and whose sweep it is
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in {**self.source, **self.owned}.items()])
         if start:
             self.client.set_tag(run_id, N.START, start)
         if data is not None and (entry := self.entries.get(data_lib.shared_settings(data))) is not None:
@@ -363,7 +367,7 @@ class Tracker:
         as ``log_model(registered_model_name=...)`` does, through the client, which prints nothing
         to the driver's output (the fluent path prints two lines of its own)."""
         try:
-            self.client.create_registered_model(model_name)
+            self.client.create_registered_model(model_name, tags=self.owned)
         except MlflowException as exc:
             if exc.error_code not in ("RESOURCE_ALREADY_EXISTS", "ALREADY_EXISTS"):
                 raise

@@ -113,6 +113,7 @@ class SweepState:
     warm_starts: dict[str, dict[str, Any]] = field(default_factory=dict)  # warm_start resolved: {SWEEP.tN: searched values}
     code: dict[str, Any] | None = None  # the code its last session ran: {"commit": ..., "files": {path: sha256}}
     root: str | None = None  # the workspace's folder when this was written (see :meth:`Workspace.read`)
+    owner: str | None = None  # the user who created it (sweeps.stores.ownership); None, before owners were: anyone's
 
     @property
     def total_trials(self) -> int:
@@ -135,6 +136,7 @@ class Submission:
     backends: Backends | None = None  # picked as its driver picks them
     package_files: int = 0  # the latest job's package: how many files
     package_bytes: int = 0  # ... and its size, zipped, as uploaded
+    owner: str | None = None  # the user who submitted it (sweeps.stores.ownership); None, before owners were: anyone's
 
     @property
     def sweep_file(self) -> str:
