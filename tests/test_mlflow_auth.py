@@ -329,9 +329,9 @@ def test_each_user_gets_an_mlflow_account_and_a_driver_on_the_head_writes_as_the
     assert exported["PGPASSFILE"] == str(laptop / "pgpass") and exported["SEQAE_MLFLOW_TRACKING_URI"] == uri
     alice = ("alice", password)
     mine = api(services, "experiments/create", {"name": "alices"}, user=alice)["experiment_id"]
-    seqae("cluster", "add-user", "bob", "--dir", str(root))
-    bob = ("bob", (root / "users" / "bob" / "mlflow_password").read_text())
-    assert experiment_names(services, bob) == set() and "alices" in experiment_names(services)
+    assert seqae("cluster", "add-user", "dave", "--dir", str(root)).returncode == 0
+    dave = ("dave", (root / "users" / "dave" / "mlflow_password").read_text())
+    assert experiment_names(services, dave) == set() and "alices" in experiment_names(services)
     assert permission_of(services, mine, "alice") == "MANAGE"
 
     head = {**services["env"], **NOBODY, mlflow_access.ACCOUNTS_ENV: str(accounts.accounts_dir(local.read_state(root)))}
@@ -342,7 +342,7 @@ def test_each_user_gets_an_mlflow_account_and_a_driver_on_the_head_writes_as_the
     sweep = next(e for e in api(services, "experiments/search?max_results=1000", user=alice)["experiments"]
                  if e["name"] == "alices-sweep")
     assert permission_of(services, sweep["experiment_id"], "alice") == "MANAGE"  # alice created it: the driver was
-    assert "alices-sweep" not in experiment_names(services, bob)
+    assert "alices-sweep" not in experiment_names(services, dave)
     nobody = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "carols", "--workspace",
                    str(tmp_path / "ws2"), *sets(*SMOKE), env={**head, ownership.USER: "carol"}, timeout=120)
     assert nobody.returncode == 2 and "no MLflow account for 'carol'" in nobody.stderr, nobody.stderr
