@@ -141,6 +141,14 @@ def test_a_job_sees_none_of_the_starting_shell_but_what_up_passed(cluster):
         assert env[PASSED[0]] == PASSED[1] and env["AWS_ACCESS_KEY_ID"] == os.environ["AWS_ACCESS_KEY_ID"], where
 
 
+def test_a_pass_env_name_the_shell_does_not_set_is_refused_before_anything_starts(tmp_path):
+    root = tmp_path / "c"
+    run = seqae("cluster", "up", "--dir", str(root), "--pass-env", "SEQAE_TEST_UNSET", unset=("SEQAE_TEST_UNSET",))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "--pass-env SEQAE_TEST_UNSET: SEQAE_TEST_UNSET is not set in this shell" in run.stderr
+    assert not root.exists()
+
+
 def secrets_of(cluster) -> list[str]:
     """The Ray token, the database password and the MLflow admin's password."""
     return [Path(cluster["state"]["token_file"]).read_text().strip(),
