@@ -56,10 +56,11 @@ NODE_PORTS = 50  # ports reserved per Ray node: its servers and its worker proce
 FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
                       "RAY_health_check_failure_threshold": "3"}
 # What any process of a node needs from the starter's shell, none of it a secret: where programs
-# and libraries are, whose home, the locale and time zone, the temporary folder, and which GPUs the
-# operator gave the node. Everything else reaches a node only by name (``up --pass-env``).
+# and libraries are, whose home, the locale and time zone, the temporary folder, which certificate
+# authorities TLS trusts, and which GPUs the operator gave the node. Everything else reaches a node
+# only by name (``up --pass-env``).
 SYSTEM_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
-              "CUDA_VISIBLE_DEVICES")
+              "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CUDA_VISIBLE_DEVICES")
 SYSTEM_PREFIXES = ("LC_",)
 
 
