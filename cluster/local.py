@@ -12,6 +12,12 @@ printed: ``env.sh`` reads the MLflow password from its file, and the Ray head is
 in its environment, so that the drivers of submitted sweeps (which run on the head) inherit it
 without it ever entering a job's runtime environment.
 
+Every node starts with an allow-listed environment, not the starter's shell: a Ray job may run
+any command on the head (``ray job submit -- env``), so whatever a node holds, every job holds.
+A node gets the few names a process needs (:data:`SYSTEM_ENV`), seqae's own settings
+(:func:`_ray_env`), and the names the operator passes on purpose (``up --pass-env NAME``: the
+storage's credentials, the Hugging Face Hub's offline settings).
+
 ``up --gpus-per-worker N`` starts each worker with N GPUs (``ray start --num-gpus=N``): on a
 machine without them they are logical, a rehearsal of GPU scheduling whose trials train on the
 CPU only where the sweep opts in with ``SEQAE_LOGICAL_GPUS=1`` (``sweeps.running.trial.trial_device``).
@@ -49,6 +55,13 @@ NODE_PORTS = 50  # ports reserved per Ray node: its servers and its worker proce
 # A lost node is noticed in about 3 s instead of about 15 s (what the tests and users wait for).
 FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
                       "RAY_health_check_failure_threshold": "3"}
+# What any process of a node needs from the starter's shell, none of it a secret: where programs
+# and libraries are, whose home, the locale and time zone, the temporary folder, which certificate
+# authorities TLS trusts, and which GPUs the operator gave the node. Everything else reaches a node
+# only by name (``up --pass-env``).
+SYSTEM_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+              "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CUDA_VISIBLE_DEVICES")
+SYSTEM_PREFIXES = ("LC_",)
 
 
 def _ray_bin() -> str:
@@ -63,7 +76,12 @@ def node_cache(state: dict[str, Any], ip: str) -> Path:
 
 
 def _ray_env(state: dict[str, Any], ip: str) -> dict[str, str]:
+    """Node ``ip``'s whole environment: :data:`SYSTEM_ENV` and the names ``up --pass-env`` gave,
+    from this process's, then seqae's own settings."""
+    passed = set(state.get("pass_env", []))  # a state written before --pass-env has none
+    chosen = {k: v for k, v in os.environ.items() if k in SYSTEM_ENV or k.startswith(SYSTEM_PREFIXES) or k in passed}
     return {
+        **chosen,
         "SEQAE_CACHE_DIR": str(node_cache(state, ip)),
         **FAST_HEALTH_CHECKS,
         "RAY_AUTH_MODE": "token",
@@ -132,12 +150,15 @@ def _env_sh(state: dict[str, Any]) -> str:
 
 
 def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 0, ray: bool = True,
-       storage: str | None = None, gpus_per_worker: int | None = None) -> dict[str, Any]:
+       storage: str | None = None, gpus_per_worker: int | None = None, pass_env: tuple[str, ...] = ()
+       ) -> dict[str, Any]:
     """Start the cluster in ``root`` (reusing its database and ports if it ran there before).
 
     Without ``ray``, only PostgreSQL and the MLflow server start: for a head node whose Ray is
     started by a cluster launcher (see ``aws.yaml``). ``gpus_per_worker`` (None: the GPUs Ray
-    detects) is recorded in the state, and every worker started later gets as many."""
+    detects) is recorded in the state, and every worker started later gets as many. ``pass_env``:
+    the names of this environment every node gets beside :data:`SYSTEM_ENV` (recorded, for the
+    workers started later; a later ``up`` passes its own)."""
     root = root.resolve()
     previous = read_state(root)
     if previous and any(alive for alive in _liveness(previous).values()):
@@ -152,6 +173,9 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
         raise ConfigError(f"--storage {storage}: the services in {root} keep their checkpoints and MLflow's artifacts in "
                           f"{previous['storage']}; start them without --storage, or in another --dir")
     artifact_store.check(storage or (previous or {}).get("storage", ""))
+    for name in pass_env:
+        if name not in os.environ:
+            raise ConfigError(f"--pass-env {name}: {name} is not set in this shell (each node gets its value from here)")
     secrets_dir = root / "secrets"
     secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(secrets_dir, 0o700)
@@ -163,12 +187,13 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
     if previous:
         state = previous
         state.update(workers=workers, cpus_per_worker=cpus_per_worker, head_cpus=head_cpus,
-                     gpus_per_worker=gpus_per_worker, pids={}, ray_sessions=[])
+                     gpus_per_worker=gpus_per_worker, pass_env=list(pass_env), pids={}, ray_sessions=[])
     else:
         pg_port = free_port()
         state = {
             "root": str(root), "token_file": str(token_file), "workers": workers,
             "cpus_per_worker": cpus_per_worker, "head_cpus": head_cpus, "gpus_per_worker": gpus_per_worker,
+            "pass_env": list(pass_env),
             "gcs_port": free_port(), "dashboard_port": free_port(),
             "node_ports": free_port_block(NODE_PORTS * (workers + 1)),
             "mlflow": {"port": free_port()},
@@ -222,7 +247,7 @@ def _start_ray(state: dict[str, Any], logs: Path) -> None:
     # Sweep drivers run on the head (Ray's default for jobs) and inherit its environment: it names
     # the folder of the users' MLflow passwords, where a driver signs in as the user who submitted
     # its sweep; no password is in the environment, and none enters a job's runtime environment.
-    env = {**os.environ, **_ray_env(state, "127.0.0.2"), accounts.ACCOUNTS_ENV: str(accounts.accounts_dir(state))}
+    env = {**_ray_env(state, "127.0.0.2"), accounts.ACCOUNTS_ENV: str(accounts.accounts_dir(state))}
     head = [_ray_bin(), "start", "--head", f"--port={state['gcs_port']}", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={state['dashboard_port']}", f"--temp-dir={state['ray_temp_dir']}",
             f"--ray-client-server-port={state['node_ports'] + NODE_PORTS - 1}",
@@ -241,7 +266,7 @@ def start_worker(state: dict[str, Any], i: int) -> None:
               *_node_args(ip, state["node_ports"] + NODE_PORTS * i, state["cpus_per_worker"],
                           state.get("gpus_per_worker"))]  # a state written before GPUs were an option has none
     log = Path(state["root"]) / "logs" / f"ray-worker-{i}.log"
-    _ray_start(state, worker, {**os.environ, **_ray_env(state, ip)}, log)
+    _ray_start(state, worker, _ray_env(state, ip), log)
 
 
 def _ray_start(state: dict[str, Any], argv: list[str], env: dict[str, str], log: Path) -> None:

@@ -63,7 +63,8 @@ def cmd_sweep_run(args: argparse.Namespace) -> int | None:  # the driver's exit 
     _freeze_imported("drive")
     backends = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
     return Sweep.run(args.file, set=sets, profile=args.profile, name=args.name, workspace=args.workspace,
-                     or_resume=args.or_resume, backends=backends, verbose=args.verbose).exit_code
+                     or_resume=args.or_resume, backends=backends, allow_code_change=args.allow_code_change,
+                     verbose=args.verbose).exit_code
 
 
 def cmd_sweep_resume(args: argparse.Namespace) -> int | None:  # the driver's exit code
@@ -171,7 +172,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         gpus = "" if args.gpus_per_worker is None else f" with {args.gpus_per_worker} GPUs each"
         print(f"starting a Ray head and {args.workers} workers{gpus}, PostgreSQL and MLflow in {root.resolve()} ...",
               flush=True)
-        state = local.up(root, args.workers, args.cpus_per_worker, args.head_cpus, gpus_per_worker=args.gpus_per_worker)
+        state = local.up(root, args.workers, args.cpus_per_worker, args.head_cpus, gpus_per_worker=args.gpus_per_worker,
+                         pass_env=tuple(args.pass_env))
     env = local.environment(state)
     if state["ray"]:
         print(f"Ray dashboard   {env['SEQAE_RAY_ADDRESS']}  (token in {state['token_file']})")
@@ -179,6 +181,8 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
           f"{state['mlflow']['password_file']})")
     print(f"Optuna          {env['SEQAE_OPTUNA_STORAGE']}  (password in {env['PGPASSFILE']})")
     print(f"storage         {env['SEQAE_STORAGE']}")
+    if state["ray"] and state["pass_env"]:
+        print(f"nodes also get  {', '.join(state['pass_env'])}  (--pass-env)")
     print(f"\nto submit sweeps to it, export:\n  source {root.resolve() / 'env.sh'}")
     return 0
 

@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a JSON list of KEY=VALUE overrides, applied before any --set (a submitted job's: "
                           "its command line, which ps and the Jobs API show, holds none)")
     run.add_argument("--profile", help="apply the file's profile of that name first, e.g. --profile laptop")
+    run.add_argument("--allow-code-change", action="store_true",
+                     help="with --or-resume: go on although seqae's code changed since the sweep's last session "
+                          "(recorded)")
     for flag, env, what in (("--storage", "SEQAE_STORAGE", "checkpoints and Tune state: a path every node reaches, "
                              "or a URI such as s3://bucket/prefix"),
                             ("--mlflow-uri", "SEQAE_MLFLOW_TRACKING_URI", "MLflow tracking URI"),
@@ -198,6 +201,11 @@ def build_parser() -> argparse.ArgumentParser:
                              help="GPUs each worker offers (`ray start --num-gpus`; default: those Ray detects). "
                                   "More than the machine has are logical: they rehearse GPU scheduling, and their "
                                   "trials train on the CPU only if the sweep sets SEQAE_LOGICAL_GPUS=1")
+            sub.add_argument("--pass-env", action="append", default=[], metavar="NAME",
+                             help="also give every node this variable of this shell (repeatable), e.g. the "
+                                  "storage's AWS_ACCESS_KEY_ID or HF_HUB_OFFLINE; a node otherwise gets only "
+                                  "PATH, HOME, the locale and such, and seqae's own settings, since every job "
+                                  "can read its node's environment")
         if verb == "services":
             sub.add_argument("--storage", help="shared storage for checkpoints and artifacts, e.g. s3://bucket/prefix")
         if verb == "add-user":

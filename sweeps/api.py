@@ -136,12 +136,14 @@ class Sweep:
     @classmethod
     def run(cls, file: str | Path, *, set: Sequence[str] = (), profile: str | None = None,
             name: str | None = None, workspace: str | Path | Workspace | None = None, or_resume: bool = False,
-            backends: dict[str, str | None] | None = None, verbose: bool = False) -> Sweep:
+            backends: dict[str, str | None] | None = None, allow_code_change: bool = False,
+            verbose: bool = False) -> Sweep:
         """:meth:`create` the sweep, then run its trials here (on the Ray that ``RAY_ADDRESS``
-        names, else a local one) until it ends."""
+        names, else a local one) until it ends; ``allow_code_change``: as for :meth:`resume`, for
+        an existing sweep that ``or_resume`` takes."""
         sweep = cls.create(file, set=set, profile=profile, name=name, workspace=workspace, or_resume=or_resume,
                            backends=backends)
-        return sweep._drive(check_file=False, verbose=verbose)
+        return sweep._drive(check_file=False, verbose=verbose, allow_code_change=allow_code_change)
 
     @classmethod
     def fork(cls, origin: str, file: str | Path, *, set: Sequence[str] = (),
@@ -191,12 +193,14 @@ class Sweep:
 
     def resume(self, *, allow_code_change: bool = False, verbose: bool = False) -> Sweep:
         """Run what is left of the sweep: interrupted trials from their newest checkpoint, then the
-        trials not yet started. A submitted sweep is resubmitted, as a new job of the same sweep."""
+        trials not yet started. A submitted sweep is resubmitted, as a new job of the same sweep.
+        A sweep whose code changed since its last session is refused unless ``allow_code_change``
+        (a submitted one's job fails, saying so in its logs)."""
         self._may("resume")
         if self.submission is not None:
             from sweeps.running import submit
 
-            submit.resubmit(self.workspace, self.submission)
+            submit.resubmit(self.workspace, self.submission, allow_code_change)
             self.exit_code = 0
             return self
         return self._drive(verbose=verbose, allow_code_change=allow_code_change)
@@ -215,6 +219,12 @@ class Sweep:
         if trials is not None and not str(trials).isdigit():
             raise ConfigError(f"--trials={trials!r}: give how many trials to add (or --epochs N to train finished "
                               "trials on)")
+        if self.submission is not None:
+            # extend drives the sweep in this process: it would run the trials on a Ray of its own,
+            # or find no sweep where the laptop's workspace is not the cluster's
+            raise ConfigError(f"sweep {self.name!r} runs on a cluster as Ray jobs, and `extend` runs its driver here, not "
+                              f"as a job: extend it on the head, in its workspace {self.submission.workspace}, with "
+                              "RAY_ADDRESS set to the cluster's GCS address (HEAD:PORT, `ray start --head --port`)")
         driver.check_code(self.workspace.read(self.name), allow_code_change)  # before the sweep is changed
         if epochs is not None:
             for note in lifecycle.extend_epochs(self.workspace, self.name, epochs, which or "best:1"):

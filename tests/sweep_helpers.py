@@ -254,32 +254,42 @@ def tune_trials(workspace: Path, name: str) -> dict[int, Any]:
     return out
 
 
+# What the tests' nodes need from this environment, passed by name (`cluster up --pass-env`) as an
+# operator would: the S3 server's address and keys (conftest's `s3`), and the Hugging Face Hub
+# offline on the shared cache (the driver's data preparation reads the tokenizer there).
+NODE_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
+            "HF_HUB_OFFLINE", "HF_HUB_CACHE")
+
+
 def local_cluster(root: Path, workers: int = 2, cpus_per_worker: int = 1,
-                  gpus_per_worker: int | None = None) -> Iterator[dict[str, Any]]:
+                  gpus_per_worker: int | None = None, pass_env: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
     """`seqae cluster up` in ``root`` (a head and ``workers`` worker nodes, PostgreSQL, MLflow),
-    yielded as {root, state, env}; after the caller is done, `down`, and a check that no process or
-    listening port of it is left. ``gpus_per_worker``: each worker's GPUs (`ray start --num-gpus`),
-    logical ones on a machine without GPUs."""
+    yielded as {root, state, env, up: the arguments of `up` after the verb}; after the caller is
+    done, `down`, and a check that no process or listening port of it is left. ``gpus_per_worker``:
+    each worker's GPUs (`ray start --num-gpus`), logical ones on a machine without GPUs. The nodes
+    get the NODE_ENV names this environment sets and ``pass_env``."""
     # one cluster at a time on the loopback addresses, whichever test process (pytest-xdist) asks:
     # the lock sits in the folder every process's temporary folders are made in
     with FileLock(root.parent.parent / "local-cluster.lock"):
         stop_local_ray()
-        yield from _local_cluster(root, workers, cpus_per_worker, gpus_per_worker)
+        gpus = [] if gpus_per_worker is None else ["--gpus-per-worker", str(gpus_per_worker)]
+        passed = [n for n in NODE_ENV if n in os.environ and n not in pass_env] + list(pass_env)
+        args = ["--dir", str(root), "--workers", str(workers), "--cpus-per-worker", str(cpus_per_worker), *gpus,
+                *[a for name in passed for a in ("--pass-env", name)]]
+        yield from _local_cluster(root, args)
 
 
-def _local_cluster(root: Path, workers: int, cpus_per_worker: int, gpus_per_worker: int | None) -> Iterator[dict[str, Any]]:
+def _local_cluster(root: Path, args: list[str]) -> Iterator[dict[str, Any]]:
     from cluster import local
 
-    gpus = [] if gpus_per_worker is None else ["--gpus-per-worker", str(gpus_per_worker)]
-    up = seqae("cluster", "up", "--dir", str(root), "--workers", str(workers), "--cpus-per-worker",
-               str(cpus_per_worker), *gpus, timeout=300)
+    up = seqae("cluster", "up", *args, timeout=300)
     try:  # a failed `up` may have started some of it
         assert up.returncode == 0, up.stdout + up.stderr
         state = local.read_state(root)
         with pytest.MonkeyPatch.context() as mp:  # the MLflow user, as a sourced env.sh gives it
             for key, value in local.mlflow_credentials(state).items():
                 mp.setenv(key, value)
-            yield {"root": root, "state": state, "env": local.environment(state)}
+            yield {"root": root, "state": state, "env": local.environment(state), "up": args}
     finally:
         down = seqae("cluster", "down", "--dir", str(root), timeout=120)
         assert down.returncode == 0, down.stderr

@@ -46,17 +46,22 @@ pytestmark = pytest.mark.slow
 SWEEP = [*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=4", "retries=2", "max_concurrent=2"]
 
 
+# Secrets of the shell that starts the cluster, which no job may see, and a name it passes on purpose.
+SHELL_SECRETS = {"HF_TOKEN": "hf_marker-of-the-starting-shell", "SSH_AUTH_SOCK": "/tmp/marker-of-the-starting-shell/agent"}
+PASSED = ("SITE_NOTE", "passed-on-purpose")
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, s3):
     """Three nodes, each with its own data cache; every node, including a worker a test restarts,
-    and this process reach the S3 server (``s3``) through the environment. This process has the
-    MLflow admin's credentials in its environment, as a shell that sourced env.sh; the job
-    drivers get them from the head's."""
+    and this process reach the S3 server (``s3``) through the environment (``--pass-env``). This
+    process has the MLflow admin's credentials in its environment, as a shell that sourced env.sh;
+    the job drivers get them from the head's. The shell that starts it holds SHELL_SECRETS."""
     root = tmp_path_factory.mktemp("cluster")
     with pytest.MonkeyPatch.context() as mp:
-        for key, value in s3.items():
+        for key, value in {**s3, **SHELL_SECRETS, PASSED[0]: PASSED[1]}.items():
             mp.setenv(key, value)
-        yield from local_cluster(root)
+        yield from local_cluster(root, pass_env=(PASSED[0],))
 
 
 def submit(cluster, name: str, *extra: str, env: dict[str, str] | None = None,
@@ -113,6 +118,43 @@ def test_cluster_is_three_nodes_with_loopback_services(cluster):
             assert secret not in text  # secrets stay in their files
     for path in (cluster["env"]["PGPASSFILE"], cluster["state"]["mlflow"]["password_file"]):
         assert oct(Path(path).stat().st_mode)[-3:] == "600"
+
+
+def test_a_job_sees_none_of_the_starting_shell_but_what_up_passed(cluster):
+    """A Ray job may run any command; one that reads its environment here, in its driver on the
+    head and in a task on a worker node: the Hugging Face token and the SSH agent of the shell that
+    ran `cluster up` reach neither, the name `up --pass-env` gave does (and the S3 keys the tests
+    pass). It prints the names it sees and the values of those two alone: the head holds the
+    MLflow admin's password, which no log may show (test_submitted_sweep_runs_on_...)."""
+    import shlex
+
+    from ray.job_submission import JobSubmissionClient
+
+    script = ("import json, os, ray\n"
+              f"markers, shown = {list(SHELL_SECRETS.values())!r}, {[PASSED[0], 'AWS_ACCESS_KEY_ID']!r}\n"
+              "def seen():\n"
+              "    return {'names': sorted(os.environ), 'values': {k: os.environ.get(k) for k in shown},\n"
+              "            'marked': sorted(k for k, v in os.environ.items() if any(m in v for m in markers))}\n"
+              "ray.init()\n"
+              "print(json.dumps({'head': seen(), 'worker': ray.get(ray.remote(num_cpus=1)(seen).remote())}))\n")
+    token = Path(cluster["state"]["token_file"]).read_text().strip()
+    jobs = JobSubmissionClient(dashboard(cluster), headers={"Authorization": f"Bearer {token}"})
+    job = jobs.submit_job(entrypoint=shlex.join(["python", "-c", script]))
+    wait_for(lambda: jobs.get_job_status(job).is_terminal(), 180, "the job printing its environment", every=1)
+    logs = jobs.get_job_logs(job)
+    assert jobs.get_job_status(job).value == "SUCCEEDED", logs[-4000:]
+    seen = json.loads(next(line for line in reversed(logs.splitlines()) if line.startswith("{")))
+    for where, env in seen.items():
+        assert not SHELL_SECRETS.keys() & set(env["names"]) and env["marked"] == [], (where, env)
+        assert env["values"] == {PASSED[0]: PASSED[1], "AWS_ACCESS_KEY_ID": os.environ["AWS_ACCESS_KEY_ID"]}, where
+
+
+def test_a_pass_env_name_the_shell_does_not_set_is_refused_before_anything_starts(tmp_path):
+    root = tmp_path / "c"
+    run = seqae("cluster", "up", "--dir", str(root), "--pass-env", "SEQAE_TEST_UNSET", unset=("SEQAE_TEST_UNSET",))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "--pass-env SEQAE_TEST_UNSET: SEQAE_TEST_UNSET is not set in this shell" in run.stderr
+    assert not root.exists()
 
 
 def secrets_of(cluster) -> list[str]:
@@ -201,6 +243,52 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
             assert secret not in values
         assert secret not in logs and secret not in json.dumps(job_env)
         assert not [p for p in ray_logs if secret.encode() in p.read_bytes()]  # nor any of Ray's logs
+
+
+def test_a_submitted_sweep_goes_on_after_its_code_changed_only_with_consent(cluster, tmp_path):
+    """An upgrade (issue 79): a sweep submitted from a clone is stopped after its first trial, then a
+    commit changes its code. `resume` submits a job that refuses, in its logs, naming the file and
+    the command; `resume --allow-code-change` submits one that goes on: every trial once, the change
+    in the study's log. `extend` of a submitted sweep is refused, saying where it works."""
+    clone, name, n = tmp_path / "clone", "upgrade", 3
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    workspace = cluster["env"]["SEQAE_WORKSPACE"]
+    run = seqae("sweep", "submit", "sweeps/studies/quickstart.yaml", "--name", name, "--workspace", workspace,
+                *sets(*SWEEP, f"trials.total={n}", "max_concurrent=1"), env=cluster["env"], cwd=clone)
+    assert run.returncode == 0, run.stdout + run.stderr
+    storage, driver = Path(cluster["env"]["SEQAE_STORAGE"]) / name, job_driver(name)
+    # held while the stop is written: no trial ends or starts meanwhile, so one is left to run
+    wait_for(lambda: held(driver, lambda: finished(storage)), 400, "the first trial finished, held", every=0.1)
+    try:
+        stopped = seqae("sweep", "stop", name, "--workspace", workspace, env=cluster["env"])
+        assert stopped.returncode == 0, stopped.stderr
+    finally:
+        driver.send_signal(signal.SIGCONT)
+    info = wait_job(cluster, name)
+    assert info["job"]["status"] == "SUCCEEDED" and info["outcome"] == "stopped", info
+    assert 0 < info["trials_by_state"]["COMPLETE"] < n, info
+
+    runner = clone / "sweeps" / "running" / "runner.py"
+    runner.write_text(runner.read_text() + "\n# a change between sessions\n")
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "an upgrade"], cwd=clone,
+                   check=True)
+    for consent in ([], ["--allow-code-change"]):
+        resumed = seqae("sweep", "resume", name, "--workspace", workspace, *consent, env=cluster["env"], cwd=clone)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr  # submitted; its driver decides
+        info = wait_job(cluster, name)
+        logs = seqae("sweep", "logs", name, "--workspace", workspace, env=cluster["env"]).stdout
+        if not consent:
+            assert info["job"]["status"] == "FAILED", logs[-4000:]
+            assert "its code changed since its last session (1 file: sweeps/running/runner.py)" in logs, logs[-4000:]
+            assert f"`seqae sweep resume {name} --allow-code-change`" in logs
+    assert info["job"]["status"] == "SUCCEEDED" and len(info["job"]["jobs"]) == 3, logs[-4000:]
+    assert info["trials_by_state"] == {"COMPLETE": n} and info["outcome"] == "complete"
+    assert [e["code_change"] for e in info["control"]["log"] if "code_change" in e] == [
+        "1 file: sweeps/running/runner.py"]
+    assert_each_trial_once(cluster, name, n, 2)
+
+    extended = seqae("sweep", "extend", name, "--trials", "1", "--workspace", workspace, env=cluster["env"])
+    assert extended.returncode == 2 and "runs on a cluster as Ray jobs" in extended.stderr, extended.stderr[-2000:]
 
 
 def test_the_python_pages_cluster_part_submits_follows_and_cancels_a_sweep(cluster, monkeypatch):
@@ -481,7 +569,7 @@ def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster):
     driver.kill()
     down = seqae("cluster", "down", "--dir", str(cluster["root"]), timeout=120)
     assert down.returncode == 0 and "Ray" in down.stdout, down.stderr
-    up = seqae("cluster", "up", "--dir", str(cluster["root"]), "--workers", "2", timeout=300)
+    up = seqae("cluster", "up", *cluster["up"], timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
     cluster["state"] = local.read_state(cluster["root"])
     assert local.environment(cluster["state"]) == cluster["env"]  # the same addresses, database and storage

@@ -179,7 +179,8 @@ def check_code(state: SweepState, allow_code_change: bool) -> tuple[provenance.C
     if not allow_code_change:
         raise ConfigError(f"sweep {state.name!r}: its code changed since its last session ({change}); its trials so "
                           f"far ran the old code. Go on with `seqae sweep resume {state.name} --allow-code-change` (the "
-                          "study's log records it), or run the new code as a new sweep")
+                          "study's log records it; a submitted sweep's, run where it was submitted from, submits a job "
+                          "that goes on), or run the new code as a new sweep")
     return code, change
 
 

@@ -110,20 +110,22 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
     return record
 
 
-def resubmit(workspace: Workspace, record: Submission) -> Submission:
-    """Resume a submitted sweep: a new job whose driver restores from the shared state."""
+def resubmit(workspace: Workspace, record: Submission, allow_code_change: bool = False) -> Submission:
+    """Resume a submitted sweep: a new job whose driver restores from the shared state, and goes on
+    after its code changed only with ``allow_code_change`` (the user's consent, for this job)."""
     current = _status(record) if record.jobs else None
     if current is not None and not current.is_terminal():
         raise ConfigError(f"sweep {record.name!r} is still running as job {record.jobs[-1]} ({current.value})")
-    _submit(workspace, record, job_env())
+    _submit(workspace, record, job_env(), ["--allow-code-change"] if allow_code_change else [])
     return record
 
 
-def _submit(workspace: Workspace, record: Submission, env: dict[str, str]) -> None:
-    """Every job of a sweep runs the same command: it creates the sweep, or resumes it."""
+def _submit(workspace: Workspace, record: Submission, env: dict[str, str], extra: list[str] | None = None) -> None:
+    """Every job of a sweep runs the same command: it creates the sweep, or resumes it; ``extra``
+    arguments are this job's alone (a resume's ``--allow-code-change``)."""
     entrypoint = shlex.join(["python", "-m", "seqae_cli", "sweep", "run", record.file, "--or-resume",
                              "--name", record.name, "--workspace", record.workspace,
-                             "--sets-file", package.SETS_FILE])
+                             "--sets-file", package.SETS_FILE, *(extra or [])])
     jobs = client(record.address)
     job_id = f"seqae-{record.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     # The driver runs as the head's user: it acts for the user who submits (its sweep's owner, or an admin)
