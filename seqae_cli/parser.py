@@ -8,6 +8,7 @@ import argparse
 from seqae_cli.commands import (
     cmd_bench,
     cmd_cluster_add_user,
+    cmd_cluster_check_launcher,
     cmd_cluster_down,
     cmd_cluster_status,
     cmd_cluster_up,
@@ -196,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
         handlers = {"up": cmd_cluster_up, "services": cmd_cluster_up, "down": cmd_cluster_down,
                     "status": cmd_cluster_status, "add-user": cmd_cluster_add_user}
         sub.set_defaults(handler=handlers[verb])
+    check = clusters.add_parser("check-launcher", help="refuse a cluster-launcher config or IAM policy that still "
+                                                       "holds a REPLACE_ME_ placeholder")
+    check.add_argument("files", nargs="+", metavar="FILE", help="e.g. cluster/aws.yaml cluster/aws-iam/*.json")
+    check.set_defaults(handler=cmd_cluster_check_launcher)
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",
