@@ -360,3 +360,48 @@ def test_the_dockerfile_builds_the_image_the_manifests_name_at_the_versions_the_
               for template in pod_templates(doc).values()
               for c in template["spec"]["containers"] + template["spec"].get("initContainers", [])}
     assert images == {built}
+
+
+@pytest.mark.slow
+def test_the_postgres_init_script_makes_the_roles_on_a_real_postgresql(tmp_path):
+    """services.yaml's init script, run as the postgres image runs it (bash, as the superuser, the
+    passwords in its environment) against a fresh PostgreSQL: each role reaches its own databases
+    with its password, no other, and is no superuser."""
+    import os
+    import secrets
+    import subprocess
+
+    import psycopg
+
+    from cluster.procs import free_port
+
+    pg = postgres.create(tmp_path / "secrets", free_port())
+    socket_dir = Path(pg.data_dir).parent
+    postgres._run([str(postgres.bindir() / "pg_ctl"), "-D", pg.data_dir, "-l", str(socket_dir / "postgres.log"),
+                   "-w", "-t", "60", "-o", f"-c listen_addresses=127.0.0.1 -p {pg.port} -k {socket_dir}", "start"],
+                  pg.run_as)
+    try:
+        passwords = {purpose: secrets.token_urlsafe(24) for purpose in postgres.ROLES}
+        script = by_kind("ConfigMap", "seqae-postgres-init")["data"]["seqae-init.sh"]
+        env = {**os.environ, "PATH": f"{postgres.bindir()}:{os.environ['PATH']}", "POSTGRES_USER": postgres.ROLE,
+               "PGHOST": "127.0.0.1", "PGPORT": str(pg.port), "PGPASSFILE": pg.pgpass,
+               "SEQAE_OPTUNA_PASSWORD": passwords["optuna"], "SEQAE_MLFLOW_PASSWORD": passwords["mlflow"]}
+        ran = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0, ran.stderr
+
+        def connect(purpose: str, database: str) -> psycopg.Connection:
+            return psycopg.connect(host="127.0.0.1", port=pg.port, user=postgres.ROLES[purpose][0], dbname=database,
+                                   password=passwords[purpose], connect_timeout=5, autocommit=True)
+
+        for purpose, (role, databases) in postgres.ROLES.items():
+            for database in postgres.DATABASES + ("postgres",):
+                if database in databases:
+                    with connect(purpose, database) as db:
+                        assert db.execute("SELECT rolsuper, rolcreaterole, rolcreatedb FROM pg_roles "
+                                          "WHERE rolname = current_user").fetchone() == (False, False, False)
+                        db.execute("CREATE TABLE mine (x int)")  # its database's public schema is its own
+                else:
+                    with pytest.raises(psycopg.OperationalError, match="permission denied|not have CONNECT"):
+                        connect(purpose, database)
+    finally:
+        postgres.stop(pg)
