@@ -1,5 +1,6 @@
-"""``seqae cluster check-launcher FILE...``: refuse a cluster-launcher config or IAM policy that still
-holds the values a reader must replace (``cluster/aws.yaml``, ``cluster/aws-iam/*.json``).
+"""``seqae cluster check-launcher FILE...``: refuse a cluster's config or IAM policy that still holds
+the values a reader must replace (``cluster/aws.yaml``, ``cluster/aws-iam/*.json``,
+``cluster/kuberay/*.yaml``).
 
 Each such value is written ``REPLACE_ME_<WHAT>`` (an AMI, an account, a bucket), so that a file
 copied without editing fails here, before ``ray up`` starts instances or ``aws iam`` creates roles,
@@ -35,7 +36,7 @@ def check(path: Path) -> None:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
     try:
-        json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        json.loads(text) if path.suffix == ".json" else list(yaml.safe_load_all(text))
     except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
                           f"{str(exc).splitlines()[0]}") from None

@@ -44,13 +44,14 @@ def test_cluster_launcher_yaml_matches_rays_schema():
 
 
 def test_check_launcher_refuses_the_shipped_files_until_every_placeholder_is_replaced(tmp_path, capsys):
-    """The shipped aws.yaml and IAM policies hold placeholders; `seqae cluster check-launcher`
+    """The shipped aws.yaml, IAM policies and KubeRay manifests hold placeholders; `seqae cluster check-launcher`
     refuses each file naming every one and its lines, and passes the same files filled in, which
     Ray's schema still accepts."""
     import jsonschema
     import ray.autoscaler
 
-    files = [REPO / "cluster" / "aws.yaml", *sorted((REPO / "cluster" / "aws-iam").glob("*.json"))]
+    files = [REPO / "cluster" / "aws.yaml", *sorted((REPO / "cluster" / "aws-iam").glob("*.json")),
+             *sorted((REPO / "cluster" / "kuberay").glob("*.yaml"))]
     values = {"REPLACE_ME_AMI": "ami-0123456789abcdef0", "REPLACE_ME_ACCOUNT": "123456789012",
               "REPLACE_ME_BUCKET": "my-team-seqae"}
     held = set()
