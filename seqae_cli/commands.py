@@ -195,6 +195,15 @@ def cmd_cluster_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cluster_check_launcher(args: argparse.Namespace) -> int:
+    from cluster import launcher
+
+    for file in args.files:
+        launcher.check(Path(file))
+        print(f"{file}: no placeholders left")
+    return 0
+
+
 def cmd_cluster_add_user(args: argparse.Namespace) -> int:
     from cluster import local  # the cluster's processes, only for `seqae cluster`
 

@@ -8,6 +8,7 @@ import argparse
 from seqae_cli.commands import (
     cmd_bench,
     cmd_cluster_add_user,
+    cmd_cluster_check_launcher,
     cmd_cluster_down,
     cmd_cluster_status,
     cmd_cluster_up,
@@ -213,6 +214,11 @@ def build_parser() -> argparse.ArgumentParser:
         handlers = {"up": cmd_cluster_up, "services": cmd_cluster_up, "down": cmd_cluster_down,
                     "status": cmd_cluster_status, "add-user": cmd_cluster_add_user}
         sub.set_defaults(handler=handlers[verb])
+    check = clusters.add_parser("check-launcher", help="refuse a cluster's config (aws.yaml, the KubeRay manifests) "
+                                                       "or IAM policy that still holds a REPLACE_ME_ placeholder")
+    check.add_argument("files", nargs="+", metavar="FILE",
+                       help="e.g. cluster/aws.yaml cluster/aws-iam/*.json, or cluster/kuberay/*.yaml")
+    check.set_defaults(handler=cmd_cluster_check_launcher)
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",

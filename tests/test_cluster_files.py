@@ -1,5 +1,6 @@
-"""The cluster's files, checked without a cluster: the launcher's YAML against Ray's schema (what a
-submitted job's package holds: tests/test_least_privilege.py)."""
+"""The cluster's files, checked without a cluster or an AWS account: the launcher's YAML against
+Ray's schema, its placeholders refused by `seqae cluster check-launcher`, the `gpu` profiles against
+the shipped GPU nodes (what a submitted job's package holds: tests/test_least_privilege.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ from pathlib import Path
 
 import yaml
 
+from cluster import accounts, launcher
+from seqae_cli.main import main
 from tests.conftest import REPO
+
+# The shipped GPU instance types: (vCPUs, GPUs), from AWS's instance-type pages
+INSTANCE_TYPES = {"g5.4xlarge": (16, 1)}
 
 
 def test_cluster_launcher_yaml_matches_rays_schema():
@@ -24,9 +30,91 @@ def test_cluster_launcher_yaml_matches_rays_schema():
     assert any("g5" in t["node_config"]["InstanceType"] for t in types.values())  # a GPU worker group
     started = " ".join(config["head_start_ray_commands"])
     assert "RAY_AUTH_MODE=token" in started and "--dashboard-host=127.0.0.1" in started
-    # the services first, so that the head (and the drivers on it) starts with MLflow's credentials
+    # the services first, so that the head (and the drivers on it) starts beside MLflow's accounts
     assert started.index("seqae cluster services") < started.index("ray start --head")
-    assert 'MLFLOW_TRACKING_PASSWORD="$(cat ~/seqae-services/secrets/mlflow_password)"' in started
+    assert f'{accounts.ACCOUNTS_ENV}="$HOME/seqae-services/secrets/{accounts.ACCOUNTS}"' in started
+    assert "MLFLOW_TRACKING_PASSWORD" not in started  # no password in the head's environment
+    # the versions the pages name: Python 3.11 (its venv runs every command), PostgreSQL 15, the GPU extra
+    setup = config["setup_commands"]
+    assert any("python3.11 -m venv ~/seqae-venv" in c for c in setup)
+    assert any(c.startswith("~/seqae-venv/bin/pip install") and '/home/ubuntu/seqae[gpu' in c for c in setup)
+    assert any("apt-get install -y -q postgresql-15" in c for c in config["head_setup_commands"])
+    # every node's instance profile is one the IAM files describe, in the account to fill in
+    profiles = {t["node_config"]["IamInstanceProfile"]["Arn"].rsplit("/", 1)[1] for t in types.values()}
+    assert profiles == {"seqae-head", "seqae-worker"}
+
+
+def test_check_launcher_refuses_the_shipped_files_until_every_placeholder_is_replaced(tmp_path, capsys):
+    """The shipped aws.yaml, IAM policies and KubeRay manifests hold placeholders; `seqae cluster check-launcher`
+    refuses each file naming every one and its lines, and passes the same files filled in, which
+    Ray's schema still accepts."""
+    import jsonschema
+    import ray.autoscaler
+
+    files = [REPO / "cluster" / "aws.yaml", *sorted((REPO / "cluster" / "aws-iam").glob("*.json")),
+             *sorted((REPO / "cluster" / "kuberay").glob("*.yaml"))]
+    values = {"REPLACE_ME_AMI": "ami-0123456789abcdef0", "REPLACE_ME_ACCOUNT": "123456789012",
+              "REPLACE_ME_BUCKET": "my-team-seqae"}
+    held = set()
+    for path in files:
+        found = launcher.placeholders(path.read_text())
+        held |= set(found)
+        code, out, err = check_launcher(capsys, path)
+        if found:
+            assert code == 2, (code, err)
+            (line,) = err.strip().splitlines()
+            for name, lines in found.items():
+                assert f"{name} (line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))})" in line, line
+        else:
+            assert code == 0 and "no placeholders left" in out
+        filled = tmp_path / path.name
+        text = path.read_text()
+        for name, value in values.items():
+            text = text.replace(name, value)
+        filled.write_text(text)
+        assert check_launcher(capsys, filled)[0] == 0
+    assert held == set(values)  # every placeholder the files hold is one the docs tell the reader to fill
+    schema = json.loads((Path(ray.autoscaler.__file__).parent / "ray-schema.json").read_text())
+    jsonschema.validate(yaml.safe_load((tmp_path / "aws.yaml").read_text()), schema)
+    # a file that is not what it claims to be is refused too, in one line
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    code, _, err = check_launcher(capsys, broken)
+    assert code == 2 and "not valid JSON" in err
+
+
+def check_launcher(capsys, path: Path) -> tuple[int, str, str]:
+    code = main(["cluster", "check-launcher", str(path)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_gpu_profiles_fill_the_shipped_gpu_nodes():
+    """Each study's `gpu` profile packs whole trials on the shipped GPU nodes (aws.yaml's worker
+    type, the KubeRay worker's limits): its CPUs per trial never run out before its GPU fraction
+    does, so a node runs 1/resources.gpu trials; and paper_fig3's 60 cells run at once on the
+    8 nodes, as the how-to says."""
+    from sweeps.spec import sweep as spec_lib
+
+    config = yaml.safe_load((REPO / "cluster" / "aws.yaml").read_text())
+    (aws_worker,) = [t for t in config["available_node_types"].values() if t.get("max_workers")]
+    cluster = [d for d in yaml.safe_load_all((REPO / "cluster" / "kuberay" / "raycluster.yaml").read_text())
+               if d["kind"] == "RayCluster"][0]
+    (group,) = cluster["spec"]["workerGroupSpecs"]
+    limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
+    nodes = {"aws.yaml": (*INSTANCE_TYPES[aws_worker["node_config"]["InstanceType"]], aws_worker["max_workers"]),
+             "raycluster.yaml": (int(limits["cpu"]), int(limits["nvidia.com/gpu"]), group["maxReplicas"])}
+    studies = [p for p in sorted((REPO / "sweeps" / "studies").glob("*.yaml"))
+               if "gpu" in (yaml.safe_load(p.read_text()).get("profiles") or {})]
+    assert studies
+    for study in studies:
+        resources = spec_lib.load(study, ["profile=gpu"]).resources
+        for where, (cpus, gpus, most) in nodes.items():
+            per_gpu = round(1 / resources.gpu)
+            assert cpus // resources.cpu >= gpus * per_gpu, (study.name, where, cpus, resources)
+    fig3 = spec_lib.load(REPO / "sweeps" / "studies" / "paper_fig3.yaml", ["profile=gpu"])
+    for where, (cpus, gpus, most) in nodes.items():
+        assert most * gpus * round(1 / fig3.resources.gpu) >= 60 and fig3.max_concurrent >= 60, where
 
 
 def test_the_heads_that_keep_mlflow_artifacts_in_s3_install_boto3_through_the_s3_extra():
