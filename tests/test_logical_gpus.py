@@ -42,7 +42,8 @@ def test_worker_raylets_get_the_gpus_asked_for_and_otherwise_those_ray_detects(t
     monkeypatch.setattr(local, "_ray_start", lambda state, argv, env, log: started.append(argv))
     state = {"root": str(tmp_path), "token_file": str(tmp_path / "token"), "gcs_port": 6379,
              "ray_temp_dir": str(tmp_path / "ray"), "node_ports": 20000, "cpus_per_worker": 8,
-             "gpus_per_worker": 2, "postgres": {"pgpass": str(tmp_path / "pgpass")}}
+             "gpus_per_worker": 2,
+             "postgres": {"pgpass": str(tmp_path / "pgpass"), "data_dir": str(tmp_path / "pg"), "port": 5432, "run_as": None}}
     local.start_worker(state, 1)
     assert "--num-gpus=2" in started[0] and "--num-cpus=8" in started[0] and "--node-ip-address=127.0.0.3" in started[0]
     with pytest.raises(ConfigError, match=r"--gpus-per-worker=-1 must be 0 or more"):
