@@ -5,8 +5,11 @@ basic-auth API, with a generated password that is never printed. The password is
 copy mode 600: in ``secrets/mlflow_accounts/NAME`` on the head, where the driver of a sweep NAME
 submitted signs in as NAME (:func:`sweeps.stores.mlflow_access.sign_in_as_job_user`), and in
 ``users/NAME/``, the folder the user copies to their own machine: their ``env.sh`` (the cluster's
-addresses, their MLflow user, the files beside it by relative path), the password, the Ray token
-and the studies' pgpass file. MLflow gives a user MANAGE on what they create and nothing else until
+addresses through an SSH tunnel, their MLflow user, the files beside it by relative path), the
+password, the Ray token and the studies' pgpass file. The laptop reaches three of the head's
+loopback ports (:data:`TUNNELS`), each on a local port its variable names (default: the head's);
+its workspace is its own, and a job it submits gets the cluster's (``SEQAE_CLUSTER_*``,
+:data:`sweeps.running.submit.CLUSTER_SIDE`). MLflow gives a user MANAGE on what they create and nothing else until
 someone grants it, so each user's sweeps are theirs; the admin reads all.
 """
 
@@ -32,6 +35,19 @@ ACCOUNTS_ENV = "SEQAE_MLFLOW_ACCOUNTS"
 USERS = "users"  # in the cluster's folder: what each user copies
 # MLflow's user names are free text; these also make a safe file name and a sweep owner's name
 NAME = re.compile(r"[a-z][a-z0-9_.-]{0,62}")
+# What a laptop reaches on the head, each through a tunnel whose local port the variable names:
+# (the variable, the address that names it, the cluster's settings key of its port on the head).
+# The dashboard serves the Jobs API (submit, logs, cancel, resume); MLflow, `ui` and a status's
+# runs; PostgreSQL, the study a status reads and stop and set write.
+TUNNELS = (
+    ("SEQAE_TUNNEL_DASHBOARD_PORT", "SEQAE_RAY_ADDRESS", ("dashboard_port",)),
+    ("SEQAE_TUNNEL_MLFLOW_PORT", "SEQAE_MLFLOW_TRACKING_URI", ("mlflow", "port")),
+    ("SEQAE_TUNNEL_POSTGRES_PORT", "SEQAE_OPTUNA_STORAGE", ("postgres", "port")),
+)
+# the head's own values a submitted job gets in place of the laptop's (sweeps.running.submit.CLUSTER_SIDE)
+CLUSTER_SIDE = {"SEQAE_WORKSPACE": "SEQAE_CLUSTER_WORKSPACE",
+                "SEQAE_MLFLOW_TRACKING_URI": "SEQAE_CLUSTER_MLFLOW_TRACKING_URI",
+                "SEQAE_OPTUNA_STORAGE": "SEQAE_CLUSTER_OPTUNA_STORAGE", "PGPASSFILE": "SEQAE_CLUSTER_PGPASSFILE"}
 
 
 def accounts_dir(state: dict[str, Any]) -> Path:
@@ -67,9 +83,28 @@ def add_user(state: dict[str, Any], name: str, environment: dict[str, str]) -> P
     folder = user_dir(state, name)
     write_private(folder / "mlflow_password", password)
     write_private(folder / "ray_token", Path(state["token_file"]).read_text())
-    write_private(folder / "pgpass", Path(postgres.Postgres(**state["postgres"]).pgpass_of("optuna")).read_text())
-    write_private(folder / "env.sh", _env_sh(environment, name))
+    # any port: the tunnel's local one is the laptop's choice
+    host, _port, rest = Path(postgres.Postgres(**state["postgres"]).pgpass_of("optuna")).read_text().split(":", 2)
+    write_private(folder / "pgpass", f"{host}:*:{rest}")
+    write_private(folder / "env.sh", _env_sh(state, environment, name))
     return folder
+
+
+def tunnels(state: dict[str, Any], environment: dict[str, str]) -> list[tuple[str, str, int]]:
+    """(the variable, the address it names, the head's port) for each server this cluster runs."""
+    def port(where: tuple[str, ...]) -> int:
+        value: Any = state
+        for part in where:
+            value = value[part]
+        return int(value)
+
+    return [(variable, key, port(where)) for variable, key, where in TUNNELS if key in environment]
+
+
+def tunnel_command(state: dict[str, Any], environment: dict[str, str]) -> str:
+    """The SSH tunnel a user opens from their machine, each local port the head's."""
+    forwards = " ".join(f"-L {port}:127.0.0.1:{port}" for _, _, port in tunnels(state, environment))
+    return f"ssh -N {forwards} YOU@HEAD"
 
 
 def _create(state: dict[str, Any], name: str, password: str) -> None:
@@ -96,12 +131,28 @@ def user_dir(state: dict[str, Any], name: str) -> Path:
     return Path(state["root"]) / USERS / name
 
 
-def _env_sh(environment: dict[str, str], name: str) -> str:
-    """The user's exports, the files named relative to the script, wherever the folder is copied."""
+def _env_sh(state: dict[str, Any], environment: dict[str, str], name: str) -> str:
+    """The user's exports, the files named relative to the script, wherever the folder is copied;
+    the head's addresses through the tunnels on the local ports their variables name; the
+    cluster's own workspace, stores and pgpass file for the jobs it submits."""
     files = {"RAY_AUTH_TOKEN_PATH": "ray_token", "PGPASSFILE": "pgpass"}
-    values = {**environment, "MLFLOW_TRACKING_USERNAME": name}
-    lines = ['here="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"\n']
+    cluster = {CLUSTER_SIDE[k]: environment[k] for k in CLUSTER_SIDE if k in environment}
+    values = {k: v for k, v in environment.items() if k not in {"SEQAE_WORKSPACE", *CLUSTER_SIDE.values()}}
+    values |= {"MLFLOW_TRACKING_USERNAME": name, **cluster}
+    forwarded = {key: (variable, port) for variable, key, port in tunnels(state, environment)}
+    lines = [f"# from your machine, first: {tunnel_command(state, environment)}\n",
+             f"# (other local ports: set {', '.join(forwarded[k][0] for k in forwarded)} to them before sourcing)\n",
+             'here="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"\n']
     for key, value in values.items():
-        lines.append(f'export {key}="$here/{files[key]}"\n' if key in files else f"export {key}={shlex.quote(value)}\n")
+        if key in files:
+            lines.append(f'export {key}="$here/{files[key]}"\n')
+        elif key in forwarded:
+            variable, port = forwarded[key]
+            loopback = f"127.0.0.1:{port}"
+            if loopback not in value or set(value) & set('"$`\\'):
+                raise ValueError(f"{key}={value!r} does not name the head's loopback port {port}")
+            lines.append(f'export {key}="{value.replace(loopback, f"127.0.0.1:${{{variable}:-{port}}}")}"\n')
+        else:
+            lines.append(f"export {key}={shlex.quote(value)}\n")
     lines.append('export MLFLOW_TRACKING_PASSWORD="$(cat "$here/mlflow_password")"\n')
     return "".join(lines)

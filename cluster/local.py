@@ -133,6 +133,7 @@ def environment(state: dict[str, Any]) -> dict[str, str]:
         "PGPASSFILE": postgres.Postgres(**state["postgres"]).pgpass_of("optuna"),  # the studies' role, no other
         "SEQAE_STORAGE": state["storage"],
         "SEQAE_WORKSPACE": state["workspace"],
+        "SEQAE_CLUSTER_WORKSPACE": state["workspace"],  # a submitted driver's, whatever the shell's own
     }
 
 
@@ -347,13 +348,13 @@ def _liveness(state: dict[str, Any]) -> dict[str, bool]:
     }
 
 
-def add_user(root: Path, name: str) -> Path:
+def add_user(root: Path, name: str) -> tuple[Path, str]:
     """``seqae cluster add-user NAME``: an MLflow account for ``name`` (:mod:`cluster.accounts`);
-    returns the folder to give them."""
+    returns the folder to give them and the SSH tunnel their machine opens to the head."""
     state = read_state(root.resolve())
     if state is None:
         raise ConfigError(f"no cluster was started from {root.resolve()}")
-    return accounts.add_user(state, name, environment(state))
+    return accounts.add_user(state, name, environment(state)), accounts.tunnel_command(state, environment(state))
 
 
 def status(root: Path) -> dict[str, Any]:

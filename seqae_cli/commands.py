@@ -207,9 +207,10 @@ def cmd_cluster_check_launcher(args: argparse.Namespace) -> int:
 def cmd_cluster_add_user(args: argparse.Namespace) -> int:
     from cluster import local  # the cluster's processes, only for `seqae cluster`
 
-    folder = local.add_user(Path(args.dir), args.user)
+    folder, tunnel = local.add_user(Path(args.dir), args.user)
     print(f"MLflow user {args.user!r} created; their password, the Ray token and the studies' pgpass are in {folder} "
-          f"(mode 600). Give them that folder; on their machine: source {folder.name}/env.sh")
+          f"(mode 600). Give them that folder; on their machine: {tunnel} (the dashboard, MLflow and PostgreSQL, "
+          f"on the head's loopback), then source {folder.name}/env.sh")
     return 0
 
 

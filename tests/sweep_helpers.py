@@ -327,3 +327,32 @@ def stop_ui(ui, signum, log, ports) -> None:
     for port in ports:
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+@contextlib.contextmanager
+def forwarded(port: int, listen: str = "127.0.0.1") -> Iterator[int]:
+    """A TCP forward from a free port on ``listen`` to the server's ``port``, as an SSH tunnel
+    (`ssh -L`) or `kubectl port-forward` gives a laptop: bytes passed on unchanged, the Host header
+    the client's own. Yields the forward's port."""
+    listener = socket.create_server((listen, 0))
+
+    def pipe(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # the listener closed
+            while True:
+                client, _ = listener.accept()
+                server = socket.create_connection(("127.0.0.1", port))
+                for a, b in ((client, server), (server, client)):
+                    threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()

@@ -5,22 +5,19 @@ tracks through it, is in test_cluster.py)."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from cluster.procs import free_port
-from tests.sweep_helpers import SMOKE, STUDIES, kill_group, seqae, sets, start, wait_for
+from tests.sweep_helpers import SMOKE, STUDIES, forwarded, kill_group, seqae, sets, start, wait_for
 from tests.test_troubleshooting import assert_quoted
 
 pytestmark = pytest.mark.slow
@@ -347,35 +344,6 @@ def test_each_user_gets_an_mlflow_account_and_a_driver_on_the_head_writes_as_the
                    str(tmp_path / "ws2"), *sets(*SMOKE), env={**head, ownership.USER: "carol"}, timeout=120)
     assert nobody.returncode == 2 and "no MLflow account for 'carol'" in nobody.stderr, nobody.stderr
     assert "carols" not in experiment_names(services)
-
-
-@contextlib.contextmanager
-def forwarded(port: int, listen: str = "127.0.0.1") -> Iterator[int]:
-    """A TCP forward from a free port on ``listen`` to the server's ``port``, as an SSH tunnel
-    (`ssh -L`) or `kubectl port-forward` gives a laptop: bytes passed on unchanged, the Host header
-    the client's own. Yields the forward's port."""
-    listener = socket.create_server((listen, 0))
-
-    def pipe(source: socket.socket, sink: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                sink.sendall(data)
-        with contextlib.suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
-
-    def accept() -> None:
-        with contextlib.suppress(OSError):  # the listener closed
-            while True:
-                client, _ = listener.accept()
-                server = socket.create_connection(("127.0.0.1", port))
-                for a, b in ((client, server), (server, client)):
-                    threading.Thread(target=pipe, args=(a, b), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield listener.getsockname()[1]
-    finally:
-        listener.close()
 
 
 def test_mlflow_answers_through_a_tunnel_on_any_local_port_and_still_refuses_a_foreign_host(services, monkeypatch):

@@ -6,9 +6,11 @@ directory and runs ``seqae sweep run`` as the job's driver on the cluster. The j
 ``SEQAE_*`` and Hugging Face settings of this shell, never a secret: database passwords stay in a
 pgpass file named by ``PGPASSFILE``, the Ray token in the caller's environment, notification URLs
 on the cluster (``notify.urls``' ``env:NAME`` and ``file:/PATH``). Ray's token authentication is
-honored through the ``Authorization`` header.
+honored through the ``Authorization`` header. A shell away from the head (a laptop, through SSH
+tunnels) names the cluster's own workspace, stores and pgpass file beside its own as
+``SEQAE_CLUSTER_*`` (:data:`CLUSTER_SIDE`); the job gets those.
 
-A record of each submission (job ids, the address) is kept in the workspace, so ``status``,
+A record of each submission (job ids, the address) is kept in this shell's workspace, so ``status``,
 ``logs``, ``cancel`` and ``resume`` work by sweep name.
 """
 
@@ -35,6 +37,16 @@ PASSED_NAMES = ("PGPASSFILE",)
 # the job's own address; each node's own data cache; URLs that hold tokens (the Jobs API shows a
 # job's environment to every holder of the Ray token)
 NEVER_PASSED = ("SEQAE_RAY_ADDRESS", "SEQAE_CACHE_DIR", NOTIFY_URLS)
+# A shell away from the head (a user's env.sh: cluster.accounts) reaches the cluster's servers
+# through tunnels and keeps its own workspace; the cluster's own values sit beside its own under
+# these names, and the job gets them in their place. Unset, the shell's own are the cluster's.
+CLUSTER_SIDE = {
+    "SEQAE_WORKSPACE": "SEQAE_CLUSTER_WORKSPACE",
+    "SEQAE_MLFLOW_TRACKING_URI": "SEQAE_CLUSTER_MLFLOW_TRACKING_URI",
+    "SEQAE_OPTUNA_STORAGE": "SEQAE_CLUSTER_OPTUNA_STORAGE",
+    "PGPASSFILE": "SEQAE_CLUSTER_PGPASSFILE",
+}
+SHELL_ONLY = ("SEQAE_CLUSTER_", "SEQAE_TUNNEL_")  # prefixes of settings for this shell alone
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +77,14 @@ def client(url: str) -> Any:
 
 
 def job_env() -> dict[str, str]:
-    return {
+    """The job's settings: this shell's ``SEQAE_*`` and Hugging Face ones, the cluster's own
+    (:data:`CLUSTER_SIDE`) in place of this shell's where it names them."""
+    env = {
         k: v for k, v in os.environ.items()
         if (k.startswith(PASSED_PREFIXES) or k in PASSED_NAMES) and k not in NEVER_PASSED
+        and not k.startswith(SHELL_ONLY)
     }
+    return env | {k: os.environ[cluster] for k, cluster in CLUSTER_SIDE.items() if os.environ.get(cluster)}
 
 
 def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], url: str | None) -> Submission:
@@ -101,8 +117,8 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
                     "sweep file's notify.urls as env:NAME or file:/PATH, read on the cluster", NOTIFY_URLS)
 
     cluster_workspace = env.get("SEQAE_WORKSPACE", str(workspace.root))
-    # where the driver will keep the sweep, picked as it picks them (from the same SEQAE_* settings,
-    # a password refused), for `status` here
+    # the stores the driver will use, as this shell reaches them (through its tunnels), for `status`
+    # here: picked as the driver picks them, from the SEQAE_* settings, a password refused
     backends = resolve_backends(Workspace(cluster_workspace), name, {})
     record = Submission(name=name, address=url, file=str(relative), sets=sets, workspace=cluster_workspace,
                         working_dir=str(working_dir), backends=backends, owner=ownership.actor())
