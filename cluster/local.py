@@ -52,6 +52,10 @@ from seqae_errors import ConfigError
 STATE = "cluster.json"
 AUTH_CONFIG = "mlflow_auth.ini"  # in secrets/: the MLflow server's basic-auth settings
 NODE_PORTS = 50  # ports reserved per Ray node: its servers and its worker processes
+# Every node's metrics agent would serve Prometheus metrics on every interface, without the token
+# (Ray binds it to loopback only where a node's address is 127.0.0.1 itself); nothing here reads
+# them. Set on the head, the setting reaches every node's Ray through the GCS.
+HEAD_ARGS = ['--system-config={"enable_metrics_collection": false}']
 # A lost node is noticed in about 3 s instead of about 15 s (what the tests and users wait for).
 FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
                       "RAY_health_check_failure_threshold": "3"}
@@ -95,14 +99,20 @@ def _ray_env(state: dict[str, Any], ip: str) -> dict[str, str]:
 
 def _node_args(ip: str, base: int, cpus: int, gpus: int | None = None) -> list[str]:
     """A node's own ports, all in [base, base + NODE_PORTS): several nodes share the machine. Its
-    GPUs are those Ray detects, or ``gpus`` (logical ones, where the machine has fewer)."""
+    GPUs are those Ray detects, or ``gpus`` (logical ones, where the machine has fewer).
+
+    The dashboard agent's HTTP port, the runtime-env agent and the client server listen on the
+    node's address. Ray's gRPC servers (raylet, object manager, the agent's gRPC port, workers;
+    the GCS) and the head's dashboard and autoscaler metrics listen on every interface wherever
+    the node's address is not 127.0.0.1 itself, and no option binds them elsewhere; the gRPC
+    servers ask for the cluster's token. No metrics export port is given: the head turns the
+    nodes' metrics export off (``HEAD_ARGS``)."""
     return [
         f"--node-ip-address={ip}", f"--num-cpus={cpus}", *([f"--num-gpus={gpus}"] if gpus is not None else []),
         f"--node-manager-port={base}",
         f"--object-manager-port={base + 1}", f"--dashboard-agent-listen-port={base + 2}",
         f"--dashboard-agent-grpc-port={base + 3}", f"--runtime-env-agent-port={base + 4}",
-        f"--metrics-export-port={base + 5}", f"--min-worker-port={base + 10}",
-        f"--max-worker-port={base + NODE_PORTS - 2}", "--disable-usage-stats",
+        f"--min-worker-port={base + 10}", f"--max-worker-port={base + NODE_PORTS - 2}", "--disable-usage-stats",
     ]
 
 
@@ -251,7 +261,7 @@ def _start_ray(state: dict[str, Any], logs: Path) -> None:
     env = {**_ray_env(state, "127.0.0.2"), accounts.ACCOUNTS_ENV: str(accounts.accounts_dir(state))}
     head = [_ray_bin(), "start", "--head", f"--port={state['gcs_port']}", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={state['dashboard_port']}", f"--temp-dir={state['ray_temp_dir']}",
-            f"--ray-client-server-port={state['node_ports'] + NODE_PORTS - 1}",
+            f"--ray-client-server-port={state['node_ports'] + NODE_PORTS - 1}", *HEAD_ARGS,
             *_node_args("127.0.0.2", state["node_ports"], head_cpus)]
     _ray_start(state, head, env, logs / "ray-head.log")
     for i in range(1, workers + 1):

@@ -3,7 +3,9 @@ PostgreSQL and an MLflow server; sweeps submitted through the Jobs API."""
 
 from __future__ import annotations
 
+import contextlib
 import getpass
+import ipaddress
 import json
 import os
 import re
@@ -343,6 +345,60 @@ def test_dashboard_and_mlflow_listen_on_loopback_only(cluster):
         for address in addresses:
             with pytest.raises(OSError):
                 socket.create_connection((address, port), timeout=3).close()
+
+
+def test_every_port_of_the_cluster_listens_on_loopback_only(cluster):
+    """Each TCP port a process of the cluster listens on (Ray's GCS, raylets, object managers,
+    dashboard and its agents, runtime-env agents, client server and worker processes; the MLflow
+    server; PostgreSQL) is bound to a loopback address and refused on this machine's other
+    addresses, but for those Ray binds to every interface wherever a node's address is not
+    127.0.0.1 itself, with no option to bind them elsewhere (docs/tutorial/cluster.md): its gRPC
+    servers, which ask for the cluster's token, and the head's two Prometheus endpoints (the
+    dashboard's and the autoscaler's metrics). Any other port listening widely fails the test."""
+    from ray.autoscaler._private.constants import AUTOSCALER_METRIC_PORT
+    from ray.dashboard.consts import DASHBOARD_METRIC_PORT
+
+    from cluster import local
+
+    state = cluster["state"]
+    procs = {p.pid: p for p in local.ray_processes(state)}
+    postmaster = int(Path(state["postgres"]["data_dir"], "postmaster.pid").read_text().split()[0])
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if os.getpgid(proc.pid) == state["pids"]["mlflow"] or proc.pid == postmaster:
+                procs[proc.pid] = proc
+    listening: dict[tuple[str, int], str] = {}
+    for proc in procs.values():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            name = " ".join(proc.cmdline())[:100]
+            for conn in proc.net_connections(kind="tcp"):
+                if conn.status == psutil.CONN_LISTEN:
+                    listening[(conn.laddr.ip, conn.laddr.port)] = name
+    ports = {port for _, port in listening}
+    # the ports the cluster's own addresses name are among them: the search found its processes
+    assert {state["gcs_port"], state["dashboard_port"], state["mlflow"]["port"], state["postgres"]["port"],
+            state["node_ports"], state["node_ports"] + local.NODE_PORTS} <= ports, listening
+    # the GCS; each node's raylet, object manager, agent's gRPC port and workers; the head's metrics
+    unbindable = {state["gcs_port"], DASHBOARD_METRIC_PORT, AUTOSCALER_METRIC_PORT}
+    for node in range(state["workers"] + 1):
+        base = state["node_ports"] + local.NODE_PORTS * node
+        unbindable |= {base, base + 1, base + 3, *range(base + 10, base + local.NODE_PORTS - 1)}
+    wide = {(ip, port): name for (ip, port), name in listening.items() if not _loopback(ip)}
+    assert not {port for _, port in wide} - unbindable, "\n".join(
+        f"{ip}:{port} {name}" for (ip, port), name in sorted(wide.items()) if port not in unbindable)
+    import socket
+
+    addresses = _non_loopback_addresses()
+    assert addresses, "this machine should have a non-loopback address to test against"
+    for port in ports - {port for _, port in wide}:
+        for address in addresses:
+            with pytest.raises(OSError):
+                socket.create_connection((address, port), timeout=3).close()
+
+
+def _loopback(ip: str) -> bool:
+    address = ipaddress.ip_address(ip)
+    return (getattr(address, "ipv4_mapped", None) or address).is_loopback  # ::ffff:127.0.0.2 too
 
 
 def _non_loopback_addresses() -> list[str]:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ray.exceptions import AuthenticationError
 from ray.job_submission import JobSubmissionClient
 
 from seqae_errors import ConfigError
@@ -70,9 +71,21 @@ def auth_headers() -> dict[str, str]:
 
 
 def client(url: str) -> Any:
+    headers = auth_headers()
     try:
-        return JobSubmissionClient(url, headers=auth_headers())
-    except Exception as exc:  # noqa: BLE001 - connection and authentication errors alike
+        return JobSubmissionClient(url, headers=headers)
+    except AuthenticationError:
+        # Ray refuses a missing token itself where RAY_AUTH_MODE=token, else the cluster answers 401
+        # (403 for a wrong one); its message runs to a paragraph, what to set here fits in one line.
+        token = ("RAY_AUTH_TOKEN" if os.environ.get("RAY_AUTH_TOKEN")
+                 else os.environ.get("RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token"))
+        refusal = (f"refuses the token in {token} (403: not this cluster's token)" if headers else
+                   "asks for the cluster's token and none was found (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, "
+                   "~/.ray/auth_token)")
+        raise ConfigError(f"the Ray Jobs API at {url} {refusal}: set RAY_AUTH_TOKEN_PATH to the file holding the "
+                          "cluster's token (the env.sh of `seqae cluster up` exports it) or RAY_AUTH_TOKEN to the "
+                          "token") from None
+    except Exception as exc:  # noqa: BLE001 - an address that does not answer, a proxy's refusal
         raise ConfigError(f"cannot reach the Ray Jobs API at {url}: {str(exc).splitlines()[0]}") from None
 
 
