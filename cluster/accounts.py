@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import secrets
 import shlex
@@ -55,13 +54,10 @@ def accounts_dir(state: dict[str, Any]) -> Path:
 
 
 def write_private(path: Path, text: str) -> Path:
-    """``path`` with mode 600 from its creation, its folder mode 700."""
+    """``path`` with mode 600 from its creation (:func:`cluster.mlflow_server.write_private`), in a
+    folder of mode 700 made if missing."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    return path
+    return mlflow_server.write_private(path, text)
 
 
 def admin_account(state: dict[str, Any]) -> None:

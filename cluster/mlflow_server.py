@@ -41,7 +41,7 @@ def write_auth_config(path: Path, password_file: Path, database_uri: str) -> Non
     new users get no permission until an admin grants one. MLflow reads the admin's password only
     to create the admin on a fresh user database, so a restart keeps the users and passwords."""
     if not password_file.exists():
-        _write_private(password_file, secrets.token_urlsafe(24))
+        write_private(password_file, secrets.token_urlsafe(24))
     config = configparser.ConfigParser()
     config["mlflow"] = {
         "default_permission": "NO_PERMISSIONS", "database_uri": database_uri, "admin_username": ADMIN,
@@ -53,11 +53,11 @@ def write_auth_config(path: Path, password_file: Path, database_uri: str) -> Non
         # the API still takes effect at once (MLflow clears the cache entry on that worker).
         "auth_cache_ttl_seconds": "60",
     }
-    with open(_write_private(path, ""), "w") as out:
+    with open(write_private(path, ""), "w") as out:
         config.write(out)
 
 
-def _write_private(path: Path, text: str) -> Path:
+def write_private(path: Path, text: str) -> Path:
     """Create or truncate ``path`` with mode 600 before anything is written into it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.fchmod(fd, 0o600)
