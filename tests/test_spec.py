@@ -307,7 +307,7 @@ EVERY_FIELD = [
                  "constant_liar": False},
      "scheduler": {"type": "asha", "grace_period": 2, "reduction_factor": 3}, "resources": {"cpu": 2, "gpu": 0.5, "fuse": 2},
      "max_concurrent": 3, "retries": 2, "budget": {"gpu_hours": 1.5}, "checkpoints": {"keep_best": 2},
-     "notify": {"urls": ["json://localhost:8080"], "events": ["best", "end"]},
+     "notify": {"urls": ["env:SEQAE_TEST_NOTIFY", "file:/etc/seqae/notify-url"], "events": ["best", "end"]},
      "profiles": {"small": {"description": "fewer trials", "trials.per_cell": 1}}},
     {**SEARCH, "search": {"train.lr": {"type": "uniform", "low": 1e-4, "high": 1e-2}},
      "start": {"paper": {"train.lr": 1e-3}}, "budget": {"cpu_hours": 0.5}, "warm_start": {"from": ["earlier"], "top": 2},
