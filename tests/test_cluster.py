@@ -850,11 +850,17 @@ def test_a_laptop_with_the_users_folder_alone_submits_follows_and_resumes_throug
         monkeypatch.setenv("PGPASSFILE", head["PGPASSFILE"])
         started = lambda: [t for t in optuna.load_study(study_name=name, storage=head["SEQAE_OPTUNA_STORAGE"]).trials
                            if t.state.name != "WAITING"]
-        wait_for(lambda: optuna.study.get_all_study_names(head["SEQAE_OPTUNA_STORAGE"]).count(name) and started(),
-                 600, f"a trial of sweep {name}", every=2)
-        laptop_seqae("sweep", "status", name)
-        laptop_seqae("sweep", "logs", name)
-        laptop_seqae("sweep", "cancel", name)
+        unfinished = lambda: optuna.study.get_all_study_names(head["SEQAE_OPTUNA_STORAGE"]).count(name) and \
+            started() and any(t.state.name != "COMPLETE" for t in started())
+        # the driver held (SIGSTOP) from its first trial's start until the cancel: the sweep cannot end first
+        driver = job_driver(name)
+        wait_for(lambda: held(driver, unfinished), 600, f"a trial of sweep {name} started, held", every=0.5)
+        try:
+            laptop_seqae("sweep", "status", name)
+            laptop_seqae("sweep", "logs", name)
+            laptop_seqae("sweep", "cancel", name)
+        finally:
+            driver.send_signal(signal.SIGCONT)
         wait_for(lambda: jobs.get_job_status(record.jobs[-1]).is_terminal(), 300, "the cancelled job", every=1)
         assert jobs.get_job_status(record.jobs[-1]).value == "STOPPED"
         laptop_seqae("sweep", "resume", name)
