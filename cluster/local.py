@@ -8,9 +8,10 @@ a PostgreSQL server on 127.0.0.1 with databases for MLflow and Optuna; an MLflow
 shared storage folder for checkpoints, Tune state and artifacts. It writes ``env.sh`` with what a
 user exports to submit sweeps to it. Secrets (the Ray token, the database password, the MLflow
 admin's password) live in ``secrets/`` (mode 700), each in a file of mode 600, and are never
-printed: ``env.sh`` reads the MLflow password from its file, and the Ray head is started with it
-in its environment, so that the drivers of submitted sweeps (which run on the head) inherit it
-without it ever entering a job's runtime environment.
+printed: ``env.sh`` reads the MLflow password from its file. The Ray head holds no password in
+its environment: it names the folder of the users' MLflow passwords (:mod:`cluster.accounts`),
+from which the driver of a submitted sweep (which runs on the head) signs in as its job's user,
+so no password ever enters a job's runtime environment.
 
 Every node starts with an allow-listed environment, not the starter's shell: a Ray job may run
 any command on the head (``ray job submit -- env``), so whatever a node holds, every job holds.
@@ -364,7 +365,8 @@ def add_user(root: Path, name: str) -> tuple[Path, str]:
     state = read_state(root.resolve())
     if state is None:
         raise ConfigError(f"no cluster was started from {root.resolve()}")
-    return accounts.add_user(state, name, environment(state)), accounts.tunnel_command(state, environment(state))
+    exports = environment(state)
+    return accounts.add_user(state, name, exports), accounts.tunnel_command(state, exports)
 
 
 def status(root: Path) -> dict[str, Any]:
