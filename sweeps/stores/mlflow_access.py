@@ -30,7 +30,7 @@ T = TypeVar("T")
 # On a cluster's head (cluster/accounts.py): the folder of its users' MLflow passwords, one file a user
 ACCOUNTS_ENV = "SEQAE_MLFLOW_ACCOUNTS"
 # How MLflow's server answers a Host it does not allow (mlflow.server.security_utils.INVALID_HOST_MSG;
-# importing that loads the whole server, a second more at every start)
+# importing that loads the whole server at every start)
 INVALID_HOST = "Invalid Host header - possible DNS rebinding attack detected"
 
 
