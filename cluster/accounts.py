@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import secrets
 import shlex
@@ -73,17 +74,34 @@ def add_user(state: dict[str, Any], name: str, environment: dict[str, str]) -> P
         raise ConfigError(f"user name {name!r}: use lower-case letters, digits, '.', '_' or '-', starting with a letter")
     if name == mlflow_server.ADMIN:
         raise ConfigError(f"user name {name!r} is MLflow's admin, which `seqae cluster up` made")
+    token = ray_token(state)  # refused before the account is made
     password = secrets.token_urlsafe(24)
     _create(state, name, password)
     write_private(accounts_dir(state) / name, password)
     folder = user_dir(state, name)
     write_private(folder / "mlflow_password", password)
-    write_private(folder / "ray_token", Path(state["token_file"]).read_text())
+    write_private(folder / "ray_token", token)
     # any port: the tunnel's local one is the laptop's choice
     host, _port, rest = Path(postgres.Postgres(**state["postgres"]).pgpass_of("optuna")).read_text().split(":", 2)
     write_private(folder / "pgpass", f"{host}:*:{rest}")
     write_private(folder / "env.sh", _env_sh(state, environment, name))
     return folder
+
+
+def ray_token(state: dict[str, Any]) -> str:
+    """The token the cluster's Ray asks for: the one ``up`` generated for the Ray it starts or,
+    beside a Ray started by hand (``services``), the one that Ray keeps on this head, where Ray
+    itself looks (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``)."""
+    if state["ray"]:
+        return Path(state["token_file"]).read_text()
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"]
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").expanduser()
+    if not path.is_file():
+        raise ConfigError(f"no Ray token at {path} on this head: start Ray with token authentication first "
+                          "(`ray get-auth-token --generate`, then `ray start --head` with RAY_AUTH_MODE=token), "
+                          "then add users")
+    return path.read_text()
 
 
 def tunnels(state: dict[str, Any], environment: dict[str, str]) -> list[tuple[str, str, int]]:
@@ -131,14 +149,16 @@ def _env_sh(state: dict[str, Any], environment: dict[str, str], name: str) -> st
     """The user's exports, the files named relative to the script, wherever the folder is copied;
     the head's addresses through the tunnels on the local ports their variables name; the
     cluster's own workspace, stores and pgpass file for the jobs it submits."""
-    files = {"RAY_AUTH_TOKEN_PATH": "ray_token", "PGPASSFILE": "pgpass"}
+    files = {"PGPASSFILE": "pgpass"}
     cluster = {CLUSTER_SIDE[k]: environment[k] for k in CLUSTER_SIDE if k in environment}
-    values = {k: v for k, v in environment.items() if k not in {"SEQAE_WORKSPACE", *CLUSTER_SIDE.values()}}
+    values = {k: v for k, v in environment.items()
+              if k not in {"SEQAE_WORKSPACE", "RAY_AUTH_TOKEN_PATH", *CLUSTER_SIDE.values()}}
     values |= {"MLFLOW_TRACKING_USERNAME": name, **cluster}
     forwarded = {key: (variable, port) for variable, key, port in tunnels(state, environment)}
     lines = [f"# from your machine, first: {tunnel_command(state, environment)}\n",
              f"# (other local ports: set {', '.join(forwarded[k][0] for k in forwarded)} to them before sourcing)\n",
-             'here="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"\n']
+             'here="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"\n',
+             'export RAY_AUTH_TOKEN_PATH="$here/ray_token"\n']
     for key, value in values.items():
         if key in files:
             lines.append(f'export {key}="$here/{files[key]}"\n')

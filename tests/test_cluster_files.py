@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from cluster import accounts, launcher
@@ -133,3 +134,29 @@ def test_the_heads_that_keep_mlflow_artifacts_in_s3_install_boto3_through_the_s3
     assert any("s3" in extra for extra in installed), installed
     (image,) = re.findall(r'pip install .*"\.\[([\w,]+)\]"', (REPO / "cluster" / "kuberay" / "Dockerfile").read_text())
     assert "s3" in image.split(",")
+
+
+def test_a_laptops_env_sh_and_submit_agree_on_the_cluster_side_names():
+    """`add-user`'s env.sh exports the head's own values under the names `submit` hands a job."""
+    from sweeps.running import submit
+
+    assert accounts.CLUSTER_SIDE == submit.CLUSTER_SIDE
+
+
+def test_add_user_beside_a_ray_started_by_hand_hands_out_that_rays_token_or_refuses_before_it_runs(
+        tmp_path, monkeypatch):
+    """`services` starts no Ray: the token a user gets is the one the head's Ray keeps, where Ray
+    itself looks; before `ray get-auth-token --generate` there is none, and add-user says so."""
+    from seqae_errors import ConfigError
+
+    for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"no Ray token at .*\.ray/auth_token on this head: start Ray"):
+        accounts.ray_token({"ray": False})
+    (tmp_path / ".ray").mkdir()
+    (tmp_path / ".ray" / "auth_token").write_text("the-heads-token")
+    assert accounts.ray_token({"ray": False}) == "the-heads-token"
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "elsewhere"))
+    (tmp_path / "elsewhere").write_text("named-by-path")
+    assert accounts.ray_token({"ray": False}) == "named-by-path"
