@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sweeps.results.trials import Trial, read_trials
+from sweeps.results.trials import Trial, read_trials, unreadable
 from sweeps.spec import sweep as spec_lib
 from sweeps.stores.search import Control, read_only
 from sweeps.stores.workspace import Backends, Job, Workspace, redact
@@ -96,7 +96,8 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
     created = sum(by_state.values())
     if created < total:
         by_state["NOT_STARTED"] = total - created
-    records = {t.number: t for t in read_trials(spec, study, backends.storage)}
+    blind = unreadable(backends.storage)
+    records = {t.number: t for t in read_trials(spec, study, None if blind else backends.storage)}
     return TrialsView(
         profile=spec.profile, description=spec.description, trials_total=total, trials_by_state=by_state,
         best=tuple(records[t.number] for t in study.best()), objectives=[f"{o.metric} ({o.mode})" for o in spec.objectives],
@@ -105,7 +106,7 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
         cost=cost(spec, list(records.values())), seeded_trials=len(study.forked()),
         sampler=spec.sampler.model_dump(exclude_none=True), proposed_by=study.proposals(),
         starts={t.start: t for t in records.values() if t.start},
-        notes=spec.notes(),
+        notes=[*spec.notes(), *([blind] if blind else [])],
     )
 
 

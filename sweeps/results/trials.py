@@ -62,9 +62,23 @@ def pareto_ranks(trials: list[FrozenTrial], modes: Sequence[str]) -> dict[int, i
     return {t.number: int(r) for t, r in zip(done, ranks([t.values for t in done], modes))}
 
 
-def read_trials(spec: SweepSpec, study: SweepStudy, storage: str, runs: Mapping[int, Run] | None = None) -> list[Trial]:
-    """Every trial of ``study`` in number order, with its checkpoint records from ``storage`` and,
-    for the trials ``runs`` names, its MLflow run."""
+def unreadable(storage: str) -> str | None:
+    """Why this machine cannot read the trials' checkpoint records in ``storage``, or None. The
+    storage is the cluster's: a laptop that submits through tunnels may hold no credentials for
+    its bucket, nor mount its folder."""
+    try:
+        RecordStore.trials(storage)
+    except OSError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return (f"the trials' checkpoint records in {storage} are not readable from this machine ({reason}): "
+                "their epochs and cost are not shown")
+    return None
+
+
+def read_trials(spec: SweepSpec, study: SweepStudy, storage: str | None,
+                runs: Mapping[int, Run] | None = None) -> list[Trial]:
+    """Every trial of ``study`` in number order, with its checkpoint records from ``storage`` (none
+    where None: :func:`unreadable`) and, for the trials ``runs`` names, its MLflow run."""
     runs = runs or {}
     found = study.trials()
     objectives = [o.metric for o in spec.objectives]
@@ -73,10 +87,10 @@ def read_trials(spec: SweepSpec, study: SweepStudy, storage: str, runs: Mapping[
     rank = pareto_ranks([t for t in found if met[t.number]], [o.mode for o in spec.objectives]) if several else {}
     # the objectives beyond the validation and test metrics every record has (the latent's size)
     extra = [m for m in objectives if m not in (*M.VAL_METRICS, *M.TEST_METRICS)]
-    progresses = RecordStore.progress_of(storage, [t.number for t in found])
+    progresses = RecordStore.progress_of(storage, [t.number for t in found]) if storage is not None else {}
     records = []
     for trial in found:
-        progress = progresses[trial.number]
+        progress = progresses.get(trial.number)
         history = progress.history if progress else []
         kept = kept_record(history) if history else {}
         run = runs.get(trial.number)
