@@ -98,9 +98,10 @@ def _ray_env(state: dict[str, Any], ip: str) -> dict[str, str]:
     }
 
 
-def _node_args(ip: str, base: int, cpus: int, gpus: int | None = None) -> list[str]:
+def node_args(ip: str, base: int, cpus: int | None, gpus: int | None = None) -> list[str]:
     """A node's own ports, all in [base, base + NODE_PORTS): several nodes share the machine. Its
-    GPUs are those Ray detects, or ``gpus`` (logical ones, where the machine has fewer).
+    CPUs and GPUs are those Ray detects, or ``cpus`` and ``gpus`` (logical GPUs, where the machine
+    has fewer).
 
     The dashboard agent's HTTP port, the runtime-env agent and the client server listen on the
     node's address. Ray's gRPC servers (raylet, object manager, the agent's gRPC port, workers;
@@ -109,7 +110,7 @@ def _node_args(ip: str, base: int, cpus: int, gpus: int | None = None) -> list[s
     servers ask for the cluster's token. No metrics export port is given: the head turns the
     nodes' metrics export off (``HEAD_ARGS``)."""
     return [
-        f"--node-ip-address={ip}", f"--num-cpus={cpus}", *([f"--num-gpus={gpus}"] if gpus is not None else []),
+        f"--node-ip-address={ip}", *([f"--num-cpus={cpus}"] if cpus is not None else []), *([f"--num-gpus={gpus}"] if gpus is not None else []),
         f"--node-manager-port={base}",
         f"--object-manager-port={base + 1}", f"--dashboard-agent-listen-port={base + 2}",
         f"--dashboard-agent-grpc-port={base + 3}", f"--runtime-env-agent-port={base + 4}",
@@ -191,8 +192,8 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
     secrets_dir = root / "secrets"
     secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(secrets_dir, 0o700)
-    token_file = secrets_dir / "ray_token"
-    if not token_file.exists():
+    token_file = secrets_dir / "ray_token"  # the Ray it starts; beside a Ray started by hand, that Ray's own
+    if ray and not token_file.exists():
         token_file.write_text(secrets.token_urlsafe(32))
         token_file.chmod(0o600)
 
@@ -263,7 +264,7 @@ def _start_ray(state: dict[str, Any], logs: Path) -> None:
     head = [_ray_bin(), "start", "--head", f"--port={state['gcs_port']}", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={state['dashboard_port']}", f"--temp-dir={state['ray_temp_dir']}",
             f"--ray-client-server-port={state['node_ports'] + NODE_PORTS - 1}", *HEAD_ARGS,
-            *_node_args("127.0.0.2", state["node_ports"], head_cpus)]
+            *node_args("127.0.0.2", state["node_ports"], head_cpus)]
     _ray_start(state, head, env, logs / "ray-head.log")
     for i in range(1, workers + 1):
         start_worker(state, i)
@@ -275,7 +276,7 @@ def start_worker(state: dict[str, Any], i: int) -> None:
     """Start worker node ``i`` (1-based) on 127.0.0.<2 + i>: again, after it was lost."""
     ip = f"127.0.0.{2 + i}"
     worker = [_ray_bin(), "start", f"--address=127.0.0.2:{state['gcs_port']}", f"--temp-dir={state['ray_temp_dir']}",
-              *_node_args(ip, state["node_ports"] + NODE_PORTS * i, state["cpus_per_worker"],
+              *node_args(ip, state["node_ports"] + NODE_PORTS * i, state["cpus_per_worker"],
                           state.get("gpus_per_worker"))]  # a state written before GPUs were an option has none
     log = Path(state["root"]) / "logs" / f"ray-worker-{i}.log"
     _ray_start(state, worker, _ray_env(state, ip), log)
@@ -379,11 +380,11 @@ def status(root: Path) -> dict[str, Any]:
         del alive["ray"]
     info: dict[str, Any] = {"root": str(root), "services": alive, "environment": environment(state)}
     if alive.get("ray"):
-        info["nodes"] = _nodes(state)
+        info["nodes"] = alive_nodes(state)
     return info
 
 
-def _nodes(state: dict[str, Any]) -> list[dict[str, Any]]:
+def alive_nodes(state: dict[str, Any]) -> list[dict[str, Any]]:
     """Alive nodes, through the dashboard's API (with the token)."""
     token = Path(state["token_file"]).read_text().strip()
     request = urllib.request.Request(f"http://127.0.0.1:{state['dashboard_port']}/nodes?view=summary",

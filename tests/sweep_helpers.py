@@ -192,6 +192,20 @@ def held(driver: subprocess.Popen | psutil.Process, ready: Callable[[], Any]) ->
     return False
 
 
+def job_driver(name: str) -> psutil.Process:
+    """The driver of submitted sweep ``name``: the Ray job's entrypoint (its cluster runs on this machine)."""
+    def found() -> psutil.Process | None:
+        for process in psutil.process_iter(["cmdline"]):
+            line = process.info["cmdline"] or []
+            named = "--name" in line and line[line.index("--name") + 1] == name  # others' drivers may run here
+            if line[1:5] == ["-m", "seqae_cli", "sweep", "run"] and named:
+                return process
+        return None
+
+    wait_for(lambda: found() is not None, 120, f"the driver of sweep {name}")
+    return found()
+
+
 def wait_for_writers_to_exit(storage: Path, timeout: float = 120) -> None:
     """Wait until no process writes any trial store of ``storage``: each store's writer lock is
     free (the kernel releases it when its holder, a worker that outlived a killed driver, exits)."""

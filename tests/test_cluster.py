@@ -29,6 +29,7 @@ from tests.sweep_helpers import (
     STUDIES,
     finished,
     held,
+    job_driver,
     kill_group,
     local_cluster,
     metric_steps,
@@ -489,20 +490,6 @@ def restore_worker(cluster, node_ip: str) -> None:
     wait_for(lambda: node_ip in local.worker_raylets(cluster["state"]), 60, f"worker {node_ip} to come back")
 
 
-def job_driver(name: str) -> psutil.Process:
-    """The driver of submitted sweep ``name``: the Ray job's entrypoint (its cluster runs on this machine)."""
-    def found() -> psutil.Process | None:
-        for process in psutil.process_iter(["cmdline"]):
-            line = process.info["cmdline"] or []
-            named = "--name" in line and line[line.index("--name") + 1] == name  # others' drivers may run here
-            if line[1:5] == ["-m", "seqae_cli", "sweep", "run"] and named:
-                return process
-        return None
-
-    wait_for(lambda: found() is not None, 120, f"the driver of sweep {name}")
-    return found()
-
-
 def kill_worker_mid_trial(cluster, name: str, epochs: Callable[[], dict[int, int]], last: int) -> tuple[int, str]:
     """SIGKILL the worker node of a trial past its second epoch and two from its ``last``, with the
     sweep's driver held (sweep_helpers.held) so that it stays unfinished; returns the trial's number
@@ -779,109 +766,3 @@ def _trial_node_ip(cluster, name: str, number: int) -> str:
 
     wait_for(lambda: tagged() is not None, 60, f"the node of trial {number}")
     return tagged()
-
-
-def test_a_laptop_with_the_users_folder_alone_submits_follows_and_resumes_through_tunnels_on_other_ports(
-        cluster, tmp_path, monkeypatch):
-    """`seqae cluster add-user carol`'s folder, copied to a "laptop": an environment of its own (its
-    HOME, its workspace, a clone of the project, no file of the head's) that reaches the dashboard,
-    MLflow and PostgreSQL only through forwards from other local ports, as SSH tunnels give it.
-    Every verb works from there; the job works in the cluster's workspace with the cluster's
-    addresses, and the sweep's runs are carol's."""
-    import contextlib
-    import shutil
-    import sys
-
-    from mlflow.server import get_app_client
-    from ray.job_submission import JobSubmissionClient
-
-    from cluster import accounts
-    from sweeps.running import submit as submitting
-    from tests.sweep_helpers import forwarded
-
-    assert accounts.CLUSTER_SIDE == submitting.CLUSTER_SIDE
-    state, head = cluster["state"], cluster["env"]
-    added = seqae("cluster", "add-user", "carol", "--dir", str(cluster["root"]))
-    assert added.returncode == 0, added.stdout + added.stderr
-    ports = {"SEQAE_TUNNEL_DASHBOARD_PORT": state["dashboard_port"], "SEQAE_TUNNEL_MLFLOW_PORT": state["mlflow"]["port"],
-             "SEQAE_TUNNEL_POSTGRES_PORT": state["postgres"]["port"]}
-    assert "ssh -N " + " ".join(f"-L {p}:127.0.0.1:{p}" for p in ports.values()) + " YOU@HEAD" in added.stdout
-    laptop = tmp_path / "laptop"
-    (laptop / "home").mkdir(parents=True)
-    shutil.copytree(cluster["root"] / "users" / "carol", laptop / "carol")
-    project = laptop / "seqae"  # submit packages the files git tracks in the project it runs from
-    subprocess.run(["git", "clone", "--quiet", str(REPO), str(project)], check=True)
-    workspace = laptop / "runs"
-    name = "from-laptop"
-
-    with contextlib.ExitStack() as tunnels:
-        local = {variable: str(tunnels.enter_context(forwarded(port))) for variable, port in ports.items()}
-        assert not set(local.values()) & {str(p) for p in ports.values()}
-        sourced = subprocess.run(["bash", "-c", f"source {laptop / 'carol' / 'env.sh'} && env -0"],
-                                 env={**local, "PATH": os.environ["PATH"]}, capture_output=True, text=True, check=True)
-        env = dict(line.split("=", 1) for line in sourced.stdout.split("\0") if "=" in line)
-        env |= {"HOME": str(laptop / "home"), "SEQAE_WORKSPACE": str(workspace), "PYTHONSAFEPATH": "1",
-                **{k: v for k, v in os.environ.items() if k.startswith(("HF_", "SEQAE_SHARED"))}}
-        head_paths = [v for k, v in env.items() if str(cluster["root"]) in v]
-        assert sorted(k for k, v in env.items() if str(cluster["root"]) in v) == [
-            "SEQAE_CLUSTER_PGPASSFILE", "SEQAE_CLUSTER_WORKSPACE", "SEQAE_STORAGE"], head_paths  # named, not read
-        assert env["SEQAE_RAY_ADDRESS"] == f"http://127.0.0.1:{local['SEQAE_TUNNEL_DASHBOARD_PORT']}"
-
-        def laptop_seqae(*args: str) -> subprocess.CompletedProcess:
-            run = subprocess.run([sys.executable, "-m", "seqae_cli", *args], env=env, cwd=project,
-                                 capture_output=True, text=True, timeout=600)
-            print(f"$ seqae {' '.join(args)}  -> exit {run.returncode}\n{run.stdout[-1500:]}{run.stderr[-1500:]}")
-            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-            return run
-
-        laptop_seqae("sweep", "submit", "sweeps/studies/quickstart.yaml", "--name", name,
-                     *sets(*SWEEP, "trials.total=2"))
-        record = Workspace(workspace).read_submission(name)
-        assert record is not None and record.workspace == head["SEQAE_WORKSPACE"]
-        assert Workspace(head["SEQAE_WORKSPACE"]).read_submission(name) is None  # the laptop wrote there nothing
-        token = Path(state["token_file"]).read_text().strip()
-        jobs = JobSubmissionClient(head["SEQAE_RAY_ADDRESS"], headers={"Authorization": f"Bearer {token}"})
-        job_env = jobs.get_job_info(record.jobs[-1]).runtime_env["env_vars"]
-        for key in ("SEQAE_WORKSPACE", "SEQAE_MLFLOW_TRACKING_URI", "SEQAE_OPTUNA_STORAGE", "PGPASSFILE"):
-            assert job_env[key] == head[key], key  # the cluster's, not the laptop's
-        assert not any(k.startswith(("SEQAE_CLUSTER_", "SEQAE_TUNNEL_")) for k in job_env), sorted(job_env)
-        assert job_env["SEQAE_USER"] == "carol"
-
-        monkeypatch.setenv("PGPASSFILE", head["PGPASSFILE"])
-        started = lambda: [t for t in optuna.load_study(study_name=name, storage=head["SEQAE_OPTUNA_STORAGE"]).trials
-                           if t.state.name != "WAITING"]
-        unfinished = lambda: optuna.study.get_all_study_names(head["SEQAE_OPTUNA_STORAGE"]).count(name) and \
-            started() and any(t.state.name != "COMPLETE" for t in started())
-        # the driver held (SIGSTOP) from its first trial's start until the cancel: the sweep cannot end first
-        driver = job_driver(name)
-        wait_for(lambda: held(driver, unfinished), 600, f"a trial of sweep {name} started, held", every=0.5)
-        try:
-            laptop_seqae("sweep", "status", name)
-            laptop_seqae("sweep", "logs", name)
-            laptop_seqae("sweep", "cancel", name)
-        finally:
-            driver.send_signal(signal.SIGCONT)
-        wait_for(lambda: jobs.get_job_status(record.jobs[-1]).is_terminal(), 300, "the cancelled job", every=1)
-        assert jobs.get_job_status(record.jobs[-1]).value == "STOPPED"
-        laptop_seqae("sweep", "resume", name)
-        resumed = Workspace(workspace).read_submission(name)
-        assert len(resumed.jobs) == 2
-        wait_for(lambda: jobs.get_job_status(resumed.jobs[-1]).is_terminal(), 600, "the resumed job", every=1)
-        info = json.loads(laptop_seqae("sweep", "status", name, "--json").stdout)
-        assert info["job"]["status"] == "SUCCEEDED", jobs.get_job_logs(resumed.jobs[-1])[-4000:]
-        assert info["trials_by_state"] == {"COMPLETE": 2} and info["outcome"] == "complete", info
-        assert info["owner"] == "carol" and info["best"] is not None
-        # stop and set reach the study through the PostgreSQL tunnel
-        laptop_seqae("sweep", "set", name, "max_concurrent=3")
-        laptop_seqae("sweep", "stop", name)
-        control = json.loads(laptop_seqae("sweep", "status", name, "--json").stdout)["control"]
-        assert control["max_concurrent"] == 3 and "stopped by carol" in control["drain"], control
-
-    runs = mlflow_runs(None, name, tracking_uri=head["SEQAE_MLFLOW_TRACKING_URI"])
-    assert len([r for r in runs if "seqae.trial" in r.data.tags]) == 2
-    assert {r.data.tags["seqae.owner"] for r in runs} == {"carol"}
-    experiment = runs[0].info.experiment_id
-    assert get_app_client("basic-auth", tracking_uri=head["SEQAE_MLFLOW_TRACKING_URI"]).get_user_permission(
-        "carol", "experiment", experiment).permission == "MANAGE"  # carol created it: the driver signed in as her
-    assert json.loads((Path(head["SEQAE_WORKSPACE"]) / "sweeps" / name / "sweep.json").read_text())["owner"] == "carol"
-    assert sorted(p.name for p in (workspace / "sweeps").iterdir()) == [name]

@@ -33,8 +33,8 @@ from tests.test_cluster import submit, wait_job  # the cluster tests' submission
 
 
 def test_worker_raylets_get_the_gpus_asked_for_and_otherwise_those_ray_detects(tmp_path, monkeypatch):
-    assert "--num-gpus=2" in local._node_args("127.0.0.3", 20000, 8, 2)
-    assert not any(a.startswith("--num-gpus") for a in local._node_args("127.0.0.3", 20000, 8))
+    assert "--num-gpus=2" in local.node_args("127.0.0.3", 20000, 8, 2)
+    assert not any(a.startswith("--num-gpus") for a in local.node_args("127.0.0.3", 20000, 8))
     assert build_parser().parse_args(["cluster", "up", "--gpus-per-worker", "2"]).gpus_per_worker == 2
     assert build_parser().parse_args(["cluster", "up"]).gpus_per_worker is None
     # a worker started again after it was lost gets the GPUs the cluster's state records
