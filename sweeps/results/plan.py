@@ -4,9 +4,9 @@ On this machine it measures a training step and a validation of every shape the 
 can take (its grid cells and the choices of its searched keys that are not learning-rate-like,
 :data:`seqae_core.config.FREE_KEYS`; a numeric key at the middle of its range), each with a
 trial's CPU threads and the sweep's own data (prepared into the workspace's cache, as the sweep
-would prepare it): an epoch is ``ceil(train samples / batch)`` steps and its validations. The
-trials' expected epochs under the scheduler and their wall time at the slots the sweep would get
-come from :mod:`sweeps.results.eta`'s arithmetic: the slots are ``max_concurrent``, at most what
+would prepare it): an epoch is ``ceil(train samples / batch)`` steps and its validations, each
+with the test split's scoring where there is one. The trials' expected epochs under the
+scheduler and their wall time at the slots the sweep would get come from :mod:`sweeps.results.eta`'s arithmetic: the slots are ``max_concurrent``, at most what
 this machine's CPUs or GPUs hold, or what the caller says a cluster gives. The forecast counts
 epochs only: a trial's start (its Ray worker, its data), checkpoints and MLflow come on top, and
 the running sweep's ETA (:func:`sweeps.results.eta.eta`) measures them."""
@@ -152,6 +152,8 @@ def measure(params: dict[str, object], config: Config, cache_dir: Path, steps: i
     step_s = median_step_seconds(lambda: replicate.step(batch), steps)
     started = time.perf_counter()
     evaluate(replicate.model, splits, splits.val, config, dev, plan)
+    if len(splits.test):  # the test split is scored whenever the kept checkpoint improves: counted at every validation
+        evaluate(replicate.model, splits, splits.test, config, dev, plan)
     validation_s = time.perf_counter() - started
     validations = len(validation_steps(config.train, steps_per_epoch))
     record, best = io.BytesIO(), io.BytesIO()
