@@ -38,6 +38,8 @@ def test_each_policy_hands_the_slot_to_its_sweep(tables):
     c.ended = [(0.5, 100.0), (0.7, 400.0)]  # as promising as b, at half its rate of slot-hours
     assert S.choose("first-come", [a, b, c], order) is b
     assert S.choose("fair", [a, b, c], order) is a  # fewest held; ties to the earliest submitted
+    a.closed, c.closed = 500.0, 200.0
+    assert S.choose("fair-least-used", [a, b, c], order) is c  # fewest held; ties to the least used
     assert S.choose("value", [a, b, c], order) is b
     c.ended = c.ended[:1]
     assert S.choose("value", [a, b, c], order) is c  # no evidence yet
