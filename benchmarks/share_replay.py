@@ -46,8 +46,8 @@ resampled with both policies' values) below 1.0; and its summed regret is no wor
 share's: the 95% bootstrap interval's upper bound of the mean difference (value minus fair, by
 replay; ``intervals.bootstrap_mean``) at most +0.25 points.
 
-**Deviation, added after the first replays** (seeds 0-249 of both sets had run; the registered
-target and its verdict are unchanged): ``fair`` as registered breaks its ties to the earliest
+**Deviation, added after the first replays** (the three registered policies' replays 0-249 had
+run, and 1000-1249's were running; the registered target and its verdict are unchanged): ``fair`` as registered breaks its ties to the earliest
 submitted, and with fewer slots than sweeps a freed slot's sweep, holding none again, ties with the
 sweeps still waiting and wins whenever it was submitted before them: the last two submitted
 wait until the others' budgets run out (in a third of the replays a sweep had no trial at the
