@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from seqae_cli.main import main
 from seqae_core import metrics as M
@@ -120,6 +121,8 @@ def test_plan_forecasts_from_the_steps_it_measures(tmp_path, capsys):
     pytest.param(["--set", "scheduler.reduction_factr=2"], "reduction_factr", id="unknown-key"),
     pytest.param(["--set", "scheduler.reduction_factor=1"], "reduction_factor", id="bad-value"),
     pytest.param(["--slots", "0"], "--slots 0", id="no-slots"),
+    pytest.param(["--set", "resources.gpu=0.5"], "resources.gpu=0.5: this machine has no GPU", id="gpu-trials-here",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="refused only where there is no GPU")),
 ])
 def test_plan_refuses_bad_input_in_one_line_before_preparing_data(tmp_path, capsys, extra, says):
     workspace = tmp_path / "ws"

@@ -190,6 +190,9 @@ def forecast(spec: SweepSpec, cache_dir: Path, slots: int | None = None) -> Fore
     run it (else what this machine holds), ``max_concurrent`` at most."""
     if slots is not None and slots < 1:
         raise ConfigError(f"--slots {slots}: a sweep needs at least 1 trial slot")
+    if spec.resources.gpu > 0 and not torch.cuda.is_available():  # a CPU's step times say nothing of a GPU's
+        raise ConfigError(f"resources.gpu={spec.resources.gpu:g}: this machine has no GPU to time the trials' "
+                          "steps on; run plan on a machine with the GPU the sweep will use")
     threads = torch.get_num_threads()
     if spec.resources.gpu == 0:
         torch.set_num_threads(max(1, int(spec.resources.cpu)))  # as a trial's worker has them
