@@ -112,7 +112,7 @@ def test_plan_forecasts_from_the_steps_it_measures(tmp_path, capsys):
 
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "trials: 5 (1 starting points, trained to the end)" in out
+    assert "trials: 5 (1 starting point, trained to the end)" in out
     assert "epochs: ASHA, 1.50 expected per proposed trial of at most 2; 8.0 in all" in out
     assert "wall time at 2 slots (max_concurrent 2, " in out
 

@@ -90,7 +90,8 @@ class Eta:
             return "ETA: nothing left to run"
         if self.seconds_left is None:
             return f"ETA: after the first epoch ends ({self.trials_left} trials left)"
-        return (f"ETA: {_duration(self.seconds_left)} left: {self.trials_left} trials ({self.running} running), "
+        trials = "1 trial" if self.trials_left == 1 else f"{self.trials_left} trials"
+        return (f"ETA: {_duration(self.seconds_left)} left: {trials} ({self.running} running), "
                 f"{self.epochs_left:.1f} epochs expected at {self.seconds_per_epoch:.1f} s each, "
                 f"{self.slots} at once")
 

@@ -91,7 +91,7 @@ class Forecast:
     def lines(self) -> list[str]:
         hours = self.wall_seconds / 3600
         return [
-            f"trials: {self.trials} ({self.starts} starting points, trained to the end)",
+            f"trials: {self.trials} ({self.starts} starting point{'' if self.starts == 1 else 's'}, trained to the end)",
             f"epochs: {self.scheduler}, {self.epochs_per_trial:.2f} expected per proposed trial of at most "
             f"{self.max_epochs}; {self.epochs:.1f} in all",
             *(f"shape {shape_text(s.params)}: {s.parameters:,} parameters, step {s.step_seconds * 1000:.1f} ms, "
