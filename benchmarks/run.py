@@ -79,6 +79,7 @@ SUITES: dict[str, Suite] = {
     "replay": lambda o: _module("replay").run(o["seeds"], o["fraction"] or _module("replay").FRACTION),
     "pack-replay": lambda o: _module("pack_replay").run(o["seeds"], o["pack"] or _module("pack_replay").PACK,
                                                         o["fraction"] or _module("replay").FRACTION),
+    "share-replay": lambda o: _module("share_replay").run(o["seeds"]),
     "quarter-rungs": lambda o: _module("subepoch_rungs").run(o["seeds"]),
     "front": lambda o: _module("front_replay").run(o["seeds"]),
     "defaults": lambda o: _module("transformer_defaults").run(o["data"]),

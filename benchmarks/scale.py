@@ -31,7 +31,6 @@ import torch
 
 from benchmarks.data_scale import PAPER_PAGES
 from benchmarks.flops import PEAK_BF16, forward_flops
-from benchmarks.throughput import median_step_seconds
 from seqae_core import metrics as M
 from seqae_core.config import Config
 from seqae_core.model import ReducingAutoencoder
@@ -39,22 +38,12 @@ from seqae_core.loss import plan_head
 from seqae_core.step import TrainStep
 from seqae_core.train import autocast
 from sweeps.spec import sweep as spec_lib
+from sweeps.results.eta import asha_epochs
+from sweeps.results.plan import median_step_seconds
 from sweeps.spec.sweep import cell_configs
 
 STUDY = Path(__file__).resolve().parents[1] / "sweeps" / "studies" / "paper_fig3.yaml"
 VOCAB = 30522  # bert-base-uncased: the paper scores every id (data.vocab: tokenizer)
-
-
-def asha_epochs(max_t: int, grace: float, factor: int) -> float:
-    """Expected epochs of a trial under ASHA: a 1/factor share goes on at each rung."""
-    rungs: list[float] = [grace]
-    while rungs[-1] * factor < max_t:
-        rungs.append(rungs[-1] * factor)
-    epochs, share, done = 0.0, 1.0, 0.0
-    for rung in [r for r in rungs if r < max_t] + [max_t]:
-        epochs += share * (rung - done)
-        share, done = share / factor, rung
-    return epochs
 
 
 def step_flop_rate(config: Config, steps: int = 3) -> float:

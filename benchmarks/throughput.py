@@ -8,10 +8,9 @@ Both have the same parameters, initial values and batches; only the computation 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -23,6 +22,7 @@ from seqae_core.loss import plan_head
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.step import TrainStep
 from seqae_core.train import describe_precision, train
+from sweeps.results.plan import median_step_seconds
 from sweeps.spec import sweep as spec_lib
 
 
@@ -39,21 +39,6 @@ def _config(case: Case, batch_size: int) -> Config:
         "data.input_len": case.input_len, "model.latent_len": case.latent_len, "model.block": case.block,
         "model.heads": 1 if case.block == "paper" else 4, "train.batch_size": batch_size,
     })
-
-
-def median_step_seconds(step: Callable[[], None], steps: int) -> float:
-    """Median seconds per step after two warm-up steps."""
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    for _ in range(2):
-        step()
-    times = []
-    for _ in range(steps):
-        sync()
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
 
 
 def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, steps: int) -> dict[str, Any]:

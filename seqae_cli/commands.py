@@ -9,6 +9,7 @@ only after :func:`seqae_cli.main.main` has set its environment."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 import sys
@@ -233,7 +234,8 @@ def cmd_sweep_extend(args: argparse.Namespace) -> int | None:  # the driver's ex
 
 def cmd_sweep_status(args: argparse.Namespace) -> int:
     _freeze_imported("read")
-    info = Sweep(args.name, args.workspace).status()
+    sweep = Sweep(args.name, args.workspace)
+    info = sweep.status()
     if args.json:
         print(json.dumps(info.as_json()))
         return 0
@@ -257,6 +259,8 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     if info.forked_from:
         print(f"  forked from {info.forked_from}: {info.seeded_trials} of its trials seeded the study")
     print(f"  trials: {info.trials_total} planned; " + ", ".join(f"{k} {v}" for k, v in info.trials_by_state.items()))
+    if sweep.workspace.exists(sweep.name):  # its driver's records are here
+        print(f"  {sweep.eta().line()}")
     if info.proposed_by:
         print("  proposed by: " + ", ".join(f"{k} {v}" for k, v in info.proposed_by.items()))
     for start, trial in info.starts.items():
@@ -296,6 +300,18 @@ def cmd_sweep_compare(args: argparse.Namespace) -> int:
     text, page = Sweep(first, args.workspace).compare(*others, out=args.out)
     print(text)
     print(f"\npage: {page}")
+    return 0
+
+
+def cmd_sweep_plan(args: argparse.Namespace) -> int:
+    _freeze_imported("plan")
+    forecast = api.plan(args.file, set=args.set, profile=args.profile, workspace=args.workspace, slots=args.slots)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(forecast)))
+        return 0
+    print(f"plan of {args.file}")
+    for line in forecast.lines():
+        print(f"  {line}")
     return 0
 
 

@@ -20,6 +20,7 @@ from seqae_cli.commands import (
     cmd_sweep_extend,
     cmd_sweep_fork,
     cmd_sweep_list,
+    cmd_sweep_plan,
     cmd_sweep_logs,
     cmd_sweep_resume,
     cmd_sweep_run,
@@ -78,6 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
                             ("--optuna-storage", "SEQAE_OPTUNA_STORAGE", "Optuna storage URL")):
         run.add_argument(flag, help=f"{what} (default: ${env}, else inside the workspace)")
     run.set_defaults(handler=cmd_sweep_run)
+
+    planning = with_workspace(sweeps.add_parser("plan", help="forecast a sweep before it runs: trials, epochs, "
+                                                              "resource-hours, wall time, disk, MLflow rows"))
+    planning.add_argument("file", help="sweep file, e.g. sweeps/studies/quickstart.yaml")
+    planning.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as for `sweep run`")
+    planning.add_argument("--profile", help="as for `sweep run`")
+    planning.add_argument("--slots", type=int, help="trials at once on the cluster that will run it (default: what "
+                                                    "this machine's CPUs or GPUs hold); max_concurrent at most")
+    planning.add_argument("--json", action="store_true", help="print one JSON object")
+    planning.set_defaults(handler=cmd_sweep_plan)
 
     submit = with_workspace(sweeps.add_parser("submit", help="run a sweep on a Ray cluster, as a Ray Job"))
     submit.add_argument("file", help="sweep file inside the current directory, the root of a seqae git checkout "

@@ -32,7 +32,9 @@ from sweeps.stores.ownership import actor, check
 from sweeps.stores.workspace import Job, Listed, Submission, Workspace, listing
 
 if TYPE_CHECKING:
+    from sweeps.results.eta import Eta
     from sweeps.results.export import Trials
+    from sweeps.results.plan import Forecast
     from sweeps.results.status import SweepStatus
     from sweeps.stores.search import Control
     from sweeps.stores.textmodel import LoadedModel
@@ -45,6 +47,7 @@ MODULES = {
     "tables": ("sweeps.results.export", "dashboards.compare", "dashboards.report.page"),
     "cluster": ("sweeps.running.submit", "sweeps.results.remote_status"),
     "models": ("sweeps.results.registry",),
+    "plan": ("sweeps.results.plan",),
 }
 
 
@@ -272,6 +275,12 @@ class Sweep:
             return Pending(self.name, submit.job_info(record), record.owner)
         return remote_status.status_of(record)
 
+    def eta(self) -> Eta:
+        """The sweep's time left, from its own epochs so far (:func:`sweeps.results.eta.eta`)."""
+        from sweeps.results import eta
+
+        return eta.eta(self.workspace.read(self.name))
+
     def job(self) -> Job:
         """A submitted sweep's latest Ray Job, as the cluster reports it."""
         from sweeps.running import submit
@@ -339,6 +348,19 @@ def check_changes(**changes: int | str) -> dict[str, int]:
     from sweeps.running import lifecycle
 
     return lifecycle.running_changes(**changes)
+
+
+def plan(file: str | Path, *, set: Sequence[str] = (), profile: str | None = None,
+         workspace: str | Path | Workspace | None = None, slots: int | None = None) -> Forecast:
+    """What sweep ``file`` (with ``profile`` and ``set``, as :meth:`Sweep.run` takes them) will
+    take, measured on this machine before anything runs (:func:`sweeps.results.plan.forecast`):
+    trials, expected epochs, resource-hours, wall time at ``slots`` (else what this machine holds),
+    disk and MLflow rows. Only the data is prepared, into the workspace's cache, as a run would."""
+    from sweeps.results import plan as planning
+    from sweeps.spec import sweep as spec_lib
+
+    spec = spec_lib.load(file, _sets(set, profile))
+    return planning.forecast(spec, _workspace(workspace).cache_dir, slots)
 
 
 def sweeps(workspace: str | Path | Workspace | None = None) -> list[Listed]:

@@ -56,7 +56,7 @@ SWEEP_ORDER = [
     "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_connection",
     "running.package", "running.submit", "running.sweep_data", "running.trial", "running.stoppers", "running.schedulers",
     "running.callbacks", "running.packs", "running.runner", "running.lifecycle", "running.driver",
-    "results.trials", "results.status", "results.remote_status", "results.export", "results.registry",
+    "results.trials", "results.eta", "results.plan", "results.status", "results.remote_status", "results.export", "results.registry",
     "api",
 ]
 ROOMS = ["spec", "stores", "running", "results", "api"]
