@@ -9,6 +9,7 @@ import time
 import pytest
 
 from seqae_errors import ConfigError
+from tests.refusal import assert_refused
 from sweeps.stores import queue as Q
 from sweeps.stores.ownership import ADMIN, USER
 from sweeps.stores.shares import CAPACITY, FAIR, PRIORITY, QUOTA, Capacity, Claim, Quota, allocate
@@ -142,3 +143,38 @@ def test_only_the_owner_or_an_admin_changes_a_priority_and_only_an_admin_a_quota
     queue.set_quota("ann", Quota(cpus=1))
     assert queue.quotas() == {"ann": Quota(cpus=1.0)}
     assert {k: s.slots for k, s in queue.shares().items()} == {"a": 1}
+
+
+# -- the command line: `seqae cluster queue|quota`, `seqae sweep priority` ----------------------
+def test_the_command_line_shows_the_queue_and_refuses_others_priorities_and_quotas(tmp_path, monkeypatch, capsys):
+    from seqae_cli.main import main
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    monkeypatch.delenv("SEQAE_OPTUNA_STORAGE", raising=False)
+    monkeypatch.setenv(USER, "ann")
+    assert main(["cluster", "queue", "--workspace", str(workspace)]) == 0
+    assert "no sweep has run" in capsys.readouterr().out
+    queue = Q.Queue(f"sqlite:///{workspace / 'optuna.db'}")
+    queue.join(entry("hers", "ann", arrived=1.0, training=3))
+    queue.join(entry("his", "bob", priority=2, arrived=2.0))
+    monkeypatch.setenv(USER, "bob")
+    for argv, says in ((["sweep", "priority", "hers", "9"], "sweep 'hers' belongs to ann; bob may not change its "
+                        "priority"), (["cluster", "quota", "ann", "--cpus", "1"], "quotas are set by an MLflow admin")):
+        code = main([*argv, "--workspace", str(workspace)])
+        assert_refused(code, capsys.readouterr().err, says, created=(workspace / "sweeps",))
+    assert queue.entry("hers").priority == 0 and queue.quotas() == {}
+    assert main(["sweep", "priority", "his", "1", "--workspace", str(workspace)]) == 0
+    assert "sweep his: priority 1" in capsys.readouterr().out
+    assert main(["cluster", "queue", "--workspace", str(workspace)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:4] == ["SWEEP", "USER", "PRIORITY", "STATE"]
+    assert table[1].split()[:5] == ["his", "bob", "1", "queued", "0/4/-"]  # the higher priority first
+    assert table[2].split()[:5] == ["hers", "ann", "0", "running", "3/0/-"]
+    monkeypatch.setenv(USER, ADMIN)
+    assert main(["cluster", "quota", "bob", "--cpus", "2", "--workspace", str(workspace)]) == 0
+    assert main(["cluster", "queue", "--json", "--workspace", str(workspace)]) == 0
+    import json
+
+    his = next(p for p in json.loads(capsys.readouterr().out.splitlines()[-1]) if p["sweep"] == "his")
+    assert (his["share"], his["quota"], his["why"]) == (2, {"cpus": 2.0, "gpus": None}, QUOTA)

@@ -114,21 +114,25 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
 
 @functools.cache
 def _engine(url: str) -> sa.Engine:
-    engine = sa.create_engine(url, **_engine_kwargs(url))
-    try:
-        _META.create_all(engine, checkfirst=True)
-    except sa.exc.IntegrityError:  # PostgreSQL: another driver created them in the same moment
-        _META.create_all(engine, checkfirst=True)
-    return engine
+    return sa.create_engine(url, **_engine_kwargs(url))
 
 
 class Queue:
-    """The queue kept in the database at ``url`` (an Optuna storage URL)."""
+    """The queue kept in the database at ``url`` (an Optuna storage URL); its tables are created
+    unless ``create`` is false (a reader's: status writes nothing, and finds an empty queue)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, create: bool = True) -> None:
         self.engine = _engine(url)
+        if create:
+            try:
+                _META.create_all(self.engine, checkfirst=True)
+            except sa.exc.IntegrityError:  # PostgreSQL: another driver created them in the same moment
+                _META.create_all(self.engine, checkfirst=True)
+        self.kept = create or sa.inspect(self.engine).has_table(_SWEEPS.name)
 
     def entries(self) -> list[Entry]:
+        if not self.kept:
+            return []
         with self.engine.connect() as db:
             return [Entry(**row._mapping) for row in db.execute(sa.select(_SWEEPS))]
 
@@ -156,6 +160,8 @@ class Queue:
         self.beat(sweep, ended=ended, training=0, waiting=0, paused=0, demand=0)
 
     def quotas(self) -> dict[str, Quota]:
+        if not self.kept:
+            return {}
         with self.engine.connect() as db:
             return {r.user: Quota(r.cpus, r.gpus) for r in db.execute(sa.select(_QUOTAS))}
 
