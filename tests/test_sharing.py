@@ -81,7 +81,7 @@ def jobs_ended(cluster, names: set[str]) -> bool:
 
 
 def submit(cluster, name: str, overrides: list[str], workspace: Path, *extra: str, cwd: Path = REPO) -> float:
-    run = seqae("sweep", "submit", str(STUDIES / "quickstart.yaml"), "--name", name, "--workspace", str(workspace),
+    run = seqae("sweep", "submit", str(cwd / STUDIES.relative_to(REPO) / "quickstart.yaml"), "--name", name, "--workspace", str(workspace),
                 *sets(*overrides), *extra, env=cluster["env"], cwd=cwd)
     assert run.returncode == 0, run.stdout + run.stderr
     return time.time()
