@@ -178,3 +178,20 @@ def test_the_command_line_shows_the_queue_and_refuses_others_priorities_and_quot
 
     his = next(p for p in json.loads(capsys.readouterr().out.splitlines()[-1]) if p["sweep"] == "his")
     assert (his["share"], his["quota"], his["why"]) == (2, {"cpus": 2.0, "gpus": None}, QUOTA)
+
+
+
+def test_a_driver_that_died_on_this_host_frees_its_slots_at_once(queue):
+    import dataclasses
+    import os
+    import socket
+    import subprocess
+
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    here = socket.gethostname()
+    queue.join(dataclasses.replace(entry("dead", "ann", training=4), host=here, pid=ended.pid))
+    queue.join(dataclasses.replace(entry("alive", "bob", arrived=1.0), host=here, pid=os.getpid()))
+    queue.join(dataclasses.replace(entry("elsewhere", "cy", arrived=2.0), host="another-host", pid=ended.pid))
+    assert {k: s.slots for k, s in queue.shares().items()} == {"alive": 2, "elsewhere": 2}
+    assert {p.sweep: p.state for p in queue.view()}["dead"] == Q.STOPPED

@@ -21,7 +21,7 @@ import pytest
 from seqae_core.checkpoint import CheckpointStore
 from sweeps.stores.workspace import Workspace
 from tests.conftest import REPO, WIKI_MINI
-from tests.sweep_helpers import STUDIES, local_cluster, optuna_trials, seqae, sets, wait_for
+from tests.sweep_helpers import STUDIES, local_cluster, metric_steps, mlflow_runs, optuna_trials, seqae, sets, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -176,6 +176,11 @@ def test_a_higher_priority_sweep_takes_slots_at_the_next_validation_and_the_pree
         assert states == {"COMPLETE"}, (name, states)
         for number, values in validations(cluster, name).items():
             assert [v[0] for v in values] == [1, 2, 3], (name, number, values)  # each epoch once
+    uri = cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"]
+    children = [r for r in mlflow_runs(None, "usera", tracking_uri=uri) if "seqae.trial" in r.data.tags]
+    assert len(children) == 8 and all(r.info.status == "FINISHED" for r in children)
+    for run in children:  # each epoch once, the paused trials' too
+        assert metric_steps(run.info.run_id, "val_token_accuracy", None, uri) == [1, 2, 3], run.data.tags
     assert "usera" in shown["queue"] and "userb" in shown["queue"], shown
     logs = seqae("sweep", "logs", "usera", "--workspace", str(tmp_path / "ws-a"), env=cluster["env"]).stdout
     assert "gives its slot up" in logs, logs

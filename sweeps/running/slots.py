@@ -7,6 +7,8 @@ holds more (:class:`sweeps.running.schedulers.Preempting`)."""
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import time
 from dataclasses import dataclass
 
@@ -41,7 +43,8 @@ class Slots:
         now = time.time()
         self.queue, self.sweep = queue, sweep
         self.entry = queue.join(Entry(sweep, user, priority, ceiling, min(ceiling, total - done), cpus, gpus, 0, 0, 0,
-                                      done, total, now, now, None, capacity.cpus, capacity.gpus))
+                                      done, total, now, now, None, capacity.cpus, capacity.gpus,
+                                      socket.gethostname(), os.getpid()))
         self.capacity = capacity
         self.allowed = queue.shares().get(sweep, _none).slots
         self.why: str | None = None

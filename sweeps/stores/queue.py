@@ -13,6 +13,8 @@ drivers beat (:data:`STALE_SECONDS`), so all reach the same division without tal
 from __future__ import annotations
 
 import functools
+import os
+import socket
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -48,6 +50,8 @@ _SWEEPS = sa.Table(
     sa.Column("ended", sa.String(64)),  # how its last driver ended: complete, stopped, interrupted; None: running
     sa.Column("cluster_cpus", sa.Float, nullable=False),  # the cluster's capacity as its driver last saw it
     sa.Column("cluster_gpus", sa.Float, nullable=False),
+    sa.Column("host", sa.String(256), nullable=False),  # where its driver runs, and as which process
+    sa.Column("pid", sa.Integer, nullable=False),
 )
 _QUOTAS = sa.Table(
     "seqae_quotas", _META,
@@ -78,10 +82,14 @@ class Entry:
     ended: str | None
     cluster_cpus: float
     cluster_gpus: float
+    host: str = ""
+    pid: int = 0
 
     def live(self, now: float) -> bool:
-        """Whether its driver runs: it has not ended and beat lately."""
-        return self.ended is None and now - self.heartbeat < STALE_SECONDS
+        """Whether its driver runs: it has not ended, beat lately, and (seen from its own host) its
+        process is alive: a driver killed here frees its slots at once, not a minute later."""
+        return self.ended is None and now - self.heartbeat < STALE_SECONDS and not (
+            self.host == socket.gethostname() and not _alive(self.pid))
 
     def claim(self) -> Claim:
         return Claim(self.sweep, self.user, self.priority, self.demand, self.cpus, self.gpus, arrived=self.arrived)
@@ -208,6 +216,16 @@ class Queue:
                                 quotas.get(e.user, Quota()), e.done, e.total, e.waiting, e.paused,
                                 in_line.index(e) + 1 if e in in_line else None))
         return places
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def capacity(entries: list[Entry]) -> Capacity:
