@@ -115,9 +115,9 @@ def test_the_queue_divides_among_live_sweeps_and_shows_each(queue):
     assert (view["a"].state, view["a"].held, view["a"].share, view["a"].place) == (Q.RUNNING, 4, 2, None)
     assert (view["b"].state, view["b"].share, view["b"].place) == (Q.QUEUED, 2, 1)
     assert view["old"].state == Q.STOPPED
-    queue.leave("a", "complete")
+    queue.leave("a", "complete", 8)
     assert {k: s.slots for k, s in queue.shares().items()} == {"b": 4}
-    assert {p.sweep: p.state for p in queue.view()}["a"] == Q.DONE
+    assert [(p.state, p.trials_done) for p in queue.view() if p.sweep == "a"] == [(Q.DONE, 8)]
 
 
 def test_a_sweep_that_joins_again_keeps_its_priority_and_place(queue, monkeypatch):

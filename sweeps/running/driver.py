@@ -239,7 +239,7 @@ def close(workspace: Workspace, session: Session, writer: Writer, report: Report
     writer.submit("closing the sweep run", lambda: tracker.finish_parent("FINISHED" if ended else "KILLED",
                                                                          ended or "interrupted"))
     if session.slots:
-        session.slots.leave(outcome)
+        session.slots.leave(outcome, session.state.total_trials - study.remaining())
     left = writer.close(MLFLOW_DRAIN_SECONDS)
     session.record.update(ended=time.time(), outcome=outcome, control=control.record(), trials=study.counts(),
                           mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
@@ -259,7 +259,7 @@ def abandon(workspace: Workspace, session: Session, writer: Writer, lost: Storag
     next session's reconcile closes the trials' runs), and sweep.json records why it ended."""
     writer.submit("closing the sweep run", lambda: session.tracker.finish_parent("KILLED", "interrupted"))
     if session.slots:
-        session.slots.leave("storage unreachable")
+        session.slots.leave("storage unreachable", session.slots.entry.done)
     # A database that is away is often MLflow's too: what it does not take soon, `resume` delivers.
     left = writer.close(min(MLFLOW_DRAIN_SECONDS, 30))
     if not any(record is session.record for record in session.state.sessions):  # it stopped before its trials ran

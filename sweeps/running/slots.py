@@ -76,10 +76,11 @@ class Slots:
         self.allowed, self.why = share.slots, share.why
         return self.allowed
 
-    def leave(self, ended: str) -> None:
-        """The driver ends: the sweep holds no slots (``ended``: complete, stopped, interrupted)."""
+    def leave(self, ended: str, done: int) -> None:
+        """The driver ends: the sweep holds no slots (``ended``: complete, stopped, interrupted),
+        ``done`` of its trials ended."""
         try:
-            self.queue.leave(self.sweep, ended)
+            self.queue.leave(self.sweep, ended, done)
         except sqlalchemy.exc.DBAPIError as exc:  # it goes stale on its own
             log.warning("the cluster's queue did not answer (%s) as the sweep left it", str(exc).splitlines()[0])
 

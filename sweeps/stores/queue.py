@@ -164,8 +164,8 @@ class Queue:
         with self.engine.begin() as db:
             db.execute(sa.update(_SWEEPS).where(_SWEEPS.c.sweep == sweep).values(heartbeat=time.time(), **fields))
 
-    def leave(self, sweep: str, ended: str) -> None:
-        self.beat(sweep, ended=ended, training=0, waiting=0, paused=0, demand=0)
+    def leave(self, sweep: str, ended: str, done: int) -> None:
+        self.beat(sweep, ended=ended, training=0, waiting=0, paused=0, demand=0, done=done)
 
     def quotas(self) -> dict[str, Quota]:
         if not self.kept:
