@@ -48,6 +48,7 @@ class Slots:
         self.capacity = capacity
         self.allowed = queue.shares().get(sweep, _none).slots
         self.why: str | None = None
+        self.unanswered = False  # the queue's database did not answer the last beat
         self._read = now
         if self.entry.priority:
             say(f"seqae: sweep {sweep} has priority {self.entry.priority}")
@@ -67,9 +68,12 @@ class Slots:
                             cluster_cpus=self.capacity.cpus, cluster_gpus=self.capacity.gpus)
             share = self.queue.shares().get(self.sweep, _none)
         except sqlalchemy.exc.DBAPIError as exc:
-            log.warning("the cluster's queue did not answer (%s); the sweep keeps its share of %d slots",
-                        str(exc).splitlines()[0], self.allowed)
+            if not self.unanswered:  # once per outage
+                log.warning("the cluster's queue did not answer (%s); the sweep keeps its share of %d slots",
+                            str(exc).splitlines()[0], self.allowed)
+            self.unanswered = True
             return self.allowed
+        self.unanswered = False
         if share.slots != self.allowed and doing.demand:
             because = f" ({share.why})" if share.why else ""
             say(f"seqae: the cluster's share of sweep {self.sweep}: {self.allowed} -> {share.slots} slots{because}")

@@ -117,7 +117,9 @@ class Place:
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
     # as the Optuna storage connects (sweeps.stores.study_storage.open_storage)
-    return {"connect_args": {"timeout": 60}} if url.startswith("sqlite:") else {"pool_pre_ping": True}
+    # a server that does not answer costs a heartbeat a few seconds, never Tune's loop a minute
+    return {"connect_args": {"timeout": 60}} if url.startswith("sqlite:") else {
+        "pool_pre_ping": True, "connect_args": {"connect_timeout": 5}}
 
 
 @functools.cache
