@@ -78,7 +78,8 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int | None:  # the driver's ex
 
 def cmd_sweep_submit(args: argparse.Namespace) -> int:
     _freeze_imported("cluster")
-    sweep = Sweep.submit(args.file, set=args.set, profile=args.profile, name=args.name, address=args.address,
+    sets = [*args.set, *([f"priority={args.priority}"] if args.priority is not None else [])]
+    sweep = Sweep.submit(args.file, set=sets, profile=args.profile, name=args.name, address=args.address,
                          workspace=args.workspace)
     print(_describe(sweep))
     return 0
@@ -119,6 +120,48 @@ def cmd_sweep_set(args: argparse.Namespace) -> int:
     changes = api.check_changes(**{key: value})  # a mistake is refused before the sweep is read
     control = Sweep(args.name, args.workspace).set(**changes)
     print(f"sweep {args.name}: max_concurrent={control.max_concurrent} from its next trial on (recorded in its study)")
+    return 0
+
+
+def cmd_sweep_priority(args: argparse.Namespace) -> int:
+    place = api.set_priority(args.name, args.priority, args.workspace)
+    print(f"sweep {args.name}: priority {place.priority} (its driver takes it within seconds; {place.state}, "
+          f"share {place.share} slots)")
+    return 0
+
+
+def cmd_cluster_queue(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    places = api.queue(args.workspace)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(p) for p in places]))
+        return 0
+    print(_queue_table(places))
+    return 0
+
+
+def _queue_table(places: list[Any]) -> str:
+    """`seqae cluster queue`'s table: a row per sweep."""
+    if not places:
+        return "no sweep has run on this cluster's database yet"
+    header = ("SWEEP", "USER", "PRIORITY", "STATE", "HELD/SHARE/QUOTA", "WAITING", "PAUSED", "TRIALS", "IN LINE", "ETA")
+    rows = [header]
+    for p in places:
+        quota = "/".join(f"{v:g} {unit}" for v, unit in ((p.quota.cpus, "CPUs"), (p.quota.gpus, "GPUs"))
+                         if v is not None) or "-"
+        share = f"{p.held}/{p.share}/{quota}" + (f" ({p.why})" if p.why and p.state not in ("done", "stopped") else "")
+        rows.append((p.sweep, p.user, str(p.priority), p.state, share, str(p.waiting), str(p.paused),
+                     f"{p.trials_done}/{p.trials_total}", str(p.place or "-"), p.eta))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def cmd_cluster_quota(args: argparse.Namespace) -> int:
+    quota = api.set_quota(args.user, args.cpus, args.gpus, args.workspace)
+    limits = ", ".join(f"{v:g} {unit}" for v, unit in ((quota.cpus, "CPUs"), (quota.gpus, "GPUs")) if v is not None)
+    print(f"{args.user}'s sweeps hold at most {limits or 'anything (no limit)'} at once; a sweep over it waits in "
+          "the queue")
     return 0
 
 
@@ -261,6 +304,12 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     print(f"  trials: {info.trials_total} planned; " + ", ".join(f"{k} {v}" for k, v in info.trials_by_state.items()))
     if sweep.workspace.exists(sweep.name):  # its driver's records are here
         print(f"  {sweep.eta().line()}")
+    if info.queue is not None and info.queue.state not in ("done", "stopped"):
+        q = info.queue
+        line = f"{q.place}{'st' if q.place == 1 else 'nd' if q.place == 2 else 'rd' if q.place == 3 else 'th'} in line" \
+            if q.place else f"holds {q.held} slots"
+        print(f"  cluster queue: {q.state}, priority {q.priority}, {line}; its share {q.share} slots"
+              + (f" ({q.why})" if q.why else "") + f"; ETA {q.eta}")
     if info.proposed_by:
         print("  proposed by: " + ", ".join(f"{k} {v}" for k, v in info.proposed_by.items()))
     for start, trial in info.starts.items():

@@ -10,6 +10,8 @@ from seqae_cli.commands import (
     cmd_cluster_add_user,
     cmd_cluster_check_launcher,
     cmd_cluster_down,
+    cmd_cluster_queue,
+    cmd_cluster_quota,
     cmd_cluster_status,
     cmd_cluster_up,
     cmd_encode,
@@ -21,6 +23,7 @@ from seqae_cli.commands import (
     cmd_sweep_fork,
     cmd_sweep_list,
     cmd_sweep_plan,
+    cmd_sweep_priority,
     cmd_sweep_logs,
     cmd_sweep_resume,
     cmd_sweep_run,
@@ -98,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--name", help="the sweep's name (default: the file's name without .yaml)")
     submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as for `sweep run`")
     submit.add_argument("--profile", help="as for `sweep run`")
+    submit.add_argument("--priority", type=int, default=None, metavar="N",
+                        help="its priority for the cluster's trial slots (the sweep file's `priority`, default 0): a "
+                             "higher one's trials are placed first and take slots from lower ones at their next "
+                             "validation")
     submit.set_defaults(handler=cmd_sweep_submit)
 
     for verb, text in (("logs", "the driver's output of a submitted sweep"),
@@ -126,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     setting.add_argument("name")
     setting.add_argument("change", metavar="KEY=VALUE", help="max_concurrent=N: trials running at once from now on")
     setting.set_defaults(handler=cmd_sweep_set)
+
+    prioritizing = with_workspace(sweeps.add_parser("priority", help="change a sweep's priority for the cluster's "
+                                                                     "trial slots (its owner, or an admin)"))
+    prioritizing.add_argument("name")
+    prioritizing.add_argument("priority", type=int, metavar="N", help="the new priority; higher goes first (default 0)")
+    prioritizing.set_defaults(handler=cmd_sweep_priority)
 
     resume = with_workspace(sweeps.add_parser("resume", help="continue an interrupted sweep (resubmits a "
                                                              "submitted one)"), verbose=True)
@@ -225,6 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
         handlers = {"up": cmd_cluster_up, "services": cmd_cluster_up, "down": cmd_cluster_down,
                     "status": cmd_cluster_status, "add-user": cmd_cluster_add_user}
         sub.set_defaults(handler=handlers[verb])
+    queue = with_workspace(clusters.add_parser("queue", help="every sweep on the cluster: its user, priority, state, "
+                                                            "slots held / share / quota, trials done"))
+    queue.add_argument("--json", action="store_true", help="print one JSON list")
+    queue.set_defaults(handler=cmd_cluster_queue)
+    quota = with_workspace(clusters.add_parser("quota", help="a user's quota of the cluster's CPUs and GPUs (an admin)"))
+    quota.add_argument("user")
+    quota.add_argument("--cpus", type=float, default=None, help="the most CPUs their sweeps hold at once (default: no limit)")
+    quota.add_argument("--gpus", type=float, default=None, help="the most GPUs their sweeps hold at once (default: no limit)")
+    quota.set_defaults(handler=cmd_cluster_quota)
     check = clusters.add_parser("check-launcher", help="refuse a cluster's config (aws.yaml, the KubeRay manifests) "
                                                        "or IAM policy that still holds a REPLACE_ME_ placeholder")
     check.add_argument("files", nargs="+", metavar="FILE",

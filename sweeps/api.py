@@ -36,7 +36,9 @@ if TYPE_CHECKING:
     from sweeps.results.export import Trials
     from sweeps.results.plan import Forecast
     from sweeps.results.status import SweepStatus
+    from sweeps.stores.queue import Place
     from sweeps.stores.search import Control
+    from sweeps.stores.shares import Quota
     from sweeps.stores.textmodel import LoadedModel
 
 BACKENDS = ("storage", "mlflow_tracking_uri", "optuna_storage")  # what ``backends=`` may name
@@ -366,6 +368,53 @@ def plan(file: str | Path, *, set: Sequence[str] = (), profile: str | None = Non
 def sweeps(workspace: str | Path | Workspace | None = None) -> list[Listed]:
     """Every sweep of ``workspace`` as ``seqae sweep list`` shows it, from the records alone."""
     return listing(_workspace(workspace))
+
+
+def queue(workspace: str | Path | Workspace | None = None) -> list[Place]:
+    """Every sweep on the cluster's database (``$SEQAE_OPTUNA_STORAGE``, else ``workspace``'s
+    own), as ``seqae cluster queue`` shows it: its user, priority, state, the slots it holds, its
+    share and its user's quota, trials done of total, its place in line; the running ones first."""
+    from sweeps.stores.queue import Queue
+
+    return Queue(_queue_url(_workspace(workspace)), create=False).view()
+
+
+def set_priority(name: str, priority: int, workspace: str | Path | Workspace | None = None) -> Place:
+    """Sweep ``name``'s priority on the cluster, from now on (its driver takes it within seconds;
+    a higher one takes slots from lower ones at their trials' next validation). For its owner and
+    MLflow's admin; anyone else is refused, naming the owner. The sweep is found in the cluster's
+    queue, whichever workspace it was submitted from."""
+    from sweeps.stores.queue import Queue
+
+    place = _workspace(workspace)
+    url = _queue_url(place, name)
+    Queue(url).set_priority(name, priority)
+    return next(p for p in Queue(url).view() if p.sweep == name)
+
+
+def set_quota(user: str, cpus: float | None = None, gpus: float | None = None,
+              workspace: str | Path | Workspace | None = None) -> Quota:
+    """``user``'s quota on the cluster: their sweeps together hold at most ``cpus`` CPUs and
+    ``gpus`` GPUs at once (None: no limit); a sweep over it waits in the queue. For MLflow's admin."""
+    from sweeps.stores.queue import Queue
+    from sweeps.stores.shares import Quota
+
+    for flag, value in (("--cpus", cpus), ("--gpus", gpus)):
+        if value is not None and value < 0:
+            raise ConfigError(f"{flag} {value}: a quota is zero or more")
+    return Queue(_queue_url(_workspace(workspace))).set_quota(user, Quota(cpus, gpus))
+
+
+def _queue_url(workspace: Workspace, name: str | None = None) -> str:
+    """The database of the cluster's queue: sweep ``name``'s Optuna storage where this workspace
+    holds it, else ``$SEQAE_OPTUNA_STORAGE``, else the workspace's own."""
+    if name is not None:
+        record = workspace.read_submission(name)
+        if record is not None and record.backends:
+            return record.backends.optuna_storage
+        if workspace.exists(name):
+            return workspace.read(name).backends.optuna_storage
+    return os.environ.get("SEQAE_OPTUNA_STORAGE") or workspace.default_backends("queue").optuna_storage
 
 
 def encode(model: str, texts: Sequence[str], *, at: float | None = None,

@@ -51,9 +51,9 @@ RAY_TUNE_HOMES = ("sweeps/running/trial.py", "sweeps/running/stoppers.py", "swee
 # reading its results, then the API over them.
 SWEEP_ORDER = [
     "spec.overrides", "spec.messages", "spec.sections", "spec.space", "spec.sweep", "spec.trial",
-    "stores.ownership", "stores.workspace", "stores.outages", "stores.study_storage", "stores.search", "stores.retention", "stores.ledger",
+    "stores.ownership", "stores.workspace", "stores.outages", "stores.study_storage", "stores.shares", "stores.queue", "stores.search", "stores.retention", "stores.ledger",
     "stores.writer", "stores.mlflow_access", "stores.mlflow_runs", "stores.textmodel", "stores.tracking",
-    "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_connection",
+    "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_connection", "running.slots",
     "running.package", "running.submit", "running.sweep_data", "running.trial", "running.stoppers", "running.schedulers",
     "running.callbacks", "running.packs", "running.runner", "running.lifecycle", "running.driver",
     "results.trials", "results.eta", "results.plan", "results.status", "results.remote_status", "results.export", "results.registry",

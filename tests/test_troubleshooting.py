@@ -266,3 +266,16 @@ def test_a_gpu_sweep_on_a_cluster_without_gpu_nodes(monkeypatch):
     with pytest.raises(ConfigError) as refused:
         check_resources(spec, 8.0, 0.0)  # the largest alive node: 8 CPUs, no GPU
     assert_quoted(printed(refused.value))
+
+
+def test_a_priority_change_of_anothers_sweep(tmp_path, monkeypatch, capsys):
+    from seqae_cli.main import main
+    from sweeps.stores.ownership import USER
+    from sweeps.stores.queue import Entry, Queue
+
+    monkeypatch.delenv("SEQAE_OPTUNA_STORAGE", raising=False)
+    Queue(f"sqlite:///{tmp_path / 'optuna.db'}").join(Entry("hers", "ann", 0, 4, 4, 1.0, 0.0, 0, 0, 0, 0, 8, 0.0,
+                                                            0.0, None, 4.0, 0.0))
+    monkeypatch.setenv(USER, "bob")
+    assert main(["sweep", "priority", "hers", "9", "--workspace", str(tmp_path)]) == 2
+    assert_quoted(next(line for line in capsys.readouterr().err.splitlines() if line.startswith("seqae: error: ")))

@@ -11,8 +11,12 @@ from typing import Any
 
 from sweeps.results.trials import Trial, read_trials, unreadable
 from sweeps.spec import sweep as spec_lib
+from sweeps.stores import queue
 from sweeps.stores.search import Control, read_only
 from sweeps.stores.workspace import Backends, Job, Workspace, redact
+
+# A running sweep's trials that Optuna holds RUNNING but that do not train (sweeps.stores.queue):
+WAITING, PREEMPTED = "WAITING_FOR_SLOT", "PREEMPTED"
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,8 @@ class TrialsView:
     profile: str | None
     description: str
     trials_total: int
-    trials_by_state: dict[str, int]  # Optuna's states, and NOT_STARTED for the trials to come
+    trials_by_state: dict[str, int]  # Optuna's states, NOT_STARTED for the trials to come; of a running sweep's
+    # RUNNING ones, those that wait for a slot (WAITING_FOR_SLOT) or were preempted (PREEMPTED) apart
     best: tuple[Trial, ...]  # the best trial; with several objectives the Pareto front; () before one ends
     objectives: list[str]
     mlflow_tracking_uri: str  # passwords masked
@@ -46,6 +51,7 @@ class TrialsView:
     proposed_by: dict[str, int]  # how many trials each proposer proposed: "start", "random start-up", "tpe", ...
     starts: dict[str, Trial]  # the trial each starting point of the sweep file ran as, by its name
     notes: list[str]
+    queue: queue.Place | None  # its place in the cluster's queue (None: it never ran on this database)
 
 
 @dataclass(frozen=True)
@@ -98,16 +104,34 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
         by_state["NOT_STARTED"] = total - created
     blind = unreadable(backends.storage)
     records = {t.number: t for t in read_trials(spec, study, None if blind else backends.storage)}
+    place = next((p for p in queue.Queue(backends.optuna_storage, create=False).view() if p.sweep == study_name),
+                 None) if created else None
     return TrialsView(
-        profile=spec.profile, description=spec.description, trials_total=total, trials_by_state=by_state,
+        profile=spec.profile, description=spec.description, trials_total=total,
+        trials_by_state=split_running(by_state, place),
         best=tuple(records[t.number] for t in study.best()), objectives=[f"{o.metric} ({o.mode})" for o in spec.objectives],
         mlflow_tracking_uri=redact(backends.mlflow_tracking_uri), optuna_storage=redact(backends.optuna_storage),
         optuna_study_name=study_name, storage=backends.storage, control=study.control(),
         cost=cost(spec, list(records.values())), seeded_trials=len(study.forked()),
         sampler=spec.sampler.model_dump(exclude_none=True), proposed_by=study.proposals(),
         starts={t.start: t for t in records.values() if t.start},
-        notes=[*spec.notes(), *([blind] if blind else [])],
+        notes=[*spec.notes(), *([blind] if blind else [])], queue=place,
     )
+
+
+def split_running(by_state: dict[str, int], place: queue.Place | None) -> dict[str, int]:
+    """Optuna's RUNNING trials of a sweep whose driver runs, as its driver last saw them in Ray
+    Tune: training, waiting for a slot (proposed, or resumed, and not yet placed) or preempted.
+    Optuna holds a trial RUNNING from its proposal on; the driver's beat may lag a moment behind."""
+    running = by_state.get("RUNNING", 0)
+    if place is None or place.state in (queue.DONE, queue.STOPPED) or not running:
+        return by_state
+    training, paused = min(place.held, running), min(place.paused, running - min(place.held, running))
+    split = {"RUNNING": training, WAITING: running - training - paused, PREEMPTED: paused}
+    out: dict[str, int] = {}
+    for state, count in by_state.items():
+        out.update({k: v for k, v in split.items() if v} if state == "RUNNING" else {state: count})
+    return out
 
 
 def cost(spec: spec_lib.SweepSpec, trials: list[Trial]) -> Cost:

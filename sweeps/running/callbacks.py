@@ -14,6 +14,7 @@ from seqae_core import metrics as M
 from seqae_core import names as N
 from sweeps.running.notify import Notifier
 from sweeps.running.progress import Progress, best_line
+from sweeps.running.slots import Slots
 from sweeps.running.stoppers import DriverOnly, Spend, StopNow
 from sweeps.spec.trial import TrialSpec
 from sweeps.stores import ledger
@@ -24,6 +25,21 @@ from sweeps.stores.writer import Writer
 log = logging.getLogger(__name__)
 MEMBER_ERROR = "member_error"  # a pack's member that failed alone: its error, in its stand-in trial's config
 PACK_TUNE_ID = "pack_tune_id"  # a pack's member: the Tune trial that trains it (its pack), in its stand-in's config
+
+
+class SlotsCallback(DriverOnly, tune.Callback):
+    """Keeps the sweep's seat in the cluster's queue: at each step of Tune's loop (at most every few
+    seconds) it tells the queue what the sweep's trials do and reads the sweep's share again."""
+
+    def __init__(self, slots: Slots, searcher: Any) -> None:
+        self.slots, self.searcher = slots, searcher  # the StudySearcher (sweeps.running.runner)
+
+    def on_step_begin(self, iteration: int, trials: list[Trial], **info: Any) -> None:
+        if not self.slots.due():
+            return
+        by_status = [t.status for t in trials]
+        self.slots.update(self.searcher.doing(by_status.count(Trial.RUNNING), by_status.count(Trial.PENDING),
+                                              by_status.count(Trial.PAUSED)))
 
 
 class TrackingCallback(DriverOnly, tune.Callback):

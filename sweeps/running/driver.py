@@ -35,8 +35,10 @@ from sweeps.running.ray_connection import (
     check_cluster,
     check_resources,
     cluster_capacity,
+    cluster_totals,
     connect_ray,
 )
+from sweeps.running.slots import Slots
 from sweeps.running.sweep_data import prepare_data, published_data
 from sweeps.running.trial import LOGICAL_GPUS
 from sweeps.spec import sweep as spec_lib
@@ -44,7 +46,9 @@ from sweeps.spec.sections import EVENTS, Objective
 from sweeps.spec.sweep import cell_configs
 from sweeps.stores import ledger, ownership
 from sweeps.stores.mlflow_access import check_credentials, unreachable, waiting_for_mlflow
+from sweeps.stores.queue import Queue
 from sweeps.stores.search import SweepStudy, open_study
+from sweeps.stores.shares import Capacity
 from sweeps.stores.study_storage import PatientStorage, storage_lost
 from sweeps.stores.tracking import Tracker
 from sweeps.stores.workspace import Backends, DriverLock, SweepState, Workspace
@@ -73,6 +77,7 @@ class Session:
     published: dict[Any, str]  # the data entries published for the trials' nodes (none: they read the driver's cache)
     record: dict[str, Any]  # this session's entry in sweep.json
     notifier: Notifier
+    slots: Slots | None = None  # its seat in the cluster's queue, once its trials run
 
 
 def drive(workspace: Workspace, name: str, *, report: Report | None, check_file: bool = True, verbose: bool = False,
@@ -200,11 +205,15 @@ def run(workspace: Workspace, session: Session, writer: Writer, verbose: bool) -
     if todo:
         connect_ray(workspace.root)
         check_resources(spec, *cluster_capacity())
+        session.slots = Slots(Queue(session.backends.optuna_storage), state.study_name, state.owner or ownership.actor(),
+                              spec.priority or 0, study.control().max_concurrent or spec.max_concurrent,
+                              spec.resources.cpu, spec.resources.gpu, state.total_trials, state.total_trials - todo,
+                              Capacity(*cluster_totals()))
         try:
             runner.run_session(spec, study, session.tracker, writer, storage=session.backends.storage,
                                cache_dir=str(workspace.cache_dir), published=session.published,
-                               session=len(state.sessions),
-                               epochs=session.epochs, verbose=verbose, notifier=session.notifier)
+                               session=len(state.sessions), epochs=session.epochs, verbose=verbose,
+                               notifier=session.notifier, slots=session.slots)
         except KeyboardInterrupt:
             session.record["interrupted"] = True
         progress.say(f"\n{progress.summary(study.trials(), spec.objectives)}\n")
@@ -229,6 +238,8 @@ def close(workspace: Workspace, session: Session, writer: Writer, report: Report
         writer.submit("registering the best model", lambda: register_best(study, tracker, name))
     writer.submit("closing the sweep run", lambda: tracker.finish_parent("FINISHED" if ended else "KILLED",
                                                                          ended or "interrupted"))
+    if session.slots:
+        session.slots.leave(outcome, session.state.total_trials - study.remaining())
     left = writer.close(MLFLOW_DRAIN_SECONDS)
     session.record.update(ended=time.time(), outcome=outcome, control=control.record(), trials=study.counts(),
                           mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
@@ -247,6 +258,8 @@ def abandon(workspace: Workspace, session: Session, writer: Writer, lost: Storag
     MLflow takes the writes it was handed and the sweep run is left KILLED, as after Ctrl-C (the
     next session's reconcile closes the trials' runs), and sweep.json records why it ended."""
     writer.submit("closing the sweep run", lambda: session.tracker.finish_parent("KILLED", "interrupted"))
+    if session.slots:
+        session.slots.leave("storage unreachable", session.slots.entry.done)
     # A database that is away is often MLflow's too: what it does not take soon, `resume` delivers.
     left = writer.close(min(MLFLOW_DRAIN_SECONDS, 30))
     if not any(record is session.record for record in session.state.sessions):  # it stopped before its trials ran

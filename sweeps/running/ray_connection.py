@@ -49,6 +49,13 @@ def cluster_capacity() -> tuple[float, float]:
     return max(n.get("CPU", 0.0) for n in nodes), max(n.get("GPU", 0.0) for n in nodes)
 
 
+def cluster_totals() -> tuple[float, float]:
+    """(CPUs, GPUs) of all the alive nodes of the connected Ray cluster together: the trial slots
+    the cluster's sweeps share (sweeps.stores.shares)."""
+    total = ray.cluster_resources()
+    return float(total.get("CPU", 0.0)), float(total.get("GPU", 0.0))
+
+
 def check_address(address: str) -> None:
     """Refuse a ``RAY_ADDRESS`` of ``host:port`` where nothing listens: ``ray.init`` would retry for
     minutes, printing only its own warnings. Other forms (``auto``, ``ray://``) are left to Ray."""

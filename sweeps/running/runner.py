@@ -3,8 +3,10 @@ session's Tuner, with the :mod:`~sweeps.running.stoppers`, :mod:`~sweeps.running
 :mod:`~sweeps.running.callbacks` it runs with.
 
 The searcher asks :class:`~sweeps.stores.search.SweepStudy` for trials (a
-:class:`~sweeps.spec.trial.TrialSpec` crosses into Tune), holds ``max_concurrent`` and the drain
-from the study's control record, and records each result as :mod:`sweeps.stores.ledger` decides it.
+:class:`~sweeps.spec.trial.TrialSpec` crosses into Tune), holds ``max_concurrent`` (the sweep's
+ceiling) and the drain from the study's control record, proposes no trial past the sweep's share of
+the cluster's slots (:mod:`sweeps.running.slots`), and records each result as
+:mod:`sweeps.stores.ledger` decides it.
 """
 
 from __future__ import annotations
@@ -16,17 +18,17 @@ from typing import Any
 
 import ray
 from ray import tune
-from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
 from ray.tune.stopper import CombinedStopper
 
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
-from sweeps.running.callbacks import NotifyCallback, ProgressCallback, TrackingCallback
+from sweeps.running.callbacks import NotifyCallback, ProgressCallback, SlotsCallback, TrackingCallback
 from sweeps.running.notify import Notifier
 from sweeps.running.packs import Members, PackCallback, PackScheduler, PackSearcher, member_id, pack_name
 from sweeps.running.progress import Progress, say
-from sweeps.running.schedulers import ParetoASHA, ResumableASHA
+from sweeps.running.schedulers import SharedASHA, SharedFIFO, SharedParetoASHA
+from sweeps.running.slots import Doing, Slots
 from sweeps.running.stoppers import BudgetStopper, DriverOnly, Spend, StopNow, spent_so_far, trial_progresses
 from sweeps.running.trial import run_pack, run_trial
 from sweeps.spec.sweep import SweepSpec
@@ -42,15 +44,17 @@ class StudySearcher(DriverOnly, Searcher):
     """Asks the sweep's Optuna study for trials and tells it how they ended."""
 
     def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str, spend: Spend, stop_now: StopNow,
-                 retention: Retention, notifier: Notifier | None = None) -> None:
+                 retention: Retention, notifier: Notifier | None = None, slots: Slots | None = None) -> None:
         objective = spec.objectives[0]
         super().__init__(metric=objective.metric, mode=objective.mode)
         self.spec, self.study, self.storage = spec, study, storage
         self.spend, self.stop_now, self.retention, self.notifier = spend, stop_now, retention, notifier
+        self.slots = slots  # the sweep's share of the cluster's slots (None: the cluster is its own)
         self.plans: dict[str, TrialSpec] = {}
         self.live: set[str] = set()  # Tune trials started and not yet ended
-        self.limit = spec.max_concurrent
+        self.ceiling = spec.max_concurrent
         self.draining = False
+        self.finished = False
 
     def save(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "w") as f:
@@ -61,8 +65,8 @@ class StudySearcher(DriverOnly, Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         """The next trial; None while ``max_concurrent`` trials run (the study's control record
-        may change it at any time); Tune's FINISHED once the sweep has no trial left, or none but
-        new ones while it drains."""
+        may change it at any time) or the sweep's share of the cluster's slots is taken; Tune's
+        FINISHED once the sweep has no trial left, or none but new ones while it drains."""
         control = self.study.control()
         budget = self.spec.budget
         if budget and not control.drain and (why := self.spend.cannot_start(budget.hours, budget.unit)):
@@ -76,16 +80,17 @@ class StudySearcher(DriverOnly, Searcher):
             if self.notifier:
                 self.notifier.send("stopped", "no new trials start", f"{control.drain}; {len(self.live)} running "
                                    f"trials {running}")
-        limit = control.max_concurrent or self.spec.max_concurrent
-        if limit != self.limit:
-            say(f"seqae: max_concurrent {self.limit} -> {limit}")
-            self.limit = limit
-        if len(self.live) >= limit:
+        ceiling = control.max_concurrent or self.spec.max_concurrent
+        if ceiling != self.ceiling:
+            say(f"seqae: max_concurrent {self.ceiling} -> {ceiling}")
+            self.ceiling = ceiling
+        if len(self.live) >= (ceiling if self.slots is None else min(ceiling, self.slots.allowed)):
             return None
         fuse = self.spec.resources.fuse
         trials = (self.study.next_pack(fuse, new=not self.draining) if fuse > 1
                   else [t for t in [self.study.next_trial(new=not self.draining)] if t is not None])
         if not trials:
+            self.finished = True
             return Searcher.FINISHED  # type: ignore[return-value]  # Tune's own sentinel, a str
         for trial in trials:  # a pack's members by their own ids (sweeps.running.packs)
             self.plans[trial_id if fuse == 1 else member_id(trial_id, trial.number)] = trial
@@ -93,6 +98,12 @@ class StudySearcher(DriverOnly, Searcher):
             self.study.note_tune_trial(trial.number, trial_id)
         self.live.add(trial_id)
         return {"trial": trials[0]} if fuse == 1 else {"trial": trials[0], "pack": tuple(trials)}
+
+    def doing(self, training: int, waiting: int, paused: int) -> Doing:
+        """What the sweep's Tune trials do, with the trials it could run now and those done."""
+        remaining = self.study.remaining()
+        left = training + waiting + paused if self.draining or self.finished else remaining
+        return Doing(training, waiting, paused, min(self.ceiling, left), self.study.total - remaining, self.ceiling)
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         self._result(self.plans[trial_id].number, result)
@@ -136,17 +147,19 @@ def tune_name(trial: tune.experiment.Trial) -> str:
 def run_session(
     spec: SweepSpec, study: SweepStudy, tracker: Tracker, writer: Writer, *, storage: str, cache_dir: str,
     published: dict[Any, str], session: int, epochs: int, verbose: bool = False, notifier: Notifier | None = None,
+    slots: Slots | None = None,
 ) -> None:
-    """One Tuner run over the trials the study still has to run. Progress shows a line per
-    trial result; ``verbose`` brings back Ray Tune's own status tables."""
+    """One Tuner run over the trials the study still has to run, within the sweep's share of the
+    cluster's ``slots`` (None: all of it). Progress shows a line per trial result; ``verbose``
+    brings back Ray Tune's own status tables."""
     progresses = trial_progresses(study, storage)
     spend = spent_so_far(spec, progresses)
     retention = Retention(study, storage, spec.checkpoints.keep_best, progresses)
     retention.settle()
     stop_now = StopNow(study)
-    searcher = StudySearcher(spec, study, storage, spend, stop_now, retention, notifier)
+    searcher = StudySearcher(spec, study, storage, spend, stop_now, retention, notifier, slots)
     objective = spec.objectives[0]
-    scheduler = None
+    scheduler: SharedFIFO | SharedASHA | SharedParetoASHA = SharedFIFO()
     continuing = study.continuing()
     if continuing:  # trials `seqae sweep extend` reopened train on past max_t, to limits of their own
         epochs = max(epochs, *continuing.values())
@@ -157,10 +170,10 @@ def run_session(
         rungs: dict[str, Any] = {"time_attr": M.EPOCH, "max_t": epochs, "grace_period": spec.scheduler.grace_period,
                                  "reduction_factor": spec.scheduler.reduction_factor,
                                  "brackets": spec.scheduler.brackets(epochs)}
-        kind = ParetoASHA if spec.multi_objective else ResumableASHA
-        scheduler = kind({n: p.history for n, p in progresses.items()}, spec.objectives, **rungs)
+        kind = SharedParetoASHA if spec.multi_objective else SharedASHA
+        asha = scheduler = kind({n: p.history for n, p in progresses.items()}, spec.objectives, **rungs)
         for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):
-            if scheduler.stops(number, study.trial_spec(number).start is not None):  # the rungs it passed before the driver died stop it
+            if asha.stops(number, study.trial_spec(number).start is not None):  # the rungs it passed before the driver died stop it
                 say(f"seqae: trial {number}: ASHA's rungs, rebuilt from the trials' records, stop it")
                 ledger.settle(study, number, ledger.Outcome.PRUNED, progresses.get(number))
                 writer.submit(f"closing trial {number}", partial(tracker.trial_ended, number, ledger.Outcome.PRUNED))
@@ -179,7 +192,9 @@ def run_session(
     stoppers: list[tune.Stopper] = [*([BudgetStopper(spend, spec.budget.hours * 3600)] if spec.budget else []), stop_now]
     callbacks: list[tune.Callback] = [TrackingCallback(tracker, writer, study), ProgressCallback(progress, spend, stop_now),
                                       *([NotifyCallback(notifier, study)] if notifier else [])]
-    members = Members(searcher, scheduler or FIFOScheduler(), stoppers, callbacks, storage) if fused else None
+    scheduler.slots = slots
+    members = Members(searcher, scheduler, stoppers, callbacks, storage) if fused else None
+    seat = [SlotsCallback(slots, searcher)] if slots else []
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
@@ -205,7 +220,7 @@ def run_session(
             failure_config=tune.FailureConfig(max_failures=spec.retries),
             # the budget's stopper first: it counts every epoch's cost, also the one a stop ends on
             stop=None if members else CombinedStopper(*stoppers),
-            callbacks=[PackCallback(members)] if members else callbacks,
+            callbacks=[PackCallback(members), *seat] if members else [*callbacks, *seat],
             verbose=1 if verbose else 0,
         ),
     )

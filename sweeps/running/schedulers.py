@@ -1,6 +1,7 @@
 """The sweep's schedulers: Ray's ASHA and asynchronous Hyperband, whose rungs are rebuilt from
 the trials' records when a session starts (:class:`ResumableASHA`), and their multi-objective
-form, which ranks a rung by non-dominated sorting (:class:`ParetoASHA`)."""
+form, which ranks a rung by non-dominated sorting (:class:`ParetoASHA`); each of them, and Tune's
+FIFO, keeps to the sweep's share of the cluster's slots (:class:`Preempting`)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,59 @@ from typing import Any
 import numpy as np
 from ray import tune
 from ray.tune.experiment import Trial
+from ray.tune.result import DONE
 
 from seqae_core import metrics as M
 from seqae_core.pareto import behind
+from sweeps.running.progress import say
+from sweeps.running.slots import Slots
 from sweeps.spec.sections import Objective
 from sweeps.spec.trial import TrialSpec
+
+
+class Preempting:
+    """A scheduler that keeps its sweep within its share of the cluster's slots (``slots``; None:
+    the sweep has the cluster to itself). While the sweep trains more trials than its share, a
+    trial that reports a validation it would go on from is paused instead (Tune checkpoints it and
+    gives its slot up; the trial resumes from its own checkpoint store, so its numbers are those of
+    an uninterrupted run), and a paused trial is resumed only while the sweep trains fewer. The
+    scheduler's own decision is taken first, so that ASHA's rungs record the validation as they
+    would have: a trial ASHA stops is stopped, never paused."""
+
+    slots: Slots | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its scheduler into tuner.pkl; the seat's database handle stays on the driver
+        return {k: v for k, v in self.__dict__.items() if k != "slots"}
+
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+        decision: str = super().on_trial_result(tune_controller, trial, result)  # type: ignore[misc]
+        if (self.slots is None or decision != tune.schedulers.TrialScheduler.CONTINUE or result.get("finished")
+                or result.get(DONE)):
+            return decision
+        pausing: set[str] = getattr(self, "_pausing", set())  # asked to pause, still training until saved
+        self._pausing = pausing & {t.trial_id for t in tune_controller.get_trials() if t.status == Trial.RUNNING}
+        training = [t for t in tune_controller.get_trials()
+                    if t.status == Trial.RUNNING and t.trial_id not in self._pausing]
+        if len(training) <= self.slots.allowed:
+            return decision
+        self._pausing.add(trial.trial_id)
+        say(f"seqae: trial {trial.config['trial'].number} gives its slot up at epoch {result.get(M.EPOCH)} "
+            f"({self.slots.why or 'the sweep holds more than its share'}); it resumes from this checkpoint")
+        return tune.schedulers.TrialScheduler.PAUSE
+
+    def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
+        """Tune's choice (a waiting trial first, then a paused one), but no paused one while the
+        sweep trains or waits for its share already."""
+        chosen: Trial | None = super().choose_trial_to_run(tune_controller)  # type: ignore[misc]
+        if self.slots is None or chosen is None or chosen.status != Trial.PAUSED:
+            return chosen
+        active = sum(t.status in (Trial.RUNNING, Trial.PENDING) for t in tune_controller.get_trials())
+        return chosen if active < self.slots.allowed else None
+
+
+class SharedFIFO(Preempting, tune.schedulers.FIFOScheduler):
+    """Tune's FIFO (every trial trains to its end), within the sweep's share."""
 
 
 class ResumableASHA(tune.schedulers.ASHAScheduler):
@@ -128,6 +177,14 @@ class ParetoASHA(ResumableASHA):
                 return (tune.schedulers.TrialScheduler.STOP if self.behind(bracket, others, mine)
                         else tune.schedulers.TrialScheduler.CONTINUE)
         return tune.schedulers.TrialScheduler.CONTINUE
+
+
+class SharedASHA(Preempting, ResumableASHA):
+    """:class:`ResumableASHA` within the sweep's share."""
+
+
+class SharedParetoASHA(Preempting, ParetoASHA):
+    """:class:`ParetoASHA` within the sweep's share."""
 
 
 def stub_trial(spec: TrialSpec, trial_id: str | None = None) -> Trial:

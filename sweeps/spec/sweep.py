@@ -94,6 +94,10 @@ class SweepSpec(Section):
     resources: ResourcesSection = Field(default=ResourcesSection(), description="what each trial gets from Ray")
     max_concurrent: int = Field(default=1, gt=0, description="trials running at once; `seqae sweep set` changes it "
                                                              "while the sweep runs")
+    priority: int | None = Field(
+        default=None, description="the sweep's priority for the cluster's trial slots (default 0): a higher one's "
+                                  "trials are placed first, and take slots from lower ones at their next "
+                                  "validation; `seqae sweep priority` changes it while the sweep runs")
     retries: int = Field(default=0, ge=0, description="times a trial whose worker was lost starts again from its "
                                                       "newest checkpoint (a diverging loss or a bad config is not "
                                                       "retried: it would fail again)")
