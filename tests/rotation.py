@@ -55,10 +55,10 @@ def rotated(variants: list[tuple[str, tuple]], salt: int = 0) -> list:
     return [pytest.param(*values, id=name, marks=() if name == chosen else skip) for name, values in variants]
 
 
-def in_turn(name: str, group: list[str], salt: int = 0) -> pytest.MarkDecorator:
+def in_turn(name: str, group: list[str], salt: int = 0, what: str = "the fault test") -> pytest.MarkDecorator:
     """A mark for one of ``group``, tests that each meet one kind of fault on the same machinery
     (the local cluster's): with ``SEQAE_ROTATION=commit`` only the one the commit's seed picks
     runs, the others skip saying which ran."""
     turn = _turn(group, salt)
     chosen = name if turn is None else turn[1]
-    return pytest.mark.skipif(name != chosen, reason=_reason(*turn, "the fault test") if turn else "")
+    return pytest.mark.skipif(name != chosen, reason=_reason(*turn, what) if turn else "")

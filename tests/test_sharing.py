@@ -21,9 +21,14 @@ import pytest
 from seqae_core.checkpoint import CheckpointStore
 from sweeps.stores.workspace import Workspace
 from tests.conftest import REPO, WIKI_MINI
+from tests.rotation import in_turn
 from tests.sweep_helpers import STUDIES, local_cluster, metric_steps, mlflow_runs, optuna_trials, seqae, sets, wait_for
 
 pytestmark = pytest.mark.slow
+
+# Each scenario takes minutes on the local cluster: a commit runs one of them (tests/rotation.py),
+# SEQAE_ROTATION=all both.
+SCENARIOS = ["priority", "equal-shares"]
 
 # fp32 without dropout and every trial to its last epoch: a trial's numbers are its own, however
 # often it was paused; the same seed proposes the same trials in both sweeps
@@ -140,6 +145,7 @@ def studies_readable(cluster, monkeypatch):
     monkeypatch.setenv("PGPASSFILE", cluster["env"]["PGPASSFILE"])  # the studies and the queue, read here
 
 
+@in_turn("priority", SCENARIOS, salt=1, what="the sharing scenario")
 def test_a_higher_priority_sweep_takes_slots_at_the_next_validation_and_the_preempted_trials_lose_nothing(
         cluster, tmp_path):
     # B alone on the empty cluster: its time, and the uninterrupted twins of A's first four trials
@@ -187,6 +193,7 @@ def test_a_higher_priority_sweep_takes_slots_at_the_next_validation_and_the_pree
     print(json.dumps({**times, **{k: v for k, v in timeline.items() if k != "samples"}}))
 
 
+@in_turn("equal-shares", SCENARIOS, salt=1, what="the sharing scenario")
 def test_equal_priorities_hold_equal_shares(cluster, tmp_path):
     timeline = two_users(cluster, tmp_path, "fairab", "fairbb")
     (tmp_path.parent / "timeline-fair.json").write_text(json.dumps({**timeline, "every_5s": every_5s(
