@@ -21,7 +21,7 @@ import torch
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
 from seqae_core.config import from_flat
-from seqae_core.train import Interrupted, train
+from seqae_core.train import train
 from tests.sweep_helpers import (SMOKE, STUDIES, held, local_cluster, mlflow_runs, seqae, sets, trial_metas,
                                  wait_for)
 from tests.test_cluster import assert_each_trial_once, job_driver, restore_worker, wait_job
@@ -43,6 +43,8 @@ def test_a_run_interrupted_between_two_steps_goes_on_from_its_last_validation_un
     ``interrupt`` stops the run two steps past its first validation (mid-epoch, mid-way to the next);
     the steps since are dropped, and the run resumed from that validation's checkpoint ends with an
     uninterrupted run's values, its loss curve and dropout's random stream included."""
+    from seqae_core.train import Interrupted
+
     config = tiny_config(**{"data.max_pages": 3, "train.epochs": 1, "train.validate_every": 0.5, "model.dropout": 0.1,
                             "train.log_every_steps": 1, "train.repeats": repeats, "train.fuse_repeats": "on"})
     full: list[dict[str, Any]] = []
