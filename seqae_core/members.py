@@ -17,7 +17,8 @@ from typing import Any, Callable
 from seqae_core.checkpoint import Checkpoint
 from seqae_core.config import FREE_KEYS, Config, fusion_key
 from seqae_core.loss import plan_head
-from seqae_core.train import MemberResult, PackReport, Run, load_data, pick_device, train_runs, validation_steps
+from seqae_core.train import (Interrupt, MemberResult, PackReport, Run, load_data, pick_device, train_runs,
+                              validation_steps)
 from seqae_errors import ConfigError
 
 __all__ = ["MemberResult", "PackReport", "train_members"]
@@ -26,7 +27,8 @@ __all__ = ["MemberResult", "PackReport", "train_members"]
 def train_members(configs: list[Config], report: PackReport | None = None, *,
                   resumes: list[Checkpoint | None] | None = None, device: str | None = None, cache_dir: Any = None,
                   published: str | None = None, progress: bool = False,
-                  measure: Callable[[], dict[str, float]] | None = None) -> list[dict[str, Any] | None]:
+                  measure: Callable[[], dict[str, float]] | None = None,
+                  interrupt: Interrupt | None = None) -> list[dict[str, Any] | None]:
     """Train ``configs`` as one pack; return each member's final metrics (as :func:`seqae_core.train.train`
     returns them), None for one that failed or never validated.
 
@@ -56,7 +58,7 @@ def train_members(configs: list[Config], report: PackReport | None = None, *,
         raise ConfigError(f"train_members: the members to train stand at different places ({where}): a pack's "
                           "members take each step together; resume them in packs of one place")
     train_runs(runs, splits, dev, plan, steps_per_epoch, checks, report or (lambda results: set()), fused=True,
-               members=True, data_seconds=data_seconds, progress=progress, measure=measure)
+               members=True, data_seconds=data_seconds, progress=progress, measure=measure, interrupt=interrupt)
     return [run.summary(data_seconds) if run.history and run.error is None else None for run in runs]
 
 

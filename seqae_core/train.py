@@ -41,6 +41,14 @@ class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite."""
 
 
+class Interrupted(RuntimeError):
+    """Training stopped before a step because its caller asked (``interrupt``): the steps since
+    the last report are dropped, and the run continues exactly from that report's checkpoint."""
+
+
+Interrupt = Callable[[], bool]  # asked before every optimizer step: True stops the training there
+
+
 @dataclass
 class EarlyStopping:
     """Patience on the monitored metric (higher is better), counted in results: ``epoch`` is a
@@ -234,7 +242,8 @@ def _named(scores: M.Scores, names: tuple[str, ...]) -> dict[str, float]:
 
 
 def _train_steps(replicate: Replicate, splits: data_lib.Splits, config: Config, dev: torch.device, epoch: int,
-                 steps: range, steps_per_epoch: int, progress: bool) -> tuple[float, list[list[float]]]:
+                 steps: range, steps_per_epoch: int, progress: bool,
+                 interrupt: Interrupt | None = None) -> tuple[float, list[list[float]]]:
     """The ``steps`` of an epoch (0-based: a whole epoch, or the part between two validations)
     of one seed, in the epoch's order drawn from ``(seed, epoch)``: their mean training loss, and
     their points of the training-loss curve. The host reads the device once a log window (and at
@@ -260,6 +269,7 @@ def _train_steps(replicate: Replicate, splits: data_lib.Splits, config: Config, 
         return window.loss
 
     for number, i in enumerate(bar, steps.start + 1):
+        _check(interrupt, epoch, number)
         batch = splits.batch(splits.train[order[i : i + bs]])
         if step.compiled:  # one shape for the compiled graph: the short last batch filled with padding
             batch = fill_batch(batch, bs, splits.pad_id)
@@ -271,6 +281,11 @@ def _train_steps(replicate: Replicate, splits: data_lib.Splits, config: Config, 
     return loss_sum / max(tokens, 1), curve
 
 
+def _check(interrupt: Interrupt | None, epoch: int, number: int) -> None:
+    if interrupt is not None and interrupt():
+        raise Interrupted(f"training stopped before step {number} of epoch {epoch}")
+
+
 def _order(seed: int, epoch: int, n: int) -> np.ndarray:
     """The order of an epoch's ``n`` training samples for ``seed``, drawn from ``(seed, epoch)``."""
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).numpy()
@@ -278,7 +293,8 @@ def _order(seed: int, epoch: int, n: int) -> np.ndarray:
 
 def _train_pack_steps(pack: Pack, replicates: list[Replicate], labels: list[str], splits: data_lib.Splits,
                       config: Config, dev: torch.device, epoch: int, steps: range, steps_per_epoch: int,
-                      progress: bool, fail_fast: bool) -> tuple[list[float], list[list[list[float]]], list[str | None]]:
+                      progress: bool, fail_fast: bool,
+                      interrupt: Interrupt | None = None) -> tuple[list[float], list[list[list[float]]], list[str | None]]:
     """The ``steps`` of an epoch of every member of a pack, each in its own order drawn from
     ``(seed, epoch)``: what :func:`_train_steps` returns for each member, in the members' order, and
     each member's non-finite loss (None where there was none), named by its step and ``labels[i]``.
@@ -304,6 +320,7 @@ def _train_pack_steps(pack: Pack, replicates: list[Replicate], labels: list[str]
         return [window.loss for window in windows]
 
     for number, i in enumerate(bar, steps.start + 1):
+        _check(interrupt, epoch, number)
         batch = torch.stack([splits.batch(splits.train[order[i : i + bs]]) for order in orders])  # (k, b, t)
         pack(batch.to(dev, non_blocking=True))
         global_step = (epoch - 1) * steps_per_epoch + number
@@ -448,7 +465,8 @@ PackReport = Callable[[list[MemberResult]], set[int]]  # returns the indices of 
 
 def train_runs(runs: list[Run], splits: data_lib.Splits, dev: torch.device, plan: HeadPlan, steps_per_epoch: int,
                checks: list[int], report: PackReport, *, fused: bool, members: bool, data_seconds: float,
-               progress: bool, measure: Callable[[], dict[str, float]] | None) -> None:
+               progress: bool, measure: Callable[[], dict[str, float]] | None,
+               interrupt: Interrupt | None = None) -> None:
     """The epoch loop: train the runs that are not ``done`` (all at one place, of one shape) part by
     part, and give ``report`` each part's results, one per run that trained it, indexed by its place
     in ``runs``; a run leaves when it finishes, runs out of patience, fails, or ``report`` names it.
@@ -456,7 +474,8 @@ def train_runs(runs: list[Run], splits: data_lib.Splits, dev: torch.device, plan
     ``fused``: as one pack (:class:`seqae_core.fused.Pack`), rebuilt from the runs' own states
     when one leaves; else each seed after another. ``members``: as a sweep's pack
     (:func:`seqae_core.members.train_members`): a run whose loss is not finite fails alone, and the
-    metrics carry ``pack_members``; else a non-finite loss raises :class:`NonFiniteLossError`."""
+    metrics carry ``pack_members``; else a non-finite loss raises :class:`NonFiniteLossError`.
+    ``interrupt``: asked before every step; True raises :class:`Interrupted` there."""
     active = [i for i, run in enumerate(runs) if not run.done]
     if not active:
         return
@@ -475,7 +494,8 @@ def train_runs(runs: list[Run], splits: data_lib.Splits, dev: torch.device, plan
                       for run in trained for r in run.replicates]
             with replicates[0].drawing(dev):  # the pack's dropout masks, all members' from the first's stream
                 losses, curves, errors = _train_pack_steps(pack, replicates, labels, splits, shared, dev, epoch, steps,
-                                                           steps_per_epoch, progress, fail_fast=not members)
+                                                           steps_per_epoch, progress, fail_fast=not members,
+                                                           interrupt=interrupt)
             pack.unstack([r.model for r in replicates], [r.optimizer for r in replicates],
                          [r.scheduler for r in replicates])
         else:
@@ -484,7 +504,7 @@ def train_runs(runs: list[Run], splits: data_lib.Splits, dev: torch.device, plan
                 for replicate in run.replicates:
                     with replicate.drawing(dev):
                         loss, curve = _train_steps(replicate, splits, run.config, dev, epoch, steps, steps_per_epoch,
-                                                   progress)
+                                                   progress, interrupt)
                     losses.append(loss)
                     curves.append(curve)
         if not members and any(errors):
@@ -544,6 +564,7 @@ def train(
     published: str | None = None,
     progress: bool = False,
     measure: Callable[[], dict[str, float]] | None = None,
+    interrupt: Interrupt | None = None,
 ) -> dict[str, Any]:
     """Train and return the final metrics (those of the best epoch, plus a summary).
 
@@ -553,7 +574,9 @@ def train(
     ran out stays stopped. ``published``: where a sweep's driver published the data
     (``seqae_core.data.publish``), to fetch it into ``cache_dir`` rather than tokenize it.
     ``measure``: called at the end of every epoch; what it returns joins the epoch's metrics (a
-    sweep's worker adds the machine's CPU, memory and GPU use over the epoch).
+    sweep's worker adds the machine's CPU, memory and GPU use over the epoch). ``interrupt``: asked
+    before every optimizer step; once it returns True, training raises :class:`Interrupted` there
+    (a sweep's worker whose node is going away), to continue from the last report's checkpoint.
 
     With ``train.repeats`` = k > 1, k models (seeds ``train.seed`` .. ``train.seed + k - 1``) train
     side by side; every epoch's validation and test scores are their mean, with each seed's value
@@ -583,7 +606,7 @@ def train(
         return set()
 
     train_runs([run], splits, dev, plan, steps_per_epoch, checks, forward, fused=fuses(config, dev), members=False,
-               data_seconds=data_seconds, progress=progress, measure=measure)
+               data_seconds=data_seconds, progress=progress, measure=measure, interrupt=interrupt)
     return run.summary(data_seconds)
 
 

@@ -30,7 +30,7 @@ from sweeps.running.progress import Progress, say
 from sweeps.running.schedulers import SharedASHA, SharedFIFO, SharedParetoASHA
 from sweeps.running.slots import Doing, Slots
 from sweeps.running.stoppers import BudgetStopper, DriverOnly, Spend, StopNow, spent_so_far, trial_progresses
-from sweeps.running.trial import run_pack, run_trial
+from sweeps.running.trial import evictable, run_pack, run_trial
 from sweeps.spec.sweep import SweepSpec
 from sweeps.spec.trial import TrialSpec
 from sweeps.stores import ledger
@@ -185,8 +185,8 @@ def run_session(
                         (best[0].values[0], best[0].number) if len(best) == 1 else None)
     fused = spec.resources.fuse > 1
     trainable = tune.with_resources(
-        tune.with_parameters(run_pack if fused else run_trial,
-                             runtime={"storage": storage, "cache_dir": cache_dir, "published": published}),
+        evictable(tune.with_parameters(run_pack if fused else run_trial,
+                                       runtime={"storage": storage, "cache_dir": cache_dir, "published": published})),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
     stoppers: list[tune.Stopper] = [*([BudgetStopper(spend, spec.budget.hours * 3600)] if spec.budget else []), stop_now]

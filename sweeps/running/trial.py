@@ -9,19 +9,27 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
-from contextlib import ExitStack
-from typing import Any
+import threading
+import time
+from contextlib import ExitStack, contextmanager
+from typing import Any, Callable, Iterator
 
 import ray
 import torch
 from ray import tune
+from ray._private import state as ray_state
+from ray._private import worker as ray_worker
+from ray.core.generated import autoscaler_pb2
+from ray.exceptions import RayActorError
+from ray.tune.trainable.function_trainable import FunctionTrainable, wrap_function
 
 from seqae_core.checkpoint import Checkpoint, CheckpointStore
 from seqae_core.config import Config
 from seqae_core.data import shared_settings
 from seqae_core.members import MemberResult, train_members
-from seqae_core.train import NonFiniteLossError, describe_precision, train
+from seqae_core.train import Interrupted, NonFiniteLossError, describe_precision, train
 from seqae_errors import ConfigError
 from sweeps.running.system_metrics import SystemMetrics
 from sweeps.spec.trial import TrialSpec
@@ -33,6 +41,113 @@ LOGICAL_GPUS = "SEQAE_LOGICAL_GPUS"
 # A pack's report: its members' results, as JSON text (Tune's loggers would try to chart a list of
 # them as a TensorBoard histogram, and warn), and [number, error] of each member that failed.
 MEMBERS, FAILED = "members", "failed"
+DRAIN_POLL_SECONDS = 2.0  # how often a training worker asks Ray whether its node is being drained
+
+
+class Evicted(RayActorError):
+    """A trial that left its node because the node is going away: its worker got SIGTERM (a spot
+    instance's notice, Kubernetes' eviction) or Ray drains the node (`ray drain-node`, an
+    autoscaler's preemption). Raised as Ray's own word for an actor whose node was preempted, which
+    Tune retries without counting it among the trial's failures (seqae's ``retries``): the trial
+    continues from its last checkpoint on a node that is not draining."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(error_msg=message, preempted=True)
+
+
+class Leaving:
+    """Whether this worker's trial must leave its node, and why; asked before every optimizer step
+    (:func:`seqae_core.train.train`'s ``interrupt``). A worker process holds one (:data:`LEAVING`).
+    SIGTERM while a trial trains sets it, and drains the node for the rest of its trials (Ray places
+    no trial there, so the retry does not land on a node that is going away); a SIGTERM between
+    trials, or a second one, exits at once as Ray's own handler does. A thread polls Ray for its
+    node being drained while a trial trains."""
+
+    def __init__(self) -> None:
+        self.why: str | None = None
+        self.signalled = False
+        self.trial: int | None = None  # the trial that trains in this worker now
+        self.previous: Any = None  # Ray's SIGTERM handler
+
+    def install(self) -> None:
+        """Take SIGTERM, on the worker's main thread (the only one Python lets set a handler)."""
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) != self.on_sigterm:
+            self.previous = signal.signal(signal.SIGTERM, self.on_sigterm)
+
+    def on_sigterm(self, signum: int, frame: Any) -> None:
+        if self.trial is None or self.signalled:
+            if callable(self.previous):
+                self.previous(signum, frame)
+            sys.exit(1)
+        self.signalled = True
+        self.why = self.why or "its worker received SIGTERM"
+
+    def __call__(self) -> bool:
+        return self.why is not None
+
+    @contextmanager
+    def training(self, number: int) -> Iterator[None]:
+        """Trial ``number`` trains in the block: SIGTERM and a drain of its node make it leave."""
+        node = ray.get_runtime_context().get_node_id()
+        self.trial, self.why, self.signalled = number, None, False
+        done = threading.Event()
+        watcher = threading.Thread(target=self._watch, args=(number, node, done), name="seqae-drain-watch", daemon=True)
+        watcher.start()
+        try:
+            yield
+        except Interrupted as exc:
+            if self.signalled:
+                drain(node, f"seqae: trial {number}'s worker received SIGTERM")
+            print(f"seqae: trial {number}: left node {node} ({self.why}): {exc}", flush=True)
+            raise Evicted(f"trial {number} left node {node} ({self.why}, {exc}); it continues from its last "
+                          "checkpoint on another node") from exc
+        finally:
+            done.set()
+            self.trial = None
+
+    def _watch(self, number: int, node: str, done: threading.Event) -> None:
+        while not done.wait(DRAIN_POLL_SECONDS):
+            try:
+                draining = node in ray_state.state.get_draining_nodes()  # what Ray Train's preemption watcher asks
+            except Exception:  # noqa: BLE001 - a GCS that does not answer now is asked again at the next poll
+                continue
+            if draining:
+                self.why = self.why or "its node is being drained"
+                print(f"seqae: trial {number}: its node is being drained; it leaves before its next step", flush=True)
+                return
+
+
+LEAVING = Leaving()
+
+
+def drain(node: str, message: str) -> None:
+    """Ask Ray to drain ``node`` for preemption: no new work is placed there, and an actor that dies
+    there is a preempted one, which Tune does not count among a trial's failures."""
+    reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")  # type: ignore[attr-defined]  # generated
+    try:  # the call `ray drain-node` makes, with no deadline: whoever stops the node decides when
+        ray_worker.global_worker.gcs_client.drain_node(node, reason, message, 0)  # type: ignore[attr-defined]  # set once connected
+    except Exception as exc:  # noqa: BLE001 - the trial leaves all the same; it may be retried on this node
+        print(f"seqae: could not drain node {node}: {exc}", flush=True)
+
+
+def take_sigterm() -> None:
+    """:data:`LEAVING` takes SIGTERM. A module's function, which Ray pickles by name: the class
+    :func:`evictable` makes is pickled by value, with copies of the globals it names, and a copy of
+    LEAVING would not be the one the trial's training asks."""
+    LEAVING.install()
+
+
+def evictable(function: Callable[[dict[str, Any]], None]) -> type[FunctionTrainable]:
+    """Tune's trainable of ``function`` (:func:`run_trial` or :func:`run_pack`, through
+    ``tune.with_parameters``) whose worker takes SIGTERM (:class:`Leaving`): Tune sets a trainable
+    up on its worker's main thread and runs the function on another."""
+    class Evictable(wrap_function(function)):  # type: ignore[misc]  # a class Tune makes at run time
+        def setup(self, config: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+            take_sigterm()
+            super().setup(config, *args, **kwargs)
+
+    Evictable.__name__ = getattr(function, "__name__", "trainable")
+    return Evictable
 
 
 def run_trial(config: dict[str, Any], runtime: dict[str, Any]) -> None:
@@ -87,9 +202,9 @@ def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runt
     # Data the driver published is fetched into this node's own cache (SEQAE_CACHE_DIR), once per node.
     published = runtime["published"].get(shared_settings(trial_config.data))
     cache_dir = None if published else runtime["cache_dir"]
-    with SystemMetrics() as usage:  # each epoch's record carries the machine's CPU, memory and GPU use
+    with SystemMetrics() as usage, LEAVING.training(number):  # each record carries the machine's CPU, memory and GPU use
         train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir, published=published,
-              measure=usage.epoch)
+              measure=usage.epoch, interrupt=LEAVING)
 
 
 def _resumed(number: int, store: CheckpointStore, continued: bool) -> Checkpoint | None:
@@ -168,9 +283,10 @@ def _train_pack(specs: list[TrialSpec], stores: dict[int, CheckpointStore], runt
 
     configs = [t.config for t in group if t.config is not None]
     published = runtime["published"].get(shared_settings(configs[0].data))
-    with SystemMetrics() as usage:  # each epoch's record carries the machine's CPU, memory and GPU use
+    with SystemMetrics() as usage, LEAVING.training(group[0].number):  # each record: the machine's CPU, memory, GPU use
         train_members(configs, report, resumes=[resumes[t.number] for t in group], device=device,
-                      cache_dir=None if published else runtime["cache_dir"], published=published, measure=usage.epoch)
+                      cache_dir=None if published else runtime["cache_dir"], published=published, measure=usage.epoch,
+                      interrupt=LEAVING)
     if ahead is None:
         return []
     return [t for t in specs if not stores[t.number].left(pack_id) and stores[t.number].verdict() is None]
