@@ -43,8 +43,8 @@ TINY = {
 # left one core idle at the end), and the two files that take turns on the local cluster
 # (tests/sweep_helpers.py::local_cluster) start apart. The other files follow in name order.
 LONGEST_FIRST = ["test_cluster.py", "test_resilience.py", "test_control.py", "test_logical_gpus.py", "test_chaos.py",
-                 "test_sharing.py", "test_dashboards.py", "test_sweeps.py", "test_provenance.py", "test_move.py",
-                 "test_scale.py", "test_mlflow_auth.py", "test_own_machines.py", "test_s3_artifacts.py",
+                 "test_sharing.py", "test_eviction.py", "test_dashboards.py", "test_sweeps.py", "test_provenance.py",
+                 "test_move.py", "test_scale.py", "test_mlflow_auth.py", "test_own_machines.py", "test_s3_artifacts.py",
                  "test_ownership.py", "test_notify.py", "test_api.py", "test_textmodel.py"]
 
 

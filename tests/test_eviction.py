@@ -22,9 +22,10 @@ from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
 from seqae_core.config import from_flat
 from seqae_core.train import train
-from tests.sweep_helpers import (SMOKE, STUDIES, held, local_cluster, mlflow_runs, seqae, sets, trial_metas,
-                                 wait_for)
-from tests.test_cluster import assert_each_trial_once, job_driver, restore_worker, wait_job
+from tests.rotation import in_turn
+from tests.sweep_helpers import (SMOKE, STUDIES, held, job_driver, local_cluster, mlflow_runs, seqae, sets,
+                                 trial_metas, wait_for)
+from tests.test_cluster import assert_each_trial_once, restore_worker, wait_job
 
 EPOCHS, VALIDATIONS = 3, 6
 # Two validations an epoch, so that a checkpoint stands mid-epoch; no retries: an eviction that
@@ -68,6 +69,11 @@ def test_a_run_interrupted_between_two_steps_goes_on_from_its_last_validation_un
     train(config, lambda m, c: rest.append(m), resume=saved, cache_dir=data_cache)
     assert [{k: m.get(k) for k in SAME} for m in first + rest] == [{k: m.get(k) for k in SAME} for m in full]
     assert len(full) == 2 and all(m[M.TRAIN_LOSS_STEPS] for m in full)
+
+
+# Each takes minutes on the local cluster and meets the same path (a worker's Leaving): a commit
+# runs one of them (tests/rotation.py), SEQAE_ROTATION=all both.
+LEAVINGS = ["sigterm", "drain"]
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +194,7 @@ def lines_of(logs: str, number: int) -> str:
 
 
 @pytest.mark.slow
+@in_turn("sigterm", LEAVINGS, salt=2, what="the leaving node's test")
 def test_a_trial_whose_worker_gets_sigterm_mid_epoch_continues_on_another_node_unchanged(cluster, tmp_path):
     name = "sigterm"
     submit(cluster, name)
@@ -208,6 +215,7 @@ def test_a_trial_whose_worker_gets_sigterm_mid_epoch_continues_on_another_node_u
 
 
 @pytest.mark.slow
+@in_turn("drain", LEAVINGS, salt=2, what="the leaving node's test")
 def test_a_trial_whose_node_is_drained_continues_on_another_node_unchanged(cluster, tmp_path):
     name = "drained"
     submit(cluster, name)
