@@ -29,6 +29,21 @@ grid's median with a bootstrap interval, the share reached with Wilson's interva
 trials; per method and budget, the simple regret (the cost table's best test accuracy minus the
 returned one, in points) with a bootstrap interval; Kendall's tau of the first rung for the ASHA
 methods.
+
+**Targets of issue 82, registered before its first replay** (a search that learns from every
+trial: ordered spaces, a model fitted on the rungs pruned trials reached, stopping that races the
+incumbent). A method meets them if:
+
+- it reaches the p90 target for at most **0.5x the grid's median CPU-seconds**, the upper bound of
+  the ratio's 95% interval **below 0.6x**, on **both replay seed sets (0-999 and 1000-1999)** and
+  at **2 or more of the 3 latent fractions** (12.5%, 25%, 50%);
+- its simple test regret at **0.25x, 0.5x and 1x the grid's cost** is no worse than ASHA + random
+  search's under the same protocol (the intervals overlap or lie below it), the returned
+  configuration chosen on one training seed's table and **scored on the other seed's test values**
+  (cross-seed scoring), so a method that races to a configuration that is fragile across seeds
+  pays for it;
+- (outside the replay) real sweeps at the quickstart's size, 10 search seeds per arm: the new
+  default's best trial's test score no worse than random + ASHA's at no more cost (t intervals).
 """
 
 from __future__ import annotations
