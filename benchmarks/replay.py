@@ -102,7 +102,7 @@ class Method:
     startup: int = 2  # TPE's (and the GP's) random start-up trials: 2, the quickstart's when registered
     warm_from: float | None = None  # transfer: the other fraction whose table's best configurations run first
     pack: int = 1  # trials proposed together and trained in lockstep on one worker (benchmarks.pack_replay)
-    space: str = "categorical"  # or ordered (:data:`ORDERED`): how the sweep file declares the grid's keys
+    space: str = "categorical"  # or ordered: the grid's numbers sampled as ordered choices (:func:`suggested`)
     fresh: bool = False  # each proposal trains the nearest configuration not trained yet (no re-buying)
     # what the sampler learns from: trials, as the service tells Optuna (a complete trial's best value,
     # a pruned one's intermediate values); or first-rung, every trial complete at its value at the
@@ -128,21 +128,6 @@ WARM_TOP = 5  # the earlier sweep's best configurations that run first
 # TPE as the studies pin it, and the quickstart's ASHA (sweeps/studies/quickstart.yaml).
 TPE = {"multivariate": True, "group": True, "constant_liar": True}
 GRACE_PERIOD, REDUCTION_FACTOR = 1, 2
-# The grid's keys as ordered values (issue 82), as a user's sweep file would declare them: the
-# learning rate log-uniform and the widths and heads integers on a log scale between the table's
-# levels, the layers and dropout numbers, the block a choice. TPE's Parzen estimators and a GP's
-# kernel then see that 1.5e-3 lies between 7e-4 and 3.5e-3 and d_model 64 between 32 and 128, so
-# what one trial teaches spreads to its neighbours, which a categorical key cannot do. A proposal
-# is snapped to the nearest of its key's levels on that key's scale (:func:`snap`).
-ORDERED: dict[str, dict[str, Any]] = {
-    "model.block": {"type": "categorical", "choices": list(E.GRID["model.block"])},
-    "train.lr": {"type": "loguniform", "low": min(E.GRID["train.lr"]), "high": max(E.GRID["train.lr"])},
-    **{k: {"type": "int", "low": min(E.GRID[k]), "high": max(E.GRID[k]), "log": True}
-       for k in ("model.d_model", "model.d_attn")},
-    "model.layers": {"type": "int", "low": min(E.GRID["model.layers"]), "high": max(E.GRID["model.layers"])},
-    "model.dropout": {"type": "uniform", "low": min(E.GRID["model.dropout"]), "high": max(E.GRID["model.dropout"])},
-    "model.heads": {"type": "int", "low": min(E.GRID["model.heads"]), "high": max(E.GRID["model.heads"]), "log": True},
-}
 
 
 def methods_at(fraction: float) -> tuple[Method, ...]:
@@ -183,10 +168,10 @@ def _spec(method: Method, seed: int, epochs: int) -> spec_lib.SweepSpec:
     (racing: ASHA's settings, which the replay runs as :class:`RacingASHA`; a GP: random search's
     spec, the GP built by :func:`_sampler`, since the service's check refuses a GP over a categorical
     key such as the block, which Optuna's GPSampler models)."""
-    declared = (ORDERED if method.space == "ordered"
-                else {k: {"type": "categorical", "choices": list(v)} for k, v in E.GRID.items()})
-    search: dict[str, dict[str, Any]] = {k: v for k, v in declared.items() if k != "model.heads"}
-    search["model.heads"] = {**declared["model.heads"], "when": {"model.block": "transformer"}}
+    search: dict[str, dict[str, Any]] = {k: {"type": "categorical", "choices": list(v)}
+                                         for k, v in E.GRID.items() if k != "model.heads"}
+    search["model.heads"] = {"type": "categorical", "choices": list(E.GRID["model.heads"]),
+                             "when": {"model.block": "transformer"}}
     tpe = {**TPE, "n_startup_trials": method.startup} if method.sampler == "tpe" else {}
     scheduler = {"type": "asha" if method.scheduler == "race" else method.scheduler, "grace_period": GRACE_PERIOD,
                  "reduction_factor": REDUCTION_FACTOR}
@@ -214,11 +199,12 @@ class Proposals:
     failed trial) and the configuration is enqueued and asked in its place."""
 
     def __init__(self, table: list[Curve], spec: spec_lib.SweepSpec, first: tuple[dict[str, Any], ...] = (),
-                 own: optuna.samplers.BaseSampler | None = None, fresh: bool = False) -> None:
+                 own: optuna.samplers.BaseSampler | None = None, fresh: bool = False, ordered: bool = False) -> None:
         self.spec = spec
+        self.ordered = ordered  # numeric choices sampled as ordered ones (:func:`suggested`)
         self.study = optuna.create_study(direction="maximize", sampler=own or sampler(self.spec, 10_000))
         for params in first:
-            self.study.enqueue_trial(declared(params))
+            self.study.enqueue_trial(declared(params, ordered))
         self.table = table
         self.coords = E._coordinates([c.params for c in table])
         self.fresh = fresh
@@ -229,7 +215,7 @@ class Proposals:
         others with the first's shape fixed (:func:`sweeps.stores.search.shaped_like`), the earlier ones
         pending while it is asked. Fresh: one at a time, none once every configuration is taken."""
         trial = self.study.ask()
-        params = suggested(self.spec, trial)
+        params = suggested(self.spec, trial, self.ordered)
         if self.fresh:
             assert size == 1, "fresh proposals are asked one at a time"
             if len(self.taken) == len(self.table):
@@ -237,11 +223,11 @@ class Proposals:
                 return []
             index = nearest(self.coords, params, self.taken)
             self.taken.add(index)
-            if params != declared(self.table[index].params):
+            if trial.params != declared(self.table[index].params, self.ordered):
                 self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                self.study.enqueue_trial(declared(self.table[index].params))
+                self.study.enqueue_trial(declared(self.table[index].params, self.ordered))
                 trial = self.study.ask()
-                suggested(self.spec, trial)
+                suggested(self.spec, trial, self.ordered)
             return [(self.table[index], trial)]
         asked = [(self.table[nearest(self.coords, params)], trial)]
         if size == 1:
@@ -251,40 +237,49 @@ class Proposals:
         try:
             for _ in range(size - 1):  # each suggested before the next is asked: the sampler sees it pending
                 trial = self.study.ask()
-                asked.append((self.table[nearest(self.coords, suggested(self.spec, trial))], trial))
+                asked.append((self.table[nearest(self.coords, suggested(self.spec, trial, self.ordered))], trial))
         finally:
             self.study.sampler = own
         return asked
 
 
-def suggested(spec: spec_lib.SweepSpec, trial: optuna.Trial) -> dict[str, Any]:
+# Issue 82's ordered space (``Method.space == "ordered"``): every key of the grid with numeric
+# choices is sampled as an ordered choice, an integer, the index of its value among the sorted
+# choices (the learning rate's and the widths' levels are log-spaced, so the index is their log
+# scale); the block stays a choice. TPE's Parzen estimators and a GP's kernel then see that 1.5e-3
+# lies between 7e-4 and 3.5e-3 and d_model 64 between 32 and 128, so what one trial teaches spreads
+# to its neighbours, which a categorical key cannot do, and random search still draws every level
+# alike, as over the categorical space. (A log-uniform learning rate snapped to the table's levels
+# would draw the two end levels half as often as the others: the table's discreteness, not the
+# search, would set what random search tries.) The service's schema has no ordered-choice type
+# yet: an integer key must hold valid config values, which indices are not.
+def suggested(spec: spec_lib.SweepSpec, trial: optuna.Trial, ordered: bool = False) -> dict[str, Any]:
     """The configuration ``trial`` proposes in ``spec``'s space, its keys in the service's order,
-    each suggested as the service suggests it."""
+    each suggested as the service suggests it; ``ordered``: a choice among numbers as an ordered
+    choice, the index of its value among the sorted choices (an integer to Optuna)."""
     params: dict[str, Any] = {}
     for key in spec.sampling_order():
-        if spec.search[key].active(params):
-            params[key] = _suggest_one(trial, key, spec.search[key])
+        dist = spec.search[key]
+        if not dist.active(params):
+            continue
+        if ordered and dist.type == "categorical" and not any(isinstance(c, str) for c in dist.choices):
+            params[key] = sorted(dist.choices)[trial.suggest_int(key, 0, len(dist.choices) - 1)]
+        else:
+            params[key] = _suggest_one(trial, key, dist)
     return params
 
 
-def declared(params: dict[str, Any]) -> dict[str, Any]:
-    """A configuration's values as the sweep's space holds them: the heads only for the transformer block."""
-    return {k: v for k, v in params.items() if k != "model.heads" or params["model.block"] == "transformer"}
-
-
-def snap(params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` with each number moved to the nearest of its key's levels in the grid, on the
-    key's scale (a log scale where :data:`ORDERED` declares one); a level stays as it is."""
-    def scale(key: str, value: float) -> float:
-        return math.log(value) if ORDERED[key].get("log") or ORDERED[key]["type"] == "loguniform" else value
-    return {k: v if isinstance(v, str) or v in E.GRID[k]
-            else min(E.GRID[k], key=lambda level: abs(scale(k, level) - scale(k, v))) for k, v in params.items()}
+def declared(params: dict[str, Any], ordered: bool = False) -> dict[str, Any]:
+    """A configuration of the grid as the sweep's Optuna trials hold it: the heads only for the
+    transformer block; ``ordered``: each number as its index among its key's sorted levels."""
+    return {k: sorted(E.GRID[k]).index(v) if ordered and not isinstance(v, str) else v for k, v in params.items()
+            if k != "model.heads" or params["model.block"] == "transformer"}
 
 
 def nearest(coords: np.ndarray, params: dict[str, Any], taken: set[int] | frozenset[int] = frozenset()) -> int:
     """The index of the table's configuration (``coords``: :func:`E._coordinates` of its
-    configurations) nearest to ``params`` (:func:`snap` to the grid first), of those not in ``taken``."""
-    point = E._coordinates([snap({**params, "model.heads": params.get("model.heads", 1)})])[0]
+    configurations) nearest to ``params``, of those not in ``taken``."""
+    point = E._coordinates([{**params, "model.heads": params.get("model.heads", 1)}])[0]
     distances = np.linalg.norm(coords - point, axis=1)
     distances[list(taken)] = np.inf
     return int(np.argmin(distances))
@@ -315,7 +310,8 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
     order = list(table)
     np.random.default_rng(seed).shuffle(order)  # type: ignore[arg-type]
     spec = None if method.sampler == "grid" else _spec(method, seed, epochs)  # a grid has no sampler, nor scheduler
-    proposals = None if spec is None else Proposals(table, spec, first, _sampler(method, spec), method.fresh)
+    proposals = None if spec is None else Proposals(table, spec, first, _sampler(method, spec), method.fresh,
+                                                    method.space == "ordered")
     rungs = RacingASHA if method.scheduler == "race" else ResumableASHA
     asha = (rungs({}, spec.objectives, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=epochs,
                   grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR, brackets=spec.scheduler.brackets(epochs))

@@ -24,6 +24,7 @@ from benchmarks.replay import (
     replay,
     replays,
     run as replay_all,
+    suggested,
     summarize,
     targets_for,
     warm_start,
@@ -278,13 +279,22 @@ def _fresh(name: str, sampler: str, scheduler: str = "asha", **kwargs) -> Method
     return Method(name, sampler, scheduler, space="ordered", fresh=True, **kwargs)
 
 
-def test_an_ordered_proposal_trains_the_configuration_at_the_nearest_levels_on_each_keys_scale():
-    """The learning rate and the widths are snapped on a log scale, dropout on a linear one."""
-    from benchmarks.replay import snap
+def test_an_ordered_space_samples_each_numeric_choice_as_the_index_of_its_level():
+    """The learning rate's five levels are 0-4 to Optuna, the heads' two 0-1, the block a choice; a
+    configuration goes into the study and comes back out as itself, and random search draws each
+    level alike."""
+    from benchmarks.replay import declared
 
-    assert snap({"train.lr": 1.0e-3, "model.d_model": 90, "model.dropout": 0.06, "model.block": "paper"}) == {
-        "train.lr": 7.0e-4, "model.d_model": 64, "model.dropout": 0.1, "model.block": "paper"}  # sqrt(64 x 128) > 90
-    assert snap({"train.lr": 1.5e-3, "model.d_attn": 128}) == {"train.lr": 1.5e-3, "model.d_attn": 128}
+    spec = _spec(_fresh("o", "random"), 0, 4)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for params in E.CONFIGURATIONS[:10]:
+        study.enqueue_trial(declared(params, ordered=True))
+        trial = study.ask()
+        assert suggested(spec, trial, ordered=True) == declared(params)
+        assert isinstance(trial.params["train.lr"], int) and isinstance(trial.params["model.block"], str)
+    drawn = [suggested(spec, study.ask(), ordered=True)["train.lr"] for _ in range(2000)]
+    assert min(drawn.count(lr) for lr in E.GRID["train.lr"]) > 350  # 400 each, none half as often
+    assert study.trials[-1].distributions["train.lr"] == optuna.distributions.IntDistribution(0, 4)
 
 
 @pytest.mark.parametrize("sampler", ["random", "tpe"])
@@ -293,18 +303,18 @@ def test_fresh_proposals_train_every_configuration_once_and_the_study_records_th
     trial holds the trained configuration's values (so the sampler learns where the value was
     measured); a 97th finds none left."""
     curves = table()
+    from benchmarks.replay import declared
+
     spec = _spec(_fresh("f", sampler), 0, 4)
-    proposals = Proposals(curves, spec, fresh=True)
+    proposals = Proposals(curves, spec, fresh=True, ordered=True)
     seen = []
     for _ in range(96):
         [(curve, trial)] = proposals.ask()
-        assert {k: trial.params[k] for k in trial.params} == {
-            k: v for k, v in curve.params.items() if k != "model.heads" or curve.params["model.block"] == "transformer"}
+        assert trial.params == declared(curve.params, ordered=True)
         proposals.study.tell(trial, max(curve.val))
         seen.append(curve.config_id)
     assert sorted(seen) == list(range(96))
     assert proposals.ask() == []
-    assert spec.search["train.lr"].type == "loguniform" and spec.search["model.d_model"].type == "int"
 
 
 def test_a_fresh_replay_never_pays_twice_for_a_configuration_and_ends_when_none_is_left():
@@ -340,11 +350,13 @@ def test_the_first_rung_model_learns_of_every_trial_at_its_first_rung_value_prun
             studies.append(self.study)
 
     monkeypatch.setattr(R, "Proposals", Recorded)
+    from benchmarks.replay import declared
+
     curves = table()
-    by_params = {tuple(sorted(c.params.items())): c for c in curves}
+    by_params = {tuple(sorted(declared(c.params, ordered=True).items())): c for c in curves}
 
     def curve_of(trial):
-        return by_params[tuple(sorted({"model.heads": 1, **trial.params}.items()))]
+        return by_params[tuple(sorted(trial.params.items()))]
 
     replay(curves, _fresh("m", "tpe", model="first-rung"), 0, (2.0,), workers=1)
     told = studies[-1].get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))
