@@ -136,12 +136,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", required=True, help="A-B, replay seeds (0-999 or 1000-1999, or a part of one)")
     parser.add_argument("--fraction", type=float, default=R.FRACTION, help="the latent fraction (0.125, 0.25, 0.5)")
     parser.add_argument("--gp", action="store_true", help="replay the GP arms (slow) instead of the others")
+    parser.add_argument("--only", help="name,name: replay only these arms, an underscore for each space in a name "
+                                       "(race+tpe_first-rung)")
     parser.add_argument("--workers", type=int, default=R.WORKERS, help="processes replaying at once")
     parser.add_argument("--folder", type=Path, default=TABLES, help="where the replay files are written and read")
     args = parser.parse_args(argv)
     first, last = (int(n) for n in args.seeds.split("-"))
-    rows = run(range(first, last + 1), R.known(args.fraction), GP_METHODS if args.gp else METHODS, args.folder,
-               args.workers)
+    methods = GP_METHODS if args.gp else METHODS
+    if args.only:
+        methods = tuple(m for m in methods if m.name in {n.replace("_", " ") for n in args.only.split(",")})
+    rows = run(range(first, last + 1), R.known(args.fraction), methods, args.folder, args.workers)
     for row in rows:
         print(" | ".join(f"{k}={v}" for k, v in row.items()))
 
