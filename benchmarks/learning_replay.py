@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--folder", type=Path, default=TABLES, help="where the replay files are written and read")
     args = parser.parse_args(argv)
     first, last = (int(n) for n in args.seeds.split("-"))
-    methods = GP_METHODS if args.gp else METHODS
+    methods: tuple[R.Method, ...] = GP_METHODS if args.gp else METHODS
     if args.only:
         methods = tuple(m for m in methods if m.name in {n.replace("_", " ") for n in args.only.split(",")})
     rows = run(range(first, last + 1), R.known(args.fraction), methods, args.folder, args.workers)
