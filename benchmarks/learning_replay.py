@@ -99,15 +99,16 @@ def read(folder: Path, fraction: float, seed_set: int) -> list[R.Run]:
 
 
 def summarize(runs: list[R.Run]) -> list[dict[str, Any]]:
-    """A row per method: the p90 target's cost over the grid's, the target met or not, and the
-    cross-seed regret at each budget beside its difference from :data:`BASELINE`'s (the seeds both
-    replayed)."""
+    """A row per method: the p90 target's cost over the grid's (on the seeds both replayed), the
+    target met or not, and the cross-seed regret at each budget beside its difference from
+    :data:`BASELINE`'s (the seeds both replayed)."""
     by_method = {m: {r.seed: r for r in runs if r.method == m} for m in dict.fromkeys(r.method for r in runs)}
     grid, baseline = by_method.get("grid", {}), by_method.get(BASELINE, {})
     rows = []
     for method, mine in by_method.items():
         costs = [r.trace.costs[P90] for r in mine.values()]
-        ratio = ratio_interval(costs, [r.trace.costs[P90] for r in grid.values()]) if grid else None
+        # against the grid's replays of the same seeds: the same cost tables and targets
+        ratio = ratio_interval(costs, [grid[s].trace.costs[P90] for s in mine if s in grid]) if grid else None
         row: dict[str, Any] = {"method": method, "replays": len(mine), "seeds": f"{min(mine)}-{max(mine)}",
                                "p90_cpu_s_median": R.number_text(float(np.median(costs))),
                                "p90_vs_grid": ratio.ratio() if ratio else "",
