@@ -29,6 +29,21 @@ grid's median with a bootstrap interval, the share reached with Wilson's interva
 trials; per method and budget, the simple regret (the cost table's best test accuracy minus the
 returned one, in points) with a bootstrap interval; Kendall's tau of the first rung for the ASHA
 methods.
+
+**Targets of issue 82, registered before its first replay** (a search that learns from every
+trial: ordered spaces, a model fitted on the rungs pruned trials reached, stopping that races the
+incumbent). A method meets them if:
+
+- it reaches the p90 target for at most **0.5x the grid's median CPU-seconds**, the upper bound of
+  the ratio's 95% interval **below 0.6x**, on **both replay seed sets (0-999 and 1000-1999)** and
+  at **2 or more of the 3 latent fractions** (12.5%, 25%, 50%);
+- its simple test regret at **0.25x, 0.5x and 1x the grid's cost** is no worse than ASHA + random
+  search's under the same protocol (the intervals overlap or lie below it), the returned
+  configuration chosen on one training seed's table and **scored on the other seed's test values**
+  (cross-seed scoring), so a method that races to a configuration that is fragile across seeds
+  pays for it;
+- (outside the replay) real sweeps at the quickstart's size, 10 search seeds per arm: the new
+  default's best trial's test score no worse than random + ASHA's at no more cost (t intervals).
 """
 
 from __future__ import annotations
@@ -52,10 +67,10 @@ from benchmarks import evidence_table as E
 from benchmarks.intervals import bootstrap_mean, median_interval, ratio_interval, wilson
 from seqae_core import metrics as M
 from seqae_errors import ConfigError
-from sweeps.running.schedulers import ResumableASHA, stub_trial
+from sweeps.running.schedulers import RacingASHA, ResumableASHA, stub_trial
 from sweeps.spec import sweep as spec_lib
 from sweeps.spec.trial import TrialSpec
-from sweeps.stores.search import sampler, shaped_like
+from sweeps.stores.search import _suggest_one, sampler, shaped_like
 
 WORKERS = 2
 # The evidence table's targets, registered before it was built: a configuration's best validation
@@ -80,11 +95,19 @@ class Curve:
 @dataclass(frozen=True)
 class Method:
     name: str
-    sampler: str  # grid (every configuration, in an order the seed shuffles), random or tpe
-    scheduler: str = "none"  # or asha, or hyperband (asynchronous: ASHA in brackets), the service's own
-    startup: int = 2  # TPE's random start-up trials: 2, the quickstart's when registered
+    sampler: str  # grid (every configuration, in an order the seed shuffles), random, tpe or gp
+    # or asha, or hyperband (asynchronous: ASHA in brackets), or race (ASHA's rungs racing the
+    # incumbent: sweeps.running.schedulers.RacingASHA), the service's own
+    scheduler: str = "none"
+    startup: int = 2  # TPE's (and the GP's) random start-up trials: 2, the quickstart's when registered
     warm_from: float | None = None  # transfer: the other fraction whose table's best configurations run first
     pack: int = 1  # trials proposed together and trained in lockstep on one worker (benchmarks.pack_replay)
+    space: str = "categorical"  # or ordered: the grid's numbers sampled as ordered choices (:func:`suggested`)
+    fresh: bool = False  # each proposal trains the nearest configuration not trained yet (no re-buying)
+    # what the sampler learns from: trials, as the service tells Optuna (a complete trial's best value,
+    # a pruned one's intermediate values); or first-rung, every trial complete at its value at the
+    # first rung (grace period) as soon as it has one, so a pruned trial counts as much as a finished one
+    model: str = "trials"
 
 
 # Registered before measuring: the methods published (grid to asha+tpe), TPE's start-up at 1, 5
@@ -122,6 +145,9 @@ class Trace:
     trials_to: tuple[float, ...]  # trials started by then; inf likewise
     returned_test: tuple[float, ...]  # the returned configuration's test accuracy at each budget
     trials: int  # trials started in all
+    # the same configurations scored on another training seed's table (cross-seed scoring): the
+    # test accuracy its training from that seed kept after as many epochs; empty: not scored
+    returned_cross: tuple[float, ...] = ()
 
 
 def curves(table: pd.DataFrame, fraction: float, seed: int) -> list[Curve]:
@@ -138,39 +164,71 @@ def targets_for(target_table: list[Curve]) -> tuple[float, ...]:
 
 
 def _spec(method: Method, seed: int, epochs: int) -> spec_lib.SweepSpec:
-    """A sweep over the table's grid with ``method``'s sampler and scheduler, as a user would write it."""
+    """A sweep over the table's grid with ``method``'s sampler and scheduler, as a user would write it
+    (racing: ASHA's settings, which the replay runs as :class:`RacingASHA`; a GP: random search's
+    spec, the GP built by :func:`_sampler`, since the service's check refuses a GP over a categorical
+    key such as the block, which Optuna's GPSampler models)."""
     search: dict[str, dict[str, Any]] = {k: {"type": "categorical", "choices": list(v)}
                                          for k, v in E.GRID.items() if k != "model.heads"}
     search["model.heads"] = {"type": "categorical", "choices": list(E.GRID["model.heads"]),
                              "when": {"model.block": "transformer"}}
     tpe = {**TPE, "n_startup_trials": method.startup} if method.sampler == "tpe" else {}
-    scheduler = {"type": method.scheduler, "grace_period": GRACE_PERIOD, "reduction_factor": REDUCTION_FACTOR}
+    scheduler = {"type": "asha" if method.scheduler == "race" else method.scheduler, "grace_period": GRACE_PERIOD,
+                 "reduction_factor": REDUCTION_FACTOR}
     doc = {"config": {"train": {"epochs": epochs}}, "search": search, "trials": {"total": 10_000},
-           "sampler": {"type": method.sampler, "seed": seed, **tpe},
+           "sampler": {"type": "random" if method.sampler == "gp" else method.sampler, "seed": seed, **tpe},
            "scheduler": scheduler if method.scheduler != "none" else {"type": "none"}}
     return spec_lib.parse(doc, f"replay of {method.name}")
+
+
+def _sampler(method: Method, spec: spec_lib.SweepSpec) -> optuna.samplers.BaseSampler:
+    """The service's sampler for ``spec`` (:func:`sweeps.stores.search.sampler`), or for a GP the
+    one it builds for ``sampler: {type: gp}``: Optuna's GPSampler, seeded likewise."""
+    if method.sampler == "gp":
+        return optuna.samplers.GPSampler(seed=spec.sampler.seed, n_startup_trials=method.startup)
+    return sampler(spec, 10_000)
 
 
 class Proposals:
     """The service's sampler over the table's grid; each proposal trains the nearest configuration
     of the table (the table is a space-filling subset of the grid). ``first``: configurations
-    proposed before the sampler's own (a warm start), in order."""
+    proposed before the sampler's own (a warm start), in order. ``fresh``: each proposal trains the
+    nearest configuration no earlier proposal trains (none once all are taken), and the study
+    records it with that configuration's values, not the proposal's, so the sampler learns where
+    the value was measured: the proposal's Optuna trial is failed (every sampler here ignores a
+    failed trial) and the configuration is enqueued and asked in its place."""
 
-    def __init__(self, table: list[Curve], spec: spec_lib.SweepSpec, first: tuple[dict[str, Any], ...] = ()) -> None:
+    def __init__(self, table: list[Curve], spec: spec_lib.SweepSpec, first: tuple[dict[str, Any], ...] = (),
+                 own: optuna.samplers.BaseSampler | None = None, fresh: bool = False, ordered: bool = False) -> None:
         self.spec = spec
-        self.study = optuna.create_study(direction="maximize", sampler=sampler(self.spec, 10_000))
+        self.ordered = ordered  # numeric choices sampled as ordered ones (:func:`suggested`)
+        self.study = optuna.create_study(direction="maximize", sampler=own or sampler(self.spec, 10_000))
         for params in first:
-            self.study.enqueue_trial({k: v for k, v in params.items() if k != "model.heads" or
-                                      params["model.block"] == "transformer"})
+            self.study.enqueue_trial(declared(params, ordered))
         self.table = table
         self.coords = E._coordinates([c.params for c in table])
+        self.fresh = fresh
+        self.taken: set[int] = set()  # the configurations proposed so far (fresh)
 
     def ask(self, size: int = 1) -> list[tuple[Curve, optuna.Trial]]:
         """``size`` proposals, as the service fills a pack: the sampler's own first, then each of the
         others with the first's shape fixed (:func:`sweeps.stores.search.shaped_like`), the earlier ones
-        pending while it is asked."""
+        pending while it is asked. Fresh: one at a time, none once every configuration is taken."""
         trial = self.study.ask()
-        params = suggested(self.spec, trial)
+        params = suggested(self.spec, trial, self.ordered)
+        if self.fresh:
+            assert size == 1, "fresh proposals are asked one at a time"
+            if len(self.taken) == len(self.table):
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                return []
+            index = nearest(self.coords, params, self.taken)
+            self.taken.add(index)
+            if trial.params != declared(self.table[index].params, self.ordered):
+                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                self.study.enqueue_trial(declared(self.table[index].params, self.ordered))
+                trial = self.study.ask()
+                suggested(self.spec, trial, self.ordered)
+            return [(self.table[index], trial)]
         asked = [(self.table[nearest(self.coords, params)], trial)]
         if size == 1:
             return asked
@@ -179,26 +237,52 @@ class Proposals:
         try:
             for _ in range(size - 1):  # each suggested before the next is asked: the sampler sees it pending
                 trial = self.study.ask()
-                asked.append((self.table[nearest(self.coords, suggested(self.spec, trial))], trial))
+                asked.append((self.table[nearest(self.coords, suggested(self.spec, trial, self.ordered))], trial))
         finally:
             self.study.sampler = own
         return asked
 
 
-def suggested(spec: spec_lib.SweepSpec, trial: optuna.Trial) -> dict[str, Any]:
-    """The configuration ``trial`` proposes in ``spec``'s space, its keys in the service's order."""
+# Issue 82's ordered space (``Method.space == "ordered"``): every key of the grid with numeric
+# choices is sampled as an ordered choice, an integer, the index of its value among the sorted
+# choices (the learning rate's and the widths' levels are log-spaced, so the index is their log
+# scale); the block stays a choice. TPE's Parzen estimators and a GP's kernel then see that 1.5e-3
+# lies between 7e-4 and 3.5e-3 and d_model 64 between 32 and 128, so what one trial teaches spreads
+# to its neighbours, which a categorical key cannot do, and random search still draws every level
+# alike, as over the categorical space. (A log-uniform learning rate snapped to the table's levels
+# would draw the two end levels half as often as the others: the table's discreteness, not the
+# search, would set what random search tries.) The service's schema has no ordered-choice type
+# yet: an integer key must hold valid config values, which indices are not.
+def suggested(spec: spec_lib.SweepSpec, trial: optuna.Trial, ordered: bool = False) -> dict[str, Any]:
+    """The configuration ``trial`` proposes in ``spec``'s space, its keys in the service's order,
+    each suggested as the service suggests it; ``ordered``: a choice among numbers as an ordered
+    choice, the index of its value among the sorted choices (an integer to Optuna)."""
     params: dict[str, Any] = {}
     for key in spec.sampling_order():
-        if spec.search[key].active(params):
-            params[key] = trial.suggest_categorical(key, spec.search[key].choices)  # type: ignore[arg-type]
+        dist = spec.search[key]
+        if not dist.active(params):
+            continue
+        if ordered and dist.type == "categorical" and not any(isinstance(c, str) for c in dist.choices):
+            params[key] = sorted(dist.choices)[trial.suggest_int(key, 0, len(dist.choices) - 1)]
+        else:
+            params[key] = _suggest_one(trial, key, dist)
     return params
 
 
-def nearest(coords: np.ndarray, params: dict[str, Any]) -> int:
+def declared(params: dict[str, Any], ordered: bool = False) -> dict[str, Any]:
+    """A configuration of the grid as the sweep's Optuna trials hold it: the heads only for the
+    transformer block; ``ordered``: each number as its index among its key's sorted levels."""
+    return {k: sorted(E.GRID[k]).index(v) if ordered and not isinstance(v, str) else v for k, v in params.items()
+            if k != "model.heads" or params["model.block"] == "transformer"}
+
+
+def nearest(coords: np.ndarray, params: dict[str, Any], taken: set[int] | frozenset[int] = frozenset()) -> int:
     """The index of the table's configuration (``coords``: :func:`E._coordinates` of its
-    configurations) nearest to ``params``."""
+    configurations) nearest to ``params``, of those not in ``taken``."""
     point = E._coordinates([{**params, "model.heads": params.get("model.heads", 1)}])[0]
-    return int(np.argmin(np.linalg.norm(coords - point, axis=1)))
+    distances = np.linalg.norm(coords - point, axis=1)
+    distances[list(taken)] = np.inf
+    return int(np.argmin(distances))
 
 
 def warm_start(source: list[Curve], top: int = WARM_TOP) -> tuple[dict[str, Any], ...]:
@@ -208,11 +292,13 @@ def warm_start(source: list[Curve], top: int = WARM_TOP) -> tuple[dict[str, Any]
 
 def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, ...], *,
            workers: int = WORKERS, budgets: tuple[float, ...] = BUDGETS, first: tuple[dict[str, Any], ...] = (),
-           grid_cost: float | None = None) -> Trace:
+           grid_cost: float | None = None, score: list[Curve] | None = None) -> Trace:
     """Run ``method`` against ``table`` until ``budgets[-1]`` x the grid's cost is spent (a grid:
-    until every configuration is trained); ``first``: a warm start's configurations. ``grid_cost``:
-    every configuration of ``table`` trained, unless the grid validates less often than ``table``
-    does (``benchmarks.subepoch_rungs``).
+    until every configuration is trained; a fresh method: or until it has none left to propose);
+    ``first``: a warm start's configurations. ``grid_cost``: every configuration of ``table``
+    trained, unless the grid validates less often than ``table`` does (``benchmarks.subepoch_rungs``).
+    ``score``: another training seed's table of the same configurations, on which each returned
+    configuration is also scored (:attr:`Trace.returned_cross`).
 
     A worker runs a pack of ``method.pack`` trials at a time (one: a trial at a time), its members
     in lockstep: a pack's epoch takes the sum of its members' epochs, each member's epoch ends with
@@ -224,11 +310,13 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
     order = list(table)
     np.random.default_rng(seed).shuffle(order)  # type: ignore[arg-type]
     spec = None if method.sampler == "grid" else _spec(method, seed, epochs)  # a grid has no sampler, nor scheduler
-    proposals = None if spec is None else Proposals(table, spec, first)
-    asha = (ResumableASHA({}, spec.objectives, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=epochs,
-                          grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR,
-                          brackets=spec.scheduler.brackets(epochs))
+    proposals = None if spec is None else Proposals(table, spec, first, _sampler(method, spec), method.fresh,
+                                                    method.space == "ordered")
+    rungs = RacingASHA if method.scheduler == "race" else ResumableASHA
+    asha = (rungs({}, spec.objectives, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=epochs,
+                  grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR, brackets=spec.scheduler.brackets(epochs))
             if spec is not None and method.scheduler != "none" else None)
+    by_id = {c.config_id: c for c in score or ()}
     events: list[tuple[float, int, int]] = []  # (ends at, tie-break, pack number): a pack's epoch ends
     # by pack number (its first trial's): its members by trial number (curve, Optuna trial, Tune stub
     # trial), its epoch, since when
@@ -236,14 +324,19 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
     counter = itertools.count()
     started, closed = 0, 0.0  # trials started; CPU-seconds of the epochs ended
     costs, trials_to = [math.inf] * len(targets), [math.inf] * len(targets)
-    returned: list[float] = []
-    kept: dict[int, tuple[float, float]] = {}  # each trial no rung pruned: its best validation, its kept checkpoint's test
+    returned: list[tuple[float, float]] = []
+    # each trial no rung pruned: its best validation, its kept checkpoint's test, its configuration, its epochs
+    kept: dict[int, tuple[float, float, int, int]] = {}
 
-    def returns() -> float:
+    def returns() -> tuple[float, float]:
         """The test accuracy of what the sweep would return now: its best trial by validation that
         no rung pruned (the service returns no pruned trial; one still training counts, since a
-        budget that stops it completes it with the epoch it kept)."""
-        return max(kept.values(), key=lambda k: k[0])[1] if kept else math.nan
+        budget that stops it completes it with the epoch it kept); and that configuration's on
+        ``score``, trained as long."""
+        if not kept:
+            return math.nan, math.nan
+        _, test, config_id, trained = max(kept.values(), key=lambda k: k[0])
+        return test, by_id[config_id].test[trained - 1] if by_id else math.nan
 
     def spent(now: float) -> float:
         return closed + sum(now - since for *_, since in running.values())
@@ -261,6 +354,8 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
         else:
             assert proposals is not None
             asked = list(proposals.ask(method.pack))
+            if not asked:  # a fresh method has trained every configuration
+                return False
         pack = {}
         for curve, handle in asked:
             number = started
@@ -286,21 +381,27 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
         closed += sum(curve.cpu[epoch - 1] for curve, *_ in pack.values())
         for number, (curve, handle, view) in list(pack.items()):
             value = curve.val[epoch - 1]
-            if value > kept.get(number, (-math.inf, math.nan))[0]:
-                kept[number] = (value, curve.test[epoch - 1])
+            best, test = kept[number][:2] if number in kept else (-math.inf, math.nan)
+            if value > best:
+                best, test = value, curve.test[epoch - 1]
+            kept[number] = (best, test, curve.config_id, epoch)
             for i, target in enumerate(targets):
                 if value >= target and costs[i] == math.inf:
                     costs[i], trials_to[i] = spent(now), started
-            if handle is not None:
+            first_rung = method.model == "first-rung"
+            if handle is not None and first_rung and epoch == GRACE_PERIOD:
+                proposals.study.tell(handle, value)  # type: ignore[union-attr]  # the model learns of it now
+            elif handle is not None and not first_rung:
                 handle.report(value, epoch)
             stop = (asha is not None and asha.on_trial_result(None, view, {M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: value})
                     == ResumableASHA.STOP)
             if epoch < epochs and not stop:
                 continue
             del pack[number]
-            if proposals is not None:
+            if epoch < epochs:
+                kept.pop(number, None)
+            if proposals is not None and not first_rung:
                 if epoch < epochs:
-                    kept.pop(number, None)
                     proposals.study.tell(handle, state=optuna.trial.TrialState.PRUNED)
                 else:  # the value a sweep records: the best epoch's, which early stopping keeps
                     proposals.study.tell(handle, max(curve.val))
@@ -309,7 +410,8 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
         elif spent(now) < horizon:
             start(now)
     returned += [returns()] * (len(budgets) - len(returned))  # a grid ends at its cost exactly
-    return Trace(tuple(costs), tuple(trials_to), tuple(returned), started)
+    return Trace(tuple(costs), tuple(trials_to), tuple(r[0] for r in returned), started,
+                 tuple(r[1] for r in returned) if by_id else ())
 
 
 def first_rung_tau(table: list[Curve], rung: int = GRACE_PERIOD) -> float:
@@ -327,6 +429,7 @@ class Run:
     targets: tuple[float, ...]  # read from the other seed's table
     best_test: float  # the cost table's best test accuracy (of a configuration's kept checkpoint)
     trace: Trace
+    best_cross: float = math.nan  # the best test accuracy of the table the returned configurations are scored on
 
 
 def _one(tables: dict[int, list[Curve]], method: Method, seed: int, sources: dict[int, list[Curve]]) -> Run:
@@ -336,8 +439,10 @@ def _one(tables: dict[int, list[Curve]], method: Method, seed: int, sources: dic
     targets = targets_for(tables[target_seed])
     # a warm start's earlier search ran on the other seed's table too: it never sees the cost table's noise
     first = warm_start(sources[target_seed]) if method.warm_from is not None else ()
+    # cross-seed scoring: what the replay returns, chosen on the cost table, is scored on the other
     return Run(method.name, seed, cost_seed, targets, max(c.test[-1] for c in table),
-               replay(table, method, seed, targets, first=first))
+               replay(table, method, seed, targets, first=first, score=tables[target_seed]),
+               max(c.test[-1] for c in tables[target_seed]))
 
 
 def replays(tables: dict[int, list[Curve]], methods: tuple[Method, ...], seeds: range, workers: int = 1,
@@ -394,15 +499,15 @@ def number_text(value: float) -> str:
 
 
 def run(seeds: range, fraction: float = FRACTION, table_path: Path = E.TABLE, workers: int = WORKERS,
-        methods: tuple[Method, ...] | None = None, folder: Path = TABLES) -> list[dict[str, Any]]:
+        methods: tuple[Method, ...] | None = None, folder: Path = TABLES, kind: str = "replay") -> list[dict[str, Any]]:
     """Replay ``methods`` (:func:`methods_at` the fraction) from ``seeds`` on the evidence table at
-    ``fraction``; writes every replay to ``folder/replay-<fraction>-<seeds>.parquet``. A method
+    ``fraction``; writes every replay to ``folder/<kind>-<fraction>-<seeds>.parquet``. A method
     that file already holds for every seed is read back, not replayed again: the methods are
     replayed in resumable parts, and one added later runs alone."""
     methods = methods or methods_at(known(fraction))
     by_fraction = tables_at({fraction, *(m.warm_from for m in methods if m.warm_from is not None)}, table_path)
     tables = by_fraction[fraction]
-    out = runs_file(folder, "replay", fraction, seeds)
+    out = runs_file(folder, kind, fraction, seeds)
     done = read_runs(out, seeds) if out.exists() else []  # a rerun replays only the methods the file lacks
     for method in methods:  # one method at a time, written as it ends: a kill loses at most one
         if method.name not in {r.method for r in done}:
@@ -465,7 +570,9 @@ def write_runs(path: Path, runs: list[Run]) -> None:
                    **{f"target_p{p}": t for p, t in zip(TARGET_PERCENTILES, r.targets)},
                    **{f"cpu_s_p{p}": c for p, c in zip(TARGET_PERCENTILES, r.trace.costs)},
                    **{f"trials_p{p}": c for p, c in zip(TARGET_PERCENTILES, r.trace.trials_to)},
-                   **{f"test_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.returned_test)}} for r in runs])
+                   **{f"test_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.returned_test)},
+                   "best_cross": r.best_cross,
+                   **{f"cross_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.returned_cross)}} for r in runs])
 
 
 def read_runs(path: Path, seeds: range) -> list[Run]:
@@ -474,5 +581,7 @@ def read_runs(path: Path, seeds: range) -> list[Run]:
                 tuple(float(row[f"target_p{p}"]) for p in TARGET_PERCENTILES), float(row["best_test"]),
                 Trace(tuple(float(row[f"cpu_s_p{p}"]) for p in TARGET_PERCENTILES),
                       tuple(float(row[f"trials_p{p}"]) for p in TARGET_PERCENTILES),
-                      tuple(float(row[f"test_at_{b:g}x"]) for b in BUDGETS), int(row["trials"])))
+                      tuple(float(row[f"test_at_{b:g}x"]) for b in BUDGETS), int(row["trials"]),
+                      tuple(float(row[f"cross_at_{b:g}x"]) for b in BUDGETS) if f"cross_at_{BUDGETS[0]:g}x" in row else ()),
+                float(row.get("best_cross", math.nan)))  # files written before cross-seed scoring lack it
             for row in complete_rows(path, seeds)]

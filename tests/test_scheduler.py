@@ -104,3 +104,29 @@ def test_rungs_below_an_epoch_decide_at_the_validation_that_reaches_them_and_res
     rungs = dict(rebuilt.bracket_of(0)._rungs)
     assert rungs[0.25] == {"past-0": 0.8, "past-1": 0.9, "past-2": 0.1} and rungs[0.5] == {"past-0": 0.85}
     assert rebuilt.stops(2) and not rebuilt.stops(1) and not rebuilt.stops(0)
+
+
+def test_racing_the_incumbent_lets_on_only_a_trial_as_good_as_the_best_at_its_rung_and_resumes_the_same():
+    """Factor 2, rungs at 1 and 2 epochs. ASHA would let a trial above the rung's median on; racing
+    stops every trial below the best recorded at that rung, and a tie goes on. Rebuilt from the
+    trials' records, a continued trial below a rung's best is stopped again."""
+    from sweeps.running.schedulers import RacingASHA
+
+    objective = (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"),)
+    settings = {"time_attr": M.EPOCH, "metric": M.VAL_TOKEN_ACCURACY, "mode": "max", "max_t": 4, "grace_period": 1,
+                "reduction_factor": 2}
+    race, asha = RacingASHA({}, objective, **settings), ResumableASHA({}, objective, **settings)
+    values = {0: 0.5, 1: 0.9, 2: 0.7, 3: 0.9}  # trial 2 is above the median of 0.5 and 0.9, below the best
+    decisions: dict[str, list[str]] = {"race": [], "asha": []}
+    for name, scheduler in (("race", race), ("asha", asha)):
+        for number, value in values.items():
+            trial = _trial(number)
+            scheduler.on_trial_add(None, trial)
+            decisions[name].append(scheduler.on_trial_result(None, trial, {M.EPOCH: 1, M.VAL_TOKEN_ACCURACY: value}))
+    go, stop = TrialScheduler.CONTINUE, TrialScheduler.STOP
+    assert decisions["race"] == [go, go, stop, go]  # the first always; 0.7 < 0.9 stops; a tie with 0.9 goes on
+    assert decisions["asha"] == [go, go, go, go]
+
+    history = {n: [{M.EPOCH: 1, M.VAL_TOKEN_ACCURACY: v}] for n, v in values.items()}
+    rebuilt = RacingASHA(history, objective, **settings)
+    assert [rebuilt.stops(n) for n in values] == [True, False, True, False]

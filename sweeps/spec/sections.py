@@ -49,7 +49,9 @@ class Distribution(Section):
 
     type: Literal["loguniform", "uniform", "int", "categorical"] = Field(
         description="how the key is sampled: loguniform and uniform between low and high, int a whole number "
-                    "between them, categorical one of choices")
+                    "between them, categorical one of choices, unordered (a sampler learns nothing about 64 from 32 "
+                    "and 128: declare ordered values such as widths as int, with step, and a learning rate as "
+                    "loguniform)")
     low: float | None = Field(default=None, description="the smallest value (loguniform, uniform, int)")
     high: float | None = Field(default=None, description="the largest value, included (loguniform, uniform, int)")
     step: int | None = Field(default=None, gt=0, description="int only: the spacing of the values from low")
