@@ -65,6 +65,7 @@ from seqae_core.checkpoint import CheckpointStore
 from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT
 from sweeps.running.lifecycle import extend
 from sweeps.spec import sweep as spec_lib
+from sweeps.spec.sections import Distribution
 from sweeps.stores.search import directions_of, optuna_distribution, storage
 from sweeps.stores.workspace import Backends, SweepState, Workspace
 
@@ -114,6 +115,14 @@ def _unsynced() -> Iterator[None]:
         event.remove(Engine, "connect", connected)
 
 
+def _levels(distribution: Distribution) -> list[Any]:
+    """A width's values: its choices, or an int's values on its step (as the quickstart declares them)."""
+    if distribution.choices:
+        return list(distribution.choices)
+    assert distribution.low is not None and distribution.high is not None
+    return list(range(int(distribution.low), int(distribution.high) + 1, distribution.step or 1))
+
+
 def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0) -> Workspace:
     """A finished quickstart sweep of ``trials`` trials named ``cp`` in a new workspace at ``root``."""
     rng = random.Random(seed)
@@ -131,8 +140,8 @@ def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0)
     for number in range(trials):
         start = "paper_lr" if number == 0 else None
         params = dict(spec.start_params("paper_lr")) if start else {  # inside the quickstart's own space
-            "train.lr": rng.uniform(lr.low, lr.high), "model.d_model": rng.choice(d_model.choices),
-            "model.d_attn": rng.choice(d_attn.choices)}
+            "train.lr": rng.uniform(lr.low, lr.high), "model.d_model": rng.choice(_levels(d_model)),
+            "model.d_attn": rng.choice(_levels(d_attn))}
         fate = "COMPLETE" if start else rng.choices(["COMPLETE", "PRUNED", "FAIL"], [60, 35, 5])[0]
         epochs = {"COMPLETE": EPOCHS, "PRUNED": rng.choice([1, 2]), "FAIL": 0}[fate]
         plans.append((number, start, params, fate, _history(rng, epochs, test=True)))

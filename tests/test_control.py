@@ -63,7 +63,9 @@ def test_set_max_concurrent_then_stop_drains_then_stop_now_ends_the_running_tria
         wait_for(lambda: f"draining (stopped by {ownership.actor()} from Python)" in log.read_text(), 180,
                  "the driver to drain")
         assert "the running ones (2) finish" in log.read_text()
-        assert status(name, workspace)["trials_by_state"] == {"RUNNING": 2, "NOT_STARTED": 2}
+        # both train (the queue's count of a sweep's trials in Tune follows its driver's beat, every 2 s)
+        wait_for(lambda: status(name, workspace)["trials_by_state"] == {"RUNNING": 2, "NOT_STARTED": 2}, 30,
+                 "status to show the two trials training")
         now = seqae("sweep", "stop", name, "--now", "--workspace", str(workspace))
         assert now.returncode == 0 and "the running ones stop at the end of their epoch" in now.stdout, now.stderr
         assert driver.wait(timeout=300) == 0

@@ -71,7 +71,7 @@ def test_wall_time_shares_the_trials_evenly_but_never_beats_the_longest():
 
 
 def test_the_shapes_timed_are_the_searched_non_free_keys_choices():
-    spec = spec_lib.load(QUICKSTART)  # lr is free: not timed; two widths of two choices each
+    spec = spec_lib.load(QUICKSTART)  # lr is free: not timed; two widths of two values each (int, step 64)
     assert shapes_of(spec) == [{"model.d_model": d, "model.d_attn": a} for d in (64, 128) for a in (64, 128)]
     grid = spec_lib.load(QUICKSTART, ["start={}", "model.latent_len=8", "grid.data.input_len=[16,32]", "search.model.d_attn={type: int, low: 16, high: 64}"])
     assert shapes_of(grid) == [{"data.input_len": n, "model.d_model": d, "model.d_attn": 40}

@@ -131,7 +131,7 @@ def test_env_sh_gives_the_shell_the_credentials_and_no_secret_is_written_out(ser
     secrets_dir = root / "secrets"
     assert oct(secrets_dir.stat().st_mode)[-3:] == "700"
     assert {p.name: oct(p.stat().st_mode)[-3:] for p in secrets_dir.iterdir()} == {
-        "ray_token": "600", "pgpass": "600", "pgpass-optuna": "600", "pgpass-mlflow": "600", "mlflow_password": "600",
+        "pgpass": "600", "pgpass-optuna": "600", "pgpass-mlflow": "600", "mlflow_password": "600",
         "mlflow_auth.ini": "600", "mlflow_accounts": "700"}
     assert Path(state["mlflow"]["password_file"]).parent == secrets_dir
     status = seqae("cluster", "status", "--dir", str(root))
@@ -304,17 +304,22 @@ def test_each_user_gets_an_mlflow_account_and_a_driver_on_the_head_writes_as_the
 
     assert accounts.ACCOUNTS_ENV == mlflow_access.ACCOUNTS_ENV
     root, uri = services["root"], services["env"]["SEQAE_MLFLOW_TRACKING_URI"]
-    added = seqae("cluster", "add-user", "alice", "--dir", str(root))
+    # the token of the Ray that a head started by hand keeps (services starts none)
+    token = tmp_path / "ray-auth-token"
+    token.write_text("the-heads-ray-token")
+    ray = {"RAY_AUTH_TOKEN_PATH": str(token)}
+    added = seqae("cluster", "add-user", "alice", "--dir", str(root), env=ray)
     assert added.returncode == 0, added.stdout + added.stderr
     folder = root / "users" / "alice"
     password = (folder / "mlflow_password").read_text()
     assert password not in added.stdout + added.stderr and str(folder) in added.stdout
     assert {p.name: oct(p.stat().st_mode)[-3:] for p in folder.iterdir()} == {
         "env.sh": "600", "mlflow_password": "600", "ray_token": "600", "pgpass": "600"}
+    assert (folder / "ray_token").read_text() == "the-heads-ray-token"  # the head's Ray's own
     assert (root / "secrets" / "mlflow_accounts" / "alice").read_text() == password
     for again, why in (("alice", "already has an MLflow account"), ("Alice!", "use lower-case letters"),
                        ("admin", "MLflow's admin")):
-        refused_user = seqae("cluster", "add-user", again, "--dir", str(root))
+        refused_user = seqae("cluster", "add-user", again, "--dir", str(root), env=ray)
         assert refused_user.returncode == 2 and why in refused_user.stderr, refused_user.stderr
 
     laptop = tmp_path / "laptop"  # the folder copied elsewhere still finds its files
@@ -326,7 +331,7 @@ def test_each_user_gets_an_mlflow_account_and_a_driver_on_the_head_writes_as_the
     assert exported["PGPASSFILE"] == str(laptop / "pgpass") and exported["SEQAE_MLFLOW_TRACKING_URI"] == uri
     alice = ("alice", password)
     mine = api(services, "experiments/create", {"name": "alices"}, user=alice)["experiment_id"]
-    assert seqae("cluster", "add-user", "dave", "--dir", str(root)).returncode == 0
+    assert seqae("cluster", "add-user", "dave", "--dir", str(root), env=ray).returncode == 0
     dave = ("dave", (root / "users" / "dave" / "mlflow_password").read_text())
     assert experiment_names(services, dave) == set() and "alices" in experiment_names(services)
     assert permission_of(services, mine, "alice") == "MANAGE"

@@ -36,6 +36,7 @@ from sweeps.spec.sections import Distribution
 from sweeps.spec.sweep import SweepSpec, trial_layers
 
 MAX_SHAPES = 8  # shapes timed at most; beyond, a random draw of them (seed 0)
+ORDERED_LEVELS = 4  # an int key with this many values or fewer on its step is timed at each, as a choice
 
 
 def median_step_seconds(step: Callable[[], None], steps: int) -> float:
@@ -117,12 +118,25 @@ def _middle(distribution: Distribution) -> object:
     return round(middle) if distribution.type == "int" else middle
 
 
+def _timed(distribution: Distribution) -> tuple[object, ...]:
+    """A searched key's values to time: a categorical's choices; an int's values where its step
+    leaves few (widths declared as an ordered choice); else the middle of its range, on its step."""
+    if distribution.type == "categorical":
+        return tuple(distribution.choices)
+    if distribution.type == "int" and distribution.step:
+        assert distribution.low is not None and distribution.high is not None
+        levels = range(int(distribution.low), int(distribution.high) + 1, distribution.step)
+        middle = (levels[0] + levels[-1]) / 2
+        return tuple(levels) if len(levels) <= ORDERED_LEVELS else (min(levels, key=lambda v: abs(v - middle)),)
+    return (_middle(distribution),)
+
+
 def shapes_of(spec: SweepSpec) -> list[dict[str, object]]:
     """The shape-setting values a sweep's trials can take: every grid cell with every combination
-    of its searched keys' choices (numeric ones at their middle), the free keys left at the base;
-    at most :data:`MAX_SHAPES`, drawn at random (seed 0) beyond."""
+    of its searched keys' values (:func:`_timed`), the free keys left at the base; at most
+    :data:`MAX_SHAPES`, drawn at random (seed 0) beyond."""
     timed = {k: d for k, d in spec.search.items() if k not in FREE_KEYS}
-    values = [d.choices if d.type == "categorical" else (_middle(d),) for d in timed.values()]
+    values = [_timed(d) for d in timed.values()]
     shapes: list[dict[str, object]] = []
     for cell in spec.cells():
         for combination in itertools.product(*values):
