@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,19 +38,36 @@ TINY = {
 }
 
 
-# The files that take longest in .ci/run (its --durations, on 2 cores), longest first. pytest-xdist
-# hands whole files to its two processes in collection order (pyproject: --dist=loadfile
-# --no-loadscope-reorder; its default order, by number of tests, started the chaos soak last and
-# left one core idle at the end), and the two files that take turns on the local cluster
-# (tests/sweep_helpers.py::local_cluster) start apart. The other files follow in name order.
-LONGEST_FIRST = ["test_cluster.py", "test_resilience.py", "test_control.py", "test_logical_gpus.py", "test_chaos.py",
-                 "test_sharing.py", "test_eviction.py", "test_dashboards.py", "test_sweeps.py", "test_provenance.py",
-                 "test_move.py", "test_scale.py", "test_mlflow_auth.py", "test_own_machines.py", "test_s3_artifacts.py",
-                 "test_ownership.py", "test_notify.py", "test_api.py", "test_textmodel.py"]
+# The files whose tests start the local cluster on the fixed loopback addresses, one cluster at a
+# time (tests/sweep_helpers.py::local_cluster and its lock). pytest-xdist gives them to one of its two
+# processes as one unit of work, first, while the other process runs the rest: split by file across
+# both, one waited on the other's cluster (docs/explanation/performance.md, "The local-cluster files
+# in one process").
+LOCAL_CLUSTER = ["test_chaos.py", "test_cluster.py", "test_logical_gpus.py", "test_own_machines.py",
+                 "test_sharing.py", "test_eviction.py"]
+# The other files that take longest in .ci/run (its --durations, on 2 cores), longest first; the
+# rest follow in name order.
+LONGEST_FIRST = ["test_resilience.py", "test_control.py", "test_dashboards.py", "test_sweeps.py", "test_provenance.py",
+                 "test_move.py", "test_scale.py", "test_mlflow_auth.py", "test_s3_artifacts.py", "test_ownership.py",
+                 "test_notify.py", "test_api.py", "test_textmodel.py"]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's scheduling by file (its module fixtures are built once), with the local-cluster
+    files one unit. (Its own ``--dist=loadgroup`` marks no longer reach its scheduler under pytest
+    9, which keeps a test's id apart from the attribute pytest-xdist rewrites.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LocalClusterApart(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "local-cluster" if Path(path).name in LOCAL_CLUSTER else path
+
+    return LocalClusterApart(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    rank = {name: i for i, name in enumerate(LOCAL_CLUSTER + LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests stay in order
     import torch  # the suite's tests import it anyway; here only to ask whether CUDA is there
 

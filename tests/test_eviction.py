@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,7 @@ def assert_moved_and_the_same(cluster, name: str, number: int, node_ip: str, tmp
     assert info["trials_by_state"] == {"COMPLETE": 2}, (info, logs[-4000:])  # not FAILED: no retry was spent
     assert_each_trial_once(cluster, name, 2, VALIDATIONS)  # nothing RUNNING; each validation once in Optuna and MLflow
     assert re.search(rf"trial {number}: continuing (after epoch|at step \d+ of epoch) \d", logs), logs[-4000:]
+    assert f"trial {number} left a node that was going away (no retry spent)" in logs, logs[-4000:]
     nodes = [r["node_ip"] for r in results(storage, number)]
     assert nodes[0] == node_ip and nodes[-1] != node_ip, nodes  # its last epoch trained on the other node
     saved, _ = CheckpointStore.of_trial(str(storage), number).resume()
@@ -160,13 +162,25 @@ def undrain(cluster, node_ip: str) -> None:
     restore_worker(cluster, node_ip)
 
 
-def held_midway(cluster, name: str) -> tuple[int, psutil.Process, str]:
-    """Trial, worker and node IP of a trial whose checkpoint stands at a validation with two more
-    to come, with the sweep's driver held (SIGSTOP; sweep_helpers.held): Tune hands results over
-    in lockstep, so the trial trains at most to its next validation and waits there, with steps
-    left to train, until the caller lets the driver go on."""
+@dataclass(frozen=True)
+class Held:
+    """A submitted sweep whose driver is held, and the trial it holds midway (``held_midway``)."""
+
+    storage: Path
+    driver: psutil.Process
+    number: int
+    worker: psutil.Process
+    node_ip: str
+
+
+def held_midway(cluster, name: str) -> Held:
+    """Submits sweep ``name`` and finds a trial whose checkpoint stands at a validation with two
+    more to come, with the sweep's driver held (SIGSTOP; sweep_helpers.held): Tune hands results
+    over in lockstep, so the trial trains at most to its next validation and waits there, with
+    steps left to train, until the caller lets the driver go on (SIGCONT to ``driver``)."""
     from cluster import local
 
+    submit(cluster, name)
     storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
     driver, found = job_driver(name), []
 
@@ -178,7 +192,7 @@ def held_midway(cluster, name: str) -> tuple[int, psutil.Process, str]:
     worker = worker_of(storage, found[0])
     assert worker is not None
     nodes = {pid: ip for ip, pid in local.worker_raylets(cluster["state"]).items()}
-    return found[0], worker, nodes[worker.ppid()]  # a worker is its node's raylet's child
+    return Held(storage, driver, found[0], worker, nodes[worker.ppid()])  # a worker is its node's raylet's child
 
 
 def node_id_of(cluster, node_ip: str) -> str:
@@ -197,10 +211,8 @@ def lines_of(logs: str, number: int) -> str:
 @in_turn("sigterm", LEAVINGS, salt=2, what="the leaving node's test")
 def test_a_trial_whose_worker_gets_sigterm_mid_epoch_continues_on_another_node_unchanged(cluster, tmp_path):
     name = "sigterm"
-    submit(cluster, name)
-    storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
-    driver = job_driver(name)
-    number, worker, node_ip = held_midway(cluster, name)
+    midway = held_midway(cluster, name)
+    storage, driver, number, worker, node_ip = midway.storage, midway.driver, midway.number, midway.worker, midway.node_ip
     try:
         worker.send_signal(signal.SIGTERM)
         print(f"SIGTERM sent to trial {number}'s worker {worker.pid} on {node_ip}, its checkpoint at validation "
@@ -218,10 +230,8 @@ def test_a_trial_whose_worker_gets_sigterm_mid_epoch_continues_on_another_node_u
 @in_turn("drain", LEAVINGS, salt=2, what="the leaving node's test")
 def test_a_trial_whose_node_is_drained_continues_on_another_node_unchanged(cluster, tmp_path):
     name = "drained"
-    submit(cluster, name)
-    storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
-    driver = job_driver(name)
-    number, worker, node_ip = held_midway(cluster, name)
+    midway = held_midway(cluster, name)
+    storage, driver, number, worker, node_ip = midway.storage, midway.driver, midway.number, midway.worker, midway.node_ip
     node_id = node_id_of(cluster, node_ip)
     state = cluster["state"]
     try:

@@ -59,8 +59,13 @@ class TrackingCallback(DriverOnly, tune.Callback):
         self.writer.submit(f"logging trial {number}", lambda: self.tracker.trial_result(number, kept))
 
     def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        log.warning("trial %d lost its worker (failure %d); it continues from its checkpoint",
-                    trial.config["trial"].number, trial.num_failures)
+        number = trial.config["trial"].number
+        if trial.num_failures == 0:  # a node that was leaving (SIGTERM, a drain): Tune spends no retry on it
+            log.warning("trial %d left a node that was going away (no retry spent); it continues from its checkpoint",
+                        number)
+        else:
+            log.warning("trial %d lost its worker (failure %d); it continues from its checkpoint", number,
+                        trial.num_failures)
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self._ended(trial, None)
