@@ -190,8 +190,8 @@ def _share(state: SweepState) -> Share | None:
 @contextlib.contextmanager
 def publishing(workspace: Workspace, name: str) -> Iterator[None]:
     """While the body runs sweep ``name``'s driver, write its ETA into the queue every
-    :data:`PUBLISH_SECONDS` (from a thread of its own: reading the study and every trial's records
-    takes no time from Ray Tune's loop)."""
+    :data:`PUBLISH_SECONDS`, from a thread of its own: Ray Tune's loop never waits while it reads the
+    study and every trial's records."""
     stop = threading.Event()
     thread = threading.Thread(target=_publish, args=(workspace, name, stop), name="seqae-eta", daemon=True)
     thread.start()
