@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from seqae_core.metrics import value_text
+from seqae_core.metrics import duration_text, value_text
 from seqae_errors import ConfigError
 from sweeps import api
 from sweeps.api import Sweep
@@ -78,7 +78,8 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int | None:  # the driver's ex
 
 def cmd_sweep_submit(args: argparse.Namespace) -> int:
     _freeze_imported("cluster")
-    sets = [*args.set, *([f"priority={args.priority}"] if args.priority is not None else [])]
+    sets = [*args.set, *(f"{key}={value}" for key, value in (("priority", args.priority), ("weight", args.weight))
+                         if value is not None)]
     sweep = Sweep.submit(args.file, set=sets, profile=args.profile, name=args.name, address=args.address,
                          workspace=args.workspace)
     print(_describe(sweep))
@@ -145,14 +146,15 @@ def _queue_table(places: list[Any]) -> str:
     """`seqae cluster queue`'s table: a row per sweep."""
     if not places:
         return "no sweep has run on this cluster's database yet"
-    header = ("SWEEP", "USER", "PRIORITY", "STATE", "HELD/SHARE/QUOTA", "WAITING", "PAUSED", "TRIALS", "IN LINE", "ETA")
+    header = ("SWEEP", "USER", "PRIORITY", "WEIGHT", "STATE", "HELD/SHARE/QUOTA", "WAITING", "PAUSED", "TRIALS", "IN LINE", "ETA")
     rows = [header]
     for p in places:
         quota = "/".join(f"{v:g} {unit}" for v, unit in ((p.quota.cpus, "CPUs"), (p.quota.gpus, "GPUs"))
                          if v is not None) or "-"
         share = f"{p.held}/{p.share}/{quota}" + (f" ({p.why})" if p.why and p.state not in ("done", "stopped") else "")
-        rows.append((p.sweep, p.user, str(p.priority), p.state, share, str(p.waiting), str(p.paused),
-                     f"{p.trials_done}/{p.trials_total}", str(p.place or "-"), p.eta))
+        rows.append((p.sweep, p.user, str(p.priority), f"{p.weight:g}", p.state, share, str(p.waiting), str(p.paused),
+                     f"{p.trials_done}/{p.trials_total}", str(p.place or "-"),
+                     "-" if p.eta_seconds is None else duration_text(p.eta_seconds)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -309,7 +311,8 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         line = f"{q.place}{'st' if q.place == 1 else 'nd' if q.place == 2 else 'rd' if q.place == 3 else 'th'} in line" \
             if q.place else f"holds {q.held} slots"
         print(f"  cluster queue: {q.state}, priority {q.priority}, {line}; its share {q.share} slots"
-              + (f" ({q.why})" if q.why else "") + f"; ETA {q.eta}")
+              + (f" ({q.why})" if q.why else "") + ("" if q.eta_seconds is None else
+                                                     f"; ETA {duration_text(q.eta_seconds)} (its driver's)"))
     if info.proposed_by:
         print("  proposed by: " + ", ".join(f"{k} {v}" for k, v in info.proposed_by.items()))
     for start, trial in info.starts.items():

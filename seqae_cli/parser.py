@@ -88,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     planning.add_argument("file", help="sweep file, e.g. sweeps/studies/quickstart.yaml")
     planning.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as for `sweep run`")
     planning.add_argument("--profile", help="as for `sweep run`")
-    planning.add_argument("--slots", type=int, help="trials at once on the cluster that will run it (default: what "
+    planning.add_argument("--slots", type=int, help="trials at once on the cluster that will run it (default: the "
+                                                    "share the cluster's queue would give it now, at its priority "
+                                                    "and weight, where a sweep has run on its database; else what "
                                                     "this machine's CPUs or GPUs hold); max_concurrent at most")
     planning.add_argument("--json", action="store_true", help="print one JSON object")
     planning.set_defaults(handler=cmd_sweep_plan)
@@ -105,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="its priority for the cluster's trial slots (the sweep file's `priority`, default 0): a "
                              "higher one's trials are placed first and take slots from lower ones at their next "
                              "validation")
+    submit.add_argument("--weight", default=None, metavar="W",
+                        help="its weight among sweeps of its priority (the sweep file's `weight`, default 1): their "
+                             "slots are divided in proportion to their weights")
     submit.set_defaults(handler=cmd_sweep_submit)
 
     for verb, text in (("logs", "the driver's output of a submitted sweep"),
@@ -238,8 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
         handlers = {"up": cmd_cluster_up, "services": cmd_cluster_up, "down": cmd_cluster_down,
                     "status": cmd_cluster_status, "add-user": cmd_cluster_add_user}
         sub.set_defaults(handler=handlers[verb])
-    queue = with_workspace(clusters.add_parser("queue", help="every sweep on the cluster: its user, priority, state, "
-                                                            "slots held / share / quota, trials done"))
+    queue = with_workspace(clusters.add_parser("queue", help="every sweep on the cluster: its user, priority, "
+                                                            "weight, state, slots held / share / quota, trials done, "
+                                                            "ETA"))
     queue.add_argument("--json", action="store_true", help="print one JSON list")
     queue.set_defaults(handler=cmd_cluster_queue)
     quota = with_workspace(clusters.add_parser("quota", help="a user's quota of the cluster's CPUs and GPUs (an admin)"))

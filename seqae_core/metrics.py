@@ -143,6 +143,13 @@ def result_number(record: dict[str, Any]) -> int:
     return int(record.get(VALIDATION, record[EPOCH]))
 
 
+def duration_text(seconds: float) -> str:
+    """``seconds`` as a person reads a time left: ``1h05m``, ``4m09s``, ``25s``."""
+    minutes, s = divmod(round(seconds), 60)
+    hours, m = divmod(minutes, 60)
+    return f"{hours}h{m:02d}m" if hours else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
 def epoch_text(epochs: float) -> str:
     """Epochs trained as a person reads them: ``3`` at an epoch's end, ``2.25`` between."""
     return f"{epochs:.0f}" if float(epochs).is_integer() else f"{epochs:.2f}"

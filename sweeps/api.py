@@ -180,9 +180,11 @@ class Sweep:
     def _drive(self, **how: bool) -> Sweep:
         """Run the sweep's driver here until it ends; it writes the report as each session ends."""
         from dashboards.report import page  # the dashboards sit above the sweep service: only its front door reaches up
+        from sweeps.results import eta
         from sweeps.running import driver
 
-        self.exit_code = driver.drive(self.workspace, self.name, report=page.build, **how)
+        with eta.publishing(self.workspace, self.name):  # its ETA in the cluster's queue while it runs
+            self.exit_code = driver.drive(self.workspace, self.name, report=page.build, **how)
         return self
 
     def _submitted(self) -> Submission:
@@ -356,13 +358,15 @@ def plan(file: str | Path, *, set: Sequence[str] = (), profile: str | None = Non
          workspace: str | Path | Workspace | None = None, slots: int | None = None) -> Forecast:
     """What sweep ``file`` (with ``profile`` and ``set``, as :meth:`Sweep.run` takes them) will
     take, measured on this machine before anything runs (:func:`sweeps.results.plan.forecast`):
-    trials, expected epochs, resource-hours, wall time at ``slots`` (else what this machine holds),
-    disk and MLflow rows. Only the data is prepared, into the workspace's cache, as a run would."""
+    trials, expected epochs, resource-hours, wall time at ``slots`` (else the share the cluster's
+    queue would give it now, else what this machine holds), disk and MLflow rows. Only the data is
+    prepared, into the workspace's cache, as a run would."""
     from sweeps.results import plan as planning
     from sweeps.spec import sweep as spec_lib
 
     spec = spec_lib.load(file, _sets(set, profile))
-    return planning.forecast(spec, _workspace(workspace).cache_dir, slots)
+    place = _workspace(workspace)
+    return planning.forecast(spec, place.cache_dir, slots, _queue_url(place))
 
 
 def sweeps(workspace: str | Path | Workspace | None = None) -> list[Listed]:

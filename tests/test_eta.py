@@ -6,6 +6,9 @@ Ray), and `seqae sweep plan` on real data, with its refusals."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import time
 
 import numpy as np
 import pytest
@@ -13,11 +16,15 @@ import torch
 
 from seqae_cli.main import main
 from seqae_core import metrics as M
-from sweeps.results.eta import Eta, asha_epochs, eta, expected_epochs, wall_seconds
-from sweeps.results.plan import shapes_of
+from sweeps.results import eta as eta_lib
+from sweeps.results.eta import Eta, asha_epochs, eta, expected_epochs, granted, seconds_left, wall_seconds
+from sweeps.results.plan import queue_slots, shapes_of
 from sweeps.running.schedulers import ResumableASHA, stub_trial
 from sweeps.spec import sweep as spec_lib
 from sweeps.spec.trial import TrialSpec
+from sweeps.stores.ownership import USER
+from sweeps.stores.queue import Entry, Queue
+from sweeps.stores.shares import FAIR, PRIORITY, Share
 from sweeps.stores.workspace import Workspace
 from tests.refusal import assert_refused
 from tests.test_status import QUICKSTART, quickstart, run_trials, start_sweep, template, workspace, write_sweep  # noqa: F401
@@ -78,7 +85,7 @@ def test_the_shapes_timed_are_the_searched_non_free_keys_choices():
                                for n in (16, 32) for d in (64, 128)]
 
 
-def test_a_running_sweeps_eta_comes_from_its_own_epochs(workspace, capsys):
+def test_a_running_sweeps_eta_comes_from_its_own_epochs_at_the_queues_share(workspace, capsys, monkeypatch):
     """Five trials, two at once: the starting point trained its 3 epochs, a trial was pruned after
     1, one runs past its first epoch; each epoch took 10 s."""
     state = write_sweep(workspace, "going", quickstart(), [{"outcome": "running"}])
@@ -88,9 +95,60 @@ def test_a_running_sweeps_eta_comes_from_its_own_epochs(workspace, capsys):
     left = 1.5 + 2 * 1.75  # the running trial's rungs from epoch 1, and two trials to come
     found = eta(state)
     assert found == Eta(seconds_per_epoch=10.0, overhead_per_trial=0.0, epochs_done=5.0, epochs_left=pytest.approx(left),
-                        trials_left=3, running=1, slots=2, seconds_left=pytest.approx(left * 10 / 2))
+                        trials_left=3, running=1, slots=2, seconds_left=pytest.approx(left * 10 / 2),
+                        slots_from="max_concurrent")
     assert main(["sweep", "status", "going", "--workspace", str(workspace.root)]) == 0
-    assert "  ETA: 25s left: 3 trials (1 running), 5.0 epochs expected at 10.0 s each, 2 at once" in capsys.readouterr().out
+    assert ("  ETA: 25s left: 3 trials (1 running), 5.0 epochs expected at 10.0 s each, 2 at once (max_concurrent)"
+            in capsys.readouterr().out)
+
+    # its driver in the cluster's queue beside another sweep of its priority: its fair share is 1 slot
+    queue = Queue(state.backends.optuna_storage)
+    now = time.time()
+    here = dict(host=socket.gethostname(), pid=os.getpid())
+    queue.join(Entry("going", "ann", 0, 2, 2, 1.0, 0.0, 1, 0, 0, 2, 5, now, now, None, 2.0, 0.0, **here))
+    queue.join(Entry("other", "bob", 0, 2, 2, 1.0, 0.0, 1, 0, 0, 0, 4, now - 10, now, None, 2.0, 0.0, **here))
+    shared = eta(state)
+    assert (shared.slots, shared.slots_from, shared.seconds_left) == (1, "the queue's share: fair share",
+                                                                      pytest.approx(left * 10))
+    assert "2 at once" not in shared.line() and "1 at once (the queue's share: fair share)" in shared.line()
+    monkeypatch.setenv(USER, "bob")
+    queue.set_priority("other", 1)  # the other sweep takes both slots: this one waits
+    waiting = eta(state)
+    assert (waiting.slots, waiting.seconds_left) == (0, None)
+    assert waiting.line() == ("ETA: none while the cluster's queue gives it no slot (3 trials left, the queue's "
+                              "share: higher priority)")
+
+    # its driver writes the same ETA into the queue, where `seqae cluster queue` shows it
+    queue.leave("other", "complete", 4)
+    monkeypatch.setattr(eta_lib, "PUBLISH_SECONDS", 0.05)
+    with eta_lib.publishing(workspace, "going"):
+        while queue.entry("going").eta_end is None:
+            time.sleep(0.05)
+    expected = eta(state).seconds_left
+    assert queue.entry("going").eta_end - time.time() == pytest.approx(expected, abs=5)
+    monkeypatch.delenv("SEQAE_OPTUNA_STORAGE", raising=False)
+    assert main(["cluster", "queue", "--workspace", str(workspace.root)]) == 0
+    row = next(line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("going "))
+    assert row[-1] in {M.duration_text(expected - s) for s in range(6)}  # counted down since it was written
+
+
+@pytest.mark.parametrize("share, ceiling, left, expected", [
+    pytest.param(None, 4, 10, (4, "max_concurrent"), id="not-in-the-queue"),
+    pytest.param(None, 4, 0, (1, "max_concurrent"), id="not-in-the-queue-nothing-left"),
+    pytest.param(Share(2, FAIR), 4, 10, (2, "the queue's share: fair share"), id="fair-share"),
+    pytest.param(Share(4), 2, 10, (2, "the queue's share"), id="capped-by-its-ceiling"),
+    pytest.param(Share(2, FAIR), 4, 1, (1, "the queue's share"), id="fewer-trials-left"),
+    pytest.param(Share(0, PRIORITY), 4, 3, (0, "the queue's share: higher priority"), id="waits"),
+])
+def test_the_eta_runs_at_the_queues_share_capped_by_its_ceiling(share, ceiling, left, expected):
+    assert granted(share, ceiling, left) == expected
+
+
+def test_time_left_shares_the_work_among_the_slots_never_below_the_longest_trial():
+    assert seconds_left(120.0, 10.0, 1) == 120.0
+    assert seconds_left(120.0, 10.0, 3) == 40.0  # 3 slots of a share, not 4 of max_concurrent: 30
+    assert seconds_left(120.0, 50.0, 3) == 50.0
+    assert seconds_left(120.0, 10.0, 0) is None  # no slot: it waits for the queue
 
 
 def test_plan_forecasts_from_the_steps_it_measures(tmp_path, capsys):
@@ -129,3 +187,30 @@ def test_plan_refuses_bad_input_in_one_line_before_preparing_data(tmp_path, caps
     code = main(["sweep", "plan", str(QUICKSTART), *[a for s in TINY for a in ("--set", s)], *extra,
                  "--workspace", str(workspace)])
     assert_refused(code, capsys.readouterr().err, says, created=(Workspace(workspace).cache_dir,))
+
+
+def test_plan_times_the_sweep_at_the_share_the_queue_would_give_it_now(tmp_path, monkeypatch, capsys):
+    """A sweep of max_concurrent 4 planned beside a running sweep of its priority on a 4-CPU
+    cluster: the queue would give it 2 slots; at a higher priority, or a weight of 3, more; with
+    no sweep ever run on the database, or --slots, what this machine holds or what it says."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    monkeypatch.delenv("SEQAE_OPTUNA_STORAGE", raising=False)
+    url = f"sqlite:///{workspace / 'optuna.db'}"
+    spec = spec_lib.load(QUICKSTART, [*TINY, "max_concurrent=4", "trials.total=8"])
+    assert queue_slots(spec, url) is None  # no queue here yet
+    now = time.time()
+    Queue(url).join(Entry("running", "ann", 0, 4, 4, 1.0, 0.0, 4, 0, 0, 0, 8, now, now, None, 4.0, 0.0,
+                          socket.gethostname(), os.getpid()))
+    assert queue_slots(spec, url) == (2, "the cluster's queue now: 2 of 4 CPUs at priority 0, fair share")
+    assert queue_slots(spec.model_copy(update={"priority": 1}), url) == (
+        4, "the cluster's queue now: 4 of 4 CPUs at priority 1")
+    assert queue_slots(spec.model_copy(update={"weight": 3.0}), url)[0] == 3
+
+    args = ["sweep", "plan", str(QUICKSTART), *[a for s in TINY for a in ("--set", s)], "--set", "max_concurrent=4",
+            "--set", "trials.total=8", "--workspace", str(workspace)]
+    assert main(args) == 0
+    assert ("wall time at 2 slots (max_concurrent 4, the cluster's queue now: 2 of 4 CPUs at priority 0, fair share)"
+            in capsys.readouterr().out)
+    assert main([*args, "--slots", "3"]) == 0
+    assert "wall time at 3 slots (max_concurrent 4, --slots 3)" in capsys.readouterr().out

@@ -28,6 +28,11 @@ KUBERAY = REPO / "cluster" / "kuberay"
 DOCS = REPO / "docs" / "tutorial" / "cluster.md"
 # KubeRay's RayCluster and RayJob schemas at the version the docs install, pruned (prune_crd)
 CRDS = REPO / "tests" / "kuberay-crds.json"
+# Kueue's ClusterQueue, LocalQueue, ResourceFlavor and WorkloadPriorityClass at v1beta2, from
+# Kueue v0.19.2's config/components/crd/bases, pruned the same way
+KUEUE_CRDS = REPO / "tests" / "kueue-crds.json"
+KUSTOMIZATION = "kustomization.yaml"
+QUEUE_LABEL, PRIORITY_LABEL = "kueue.x-k8s.io/queue-name", "kueue.x-k8s.io/priority-class"
 SECRETS = {"seqae-secrets", "seqae-postgres", "seqae-mlflow-accounts"}  # the docs' `kubectl create secret`s
 # Kubernetes releases whose API schemas (bundled with kubernetes-validate) the manifests must meet.
 KUBERNETES = ("1.30", "1.37")
@@ -35,8 +40,8 @@ CREDENTIAL = re.compile(r"PASSWORD|TOKEN|SECRET")  # environment variables whose
 
 
 def documents() -> list[tuple[str, dict[str, Any]]]:
-    """``(file name, document)`` for every YAML document of every manifest."""
-    return [(p.name, doc) for p in sorted(KUBERAY.glob("*.yaml"))
+    """``(file name, document)`` for every YAML document of every manifest (not the kustomization)."""
+    return [(p.name, doc) for p in sorted(KUBERAY.glob("*.yaml")) if p.name != KUSTOMIZATION
             for doc in yaml.safe_load_all(p.read_text()) if doc]
 
 
@@ -64,7 +69,8 @@ def prune_crd(node: Any, parent: str | None = None) -> Any:
     if isinstance(node, dict):
         return {k: {"type": "object"} if parent == "properties" and k in ("template", "submitterPodTemplate",
                                                                            "rayClusterSpec")
-                else prune_crd(v, k) for k, v in node.items() if k != "description"}
+                else prune_crd(v, k) for k, v in node.items()
+                if k != "description" or isinstance(v, dict)}  # a field named description is kept
     if isinstance(node, list):
         return [prune_crd(v) for v in node]
     return node
@@ -84,6 +90,10 @@ def strict(schema: Any) -> Any:
 def validate(doc: dict[str, Any], version: str) -> None:
     """Core objects against their schema; a KubeRay object's own keys against its pinned CRD, and
     its pod templates as core PodTemplates."""
+    if doc["apiVersion"].startswith("kueue.x-k8s.io/"):
+        assert doc["apiVersion"] == "kueue.x-k8s.io/v1beta2"
+        jsonschema.validate(doc, strict(json.loads(KUEUE_CRDS.read_text())[doc["kind"]]))
+        return
     if not doc["apiVersion"].startswith("ray.io/"):
         kubernetes_validate.validate(doc, version, strict=True)  # strict: an unknown key fails
         return
@@ -405,3 +415,91 @@ def test_the_postgres_init_script_makes_the_roles_on_a_real_postgresql(tmp_path)
                         connect(purpose, database)
     finally:
         postgres.stop(pg)
+
+
+# -- under Kueue: cluster/kuberay/kueue/ ------------------------------------------------------
+def kueue_overlay() -> list[dict[str, Any]]:
+    """What `kubectl apply -k cluster/kuberay/kueue` applies: the base kustomization's files and
+    queues.yaml, with the overlay's JSON patches applied (the kustomize features the overlay uses,
+    and no others: a new one fails here until this renders it)."""
+    import jsonpatch
+
+    def render(folder: Path) -> list[dict[str, Any]]:
+        kustomization = yaml.safe_load((folder / KUSTOMIZATION).read_text())
+        assert set(kustomization) <= {"apiVersion", "kind", "resources", "patches"}
+        docs = []
+        for resource in kustomization["resources"]:
+            path = (folder / resource).resolve()
+            docs += render(path) if path.is_dir() else [d for d in yaml.safe_load_all(path.read_text()) if d]
+        for patch in kustomization.get("patches", []):
+            target = patch["target"]
+            hits = [i for i, d in enumerate(docs) if d["kind"] == target["kind"] and d["metadata"]["name"] ==
+                    target["name"] and d["apiVersion"] == f"{target['group']}/{target['version']}"]
+            assert len(hits) == 1, target
+            docs[hits[0]] = jsonpatch.apply_patch(docs[hits[0]], yaml.safe_load(patch["patch"]))
+        return docs
+
+    return render(KUBERAY / "kueue")
+
+
+def quantity(value: str | int) -> float:
+    """A Kubernetes quantity (``16``, ``500m``, ``64Gi``) as a number."""
+    units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    text = str(value)
+    unit = next((u for u in units if text.endswith(u)), None)
+    return float(text.removesuffix(unit)) * units[unit] if unit else float(text)
+
+
+@pytest.mark.parametrize("version", KUBERNETES)
+def test_the_kueue_overlay_renders_to_valid_objects(version):
+    docs = kueue_overlay()
+    for doc in docs:
+        validate(doc, version)
+    assert sorted(d["kind"] for d in docs) == sorted(
+        [d["kind"] for n, d in documents() if n != "rayjob.yaml"]
+        + ["ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass", "WorkloadPriorityClass"])
+    typo = copy.deepcopy(next(d for d in docs if d["kind"] == "ClusterQueue"))
+    typo["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuta"] = 1  # the check has teeth
+    with pytest.raises(jsonschema.ValidationError, match="nominalQuta"):
+        validate(typo, version)
+
+
+def test_under_kueue_the_cluster_is_one_workload_kueue_admits_and_does_not_evict_for_a_sweep():
+    """Kueue's rules for a RayCluster (its webhook, v0.19.2: no in-tree autoscaling, at most 7
+    worker groups, none named head), its labels naming objects that exist, a priority above a
+    sweep-as-a-job's, and a quota that covers the whole cluster (else Kueue never admits it)."""
+    docs = kueue_overlay()
+    (cluster,) = [d for d in docs if d["kind"] == "RayCluster"]
+    named = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    labels = cluster["metadata"]["labels"]
+    local = named["LocalQueue", labels[QUEUE_LABEL]]
+    queue = named["ClusterQueue", local["spec"]["clusterQueue"]]
+    priorities = {d["metadata"]["name"]: d["value"] for d in docs if d["kind"] == "WorkloadPriorityClass"}
+    assert priorities[labels[PRIORITY_LABEL]] == max(priorities.values()) > min(priorities.values())
+    spec = cluster["spec"]
+    assert spec["enableInTreeAutoscaling"] is False
+    groups = spec["workerGroupSpecs"]
+    assert len(groups) <= 7 and "head" not in {g["groupName"] for g in groups}
+    assert all(g["replicas"] == g["minReplicas"] == g["maxReplicas"] > 0 for g in groups)
+    wanted: dict[str, float] = {}
+    for where, template in pod_templates(cluster).items():
+        count = 1 if where == "head" else next(g["replicas"] for g in groups if f"worker-{g['groupName']}" == where)
+        for container in template["spec"]["containers"]:
+            resources = container.get("resources", {})
+            for name, value in {**resources.get("limits", {}), **resources.get("requests", {})}.items():
+                wanted[name] = wanted.get(name, 0.0) + count * quantity(value)
+    (group,) = queue["spec"]["resourceGroups"]
+    assert set(wanted) <= set(group["coveredResources"])
+    quota = {r["name"]: quantity(r["nominalQuota"]) for f in group["flavors"] for r in f["resources"]}
+    assert all(quota[name] >= amount for name, amount in wanted.items()), (quota, wanted)
+    # without Kueue, the base cluster still autoscales, and carries no Kueue label
+    base = by_kind("RayCluster")
+    assert base["spec"]["enableInTreeAutoscaling"] is True and "labels" not in base["metadata"]
+
+
+def test_a_sweeps_rayjob_runs_on_the_cluster_and_carries_no_queue_label():
+    """Kueue manages no RayJob that selects an existing cluster (v0.19.2; older versions refuse a
+    labelled one): the sweep's share of the cluster is seqae's queue's business."""
+    job = by_kind("RayJob")
+    assert job["spec"]["clusterSelector"] and "rayClusterSpec" not in job["spec"]
+    assert not {QUEUE_LABEL, PRIORITY_LABEL} & set(job["metadata"].get("labels", {}))

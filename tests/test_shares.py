@@ -12,7 +12,7 @@ from seqae_errors import ConfigError
 from tests.refusal import assert_refused
 from sweeps.stores import queue as Q
 from sweeps.stores.ownership import ADMIN, USER
-from sweeps.stores.shares import CAPACITY, FAIR, PRIORITY, QUOTA, Capacity, Claim, Quota, allocate
+from sweeps.stores.shares import CAPACITY, FAIR, PRIORITY, QUOTA, Capacity, Claim, Quota, Share, allocate
 
 
 def slots(claims, capacity=Capacity(4), quotas=None):
@@ -95,10 +95,10 @@ def test_never_past_capacity_demand_or_quota(seed):
                 by[n].priority >= c.priority and x.slots for n, x in shares.items() if n != k)
 
 
-def entry(sweep, user, priority=0, demand=4, arrived=None, heartbeat=None, ended=None, training=0):
+def entry(sweep, user, priority=0, demand=4, arrived=None, heartbeat=None, ended=None, training=0, weight=1.0):
     now = time.time()
     return Q.Entry(sweep, user, priority, 4, demand, 1.0, 0.0, training, 0, 0, 0, 8, arrived or now,
-                   heartbeat or now, ended, 4.0, 0.0)
+                   heartbeat or now, ended, 4.0, 0.0, weight=weight)
 
 
 @pytest.fixture
@@ -168,9 +168,9 @@ def test_the_command_line_shows_the_queue_and_refuses_others_priorities_and_quot
     assert "sweep his: priority 1" in capsys.readouterr().out
     assert main(["cluster", "queue", "--workspace", str(workspace)]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split()[:4] == ["SWEEP", "USER", "PRIORITY", "STATE"]
-    assert table[1].split()[:5] == ["his", "bob", "1", "queued", "0/4/-"]  # the higher priority first
-    assert table[2].split()[:5] == ["hers", "ann", "0", "running", "3/0/-"]
+    assert table[0].split()[:5] == ["SWEEP", "USER", "PRIORITY", "WEIGHT", "STATE"]
+    assert table[1].split()[:6] == ["his", "bob", "1", "1", "queued", "0/4/-"]  # the higher priority first
+    assert table[2].split()[:6] == ["hers", "ann", "0", "1", "running", "3/0/-"]
     monkeypatch.setenv(USER, ADMIN)
     assert main(["cluster", "quota", "bob", "--cpus", "2", "--workspace", str(workspace)]) == 0
     assert main(["cluster", "queue", "--json", "--workspace", str(workspace)]) == 0
@@ -195,3 +195,66 @@ def test_a_driver_that_died_on_this_host_frees_its_slots_at_once(queue):
     queue.join(dataclasses.replace(entry("elsewhere", "cy", arrived=2.0), host="another-host", pid=ended.pid))
     assert {k: s.slots for k, s in queue.shares().items()} == {"alive": 2, "elsewhere": 2}
     assert {p.sweep: p.state for p in queue.view()}["dead"] == Q.STOPPED
+
+
+# -- weights: the sweep file's `weight`, `seqae sweep submit --weight` ----------------------------
+def test_weights_1_and_3_on_4_slots_get_1_and_3_and_the_queue_shows_them(tmp_path, monkeypatch, capsys):
+    from seqae_cli.main import main
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    monkeypatch.delenv("SEQAE_OPTUNA_STORAGE", raising=False)
+    queue = Q.Queue(f"sqlite:///{workspace / 'optuna.db'}")
+    queue.join(entry("light", "ann", arrived=1.0, weight=1.0))
+    queue.join(entry("heavy", "bob", arrived=2.0, weight=3.0))
+    assert {k: s.slots for k, s in queue.shares().items()} == {"light": 1, "heavy": 3}
+    assert main(["cluster", "queue", "--workspace", str(workspace)]) == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert (rows["light"][3], rows["light"][5]) == ("1", "0/1/-")
+    assert (rows["heavy"][3], rows["heavy"][5]) == ("3", "0/3/-")
+
+
+@pytest.mark.parametrize("argv, says", [
+    pytest.param(["--weight", "0"], "weight", id="zero"),
+    pytest.param(["--weight", "-1"], "weight", id="negative"),
+    pytest.param(["--weight", "lots"], "weight", id="not-a-number"),
+    pytest.param(["--set", "weight=inf"], "weight", id="infinite"),
+])
+def test_a_bad_weight_is_refused_in_one_line_before_anything_is_submitted(tmp_path, monkeypatch, capsys, argv, says):
+    from seqae_cli.main import main
+    from tests.test_status import QUICKSTART
+
+    workspace = tmp_path / "ws"
+    monkeypatch.delenv("SEQAE_RAY_ADDRESS", raising=False)
+    code = main(["sweep", "submit", str(QUICKSTART), *argv, "--workspace", str(workspace)])
+    assert_refused(code, capsys.readouterr().err, says, created=(workspace / "sweeps",))
+
+
+def test_a_new_sweeps_share_is_what_the_queue_would_give_it_now(queue):
+    assert queue.would_grant(claim("new")) is None  # no sweep ran here: the queue knows no capacity
+    queue.join(entry("a", "ann", arrived=1.0, training=4))
+    share, cluster = queue.would_grant(claim("new", user="bob", demand=4, arrived=time.time()))
+    assert (share.slots, share.why, cluster) == (2, FAIR, Capacity(4.0))
+    assert queue.would_grant(claim("new", user="bob", priority=1, demand=4)) == (Share(4), Capacity(4.0))
+    assert queue.would_grant(claim("new", user="bob", weight=3.0, demand=4))[0].slots == 3
+    queue.leave("a", "complete", 8)  # an empty cluster: its capacity as its last driver saw it
+    assert queue.would_grant(claim("new", demand=8)) == (Share(4, CAPACITY), Capacity(4.0))
+
+
+def test_a_queue_made_before_weights_and_etas_is_read_and_then_upgraded(tmp_path):
+    import sqlalchemy as sa
+
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    engine = sa.create_engine(url)
+    old = [c for c in Q._SWEEPS.columns if c.name not in ("weight", "eta_end")]
+    sa.Table(Q._SWEEPS.name, sa.MetaData(), *(sa.Column(c.name, c.type, primary_key=c.primary_key) for c in old)
+             ).create(engine)
+    before = entry("a", "ann")
+    with engine.begin() as db:
+        db.execute(sa.text(f"INSERT INTO seqae_queue ({', '.join(c.name for c in old)}) VALUES "
+                           f"({', '.join(':' + c.name for c in old)})"), {c.name: getattr(before, c.name) for c in old})
+    engine.dispose()
+    assert Q.Queue(url, create=False).entries() == [before]  # a reader writes nothing, and reads the defaults
+    queue = Q.Queue(url)  # a driver's: adds the columns
+    queue.set_eta("a", 123.0)
+    assert (queue.entry("a").weight, queue.entry("a").eta_end) == (1.0, 123.0)

@@ -6,8 +6,11 @@ can take (its grid cells and the choices of its searched keys that are not learn
 trial's CPU threads and the sweep's own data (prepared into the workspace's cache, as the sweep
 would prepare it): an epoch is ``ceil(train samples / batch)`` steps and its validations, each
 with the test split's scoring where there is one. The trials' expected epochs under the
-scheduler and their wall time at the slots the sweep would get come from :mod:`sweeps.results.eta`'s arithmetic: the slots are ``max_concurrent``, at most what
-this machine's CPUs or GPUs hold, or what the caller says a cluster gives. The forecast counts
+scheduler and their wall time at the slots the sweep would get come from
+:mod:`sweeps.results.eta`'s arithmetic: the slots are ``max_concurrent`` at most, and what the
+caller says a cluster gives (``--slots``), else the share the cluster's queue would give the sweep
+if it joined now, at its priority and weight, within its user's quota (:func:`queue_slots`), else
+what this machine's CPUs or GPUs hold; the forecast says which. The forecast counts
 epochs only: a trial's start (its Ray worker, its data), checkpoints and MLflow come on top, and
 the running sweep's ETA (:func:`sweeps.results.eta.eta`) measures them."""
 
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import sqlalchemy as sa
 import torch
 
 from seqae_core import data as data_lib
@@ -34,6 +38,9 @@ from seqae_errors import ConfigError
 from sweeps.results.eta import expected_epochs, wall_seconds
 from sweeps.spec.sections import Distribution
 from sweeps.spec.sweep import SweepSpec, trial_layers
+from sweeps.stores.ownership import actor
+from sweeps.stores.queue import Queue
+from sweeps.stores.shares import Claim
 
 MAX_SHAPES = 8  # shapes timed at most; beyond, a random draw of them (seed 0)
 ORDERED_LEVELS = 4  # an int key with this many values or fewer on its step is timed at each, as a choice
@@ -199,9 +206,34 @@ def capacity(spec: SweepSpec) -> tuple[int, str]:
     return max(1, int(cpus // spec.resources.cpu)), f"{cpus} CPUs here / {spec.resources.cpu:g} per trial"
 
 
-def forecast(spec: SweepSpec, cache_dir: Path, slots: int | None = None) -> Forecast:
+def queue_slots(spec: SweepSpec, url: str) -> tuple[int, str] | None:
+    """The trials the cluster's queue at ``url`` (an Optuna storage URL) would let the sweep run
+    at once if it joined now, at its priority and weight and within its user's quota, and what
+    set them; None where no sweep has run on that database (the queue knows no capacity), or it
+    does not answer."""
+    path = sa.make_url(url).database if url.startswith("sqlite:") else None
+    if path is not None and not Path(path).exists():  # a workspace that never ran a sweep: no queue to ask
+        return None
+    trials = spec.planned_trials()
+    claim = Claim("(planned)", actor(), spec.priority or 0, min(spec.max_concurrent, trials), spec.resources.cpu,
+                  spec.resources.gpu, spec.weight or 1.0, time.time())
+    try:
+        found = Queue(url, create=False).would_grant(claim)
+    except sa.exc.SQLAlchemyError:
+        return None
+    if found is None:
+        return None
+    share, cluster = found
+    gpus = f" and {cluster.gpus:g} GPUs" if cluster.gpus else ""
+    why = f", {share.why}" if share.why else ""
+    return share.slots, (f"the cluster's queue now: {share.slots} of {cluster.cpus:g} CPUs{gpus} at priority "
+                         f"{claim.priority}{why}")
+
+
+def forecast(spec: SweepSpec, cache_dir: Path, slots: int | None = None, queue_url: str | None = None) -> Forecast:
     """The forecast of the module's docstring; ``slots``: trials at once on the cluster that will
-    run it (else what this machine holds), ``max_concurrent`` at most."""
+    run it, else the share the queue at ``queue_url`` would give it now, else what this machine
+    holds; ``max_concurrent`` at most."""
     if slots is not None and slots < 1:
         raise ConfigError(f"--slots {slots}: a sweep needs at least 1 trial slot")
     if spec.resources.gpu > 0 and not torch.cuda.is_available():  # a CPU's step times say nothing of a GPU's
@@ -225,9 +257,11 @@ def forecast(spec: SweepSpec, cache_dir: Path, slots: int | None = None) -> Fore
     widest = max(shapes, key=lambda s: s.epoch_seconds)
     start_s = [max_t * _shape_of(spec.start_params(name), shapes, widest).epoch_seconds for name in spec.start][:starts]
     trial_seconds = start_s + [per_trial * mean_epoch_s] * (trials - starts)
-    here, here_from = capacity(spec)
-    at = min(spec.max_concurrent, trials, slots if slots is not None else here)
-    source = f"max_concurrent {spec.max_concurrent}, " + (f"--slots {slots}" if slots is not None else here_from)
+    queued = queue_slots(spec, queue_url) if slots is None and queue_url else None
+    given, given_from = (slots, f"--slots {slots}") if slots is not None else queued or capacity(spec)
+    at = max(1, min(spec.max_concurrent, trials, given))
+    source = f"max_concurrent {spec.max_concurrent}, {given_from}" + (
+        "; it would wait for a slot, timed at 1" if given == 0 else "")
     unit, share = spec.share
     epochs = starts * max_t + (trials - starts) * per_trial
     mean_rows = float(np.mean([s.metric_rows_per_epoch for s in shapes]))

@@ -208,7 +208,7 @@ def run(workspace: Workspace, session: Session, writer: Writer, verbose: bool) -
         session.slots = Slots(Queue(session.backends.optuna_storage), state.study_name, state.owner or ownership.actor(),
                               spec.priority or 0, study.control().max_concurrent or spec.max_concurrent,
                               spec.resources.cpu, spec.resources.gpu, state.total_trials, state.total_trials - todo,
-                              Capacity(*cluster_totals()))
+                              Capacity(*cluster_totals()), spec.weight or 1.0)
         try:
             runner.run_session(spec, study, session.tracker, writer, storage=session.backends.storage,
                                cache_dir=str(workspace.cache_dir), published=session.published,

@@ -39,12 +39,12 @@ class Slots:
     """Sweep ``sweep``'s seat in ``queue``: ``allowed`` is the trials it may run now."""
 
     def __init__(self, queue: Queue, sweep: str, user: str, priority: int, ceiling: int, cpus: float, gpus: float,
-                 total: int, done: int, capacity: Capacity) -> None:
+                 total: int, done: int, capacity: Capacity, weight: float = 1.0) -> None:
         now = time.time()
         self.queue, self.sweep = queue, sweep
         self.entry = queue.join(Entry(sweep, user, priority, ceiling, min(ceiling, total - done), cpus, gpus, 0, 0, 0,
                                       done, total, now, now, None, capacity.cpus, capacity.gpus,
-                                      socket.gethostname(), os.getpid()))
+                                      socket.gethostname(), os.getpid(), weight))
         self.capacity = capacity
         self.allowed = queue.shares().get(sweep, _none).slots
         self.why: str | None = None

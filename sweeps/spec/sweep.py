@@ -98,6 +98,11 @@ class SweepSpec(Section):
         default=None, description="the sweep's priority for the cluster's trial slots (default 0): a higher one's "
                                   "trials are placed first, and take slots from lower ones at their next "
                                   "validation; `seqae sweep priority` changes it while the sweep runs")
+    weight: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False,
+        description="the sweep's weight among sweeps of its priority (default 1): their slots are divided in "
+                    "proportion to their weights, so a sweep of weight 3 holds three times the slots of one of "
+                    "weight 1 while both have trials to run")
     retries: int = Field(default=0, ge=0, description="times a trial whose worker was lost starts again from its "
                                                       "newest checkpoint (a diverging loss or a bad config is not "
                                                       "retried: it would fail again)")

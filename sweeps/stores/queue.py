@@ -5,8 +5,9 @@ survives a driver's death and a head's restart, and needs no server of its own.
 ``seqae_queue`` holds a row per sweep that ran on this database: its user, priority, ceiling
 (``max_concurrent``), each trial's CPUs and GPUs, its demand, what its trials are doing in Ray
 Tune (training, waiting for a slot, paused by a preemption), trials done of total, when it joined,
-its driver's last heartbeat and how it ended. ``seqae_quotas`` holds each user's quota, set by an
-admin. Every driver divides the slots by :func:`sweeps.stores.shares.allocate` over the sweeps whose
+its driver's last heartbeat and how it ended, its weight among sweeps of its priority, and when
+its driver last expected it to end (:func:`sweeps.results.eta.publishing`). ``seqae_quotas`` holds
+each user's quota, set by an admin. Every driver divides the slots by :func:`sweeps.stores.shares.allocate` over the sweeps whose
 drivers beat (:data:`STALE_SECONDS`), so all reach the same division without talking to each other.
 """
 
@@ -52,6 +53,8 @@ _SWEEPS = sa.Table(
     sa.Column("cluster_gpus", sa.Float, nullable=False),
     sa.Column("host", sa.String(256), nullable=False),  # where its driver runs, and as which process
     sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("weight", sa.Float, nullable=False, server_default="1"),
+    sa.Column("eta_end", sa.Float),  # when its driver last expected it to end (seconds since the epoch); None: unknown
 )
 _QUOTAS = sa.Table(
     "seqae_quotas", _META,
@@ -84,6 +87,8 @@ class Entry:
     cluster_gpus: float
     host: str = ""
     pid: int = 0
+    weight: float = 1.0  # its share among sweeps of its priority, in proportion
+    eta_end: float | None = None
 
     def live(self, now: float) -> bool:
         """Whether its driver runs: it has not ended, beat lately, and (seen from its own host) its
@@ -92,7 +97,7 @@ class Entry:
             self.host == socket.gethostname() and not _alive(self.pid))
 
     def claim(self) -> Claim:
-        return Claim(self.sweep, self.user, self.priority, self.demand, self.cpus, self.gpus, arrived=self.arrived)
+        return Claim(self.sweep, self.user, self.priority, self.demand, self.cpus, self.gpus, self.weight, self.arrived)
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,8 @@ class Place:
     waiting: int
     paused: int
     place: int | None  # 1 for the first sweep in line for slots; None: it is not waiting for any
-    eta: str = "-"
+    weight: float = 1.0
+    eta_seconds: float | None = None  # its time left as its driver last estimated it, counted down since; None: unknown
 
 
 def _engine_kwargs(url: str) -> dict[str, Any]:
@@ -138,13 +144,17 @@ class Queue:
                 _META.create_all(self.engine, checkfirst=True)
             except sa.exc.IntegrityError:  # PostgreSQL: another driver created them in the same moment
                 _META.create_all(self.engine, checkfirst=True)
+            _add_columns(self.engine)
         self.kept = create or sa.inspect(self.engine).has_table(_SWEEPS.name)
+        # a reader of a queue made by an earlier seqae reads the columns it has (the others: their defaults)
+        have = {c["name"] for c in sa.inspect(self.engine).get_columns(_SWEEPS.name)} if self.kept else set()
+        self.columns = [c for c in _SWEEPS.columns if c.name in have]
 
     def entries(self) -> list[Entry]:
         if not self.kept:
             return []
         with self.engine.connect() as db:
-            return [Entry(**row._mapping) for row in db.execute(sa.select(_SWEEPS))]
+            return [Entry(**row._mapping) for row in db.execute(sa.select(*self.columns))]
 
     def entry(self, sweep: str) -> Entry | None:
         return next((e for e in self.entries() if e.sweep == sweep), None)
@@ -168,6 +178,11 @@ class Queue:
 
     def leave(self, sweep: str, ended: str, done: int) -> None:
         self.beat(sweep, ended=ended, training=0, waiting=0, paused=0, demand=0, done=done)
+
+    def set_eta(self, sweep: str, end: float | None) -> None:
+        """When sweep ``sweep``'s driver now expects it to end (None: it cannot tell yet)."""
+        with self.engine.begin() as db:
+            db.execute(sa.update(_SWEEPS).where(_SWEEPS.c.sweep == sweep).values(eta_end=end))
 
     def quotas(self) -> dict[str, Quota]:
         if not self.kept:
@@ -205,6 +220,17 @@ class Queue:
         live = [e for e in entries if e.live(now)]
         return allocate([e.claim() for e in live], capacity(live), self.quotas())
 
+    def would_grant(self, claim: Claim) -> tuple[Share, Capacity] | None:
+        """The share a sweep ``claim`` would get if it joined now, and the cluster's capacity it was
+        divided from (the newest heartbeat's, a running sweep's or an ended one's); None where no
+        sweep ever ran here, so the queue knows no capacity."""
+        entries, now = self.entries(), time.time()
+        if not entries:
+            return None
+        live = [e for e in entries if e.live(now) and e.sweep != claim.sweep]
+        cluster = capacity(live or entries)
+        return allocate([*(e.claim() for e in live), claim], cluster, self.quotas())[claim.sweep], cluster
+
     def view(self) -> list[Place]:
         """Every sweep on the database, the running ones first by priority, then the ended ones."""
         entries, now = self.entries(), time.time()
@@ -214,10 +240,23 @@ class Queue:
         places = []
         for e in sorted(entries, key=lambda e: (not e.live(now), -e.priority, e.arrived)):
             share = shares.get(e.sweep, Share(0))
+            eta = max(0.0, e.eta_end - now) if e.eta_end is not None and e.live(now) else None
             places.append(Place(e.sweep, e.user, e.priority, state(e, now), e.training, share.slots, share.why,
                                 quotas.get(e.user, Quota()), e.done, e.total, e.waiting, e.paused,
-                                in_line.index(e) + 1 if e in in_line else None))
+                                in_line.index(e) + 1 if e in in_line else None, e.weight, eta))
         return places
+
+
+def _add_columns(engine: sa.Engine) -> None:
+    """Add the columns a queue made by an earlier seqae lacks (each nullable or with a default)."""
+    have = {c["name"] for c in sa.inspect(engine).get_columns(_SWEEPS.name)}
+    with engine.begin() as db:
+        for column in _SWEEPS.columns:
+            if column.name not in have:
+                server = column.server_default
+                default = f" DEFAULT {server.arg}" if isinstance(server, sa.DefaultClause) else ""
+                kind = column.type.compile(engine.dialect)
+                db.execute(sa.text(f'ALTER TABLE {_SWEEPS.name} ADD COLUMN "{column.name}" {kind}{default}'))
 
 
 def _alive(pid: int) -> bool:
