@@ -1,0 +1,61 @@
+"""Every module the installed package imports is declared in pyproject.toml: a dependency, or an
+extra where the code that imports it serves that extra. A module that only arrives with another
+dependency today (rich with Ray, safetensors with transformers) is one upgrade away from missing."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+PACKAGES = ["seqae_errors", "seqae_core", "sweeps", "cluster", "dashboards", "benchmarks", "seqae_cli"]
+
+
+def imported() -> dict[str, set[str]]:
+    """The top-level modules the package's files import, outside the standard library and the
+    package itself: {module: the files that import it}."""
+    found: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    top = name.split(".")[0]
+                    if top not in sys.stdlib_module_names and top not in PACKAGES:
+                        found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def names(requirements: list[str]) -> set[str]:
+    return {canonicalize_name(Requirement(r).name) for r in requirements}
+
+
+def test_every_imported_module_is_declared():
+    declared = names(PROJECT["dependencies"]) | {n for extra in PROJECT["optional-dependencies"].values()
+                                                 for n in names(extra)}
+    by_module = packages_distributions()
+    missing = {}
+    for module, files in imported().items():
+        # a module not installed here (an extra's, such as the GPU kernels) is named as its distribution
+        distributions = {canonicalize_name(d) for d in by_module.get(module, [module])}
+        if not distributions & declared:
+            missing[module] = sorted(files)
+    assert missing == {}, f"imported but not declared in pyproject.toml: {missing}"
+
+
+def test_the_check_sees_the_imports_it_must():
+    found = imported()
+    assert {"torch", "ray", "optuna", "mlflow", "rich", "liger_kernel"} <= set(found), sorted(found)
+    assert not {"os", "json", "sweeps", "seqae_core"} & set(found)
