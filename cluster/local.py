@@ -266,44 +266,32 @@ def _start_ray(state: dict[str, Any], logs: Path) -> None:
             f"--ray-client-server-port={state['node_ports'] + NODE_PORTS - 1}", *HEAD_ARGS,
             *node_args("127.0.0.2", state["node_ports"], head_cpus)]
     _ray_start(state, head, env, logs / "ray-head.log")
-    # The workers join together: each `ray start` mostly waits for its own node's services.
-    _ray_starts(state, [_worker_start(state, i) for i in range(1, workers + 1)])
+    for i in range(1, workers + 1):
+        start_worker(state, i)
     wait_until(lambda: http_ok(f"http://127.0.0.1:{state['dashboard_port']}/api/gcs_healthz"), 60,
                "the Ray dashboard", logs / "ray-head.log")
 
 
 def start_worker(state: dict[str, Any], i: int) -> None:
     """Start worker node ``i`` (1-based) on 127.0.0.<2 + i>: again, after it was lost."""
-    _ray_start(state, *_worker_start(state, i))
-
-
-def _worker_start(state: dict[str, Any], i: int) -> tuple[list[str], dict[str, str], Path]:
-    """The `ray start` of worker node ``i``: its arguments, environment and log."""
     ip = f"127.0.0.{2 + i}"
     worker = [_ray_bin(), "start", f"--address=127.0.0.2:{state['gcs_port']}", f"--temp-dir={state['ray_temp_dir']}",
               *node_args(ip, state["node_ports"] + NODE_PORTS * i, state["cpus_per_worker"],
                           state.get("gpus_per_worker"))]  # a state written before GPUs were an option has none
-    return worker, _ray_env(state, ip), Path(state["root"]) / "logs" / f"ray-worker-{i}.log"
+    log = Path(state["root"]) / "logs" / f"ray-worker-{i}.log"
+    _ray_start(state, worker, _ray_env(state, ip), log)
 
 
 def _ray_start(state: dict[str, Any], argv: list[str], env: dict[str, str], log: Path) -> None:
-    _ray_starts(state, [(argv, env, log)])
-
-
-def _ray_starts(state: dict[str, Any], starts: list[tuple[list[str], dict[str, str], Path]]) -> None:
-    """Run each `ray start` (arguments, environment, log) in a session of its own, all at once,
-    recorded in the state: whatever Ray starts under it stays in that session, where ``down`` finds it."""
-    running = []
-    for argv, env, log in starts:
-        with open(log, "ab") as out:
-            running.append((subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                             start_new_session=True), log))
-        state.setdefault("ray_sessions", []).append(running[-1][0].pid)
+    """Run `ray start` in a session of its own, recorded in the state: whatever Ray starts under
+    it stays in that session, where ``down`` finds it."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    state.setdefault("ray_sessions", []).append(proc.pid)
     _write_state(Path(state["root"]), state)
-    for proc, log in running:
-        if proc.wait(timeout=180) != 0:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-            raise RuntimeError(f"`ray start` failed ({log}):\n{tail}")
+    if proc.wait(timeout=180) != 0:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise RuntimeError(f"`ray start` failed ({log}):\n{tail}")
 
 
 def ray_processes(state: dict[str, Any]) -> list[psutil.Process]:
