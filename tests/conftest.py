@@ -43,11 +43,10 @@ TINY = {
 # processes as one unit of work, first, while the other process runs the rest: split by file across
 # both, one waited on the other's cluster (docs/explanation/performance.md, "The local-cluster files
 # in one process").
-LOCAL_CLUSTER = ["test_chaos.py", "test_cluster.py", "test_logical_gpus.py", "test_own_machines.py",
-                 "test_sharing.py", "test_eviction.py"]
+LOCAL_CLUSTER = ["test_chaos.py", "test_cluster.py", "test_logical_gpus.py", "test_sharing.py", "test_eviction.py"]
 # The other files that take longest in .ci/run (its --durations, on 2 cores), longest first; the
 # rest follow in name order.
-LONGEST_FIRST = ["test_resilience.py", "test_control.py", "test_dashboards.py", "test_sweeps.py", "test_provenance.py",
+LONGEST_FIRST = ["test_own_machines.py", "test_resilience.py", "test_control.py", "test_dashboards.py", "test_sweeps.py", "test_provenance.py",
                  "test_move.py", "test_scale.py", "test_mlflow_auth.py", "test_s3_artifacts.py", "test_ownership.py",
                  "test_notify.py", "test_api.py", "test_textmodel.py"]
 

@@ -24,7 +24,6 @@ import boto3
 import optuna
 import psutil
 import pytest
-from filelock import FileLock
 
 from cluster import local
 from cluster.procs import free_port, free_port_block
@@ -132,16 +131,14 @@ def lines_of(block: Block, marker: str) -> str:
     return part.group(1)
 
 
-@pytest.fixture
-def one_cluster(tmp_path_factory):
-    """The loopback addresses are one cluster's at a time (tests/sweep_helpers.local_cluster)."""
-    with FileLock(tmp_path_factory.getbasetemp().parent / "local-cluster.lock"):
-        stop_local_ray()
-        yield
+# The head's and the workers' addresses: loopback ones apart from the local cluster's (127.0.0.2-4,
+# tests/sweep_helpers.local_cluster), so that this test runs beside a local-cluster test; every
+# port is a free one.
+NODES = ["127.0.0.12", "127.0.0.13", "127.0.0.14"]
 
 
-def test_the_own_machines_how_to_runs_as_written_from_services_to_a_resumed_sweep(one_cluster, tmp_path, s3,
-                                                                                  monkeypatch):
+def test_the_own_machines_how_to_runs_as_written_from_services_to_a_resumed_sweep(tmp_path, s3, monkeypatch):
+    stop_local_ray()  # this test process's in-process Ray, if a test left one
     blocks = page_blocks()
     sections = {b.section for b in blocks}
     assert sections == set(RUN) | set(NOT_RUN), sections ^ (set(RUN) | set(NOT_RUN))
@@ -171,14 +168,14 @@ def test_the_own_machines_how_to_runs_as_written_from_services_to_a_resumed_swee
         on_head = rewrite(on_head, "--port=6379 ", f"--port={gcs} ", "node addresses")
         on_head = rewrite(on_head, "--num-cpus=0", "--num-cpus=0 " + shlex.join([
             f"--dashboard-port={dashboard}", f"--temp-dir={ray_dir}", *local.HEAD_ARGS,
-            f"--ray-client-server-port={ports + local.NODE_PORTS - 1}", *local.node_args("127.0.0.2", ports, None)]),
+            f"--ray-client-server-port={ports + local.NODE_PORTS - 1}", *local.node_args(NODES[0], ports, None)]),
             "node addresses")
         head.run(on_head)
         for i, worker in enumerate(workers, 1):
-            ip = f"127.0.0.{2 + i}"
+            ip = NODES[i]
             script = rewrite(lines_of(step2, "each GPU worker"), "scp -p HEAD:", f"cp -p {head.home}/", "copies")
             script = rewrite(script, "RAY_AUTH_MODE=token", f"RAY_AUTH_MODE=token {passed}", "node environment")
-            script = rewrite(script, "--address=HEAD:6379", f"--address=127.0.0.2:{gcs} " + shlex.join([
+            script = rewrite(script, "--address=HEAD:6379", f"--address={NODES[0]}:{gcs} " + shlex.join([
                 f"--temp-dir={ray_dir}", *local.node_args(ip, ports + local.NODE_PORTS * i, None, gpus=1)]),
                 "node addresses")
             worker.env |= node_env  # `env -i` above names them from the worker's shell
