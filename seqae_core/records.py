@@ -251,6 +251,16 @@ class RecordStore:
         except FileNotFoundError:
             return None
 
+    def clear_verdict(self) -> None:
+        """Forget the recorded failure (:meth:`record_verdict`): its cause was fixed, the run is tried again."""
+        if self.verdict() is not None:
+            self.fs.delete_file(f"{self.root}/failed.txt")
+
+    def start_over(self) -> None:
+        """Drop every record: the run is trained again from its first epoch."""
+        if self.fs.get_file_info(self.root).type != pafs.FileType.NotFound:
+            self.fs.delete_dir_contents(self.root)
+
     def record_leave(self, pack: str) -> None:
         """Mark the run as leaving the pack of runs that trains it (``pack``: the pack's name), at the
         end of the epoch its last record holds: one whom a scheduler stopped while the others go on.
