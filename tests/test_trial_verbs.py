@@ -28,6 +28,7 @@ from tests.conftest import WIKI_MINI
 from tests.refusal import assert_refused
 from tests.sweep_helpers import STUDIES, mlflow_runs, run_args, seqae, start, status, wait_for
 from tests.test_ownership import as_user
+from tests.test_troubleshooting import assert_quoted, printed
 
 QUICKSTART = STUDIES / "quickstart.yaml"
 
@@ -122,8 +123,9 @@ def test_retry_gives_a_failed_trial_a_new_attempt_under_its_number_linked_to_the
     records = optuna.load_study(study_name=name, storage=state.backends.optuna_storage).get_trials()
     assert [t.state for t in records] == [TrialState.RUNNING, TrialState.FAIL, TrialState.RUNNING]  # the failed stays
     assert study.remaining() == 2  # the next driver runs it, beside running trial 0
-    with pytest.raises(ConfigError, match="--failed: sweep 'hers' has no failed trials"):
+    with pytest.raises(ConfigError, match="--failed: sweep 'hers' has no failed trials") as refused:
         lifecycle.retry(workspace, name, None)
+    assert_quoted(printed(refused.value).replace("'hers'", "'quickstart'"))  # docs/how-to/troubleshooting.md
 
 
 def failing_then_fixed(storage: Path, number: int) -> Path:
