@@ -147,6 +147,8 @@ class StudySearcher(DriverOnly, Searcher):
                                 number in self.stop_now.halted,
                                 self.trial_stops is not None and number in self.trial_stops.stopped)
         ledger.settle(self.study, number, outcome, progress)
+        if self.trial_stops is not None:
+            self.trial_stops.ended(number)
         self.retention.settle(number)
 
 
@@ -167,7 +169,7 @@ def run_session(
     spend = spent_so_far(spec, progresses)
     retention = Retention(study, storage, spec.checkpoints.keep_best, progresses)
     retention.settle()
-    stop_now, trial_stops = StopNow(study), TrialStops(study)
+    stop_now, trial_stops = StopNow(study), TrialStops(study, storage)
     searcher = StudySearcher(spec, study, storage, spend, stop_now, retention, notifier, slots, trial_stops)
     objective = spec.objectives[0]
     scheduler: SharedFIFO | SharedASHA | SharedParetoASHA = SharedFIFO()

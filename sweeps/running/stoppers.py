@@ -119,17 +119,18 @@ class StopNow(DriverOnly, tune.Stopper):
 
 class TrialStops(DriverOnly, tune.Stopper):
     """`seqae sweep stop --trial N`: trial N stops at its next validation (read from its Optuna
-    record at every result, as :class:`StopNow` reads the sweep's), keeping its best checkpoint;
-    with ``--now``, or while it waits for a slot or is paused (it would report nothing to stop it
-    at), the scheduler stops it at once through Tune (:meth:`sweep`, which Tune's loop calls on its
-    every step, at most every :data:`EVERY_SECONDS`). Either way Tune ends it as a scheduler's stop
-    does: the searcher records it (:func:`sweeps.stores.ledger.decide`, ``stopped``) and its slot
-    is free for the sweep's next trial."""
+    record at every result, as :class:`StopNow` reads the sweep's), keeping its best checkpoint.
+    :meth:`sweep`, which Tune's loop calls on its every step (at most every :data:`EVERY_SECONDS`),
+    stops the others: one that waits for a slot or is paused (it would report nothing to stop it
+    at) through Tune at once, and with ``--now`` a training one before its next optimizer step, its
+    worker told through its checkpoint store (:class:`sweeps.running.trial.Leaving`). Either way
+    Tune ends it as a scheduler's stop does: the searcher records it
+    (:func:`sweeps.stores.ledger.decide`, ``stopped``) and its slot is free for the sweep's next trial."""
 
     EVERY_SECONDS = 2.0
 
-    def __init__(self, study: SweepStudy) -> None:
-        self.study = study
+    def __init__(self, study: SweepStudy, storage: str) -> None:
+        self.study, self.storage = study, storage
         self.stopped: set[int] = set()  # the trials a user stopped, this session
         self._read = 0.0
 
@@ -155,9 +156,20 @@ class TrialStops(DriverOnly, tune.Stopper):
             if "pack" in trial.config or spec is None or trial.status in (Trial.TERMINATED, Trial.ERROR):
                 continue
             asked = self.study.stop_asked(spec.number)  # the trials Tune holds: a few records, not the study
-            if asked is not None and (trial.status != Trial.RUNNING or asked.get("now")):
+            if asked is None or spec.number in self.stopped:
+                continue
+            if trial.status != Trial.RUNNING:
                 self.stopped.add(spec.number)
                 controller.stop_trial(trial)
+            elif asked.get("now"):
+                self.stopped.add(spec.number)
+                RecordStore.of_trial(self.storage, spec.number).record_stop(str(asked.get("by", "")))
+
+    def ended(self, number: int) -> None:
+        """Trial ``number`` ended: a stop asked of its worker is forgotten, so a later
+        `extend --epochs` trains it on."""
+        if number in self.stopped:
+            RecordStore.of_trial(self.storage, number).clear_stop()
 
 
 def trial_progresses(study: SweepStudy, storage: str) -> dict[int, TrialProgress]:
