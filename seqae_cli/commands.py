@@ -119,7 +119,8 @@ def cmd_sweep_stop(args: argparse.Namespace) -> int:
 
 def _stop_trial(args: argparse.Namespace) -> int:
     stop = Sweep(args.name, args.workspace).stop_trial(args.trial, now=args.now)
-    when = "now, mid-epoch" if stop.now else "at its next validation, keeping its best checkpoint"
+    when = ("now, before its next step (what it trained since its last validation is lost)" if stop.now
+            else "at its next validation, keeping its record to there")
     where = ("; no driver runs the sweep now: its next resume records it" if stop.driving is False
              else "" if stop.driving else "; its job's driver reads it")
     print(f"sweep {args.name}: trial {args.trial} stops {when}; it ends pruned, as a scheduler's stop ends a trial "

@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the running trials stop too, at the end of their epoch; resume continues them from there "
                            "(with --trial: that trial stops at once, mid-epoch)")
     stop.add_argument("--trial", type=int, metavar="N",
-                      help="stop trial N alone, at its next validation: it keeps its best checkpoint and ends pruned, "
+                      help="stop trial N alone, at its next validation: it keeps its records to there and ends pruned, "
                            "as a scheduler's stop ends a trial; its slot goes to the sweep's next trial")
     stop.set_defaults(handler=cmd_sweep_stop)
 

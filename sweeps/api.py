@@ -250,8 +250,8 @@ class Sweep:
         return lifecycle.control(self.workspace, self.name, drain=why, **({"now": True} if now else {}))
 
     def stop_trial(self, number: int, now: bool = False) -> TrialStop:
-        """Stop trial ``number`` alone, wherever its driver runs: at its next validation, keeping its
-        best checkpoint, or with ``now`` at once, mid-epoch; it ends PRUNED, as a scheduler's stop
+        """Stop trial ``number`` alone, wherever its driver runs: at its next validation, its records
+        to there kept, or with ``now`` before its next optimizer step; it ends PRUNED, as a scheduler's stop
         ends a trial (COMPLETE had it reached its last epoch), in Optuna, Tune and MLflow, and its
         slot goes to the sweep's next trial. For its owner and MLflow's admin; a trial that is
         unknown or not running is refused, naming it."""

@@ -72,8 +72,8 @@ def test_stop_trial_is_recorded_on_the_running_trial_and_refused_for_an_unknown_
     trials = workspace.sweep_dir(name) / "trials"  # what a driver makes; a stop makes nothing but its record
     assert main([*argv, "0"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"sweep {name}: trial 0 stops at its next validation, keeping its best checkpoint; it ends "
-                          "pruned"), out
+    assert out.startswith(f"sweep {name}: trial 0 stops at its next validation, keeping its record to there; it "
+                          "ends pruned"), out
     assert "no driver runs the sweep now: its next resume records it" in out
     asked = study_of(workspace, name).stops_asked()
     assert list(asked) == [0] and asked[0]["by"] == "alice" and asked[0]["now"] is False
@@ -205,4 +205,4 @@ def test_stop_one_trial_by_hand_prunes_it_everywhere_and_the_sweep_starts_its_ne
     assert [(runs[n].info.status, runs[n].data.tags[N.OUTCOME]) for n in (0, 1)] == [("FINISHED", "pruned")] * 2
     results = sorted((workspace / "sweeps" / name / "tune").glob("session-*/trial-0000/result.json"))
     assert results and json.loads(results[0].read_text().splitlines()[-1])["epoch"] >= 1
-    assert (workspace / "sweeps" / name / "trials" / "0000").exists()  # its checkpoints kept for extend --epochs
+    assert any((workspace / "sweeps" / name / "trials" / "0000").glob("best-*"))  # its best epoch's record stays

@@ -130,7 +130,7 @@ def reconcile_study(study: SweepStudy, storage: str, lift_drain: bool = True) ->
             settle(study, number, outcome, progress)
             notes.append(f"trial {number}: stopped by {asked[number].get('by', 'a user')}; recorded as "
                          f"{outcome.label}")
-        elif epochs is None:  # `seqae sweep extend` says what it reopened
+        elif epochs is None and not study.retried_fresh(number):  # `extend` and `retry` say what they reopened
             notes.append(f"trial {number}: was interrupted; it will continue from its checkpoint")
     return notes
 

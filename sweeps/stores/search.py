@@ -544,6 +544,11 @@ class SweepStudy:
         self._records[number] = self.storage.get_trial_number_from_id(trial_id)
         return attempt
 
+    def retried_fresh(self, number: int) -> bool:
+        """Whether trial ``number`` is a retry (:meth:`retry`) that no driver has run yet."""
+        attrs = self.storage.get_trial(self._trial_id(number)).user_attrs
+        return N.ATTEMPT in attrs and N.TRAINED not in attrs
+
     def _own(self, number: int, verb: str) -> optuna.trial.FrozenTrial:
         """Sweep trial ``number``'s newest record; a number the sweep has not is refused, naming it."""
         trial = next((t for t in self.trials() if t.number == number), None)

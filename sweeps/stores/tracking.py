@@ -288,6 +288,7 @@ class Tracker:
         run_id = self.child_run(number, params)
         self.client.log_batch(run_id, tags=[RunTag(N.ATTEMPT, str(attempt))]
                               + ([RunTag(N.RETRY_OF_RUN, old.info.run_id)] if old is not None else []))
+        self.client.set_terminated(run_id, Outcome.RUNNING.mlflow_status)  # as an interrupted trial's, until it starts
         if old is not None:
             self.client.set_tag(old.info.run_id, N.RETRIED_BY, run_id)
         return old.info.run_id if old is not None else None
