@@ -153,6 +153,7 @@ def test_a_failed_trial_fixed_and_retried_completes_linked_to_its_failed_attempt
     assert retry.returncode == 0, retry.stdout[-3000:] + retry.stderr[-3000:]
     assert ("seqae: trial 1: attempt 2, with its parameters, from its checkpoint at epoch 1 (the failed attempt's "
             "last good one)") in retry.stdout, retry.stdout
+    assert "was interrupted" not in retry.stdout and "closed as KILLED" not in retry.stdout, retry.stdout
     shown = status(name, workspace)
     assert shown["trials_by_state"] == {"COMPLETE": 2} and shown["attempts"] == {"1": 2}, shown
     records = optuna.load_study(study_name=name, storage=f"sqlite:///{workspace / 'optuna.db'}").get_trials()
