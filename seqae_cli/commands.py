@@ -108,12 +108,32 @@ def cmd_sweep_fork(args: argparse.Namespace) -> int | None:  # the driver's exit
 
 
 def cmd_sweep_stop(args: argparse.Namespace) -> int:
+    if args.trial is not None:
+        return _stop_trial(args)
     how = "`seqae sweep stop --now`" if args.now else "`seqae sweep stop`"
     Sweep(args.name, args.workspace).stop(f"stopped by {api.actor()} with {how}", now=args.now)
     running = "stop at the end of their epoch" if args.now else "finish"
     print(f"sweep {args.name}: no new trials start; the running ones {running}. `seqae sweep resume {args.name}` "
           "continues it later")
     return 0
+
+
+def _stop_trial(args: argparse.Namespace) -> int:
+    stop = Sweep(args.name, args.workspace).stop_trial(args.trial, now=args.now)
+    when = ("now, before its next step (what it trained since its last validation is lost)" if stop.now
+            else "at its next validation, keeping its record to there")
+    where = ("; no driver runs the sweep now: its next resume records it" if stop.driving is False
+             else "" if stop.driving else "; its job's driver reads it")
+    print(f"sweep {args.name}: trial {args.trial} stops {when}; it ends pruned, as a scheduler's stop ends a trial "
+          f"(complete had it reached its last epoch), and its slot goes to the sweep's next trial{where}")
+    return 0
+
+
+def cmd_sweep_retry(args: argparse.Namespace) -> int | None:  # the driver's exit code
+    _freeze_imported("drive")
+    return Sweep(args.name, args.workspace).retry(args.trials, failed=args.failed,
+                                                  allow_code_change=args.allow_code_change,
+                                                  verbose=args.verbose).exit_code
 
 
 def cmd_sweep_set(args: argparse.Namespace) -> int:
@@ -320,6 +340,9 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         print(f"  start {start}: trial {trial.number} ({trial.state}{value})")
     for note in info.notes:
         print(f"  note: {note}")
+    if info.attempts:
+        print("  attempts: " + ", ".join(f"trial {n} took {k}" for n, k in info.attempts.items())
+              + " (`seqae sweep retry`); every other trial took 1")
     cost = info.cost
     budget = f" of a budget of {cost.budget:g}" if cost.budget else ""
     print(f"  cost: {cost.hours:.4f} {cost.unit}{budget}")

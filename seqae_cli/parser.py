@@ -29,6 +29,7 @@ from seqae_cli.commands import (
     cmd_sweep_run,
     cmd_sweep_set,
     cmd_sweep_status,
+    cmd_sweep_retry,
     cmd_sweep_stop,
     cmd_sweep_submit,
     cmd_train,
@@ -131,8 +132,23 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "continues the sweep later)"))
     stop.add_argument("name")
     stop.add_argument("--now", action="store_true",
-                      help="the running trials stop too, at the end of their epoch; resume continues them from there")
+                      help="the running trials stop too, at the end of their epoch; resume continues them from there "
+                           "(with --trial: that trial stops at once, mid-epoch)")
+    stop.add_argument("--trial", type=int, metavar="N",
+                      help="stop trial N alone, at its next validation: it keeps its records to there and ends pruned, "
+                           "as a scheduler's stop ends a trial; its slot goes to the sweep's next trial")
     stop.set_defaults(handler=cmd_sweep_stop)
+
+    retrying = with_workspace(sweeps.add_parser("retry", help="train failed trials again with their parameters (from "
+                                                              "their last good checkpoint), then run them"),
+                              verbose=True)
+    retrying.add_argument("name")
+    chosen = retrying.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--trials", metavar="N,M", help="the failed trials to retry, e.g. 3,5")
+    chosen.add_argument("--failed", action="store_true", help="every failed trial")
+    retrying.add_argument("--allow-code-change", action="store_true",
+                          help="go on although seqae's code changed since the sweep's last session (recorded)")
+    retrying.set_defaults(handler=cmd_sweep_retry)
 
     setting = with_workspace(sweeps.add_parser("set", help="change a running sweep: max_concurrent=N"))
     setting.add_argument("name")

@@ -51,6 +51,7 @@ STATE, MODEL, SAMPLES_JSON, SAMPLES_TXT, METRICS = "state.pt", "model.pt", "samp
 
 LEASE = "lease.json"  # an object store's writer lease (see ``RecordStore.exclusive``)
 LEFT = "left.txt"  # the pack a run left (``RecordStore.record_leave``)
+STOP_NOW = "stop-now.txt"  # who asked the run to stop at once (``RecordStore.record_stop``)
 
 S = TypeVar("S", bound="RecordStore")  # of_trial builds the store of the class it is called on
 
@@ -250,6 +251,30 @@ class RecordStore:
                 return f.read().decode(errors="replace")
         except FileNotFoundError:
             return None
+
+    def clear_verdict(self) -> None:
+        """Forget the recorded failure (:meth:`record_verdict`): its cause was fixed, the run is tried again."""
+        if self.verdict() is not None:
+            self.fs.delete_file(f"{self.root}/failed.txt")
+
+    def start_over(self) -> None:
+        """Drop every record: the run is trained again from its first epoch."""
+        if self.fs.get_file_info(self.root).type != pafs.FileType.NotFound:
+            self.fs.delete_dir_contents(self.root)
+
+    def record_stop(self, by: str) -> None:
+        """Ask the run's worker to stop before its next step (`seqae sweep stop --trial --now`): it
+        polls for this (:meth:`stop_asked`), as for its node going away."""
+        with self.fs.open_output_stream(f"{self.root}/{STOP_NOW}") as out:
+            out.write(by.encode())
+
+    def stop_asked(self) -> bool:
+        return self.fs.get_file_info(f"{self.root}/{STOP_NOW}").type != pafs.FileType.NotFound
+
+    def clear_stop(self) -> None:
+        """Forget :meth:`record_stop` once the run stopped: a later continuation trains on."""
+        if self.stop_asked():
+            self.fs.delete_file(f"{self.root}/{STOP_NOW}")
 
     def record_leave(self, pack: str) -> None:
         """Mark the run as leaving the pack of runs that trains it (``pack``: the pack's name), at the

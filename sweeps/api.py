@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from sweeps.results.export import Trials
     from sweeps.results.plan import Forecast
     from sweeps.results.status import SweepStatus
+    from sweeps.running.lifecycle import TrialStop
     from sweeps.stores.queue import Place
     from sweeps.stores.search import Control
     from sweeps.stores.shares import Quota
@@ -249,6 +250,40 @@ class Sweep:
 
         why = reason or f"stopped by {actor()} from Python"
         return lifecycle.control(self.workspace, self.name, drain=why, **({"now": True} if now else {}))
+
+    def stop_trial(self, number: int, now: bool = False) -> TrialStop:
+        """Stop trial ``number`` alone, wherever its driver runs: at its next validation, its records
+        to there kept, or with ``now`` before its next optimizer step; it ends PRUNED, as a scheduler's stop
+        ends a trial (COMPLETE had it reached its last epoch), in Optuna, Tune and MLflow, and its
+        slot goes to the sweep's next trial. For its owner and MLflow's admin; a trial that is
+        unknown or not running is refused, naming it."""
+        from sweeps.running import lifecycle
+
+        return lifecycle.stop_trial(self.workspace, self.name, number, now)
+
+    def retry(self, trials: str | Sequence[int] | None = None, *, failed: bool = False,
+              allow_code_change: bool = False, verbose: bool = False) -> Sweep:
+        """Train failed trials again with their parameters, then run them here (a finished sweep is
+        resumed for them alone): ``trials`` (``"3,5"`` or ``[3, 5]``), or with ``failed`` every
+        failed one. Each gets a new attempt under its number, from the failed attempt's last good
+        checkpoint where it kept one, else from scratch; the failed attempt stays readable (its
+        Optuna record, its MLflow run with its error), linked to the new one. Refused while a
+        driver runs the sweep; ``allow_code_change``: as for :meth:`resume` (a fix is often one)."""
+        from sweeps.running import driver, lifecycle, progress
+
+        self._may("retry")
+        if (trials is None) != failed:
+            raise ConfigError("retry: give trials=N,M (those failed trials) or failed=True (every failed trial), "
+                              "one of the two")
+        if self.submission is not None:  # as extend: the driver would run here, not as the cluster's job
+            raise ConfigError(f"sweep {self.name!r} runs on a cluster as Ray jobs, and `retry` runs its driver here: "
+                              f"retry it on the head, in its workspace {self.submission.workspace}, with RAY_ADDRESS "
+                              "set to the cluster's GCS address")
+        which = None if trials is None else trials if isinstance(trials, str) else ",".join(map(str, trials))
+        driver.check_code(self.workspace.read(self.name), allow_code_change)  # before the sweep is changed
+        for note in lifecycle.retry(self.workspace, self.name, which):
+            progress.say(f"seqae: {note}")
+        return self._drive(verbose=verbose, extending=True, allow_code_change=allow_code_change)
 
     def set(self, **changes: int | str) -> Control:
         """Change the running sweep (:func:`check_changes`): ``max_concurrent=N`` from its

@@ -26,7 +26,9 @@ Columns, in order:
                      is in MLflow)
     cost_seconds     resource-seconds spent: training wall time x the CPUs or GPU fraction held
     node             the Ray node the trial last ran on
-    mlflow_run_id    the trial's MLflow run
+    mlflow_run_id    the trial's MLflow run (its latest attempt's)
+    attempts         how many attempts its configuration took: 1, more once `seqae sweep retry` retried
+                     it (each failed attempt's run keeps its error, tagged ``seqae.attempt_of``)
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class Trials(Sequence[Trial]):
             "ended": t.ended, **{f"param.{k}": v for k, v in t.params.items()}, "kept_epoch": t.kept_epoch,
             "last_epoch": t.last_epoch, **t.metrics, **({"feasible": t.feasible} if self.constrained else {}),
             **({"pareto_rank": t.pareto_rank} if self.several else {}), "cost_seconds": round(t.cost_seconds, 3),
-            "node": t.node, "mlflow_run_id": t.mlflow_run_id,
+            "node": t.node, "mlflow_run_id": t.mlflow_run_id, "attempts": t.attempts,
         } for t in self.records])
         if self.several:  # whole numbers, empty where a trial did not finish
             table["pareto_rank"] = table["pareto_rank"].astype("Int64")

@@ -52,6 +52,7 @@ class TrialsView:
     starts: dict[str, Trial]  # the trial each starting point of the sweep file ran as, by its name
     notes: list[str]
     queue: queue.Place | None  # its place in the cluster's queue (None: it never ran on this database)
+    attempts: dict[str, int]  # the trials `seqae sweep retry` retried, by number (as text): the attempts each took
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
         sampler=spec.sampler.model_dump(exclude_none=True), proposed_by=study.proposals(),
         starts={t.start: t for t in records.values() if t.start},
         notes=[*spec.notes(), *([blind] if blind else [])], queue=place,
+        attempts={str(t.number): t.attempts for t in records.values() if t.attempts > 1},
     )
 
 

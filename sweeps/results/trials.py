@@ -18,7 +18,7 @@ from seqae_core.pareto import ranks
 from seqae_core.records import RecordStore
 from sweeps.spec.sweep import SweepSpec
 from sweeps.stores.ledger import Outcome, resource_seconds
-from sweeps.stores.search import SweepStudy, feasible, kept_record
+from sweeps.stores.search import SweepStudy, attempts, feasible, kept_record
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class Trial:
     cost_seconds: float  # resource-seconds: training wall time x the CPUs or GPU fraction held
     node: str  # "" where its MLflow run was not read
     mlflow_run_id: str  # "" where its MLflow run was not read
+    attempts: int  # how many attempts its configuration took: more than 1 once `seqae sweep retry` retried it
 
 
 def pareto_ranks(trials: list[FrozenTrial], modes: Sequence[str]) -> dict[int, int]:
@@ -105,6 +106,6 @@ def read_trials(spec: SweepSpec, study: SweepStudy, storage: str | None,
             test=trial.user_attrs.get(N.TEST), seeds=trial.user_attrs.get(N.SEEDS),
             feasible=met[trial.number] if trial.state.is_finished() else None, pareto_rank=rank.get(trial.number),
             cost_seconds=resource_seconds(spec.share[1], progress),
-            node=run.node if run else "", mlflow_run_id=run.run_id if run else "",
+            node=run.node if run else "", mlflow_run_id=run.run_id if run else "", attempts=attempts(trial),
         ))
     return records

@@ -15,7 +15,7 @@ from seqae_core import names as N
 from sweeps.running.notify import Notifier
 from sweeps.running.progress import Progress, best_line
 from sweeps.running.slots import Slots
-from sweeps.running.stoppers import DriverOnly, Spend, StopNow
+from sweeps.running.stoppers import DriverOnly, Spend, StopNow, TrialStops
 from sweeps.spec.trial import TrialSpec
 from sweeps.stores import ledger
 from sweeps.stores.search import SweepStudy
@@ -99,8 +99,8 @@ class TrackingCallback(DriverOnly, tune.Callback):
 class ProgressCallback(DriverOnly, tune.Callback):
     """Hands Tune's trial events to the sweep's :class:`~sweeps.running.progress.Progress` lines."""
 
-    def __init__(self, progress: Progress, spend: Spend, stop_now: StopNow) -> None:
-        self.progress, self.spend, self.stop_now = progress, spend, stop_now
+    def __init__(self, progress: Progress, spend: Spend, stop_now: StopNow, trial_stops: TrialStops | None = None) -> None:
+        self.progress, self.spend, self.stop_now, self.trial_stops = progress, spend, stop_now, trial_stops
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any) -> None:
         spec: TrialSpec = trial.config["trial"]
@@ -111,7 +111,8 @@ class ProgressCallback(DriverOnly, tune.Callback):
         finished = (trial.last_result or {}).get("finished", False)
         self.progress.ended(number, _epochs(trial), "finished" if finished else
                             "stopped by the budget" if number in self.spend.stopped else
-                            "stopped by `seqae sweep stop --now`" if number in self.stop_now.halted
+                            "stopped by `seqae sweep stop --now`" if number in self.stop_now.halted else
+                            "stopped by `seqae sweep stop --trial`" if self.trial_stops and number in self.trial_stops.stopped
                             else "stopped by the scheduler")
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:

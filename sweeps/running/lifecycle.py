@@ -7,12 +7,15 @@ names the key or value."""
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from optuna.trial import TrialState
 
+from seqae_core import metrics as M
 from seqae_core.config import build
 from seqae_core.metrics import epoch_text
 from seqae_core.records import RecordStore
@@ -32,6 +35,7 @@ from sweeps.stores.mlflow_access import check_credentials
 from sweeps.stores.search import Control, SweepStudy, open_study, read_only, study_exists
 from sweeps.stores.workspace import (
     DriverLock,
+    SweepLocked,
     SweepState,
     Workspace,
     check_name,
@@ -282,3 +286,105 @@ def control(workspace: Workspace, name: str, **changes: Any) -> Control:
     study = read_only(spec, url, name)
     who = ownership.check(name, study.owner or owner, "stop" if "drain" in changes else "set")
     return study.set_control(who, **changes)
+
+
+@dataclass(frozen=True)
+class TrialStop:
+    """What `seqae sweep stop --trial` recorded: trial ``trial`` of sweep ``sweep`` stops at its next
+    validation (``now``: at once, mid-epoch), as asked ``by``; ``driving``: whether a driver runs
+    the sweep here now (None: a submitted sweep, whose driver is its job's)."""
+
+    sweep: str
+    trial: int
+    now: bool
+    by: str
+    driving: bool | None
+
+
+def stop_trial(workspace: Workspace, name: str, number: int, now: bool = False) -> TrialStop:
+    """`seqae sweep stop NAME --trial N [--now]`: record in trial ``number``'s Optuna record that it
+    is to stop (:meth:`SweepStudy.ask_stop`), where the sweep's driver, here or on a cluster,
+    reads it (:class:`sweeps.running.stoppers.TrialStops`); a driver that starts later ends it
+    before any trial runs (:func:`sweeps.stores.ledger.reconcile_study`). For the sweep's owner and
+    MLflow's admin. A trial that is unknown or not running is refused, naming it."""
+    study, owner = _user_study(workspace, name)
+    who = ownership.check(name, study.owner or owner, "stop")
+    if now and study.spec.resources.fuse > 1:
+        raise ConfigError(f"--now: sweep {name!r} trains its trials in packs (resources.fuse="
+                          f"{study.spec.resources.fuse}), and stopping one mid-epoch would stop its pack; without "
+                          "--now it leaves its pack at its next validation")
+    study.ask_stop(number, {"by": who, "at": time.strftime("%Y-%m-%d %H:%M:%S"), "now": now})
+    driving = None
+    if workspace.exists(name):
+        try:
+            with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
+                driving = False
+        except SweepLocked:
+            driving = True
+    return TrialStop(name, number, now, who, driving)
+
+
+def retry(workspace: Workspace, name: str, which: str | None) -> list[str]:
+    """`seqae sweep retry NAME [--trials N,M | --failed]` (``which``: ``"3,5"``; None: every failed
+    trial): each chosen failed trial gets a new attempt with its parameters (:meth:`SweepStudy.retry`),
+    from the failed attempt's last good checkpoint where it kept one, else from its first epoch;
+    the next driver runs them. Refused, before anything changes, while a driver runs the sweep, and
+    for a trial that is unknown or did not fail. Returns a note per trial."""
+    state = workspace.read(name)
+    spec = load_spec(state, check_file=True)
+    backends = state.backends
+    if not study_exists(backends.optuna_storage, state.study_name):
+        raise ConfigError(f"sweep {name!r} has not run yet; nothing to retry")
+    with DriverLock(workspace.sweep_dir(name) / "driver.lock"):  # a driver that runs: refused, naming it
+        study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
+        trials = {t.number: t for t in study.trials()}
+        failed = [n for n, t in trials.items() if t.state == TrialState.FAIL]
+        if which is None:
+            if not failed:
+                raise ConfigError(f"--failed: sweep {name!r} has no failed trials")
+            numbers = failed
+        else:
+            parts = [n.strip() for n in which.split(",")]
+            if not all(p.isdigit() for p in parts):
+                raise ConfigError(f"--trials={which!r}: give trial numbers separated by commas, e.g. 3,5")
+            numbers = list(dict.fromkeys(map(int, parts)))
+            for n in numbers:
+                if n not in trials or trials[n].state != TrialState.FAIL:
+                    raise ConfigError(f"--trials={which!r}: trial {n} is "
+                                      f"{trials[n].state.name if n in trials else 'not in the sweep'}; only failed "
+                                      f"trials are retried (failed: {', '.join(map(str, failed)) or 'none'})")
+        notes = []
+        for n in numbers:
+            store = RecordStore.of_trial(backends.storage, n)
+            progress = store.progress()
+            store.clear_verdict()  # the user says its cause is fixed
+            if progress is not None and progress.history and not progress.released:
+                values = {} if spec.multi_objective else {
+                    M.result_number(h): float(h[spec.objectives[0].metric]) for h in progress.history}
+                attempt = study.retry(n, values)
+                notes.append(f"trial {n}: attempt {attempt}, with its parameters, from its checkpoint at epoch "
+                             f"{epoch_text(progress.epoch)} (the failed attempt's last good one)")
+            else:
+                store.start_over()
+                attempt = study.retry(n)
+                notes.append(f"trial {n}: attempt {attempt}, with its parameters, from scratch (the failed attempt "
+                             "kept no checkpoint)")
+    return notes
+
+
+def _user_study(workspace: Workspace, name: str) -> tuple[SweepStudy, str | None]:
+    """Sweep ``name``'s study, for a user's command on it, and its recorded owner: from this
+    workspace's record, else from its submission's. A sweep whose driver has not created its study
+    is refused."""
+    if workspace.exists(name):
+        state = workspace.read(name)
+        spec, url, owner = state.spec, state.backends.optuna_storage, state.owner
+    elif (record := workspace.read_submission(name)) is not None:
+        spec, owner = spec_lib.load(record.sweep_file, record.sets), record.owner
+        url = record.backends.optuna_storage if record.backends else ""
+    else:
+        workspace.read(name)  # raises: no such sweep
+    if not url or not study_exists(url, name):
+        raise ConfigError(f"sweep {name!r} has not started yet (no Optuna study {name!r} at "
+                          f"{redact(url) or 'a storage its submission names'})")
+    return read_only(spec, url, name), owner

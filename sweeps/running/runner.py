@@ -29,7 +29,15 @@ from sweeps.running.packs import Members, PackCallback, PackScheduler, PackSearc
 from sweeps.running.progress import Progress, say
 from sweeps.running.schedulers import SharedASHA, SharedFIFO, SharedParetoASHA
 from sweeps.running.slots import Doing, Slots
-from sweeps.running.stoppers import BudgetStopper, DriverOnly, Spend, StopNow, spent_so_far, trial_progresses
+from sweeps.running.stoppers import (
+    BudgetStopper,
+    DriverOnly,
+    Spend,
+    StopNow,
+    TrialStops,
+    spent_so_far,
+    trial_progresses,
+)
 from sweeps.running.trial import evictable, run_pack, run_trial
 from sweeps.spec.sweep import SweepSpec
 from sweeps.spec.trial import TrialSpec
@@ -44,12 +52,14 @@ class StudySearcher(DriverOnly, Searcher):
     """Asks the sweep's Optuna study for trials and tells it how they ended."""
 
     def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str, spend: Spend, stop_now: StopNow,
-                 retention: Retention, notifier: Notifier | None = None, slots: Slots | None = None) -> None:
+                 retention: Retention, notifier: Notifier | None = None, slots: Slots | None = None,
+                 trial_stops: TrialStops | None = None) -> None:
         objective = spec.objectives[0]
         super().__init__(metric=objective.metric, mode=objective.mode)
         self.spec, self.study, self.storage = spec, study, storage
         self.spend, self.stop_now, self.retention, self.notifier = spend, stop_now, retention, notifier
         self.slots = slots  # the sweep's share of the cluster's slots (None: the cluster is its own)
+        self.trial_stops = trial_stops  # the trials users stopped by hand (`seqae sweep stop --trial`)
         self.plans: dict[str, TrialSpec] = {}
         self.live: set[str] = set()  # Tune trials started and not yet ended
         self.ceiling = spec.max_concurrent
@@ -134,8 +144,11 @@ class StudySearcher(DriverOnly, Searcher):
         self.spend.ended(number)
         progress = CheckpointStore.of_trial(self.storage, number).progress()
         outcome = ledger.decide(progress, error, self.study.epochs(number), number in self.spend.stopped,
-                                number in self.stop_now.halted)
+                                number in self.stop_now.halted,
+                                self.trial_stops is not None and number in self.trial_stops.stopped)
         ledger.settle(self.study, number, outcome, progress)
+        if self.trial_stops is not None:
+            self.trial_stops.ended(number)
         self.retention.settle(number)
 
 
@@ -156,8 +169,8 @@ def run_session(
     spend = spent_so_far(spec, progresses)
     retention = Retention(study, storage, spec.checkpoints.keep_best, progresses)
     retention.settle()
-    stop_now = StopNow(study)
-    searcher = StudySearcher(spec, study, storage, spend, stop_now, retention, notifier, slots)
+    stop_now, trial_stops = StopNow(study), TrialStops(study, storage)
+    searcher = StudySearcher(spec, study, storage, spend, stop_now, retention, notifier, slots, trial_stops)
     objective = spec.objectives[0]
     scheduler: SharedFIFO | SharedASHA | SharedParetoASHA = SharedFIFO()
     continuing = study.continuing()
@@ -189,10 +202,12 @@ def run_session(
                                        runtime={"storage": storage, "cache_dir": cache_dir, "published": published})),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
-    stoppers: list[tune.Stopper] = [*([BudgetStopper(spend, spec.budget.hours * 3600)] if spec.budget else []), stop_now]
-    callbacks: list[tune.Callback] = [TrackingCallback(tracker, writer, study), ProgressCallback(progress, spend, stop_now),
+    stoppers: list[tune.Stopper] = [*([BudgetStopper(spend, spec.budget.hours * 3600)] if spec.budget else []), stop_now,
+                                    trial_stops]
+    callbacks: list[tune.Callback] = [TrackingCallback(tracker, writer, study),
+                                      ProgressCallback(progress, spend, stop_now, trial_stops),
                                       *([NotifyCallback(notifier, study)] if notifier else [])]
-    scheduler.slots = slots
+    scheduler.slots, scheduler.trial_stops = slots, trial_stops
     members = Members(searcher, scheduler, stoppers, callbacks, storage) if fused else None
     seat = [SlotsCallback(slots, searcher)] if slots else []
     tuner = tune.Tuner(

@@ -16,6 +16,7 @@ from seqae_core import metrics as M
 from seqae_core.pareto import behind
 from sweeps.running.progress import say
 from sweeps.running.slots import Slots
+from sweeps.running.stoppers import TrialStops
 from sweeps.spec.sections import Objective
 from sweeps.spec.trial import TrialSpec
 
@@ -30,10 +31,11 @@ class Preempting:
     would have: a trial ASHA stops is stopped, never paused."""
 
     slots: Slots | None = None
+    trial_stops: TrialStops | None = None  # `seqae sweep stop --trial`: stopped through Tune at each step
 
     def __getstate__(self) -> dict[str, Any]:
-        # Tune pickles its scheduler into tuner.pkl; the seat's database handle stays on the driver
-        return {k: v for k, v in self.__dict__.items() if k != "slots"}
+        # Tune pickles its scheduler into tuner.pkl; the seat's and the study's database handles stay on the driver
+        return {k: v for k, v in self.__dict__.items() if k not in ("slots", "trial_stops")}
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         decision: str = super().on_trial_result(tune_controller, trial, result)  # type: ignore[misc]
@@ -53,7 +55,10 @@ class Preempting:
 
     def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
         """Tune's choice (a waiting trial first, then a paused one), but no paused one while the
-        sweep trains or waits for its share already."""
+        sweep trains or waits for its share already. Tune calls it at each step of its loop: the trials
+        a user stopped by hand that are not to wait for their next validation stop here first."""
+        if self.trial_stops is not None:
+            self.trial_stops.sweep(tune_controller)
         chosen: Trial | None = super().choose_trial_to_run(tune_controller)  # type: ignore[misc]
         if self.slots is None or chosen is None or chosen.status != Trial.PAUSED:
             return chosen

@@ -1,12 +1,14 @@
 """Tune's stoppers on the driver: the sweep's budget (its resource-seconds, all sessions, kept to
-within one epoch) and `seqae sweep stop --now` (read from the study's control record at every
-result); and what Tune may keep of the driver's objects (nothing: :class:`DriverOnly`)."""
+within one epoch), `seqae sweep stop --now` (read from the study's control record at every
+result) and `seqae sweep stop --trial` (from the trial's record); and what Tune may keep of the driver's objects (nothing: :class:`DriverOnly`)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from ray import tune
+from ray.tune.experiment import Trial
 
 from seqae_core import metrics as M
 from seqae_core.records import RecordStore, TrialProgress
@@ -113,6 +115,61 @@ class StopNow(DriverOnly, tune.Stopper):
 
     def stop_all(self) -> bool:
         return False
+
+
+class TrialStops(DriverOnly, tune.Stopper):
+    """`seqae sweep stop --trial N`: trial N stops at its next validation (read from its Optuna
+    record at every result, as :class:`StopNow` reads the sweep's), keeping its best checkpoint.
+    :meth:`sweep`, which Tune's loop calls on its every step (at most every :data:`EVERY_SECONDS`),
+    stops the others: one that waits for a slot or is paused (it would report nothing to stop it
+    at) through Tune at once, and with ``--now`` a training one before its next optimizer step, its
+    worker told through its checkpoint store (:class:`sweeps.running.trial.Leaving`). Either way
+    Tune ends it as a scheduler's stop does: the searcher records it
+    (:func:`sweeps.stores.ledger.decide`, ``stopped``) and its slot is free for the sweep's next trial."""
+
+    EVERY_SECONDS = 2.0
+
+    def __init__(self, study: SweepStudy, storage: str) -> None:
+        self.study, self.storage = study, storage
+        self.stopped: set[int] = set()  # the trials a user stopped, this session
+        self._read = 0.0
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        number = int(result["trial"])
+        if self.study.stop_asked(number) is not None:
+            self.stopped.add(number)
+            return True
+        return False
+
+    def stop_all(self) -> bool:
+        return False
+
+    def sweep(self, controller: Any) -> None:
+        """Stop, through Tune's ``controller`` (a scheduler's), each trial asked to stop that Tune
+        holds paused or waiting, or running with ``--now``. A pack (``resources.fuse``) is one Tune
+        trial of several: its members stop at their next validation only."""
+        if time.monotonic() - self._read < self.EVERY_SECONDS:
+            return
+        self._read = time.monotonic()
+        for trial in controller.get_trials():
+            spec = trial.config.get("trial")
+            if "pack" in trial.config or spec is None or trial.status in (Trial.TERMINATED, Trial.ERROR):
+                continue
+            asked = self.study.stop_asked(spec.number)  # the trials Tune holds: a few records, not the study
+            if asked is None or spec.number in self.stopped:
+                continue
+            if trial.status != Trial.RUNNING:
+                self.stopped.add(spec.number)
+                controller.stop_trial(trial)
+            elif asked.get("now"):
+                self.stopped.add(spec.number)
+                RecordStore.of_trial(self.storage, spec.number).record_stop(str(asked.get("by", "")))
+
+    def ended(self, number: int) -> None:
+        """Trial ``number`` ended: a stop asked of its worker is forgotten, so a later
+        `extend --epochs` trains it on."""
+        if number in self.stopped:
+            RecordStore.of_trial(self.storage, number).clear_stop()
 
 
 def trial_progresses(study: SweepStudy, storage: str) -> dict[int, TrialProgress]:

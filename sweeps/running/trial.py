@@ -61,12 +61,14 @@ class Leaving:
     SIGTERM while a trial trains sets it, and drains the node for the rest of its trials (Ray places
     no trial there, so the retry does not land on a node that is going away); a SIGTERM between
     trials, or a second one, exits at once as Ray's own handler does. A thread polls Ray for its
-    node being drained while a trial trains."""
+    node being drained while a trial trains, and the trial's store for a user's stop (that one
+    ends the trial instead: `seqae sweep stop --trial --now`)."""
 
     def __init__(self) -> None:
         self.why: str | None = None
         self.signalled = False
         self.trial: int | None = None  # the trial that trains in this worker now
+        self.stopping = False  # a user stopped it (`seqae sweep stop --trial --now`): it ends, it does not move
         self.previous: Any = None  # Ray's SIGTERM handler
 
     def install(self) -> None:
@@ -86,16 +88,21 @@ class Leaving:
         return self.why is not None
 
     @contextmanager
-    def training(self, number: int) -> Iterator[None]:
-        """Trial ``number`` trains in the block: SIGTERM and a drain of its node make it leave."""
+    def training(self, number: int, store: CheckpointStore | None = None) -> Iterator[None]:
+        """Trial ``number`` trains in the block: SIGTERM and a drain of its node make it leave; a stop
+        asked in its ``store`` (`seqae sweep stop --trial --now`) ends the block, and the trial, there."""
         node = ray.get_runtime_context().get_node_id()
-        self.trial, self.why, self.signalled = number, None, False
+        self.trial, self.why, self.signalled, self.stopping = number, None, False, False
         done = threading.Event()
-        watcher = threading.Thread(target=self._watch, args=(number, node, done), name="seqae-drain-watch", daemon=True)
+        watcher = threading.Thread(target=self._watch, args=(number, node, done, store), name="seqae-drain-watch",
+                                   daemon=True)
         watcher.start()
         try:
             yield
         except Interrupted as exc:
+            if self.stopping:  # Tune sees the trial end; the driver records how (sweeps.stores.ledger.decide)
+                print(f"seqae: trial {number}: {self.why}: {exc}", flush=True)
+                return
             if self.signalled:
                 drain(node, f"seqae: trial {number}'s worker received SIGTERM")
             print(f"seqae: trial {number}: left node {node} ({self.why}): {exc}", flush=True)
@@ -105,8 +112,16 @@ class Leaving:
             done.set()
             self.trial = None
 
-    def _watch(self, number: int, node: str, done: threading.Event) -> None:
+    def _watch(self, number: int, node: str, done: threading.Event, store: CheckpointStore | None) -> None:
         while not done.wait(DRAIN_POLL_SECONDS):
+            try:
+                stop = store is not None and store.stop_asked()
+            except OSError:  # a storage that does not answer now is asked again at the next poll
+                stop = False
+            if stop:
+                self.stopping = True  # before why, which the training asks
+                self.why = "stopped by `seqae sweep stop --trial --now`"
+                return
             try:
                 draining = node in ray_state.state.get_draining_nodes()  # what Ray Train's preemption watcher asks
             except Exception:  # noqa: BLE001 - a GCS that does not answer now is asked again at the next poll
@@ -202,7 +217,7 @@ def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runt
     # Data the driver published is fetched into this node's own cache (SEQAE_CACHE_DIR), once per node.
     published = runtime["published"].get(shared_settings(trial_config.data))
     cache_dir = None if published else runtime["cache_dir"]
-    with SystemMetrics() as usage, LEAVING.training(number):  # each record carries the machine's CPU, memory and GPU use
+    with SystemMetrics() as usage, LEAVING.training(number, store):  # each record carries the machine's CPU, memory and GPU use
         train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir, published=published,
               measure=usage.epoch, interrupt=LEAVING)
 

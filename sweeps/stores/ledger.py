@@ -60,6 +60,8 @@ class Runs(Protocol):
 
     def trial_ended(self, number: int, outcome: Outcome, error: str | None = None) -> None: ...
 
+    def retire_attempt(self, number: int, attempt: int, params: dict[str, Any]) -> str | None: ...
+
 
 def resource_seconds(share: float, progress: TrialProgress | None) -> float:
     """What a trial cost: its training wall time (every epoch it ran, over all sessions) times the
@@ -68,17 +70,20 @@ def resource_seconds(share: float, progress: TrialProgress | None) -> float:
 
 
 def decide(progress: TrialProgress | None, error: bool, epochs: int | None = None, budget_stopped: bool = False,
-           halted: bool = False) -> Outcome:
+           halted: bool = False, stopped: bool = False) -> Outcome:
     """How a trial ended when Tune lets go of it: an error or no epoch is a failure; records that
     say it finished (to ``epochs``, if `seqae sweep extend` raised its limit) make it complete, as
     does the budget's stop (nothing ranked it below another: the epoch it kept competes for the
     best); `seqae sweep stop --now` (``halted``) leaves it to continue; otherwise the scheduler
-    stopped it."""
-    if error or progress is None or not progress.history:
+    stopped it, or a user did (``stopped``: `seqae sweep stop --trial`), which ends it as the
+    scheduler's stop would, pruned: a person judged it behind, before its last epoch, and it stays
+    off the best and the registry as ASHA's stops do (`extend --epochs` may still train it on).
+    A user's stop before its first validation also prunes it: it did not fail."""
+    if error or ((progress is None or not progress.history) and not stopped):
         return Outcome.FAIL
-    if budget_stopped or progress.done(epochs):
+    if progress is not None and (budget_stopped or progress.done(epochs)):
         return Outcome.COMPLETE
-    return Outcome.RUNNING if halted else Outcome.PRUNED
+    return Outcome.RUNNING if halted and not stopped else Outcome.PRUNED
 
 
 def settle(study: SweepStudy, number: int, outcome: Outcome, progress: TrialProgress | None) -> None:
@@ -114,12 +119,18 @@ def reconcile_study(study: SweepStudy, storage: str, lift_drain: bool = True) ->
         study.set_control(**lifted)
     if "drain" in lifted:
         notes.append(f"the sweep had stopped starting trials ({drain}); resuming lifts that")
+    asked = study.stops_asked()
     for number in study.numbers(TrialState.RUNNING):
         progress, epochs = RecordStore.of_trial(storage, number).progress(), study.epochs(number)
         if progress is not None and progress.done(epochs):
             settle(study, number, Outcome.COMPLETE, progress)
             notes.append(f"trial {number}: had finished training; recorded as complete")
-        elif epochs is None:  # `seqae sweep extend` says what it reopened
+        elif number in asked:  # `seqae sweep stop --trial` while no driver ran: it ends where it got to
+            outcome = decide(progress, False, epochs, stopped=True)
+            settle(study, number, outcome, progress)
+            notes.append(f"trial {number}: stopped by {asked[number].get('by', 'a user')}; recorded as "
+                         f"{outcome.label}")
+        elif epochs is None and not study.retried_fresh(number):  # `extend` and `retry` say what they reopened
             notes.append(f"trial {number}: was interrupted; it will continue from its checkpoint")
     return notes
 
@@ -132,6 +143,11 @@ def reconcile_runs(study: SweepStudy, tracker: Runs) -> list[str]:
     outage may have left either). Every step looks before it writes: a call cut short by an
     outage is done again whole. Returns a note per change."""
     notes = []
+    for trial in study.trials():  # a retried trial's failed attempt keeps its own run (`seqae sweep retry`)
+        if N.ATTEMPT in trial.user_attrs and (retired := tracker.retire_attempt(
+                trial.number, int(trial.user_attrs[N.ATTEMPT]), study.trial_spec(trial.number).logged_params)):
+            notes.append(f"MLflow run of trial {trial.number}: attempt {trial.user_attrs[N.ATTEMPT]} in a new run; "
+                         f"the failed attempt's run {retired} keeps its error")
     outcomes = {t.number: Outcome(t.state.name) for t in study.trials()}
     runs = tracker.trial_runs()
     for number, run in runs.items():

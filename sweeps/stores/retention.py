@@ -8,7 +8,8 @@ those are what `seqae sweep extend --epochs` trains on and what the registry log
 ended trial keeps its progress, samples and metrics (what status, export, compare, MLflow and the
 report read) and loses its model and optimizer state. Only the driver releases, in Tune's loop,
 and only a store no worker holds: a trial a scheduler stopped may still be ending, and is released
-at a later trial's end or at the session's.
+at a later trial's end or at the session's. A failed trial keeps its checkpoints: `seqae sweep retry`
+trains it again from its last good one (few trials fail, and most fail early).
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ class Retention:
         states = {t.number: t.state for t in trials}
         for number in sorted(self.pending - kept):
             if states.get(number) not in ENDED:  # running again (an extend): it comes back when it ends
+                self.pending.discard(number)
+            elif states[number] == TrialState.FAIL:  # `seqae sweep retry` trains it on from its last good checkpoint
                 self.pending.discard(number)
             elif self._release(number):
                 self.pending.discard(number)

@@ -234,7 +234,7 @@ class SweepStudy:
         trial_id = self.storage.create_new_trial(self.study_id, template_trial=optuna.trial.create_trial(
             state=TrialState.RUNNING, params=old.params, distributions=old.distributions,
             intermediate_values=old.intermediate_values,
-            user_attrs={**old.user_attrs, N.CONTINUES: number, N.EPOCHS: epochs}))
+            user_attrs={**_carried(old.user_attrs), N.CONTINUES: number, N.EPOCHS: epochs}))
         self._records[number] = self.storage.get_trial_number_from_id(trial_id)
 
     def epochs(self, number: int) -> int | None:
@@ -506,6 +506,57 @@ class SweepStudy:
             if tune_trial_id not in ids:
                 self.storage.set_trial_user_attr(self._trial_id(number), N.TUNE_TRIAL_IDS, ids + [tune_trial_id])
 
+    # -- by hand: `seqae sweep stop --trial`, `seqae sweep retry` ------------------------------
+    def ask_stop(self, number: int, request: dict[str, Any]) -> None:
+        """Ask running trial ``number`` to stop (``request``: who asked, when, whether ``now``); its
+        driver reads it (:meth:`stops_asked`), wherever it runs. A trial that is not running is refused."""
+        trial = self._own(number, "stop")
+        if trial.state != TrialState.RUNNING:
+            raise ConfigError(f"--trial {number}: trial {number} is {trial.state.name}, not running; there is nothing "
+                              "to stop")
+        self.storage.set_trial_user_attr(self._trial_id(number), N.STOP, request)
+
+    def stops_asked(self) -> dict[int, dict[str, Any]]:
+        """The running trials a user asked to stop (:meth:`ask_stop`), with each request."""
+        return {t.number: t.user_attrs[N.STOP] for t in self.trials()
+                if t.state == TrialState.RUNNING and N.STOP in t.user_attrs}
+
+    def stop_asked(self, number: int) -> dict[str, Any] | None:
+        """The stop a user asked of running trial ``number`` (:meth:`ask_stop`), if any: one record read."""
+        trial = self._running(number)
+        return None if trial is None else trial.user_attrs.get(N.STOP)
+
+    def retry(self, number: int, epochs: dict[int, float] | None = None) -> int:
+        """Train failed trial ``number`` again, with its parameters (`seqae sweep retry`): Optuna does
+        not reopen a finished trial, so a new RUNNING record takes its place under its number
+        (:data:`N.CONTINUES`, as `extend` does), naming the failed record (:data:`N.RETRY_OF`) and
+        its attempt (:data:`N.ATTEMPT`); the failed record stays, FAIL. ``epochs``: the intermediate
+        values of the epochs it continues after (its kept checkpoint's). Returns the attempt."""
+        old = self._own(number, "retry")
+        if old.state != TrialState.FAIL:
+            raise ConfigError(f"--trials: trial {number} is {old.state.name}; only failed trials are retried")
+        attempt = attempts(old) + 1
+        trial_id = self.storage.create_new_trial(self.study_id, template_trial=optuna.trial.create_trial(
+            state=TrialState.RUNNING, params=old.params, distributions=old.distributions,
+            intermediate_values=epochs or {},
+            user_attrs={**{k: v for k, v in _carried(old.user_attrs).items() if k not in _OUTCOME_ATTRS},
+                        N.CONTINUES: number, N.RETRY_OF: self._records.get(number, number), N.ATTEMPT: attempt}))
+        self._records[number] = self.storage.get_trial_number_from_id(trial_id)
+        return attempt
+
+    def retried_fresh(self, number: int) -> bool:
+        """Whether trial ``number`` is a retry (:meth:`retry`) that no driver has run yet."""
+        attrs = self.storage.get_trial(self._trial_id(number)).user_attrs
+        return N.ATTEMPT in attrs and N.TRAINED not in attrs
+
+    def _own(self, number: int, verb: str) -> optuna.trial.FrozenTrial:
+        """Sweep trial ``number``'s newest record; a number the sweep has not is refused, naming it."""
+        trial = next((t for t in self.trials() if t.number == number), None)
+        if trial is None:
+            raise ConfigError(f"--trial{'s' if verb == 'retry' else ''} {number}: sweep {self.study.study_name!r} has "
+                              f"no trial {number} (its trials: 0 to {len(self.trials()) - 1})")
+        return trial
+
     def state(self, number: int) -> TrialState:
         return self.storage.get_trial(self._trial_id(number)).state
 
@@ -528,6 +579,20 @@ class SweepStudy:
         sign = 1.0 if self.spec.objectives[0].mode == "max" else -1.0
         own = [t for t in (self.trials() if trials is None else trials) if t.state == TrialState.COMPLETE and feasible(t)]
         return sorted(own, key=lambda t: (-sign * t.values[0], t.number))
+
+
+_OUTCOME_ATTRS = (N.TEST, N.SEEDS, N.CONSTRAINTS, N.TRAINED)  # what a trial's end wrote: a new attempt has none yet
+
+
+def _carried(attrs: dict[str, Any]) -> dict[str, Any]:
+    """A record's user attributes, as a newer record of the same trial takes them: without a stop
+    asked of the older one."""
+    return {k: v for k, v in attrs.items() if k != N.STOP}
+
+
+def attempts(trial: optuna.trial.FrozenTrial) -> int:
+    """Which attempt at its configuration a trial's record is (`seqae sweep retry`): 1 unless retried."""
+    return int(trial.user_attrs.get(N.ATTEMPT, 1))
 
 
 def optuna_distribution(dist: Distribution) -> optuna.distributions.BaseDistribution:

@@ -264,6 +264,35 @@ class Tracker:
             self.client.update_run(run_id, name=f"trial-{number:04d}-pruned")
         self.client.set_terminated(run_id, outcome.mlflow_status)
 
+    def retire_attempt(self, number: int, attempt: int, params: dict[str, Any]) -> str | None:
+        """Give attempt ``attempt`` of trial ``number`` (`seqae sweep retry`) a run of its own: the
+        failed attempt's run gives its ``seqae.trial`` tag up for ``seqae.attempt_of`` and keeps its
+        status, error and code tags (each attempt's commit); the two runs name each other. Returns
+        the retired run's id; None where the trial's run is that attempt's already. Each step looks
+        before it writes: a driver killed between two of them leaves what the next one finishes."""
+        found = self.client.search_runs([self._experiment], filter_string=f"tags.`seqae.trial` = '{number}'",
+                                        max_results=1)
+        if found and (found[0].data.tags.get(N.ATTEMPT, "1") == str(attempt) or found[0].info.status != "FAILED"):
+            if found[0].data.tags.get(N.ATTEMPT) != str(attempt):  # created, then its driver died
+                self.client.set_tag(found[0].info.run_id, N.ATTEMPT, str(attempt))
+            return None
+        old = found[0] if found else next(iter(self.client.search_runs(
+            [self._experiment], filter_string=f"tags.`{N.ATTEMPT_OF}` = '{number}'",
+            order_by=["attributes.start_time DESC"], max_results=1)), None)
+        if old is not None and found:
+            self.client.log_batch(old.info.run_id, tags=[RunTag(N.ATTEMPT_OF, str(number)),
+                                                         RunTag(N.ATTEMPT, old.data.tags.get(N.ATTEMPT, "1"))])
+            self.client.update_run(old.info.run_id, name=f"trial-{number:04d}-attempt-{old.data.tags.get(N.ATTEMPT, '1')}")
+            self.client.delete_tag(old.info.run_id, N.TRIAL)
+        self._runs.pop(number, None)
+        run_id = self.child_run(number, params)
+        self.client.log_batch(run_id, tags=[RunTag(N.ATTEMPT, str(attempt))]
+                              + ([RunTag(N.RETRY_OF_RUN, old.info.run_id)] if old is not None else []))
+        self.client.set_terminated(run_id, Outcome.RUNNING.mlflow_status)  # as an interrupted trial's, until it starts
+        if old is not None:
+            self.client.set_tag(old.info.run_id, N.RETRIED_BY, run_id)
+        return old.info.run_id if old is not None else None
+
     def best_so_far(self, ended: int, values: dict[str, float]) -> None:
         """The sweep run's progress as MLflow charts it: the best trial's ``values`` (its objective,
         and its test score beside it) at the number of trials ``ended``, as ``best/<metric>``."""
