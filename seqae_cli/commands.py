@@ -117,6 +117,13 @@ def cmd_sweep_stop(args: argparse.Namespace) -> int:
 
 def cmd_sweep_set(args: argparse.Namespace) -> int:
     key, _, value = args.change.partition("=")
+    if key.startswith("search."):
+        from seqae_core.config import parse_sets
+
+        new = Sweep(args.name, args.workspace).narrow(key, parse_sets([args.change])[key])
+        print(f"sweep {args.name}: {key} narrowed to {new.model_dump()} from its next proposal on (recorded in its "
+              "study); trials already outside stay in its history, marked in its status")
+        return 0
     changes = api.check_changes(**{key: value})  # a mistake is refused before the sweep is read
     control = Sweep(args.name, args.workspace).set(**changes)
     print(f"sweep {args.name}: max_concurrent={control.max_concurrent} from its next trial on (recorded in its study)")

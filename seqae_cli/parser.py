@@ -129,9 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the running trials stop too, at the end of their epoch; resume continues them from there")
     stop.set_defaults(handler=cmd_sweep_stop)
 
-    setting = with_workspace(sweeps.add_parser("set", help="change a running sweep: max_concurrent=N"))
+    setting = with_workspace(sweeps.add_parser("set", help="change a running or stopped sweep: max_concurrent=N, "
+                                                           "or narrow its space: search.KEY=..."))
     setting.add_argument("name")
-    setting.add_argument("change", metavar="KEY=VALUE", help="max_concurrent=N: trials running at once from now on")
+    setting.add_argument("change", metavar="KEY=VALUE",
+                         help="max_concurrent=N: trials running at once from now on; search.KEY=[a, b] (the choices "
+                              "to keep), search.KEY=[low, high] (a smaller range) or search.KEY={low: .., high: ..}: "
+                              "the sampler proposes only inside from its next trial on (wider is a fork)")
     setting.set_defaults(handler=cmd_sweep_set)
 
     prioritizing = with_workspace(sweeps.add_parser("priority", help="change a sweep's priority for the cluster's "

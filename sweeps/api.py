@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from sweeps.results.export import Trials
     from sweeps.results.plan import Forecast
     from sweeps.results.status import SweepStatus
+    from sweeps.spec.sections import Distribution
     from sweeps.stores.queue import Place
     from sweeps.stores.search import Control
     from sweeps.stores.shares import Quota
@@ -254,6 +255,27 @@ class Sweep:
         from sweeps.running import lifecycle
 
         return lifecycle.control(self.workspace, self.name, **check_changes(**changes))
+
+    def narrow(self, key: str, value: object) -> Distribution:
+        """Narrow searched config ``key``'s space in place, from its driver's next proposal on,
+        wherever the driver runs (:mod:`sweeps.stores.narrowing`): ``value`` the choices to keep
+        (``[2, 4]``), a numeric range (``[1e-3, 3e-3]``) or a distribution (``{"low": ..., "high": ...}``);
+        a wider one is refused (a fork's job). Trials already outside stay, marked in status.
+        For its owner and MLflow's admin."""
+        from sweeps.spec import sweep as spec_lib
+        from sweeps.stores.search import read_only, study_exists
+
+        if self.submission is not None and not self.workspace.exists(self.name):
+            spec = spec_lib.load(self.submission.sweep_file, self.submission.sets)
+            url = self.submission.backends.optuna_storage if self.submission.backends else ""
+        else:
+            state = self.workspace.read(self.name)
+            spec, url = state.spec, state.backends.optuna_storage
+        if not url or not study_exists(url, self.name):
+            raise ConfigError(f"sweep {self.name!r} has not started yet: narrow its file instead")
+        study = read_only(spec, url, self.name)
+        who = check(self.name, study.owner or (self.submission or self.workspace.read(self.name)).owner, "narrow")
+        return study.narrow(key.removeprefix("search."), value, who)
 
     def status(self) -> SweepStatus | Pending:
         """What ``seqae sweep status`` shows: trials by state, the best (validation and test), the
