@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from sweeps.results.export import Trials
     from sweeps.results.plan import Forecast
     from sweeps.results.status import SweepStatus
+    from sweeps.results.watch import View
     from sweeps.spec.sections import Distribution
     from sweeps.stores.queue import Place
     from sweeps.stores.search import Control
@@ -298,6 +299,16 @@ class Sweep:
         if not (record.backends and study_exists(record.backends.optuna_storage, self.name)):
             return Pending(self.name, submit.job_info(record), record.owner)
         return remote_status.status_of(record)
+
+    def watch(self, every: float = 5.0, timeout: float | None = None) -> View:
+        """Watch the sweep until it ends (or ``timeout`` seconds): in a Jupyter notebook a table of
+        its trials that updates in place every ``every`` seconds, elsewhere a line each time it
+        changes and the table at the end (:mod:`sweeps.results.watch`). It reads the sweep's Optuna
+        study alone, so it may watch a sweep whose driver runs in another process or on a cluster
+        whose study this workspace's record names. Returns the last view (``.text()``)."""
+        from sweeps.results import watch
+
+        return watch.watch(self.workspace, self.name, every, timeout)
 
     def eta(self) -> Eta:
         """The sweep's time left, from its own epochs so far (:func:`sweeps.results.eta.eta`)."""
