@@ -77,7 +77,8 @@ def test_after_narrowing_every_proposal_is_inside_the_new_space_and_the_trials_o
     assert len(proposed) == 25 and all(inside(p) for p in proposed), [p for p in proposed if not inside(p)]
     if "model.heads" in spec.search:
         assert {p["model.heads"] for p in proposed} == {2, 4}  # both kept choices, not one
-    print(sampler, "first narrowed proposals:", proposed[:3])
+    print(sampler, "proposals after narrowing:", [tuple(round(v, 4) if isinstance(v, float) else v for v in p.values())
+                                                  for p in proposed])
     outside = user.outside()
     first = [t for t in user.trials() if t.number < 10]
     assert set(outside) == {t.number for t in first if not inside(t.params)} and outside

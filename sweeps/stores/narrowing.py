@@ -138,8 +138,8 @@ class Narrowed(optuna.samplers.BaseSampler):
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
-        kept = self._kept(study).get(param_name)
-        if kept is None or not isinstance(param_distribution, CategoricalDistribution):
+        kept = self._kept(study).get(param_name) if isinstance(param_distribution, CategoricalDistribution) else None
+        if kept is None:
             return self.base.sample_independent(study, trial, param_name, param_distribution)
         for _ in range(TRIES):
             value = self.base.sample_independent(study, trial, param_name, param_distribution)
