@@ -5,9 +5,9 @@ its table when it ends.
 The notebook's table is one IPython display, updated through its display id
 (``display(..., display_id=True)`` then ``handle.update(...)``): every Jupyter front end
 (JupyterLab, Notebook, VS Code) and ``nbclient`` redraw that one output, so the view needs no
-widget library and nothing that a Jupyter kernel does not already have. It reads what
-``seqae sweep status`` reads (the Optuna study, the trials' records, the queue), never MLflow, so
-it may poll a sweep run anywhere whose stores this machine reaches.
+widget library and nothing that a Jupyter kernel does not already have. It reads the
+sweep's Optuna study alone (never MLflow), so it may poll a sweep of the workspace whose driver
+runs in another process, a terminal's `seqae sweep run` say.
 """
 
 from __future__ import annotations
