@@ -130,6 +130,23 @@ def cmd_sweep_set(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep_delete(args: argparse.Namespace) -> int:
+    done = Sweep(args.name, args.workspace).delete(models=args.models, dry_run=args.dry_run)
+    verb = "would remove" if done.dry_run else "removed"
+    print(f"sweep {done.name}: {verb} {done.files:,} files, {_size(done.bytes)}, and the rows below")
+    for part in done.removed:
+        print("  " + _part(part))
+    for part in done.kept:
+        print("  kept: " + _part(part))
+    return 0
+
+
+def _part(part: Any) -> str:
+    """A line of `sweep delete`: what, how many (its note), its files and bytes, where."""
+    size = f"{part.files:,} file{'' if part.files == 1 else 's'}, {_size(part.bytes)}" if part.files else ""
+    return f"{part.what:<26} {'; '.join(x for x in (part.note, size) if x)}  ({part.where})"
+
+
 def cmd_sweep_priority(args: argparse.Namespace) -> int:
     place = api.set_priority(args.name, args.priority, args.workspace)
     print(f"sweep {args.name}: priority {place.priority} (its driver takes it within seconds; {place.state}, "

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from sweeps.results.status import SweepStatus
     from sweeps.results.watch import View
     from sweeps.spec.sections import Distribution
+    from sweeps.stores.deletion import Deletion
     from sweeps.stores.queue import Place
     from sweeps.stores.search import Control
     from sweeps.stores.shares import Quota
@@ -257,6 +258,16 @@ class Sweep:
 
         return lifecycle.control(self.workspace, self.name, **check_changes(**changes))
 
+    def delete(self, *, models: bool = False, dry_run: bool = False) -> Deletion:
+        """Remove the sweep and everything it wrote (:mod:`sweeps.stores.deletion`): its folder and
+        checkpoints, its Optuna study and queue row, its MLflow runs with their artifacts, its
+        data-cache entries no other sweep uses; its registered model versions only with ``models``.
+        ``dry_run``: only say what would go, and its size. Refused while its driver runs; for its
+        owner and MLflow's admin."""
+        from sweeps.stores import deletion
+
+        return deletion.delete(self.workspace, self.name, models=models, dry_run=dry_run)
+
     def narrow(self, key: str, value: object) -> Distribution:
         """Narrow searched config ``key``'s space in place, from its driver's next proposal on,
         wherever the driver runs (:mod:`sweeps.stores.narrowing`): ``value`` the choices to keep
@@ -304,8 +315,8 @@ class Sweep:
         """Watch the sweep until it ends (or ``timeout`` seconds): in a Jupyter notebook a table of
         its trials that updates in place every ``every`` seconds, elsewhere a line each time it
         changes and the table at the end (:mod:`sweeps.results.watch`). It reads the sweep's Optuna
-        study alone, so it may watch a sweep whose driver runs in another process or on a cluster
-        whose study this workspace's record names. Returns the last view (``.text()``)."""
+        study alone, so it may watch a sweep of this workspace whose driver runs in another process.
+        Returns the last view (``.text()``)."""
         from sweeps.results import watch
 
         return watch.watch(self.workspace, self.name, every, timeout)

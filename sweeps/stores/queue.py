@@ -169,6 +169,11 @@ class Queue:
     def leave(self, sweep: str, ended: str, done: int) -> None:
         self.beat(sweep, ended=ended, training=0, waiting=0, paused=0, demand=0, done=done)
 
+    def forget(self, sweep: str) -> None:
+        """Take a deleted sweep's row out of the queue (`seqae sweep delete`)."""
+        with self.engine.begin() as db:
+            db.execute(sa.delete(_SWEEPS).where(_SWEEPS.c.sweep == sweep))
+
     def quotas(self) -> dict[str, Quota]:
         if not self.kept:
             return {}
