@@ -279,13 +279,17 @@ def _find_mlflow(uri: str, name: str) -> _Mlflow:
     return found
 
 
-def _artifacts(uri: str | None) -> tuple[int, int]:
-    """Files and bytes under an artifact URI, listed through its artifact repository."""
+def _artifacts(uri: str | None, tracking_uri: str) -> tuple[int, int]:
+    """Files and bytes under an artifact URI, listed through its artifact repository (a server's
+    ``mlflow-artifacts:/`` URI resolves against ``tracking_uri``)."""
     if not uri:
         return 0, 0
     from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
-    repo = get_artifact_repository(uri)
+    from sweeps.stores.mlflow_access import fluent_uri
+
+    with fluent_uri(tracking_uri):
+        repo = get_artifact_repository(uri)
     files = size = 0
     pending: list[str | None] = [None]
     while pending:
@@ -312,10 +316,10 @@ def _kept_models(found: _Mlflow, models: bool) -> set[str]:
 
 def _mlflow_parts(found: _Mlflow, models: bool) -> tuple[list[Part], list[Part]]:
     where = redact(found.uri)
-    run_files = [_artifacts(r.info.artifact_uri) for r in found.runs]
+    run_files = [_artifacts(r.info.artifact_uri, found.uri) for r in found.runs]
     kept_models = _kept_models(found, models)
     gone_models = [m for m in found.logged_models if m.model_id not in kept_models]
-    model_files = [_artifacts(m.artifact_location) for m in gone_models]
+    model_files = [_artifacts(m.artifact_location, found.uri) for m in gone_models]
     removed = [Part("MLflow runs", where, rows=len(found.runs), files=sum(f for f, _ in run_files),
                     bytes=sum(b for _, b in run_files), note=f"{count(len(found.runs), 'run')}, the parent too, "
                                                              "with their artifacts")]
@@ -329,7 +333,7 @@ def _mlflow_parts(found: _Mlflow, models: bool) -> tuple[list[Part], list[Part]]
         removed.append(Part("MLflow experiment", where, rows=1, note=f"experiment {found.experiment_id}"))
         return removed, []
     held = [m for m in found.logged_models if m.model_id in kept_models]
-    held_files = [_artifacts(m.artifact_location) for m in held]
+    held_files = [_artifacts(m.artifact_location, found.uri) for m in held]
     return removed, [Part("registered model versions", where, rows=len(found.versions),
                           files=sum(f for f, _ in held_files), bytes=sum(b for _, b in held_files),
                           note=", ".join(f"{v.name} version {v.version}" for v in found.versions)
