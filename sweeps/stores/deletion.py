@@ -328,7 +328,7 @@ def _mlflow_parts(found: _Mlflow, models: bool) -> tuple[list[Part], list[Part]]
                             bytes=sum(b for _, b in model_files), note=count(len(gone_models), "model")))
     if models and found.versions:
         removed.append(Part("registered model versions", where, rows=len(found.versions),
-                            note=", ".join(f"{v.name} {v.version}" for v in found.versions)))
+                            note=", ".join(f"{v.name} version {v.version}" for v in found.versions)))
     if not kept_models:
         removed.append(Part("MLflow experiment", where, rows=1, note=f"experiment {found.experiment_id}"))
         return removed, []
