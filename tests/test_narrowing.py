@@ -143,3 +143,43 @@ def test_sweep_set_narrows_a_sweeps_space_and_status_marks_the_trials_outside(tm
     assert "note: search.train.lr narrowed in place to [0.002, 0.005]" in shown.stdout and "by alice)" in shown.stdout
     trial = driver.next_trial()
     assert 2e-3 <= trial.params["train.lr"] <= 5e-3
+
+
+@pytest.mark.slow
+def test_a_running_sweep_proposes_its_next_trial_inside_the_space_narrowed_while_it_runs(tmp_path):
+    """A quickstart driver stopped (SIGSTOP) while its study holds only its first trial (the
+    starting point, at lr 1e-3); the space narrowed from Python meanwhile; the driver goes on: its
+    next trial's lr is inside the new range, and the first stays in the history, marked outside."""
+    import os
+    import signal
+
+    import optuna
+    import sqlalchemy
+
+    from sweeps.api import Sweep
+    from tests.sweep_helpers import held, kill_group, run_args, start, status, wait_for
+
+    workspace, name = tmp_path / "ws", "live"
+    driver = start(*run_args(workspace, name, "trials.total=2", "train.epochs=1"), log=tmp_path / "driver.log")
+    url = f"sqlite:///{workspace / 'optuna.db'}"
+
+    def one_trial() -> bool:
+        if not (workspace / "optuna.db").exists():  # looking would make it
+            return False
+        try:
+            return len(optuna.load_study(study_name=name, storage=url).trials) == 1
+        except (KeyError, sqlalchemy.exc.OperationalError):  # before the study, or its tables, exist
+            return False
+
+    try:
+        wait_for(lambda: held(driver, one_trial), 300, "the driver stopped with one trial in its study")
+        Sweep(name, workspace).narrow("train.lr", [5.0e-3, 1.0e-2])
+        os.kill(driver.pid, signal.SIGCONT)
+        assert driver.wait(600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            kill_group(driver)
+    trials = optuna.load_study(study_name=name, storage=url).trials
+    assert [t.params["train.lr"] for t in trials][0] == 1e-3 and 5e-3 <= trials[1].params["train.lr"] <= 1e-2, trials
+    notes = status(name, workspace)["notes"]
+    assert "1 trial lies outside the narrowed space, kept in the history: 0 (train.lr)" in notes, notes

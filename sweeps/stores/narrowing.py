@@ -53,7 +53,8 @@ def notes(attrs: dict[str, Any], outside_trials: dict[int, list[str]]) -> list[s
             f"({e['at']}, by {e['by']})" for e in attrs.get(NARROWED, {}).get("log", [])]
     if outside_trials:
         listed = ", ".join(f"{n} ({', '.join(keys)})" for n, keys in sorted(outside_trials.items()))
-        said.append(f"{len(outside_trials)} trials lie outside the narrowed space, kept in the history: {listed}")
+        count = "1 trial lies" if len(outside_trials) == 1 else f"{len(outside_trials)} trials lie"
+        said.append(f"{count} outside the narrowed space, kept in the history: {listed}")
     return said
 
 
