@@ -3,6 +3,9 @@
     python docs/screenshot.py report [WORKSPACE [SWEEP]]   # docs/images/report.png, of a sweep's report
                                                             # (default: ./seqae-runs, quickstart)
     python docs/screenshot.py readme OUT.png                # README.md as it renders, pictures included
+    python docs/screenshot.py watch [NOTEBOOK]              # docs/images/watch.png, Sweep.watch() in a notebook
+                                                            # (default: test-screenshots/watch.ipynb, which
+                                                            # tests/test_watch.py writes)
 
 Run the quickstart first for the report's picture (README: The main job)."""
 
@@ -20,6 +23,7 @@ from dashboards.report.page import template_digest
 DOCS = Path(__file__).resolve().parent
 REPORT_PICTURE = DOCS / "images" / "report.png"
 REPORT_DIGEST = DOCS / "images" / "report.png.templates-sha256"  # tests/test_reference.py compares it
+WATCH_PICTURE = DOCS / "images" / "watch.png"
 
 
 def picture(page: Path, out: Path, height: int = 1100) -> Path:
@@ -44,10 +48,23 @@ def readme(out: Path) -> Path:
         return picture(page, out, height=2400)
 
 
+def notebook(path: Path, out: Path) -> Path:
+    """An executed notebook as JupyterLab's classic HTML export shows it (nbconvert's)."""
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_filename(str(path))
+    with tempfile.TemporaryDirectory() as tmp:
+        page = Path(tmp) / "notebook.html"
+        page.write_text(body)
+        return picture(page, out, height=480)
+
+
 if __name__ == "__main__":
     what, *rest = sys.argv[1:] or ["report"]
     if what == "readme":
         print(readme(Path(rest[0])))
+    elif what == "watch":
+        print(notebook(Path(rest[0] if rest else DOCS.parent / "test-screenshots" / "watch.ipynb"), WATCH_PICTURE))
     else:
         workspace, name = (rest + ["seqae-runs", "quickstart"][len(rest):])[:2]
         print(picture(Path(workspace) / "sweeps" / name / "report" / "index.html", REPORT_PICTURE))

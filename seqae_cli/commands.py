@@ -138,10 +138,34 @@ def cmd_sweep_retry(args: argparse.Namespace) -> int | None:  # the driver's exi
 
 def cmd_sweep_set(args: argparse.Namespace) -> int:
     key, _, value = args.change.partition("=")
+    if key.startswith("search."):
+        from seqae_core.config import parse_sets
+
+        new = Sweep(args.name, args.workspace).narrow(key, parse_sets([args.change])[key])
+        print(f"sweep {args.name}: {key} narrowed to {new.model_dump()} from its next proposal on (recorded in its "
+              "study); trials already outside stay in its history, marked in its status")
+        return 0
     changes = api.check_changes(**{key: value})  # a mistake is refused before the sweep is read
     control = Sweep(args.name, args.workspace).set(**changes)
     print(f"sweep {args.name}: max_concurrent={control.max_concurrent} from its next trial on (recorded in its study)")
     return 0
+
+
+def cmd_sweep_delete(args: argparse.Namespace) -> int:
+    done = Sweep(args.name, args.workspace).delete(models=args.models, dry_run=args.dry_run)
+    verb = "would remove" if done.dry_run else "removed"
+    print(f"sweep {done.name}: {verb} {done.files:,} files, {_size(done.bytes)}, and the rows below")
+    for part in done.removed:
+        print("  " + _part(part))
+    for part in done.kept:
+        print("  kept: " + _part(part))
+    return 0
+
+
+def _part(part: Any) -> str:
+    """A line of `sweep delete`: what, how many (its note), its files and bytes, where."""
+    size = f"{part.files:,} file{'' if part.files == 1 else 's'}, {_size(part.bytes)}" if part.files else ""
+    return f"{part.what:<26} {'; '.join(x for x in (part.note, size) if x)}  ({part.where})"
 
 
 def cmd_sweep_priority(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from seqae_cli.commands import (
     cmd_report,
     cmd_sweep_cancel,
     cmd_sweep_compare,
+    cmd_sweep_delete,
     cmd_sweep_export,
     cmd_sweep_extend,
     cmd_sweep_fork,
@@ -150,10 +151,22 @@ def build_parser() -> argparse.ArgumentParser:
                           help="go on although seqae's code changed since the sweep's last session (recorded)")
     retrying.set_defaults(handler=cmd_sweep_retry)
 
-    setting = with_workspace(sweeps.add_parser("set", help="change a running sweep: max_concurrent=N"))
+    setting = with_workspace(sweeps.add_parser("set", help="change a running or stopped sweep: max_concurrent=N, "
+                                                           "or narrow its space: search.KEY=..."))
     setting.add_argument("name")
-    setting.add_argument("change", metavar="KEY=VALUE", help="max_concurrent=N: trials running at once from now on")
+    setting.add_argument("change", metavar="KEY=VALUE",
+                         help="max_concurrent=N: trials running at once from now on; search.KEY=[a, b] (the choices "
+                              "to keep), search.KEY=[low, high] (a smaller range) or search.KEY={low: .., high: ..}: "
+                              "the sampler proposes only inside from its next trial on (wider is a fork)")
     setting.set_defaults(handler=cmd_sweep_set)
+
+    deleting = with_workspace(sweeps.add_parser("delete", help="remove a sweep and everything it wrote: its study, "
+                                                               "MLflow runs and artifacts, checkpoints, cache entry"))
+    deleting.add_argument("name")
+    deleting.add_argument("--dry-run", action="store_true", help="only list what it would remove, and its size")
+    deleting.add_argument("--models", action="store_true",
+                          help="also delete the registered model versions of its trials (kept otherwise)")
+    deleting.set_defaults(handler=cmd_sweep_delete)
 
     prioritizing = with_workspace(sweeps.add_parser("priority", help="change a sweep's priority for the cluster's "
                                                                      "trial slots (its owner, or an admin)"))

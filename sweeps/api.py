@@ -36,7 +36,10 @@ if TYPE_CHECKING:
     from sweeps.results.export import Trials
     from sweeps.results.plan import Forecast
     from sweeps.results.status import SweepStatus
+    from sweeps.results.watch import View
     from sweeps.running.lifecycle import TrialStop
+    from sweeps.spec.sections import Distribution
+    from sweeps.stores.deletion import Deletion
     from sweeps.stores.queue import Place
     from sweeps.stores.search import Control
     from sweeps.stores.shares import Quota
@@ -292,6 +295,37 @@ class Sweep:
 
         return lifecycle.control(self.workspace, self.name, **check_changes(**changes))
 
+    def delete(self, *, models: bool = False, dry_run: bool = False) -> Deletion:
+        """Remove the sweep and everything it wrote (:mod:`sweeps.stores.deletion`): its folder and
+        checkpoints, its Optuna study and queue row, its MLflow runs with their artifacts, its
+        data-cache entries no other sweep uses; its registered model versions only with ``models``.
+        ``dry_run``: only say what would go, and its size. Refused while its driver runs; for its
+        owner and MLflow's admin."""
+        from sweeps.stores import deletion
+
+        return deletion.delete(self.workspace, self.name, models=models, dry_run=dry_run)
+
+    def narrow(self, key: str, value: object) -> Distribution:
+        """Narrow searched config ``key``'s space in place, from its driver's next proposal on,
+        wherever the driver runs (:mod:`sweeps.stores.narrowing`): ``value`` the choices to keep
+        (``[2, 4]``), a numeric range (``[1e-3, 3e-3]``) or a distribution (``{"low": ..., "high": ...}``);
+        a wider one is refused (a fork's job). Trials already outside stay, marked in status.
+        For its owner and MLflow's admin."""
+        from sweeps.spec import sweep as spec_lib
+        from sweeps.stores.search import read_only, study_exists
+
+        if self.submission is not None and not self.workspace.exists(self.name):
+            spec = spec_lib.load(self.submission.sweep_file, self.submission.sets)
+            url = self.submission.backends.optuna_storage if self.submission.backends else ""
+        else:
+            state = self.workspace.read(self.name)
+            spec, url = state.spec, state.backends.optuna_storage
+        if not url or not study_exists(url, self.name):
+            raise ConfigError(f"sweep {self.name!r} has not started yet: narrow its file instead")
+        study = read_only(spec, url, self.name)
+        who = check(self.name, study.owner or (self.submission or self.workspace.read(self.name)).owner, "narrow")
+        return study.narrow(key.removeprefix("search."), value, who)
+
     def status(self) -> SweepStatus | Pending:
         """What ``seqae sweep status`` shows: trials by state, the best (validation and test), the
         cost against the budget, where its runs and study live (``.as_json()``: what ``--json``
@@ -313,6 +347,16 @@ class Sweep:
         if not (record.backends and study_exists(record.backends.optuna_storage, self.name)):
             return Pending(self.name, submit.job_info(record), record.owner)
         return remote_status.status_of(record)
+
+    def watch(self, every: float = 5.0, timeout: float | None = None) -> View:
+        """Watch the sweep until it ends (or ``timeout`` seconds): in a Jupyter notebook a table of
+        its trials that updates in place every ``every`` seconds, elsewhere a line each time it
+        changes and the table at the end (:mod:`sweeps.results.watch`). It reads the sweep's Optuna
+        study alone, so it may watch a sweep of this workspace whose driver runs in another process.
+        Returns the last view (``.text()``)."""
+        from sweeps.results import watch
+
+        return watch.watch(self.workspace, self.name, every, timeout)
 
     def eta(self) -> Eta:
         """The sweep's time left, from its own epochs so far (:func:`sweeps.results.eta.eta`)."""

@@ -122,6 +122,7 @@ def build(state: SweepState, out: Path, log_to_mlflow: bool = True) -> Path:
     try:
         study = read_only(state.spec, backends.optuna_storage, state.study_name)
         records = {t.number: t for t in read_trials(state.spec, study, backends.storage)}
+        notes += study.narrowing_notes()
     except Exception as exc:  # noqa: BLE001 - the study may be unreachable; the runs' figures stand
         records = {}
         notes.append(f"Test scores, costs and starting points are unavailable: the Optuna study cannot be read ({exc})")

@@ -116,7 +116,7 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
         cost=cost(spec, list(records.values())), seeded_trials=len(study.forked()),
         sampler=spec.sampler.model_dump(exclude_none=True), proposed_by=study.proposals(),
         starts={t.start: t for t in records.values() if t.start},
-        notes=[*spec.notes(), *([blind] if blind else [])], queue=place,
+        notes=[*spec.notes(), *study.narrowing_notes(), *([blind] if blind else [])], queue=place,
         attempts={str(t.number): t.attempts for t in records.values() if t.attempts > 1},
     )
 

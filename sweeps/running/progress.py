@@ -132,11 +132,16 @@ class Progress:
 
 
 def summary(trials: list[Any], objectives: tuple[Objective, ...]) -> str:
-    """A table of every trial of the study, best first: trial, state, epochs trained at its latest
-    result (a fraction, 0.4, where a trial validates between epochs' ends and stopped there; "-"
-    for multi-objective sweeps, which report none), objective values, the test token accuracy of
-    the checkpoint each kept (with a test split) and parameters; a starting point is named beside
-    its number. ``trials`` are Optuna FrozenTrials."""
+    """A table of every trial of the study, best first (:func:`summary_rows`), as plain text."""
+    return text_table(*summary_rows(trials, objectives))
+
+
+def summary_rows(trials: list[Any], objectives: tuple[Objective, ...]) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of a table of every trial of the study, best first: trial, state,
+    epochs trained at its latest result (a fraction, 0.4, where a trial validates between epochs'
+    ends and stopped there; "-" for multi-objective sweeps, which report none), objective values,
+    the test token accuracy of the checkpoint each kept (with a test split) and parameters; a
+    starting point is named beside its number. ``trials`` are Optuna FrozenTrials."""
     first = objectives[0]
     sign = -1.0 if first.mode == "max" else 1.0
 
@@ -158,7 +163,7 @@ def summary(trials: list[Any], objectives: tuple[Objective, ...]) -> str:
                if t.values else ["-"] * len(objectives)),
              *([_test(t)] if tested else []), short(t.params)]
             for t in sorted(trials, key=order)]
-    return text_table(header, rows)
+    return header, rows
 
 
 def best_line(best: list[Any], objectives: tuple[Objective, ...]) -> str:

@@ -184,6 +184,11 @@ class Queue:
         with self.engine.begin() as db:
             db.execute(sa.update(_SWEEPS).where(_SWEEPS.c.sweep == sweep).values(eta_end=end))
 
+    def forget(self, sweep: str) -> None:
+        """Take a deleted sweep's row out of the queue (`seqae sweep delete`)."""
+        with self.engine.begin() as db:
+            db.execute(sa.delete(_SWEEPS).where(_SWEEPS.c.sweep == sweep))
+
     def quotas(self) -> dict[str, Quota]:
         if not self.kept:
             return {}

@@ -36,6 +36,7 @@ from seqae_errors import ConfigError
 from sweeps.spec.sections import Distribution
 from sweeps.spec.sweep import SweepSpec, trial_layers
 from sweeps.spec.trial import TrialSpec
+from sweeps.stores import narrowing
 from sweeps.stores.study_storage import duplicates, open_storage
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,8 @@ def open_study(spec: SweepSpec, url: str, name: str, total: int, fingerprint: st
     """The sweep's study for its driver, created on first use; refused if another sweep owns it."""
     backend = storage(url)
     study = optuna.create_study(storage=backend, study_name=name, directions=directions_of(spec), load_if_exists=True)
-    study.sampler = sampler(spec, total, held=len(study.get_trials(deepcopy=False)))
+    held = len(study.get_trials(deepcopy=False))
+    study.sampler = narrowing.Narrowed(sampler(spec, total, held), seed=held)  # `seqae sweep set search.KEY=...`
     owner = study.user_attrs.get(N.FINGERPRINT)
     if owner is None:
         study.set_user_attr(N.FINGERPRINT, fingerprint)
@@ -454,10 +456,35 @@ class SweepStudy:
         """The trial's grid values and searched values, define-by-run: a conditional key only
         when the keys it names took the values its condition names."""
         params = {key: trial.suggest_categorical(key, list(values)) for key, values in self.spec.grid_keys().items()}
+        space = self.space()
         for key in self.spec.sampling_order():
-            if self.spec.search[key].active(params):
-                params[key] = _suggest_one(trial, key, self.spec.search[key])
+            if space[key].active(params):
+                params[key] = _suggest_one(trial, key, narrowing.suggested(space[key], self.spec.search[key]))
         return params
+
+    def space(self) -> dict[str, Distribution]:
+        """The searched distributions as they are now: the sweep file's, narrowed in place
+        (:mod:`sweeps.stores.narrowing`)."""
+        return narrowing.space(self.spec.search, self.storage.get_study_user_attrs(self.study_id))
+
+    def narrow(self, key: str, value: Any, by: str) -> Distribution:
+        """Narrow searched ``key`` to ``value`` (:func:`sweeps.stores.narrowing.check`) from the
+        next proposal on, and log it."""
+        attrs = self.storage.get_study_user_attrs(self.study_id)
+        new = narrowing.check(key, value, self.spec.search, narrowing.space(self.spec.search, attrs))
+        self.storage.set_study_user_attr(self.study_id, narrowing.NARROWED,
+                                         narrowing.record(attrs, key, new, by, time.strftime("%Y-%m-%d %H:%M:%S")))
+        return new
+
+    def outside(self) -> dict[int, list[str]]:
+        """The sweep's trials whose values the narrowed space no longer holds, with those keys."""
+        space = self.space()
+        return {t.number: keys for t in self.trials() if (keys := narrowing.outside(t.params, space))}
+
+    def narrowing_notes(self) -> list[str]:
+        """What status and the report say of a space narrowed in place: each narrowing, the trials outside."""
+        attrs = self.storage.get_study_user_attrs(self.study_id)
+        return narrowing.notes(attrs, self.outside()) if narrowing.NARROWED in attrs else []
 
     # -- outcomes ----------------------------------------------------------------------------
     def report(self, number: int, epoch: int, metrics: dict[str, Any]) -> None:

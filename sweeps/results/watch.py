@@ -1,0 +1,128 @@
+"""A live view of a sweep (:meth:`sweeps.api.Sweep.watch`): in a Jupyter notebook one table that
+updates in place, in a terminal or a plain Python session a line each time the sweep changes and
+its table when it ends.
+
+The notebook's table is one IPython display, updated through its display id
+(``display(..., display_id=True)`` then ``handle.update(...)``): every Jupyter front end
+(JupyterLab, Notebook, VS Code) and ``nbclient`` redraw that one output, so the view needs no
+widget library and nothing that a Jupyter kernel does not already have. It reads the
+sweep's Optuna study alone (never MLflow), so it may poll a sweep of the workspace whose driver
+runs in another process, a terminal's `seqae sweep run` say.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from optuna.trial import TrialState
+
+from sweeps.running import progress
+from sweeps.stores.search import read_only
+from sweeps.stores.workspace import Workspace
+
+UNFINISHED = (TrialState.RUNNING, TrialState.WAITING)
+
+
+@dataclass(frozen=True)
+class View:
+    """What the live view shows at one moment."""
+
+    heading: str  # sweep NAME: its outcome, trials by state, the best so far
+    header: list[str]
+    rows: list[list[str]]  # every trial, best first (sweeps.running.progress.summary_rows)
+    notes: list[str]  # status's notes (a narrowed space, the trials outside it, ...)
+    ended: bool  # its driver is not running and no trial is left running
+
+    def text(self) -> str:
+        return "\n".join([self.heading, self.table()])
+
+    def table(self) -> str:
+        """Every trial and the notes, as plain text."""
+        return "\n".join([progress.text_table(self.header, self.rows), *self.notes])
+
+    def html(self) -> str:
+        """One HTML table, as a notebook shows it."""
+        cells = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in row) + "</tr>"
+                        for row in self.rows)
+        head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in self.header)
+        notes = "".join(f"<div><small>{html.escape(n)}</small></div>" for n in self.notes)
+        return (f"<div class='seqae-watch'><b>{html.escape(self.heading)}</b>"
+                f"<table><thead><tr>{head}</tr></thead><tbody>{cells}</tbody></table>{notes}</div>")
+
+
+def view(workspace: Workspace, name: str) -> View:
+    """Sweep ``name`` now: its status line and a row per trial, from one read of its study (so the
+    line and the rows agree)."""
+    state = workspace.read(name)
+    study = read_only(state.spec, state.backends.optuna_storage, state.study_name)
+    trials = study.trials()
+    header, rows = progress.summary_rows(trials, state.spec.objectives)
+    by_state = Counter(t.state.name for t in trials)
+    by_state["NOT_STARTED"] = state.total_trials - len(trials)
+    best = study.best(trials)
+    shown_best = (f"best: trial {best[0].number}  " + ", ".join(f"{o.metric} {v:.4f}" for o, v in
+                                                              zip(state.spec.objectives, best[0].values))
+                  if len(best) == 1 else f"{len(best)} trials on the Pareto front" if best else "no trial completed")
+    outcome = state.sessions[-1].get("outcome", "running") if state.sessions else "not started"
+    unfinished = any(t.state in UNFINISHED for t in trials)
+    ended = outcome != "running" and not unfinished and (bool(trials) or outcome != "not started")
+    states = ", ".join(f"{k} {v}" for k, v in sorted(by_state.items()) if v > 0)
+    heading = f"sweep {name}: {outcome}, {state.total_trials} trials ({states}); {shown_best}; at {time.strftime('%H:%M:%S')}"
+    return View(heading, header, rows, study.narrowing_notes(), ended)
+
+
+def in_notebook() -> bool:
+    """Whether this runs in a Jupyter kernel (IPython with a kernel), where displays update in place."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # a plain Python: no IPython installed
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def watch(workspace: Workspace, name: str, every: float = 5.0, timeout: float | None = None,
+          show: Callable[[View], None] | None = None) -> View:
+    """Show sweep ``name`` every ``every`` seconds until it ends (or ``timeout`` seconds passed):
+    in a notebook one table updated in place, elsewhere a line when it changed and the table at
+    the end (``show``: another way to show each view). Returns the last view."""
+    shown = show or (_notebook() if in_notebook() else _terminal())
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        now = view(workspace, name)
+        shown(now)
+        if now.ended or (deadline is not None and time.monotonic() >= deadline):
+            if show is None and not in_notebook():
+                print(now.table())  # below its heading, printed when it last changed
+            return now
+        time.sleep(every)
+
+
+def _notebook() -> Callable[[View], None]:
+    from IPython.display import HTML, display
+
+    handle: list[Any] = []
+
+    def show(now: View) -> None:
+        if handle:
+            handle[0].update(HTML(now.html()))
+        else:
+            handle.append(display(HTML(now.html()), display_id=True))
+    return show
+
+
+def _terminal() -> Callable[[View], None]:
+    last: list[tuple[str, list[list[str]]]] = []
+
+    def show(now: View) -> None:
+        # the heading's clock aside: a line only when the trials changed
+        key = (now.heading.rsplit("; at ", 1)[0], now.rows)
+        if not last or last[0] != key:
+            print(now.heading, flush=True)
+            last[:] = [key]
+    return show
