@@ -119,7 +119,7 @@ def test_claims_are_checked_on_the_test_scores_of_complete_grid_cells():
     def trial(number, latent, seed, val, test, state="complete", start=""):
         # the stores' record holds the kept checkpoint's test score; its run's last epoch scored another
         record = Stored(number, start, state.upper(), state, "grid", "", {}, {"val_token_accuracy": val}, 1, 2,
-                        {"val_token_accuracy": val, "test_token_accuracy": test}, None, None, None, None, 1.0, "", "")
+                        {"val_token_accuracy": val, "test_token_accuracy": test}, None, None, None, None, 1.0, "", "", 1)
         t = Trial(number, f"run{number}", "FINISHED", state, {"data.input_len": 32, "model.latent_len": latent,
                                                                "train.seed": seed, "train.lr": 1e-3}, record=record)
         t.curves["val_token_accuracy"] = [(1, val), (2, val / 2)]

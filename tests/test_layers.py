@@ -42,7 +42,9 @@ FRONT_DOOR = "sweeps/api.py"
 # ... and boto3 where an s3:// storage is checked: the s3 extra's, absent from an install without it
 LAZY_ELSEWHERE = {("seqae_core/data.py", "seqae_core.corpus"), ("cluster/artifact_store.py", "boto3"),
                   ("cluster/artifact_store.py", "botocore.config.Config"),
-                  *(("cluster/artifact_store.py", f"botocore.exceptions.{name}") for name in ("BotoCoreError", "ClientError"))}
+                  *(("cluster/artifact_store.py", f"botocore.exceptions.{name}") for name in ("BotoCoreError", "ClientError")),
+                  # ... and IPython where a notebook's live view is shown: a Jupyter kernel's, absent from a plain Python
+                  *(("sweeps/results/watch.py", f"IPython.{name}") for name in ("get_ipython", "display.HTML", "display.display"))}
 NOT_IN_THE_CORE = ("ray", "mlflow", "optuna")
 RAY_TUNE_HOMES = ("sweeps/running/trial.py", "sweeps/running/stoppers.py", "sweeps/running/schedulers.py", "sweeps/running/callbacks.py",
                   "sweeps/running/packs.py", "sweeps/running/runner.py")
@@ -51,12 +53,13 @@ RAY_TUNE_HOMES = ("sweeps/running/trial.py", "sweeps/running/stoppers.py", "swee
 # reading its results, then the API over them.
 SWEEP_ORDER = [
     "spec.overrides", "spec.messages", "spec.sections", "spec.space", "spec.sweep", "spec.trial",
-    "stores.ownership", "stores.workspace", "stores.outages", "stores.study_storage", "stores.shares", "stores.queue", "stores.search", "stores.retention", "stores.ledger",
+    "stores.ownership", "stores.workspace", "stores.outages", "stores.study_storage", "stores.shares", "stores.queue", "stores.narrowing", "stores.search", "stores.retention", "stores.ledger",
     "stores.writer", "stores.mlflow_access", "stores.mlflow_runs", "stores.textmodel", "stores.tracking",
+    "stores.deletion",
     "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_connection", "running.slots",
     "running.package", "running.submit", "running.sweep_data", "running.trial", "running.stoppers", "running.schedulers",
     "running.callbacks", "running.packs", "running.runner", "running.lifecycle", "running.driver",
-    "results.trials", "results.eta", "results.plan", "results.status", "results.remote_status", "results.export", "results.registry",
+    "results.trials", "results.eta", "results.plan", "results.status", "results.watch", "results.remote_status", "results.export", "results.registry",
     "api",
 ]
 ROOMS = ["spec", "stores", "running", "results", "api"]

@@ -306,7 +306,7 @@ EVERY_FIELD = [
      "sampler": {"type": "tpe", "seed": 7, "n_startup_trials": 3, "multivariate": False, "group": False,
                  "constant_liar": False},
      "scheduler": {"type": "asha", "grace_period": 2, "reduction_factor": 3}, "resources": {"cpu": 2, "gpu": 0.5, "fuse": 2},
-     "max_concurrent": 3, "priority": 2, "retries": 2, "budget": {"gpu_hours": 1.5}, "checkpoints": {"keep_best": 2},
+     "max_concurrent": 3, "priority": 2, "weight": 2.5, "retries": 2, "budget": {"gpu_hours": 1.5}, "checkpoints": {"keep_best": 2},
      "notify": {"urls": ["env:SEQAE_TEST_NOTIFY", "file:/etc/seqae/notify-url"], "events": ["best", "end"]},
      "profiles": {"small": {"description": "fewer trials", "trials.per_cell": 1}}},
     {**SEARCH, "search": {"train.lr": {"type": "uniform", "low": 1e-4, "high": 1e-2}},

@@ -33,13 +33,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import optuna
+import pyarrow.fs as pafs
+import sqlalchemy as sa
 from filelock import FileLock, Timeout
+from mlflow.cli import gc
+from mlflow.entities import ViewType
+from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+from mlflow.store.tracking.dbmodels.models import SqlInput, SqlInputTag
+from mlflow.tracking import MlflowClient
+from mlflow.utils.file_utils import local_file_uri_to_path
 
 from seqae_core import data as data_lib
+from seqae_core import names as N
 from seqae_core.storage import filesystem
 from seqae_errors import ConfigError
 from sweeps.spec.sweep import SweepSpec, cell_configs
 from sweeps.stores import ownership
+from sweeps.stores.mlflow_access import fluent_uri
+from sweeps.stores.mlflow_runs import all_runs
+from sweeps.stores.queue import Queue
+from sweeps.stores.search import storage, study_exists
 from sweeps.stores.workspace import Backends, Workspace, redact
 
 PAGE = 100  # run ids per query: a search of their registered versions, a purge of their links
@@ -168,11 +182,8 @@ def _unless_driven(folder: Path, name: str, looking: bool) -> Iterator[None]:
 
 
 def _study_owner(backends: Backends | None, name: str) -> str | None:
-    from sweeps.stores.search import storage, study_exists
-
     if backends is None or not study_exists(backends.optuna_storage, name):
         return None
-    from seqae_core import names as N
 
     store = storage(backends.optuna_storage)
     return store.get_study_user_attrs(store.get_study_id_from_name(name)).get(N.OWNER)
@@ -187,14 +198,10 @@ def _refuse_if_beating(backends: Backends | None, name: str) -> None:
 
 
 def _queue_row(url: str, name: str) -> Any:
-    from sweeps.stores.queue import Queue
-
     return Queue(url, create=False).entry(name)
 
 
 def _study_trials(url: str, name: str) -> int | None:
-    from sweeps.stores.search import storage, study_exists
-
     if not study_exists(url, name):
         return None
     store = storage(url)
@@ -202,10 +209,7 @@ def _study_trials(url: str, name: str) -> int | None:
 
 
 def _delete_study(url: str, name: str) -> None:
-    import optuna
 
-    from sweeps.stores.queue import Queue
-    from sweeps.stores.search import storage, study_exists
 
     if study_exists(url, name):
         optuna.delete_study(study_name=name, storage=storage(url))
@@ -222,7 +226,6 @@ def _folder_part(what: str, where: str, note: str = "") -> Part:
 
 def _size(where: str) -> tuple[int, int]:
     """How many files a folder (a path or a URI) holds, and their bytes; none if it is absent."""
-    import pyarrow.fs as pafs
 
     fs, path = filesystem(where)
     if fs.get_file_info(path).type != pafs.FileType.Directory:
@@ -232,8 +235,6 @@ def _size(where: str) -> tuple[int, int]:
 
 
 def _remove(where: str) -> None:
-    import pyarrow.fs as pafs
-
     fs, path = filesystem(where)
     if fs.get_file_info(path).type == pafs.FileType.Directory:
         fs.delete_dir(path)
@@ -255,15 +256,11 @@ def _entry_names(spec: SweepSpec) -> set[str]:
 
 # -- MLflow ---------------------------------------------------------------------------------
 def _client(uri: str) -> Any:
-    from mlflow.tracking import MlflowClient
-
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
 def _find_mlflow(uri: str, name: str) -> _Mlflow:
-    from mlflow.entities import ViewType
 
-    from sweeps.stores.mlflow_runs import all_runs
 
     client, found = _client(uri), _Mlflow(uri)
     experiment = client.get_experiment_by_name(name)
@@ -284,9 +281,7 @@ def _artifacts(uri: str | None, tracking_uri: str) -> tuple[int, int]:
     ``mlflow-artifacts:/`` URI resolves against ``tracking_uri``)."""
     if not uri:
         return 0, 0
-    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
-    from sweeps.stores.mlflow_access import fluent_uri
 
     with fluent_uri(tracking_uri):
         repo = get_artifact_repository(uri)
@@ -363,9 +358,7 @@ def _delete_mlflow(found: _Mlflow, models: bool) -> None:
     if found.uri.startswith(("http://", "https://")):
         # the server's database is its own: delete the artifacts through it (``mlflow-artifacts:/``
         # URIs resolve against the tracking URI), the rows stay marked deleted for its own gc
-        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
-        from sweeps.stores.mlflow_access import fluent_uri
 
         with fluent_uri(found.uri):
             for uri in [r.info.artifact_uri for r in found.runs] + [m.artifact_location for m in found.logged_models
@@ -382,9 +375,7 @@ def _gc(uri: str, runs: list[str], logged_models: list[str], experiments: list[s
     """``mlflow gc`` on the store at ``uri`` for exactly these runs, logged models and experiments
     (each already marked deleted): their artifacts, then their rows. Its lines (one per thing) are
     not the user's: the deletion says what went."""
-    from mlflow.cli import gc
 
-    from sweeps.stores.mlflow_access import fluent_uri
 
     args = ["--backend-store-uri", uri, "--tracking-uri", uri]
     for flag, ids in (("--run-ids", runs), ("--logged-model-ids", logged_models), ("--experiment-ids", experiments)):
@@ -399,8 +390,6 @@ def _purge_links(uri: str, run_ids: list[str]) -> None:
     and ``input_tags``), which ``mlflow gc`` leaves behind: it deletes a run's own rows, not the
     links that name it. Through MLflow's own table models, the one place seqae reaches into its
     schema (tests/test_delete.py finds any row left that names the sweep)."""
-    import sqlalchemy as sa
-    from mlflow.store.tracking.dbmodels.models import SqlInput, SqlInputTag
 
     inputs, tags = SqlInput.__table__, SqlInputTag.__table__
     engine = sa.create_engine(uri)
@@ -420,7 +409,6 @@ def _remove_empty(location: str) -> None:
     """An artifact folder left with only empty folders in it (a local one; an object store has none)."""
     if not location.startswith("file://") and "://" in location:
         return
-    from mlflow.utils.file_utils import local_file_uri_to_path
 
     path = Path(local_file_uri_to_path(location))
     if path.is_dir() and not any(p.is_file() for p in path.rglob("*")):
