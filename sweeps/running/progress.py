@@ -15,6 +15,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -131,12 +132,14 @@ class Progress:
         self.bar.close()
 
 
-def summary(trials: list[Any], objectives: tuple[Objective, ...]) -> str:
+def summary(trials: list[Any], objectives: tuple[Objective, ...],
+            values_of: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> str:
     """A table of every trial of the study, best first: trial, state, epochs trained at its latest
     result (a fraction, 0.4, where a trial validates between epochs' ends and stopped there; "-"
     for multi-objective sweeps, which report none), objective values, the test token accuracy of
     the checkpoint each kept (with a test split) and parameters; a starting point is named beside
-    its number. ``trials`` are Optuna FrozenTrials."""
+    its number. ``trials`` are Optuna FrozenTrials, ``values_of`` their parameters' config values
+    (:meth:`~sweeps.spec.sweep.SweepSpec.values_of`)."""
     first = objectives[0]
     sign = -1.0 if first.mode == "max" else 1.0
 
@@ -156,7 +159,7 @@ def summary(trials: list[Any], objectives: tuple[Objective, ...]) -> str:
              trained(t),
              *([M.value_text(v, t.user_attrs.get(N.SEEDS, {}), o.metric) for o, v in zip(objectives, t.values)]
                if t.values else ["-"] * len(objectives)),
-             *([_test(t)] if tested else []), short(t.params)]
+             *([_test(t)] if tested else []), short(values_of(t.params))]
             for t in sorted(trials, key=order)]
     return text_table(header, rows)
 
