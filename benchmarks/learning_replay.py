@@ -3,8 +3,9 @@ replayed on the evidence table under the corrected protocol (``benchmarks/replay
 docstring registers the targets).
 
 **The corrected protocol** (every method here): the sweep file declares the grid's keys as
-ordered values where a method says so (:data:`replay.ORDERED`: the learning rate log-uniform, the
-widths and heads integers on a log scale), each proposal trains the nearest of the table's 96
+ordered choices where a method says so (:func:`replay.choices`: each numeric key's sorted levels
+as the service's ``type: ordered``, which Optuna samples as the level's position: the learning
+rate's, the widths' and the heads' levels are log-spaced), each proposal trains the nearest of the table's 96
 configurations that no earlier proposal trains (``Method.fresh``: no method re-buys a configuration
 it has trained, and the study records the configuration trained, not the proposal), and the
 configuration a replay returns is chosen on one training seed's table and scored on the other
@@ -15,7 +16,7 @@ that sets the targets.
 
 - the published arms under the corrected protocol: the grid, random search, ASHA + random
   search, and ASHA + TPE over the published categorical space;
-- the ordered space: ASHA + TPE over :data:`replay.ORDERED`;
+- the ordered space: ASHA + TPE over the ordered choices;
 - a model fitted on every trial at its first rung (``Method.model == "first-rung"``): Optuna's
   own TPE (and, on fewer seeds, its GPSampler, whose proposals cost about 0.4 CPU-seconds each
   here, some 40 CPU-seconds a replay) over a view of the study in which each trial counts,

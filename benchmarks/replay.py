@@ -102,7 +102,7 @@ class Method:
     startup: int = 2  # TPE's (and the GP's) random start-up trials: 2, the quickstart's when registered
     warm_from: float | None = None  # transfer: the other fraction whose table's best configurations run first
     pack: int = 1  # trials proposed together and trained in lockstep on one worker (benchmarks.pack_replay)
-    space: str = "categorical"  # or ordered: the grid's numbers sampled as ordered choices (:func:`suggested`)
+    space: str = "categorical"  # or ordered: the grid's numbers declared as ordered choices (:func:`_spec`)
     fresh: bool = False  # each proposal trains the nearest configuration not trained yet (no re-buying)
     # what the sampler learns from: trials, as the service tells Optuna (a complete trial's best value,
     # a pruned one's intermediate values); or first-rung, every trial complete at its value at the
@@ -168,10 +168,8 @@ def _spec(method: Method, seed: int, epochs: int) -> spec_lib.SweepSpec:
     (racing: ASHA's settings, which the replay runs as :class:`RacingASHA`; a GP: random search's
     spec, the GP built by :func:`_sampler`, since the service's check refuses a GP over a categorical
     key such as the block, which Optuna's GPSampler models)."""
-    search: dict[str, dict[str, Any]] = {k: {"type": "categorical", "choices": list(v)}
-                                         for k, v in E.GRID.items() if k != "model.heads"}
-    search["model.heads"] = {"type": "categorical", "choices": list(E.GRID["model.heads"]),
-                             "when": {"model.block": "transformer"}}
+    search: dict[str, dict[str, Any]] = {k: choices(method, v) for k, v in E.GRID.items()}
+    search["model.heads"]["when"] = {"model.block": "transformer"}
     tpe = {**TPE, "n_startup_trials": method.startup} if method.sampler == "tpe" else {}
     scheduler = {"type": "asha" if method.scheduler == "race" else method.scheduler, "grace_period": GRACE_PERIOD,
                  "reduction_factor": REDUCTION_FACTOR}
@@ -199,12 +197,11 @@ class Proposals:
     failed trial) and the configuration is enqueued and asked in its place."""
 
     def __init__(self, table: list[Curve], spec: spec_lib.SweepSpec, first: tuple[dict[str, Any], ...] = (),
-                 own: optuna.samplers.BaseSampler | None = None, fresh: bool = False, ordered: bool = False) -> None:
+                 own: optuna.samplers.BaseSampler | None = None, fresh: bool = False) -> None:
         self.spec = spec
-        self.ordered = ordered  # numeric choices sampled as ordered ones (:func:`suggested`)
         self.study = optuna.create_study(direction="maximize", sampler=own or sampler(self.spec, 10_000))
         for params in first:
-            self.study.enqueue_trial(declared(params, ordered))
+            self.study.enqueue_trial(declared(spec, params))
         self.table = table
         self.coords = E._coordinates([c.params for c in table])
         self.fresh = fresh
@@ -215,7 +212,7 @@ class Proposals:
         others with the first's shape fixed (:func:`sweeps.stores.search.shaped_like`), the earlier ones
         pending while it is asked. Fresh: one at a time, none once every configuration is taken."""
         trial = self.study.ask()
-        params = suggested(self.spec, trial, self.ordered)
+        params = suggested(self.spec, trial)
         if self.fresh:
             assert size == 1, "fresh proposals are asked one at a time"
             if len(self.taken) == len(self.table):
@@ -223,11 +220,11 @@ class Proposals:
                 return []
             index = nearest(self.coords, params, self.taken)
             self.taken.add(index)
-            if trial.params != declared(self.table[index].params, self.ordered):
+            if trial.params != declared(self.spec, self.table[index].params):
                 self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                self.study.enqueue_trial(declared(self.table[index].params, self.ordered))
+                self.study.enqueue_trial(declared(self.spec, self.table[index].params))
                 trial = self.study.ask()
-                suggested(self.spec, trial, self.ordered)
+                suggested(self.spec, trial)
             return [(self.table[index], trial)]
         asked = [(self.table[nearest(self.coords, params)], trial)]
         if size == 1:
@@ -237,43 +234,42 @@ class Proposals:
         try:
             for _ in range(size - 1):  # each suggested before the next is asked: the sampler sees it pending
                 trial = self.study.ask()
-                asked.append((self.table[nearest(self.coords, suggested(self.spec, trial, self.ordered))], trial))
+                asked.append((self.table[nearest(self.coords, suggested(self.spec, trial))], trial))
         finally:
             self.study.sampler = own
         return asked
 
 
 # Issue 82's ordered space (``Method.space == "ordered"``): every key of the grid with numeric
-# choices is sampled as an ordered choice, an integer, the index of its value among the sorted
-# choices (the learning rate's and the widths' levels are log-spaced, so the index is their log
-# scale); the block stays a choice. TPE's Parzen estimators and a GP's kernel then see that 1.5e-3
-# lies between 7e-4 and 3.5e-3 and d_model 64 between 32 and 128, so what one trial teaches spreads
-# to its neighbours, which a categorical key cannot do, and random search still draws every level
-# alike, as over the categorical space. (A log-uniform learning rate snapped to the table's levels
-# would draw the two end levels half as often as the others: the table's discreteness, not the
-# search, would set what random search tries.) The service's schema has no ordered-choice type
-# yet: an integer key must hold valid config values, which indices are not.
-def suggested(spec: spec_lib.SweepSpec, trial: optuna.Trial, ordered: bool = False) -> dict[str, Any]:
+# choices is declared as the service's ordered choice (``type: ordered``), its sorted levels, which
+# Optuna samples as an integer, the level's position (the learning rate's and the widths' levels
+# are log-spaced, so the position is their log scale); the block stays a categorical choice. TPE's
+# Parzen estimators and a GP's kernel then see that 1.5e-3 lies between 7e-4 and 3.5e-3 and d_model
+# 64 between 32 and 128, so what one trial teaches spreads to its neighbours, which a categorical
+# key cannot do, and random search still draws every level alike, as over the categorical space.
+# (A log-uniform learning rate snapped to the table's levels would draw the two end levels half as
+# often as the others: the table's discreteness, not the search, would set what random search tries.)
+def choices(method: Method, levels: tuple[Any, ...]) -> dict[str, Any]:
+    """A grid key's distribution in ``method``'s space: its levels as an ordered choice where the
+    space is ordered and they are numbers, else as a categorical one."""
+    ordered = method.space == "ordered" and not any(isinstance(v, str) for v in levels)
+    return {"type": "ordered", "choices": sorted(levels)} if ordered else {"type": "categorical", "choices": list(levels)}
+
+
+def suggested(spec: spec_lib.SweepSpec, trial: optuna.Trial) -> dict[str, Any]:
     """The configuration ``trial`` proposes in ``spec``'s space, its keys in the service's order,
-    each suggested as the service suggests it; ``ordered``: a choice among numbers as an ordered
-    choice, the index of its value among the sorted choices (an integer to Optuna)."""
+    each suggested as the service suggests it (``sweeps.stores.search._suggest_one``)."""
     params: dict[str, Any] = {}
     for key in spec.sampling_order():
-        dist = spec.search[key]
-        if not dist.active(params):
-            continue
-        if ordered and dist.type == "categorical" and not any(isinstance(c, str) for c in dist.choices):
-            params[key] = sorted(dist.choices)[trial.suggest_int(key, 0, len(dist.choices) - 1)]
-        else:
-            params[key] = _suggest_one(trial, key, dist)
+        if spec.search[key].active(params):
+            params[key] = _suggest_one(trial, key, spec.search[key])
     return params
 
 
-def declared(params: dict[str, Any], ordered: bool = False) -> dict[str, Any]:
-    """A configuration of the grid as the sweep's Optuna trials hold it: the heads only for the
-    transformer block; ``ordered``: each number as its index among its key's sorted levels."""
-    return {k: sorted(E.GRID[k]).index(v) if ordered and not isinstance(v, str) else v for k, v in params.items()
-            if k != "model.heads" or params["model.block"] == "transformer"}
+def declared(spec: spec_lib.SweepSpec, params: dict[str, Any]) -> dict[str, Any]:
+    """A configuration of the grid as ``spec``'s Optuna trials record it: the heads only for the
+    transformer block, an ordered choice as its position (:meth:`spec_lib.SweepSpec.recorded`)."""
+    return spec.recorded({k: v for k, v in params.items() if k != "model.heads" or params["model.block"] == "transformer"})
 
 
 def nearest(coords: np.ndarray, params: dict[str, Any], taken: set[int] | frozenset[int] = frozenset()) -> int:
@@ -310,8 +306,7 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
     order = list(table)
     np.random.default_rng(seed).shuffle(order)  # type: ignore[arg-type]
     spec = None if method.sampler == "grid" else _spec(method, seed, epochs)  # a grid has no sampler, nor scheduler
-    proposals = None if spec is None else Proposals(table, spec, first, _sampler(method, spec), method.fresh,
-                                                    method.space == "ordered")
+    proposals = None if spec is None else Proposals(table, spec, first, _sampler(method, spec), method.fresh)
     rungs = RacingASHA if method.scheduler == "race" else ResumableASHA
     asha = (rungs({}, spec.objectives, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=epochs,
                   grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR, brackets=spec.scheduler.brackets(epochs))

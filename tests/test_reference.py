@@ -23,7 +23,7 @@ def test_the_objective_names_every_metric_it_may_use_and_the_page_lists_every_ke
     assert all(metric in dict(sweep_fields())["objective.metric"].description for metric in M.OBJECTIVES)
     page = sweep_keys()
     assert all(f"| `{key}` |" in page for key, _ in sweep_fields())
-    assert "one of `loguniform`, `uniform`, `int`, `categorical`" in page  # the distribution types
+    assert "one of `loguniform`, `uniform`, `int`, `categorical`, `ordered`" in page  # the distribution types
 
 
 def test_every_config_key_has_a_description():

@@ -280,19 +280,20 @@ def _fresh(name: str, sampler: str, scheduler: str = "asha", **kwargs) -> Method
 
 
 def test_an_ordered_space_samples_each_numeric_choice_as_the_index_of_its_level():
-    """The learning rate's five levels are 0-4 to Optuna, the heads' two 0-1, the block a choice; a
-    configuration goes into the study and comes back out as itself, and random search draws each
-    level alike."""
+    """The learning rate's five levels are 0-4 to Optuna, the heads' two 0-1, the block a choice, as
+    the service's ordered choices (``type: ordered``) declare them; a configuration goes into the
+    study and comes back out as itself, and random search draws each level alike."""
     from benchmarks.replay import declared
 
     spec = _spec(_fresh("o", "random"), 0, 4)
+    assert spec.search["train.lr"].type == "ordered" and spec.search["model.block"].type == "categorical"
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
     for params in E.CONFIGURATIONS[:10]:
-        study.enqueue_trial(declared(params, ordered=True))
+        study.enqueue_trial(declared(spec, params))
         trial = study.ask()
-        assert suggested(spec, trial, ordered=True) == declared(params)
+        assert suggested(spec, trial) == spec.values_of(declared(spec, params))
         assert isinstance(trial.params["train.lr"], int) and isinstance(trial.params["model.block"], str)
-    drawn = [suggested(spec, study.ask(), ordered=True)["train.lr"] for _ in range(2000)]
+    drawn = [suggested(spec, study.ask())["train.lr"] for _ in range(2000)]
     assert min(drawn.count(lr) for lr in E.GRID["train.lr"]) > 350  # 400 each, none half as often
     assert study.trials[-1].distributions["train.lr"] == optuna.distributions.IntDistribution(0, 4)
 
@@ -306,11 +307,11 @@ def test_fresh_proposals_train_every_configuration_once_and_the_study_records_th
     from benchmarks.replay import declared
 
     spec = _spec(_fresh("f", sampler), 0, 4)
-    proposals = Proposals(curves, spec, fresh=True, ordered=True)
+    proposals = Proposals(curves, spec, fresh=True)
     seen = []
     for _ in range(96):
         [(curve, trial)] = proposals.ask()
-        assert trial.params == declared(curve.params, ordered=True)
+        assert trial.params == declared(spec, curve.params)
         proposals.study.tell(trial, max(curve.val))
         seen.append(curve.config_id)
     assert sorted(seen) == list(range(96))
@@ -353,7 +354,8 @@ def test_the_first_rung_model_learns_of_every_trial_at_its_first_rung_value_prun
     from benchmarks.replay import declared
 
     curves = table()
-    by_params = {tuple(sorted(declared(c.params, ordered=True).items())): c for c in curves}
+    spec = _spec(_fresh("m", "tpe"), 0, 4)
+    by_params = {tuple(sorted(declared(spec, c.params).items())): c for c in curves}
 
     def curve_of(trial):
         return by_params[tuple(sorted(trial.params.items()))]

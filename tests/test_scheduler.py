@@ -130,3 +130,29 @@ def test_racing_the_incumbent_lets_on_only_a_trial_as_good_as_the_best_at_its_ru
     history = {n: [{M.EPOCH: 1, M.VAL_TOKEN_ACCURACY: v}] for n, v in values.items()}
     rebuilt = RacingASHA(history, objective, **settings)
     assert [rebuilt.stops(n) for n in values] == [True, False, True, False]
+
+
+def test_a_sweep_file_naming_the_race_builds_the_racing_scheduler_within_the_sweeps_share():
+    """`scheduler.type: race` in a sweep file gives the shared-cluster form of the race (one that
+    keeps to the sweep's slots, as ASHA's does), and it races: at the first rung a trial worse than
+    the best recorded there stops, where the file's ASHA (factor 2) lets it on."""
+    from pathlib import Path
+
+    from sweeps.running.schedulers import Preempting, RacingASHA, SharedASHA, rungs_for
+    from sweeps.spec import sweep as spec_lib
+
+    quickstart = Path(__file__).resolve().parents[1] / "sweeps" / "studies" / "quickstart.yaml"
+    decisions: dict[str, list[str]] = {}
+    for kind in ("race", "asha"):
+        spec = spec_lib.load(quickstart, [f"scheduler.type={kind}"])
+        scheduler = rungs_for(spec, {}, spec.base["train.epochs"])
+        assert isinstance(scheduler, Preempting) and isinstance(scheduler, RacingASHA) == (kind == "race")
+        assert isinstance(scheduler, SharedASHA) == (kind == "asha")
+        scheduler.set_search_properties(M.VAL_TOKEN_ACCURACY, "max")  # as Tune sets the objective
+        decisions[kind] = []
+        for number, value in enumerate((0.5, 0.9, 0.7)):  # the third above the rung's median, below its best
+            trial = _trial(number)
+            scheduler.on_trial_add(None, trial)
+            decisions[kind].append(scheduler.on_trial_result(None, trial, {M.EPOCH: 1, M.VAL_TOKEN_ACCURACY: value}))
+    go, stop = TrialScheduler.CONTINUE, TrialScheduler.STOP
+    assert decisions == {"race": [go, go, stop], "asha": [go, go, go]}

@@ -157,3 +157,47 @@ def test_a_fork_does_not_try_a_starting_point_its_origin_tried(tmp_path):
     fork = open_study(spec, url, "fork", 12, "b")
     fork.seed_from(origin)
     assert fork.next_trial().start is None
+
+
+ORDERED = {
+    "config": {"data": {"input_len": 16}, "model": {"block": "transformer", "d_model": 32, "d_attn": 32, "heads": 2}},
+    "search": {"model.d_model": {"type": "ordered", "choices": [16, 32, 64]},
+               "train.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+    "start": {"widest": {"model.d_model": 64}},
+    "trials": {"total": 12},
+    "sampler": {"type": "tpe", "seed": 0, "n_startup_trials": 4},
+}
+
+
+def test_an_ordered_choice_is_proposed_only_among_its_values_and_the_sampler_sees_its_position(tmp_path):
+    """`type: ordered` over 16, 32, 64: Optuna's study holds the position, an integer 0-2 that TPE
+    models as a number (its neighbours are the values beside it); the trial's params, its config
+    and a fork's seeded trials hold the value; a starting point and a value fixed by position
+    cross both ways."""
+    import optuna
+
+    spec = _spec(tmp_path, ORDERED)
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = open_study(spec, url, "s", 12, "fingerprint")
+    issued = []
+    for _ in range(12):
+        trial = study.next_trial()
+        study.study.tell(trial.number, trial.params["model.d_model"] / 100)  # wider is better
+        issued.append(trial)
+    widths = [t.params["model.d_model"] for t in issued]
+    assert widths[0] == 64 and issued[0].start == "widest"
+    assert set(widths) <= {16, 32, 64} and len(set(widths)) >= 2, widths
+    assert [t.config.model.d_model for t in issued] == widths
+    recorded = study.study.trials
+    assert [t.params["model.d_model"] for t in recorded] == [[16, 32, 64].index(w) for w in widths]
+    assert all(t.distributions["model.d_model"] == optuna.distributions.IntDistribution(0, 2) for t in recorded)
+    assert [study.trial_spec(t.number).params for t in issued] == [t.params for t in issued]  # read back as values
+
+    fork = open_study(spec, url, "fork", 12, "b")
+    fork.seed_from(study)
+    assert [spec.values_of(t.params)["model.d_model"] for t in fork.forked()] == widths
+
+    plain = spec_lib.parse({**ORDERED, "start": {}}, "no starting point")
+    fixed = open_study(plain, f"sqlite:///{tmp_path}/f.db", "f", 12, "fingerprint")
+    fixed.study.enqueue_trial({"model.d_model": 1, "train.lr": 1e-3})  # a position, as a sampler proposes it
+    assert fixed.next_trial().params == {"model.d_model": 32, "train.lr": 1e-3}

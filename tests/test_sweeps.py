@@ -29,8 +29,8 @@ STUDY_SMOKE = {
     "paper_seeds": ["grid.data.input_len,model.latent_len=[[16, 9]]", "grid.train.seed=[0]"],
     "search_lr_dims": ["data.input_len=16", "model.latent_len=8", "trials.total=3", "search.model.layers={type: int, low: 1, high: 2}",
                        "scheduler.type=asha",  # and SMOKE's widths, searched: the file's are 8-32x wider
-                       "search.model.d_model={type: categorical, choices: [16, 32]}",
-                       "search.model.d_attn={type: categorical, choices: [16, 32]}",
+                       "search.model.d_model={type: ordered, choices: [16, 32]}",  # as the file's: ordered
+                       "search.model.d_attn={type: ordered, choices: [16, 32]}",
                        "search.model.d_ffn={type: categorical, choices: [32, 64], when: {model.block: transformer}}",
                        # the paper's patience (the file's 5) end to end: at a learning rate of ~0 each trial's
                        # validation stays where its first epoch put it, so it trains 5 epochs more, of 8
@@ -141,7 +141,8 @@ def _check_fig3_points_are_each_fractions_best_accuracy(workspace: Path, study: 
 
 def _check_searched_and_stopped_at_the_papers_patience(workspace: Path, study: str) -> None:
     """The search_lr_dims smoke run: learning rate, d_model and d_attn each take more than one value,
-    and each trial's values reached Optuna, Tune (the config it trained) and MLflow alike; each trial
+    and each trial's values reached Optuna (an ordered width as its position among 16 and 32), Tune
+    (the config it trained) and MLflow alike; each trial
     the scheduler left alone trained exactly 5 epochs past its best (the file's patience), the same
     epochs in all three."""
     trials = {t.number: t for t in optuna_trials(workspace, study)}
@@ -150,7 +151,7 @@ def _check_searched_and_stopped_at_the_papers_patience(workspace: Path, study: s
     assert set(trials) == set(runs) == set(tune) == {0, 1, 2}, (trials, runs, tune)
     for key, section, field in (("train.lr", "train", "lr"), ("model.d_model", "model", "d_model"),
                                 ("model.d_attn", "model", "d_attn")):
-        sampled = {n: t.params[key] for n, t in trials.items()}
+        sampled = {n: t.params[key] if key == "train.lr" else (16, 32)[t.params[key]] for n, t in trials.items()}
         assert len(set(sampled.values())) >= 2, (key, sampled)  # searched, not pinned
         assert {n: spec.params[key] for n, spec in tune.items()} == sampled, key
         assert {n: getattr(getattr(spec.config, section), field) for n, spec in tune.items()} == sampled, key

@@ -7,7 +7,9 @@ first rung, 1 in ``factor`` of those goes on to the next, and so on to ``train.e
 (:func:`asha_epochs`); a trial that has trained ``done`` epochs and still runs has passed every rung
 up to it, so the same sum from ``done`` is what it has left. Hyperband is ASHA in brackets whose
 first rung comes ``factor^b`` times later, a trial's bracket drawn with Ray's odds (more trials
-to the brackets with more rungs). A starting point (``start:``) trains to the end.
+to the brackets with more rungs). Racing the incumbent counts as ASHA, an upper bound: at a rung
+it lets on only the best so far, a trial ASHA would let on too. A starting point (``start:``)
+trains to the end.
 
 **Wall time** at ``slots`` trials at once: the trials' time shared evenly, never less than the
 longest trial's (:func:`wall_seconds`).
@@ -72,7 +74,7 @@ def expected_epochs(scheduler: SchedulerSection, max_t: int, done: float = 0.0, 
     if scheduler.type == "none" or start:
         return max(0.0, max_t - done)
     grace, factor = scheduler.grace_period, scheduler.reduction_factor
-    if scheduler.type == "asha":
+    if scheduler.type in ("asha", "race"):  # the race: ASHA's, an upper bound (the module's docstring)
         return asha_epochs(max_t, grace, factor, done)
     brackets = scheduler.brackets(max_t)
     # Ray's AsyncHyperBand: bracket s has int(log(max_t / grace) / log(factor) - s + 1) rungs, and odds exp(rungs)

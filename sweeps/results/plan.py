@@ -126,9 +126,9 @@ def _middle(distribution: Distribution) -> object:
 
 
 def _timed(distribution: Distribution) -> tuple[object, ...]:
-    """A searched key's values to time: a categorical's choices; an int's values where its step
-    leaves few (widths declared as an ordered choice); else the middle of its range, on its step."""
-    if distribution.type == "categorical":
+    """A searched key's values to time: a categorical's or an ordered key's choices; an int's values
+    where its step leaves few (widths declared as int with a step); else the middle of its range, on its step."""
+    if distribution.type in ("categorical", "ordered"):
         return tuple(distribution.choices)
     if distribution.type == "int" and distribution.step:
         assert distribution.low is not None and distribution.high is not None

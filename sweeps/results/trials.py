@@ -98,7 +98,7 @@ def read_trials(spec: SweepSpec, study: SweepStudy, storage: str | None,
         records.append(Trial(
             number=trial.number, start=trial.user_attrs.get(N.START, ""), state=trial.state.name,
             outcome=Outcome(trial.state.name).label, proposed_by=trial.user_attrs.get(N.PROPOSED_BY, ""),
-            ended=trial.datetime_complete.isoformat() if trial.datetime_complete else "", params=dict(trial.params),
+            ended=trial.datetime_complete.isoformat() if trial.datetime_complete else "", params=spec.values_of(trial.params),
             values=dict(zip(objectives, trial.values or [])), kept_epoch=kept.get(M.EPOCH),
             last_epoch=history[-1][M.EPOCH] if history else None,
             metrics={**{k: kept.get(k) for k in (*M.VAL_METRICS, *M.TEST_METRICS)},

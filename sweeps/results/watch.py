@@ -61,7 +61,7 @@ def view(workspace: Workspace, name: str) -> View:
     state = workspace.read(name)
     study = read_only(state.spec, state.backends.optuna_storage, state.study_name)
     trials = study.trials()
-    header, rows = progress.summary_rows(trials, state.spec.objectives)
+    header, rows = progress.summary_rows(trials, state.spec.objectives, state.spec.values_of)
     by_state = Counter(t.state.name for t in trials)
     by_state["NOT_STARTED"] = state.total_trials - len(trials)
     best = study.best(trials)

@@ -216,7 +216,7 @@ def run(workspace: Workspace, session: Session, writer: Writer, verbose: bool) -
                                notifier=session.notifier, slots=session.slots)
         except KeyboardInterrupt:
             session.record["interrupted"] = True
-        progress.say(f"\n{progress.summary(study.trials(), spec.objectives)}\n")
+        progress.say(f"\n{progress.summary(study.trials(), spec.objectives, spec.values_of)}\n")
         progress.say(f"seqae: {progress.best_line(study.best(), spec.objectives)}")
         progress.say("seqae: trials proposed by: " + ", ".join(f"{k} {v}" for k, v in study.proposals().items()))
 

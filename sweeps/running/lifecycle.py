@@ -137,7 +137,8 @@ def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, dic
             backends.optuna_storage, source.study_name) else None
         found = 0
         for trial in study.ranked() if study else []:
-            values = build(spec_lib.trial_layers(source_spec.source, source_spec.base, trial.params)).flat()
+            values = build(spec_lib.trial_layers(source_spec.source, source_spec.base,
+                                                 source_spec.values_of(trial.params))).flat()
             params: dict[str, Any] = {}
             for key in spec.sampling_order():
                 if spec.search[key].active(params):

@@ -15,6 +15,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -131,17 +132,20 @@ class Progress:
         self.bar.close()
 
 
-def summary(trials: list[Any], objectives: tuple[Objective, ...]) -> str:
+def summary(trials: list[Any], objectives: tuple[Objective, ...],
+            values_of: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> str:
     """A table of every trial of the study, best first (:func:`summary_rows`), as plain text."""
-    return text_table(*summary_rows(trials, objectives))
+    return text_table(*summary_rows(trials, objectives, values_of))
 
 
-def summary_rows(trials: list[Any], objectives: tuple[Objective, ...]) -> tuple[list[str], list[list[str]]]:
+def summary_rows(trials: list[Any], objectives: tuple[Objective, ...],
+                 values_of: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> tuple[list[str], list[list[str]]]:
     """The header and rows of a table of every trial of the study, best first: trial, state,
     epochs trained at its latest result (a fraction, 0.4, where a trial validates between epochs'
     ends and stopped there; "-" for multi-objective sweeps, which report none), objective values,
     the test token accuracy of the checkpoint each kept (with a test split) and parameters; a
-    starting point is named beside its number. ``trials`` are Optuna FrozenTrials."""
+    starting point is named beside its number. ``trials`` are Optuna FrozenTrials, ``values_of``
+    their parameters' config values (:meth:`~sweeps.spec.sweep.SweepSpec.values_of`)."""
     first = objectives[0]
     sign = -1.0 if first.mode == "max" else 1.0
 
@@ -161,7 +165,7 @@ def summary_rows(trials: list[Any], objectives: tuple[Objective, ...]) -> tuple[
              trained(t),
              *([M.value_text(v, t.user_attrs.get(N.SEEDS, {}), o.metric) for o, v in zip(objectives, t.values)]
                if t.values else ["-"] * len(objectives)),
-             *([_test(t)] if tested else []), short(t.params)]
+             *([_test(t)] if tested else []), short(values_of(t.params))]
             for t in sorted(trials, key=order)]
     return header, rows
 

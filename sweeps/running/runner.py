@@ -27,7 +27,7 @@ from sweeps.running.callbacks import NotifyCallback, ProgressCallback, SlotsCall
 from sweeps.running.notify import Notifier
 from sweeps.running.packs import Members, PackCallback, PackScheduler, PackSearcher, member_id, pack_name
 from sweeps.running.progress import Progress, say
-from sweeps.running.schedulers import SharedASHA, SharedFIFO, SharedParetoASHA
+from sweeps.running.schedulers import Rungs, SharedFIFO, rungs_for
 from sweeps.running.slots import Doing, Slots
 from sweeps.running.stoppers import (
     BudgetStopper,
@@ -172,7 +172,7 @@ def run_session(
     stop_now, trial_stops = StopNow(study), TrialStops(study, storage)
     searcher = StudySearcher(spec, study, storage, spend, stop_now, retention, notifier, slots, trial_stops)
     objective = spec.objectives[0]
-    scheduler: SharedFIFO | SharedASHA | SharedParetoASHA = SharedFIFO()
+    scheduler: SharedFIFO | Rungs = SharedFIFO()
     continuing = study.continuing()
     if continuing:  # trials `seqae sweep extend` reopened train on past max_t, to limits of their own
         epochs = max(epochs, *continuing.values())
@@ -180,11 +180,7 @@ def run_session(
             say(f"seqae: trials {list(continuing)} train on to their new epoch limit; {spec.scheduler.label} stops "
                   "no trial this session")
     elif spec.scheduler.type != "none":
-        rungs: dict[str, Any] = {"time_attr": M.EPOCH, "max_t": epochs, "grace_period": spec.scheduler.grace_period,
-                                 "reduction_factor": spec.scheduler.reduction_factor,
-                                 "brackets": spec.scheduler.brackets(epochs)}
-        kind = SharedParetoASHA if spec.multi_objective else SharedASHA
-        asha = scheduler = kind({n: p.history for n, p in progresses.items()}, spec.objectives, **rungs)
+        asha = scheduler = rungs_for(spec, {n: p.history for n, p in progresses.items()}, epochs)
         for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):
             if asha.stops(number, study.trial_spec(number).start is not None):  # the rungs it passed before the driver died stop it
                 say(f"seqae: trial {number}: ASHA's rungs, rebuilt from the trials' records, stop it")

@@ -1,7 +1,9 @@
 """The sweep's schedulers: Ray's ASHA and asynchronous Hyperband, whose rungs are rebuilt from
-the trials' records when a session starts (:class:`ResumableASHA`), and their multi-objective
-form, which ranks a rung by non-dominated sorting (:class:`ParetoASHA`); each of them, and Tune's
-FIFO, keeps to the sweep's share of the cluster's slots (:class:`Preempting`)."""
+the trials' records when a session starts (:class:`ResumableASHA`), ASHA's rungs racing the
+incumbent (:class:`RacingASHA`), and their multi-objective form, which ranks a rung by
+non-dominated sorting (:class:`ParetoASHA`); each of them, and Tune's FIFO, keeps to the sweep's
+share of the cluster's slots (:class:`Preempting`). :func:`rungs_for` builds the one a sweep file's
+``scheduler`` names."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from sweeps.running.progress import say
 from sweeps.running.slots import Slots
 from sweeps.running.stoppers import TrialStops
 from sweeps.spec.sections import Objective
+from sweeps.spec.sweep import SweepSpec
 from sweeps.spec.trial import TrialSpec
 
 
@@ -211,6 +214,25 @@ class SharedASHA(Preempting, ResumableASHA):
 
 class SharedParetoASHA(Preempting, ParetoASHA):
     """:class:`ParetoASHA` within the sweep's share."""
+
+
+class SharedRacingASHA(Preempting, RacingASHA):
+    """:class:`RacingASHA` within the sweep's share: a trial the race lets on may still give its
+    slot up, and one it stops is stopped, never paused."""
+
+
+Rungs = SharedASHA | SharedRacingASHA | SharedParetoASHA
+
+
+def rungs_for(spec: SweepSpec, history: dict[int, list[dict[str, Any]]], epochs: int) -> Rungs:
+    """The scheduler ``spec.scheduler`` names (not ``none``) for trials of at most ``epochs``,
+    its rungs rebuilt from ``history`` (:class:`ResumableASHA`): several objectives rank a rung by
+    non-dominated sorting, ``race`` races the incumbent (one objective: the spec refuses more)."""
+    settings = spec.scheduler
+    kind: type[Rungs] = (SharedParetoASHA if spec.multi_objective
+                         else SharedRacingASHA if settings.type == "race" else SharedASHA)
+    return kind(history, spec.objectives, time_attr=M.EPOCH, max_t=epochs, grace_period=settings.grace_period,
+                reduction_factor=settings.reduction_factor, brackets=settings.brackets(epochs))
 
 
 def stub_trial(spec: TrialSpec, trial_id: str | None = None) -> Trial:

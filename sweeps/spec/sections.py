@@ -47,16 +47,21 @@ class Section(BaseModel):
 class Distribution(Section):
     """What Optuna samples for one config key."""
 
-    type: Literal["loguniform", "uniform", "int", "categorical"] = Field(
+    type: Literal["loguniform", "uniform", "int", "categorical", "ordered"] = Field(
         description="how the key is sampled: loguniform and uniform between low and high, int a whole number "
                     "between them, categorical one of choices, unordered (a sampler learns nothing about 64 from 32 "
-                    "and 128: declare ordered values such as widths as int, with step, and a learning rate as "
-                    "loguniform)")
+                    "and 128), ordered one of choices in the order listed (the sampler sees the position, 0, 1, 2, "
+                    "..., so what it learns of 256 spreads to 128 and 512 beside it; Optuna's study records the "
+                    "position, the trials' configs and MLflow the value): declare ordered values such as widths "
+                    "as int with step, or as ordered choices (128, 256, 512), and a learning rate as loguniform")
     low: float | None = Field(default=None, description="the smallest value (loguniform, uniform, int)")
     high: float | None = Field(default=None, description="the largest value, included (loguniform, uniform, int)")
     step: int | None = Field(default=None, gt=0, description="int only: the spacing of the values from low")
     log: bool = Field(default=False, description="int only: sample on a log scale (loguniform always is)")
-    choices: tuple[Any, ...] = Field(default=(), strict=False, description="categorical only: the values, no repeats")
+    choices: tuple[Any, ...] = Field(default=(), strict=False,
+                                     description="categorical and ordered: the values, no repeats; ordered numbers "
+                                                 "in increasing order (spaced as the sampler should see them: "
+                                                 "evenly on the scale that matters, such as doublings)")
     when: dict[str, tuple[Any, ...]] = Field(
         default_factory=dict, strict=False,
         description="sample the key only when each of these keys (another searched key, or a grid axis) takes one "
@@ -71,13 +76,18 @@ class Distribution(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> Distribution:
-        allowed = {"categorical": {"choices"}, "int": {"low", "high", "step", "log"}}.get(self.type, {"low", "high"})
+        allowed = {"categorical": {"choices"}, "ordered": {"choices"},
+                   "int": {"low", "high", "step", "log"}}.get(self.type, {"low", "high"})
         extra = sorted(self.model_fields_set - allowed - {"type", "when"})
         if extra:
             raise ValueError(f"{extra[0]!r} does not apply to type {self.type!r}")
-        if self.type == "categorical":
+        if self.type in ("categorical", "ordered"):
             if not self.choices or len(set(map(repr, self.choices))) != len(self.choices):
                 raise ValueError(f"choices={list(self.choices)!r} must be a non-empty list without repeats")
+            numbers = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in self.choices)
+            if self.type == "ordered" and numbers and list(self.choices) != sorted(self.choices):
+                raise ValueError(f"choices={list(self.choices)!r} must be in increasing order for type 'ordered' "
+                                 "(the sampler reads their order)")
             return self
         if self.low is None or self.high is None:
             raise ValueError(f"type {self.type!r} needs low and high")
@@ -96,11 +106,20 @@ class Distribution(Section):
         return all(key in params and params[key] in values for key, values in self.when.items())
 
     def contains(self, value: Any) -> bool:
-        if self.type == "categorical":
+        if self.type in ("categorical", "ordered"):
             return value in self.choices
         assert self.low is not None and self.high is not None
         return (isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
                 and (self.type != "int" or float(value).is_integer()))
+
+    def value_of(self, recorded: Any) -> Any:
+        """The config value of what an Optuna study recorded for this key: an ordered choice's
+        position there (:func:`sweeps.stores.search.optuna_distribution`), any other key's value."""
+        return self.choices[recorded] if self.type == "ordered" else recorded
+
+    def recorded(self, value: Any) -> Any:
+        """What an Optuna study records for the config value ``value`` (:meth:`value_of`'s inverse)."""
+        return self.choices.index(value) if self.type == "ordered" else value
 
     @model_serializer(mode="wrap")
     def _canonical(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -227,22 +246,26 @@ class SamplerSection(Section):
 
 
 class SchedulerSection(Section):
-    type: Literal["none", "asha", "hyperband"] = Field(
+    type: Literal["none", "asha", "hyperband", "race"] = Field(
         default="none", description="asha: stop the trials behind at each rung (with several objectives, by "
                                     "non-dominated sorting: a trial on the rung's Pareto front goes on); hyperband: "
                                     "asynchronous Hyperband, ASHA in brackets whose first rungs come later and later "
-                                    "(grace_period x factor^b), each trial in one, most in the first; none: train "
-                                    "every trial out")
-    grace_period: int | float = Field(default=1, gt=0, description="ASHA: the epochs trained at the first rung; a "
-                                                                    "fraction (0.25) with train.validate_every "
-                                                                    "validating at least that often")
+                                    "(grace_period x factor^b), each trial in one, most in the first; race: ASHA's "
+                                    "rungs racing the incumbent, a trial going on past a rung only if it is as good "
+                                    "there as the best trial recorded at that rung so far (one objective; it may stop "
+                                    "a slow starter ASHA would keep; docs/how-to/search.md); none: train every trial out")
+    grace_period: int | float = Field(default=1, gt=0, description="ASHA and race: the epochs trained at the first "
+                                                                    "rung; a fraction (0.25) with "
+                                                                    "train.validate_every validating at least that "
+                                                                    "often")
     reduction_factor: int = Field(default=2, ge=2, description="ASHA: 1 in this many trials goes on past each rung; "
-                                                               "rungs at grace_period x factor^k epochs")
+                                                               "rungs at grace_period x factor^k epochs (race: the "
+                                                               "rungs only)")
 
     @property
     def label(self) -> str:
         """The scheduler's name in messages."""
-        return {"asha": "ASHA", "hyperband": "Hyperband"}.get(self.type, "no scheduler")
+        return {"asha": "ASHA", "hyperband": "Hyperband", "race": "racing ASHA"}.get(self.type, "no scheduler")
 
     def rungs(self, epochs: int) -> list[int | float]:
         """The epochs at which ASHA (Hyperband's first bracket) decides, in trials of ``epochs``."""

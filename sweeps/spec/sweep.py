@@ -208,6 +208,9 @@ class SweepSpec(Section):
         if self.warm_start is not None and several > 1:
             raise ConfigError(f"{source}: warm_start needs one objective (its sweeps' best trials); this sweep has "
                               f"{several}")
+        if self.scheduler.type == "race" and several > 1:
+            raise ConfigError(f"{source}: scheduler.type='race' races one objective's best; this sweep has {several} "
+                              "(use type: asha, which ranks a rung by non-dominated sorting)")
         if self.constraints and self.sampler.type == "random":
             raise ConfigError(f"{source}: constraints need a sampler that models them (tpe, nsga2 or gp); "
                               "sampler.type='random' proposes without them")
@@ -258,6 +261,15 @@ class SweepSpec(Section):
         """The searched keys in the order a trial samples them: each after the keys its condition
         names (else as the file lists them)."""
         return sampling_order(self.search, set(self.grid_keys()), self.source)
+
+    def values_of(self, recorded: dict[str, Any]) -> dict[str, Any]:
+        """A trial's config values from the parameters its Optuna study recorded (an ordered
+        choice's position there: :meth:`~sweeps.spec.sections.Distribution.value_of`)."""
+        return {k: self.search[k].value_of(v) if k in self.search else v for k, v in recorded.items()}
+
+    def recorded(self, params: dict[str, Any]) -> dict[str, Any]:
+        """What an Optuna study records of a trial's config values ``params`` (:meth:`values_of`'s inverse)."""
+        return {k: self.search[k].recorded(v) if k in self.search else v for k, v in params.items()}
 
     def start_params(self, name: str) -> dict[str, Any]:
         """Starting point ``name``'s value of each searched key it samples: its own, else the base

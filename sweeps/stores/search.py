@@ -265,19 +265,20 @@ class SweepStudy:
         for trial in origin.trials():
             if trial.state != TrialState.COMPLETE:
                 continue
-            old = build(trial_layers(origin.spec.source, origin.spec.base, trial.params)).flat()
+            values = origin.spec.values_of(trial.params)
+            old = build(trial_layers(origin.spec.source, origin.spec.base, values)).flat()
             params: dict[str, Any] = {}
             for key, dist in space.items():
                 if dist.active(params):
-                    params[key] = trial.params.get(key, old[key])
+                    params[key] = values.get(key, old[key])
             outside = [f"{k}={v!r}" for k, v in params.items() if not space[k].contains(v)]
             if outside:
                 notes.append(f"trial {trial.number}: left out, {', '.join(outside)} outside the new space")
                 continue
             new = build(trial_layers(self.spec.source, self.spec.base, params)).flat()
-            dropped = [f"{k}={v!r} (now {new[k]!r})" for k, v in trial.params.items() if k not in space and new[k] != v]
+            dropped = [f"{k}={v!r} (now {new[k]!r})" for k, v in values.items() if k not in space and new[k] != v]
             self.study.add_trial(optuna.trial.create_trial(
-                params=params, distributions={k: optuna_distribution(space[k]) for k in params}, values=trial.values,
+                params=self.spec.recorded(params), distributions={k: optuna_distribution(space[k]) for k in params}, values=trial.values,
                 intermediate_values=trial.intermediate_values,
                 # a starting point seeded from the origin is not tried again; its test scores, seeds and
                 # epochs trained stay beside its values
@@ -306,7 +307,7 @@ class SweepStudy:
         held = self._held()  # a fork's seeded trials too: they count for both below
         start = self._next_start(held)
         if start is not None:
-            self.study.enqueue_trial(self.spec.start_params(start), user_attrs={N.START: start})
+            self.study.enqueue_trial(self.spec.recorded(self.spec.start_params(start)), user_attrs={N.START: start})
         elif cell := self._emptiest_cell(trials):
             self.study.enqueue_trial(cell)
         proposer = "start" if start is not None else self._proposer(held)
@@ -318,7 +319,7 @@ class SweepStudy:
     def _continued(self, trial: optuna.trial.FrozenTrial) -> TrialSpec:
         """Interrupted trial ``trial``, issued to continue from its checkpoint."""
         self._issued.add(trial.number)
-        params = dict(trial.params) if N.PROPOSED_BY in trial.user_attrs else self._suggest_late(trial)
+        params = self.spec.values_of(trial.params) if N.PROPOSED_BY in trial.user_attrs else self._suggest_late(trial)
         return self._spec_of(trial, params, continued=True)
 
     def next_pack(self, size: int, new: bool = True) -> list[TrialSpec]:
@@ -340,7 +341,7 @@ class SweepStudy:
         if first.continued:
             for trial in self.trials():
                 if len(pack) < size and trial.state == TrialState.RUNNING and trial.number not in self._issued:
-                    spec = self._spec_of(trial, dict(trial.params))  # its shape, before it is issued
+                    spec = self._spec_of(trial, self.spec.values_of(trial.params))  # its shape, before it is issued
                     if spec.config is not None and fusion_key(spec.config) == shape:
                         pack.append(self._continued(trial))
             return pack
@@ -362,7 +363,7 @@ class SweepStudy:
         if cells != [{}]:
             self.study.enqueue_trial(self._emptiest_cell(self.trials(), cells))
         base = self.study.sampler
-        self.study.sampler = shaped_like(base, first)
+        self.study.sampler = shaped_like(base, self.spec.recorded(first))
         try:
             asked = self.study.ask()
             params = self._propose(asked, self._proposer(self._held()))
@@ -410,7 +411,7 @@ class SweepStudy:
     def trial_spec(self, number: int) -> TrialSpec:
         """Trial ``number`` as it crossed into Tune (its config rebuilt from its parameters)."""
         trial = self.storage.get_trial(self._trial_id(number))
-        return self._spec_of(trial, dict(trial.params))
+        return self._spec_of(trial, self.spec.values_of(trial.params))
 
     def _spec_of(self, trial: optuna.trial.FrozenTrial, params: dict[str, Any], continued: bool = False) -> TrialSpec:
         """Trial ``trial`` with ``params``, at the epochs and starting point it recorded."""
@@ -623,9 +624,13 @@ def attempts(trial: optuna.trial.FrozenTrial) -> int:
 
 
 def optuna_distribution(dist: Distribution) -> optuna.distributions.BaseDistribution:
-    """The Optuna distribution ``_suggest_one`` samples from."""
+    """The Optuna distribution ``_suggest_one`` samples from: an ordered choice's is its position,
+    an integer, which the samplers model as a number (TPE's and the GP's kernels spread what one
+    value teaches to its neighbours, as they cannot across a categorical's choices)."""
     if dist.type == "categorical":
         return optuna.distributions.CategoricalDistribution(list(dist.choices))
+    if dist.type == "ordered":
+        return optuna.distributions.IntDistribution(0, len(dist.choices) - 1)
     assert dist.low is not None and dist.high is not None  # numeric distributions have bounds
     if dist.type == "int":
         return optuna.distributions.IntDistribution(int(dist.low), int(dist.high), log=dist.log, step=dist.step or 1)
@@ -633,8 +638,11 @@ def optuna_distribution(dist: Distribution) -> optuna.distributions.BaseDistribu
 
 
 def _suggest_one(trial: optuna.Trial, key: str, dist: Distribution) -> Any:
+    """``key``'s config value for ``trial`` (Optuna records an ordered choice's position)."""
     if dist.type == "categorical":
         return trial.suggest_categorical(key, list(dist.choices))
+    if dist.type == "ordered":
+        return dist.value_of(trial.suggest_int(key, 0, len(dist.choices) - 1))
     assert dist.low is not None and dist.high is not None  # numeric distributions have bounds
     if dist.type == "int":
         return trial.suggest_int(key, int(dist.low), int(dist.high), step=dist.step or 1, log=dist.log)
