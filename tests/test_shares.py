@@ -194,4 +194,5 @@ def test_a_driver_that_died_on_this_host_frees_its_slots_at_once(queue):
     queue.join(dataclasses.replace(entry("alive", "bob", arrived=1.0), host=here, pid=os.getpid()))
     queue.join(dataclasses.replace(entry("elsewhere", "cy", arrived=2.0), host="another-host", pid=ended.pid))
     assert {k: s.slots for k, s in queue.shares().items()} == {"alive": 2, "elsewhere": 2}
-    assert {p.sweep: p.state for p in queue.view()}["dead"] == Q.STOPPED
+    dead = next(p for p in queue.view() if p.sweep == "dead")
+    assert (dead.state, dead.held, dead.share) == (Q.STOPPED, 0, 0)  # its last beat's 4 trials are gone with it
