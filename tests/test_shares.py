@@ -196,3 +196,28 @@ def test_a_driver_that_died_on_this_host_frees_its_slots_at_once(queue):
     assert {k: s.slots for k, s in queue.shares().items()} == {"alive": 2, "elsewhere": 2}
     dead = next(p for p in queue.view() if p.sweep == "dead")
     assert (dead.state, dead.held, dead.share) == (Q.STOPPED, 0, 0)  # its last beat's 4 trials are gone with it
+
+
+def test_status_shows_where_a_sweep_that_waits_for_its_first_slot_stands(tmp_path):
+    """A sweep given no slot has proposed no trial yet: its status still says why it waits."""
+    import dataclasses
+    import os
+    import socket
+
+    from sweeps.results.status import trials_view
+    from sweeps.spec import sweep as spec_lib
+    from sweeps.stores.search import open_study
+    from sweeps.stores.workspace import Backends
+    from tests.conftest import WIKI_MINI
+    from tests.sweep_helpers import STUDIES
+
+    spec = spec_lib.load(STUDIES / "quickstart.yaml", [f"data.path={WIKI_MINI}", "trials.total=4"])
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    open_study(spec, url, "late", 4, spec.fingerprint())  # as its driver created it, before any trial
+    queue, here = Q.Queue(url), {"host": socket.gethostname(), "pid": os.getpid()}
+    queue.join(dataclasses.replace(entry("urgent", "ann", priority=5, training=4, arrived=1.0), **here))
+    queue.join(dataclasses.replace(entry("late", "bob", arrived=2.0), **here))
+    view = trials_view(spec, Backends(f"sqlite:///{tmp_path / 'mlflow.db'}", url, str(tmp_path)), "late", 4)
+    assert view.trials_by_state == {"NOT_STARTED": 4}
+    assert view.queue is not None, "no place in the queue shown for a sweep that waits for its first slot"
+    assert (view.queue.state, view.queue.place, view.queue.share, view.queue.why) == (Q.QUEUED, 1, 0, PRIORITY)
