@@ -107,9 +107,10 @@ def schedule(seed: int, training: int = TRAINING) -> list[tuple[int, str]]:
 
 
 def arrival(seed: int) -> int:
-    """When the urgent sweep arrives (``preempted``): the grid's epochs, from its first quarter,
-    while each of its two trials still has epochs to go."""
-    return random.Random(seed * 7919).randrange(2, TRAINING // 4)
+    """When the urgent sweep arrives (``preempted``): the grid's epochs, from its first eighth, so
+    that each of its two trials still has several epochs to go (a trial at its last one ends
+    rather than give its slot up)."""
+    return random.Random(seed * 7919).randrange(2, TRAINING // 8)
 
 
 @pytest.fixture(scope="module")
