@@ -304,16 +304,21 @@ def arrive(sweep: Sweep, seed: int, logs: Path) -> None:
     trials still have epochs to go when they give their slots up."""
     from sweeps.stores.queue import Queue
 
-    sweep.alive(after="the fault before")
-    print(f"  epoch {sweep.epochs()}: the urgent sweep arrives", flush=True)
-    with paused(sweep), pytest.MonkeyPatch.context() as mp:
-        urgent = Sweep(sweep.cluster, f"urgent-{seed}", logs, URGENT)
-        sweep.beside.append(urgent)
+    with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PGPASSFILE", sweep.cluster["env"]["PGPASSFILE"])
         queue = Queue(sweep.cluster["env"]["SEQAE_OPTUNA_STORAGE"], create=False)
-        wait_for(lambda: urgent.driver.poll() is not None or any(e.sweep == urgent.name for e in queue.entries()),
-                 300, "the urgent sweep to join the cluster's queue", every=1)
-        urgent.alive(after="its start")
+        # a driver that a fault just restarted has no trial to give up yet: its trials train first
+        wait_for(lambda: sweep.driver.poll() is not None or any(
+            e.sweep == sweep.name and e.pid == sweep.driver.pid and e.training for e in queue.entries()),
+                 300, "the grid's trials to train", every=0.5)
+        sweep.alive(after="the fault before")
+        print(f"  epoch {sweep.epochs()}: the urgent sweep arrives", flush=True)
+        with paused(sweep):
+            urgent = Sweep(sweep.cluster, f"urgent-{seed}", logs, URGENT)
+            sweep.beside.append(urgent)
+            wait_for(lambda: urgent.driver.poll() is not None or any(e.sweep == urgent.name for e in queue.entries()),
+                     300, "the urgent sweep to join the cluster's queue", every=1)
+            urgent.alive(after="its start")
 
 
 def ended_whole(cluster, sweep: Sweep, cells: int) -> dict:
