@@ -319,6 +319,11 @@ def arrive(sweep: Sweep, seed: int, logs: Path) -> None:
             wait_for(lambda: urgent.driver.poll() is not None or any(e.sweep == urgent.name for e in queue.entries()),
                      300, "the urgent sweep to join the cluster's queue", every=1)
             urgent.alive(after="its start")
+            log, pausing = sweep.running()[1], r"gives its slot up"
+            before = said(log, pausing)
+        # the next fault only once the grid has given a slot up: a driver a fault ends first has none to give
+        wait_for(lambda: said(log, pausing) > before or sweep.driver.poll() is not None, 300,
+                 "a trial of the grid to give its slot up")
 
 
 def ended_whole(cluster, sweep: Sweep, cells: int) -> dict:
