@@ -7,18 +7,23 @@ user would; a PostgreSQL restart must kill no driver. It must end exactly as the
 without faults: every metric of every epoch equal to the last digit, each epoch once in MLflow and
 in Optuna, nothing RUNNING, the best model registered once.
 
-Two sweeps: ``grid``, whose 8 trials (4 seeds x 2 learning rates) are fixed in advance, so the
+Three soaks: ``grid``, whose 8 trials (4 seeds x 2 learning rates) are fixed in advance, so the
 faulted sweep must have the fault-free one's trials; and ``tpe``, whose proposals depend on the
 order in which trials finish, faults or not. Its trials must be 8 different learning rates, and
-the reference is a fault-free sweep of those same 8, run after it.
+the reference is a fault-free sweep of those same 8, run after it. And ``preempted``: the grid with
+a second sweep beside it on the cluster (issue 81), of higher priority, which arrives at a moment
+drawn from the seed and takes both trial slots, so that the grid's trials are paused at their next
+validation and resumed later; the faults meet both sweeps (the ones that end a driver, the grid's),
+and both end as their trials do without faults, the second's trials being cells of the grid.
 
 ``SEQAE_CHAOS_SEEDS=commit`` soaks one seed, derived from the product code of the commit checked
-out (each change of it tries a new schedule), on one of the two sweeps: the seed's parity picks it,
-so the commits alternate between them. Both would not fit CI's 25 minutes: a soak and its fault-free
+out (each change of it tries a new schedule), on one of the three: the seed picks it, so the
+commits take turns. More than one would not fit CI's 25 minutes: a soak and its fault-free
 reference take about 7 minutes (``--durations``: 435 s for seed 46's grid, 120 s of it the reference),
-and CI took 23 minutes with one. ``SEQAE_CHAOS_SEEDS=1,2,3`` names seeds, and then both sweeps run for each
-(``SEQAE_CHAOS_SEEDS=1,2,3 pytest tests/test_chaos.py -s``; ``-k grid`` or ``-k tpe`` for one). A failing seed is in the test's id,
-and the same command with that seed replays its schedule.
+and CI took 23 minutes with one. ``SEQAE_CHAOS_SEEDS=1,2,3`` names seeds, and then all three run
+for each (``SEQAE_CHAOS_SEEDS=1,2,3 pytest tests/test_chaos.py -s``; ``-k grid``, ``-k tpe`` or
+``-k preempted`` for one). A failing seed is in the test's id, and the same command with that seed
+replays its schedule.
 
 Each fault says whether it ends the driver: the ones that kill it resume it, as a user would; a
 driver that dies of any other fault, or ends with an error, fails the soak.
@@ -56,14 +61,17 @@ from tests.sweep_helpers import (
 )
 
 
+SEARCHES = ("grid", "tpe", "preempted")
+
+
 def soaks() -> list[tuple[int, str]]:
-    """(seed, sweep) pairs: both sweeps of each seed ``SEQAE_CHAOS_SEEDS`` names, or, where it is
-    ``commit``, the commit's seed on the sweep its parity picks."""
+    """(seed, sweep) pairs: every soak of each seed ``SEQAE_CHAOS_SEEDS`` names, or, where it is
+    ``commit``, the commit's seed on the soak it picks."""
     given = os.environ.get("SEQAE_CHAOS_SEEDS", "")
     if given == "commit":
         seed = commit_seed()
-        return [(seed, ("grid", "tpe")[seed % 2])]
-    return [(int(seed), search) for seed in given.split(",") if seed for search in ("grid", "tpe")]
+        return [(seed, SEARCHES[seed % len(SEARCHES)])]
+    return [(int(seed), search) for seed in given.split(",") if seed for search in SEARCHES]
 
 
 SOAKS = soaks()  # once: with "commit" each call asks git
@@ -79,19 +87,30 @@ BASE = [*TINY, f"train.epochs={EPOCHS}", f"train.patience={EPOCHS}", "retries=20
 GRID = [*BASE, "search={}", "start={}", "trials={per_cell: 1}", "grid.train.seed=[0, 1, 2, 3]", "grid.train.lr=[0.003, 0.01]"]
 TPE = [*BASE, "search={train.lr: {type: loguniform, low: 0.001, high: 0.03}}", f"trials={{total: {CELLS}}}",
        "sampler={type: tpe, seed: 0, n_startup_trials: 2}"]  # TPE proposes 6 of the 8: its proposals follow the finishing order
+# the sweep that arrives beside the grid (``preempted``): two of the grid's cells, at a higher priority
+URGENT_CELLS = 2
+URGENT = [*BASE, "search={}", "start={}", "trials={per_cell: 1}", "grid.train.seed=[0, 1]", "grid.train.lr=[0.003]",
+          "priority=5"]
 FAULTS = ("driver_sigkill", "driver_sigterm", "worker_sigkill", "mlflow_restart", "postgres_restart",
           "second_driver", "cut_checkpoint")
 METRICS = (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.TRAIN_LOSS, M.VAL_SEQUENCE_ACCURACY, M.LEARNING_RATE)
 
 
-def schedule(seed: int) -> list[tuple[int, str]]:
+def schedule(seed: int, training: int = TRAINING) -> list[tuple[int, str]]:
     """Every kind of fault once and one more drawn again, each at a moment (epochs trained by all
-    trials together) drawn from the first half of the sweep."""
+    trials together, of ``training``) drawn from the first half of the sweep."""
     rng = random.Random(seed)
     kinds = [*FAULTS, rng.choice(FAULTS)]
     rng.shuffle(kinds)
-    moments = sorted(rng.sample(range(2, TRAINING // 2), len(kinds)))
+    moments = sorted(rng.sample(range(2, training // 2), len(kinds)))
     return list(zip(moments, kinds))
+
+
+def arrival(seed: int) -> int:
+    """When the urgent sweep arrives (``preempted``): the grid's epochs, from its first eighth, so
+    that each of its two trials still has several epochs to go (a trial at its last one ends
+    rather than give its slot up)."""
+    return random.Random(seed * 7919).randrange(2, TRAINING // 8)
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +129,7 @@ class Sweep:
         self.env = {**cluster["env"], "RAY_ADDRESS": f"127.0.0.2:{state['gcs_port']}", "RAY_AUTH_MODE": "token",
                     "RAY_AUTH_TOKEN_PATH": state["token_file"]}
         self.drivers, self.began = 0, time.time()
+        self.beside: list[Sweep] = []  # the sweeps beside it on the cluster, which its faults meet too
         self.numbers: dict[int, int] = {}  # each driver process's number, which names its log
         self.processes: list[subprocess.Popen] = []
         self.driver = self.start("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", name, *sets(*settings))
@@ -149,6 +169,10 @@ class Sweep:
 
     def epochs(self) -> int:
         return sum(m["epoch"] for m in trial_metas(self.storage).values())
+
+    def trained(self) -> int:
+        """The epochs trained by its trials and those of the sweeps beside it."""
+        return self.epochs() + sum(other.epochs() for other in self.beside)
 
     def finish(self) -> None:
         """Wait for the driver, which must end the sweep: whatever faults came before, no driver
@@ -205,20 +229,29 @@ def calm(cluster, tmp_path_factory):
 @pytest.mark.parametrize("seed, search", SOAKS, ids=[f"seed-{seed}-{search}" for seed, search in SOAKS])
 def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request, record_property, tmp_path, seed,
                                                                 search):
-    faults = schedule(seed)
-    print(f"\nchaos seed {seed} ({search}): " + ", ".join(f"{kind} at epoch {at}" for at, kind in faults), flush=True)
-    sweep = Sweep(cluster, f"{search}-{seed}", tmp_path, GRID if search == "grid" else [*TPE, f"sampler.seed={seed}"])
-    injected: list[tuple[int, str]] = []  # (the sweep's epochs when it was injected, the fault)
+    preempted = search == "preempted"
+    training = TRAINING + URGENT_CELLS * EPOCHS if preempted else TRAINING  # both sweeps' epochs
+    faults = schedule(seed, training)
+    print(f"\nchaos seed {seed} ({search}): " + ", ".join(f"{kind} at epoch {at}" for at, kind in faults)
+          + (f"; the urgent sweep arrives at the grid's epoch {arrival(seed)}" if preempted else ""), flush=True)
+    sweep = Sweep(cluster, f"{search}-{seed}", tmp_path, [*TPE, f"sampler.seed={seed}"] if search == "tpe" else GRID)
+    injected: list[tuple[int, str]] = []  # (the sweeps' epochs when it was injected, the fault)
+    # the urgent sweep arrives among the faults, at the grid's epochs (the same as both sweeps' before it arrives)
+    events = sorted([*faults, *([(arrival(seed), ARRIVES)] if preempted else [])])
     try:
-        for at, kind in faults:
-            wait_for(lambda: sweep.epochs() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep")
-            wait_for(lambda: sweep.settled() or sweep.driver.poll() is not None, 300,
-                     "the driver to find the services of the fault before back")
-            sweep.alive(after="the fault before")
+        for at, kind in events:
+            wait_for(lambda: sweep.trained() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep")
+            if kind == ARRIVES:
+                arrive(sweep, seed, tmp_path)
+                continue
+            for each in [sweep, *sweep.beside]:
+                wait_for(lambda: each.settled() or each.driver.poll() is not None, 300,
+                         "the drivers to find the services of the fault before back")
+                each.alive(after="the fault before")
             # a fault that comes after the last epoch meets no trial: the soak would pass without testing it
-            trained = sweep.epochs()
-            assert sweep.driver.poll() is None and trained < TRAINING, (
-                f"the sweep trained {trained} of its {TRAINING} epochs before {kind} (due at epoch {at}): "
+            trained = sweep.trained()
+            assert sweep.driver.poll() is None and trained < training, (
+                f"the sweep trained {trained} of its {training} epochs before {kind} (due at epoch {at}): "
                 f"{len(injected)} of {len(faults)} faults injected")
             injected.append((trained, kind))
             resumed = sweep.drivers
@@ -226,60 +259,116 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request
             INJECT[kind](sweep, random.Random(seed * 1000 + at))
             # the faults that end the driver resume it themselves; no other fault may end it
             assert (sweep.drivers > resumed) == (kind in ENDS_DRIVER), (kind, sweep.drivers, resumed)
-            sweep.alive(after=kind)
-        sweep.finish()
+            for each in [sweep, *sweep.beside]:
+                each.alive(after=kind)
+        for each in [sweep, *sweep.beside]:
+            each.finish()
     finally:
-        sweep.stop()
+        for each in [sweep, *sweep.beside]:
+            each.stop()
     seconds = time.time() - sweep.began
     assert [kind for _, kind in injected] == [kind for _, kind in faults], injected  # every one, in order
+
+    results = ended_whole(cluster, sweep, CELLS)
+    if search == "tpe":  # the same trials without faults, fixed in advance
+        lrs = sorted({lr for _, lr in results})
+        assert len(lrs) == CELLS, f"TPE proposed a learning rate twice: {sorted(lr for _, lr in results)}"
+        grid = [*BASE, "search={}", "start={}", "trials={per_cell: 1}", f"grid.train.lr=[{', '.join(lrs)}]"]
+        calm = Sweep(cluster, f"tpe-{seed}-calm", tmp_path, grid).finish_timed()
+    else:
+        calm = request.getfixturevalue("calm")
+    identical(results, calm["results"])
+    beside = ""
+    if preempted:  # the urgent sweep's trials are cells of the grid: the calm grid's are theirs without faults
+        urgent = sweep.beside[0]
+        urgent_results = ended_whole(cluster, urgent, URGENT_CELLS)
+        identical(urgent_results, {cell: calm["results"][cell] for cell in urgent_results})
+        paused_trials = sorted({int(n) for n in re.findall(r"seqae: trial (\d+) gives its slot up", "\n".join(
+            sweep.log(k).read_text() for k in range(1, sweep.drivers + 1)))})
+        assert paused_trials, "the urgent sweep took no slot from the grid: no trial of it was paused"
+        beside = (f", beside {urgent.name} (priority 5, arrived at the grid's epoch {arrival(seed)}), which "
+                  f"preempted its trials {paused_trials}; both identical to their fault-free runs")
+    # in the suite's summary (tests/conftest.py), also from a pytest-xdist worker
+    record_property("chaos", f"chaos seed {seed} ({search}): {len(injected)} of {len(faults)} faults (at epochs "
+                             f"{', '.join(str(trained) for trained, _ in injected)} of {training}), {sweep.drivers} drivers, "
+                             f"{seconds:.0f} s against {calm['seconds']:.0f} s without faults "
+                             f"(+{seconds / calm['seconds'] - 1:.0%}); identical to the fault-free run{beside}")
+
+
+ARRIVES = "the urgent sweep arrives"
+
+
+def arrive(sweep: Sweep, seed: int, logs: Path) -> None:
+    """The urgent sweep (URGENT) started beside ``sweep``, whose driver is held (SIGSTOP: its trials
+    wait at their next report) until the urgent one has joined the cluster's queue, so that its
+    trials still have epochs to go when they give their slots up."""
+    from sweeps.stores.queue import Queue
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGPASSFILE", sweep.cluster["env"]["PGPASSFILE"])
+        queue = Queue(sweep.cluster["env"]["SEQAE_OPTUNA_STORAGE"], create=False)
+        # a driver that a fault just restarted has no trial to give up yet: its trials train first
+        wait_for(lambda: sweep.driver.poll() is not None or any(
+            e.sweep == sweep.name and e.pid == sweep.driver.pid and e.training for e in queue.entries()),
+                 300, "the grid's trials to train", every=0.5)
+        sweep.alive(after="the fault before")
+        print(f"  epoch {sweep.epochs()}: the urgent sweep arrives", flush=True)
+        with paused(sweep):
+            urgent = Sweep(sweep.cluster, f"urgent-{seed}", logs, URGENT)
+            sweep.beside.append(urgent)
+            wait_for(lambda: urgent.driver.poll() is not None or any(e.sweep == urgent.name for e in queue.entries()),
+                     300, "the urgent sweep to join the cluster's queue", every=1)
+            urgent.alive(after="its start")
+            log, pausing = sweep.running()[1], r"gives its slot up"
+            before = said(log, pausing)
+        # the next fault only once the grid has given a slot up: a driver a fault ends first has none to give
+        wait_for(lambda: said(log, pausing) > before or sweep.driver.poll() is not None, 300,
+                 "a trial of the grid to give its slot up")
+
+
+def ended_whole(cluster, sweep: Sweep, cells: int) -> dict:
+    """Sweep ``sweep``'s results, once checked whole: every run FINISHED with its parameters, one
+    per trial, every trial COMPLETE, the best model registered once."""
+    from mlflow.tracking import MlflowClient
 
     uri = cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"]
     runs = mlflow_runs(None, sweep.name, tracking_uri=uri)
     assert [r.info.run_name for r in runs if r.info.status != "FINISHED"] == []  # nothing RUNNING or KILLED
     children = [r for r in runs if "seqae.trial" in r.data.tags]
-    assert sorted(int(r.data.tags["seqae.trial"]) for r in children) == list(range(CELLS))  # one run per trial
+    assert sorted(int(r.data.tags["seqae.trial"]) for r in children) == list(range(cells))  # one run per trial
     assert [r.info.run_name for r in runs if not r.data.params] == []  # each with its parameters
-    assert [t.state.name for t in sweep.trials()] == ["COMPLETE"] * CELLS
-    results = sweep.results()
-    if search == "grid":
-        calm = request.getfixturevalue("calm")
-    else:  # the same trials without faults, fixed in advance
-        lrs = sorted({lr for _, lr in results})
-        assert len(lrs) == CELLS, f"TPE proposed a learning rate twice: {sorted(lr for _, lr in results)}"
-        grid = [*BASE, "search={}", "start={}", "trials={per_cell: 1}", f"grid.train.lr=[{', '.join(lrs)}]"]
-        calm = Sweep(cluster, f"tpe-{seed}-calm", tmp_path, grid).finish_timed()
-    assert set(results) == set(calm["results"])  # the same trials, by their parameters
-    for cell, histories in results.items():  # MLflow's metrics and Optuna's intermediate values
-        for metric, history in histories.items():
-            assert [step for step, _ in history] == list(range(1, EPOCHS + 1)), (cell, metric, history)
-            assert history == calm["results"][cell][metric], (cell, metric)  # to the last digit
-    from mlflow.tracking import MlflowClient
-
+    assert [t.state.name for t in sweep.trials()] == ["COMPLETE"] * cells
     versions = MlflowClient(uri).search_model_versions(f"name='{sweep.name}'")
     assert len(versions) == 1, [v.version for v in versions]
-    # in the suite's summary (tests/conftest.py), also from a pytest-xdist worker
-    record_property("chaos", f"chaos seed {seed} ({search}): {len(injected)} of {len(faults)} faults (at epochs "
-                             f"{', '.join(str(trained) for trained, _ in injected)} of {TRAINING}), {sweep.drivers} drivers, "
-                             f"{seconds:.0f} s against {calm['seconds']:.0f} s without faults "
-                             f"(+{seconds / calm['seconds'] - 1:.0%}); identical to the fault-free run")
+    return sweep.results()
+
+
+def identical(results: dict, calm: dict) -> None:
+    """The same trials, by their parameters, with every epoch's metrics (MLflow's) and intermediate
+    values (Optuna's) once and equal to the fault-free run's to the last digit."""
+    assert set(results) == set(calm)
+    for cell, histories in results.items():
+        for metric, history in histories.items():
+            assert [step for step, _ in history] == list(range(1, EPOCHS + 1)), (cell, metric, history)
+            assert history == calm[cell][metric], (cell, metric)
 
 
 # -- the faults --------------------------------------------------------------------------------
 @contextlib.contextmanager
 def paused(sweep: Sweep) -> Iterator[None]:
-    """The running driver held (SIGSTOP) while a service or a node starts again, which takes seconds:
-    Tune hands results over in lockstep (tests/sweep_helpers.held), so meanwhile no trial trains past
-    its epoch's report, and the restart spends none of the training the later faults need."""
-    driver = sweep.driver
-    if driver.poll() is not None:
-        yield
-        return
-    os.kill(driver.pid, signal.SIGSTOP)
+    """The running drivers (the sweep's and those beside it) held (SIGSTOP) while a service or a node
+    starts again, which takes seconds: Tune hands results over in lockstep (tests/sweep_helpers.held),
+    so meanwhile no trial trains past its epoch's report, and the restart spends none of the training
+    the later faults need."""
+    drivers = [each.driver for each in [sweep, *sweep.beside] if each.driver.poll() is None]
+    for driver in drivers:
+        os.kill(driver.pid, signal.SIGSTOP)
     try:
         yield
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(driver.pid, signal.SIGCONT)
+        for driver in drivers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(driver.pid, signal.SIGCONT)
 
 
 def _kill_driver(sweep: Sweep, sig: int = signal.SIGKILL) -> None:
@@ -358,10 +447,10 @@ def mlflow_restart(sweep: Sweep, rng: random.Random) -> None:
     driver, log = sweep.driver, sweep.running()[1]
     waiting = said(log, MLFLOW_AWAY)  # a driver that is starting waits for MLflow before any epoch
     stop_group(state["pids"]["mlflow"])
-    at = sweep.epochs()
+    at, training = sweep.trained(), (CELLS + URGENT_CELLS * len(sweep.beside)) * EPOCHS
     try:
         # once every epoch is trained, the outage covers the driver's closing writes, which it keeps until MLflow is back
-        wait_for(lambda: sweep.epochs() > at or sweep.epochs() >= CELLS * EPOCHS or said(log, MLFLOW_AWAY) > waiting
+        wait_for(lambda: sweep.trained() > at or sweep.trained() >= training or said(log, MLFLOW_AWAY) > waiting
                  or driver.poll() is not None, 300, "an epoch without MLflow, or the driver waiting for it")
     finally:
         with paused(sweep):

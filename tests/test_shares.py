@@ -194,7 +194,8 @@ def test_a_driver_that_died_on_this_host_frees_its_slots_at_once(queue):
     queue.join(dataclasses.replace(entry("alive", "bob", arrived=1.0), host=here, pid=os.getpid()))
     queue.join(dataclasses.replace(entry("elsewhere", "cy", arrived=2.0), host="another-host", pid=ended.pid))
     assert {k: s.slots for k, s in queue.shares().items()} == {"alive": 2, "elsewhere": 2}
-    assert {p.sweep: p.state for p in queue.view()}["dead"] == Q.STOPPED
+    dead = next(p for p in queue.view() if p.sweep == "dead")
+    assert (dead.state, dead.held, dead.share) == (Q.STOPPED, 0, 0)  # its last beat's 4 trials are gone with it
 
 
 # -- weights: the sweep file's `weight`, `seqae sweep submit --weight` ----------------------------
@@ -258,3 +259,43 @@ def test_a_queue_made_before_weights_and_etas_is_read_and_then_upgraded(tmp_path
     queue = Q.Queue(url)  # a driver's: adds the columns
     queue.set_eta("a", 123.0)
     assert (queue.entry("a").weight, queue.entry("a").eta_end) == (1.0, 123.0)
+
+
+def test_status_shows_where_a_sweep_that_waits_for_its_first_slot_stands(tmp_path):
+    """A sweep given no slot has proposed no trial yet: its status still says why it waits."""
+    import dataclasses
+    import os
+    import socket
+
+    from sweeps.results.status import trials_view
+    from sweeps.spec import sweep as spec_lib
+    from sweeps.stores.search import open_study
+    from sweeps.stores.workspace import Backends
+    from tests.conftest import WIKI_MINI
+    from tests.sweep_helpers import STUDIES
+
+    spec = spec_lib.load(STUDIES / "quickstart.yaml", [f"data.path={WIKI_MINI}", "trials.total=4"])
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    open_study(spec, url, "late", 4, spec.fingerprint())  # as its driver created it, before any trial
+    queue, here = Q.Queue(url), {"host": socket.gethostname(), "pid": os.getpid()}
+    queue.join(dataclasses.replace(entry("urgent", "ann", priority=5, training=4, arrived=1.0), **here))
+    queue.join(dataclasses.replace(entry("late", "bob", arrived=2.0), **here))
+    view = trials_view(spec, Backends(f"sqlite:///{tmp_path / 'mlflow.db'}", url, str(tmp_path)), "late", 4)
+    assert view.trials_by_state == {"NOT_STARTED": 4}
+    assert view.queue is not None, "no place in the queue shown for a sweep that waits for its first slot"
+    assert (view.queue.state, view.queue.place, view.queue.share, view.queue.why) == (Q.QUEUED, 1, 0, PRIORITY)
+
+
+def test_tunes_loop_keeps_turning_while_a_sweep_has_no_trial_and_no_share():
+    """A sweep whose share is 0 while Tune holds none of its trials: Tune's step that asks its
+    searcher for one gives up within a beat, so its ended trials' slots are freed and its seat
+    beats (sweeps.running.runner); this fails if a Ray upgrade changes the method it sets."""
+    import inspect
+
+    from ray.tune.execution.tune_controller import TuneController
+
+    from sweeps.running import runner  # noqa: F401 - it sets Tune's step on import
+    from sweeps.running.slots import EVERY_SECONDS
+
+    assert inspect.signature(TuneController._update_trial_queue).parameters["timeout"].default == EVERY_SECONDS
+    assert "self._update_trial_queue(blocking=" in inspect.getsource(TuneController._maybe_update_trial_queue)

@@ -2,7 +2,10 @@
 (four trial slots). User A submits eight trials at four at a time; twenty seconds later user B
 submits four more from a workspace of their own. With B at a higher priority, B's trials take
 A's slots at A's trials' next validation, and A's preempted trials resume from their checkpoints
-with the numbers of uninterrupted runs; at equal priorities each holds two slots.
+with the numbers of uninterrupted runs; at equal priorities each holds two slots. A user with a
+quota below their sweep's ceiling holds no more than it, waits, and runs once an admin raises it;
+the queue's rows and the quota outlive `seqae cluster down` + `up`, and the resumed sweep keeps to
+its share again.
 
 Slots held are read from Ray itself (the alive trial actors of each sweep's job, through the
 dashboard's state API), every second; the timelines are written to ``timeline-*.json`` beside the
@@ -11,6 +14,7 @@ test's files."""
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.request
 from pathlib import Path
@@ -28,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 # Each scenario takes minutes on the local cluster: a commit runs one of them (tests/rotation.py),
 # SEQAE_ROTATION=all both.
-SCENARIOS = ["priority", "equal-shares"]
+SCENARIOS = ["priority", "equal-shares", "quota"]
 
 # fp32 without dropout and every trial to its last epoch: a trial's numbers are its own, however
 # often it was paused; the same seed proposes the same trials in both sweeps
@@ -85,9 +89,10 @@ def jobs_ended(cluster, names: set[str]) -> bool:
     return names <= ended
 
 
-def submit(cluster, name: str, overrides: list[str], workspace: Path, *extra: str, cwd: Path = REPO) -> float:
+def submit(cluster, name: str, overrides: list[str], workspace: Path, *extra: str, cwd: Path = REPO,
+           env: dict[str, str] | None = None) -> float:
     run = seqae("sweep", "submit", str(cwd / STUDIES.relative_to(REPO) / "quickstart.yaml"), "--name", name, "--workspace", str(workspace),
-                *sets(*overrides), *extra, env=cluster["env"], cwd=cwd)
+                *sets(*overrides), *extra, env=env or cluster["env"], cwd=cwd)
     assert run.returncode == 0, run.stdout + run.stderr
     return time.time()
 
@@ -205,3 +210,130 @@ def test_equal_priorities_hold_equal_shares(cluster, tmp_path):
     off = [s for s in window if (s["fairab"], s["fairbb"]) != (2, 2)]
     assert window and len(off) <= len(window) / 4, timeline["samples"]
     assert all(abs(s["fairab"] - 2) <= 1 and abs(s["fairbb"] - 2) <= 1 for s in window), window
+
+
+def user_env(cluster, name: str) -> dict[str, str]:
+    """What user ``name`` exports to submit, from the folder `seqae cluster add-user` gave them."""
+    added = seqae("cluster", "add-user", name, "--dir", str(cluster["root"]), env=cluster["env"])
+    assert added.returncode == 0, added.stdout + added.stderr
+    folder = Path(cluster["root"]) / "users" / name
+    return {**cluster["env"], "MLFLOW_TRACKING_USERNAME": name,
+            "MLFLOW_TRACKING_PASSWORD": (folder / "mlflow_password").read_text().strip(),
+            "PGPASSFILE": str(folder / "pgpass"), "RAY_AUTH_TOKEN_PATH": str(folder / "ray_token")}
+
+
+def quota(cluster, user: str, cpus: int) -> None:
+    """The admin's `seqae cluster quota`."""
+    run = seqae("cluster", "quota", user, "--cpus", str(cpus), env=cluster["env"])
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def sample_until(cluster, name: str, done: Any, most: int, timeout: float = 600) -> list[int]:
+    """Slots sweep ``name`` holds, every second until ``done(samples)``; never more than ``most``."""
+    samples: list[int] = []
+    deadline = time.time() + timeout
+    while not done(samples):
+        samples.append(held(cluster).get(name, 0))
+        assert samples[-1] <= most, samples
+        assert time.time() < deadline, samples
+        time.sleep(1.0)
+    return samples
+
+
+@in_turn("quota", SCENARIOS, salt=1, what="the sharing scenario")
+def test_a_user_over_quota_waits_then_runs_and_the_queue_outlives_the_clusters_restart(cluster, tmp_path):
+    from cluster import local
+    from sweeps.stores.queue import Queue
+    from sweeps.stores.shares import QUOTA, Quota
+    from tests.sweep_helpers import held as holding, job_driver, trial_metas
+
+    name, total, epochs = "carolq", 7, 4
+    carol, workspace = user_env(cluster, "carol"), tmp_path / "ws-carol"
+    shown: dict[str, str] = {}
+
+    def queue() -> Queue:  # read anew each time: a reader finds the tables only once a driver created them
+        return Queue(cluster["env"]["SEQAE_OPTUNA_STORAGE"], create=False)
+
+    def show(key: str) -> dict[str, Any]:
+        """`seqae sweep status` as JSON, then `seqae cluster queue` and `seqae sweep status` as carol sees them."""
+        run = seqae("sweep", "status", name, "--json", "--workspace", str(workspace), env=carol)
+        assert run.returncode == 0, run.stderr
+        for argv in (["cluster", "queue"], ["sweep", "status", name]):
+            shown_run = seqae(*argv, "--workspace", str(workspace), env=carol)
+            assert shown_run.returncode == 0, shown_run.stdout + shown_run.stderr
+            shown[f"{key}: seqae {' '.join(argv)}"] = shown_run.stdout
+        return json.loads(run.stdout)
+
+    # carol's quota (1 CPU) is below her sweep's ceiling (3 trials of 1 CPU): she holds 1 slot of 4
+    quota(cluster, "carol", 1)
+    submit(cluster, name, [*TINY, f"train.epochs={epochs}", f"trials.total={total}", "max_concurrent=3"], workspace,
+           "--priority", "2", env=carol)
+    sample_until(cluster, name, lambda s: s.count(1) >= 5, most=1)
+    status = show("quota 1")
+    assert status["owner"] == "carol" and status["queue"]["why"] == QUOTA, status
+    assert status["queue"]["share"] == 1 and status["trials_by_state"].get("RUNNING", 0) <= 1, status
+
+    # the admin raises it to 2: she runs two at once, never three
+    quota(cluster, "carol", 2)
+    sample_until(cluster, name, lambda s: 2 in s, most=2)
+    storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
+    driver = job_driver(name)
+    # held (SIGSTOP) with two trials under way, each an epoch or more from its end; then killed, as
+    # `down` would, which cannot end a stopped process gracefully
+    wait_for(lambda: holding(driver, lambda: sum(not m["finished"] and m["epoch"] < epochs
+                                                 for m in trial_metas(storage).values()) >= 2), 300,
+             "two trials under way", every=0.1)
+    driver.kill()
+    before = queue().entry(name)
+    down = seqae("cluster", "down", "--dir", str(cluster["root"]), timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    up = seqae("cluster", "up", *cluster["up"], timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    cluster["state"] = local.read_state(cluster["root"])
+    assert local.environment(cluster["state"]) == cluster["env"]
+
+    # the queue's row (its owner, priority, arrival) and carol's quota are still in the database
+    after = queue().entry(name)
+    assert after is not None and (after.user, after.priority, after.arrived) == ("carol", 2, before.arrived), after
+    assert queue().quotas()["carol"] == Quota(cpus=2.0)
+    listed = seqae("cluster", "queue", "--workspace", str(workspace), env=carol).stdout
+    assert re.search(rf"{name}\s+carol\s+2\s+stopped\s+0/0/2 CPUs", listed), listed
+
+    # the admin lowers it to 1 before carol resumes: of her two trials under way, one trains, the
+    # other waits for a slot; raised to 2 again, she gets her share back
+    quota(cluster, "carol", 1)
+    resumed = seqae("sweep", "resume", name, "--workspace", str(workspace), env=carol)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    sample_until(cluster, name, lambda s: 1 in s, most=1)
+    # the new driver held (SIGSTOP) once its beat says one trial trains while Optuna holds both
+    driver = job_driver(name)
+    wait_for(lambda: holding(driver, lambda: (e := queue().entry(name)) is not None and e.training == 1 and sum(
+        t.state.name == "RUNNING" for t in optuna_trials(Path(), name, cluster["env"]["SEQAE_OPTUNA_STORAGE"])) == 2),
+             300, "one trial training and one waiting", every=0.5)
+    try:
+        waiting = show("resumed, quota 1")
+    finally:
+        driver.resume()
+    by_state = waiting["trials_by_state"]
+    assert (by_state.get("RUNNING"), by_state.get("WAITING_FOR_SLOT"), by_state.get("PREEMPTED")) == (1, 1, None), by_state
+    assert waiting["queue"]["why"] == QUOTA and waiting["queue"]["priority"] == 2, waiting["queue"]
+    assert "(quota)" in shown["resumed, quota 1: seqae cluster queue"], shown
+    quota(cluster, "carol", 2)
+    samples = sample_until(cluster, name, lambda s: jobs_ended(cluster, {name}), most=2)
+    assert 2 in samples, samples
+    (tmp_path.parent / "quota-shown.json").write_text(json.dumps(shown, indent=1))
+    print("\n\n".join(f"$ {key}\n{text}" for key, text in shown.items()))
+
+    # every trial once, each epoch once in Optuna and in MLflow
+    trials = optuna_trials(Path(), name, cluster["env"]["SEQAE_OPTUNA_STORAGE"])
+    assert [(t.number, t.state.name) for t in trials] == [(k, "COMPLETE") for k in range(total)]
+    assert all(sorted(t.intermediate_values) == list(range(1, epochs + 1)) for t in trials)
+    for number, values in validations(cluster, name).items():
+        assert [v[0] for v in values] == list(range(1, epochs + 1)), (number, values)
+    uri = cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"]
+    children = [r for r in mlflow_runs(None, name, tracking_uri=uri) if "seqae.trial" in r.data.tags]
+    assert sorted(int(r.data.tags["seqae.trial"]) for r in children) == list(range(total))
+    for run in children:
+        assert run.info.status == "FINISHED", run.data.tags
+        assert metric_steps(run.info.run_id, "val_token_accuracy", None, uri) == list(range(1, epochs + 1))
+    assert queue().entry(name).ended == "complete"

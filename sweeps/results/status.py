@@ -105,8 +105,8 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
         by_state["NOT_STARTED"] = total - created
     blind = unreadable(backends.storage)
     records = {t.number: t for t in read_trials(spec, study, None if blind else backends.storage)}
-    place = next((p for p in queue.Queue(backends.optuna_storage, create=False).view() if p.sweep == study_name),
-                 None) if created else None
+    # a sweep given no slot yet has created no trial: its place says why it waits
+    place = next((p for p in queue.Queue(backends.optuna_storage, create=False).view() if p.sweep == study_name), None)
     return TrialsView(
         profile=spec.profile, description=spec.description, trials_total=total,
         trials_by_state=split_running(by_state, place),

@@ -18,6 +18,7 @@ from typing import Any
 
 import ray
 from ray import tune
+from ray.tune.execution.tune_controller import TuneController
 from ray.tune.search import Searcher
 from ray.tune.stopper import CombinedStopper
 
@@ -28,7 +29,7 @@ from sweeps.running.notify import Notifier
 from sweeps.running.packs import Members, PackCallback, PackScheduler, PackSearcher, member_id, pack_name
 from sweeps.running.progress import Progress, say
 from sweeps.running.schedulers import Rungs, SharedFIFO, rungs_for
-from sweeps.running.slots import Doing, Slots
+from sweeps.running.slots import EVERY_SECONDS, Doing, Slots
 from sweeps.running.stoppers import (
     BudgetStopper,
     DriverOnly,
@@ -46,6 +47,20 @@ from sweeps.stores.retention import Retention
 from sweeps.stores.search import SweepStudy
 from sweeps.stores.tracking import Tracker
 from sweeps.stores.writer import Writer
+
+
+def _keep_tunes_loop_turning() -> None:
+    """While a sweep has no trial in Tune (none training, waiting or paused) and its searcher
+    proposes none (its share of the cluster's slots is 0), Tune asks the searcher again every
+    second for up to ten minutes within one step of its loop (``TuneController._update_trial_queue``,
+    its ``timeout``): for that long it frees none of the slots its ended trials' workers hold and the
+    sweep's seat in the queue does not beat, so a sweep of a higher priority waits on those slots
+    and this one looks stopped. The step gives up after a beat's time instead; tests/test_shares.py
+    fails if a Ray upgrade changes the method."""
+    TuneController._update_trial_queue.__defaults__ = (False, EVERY_SECONDS)
+
+
+_keep_tunes_loop_turning()
 
 
 class StudySearcher(DriverOnly, Searcher):

@@ -246,8 +246,10 @@ class Queue:
         for e in sorted(entries, key=lambda e: (not e.live(now), -e.priority, e.arrived)):
             share = shares.get(e.sweep, Share(0))
             eta = max(0.0, e.eta_end - now) if e.eta_end is not None and e.live(now) else None
-            places.append(Place(e.sweep, e.user, e.priority, state(e, now), e.training, share.slots, share.why,
-                                quotas.get(e.user, Quota()), e.done, e.total, e.waiting, e.paused,
+            # a sweep whose driver died (or whose cluster went down) holds nothing: its last beat's counts are gone
+            training, waiting, paused = (e.training, e.waiting, e.paused) if e.live(now) else (0, 0, 0)
+            places.append(Place(e.sweep, e.user, e.priority, state(e, now), training, share.slots, share.why,
+                                quotas.get(e.user, Quota()), e.done, e.total, waiting, paused,
                                 in_line.index(e) + 1 if e in in_line else None, e.weight, eta))
         return places
 
