@@ -132,9 +132,12 @@ def lines_of(block: Block, marker: str) -> str:
 
 
 # The head's and the workers' addresses: loopback ones apart from the local cluster's (127.0.0.2-4,
-# tests/sweep_helpers.local_cluster), so that this test runs beside a local-cluster test; every
-# port is a free one.
+# tests/sweep_helpers.local_cluster), so that this test runs beside a local-cluster test, and the
+# nodes' ports from a range apart from the one a local cluster takes its first free block from
+# (cluster.local.up): two scans from one start at once found the same block. Both lie below the
+# kernel's ephemeral ports (32768 on), which free_port hands out.
 NODES = ["127.0.0.12", "127.0.0.13", "127.0.0.14"]
+NODE_PORTS_FROM = 26000
 
 
 def test_the_own_machines_how_to_runs_as_written_from_services_to_a_resumed_sweep(tmp_path, s3, monkeypatch):
@@ -154,7 +157,7 @@ def test_the_own_machines_how_to_runs_as_written_from_services_to_a_resumed_swee
     project = laptop.home / "seqae"  # `submit` packages the files git tracks in the project it runs from
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(project)], check=True)
     services = head.home / "seqae-services"
-    gcs, dashboard, ports = free_port(), free_port(), free_port_block(local.NODE_PORTS * 3)
+    gcs, dashboard, ports = free_port(), free_port(), free_port_block(local.NODE_PORTS * 3, start=NODE_PORTS_FROM)
     try:
         # 1. services, with the artifacts and checkpoints in the bucket
         (step1,) = of["## 1. Start MLflow and PostgreSQL beside the head"]

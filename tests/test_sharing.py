@@ -297,7 +297,7 @@ def test_a_user_over_quota_waits_then_runs_and_the_queue_outlives_the_clusters_r
     assert after is not None and (after.user, after.priority, after.arrived) == ("carol", 2, before.arrived), after
     assert queue().quotas()["carol"] == Quota(cpus=2.0)
     listed = seqae("cluster", "queue", "--workspace", str(workspace), env=carol).stdout
-    assert re.search(rf"{name}\s+carol\s+2\s+stopped\s+0/0/2 CPUs", listed), listed
+    assert re.search(rf"{name}\s+carol\s+2\s+1\s+stopped\s+0/0/2 CPUs", listed), listed
 
     # the admin lowers it to 1 before carol resumes: of her two trials under way, one trains, the
     # other waits for a slot; raised to 2 again, she gets her share back
