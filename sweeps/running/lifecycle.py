@@ -273,18 +273,7 @@ def control(workspace: Workspace, name: str, **changes: Any) -> Control:
     names who asked."""
     if "max_concurrent" in changes:
         running_changes(max_concurrent=changes["max_concurrent"])
-    if workspace.exists(name):
-        state = workspace.read(name)
-        spec, url, owner = state.spec, state.backends.optuna_storage, state.owner
-    elif (record := workspace.read_submission(name)) is not None:
-        spec, owner = spec_lib.load(record.sweep_file, record.sets), record.owner
-        url = record.backends.optuna_storage if record.backends else ""
-    else:
-        workspace.read(name)  # raises: no such sweep
-    if not url or not study_exists(url, name):
-        raise ConfigError(f"sweep {name!r} has not started yet (no Optuna study {name!r} at "
-                          f"{redact(url) or 'a storage its submission names'})")
-    study = read_only(spec, url, name)
+    study, owner = _user_study(workspace, name)
     who = ownership.check(name, study.owner or owner, "stop" if "drain" in changes else "set")
     return study.set_control(who, **changes)
 
