@@ -153,8 +153,10 @@ def test_a_running_sweep_proposes_its_next_trial_inside_the_space_narrowed_while
     import os
     import signal
 
+    import sqlite3
+    from contextlib import closing
+
     import optuna
-    import sqlalchemy
 
     from sweeps.api import Sweep
     from tests.sweep_helpers import held, kill_group, run_args, start, status, wait_for
@@ -164,12 +166,18 @@ def test_a_running_sweep_proposes_its_next_trial_inside_the_space_narrowed_while
     url = f"sqlite:///{workspace / 'optuna.db'}"
 
     def one_trial() -> bool:
-        if not (workspace / "optuna.db").exists():  # looking would make it
+        # Read-only SQL, not optuna.load_study: a storage opened while the driver is still creating
+        # its tables races it to insert alembic's version row (UNIQUE constraint failed, in CI).
+        if not (workspace / "optuna.db").exists():
             return False
         try:
-            return len(optuna.load_study(study_name=name, storage=url).trials) == 1
-        except (KeyError, sqlalchemy.exc.OperationalError):  # before the study, or its tables, exist
+            with closing(sqlite3.connect(f"file:{workspace / 'optuna.db'}?mode=ro", uri=True)) as db:
+                (count,) = db.execute(
+                    "SELECT count(*) FROM trials JOIN studies USING (study_id) WHERE study_name = ?", (name,)
+                ).fetchone()
+        except sqlite3.OperationalError:  # before the tables exist, or while they are being written
             return False
+        return count == 1
 
     try:
         wait_for(lambda: held(driver, one_trial), 300, "the driver stopped with one trial in its study")
