@@ -390,3 +390,20 @@ def test_the_learning_replay_meets_the_p90_target_only_at_half_the_grid_and_an_i
     rows = {r["method"]: r for r in L.summarize(runs("grid", 100.0) + runs("asha+random", 55.0) + runs("new", 45.0))}
     assert rows["new"]["p90_target"] == "met" and rows["asha+random"]["p90_target"] == "missed"
     assert rows["new"]["regret_0.5x"] == "3.00 [3.00, 3.00]" and rows["new"]["vs_asha+random_0.5x"] == "+0.00 [+0.00, +0.00]"
+
+
+@pytest.mark.parametrize("module, args, refusal", [
+    ("replay", ["--seeds", "5-3"], "--seeds '5-3' is not a range FIRST-LAST"),
+    ("replay", ["--fraction", "0.3"], "--fraction 0.3 is not a fraction of the evidence table"),
+    ("pack_replay", ["--pack", "1"], "--pack 1 is not a pack"),
+])
+def test_a_research_command_refuses_a_mistake_in_one_line_before_replaying(module, args, refusal, capsys):
+    """`python -m research.<module>`: a mistake is one line and exit status 2, as `seqae`'s, and
+    nothing replays."""
+    import importlib
+
+    from research import command
+
+    with pytest.raises(SystemExit) as ended:
+        command.main(importlib.import_module(f"research.{module}").main, args)
+    assert ended.value.code == 2 and capsys.readouterr().out.startswith(f"error: {refusal}")
