@@ -1,5 +1,1 @@
-"""seqae's benchmarks: each module a ``seqae bench`` command; the published tables beside them."""
-
-from pathlib import Path
-
-TABLES = Path(__file__).resolve().parent / "tables"
+"""seqae's benchmarks: what a user measures on their own machine, each module a ``seqae bench`` suite."""

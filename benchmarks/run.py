@@ -1,4 +1,6 @@
-"""``seqae bench``: run the benchmarks side by side, print one table each, write one JSON file."""
+"""``seqae bench``: run the benchmarks side by side, print one table each, write one JSON file. Each
+measures this machine (its speed, its GPU, its data preparation, the control plane at scale); the
+experiments behind the docs' claims are the research's, beside the package (``research/``)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,6 @@ import importlib
 import json
 import os
 import platform
-import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -35,31 +35,11 @@ def _throughput(options: dict[str, Any]) -> list[dict[str, Any]]:
     return rows + ([] if torch.cuda.is_available() else throughput.quickstart_paths(options["data"]))
 
 
-def _in_workspace(measure: Callable[[dict[str, Any], Path], list[dict[str, Any]]]) -> Suite:
-    """A suite whose sweeps run and stay in ``--workspace`` (a rerun continues them), else in a
-    temporary folder."""
-    def suite(options: dict[str, Any]) -> list[dict[str, Any]]:
-        if options["workspace"]:
-            return measure(options, Path(options["workspace"]))
-        with tempfile.TemporaryDirectory() as folder:
-            return measure(options, Path(folder))
-    return suite
-
-
 def _on_a_gpu(suite: Suite) -> Suite:
     """A suite that measures GPUs: one row saying so where there is none."""
     def guarded(options: dict[str, Any]) -> list[dict[str, Any]]:
         return suite(options) if torch.cuda.is_available() else [{"status": "skipped: no GPU on this machine"}]
     return guarded
-
-
-def _search_gpu(data: str, workspace: Path) -> list[dict[str, Any]]:
-    search = _module("search_vs_recipe")
-    return search.run(data, workspace, tuple(search.GPU.search_seeds), search.GPU)
-
-
-def _frontier(part: str) -> Suite:
-    return _in_workspace(lambda o, workspace: _module("frontier").run(part, o["data"], workspace))
 
 
 SUITES: dict[str, Suite] = {
@@ -69,25 +49,10 @@ SUITES: dict[str, Suite] = {
                        + _module("data_prep").parallel(o["data"])),
     "data-scale": lambda o: _module("data_scale").run(o["data"], o["pages"], o["interrupt"],
                                                       Path(o["workspace"]) if o["workspace"] else None),
-    "search": _in_workspace(lambda o, workspace: _module("search_vs_recipe").run(
-        o["data"], workspace, *[(o["fraction"],)] if o["fraction"] else [])),
-    "search-gpu": _on_a_gpu(_in_workspace(lambda o, workspace: _search_gpu(o["data"], workspace))),
-    "rungs": lambda o: _module("rung_agreement").run(o["data"]),
-    "table": _in_workspace(lambda o, workspace: _module("evidence_table").run(o["data"], workspace)),
-    "table-quarters": _in_workspace(lambda o, workspace: _module("evidence_table").run(
-        o["data"], workspace, _module("evidence_table").QUARTERS)),
-    "replay": lambda o: _module("replay").run(o["seeds"], o["fraction"] or _module("replay").FRACTION),
-    "pack-replay": lambda o: _module("pack_replay").run(o["seeds"], o["pack"] or _module("pack_replay").PACK,
-                                                        o["fraction"] or _module("replay").FRACTION),
-    "share-replay": lambda o: _module("share_replay").run(o["seeds"]),
-    "quarter-rungs": lambda o: _module("subepoch_rungs").run(o["seeds"]),
-    "front": lambda o: _module("front_replay").run(o["seeds"]),
-    "defaults": lambda o: _module("transformer_defaults").run(o["data"]),
     "gpu": _on_a_gpu(lambda o: _module("gpu_packing").run(o["data"])),
     "step": lambda o: _module("step_check").suite(),
     "fuse": lambda o: _module("fuse").run(),
     "scale": lambda o: _module("scale").run(o["data"]),
-    **{part: _frontier(part) for part in ("frontier-fig3", "frontier-width", "frontier-offcorpus", "frontier-sweep")},
     "processes": lambda o: _module("process_cpu").run(o["command"]),
     "control-plane": lambda o: _module("control_plane").run([int(n) for n in o["sizes"].split(",")],
                                                             o["optuna"].split(","),
@@ -146,22 +111,15 @@ def command(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError(f"--before {args.before!r} is not a checkout of seqae (no seqae_cli/main.py there)")
     if "processes" in args.suites and not args.command:
         raise ConfigError("bench processes needs --command CMD: the command whose CPU-seconds it counts (for example .ci/run)")
-    bounds = re.fullmatch(r"(\d+)(?:-(\d+))?", args.seeds)
-    seeds = range(int(bounds[1]), int(bounds[2] or bounds[1]) + 1) if bounds else range(0)
-    if not seeds:
-        raise ConfigError(f"--seeds {args.seeds!r} is not a range FIRST-LAST of whole numbers (for example 0-999)")
     data = args.data or os.environ.get("SEQAE_BENCH_DATA") or "wikimedia/wikipedia"
     if "data-scale" in args.suites and not Path(data).expanduser().is_dir():
         raise ConfigError(f"bench data-scale cuts its pages from a local folder in the wikimedia/wikipedia layout; "
                           f"--data {data!r} is not one (for example --data ../shared/data/wikipedia-mini)")
     if args.pages < 2:
         raise ConfigError(f"--pages {args.pages} is too few: a split needs at least 2 pages")
-    if args.pack is not None and args.pack < 2:
-        raise ConfigError(f"--pack {args.pack} is not a pack: pack-replay compares packs of 2 or more trials with one at a time")
     if args.interrupt is not None and not 0 < args.interrupt < 1:
         raise ConfigError(f"--interrupt {args.interrupt} is not a fraction of the pages between 0 and 1")
     return main(args.suites, Path(args.out),
                 {"shapes": args.shapes, "steps": args.steps, "workspace": args.workspace, "data": data,
-                 "sizes": args.sizes, "optuna": args.optuna, "before": args.before, "seeds": seeds,
-                 "fraction": args.fraction, "pack": args.pack, "command": args.command, "pages": args.pages,
+                 "sizes": args.sizes, "optuna": args.optuna, "before": args.before, "command": args.command, "pages": args.pages,
                  "interrupt": args.interrupt})

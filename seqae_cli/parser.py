@@ -290,8 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument("suites", nargs="*", metavar="SUITE",
-                       help="which to run, one or more: throughput, overhead, data, data-scale, search, search-gpu, rungs, table, table-quarters, replay, pack-replay, quarter-rungs, "
-                            "front, defaults, gpu, step, fuse, scale, frontier-fig3, frontier-width, frontier-offcorpus, frontier-sweep, "
+                       help="which to run, one or more: throughput, overhead, data, data-scale, gpu, step, fuse, scale, "
                             "processes, control-plane")
     bench.add_argument("--out", default="bench-results/bench.json", help="JSON file to write")
     bench.add_argument("--data", default=None, help="dataset path (default: $SEQAE_BENCH_DATA, else wikimedia/wikipedia "
@@ -299,15 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--shapes", default="64:32,512:256", help="throughput: input:latent lengths")
     bench.add_argument("--steps", type=int, default=5, help="throughput: timed steps per measurement")
     bench.add_argument("--workspace", default=None,
-                       help="search, table, table-quarters and frontier-*: where their sweeps and trainings run and stay, so that a rerun continues them (default: a "
+                       help="data-scale: where its synthetic pages and their preparation are written (default: a "
                             "temporary folder, removed after)")
-    bench.add_argument("--seeds", default="0-999", metavar="FIRST-LAST",
-                       help="replay, pack-replay, quarter-rungs, front: the replay seeds, a range (default: 0-999, 1,000 replays of each method)")
-    bench.add_argument("--fraction", type=float, default=None,
-                       help="replay, pack-replay: the evidence table's latent fraction to replay on (0.5, 0.25 or 0.125; default "
-                            "0.25); search: measure only this fraction (default: 0.5, 0.25 and 0.125)")
-    bench.add_argument("--pack", type=int, default=None, metavar="K",
-                       help="pack-replay: the trials a fused pack proposes and trains together (default 4)")
     bench.add_argument("--pages", type=int, default=1_900_000,
                        help="data-scale: how many synthetic pages to prepare (default: the paper's 1,900,000)")
     bench.add_argument("--interrupt", type=float, default=None, metavar="FRACTION",

@@ -216,7 +216,7 @@ def test_bad_dataset_settings_name_the_key(tiny_config, tmp_path):
 
 
 def test_package_readmes_load_as_a_second_corpus(tmp_path):
-    from benchmarks.corpora import package_descriptions
+    from research.corpora import package_descriptions
     from seqae_core.config import DataConfig
 
     folder = package_descriptions(tmp_path / "packages")

@@ -1,4 +1,4 @@
-"""The frontier's replay (benchmarks/front_replay.py) on synthetic tables whose answers are known."""
+"""The frontier's replay (research/front_replay.py) on synthetic tables whose answers are known."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import math
 import pandas as pd
 import pytest
 
-from benchmarks import evidence_table as E
-from benchmarks.front_replay import BUDGETS, METHODS, TARGETS, WORKERS, Point, front_hypervolume, replay, run, summarize
-from benchmarks.replay import Curve
+from research import evidence_table as E
+from research.front_replay import BUDGETS, METHODS, TARGETS, WORKERS, Point, front_hypervolume, replay, run, summarize
+from research.replay import Curve
 
 GRID, RANDOM, NSGA2, TPE, ASHA_RANDOM = METHODS[:5]
 
@@ -70,7 +70,7 @@ def test_the_summary_rows_and_a_rerun_reads_the_file_back(tmp_path, monkeypatch)
     first = run(range(0, 4), path, workers=1, methods=(GRID, RANDOM), folder=tmp_path)
     assert [r["method"] for r in first[:2]] == ["grid", "random"] and len(first) == 2 * len(TARGETS) + len(BUDGETS)
     assert all(r["vs_grid"].endswith("]") for r in first if r.get("method") == "random")
-    monkeypatch.setattr("benchmarks.front_replay.replays", lambda *a: pytest.fail("replayed again"))
+    monkeypatch.setattr("research.front_replay.replays", lambda *a: pytest.fail("replayed again"))
     assert run(range(0, 4), path, workers=1, methods=(GRID, RANDOM), folder=tmp_path) == first
     assert summarize([]) == [{"target": f"hypervolume share at {b:g}x grid"} for b in BUDGETS]
 

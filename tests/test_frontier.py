@@ -11,7 +11,7 @@ import pytest
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from benchmarks import frontier as F
+from research import frontier as F
 from seqae_core import metrics as M
 from seqae_core import names as N
 
@@ -84,10 +84,11 @@ def test_publishing_writes_the_table_and_logs_it_in_the_workspace_not_where_it_r
     out = tmp_path / "tables"
     out.mkdir()
     (out / "frontier.md").write_text("card")
-    F.publish(table, tmp_path, out)
-    F.publish(table, tmp_path, out)  # a later part publishes again, into the same experiment
+    F.publish(table, tmp_path, out, tmp_path / "grid.parquet")
+    F.publish(table, tmp_path, out, tmp_path / "grid.parquet")  # a later part publishes again, into the same experiment
 
     assert sorted(p.name for p in out.iterdir()) == ["frontier.csv", "frontier.md", "frontier.parquet"]
+    assert (tmp_path / "grid.parquet").exists()  # the grid's rows, for the report
     assert list((tmp_path / "cwd").iterdir()) == []
     client = MlflowClient(f"sqlite:///{tmp_path / 'ws' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("frontier").experiment_id])
@@ -130,3 +131,17 @@ def test_the_sweep_is_judged_share_by_share_on_test_against_the_grid_at_this_mac
     assert (cost["speed"], cost["grid_cpu_seconds"], cost["sweep_cpu_seconds"]) == (2.0, 80.0, 40.0)
     assert (cost["cost_ratio"], cost["grid_epochs"], cost["sweep_epochs"], cost["matched"]) == (0.5, 4, 4, 2)
     assert cost["target"] == "missed"  # 2 of 4 shares, at half the grid's compute: SWEEP_TARGET is 3
+
+
+def test_the_package_ships_the_published_grids_rows_its_report_draws():
+    """The report of a two-objective sweep draws the published grid's front beside its own
+    (dashboards/report/front.py) from the rows the package ships: the research table's grid
+    trainings at their kept epoch, as :func:`F.grid_rows` writes them when the table is published."""
+    import pandas as pd
+
+    from dashboards.report.front import GRID_FRONTIER
+    from research import TABLES
+
+    shipped = pd.read_parquet(GRID_FRONTIER)
+    pd.testing.assert_frame_equal(shipped, F.grid_rows(pd.read_parquet(TABLES / "frontier.parquet")))
+    assert set(shipped["part"]) == {"fig3", "width"} and sorted(set(shipped["input_len"])) == [16, 32, 64, 128]

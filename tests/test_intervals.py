@@ -1,4 +1,4 @@
-"""The benchmarks' intervals (benchmarks/intervals.py) on synthetic numbers with a known answer:
+"""The benchmarks' intervals (research/intervals.py) on synthetic numbers with a known answer:
 each 95% interval covers the truth in 93-97% of 1,000 simulated repetitions."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.intervals import (bootstrap_mean, holm, median_interval, paired_ratio_interval, ratio_interval,
+from research.intervals import (bootstrap_mean, holm, median_interval, paired_ratio_interval, ratio_interval,
                                   sign_flip_p, simultaneous_level, t_interval, wilson)
 
 REPETITIONS = 1000

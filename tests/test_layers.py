@@ -9,6 +9,8 @@
   tokenizer's where a data entry is built, and the s3 extra's boto3 where an S3 storage is checked
   (``LAZY_ELSEWHERE``);
 - the command line reaches the sweep service only through its API (``sweeps.api``);
+- the research (not installed) reaches the sweep service only through its API and the seam for
+  simulating a sweep on recorded curves (``RESEARCH_REACHES``);
 - the ML core needs no sweep machinery, and only the runner and the trial it runs know Ray Tune."""
 
 from __future__ import annotations
@@ -32,7 +34,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "dashboards": {"seqae_errors", "seqae_core", "cluster", "sweeps"},
     "benchmarks": {"seqae_errors", "seqae_core", "cluster", "dashboards", "sweeps"},
     "seqae_cli": {"seqae_errors", "seqae_core", "cluster", "dashboards", "sweeps", "benchmarks"},
+    "research": {"seqae_errors", "seqae_core", "dashboards", "sweeps"},
 }
+# The research uses seqae as a user has it: the ML core, the sweep service's API and its one seam for
+# simulating a sweep on recorded curves; and the paper's claims, checked by the report's own rule.
+RESEARCH_REACHES = ("sweeps.api", "sweeps.running.simulation", "dashboards.claims")
 ENTRY_POINT = "seqae_cli"  # the `seqae` command: its functions import (each verb what it needs)
 # ... and the sweep service's front door: each of its methods imports what it uses, so that reading a
 # sweep loads little; the one module of sweeps that calls the dashboards above it (the report, the
@@ -58,7 +64,7 @@ SWEEP_ORDER = [
     "stores.deletion",
     "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_connection", "running.slots",
     "running.package", "running.submit", "running.sweep_data", "running.trial", "running.stoppers", "running.schedulers",
-    "running.callbacks", "running.packs", "running.runner", "running.lifecycle", "running.driver",
+    "running.simulation", "running.callbacks", "running.packs", "running.runner", "running.lifecycle", "running.driver",
     "results.trials", "results.eta", "results.plan", "results.status", "results.watch", "results.remote_status", "results.export", "results.registry",
     "api",
 ]
@@ -123,6 +129,8 @@ def violations(found: list[Import]) -> list[str]:
             bad.append(f"{where} inside a function: only the command line and the sweep API import lazily")
         if own == ENTRY_POINT and imp.top == "sweeps" and not imp.module.startswith("sweeps.api"):
             bad.append(f"{where}: the command line reaches the sweep service through sweeps.api alone")
+        if own == "research" and imp.top in ("sweeps", "dashboards") and not imp.module.startswith(RESEARCH_REACHES):
+            bad.append(f"{where}: the research reaches seqae's service through {', '.join(RESEARCH_REACHES)} alone")
         if own == "seqae_core" and imp.top in NOT_IN_THE_CORE:
             bad.append(f"{where}: the ML core runs without {', '.join(NOT_IN_THE_CORE)}")
         if imp.module.startswith("ray.tune") and imp.file not in RAY_TUNE_HOMES:
@@ -202,6 +210,9 @@ def test_no_file_imports_itself_through_others():
     ("sweeps/stores/tracking.py", "def f():\n    import torch", "only the command line and the sweep API import lazily"),
     ("seqae_core/train.py", "def f():\n    from seqae_core import corpus", "only the command line and the sweep API"),
     ("seqae_cli/commands.py", "from sweeps.stores.workspace import Workspace", "through sweeps.api alone"),
+    ("research/replay.py", "from sweeps.running.schedulers import ResumableASHA", "the research reaches"),
+    ("research/frontier.py", "from dashboards.report.figures import save_figure", "the research reaches"),
+    ("research/replay.py", "from cluster import local", "research may import only"),
     ("seqae_cli/commands.py", "def f():\n    from sweeps import status", "through sweeps.api alone"),
     ("sweeps/stores/search.py", "from sweeps.running.driver import drive", "stores.search may import only the modules"),
     ("sweeps/stores/workspace.py", "from sweeps.stores import search", "stores.workspace may import only the modules"),
@@ -226,6 +237,8 @@ def test_a_cycle_between_files_is_caught():
     pytest.param("dashboards/compare.py", "from sweeps.results.export import trials", id="dashboards-read-sweeps"),
     pytest.param("seqae_cli/main.py", "from sweeps.api import Sweep\nfrom sweeps import api", id="the-cli-uses-the-api"),
     pytest.param("sweeps/api.py", "def status():\n    from sweeps.results import status", id="the-api-imports-lazily"),
+    pytest.param("research/replay.py", "from sweeps.running.simulation import simulate\nfrom sweeps import api",
+                 id="the-research-uses-the-api-and-the-seam"),
 ])
 def test_an_allowed_edge_passes(file, source):
     assert violations(imports(source, file)) == []
@@ -242,7 +255,7 @@ def test_the_module_map_names_every_module_of_the_product():
     cannot find there. A module of a subpackage is named by its path in its package
     (`report/figures`)."""
     page = (ROOT / "docs" / "reference" / "modules.md").read_text()
-    modules = [path.relative_to(ROOT / package).with_suffix("") for package in MAY_IMPORT if package != "benchmarks"
+    modules = [path.relative_to(ROOT / package).with_suffix("") for package in MAY_IMPORT if package not in ("benchmarks", "research")
                for path in sorted((ROOT / package).rglob("*.py")) if path.stem not in ("__init__", "__main__")]
     assert any(len(module.parts) > 1 for module in modules)  # the subpackages were read
     assert [module.as_posix() for module in modules if f"`{module.as_posix()}`" not in page] == []

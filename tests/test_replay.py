@@ -1,4 +1,4 @@
-"""The tabular replay (benchmarks/replay.py) on synthetic tables whose answers are known."""
+"""The tabular replay (research/replay.py) on synthetic tables whose answers are known."""
 
 from __future__ import annotations
 
@@ -9,22 +9,21 @@ import optuna
 import pandas as pd
 import pytest
 
-from benchmarks import evidence_table as E
-from benchmarks import pack_replay
-from benchmarks.replay import (
+from research import evidence_table as E
+from research import pack_replay
+from research.replay import (
     METHODS,
     WARM_TOP,
     Curve,
     Method,
     Proposals,
     Run,
-    _spec,
     first_rung_tau,
     methods_at,
     replay,
     replays,
     run as replay_all,
-    suggested,
+    simulation,
     summarize,
     targets_for,
     warm_start,
@@ -206,7 +205,7 @@ def test_a_packs_members_share_the_first_proposals_shape_and_are_asked_while_the
     """After TPE's start-up too (ten trials told first): the first member is the sampler's own,
     the other three differ from it in free keys only (here the learning rate), every member is
     running when the pack is asked whole, and the sweep's sampler is back for the next pack."""
-    proposals = Proposals(table(), _spec(method, 0, 4))
+    proposals = Proposals(table(), simulation(method, 0, 4))
     for curve, trial in [p for _ in range(10) for p in proposals.ask()]:
         proposals.study.tell(trial, max(curve.val))
     own = proposals.study.sampler
@@ -283,19 +282,18 @@ def test_an_ordered_space_samples_each_numeric_choice_as_the_index_of_its_level(
     """The learning rate's five levels are 0-4 to Optuna, the heads' two 0-1, the block a choice, as
     the service's ordered choices (``type: ordered``) declare them; a configuration goes into the
     study and comes back out as itself, and random search draws each level alike."""
-    from benchmarks.replay import declared
+    from research.replay import declared
 
-    spec = _spec(_fresh("o", "random"), 0, 4)
-    assert spec.search["train.lr"].type == "ordered" and spec.search["model.block"].type == "categorical"
-    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    sweep = simulation(_fresh("o", "random"), 0, 4)  # random search, seeded 0
+    assert sweep.spec.search["train.lr"].type == "ordered" and sweep.spec.search["model.block"].type == "categorical"
     for params in E.CONFIGURATIONS[:10]:
-        study.enqueue_trial(declared(spec, params))
-        trial = study.ask()
-        assert suggested(spec, trial) == spec.values_of(declared(spec, params))
-        assert isinstance(trial.params["train.lr"], int) and isinstance(trial.params["model.block"], str)
-    drawn = [suggested(spec, study.ask())["train.lr"] for _ in range(2000)]
+        sweep.enqueue(declared(params))
+        (proposal,) = sweep.ask()
+        assert proposal.params == declared(params)
+        assert isinstance(proposal.trial.params["train.lr"], int) and isinstance(proposal.trial.params["model.block"], str)
+    drawn = [sweep.ask()[0].params["train.lr"] for _ in range(2000)]
     assert min(drawn.count(lr) for lr in E.GRID["train.lr"]) > 350  # 400 each, none half as often
-    assert study.trials[-1].distributions["train.lr"] == optuna.distributions.IntDistribution(0, 4)
+    assert sweep.study.trials[-1].distributions["train.lr"] == optuna.distributions.IntDistribution(0, 4)
 
 
 @pytest.mark.parametrize("sampler", ["random", "tpe"])
@@ -304,14 +302,14 @@ def test_fresh_proposals_train_every_configuration_once_and_the_study_records_th
     trial holds the trained configuration's values (so the sampler learns where the value was
     measured); a 97th finds none left."""
     curves = table()
-    from benchmarks.replay import declared
+    from research.replay import declared
 
-    spec = _spec(_fresh("f", sampler), 0, 4)
-    proposals = Proposals(curves, spec, fresh=True)
+    sweep = simulation(_fresh("f", sampler), 0, 4)
+    proposals = Proposals(curves, sweep, fresh=True)
     seen = []
     for _ in range(96):
         [(curve, trial)] = proposals.ask()
-        assert trial.params == declared(spec, curve.params)
+        assert trial.params == sweep.recorded(declared(curve.params))
         proposals.study.tell(trial, max(curve.val))
         seen.append(curve.config_id)
     assert sorted(seen) == list(range(96))
@@ -341,7 +339,7 @@ def test_the_returned_configuration_is_scored_on_the_other_seeds_table_trained_a
 def test_the_first_rung_model_learns_of_every_trial_at_its_first_rung_value_pruned_or_not(monkeypatch):
     """Every trial the model sees is complete at its first epoch's value, a pruned one too; under
     the published model a pruned trial is PRUNED and a finished one holds its best value."""
-    import benchmarks.replay as R
+    import research.replay as R
 
     studies = []
 
@@ -351,11 +349,11 @@ def test_the_first_rung_model_learns_of_every_trial_at_its_first_rung_value_prun
             studies.append(self.study)
 
     monkeypatch.setattr(R, "Proposals", Recorded)
-    from benchmarks.replay import declared
+    from research.replay import declared
 
     curves = table()
-    spec = _spec(_fresh("m", "tpe"), 0, 4)
-    by_params = {tuple(sorted(declared(spec, c.params).items())): c for c in curves}
+    sweep = simulation(_fresh("m", "tpe"), 0, 4)
+    by_params = {tuple(sorted(sweep.recorded(declared(c.params)).items())): c for c in curves}
 
     def curve_of(trial):
         return by_params[tuple(sorted(trial.params.items()))]
@@ -382,8 +380,8 @@ def test_racing_the_incumbent_stops_more_trials_at_their_first_rung_than_asha():
 def test_the_learning_replay_meets_the_p90_target_only_at_half_the_grid_and_an_interval_below_0_6(tmp_path):
     """The summary's registered test, on runs whose costs are set: 0.45x of the grid's with every
     replay alike (the interval a point) is met, 0.55x is missed."""
-    from benchmarks import learning_replay as L
-    from benchmarks.replay import Trace
+    from research import learning_replay as L
+    from research.replay import Trace
 
     def runs(method, cost):
         return [Run(method, s, 1, (0.5, 0.7, 0.8), 0.9, Trace((cost, cost, cost), (1, 1, 1), (0.8,) * 3, 10,
@@ -392,3 +390,20 @@ def test_the_learning_replay_meets_the_p90_target_only_at_half_the_grid_and_an_i
     rows = {r["method"]: r for r in L.summarize(runs("grid", 100.0) + runs("asha+random", 55.0) + runs("new", 45.0))}
     assert rows["new"]["p90_target"] == "met" and rows["asha+random"]["p90_target"] == "missed"
     assert rows["new"]["regret_0.5x"] == "3.00 [3.00, 3.00]" and rows["new"]["vs_asha+random_0.5x"] == "+0.00 [+0.00, +0.00]"
+
+
+@pytest.mark.parametrize("module, args, refusal", [
+    ("replay", ["--seeds", "5-3"], "--seeds '5-3' is not a range FIRST-LAST"),
+    ("replay", ["--fraction", "0.3"], "--fraction 0.3 is not a fraction of the evidence table"),
+    ("pack_replay", ["--pack", "1"], "--pack 1 is not a pack"),
+])
+def test_a_research_command_refuses_a_mistake_in_one_line_before_replaying(module, args, refusal, capsys):
+    """`python -m research.<module>`: a mistake is one line and exit status 2, as `seqae`'s, and
+    nothing replays."""
+    import importlib
+
+    from research import command
+
+    with pytest.raises(SystemExit) as ended:
+        command.main(importlib.import_module(f"research.{module}").main, args)
+    assert ended.value.code == 2 and capsys.readouterr().out.startswith(f"error: {refusal}")

@@ -38,9 +38,9 @@ def test_a_starting_point_is_never_stopped_but_counts_at_every_rung():
 
 
 def test_rung_agreement_ranks_the_trials_at_each_epoch_against_their_final_objective():
-    """`seqae bench rungs`' arithmetic: Kendall's tau of each epoch's values against each trial's
+    """`python -m research.rung_agreement`' arithmetic: Kendall's tau of each epoch's values against each trial's
     best, and what deciding there on the top third would have lost."""
-    from benchmarks.rung_agreement import agreement
+    from research.rung_agreement import agreement
 
     # trial 0 starts worst and ends best; trial 2 leads at epoch 1 and never improves
     rows = agreement({0: [0.1, 0.5, 0.9], 1: [0.2, 0.4, 0.6], 2: [0.3, 0.3, 0.3]})

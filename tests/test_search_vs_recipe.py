@@ -1,11 +1,11 @@
-"""`seqae bench search`'s table (benchmarks/search_vs_recipe.py) on synthetic outcomes with a known answer."""
+"""`python -m research.search_vs_recipe`'s table (research/search_vs_recipe.py) on synthetic outcomes with a known answer."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from benchmarks.search_vs_recipe import (BUDGET_TRAININGS, FRACTIONS, GPU, LAPTOP, Scores, Search, _search,
+from research.search_vs_recipe import (BUDGET_TRAININGS, FRACTIONS, GPU, LAPTOP, Scores, Search, _search,
                                          _trained, equal_compute_seeds, figure, outputs, run, summarize)
 from seqae_errors import ConfigError
 from sweeps.spec import sweep as spec_lib
@@ -100,13 +100,13 @@ def test_one_fraction_at_a_time_keeps_the_other_fractions_files_and_an_unknown_f
     every, quarter = outputs(FRACTIONS), outputs((0.25,))
     assert every["table"].name == "search-vs-recipe.csv" and quarter["table"].name == "search-vs-recipe-0250.csv"
     assert not {p.name for p in every.values()} & {p.name for p in quarter.values()}
-    with pytest.raises(ConfigError, match=r"--fraction 0.3 is not one of bench search's latent fractions"):
+    with pytest.raises(ConfigError, match=r"--fraction 0.3 is not one of search's latent fractions"):
         run("unused", tmp_path / "ws", (0.3,))
     assert not (tmp_path / "ws").exists()  # refused before anything was created
 
 
 def test_the_gpu_profile_runs_the_papers_length_and_widths_in_eighths_of_a_gpu_and_pays_in_gpu_seconds(tmp_path):
-    """bench search-gpu's sweeps are valid sweep files: 512 -> 128 tokens, the paper's widths,
+    """The search's GPU profile's sweeps are valid sweep files: 512 -> 128 tokens, the paper's widths,
     an eighth of a GPU per trial, its budget in GPU-hours; its files are not the laptop's."""
     searched = spec_lib.parse(_search("data", "tpe+asha", 0.25, 0, 90.0, GPU), "search-gpu")
     assert (searched.resources.gpu, searched.max_concurrent, searched.budget.unit) == (0.125, 8, "gpu")
@@ -118,7 +118,7 @@ def test_the_gpu_profile_runs_the_papers_length_and_widths_in_eighths_of_a_gpu_a
     laptop = spec_lib.parse(_search("data", "random", 0.25, 0, 90.0, LAPTOP), "search")
     assert (laptop.resources.gpu, laptop.budget.unit, laptop.base["data.input_len"]) == (0, "cpu", 32)
     assert not {p.name for p in outputs((0.25,), GPU).values()} & {p.name for p in outputs((0.25,)).values()}
-    with pytest.raises(ConfigError, match=r"--fraction 0.5 is not one of bench search-gpu's latent fractions \(0.25\)"):
+    with pytest.raises(ConfigError, match=r"--fraction 0.5 is not one of search-gpu's latent fractions \(0.25\)"):
         run("unused", tmp_path / "ws", (0.5,), GPU)
 
 
@@ -131,9 +131,9 @@ def test_the_gpu_profile_runs_the_papers_length_and_widths_in_eighths_of_a_gpu_a
                  id="complete"),
 ])
 def test_a_search_that_ended_is_read_back_and_one_left_to_continue_is_resumed(tmp_path, sessions, is_ended):
-    """A rerun of `seqae bench search` resumes only what an earlier run left unfinished: resumed, an
+    """A rerun of `python -m research.search_vs_recipe` resumes only what an earlier run left unfinished: resumed, an
     ended search would lift its budget's stop and could add a trial, moving the published table."""
-    from benchmarks.sweep_runs import ended
+    from research.sweep_runs import ended
     from sweeps.stores.workspace import Workspace
     from tests.test_status import quickstart, write_sweep
 

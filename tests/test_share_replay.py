@@ -1,4 +1,4 @@
-"""benchmarks/share_replay.py: the three slot policies' choices, the value policy's gain per
+"""research/share_replay.py: the three slot policies' choices, the value policy's gain per
 slot-hour, and a share replay on the real evidence table (the same when repeated, which its
 resumable parts rely on)."""
 
@@ -9,9 +9,9 @@ import math
 import pytest
 from scipy.stats import norm
 
-from benchmarks import evidence_table as E
-from benchmarks import replay as R
-from benchmarks import share_replay as S
+from research import evidence_table as E
+from research import replay as R
+from research import share_replay as S
 
 
 @pytest.fixture(scope="module")

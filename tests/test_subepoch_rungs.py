@@ -1,4 +1,4 @@
-"""ASHA with rungs below an epoch replayed on a quarter-epoch table (benchmarks/subepoch_rungs.py),
+"""ASHA with rungs below an epoch replayed on a quarter-epoch table (research/subepoch_rungs.py),
 on synthetic tables whose answers are known."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmarks import evidence_table as E
-from benchmarks import subepoch_rungs as S
+from research import evidence_table as E
+from research import subepoch_rungs as S
 from seqae_errors import ConfigError
 
 GRID, RANDOM, ASHA_EPOCH, ASHA_HALF, ASHA_QUARTER = S.METHODS[:5]
@@ -86,5 +86,5 @@ def test_the_summary_says_met_or_missed_on_the_quarter_rows_of_the_p90_target_on
 def test_a_table_short_of_configurations_is_refused_with_the_command_that_builds_it(tmp_path):
     path = tmp_path / "quarters.parquet"
     quarter_table(seeds=(1,)).to_parquet(path)
-    with pytest.raises(ConfigError, match="seqae bench table-quarters"):
+    with pytest.raises(ConfigError, match="python -m research.evidence_table --quarters"):
         S.run(range(2), path, workers=1, folder=tmp_path)

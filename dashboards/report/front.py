@@ -22,9 +22,9 @@ from seqae_core.pareto import hypervolume, ranks
 from sweeps.stores.workspace import SweepState
 
 
-# The published compression frontier (benchmarks/frontier.py): a grid at 16-128 input tokens on 30
-# pages of the offline corpus; absent from an installed package, where the report draws no overlay.
-GRID_FRONTIER = Path(__file__).resolve().parents[2] / "benchmarks" / "tables" / "frontier.parquet"
+# The published compression frontier's grid (research/frontier.py, beside the package): its trainings
+# at 16-128 input tokens on 30 pages of the offline corpus at their kept epoch, shipped as package data.
+GRID_FRONTIER = Path(__file__).with_name("grid-frontier.parquet")
 GRID_PARTS = ("fig3", "width")  # its grid's trainings (the others: a sweep, and a cell trained again)
 
 

@@ -237,6 +237,6 @@ def rungs_for(spec: SweepSpec, history: dict[int, list[dict[str, Any]]], epochs:
 
 def stub_trial(spec: TrialSpec, trial_id: str | None = None) -> Trial:
     """A Tune trial that carries ``spec`` and nothing else: what a scheduler reads of a trial (its
-    id, by default its number, and config), for replaying :class:`ResumableASHA` without Tune
-    (``benchmarks/replay.py``), and for a pack's members (:mod:`sweeps.running.packs`)."""
+    id, by default its number, and config), for a pack's members (:mod:`sweeps.running.packs`) and a
+    simulated sweep's trials (:mod:`sweeps.running.simulation`)."""
     return Trial("replay", config={"trial": spec}, trial_id=trial_id or str(spec.number), stub=True)

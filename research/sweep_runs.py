@@ -1,4 +1,4 @@
-"""Benchmarks measure real sweeps: `seqae sweep run` of a sweep document in a folder of its own,
+"""The research measures real sweeps: `seqae sweep run` of a sweep document in a folder of its own,
 then what the sweep tracked in MLflow."""
 
 from __future__ import annotations
@@ -15,19 +15,16 @@ from mlflow.tracking import MlflowClient
 
 from seqae_core import metrics as M
 from seqae_core import names as N
-from sweeps.stores.workspace import Workspace
+from sweeps import api
 
 
-def ended(workspace: Workspace, name: str) -> bool:
+def ended(workspace: Path, name: str) -> bool:
     """Whether sweep ``name`` ended in an earlier run: every trial done, or stopped (its budget,
     its target) with none left to continue. Resumed, such a sweep would lift its stop and, where
     the budget's reserve for running trials has come free, start another trial: a benchmark read
     back would drift."""
-    if not workspace.exists(name):
-        return False
-    sessions = workspace.read(name).sessions
-    last = sessions[-1] if sessions else {}
-    return last.get("outcome") in ("complete", "stopped") and "RUNNING" not in last.get("trials", {})
+    listed = next((s for s in api.sweeps(workspace) if s.name == name), None)  # `seqae sweep list`'s row
+    return listed is not None and listed.outcome in ("complete", "stopped") and "RUNNING" not in listed.by_state
 
 
 def run_sweep(folder: Path, name: str, doc: dict[str, Any]) -> tuple[MlflowClient, list[Run]]:
@@ -37,7 +34,7 @@ def run_sweep(folder: Path, name: str, doc: dict[str, Any]) -> tuple[MlflowClien
     error line is there when the sweep went on."""
     file = folder / f"{name}.yaml"
     workspace = folder / "ws"
-    if not ended(Workspace(workspace), name):
+    if not ended(workspace, name):
         file.write_text(yaml.safe_dump(doc))
         run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(file), "--workspace",
                               str(workspace), "--or-resume"],

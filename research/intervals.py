@@ -1,4 +1,4 @@
-"""Intervals and tests for what the benchmarks claim, chosen to be honest for the samples there are.
+"""Intervals and tests for what the research claims, chosen to be honest for the samples there are.
 
 - A mean over few independent units (search seeds): Student's t interval (:func:`t_interval`), and
   the exact sign-flip permutation test of "no gain" (:func:`sign_flip_p`), which enumerates every

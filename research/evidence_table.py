@@ -1,4 +1,4 @@
-"""``seqae bench table``: the evidence table, a discrete space trained once so that search methods
+"""``python -m research.evidence_table``: the evidence table, a discrete space trained once so that search methods
 can be replayed on it without training (as LCBench, HPOBench and YAHPO do).
 
 :data:`CONFIGURATIONS` (96 of the 540 points of the grid :data:`GRID`, a maximin Latin hypercube
@@ -15,14 +15,14 @@ are kept.
 
 The fractions are built in the order of :data:`FRACTIONS` (25% first: the search benchmark's
 and the replays' fraction), the first seed of a fraction before its second. Every call rewrites
-the published table (``benchmarks/tables/evidence.parquet``) and its data card from every
+the published table (``research/tables/evidence.parquet``) and its data card from every
 training done so far, the published rows included, so a table built across machines continues
 from what was published.
 
 :data:`QUARTERS` is the same trainings at the 25% fraction validated at each quarter of an epoch
-(``train.validate_every: 0.25``, ``seqae bench table-quarters``): a row per validation, with the
+(``train.validate_every: 0.25``, ``python -m research.evidence_table --quarters``): a row per validation, with the
 validation's own CPU-seconds, so a replay can charge a method for validating as often as its rungs
-need and no more (``benchmarks.subepoch_rungs``).
+need and no more (``research.subepoch_rungs``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
-from benchmarks import TABLES
+from research import TABLES, command
 from seqae_core import metrics as M
 from seqae_core.config import from_flat
 from seqae_core.train import train
@@ -289,16 +289,16 @@ def card(table: pd.DataFrame, recording: Recording = EPOCHS_RECORDING) -> str:
         "# The evidence table" + (", validated at each quarter of an epoch" if quarters else ""),
         "",
         "- **What:** learning curves of a discrete space for replaying search methods without training "
-        f"(`seqae bench {'quarter-rungs' if quarters else 'replay'}`). One row per configuration, latent fraction, "
+        f"(`python -m research.{'subepoch_rungs' if quarters else 'replay'}`). One row per configuration, latent fraction, "
         f"training seed and {'validation (at each quarter of an epoch)' if quarters else 'epoch'} "
-        f"(`benchmarks/evidence_table.py`, `{'QUARTERS_SCHEMA' if quarters else 'SCHEMA'}`, documents every column).",
+        f"(`research/evidence_table.py`, `{'QUARTERS_SCHEMA' if quarters else 'SCHEMA'}`, documents every column).",
         f"- **Scale:** {SIZE} configurations (a maximin Latin hypercube on the levels of a {len(grid())}-point grid over "
         f"block, 5 learning rates, d_model, d_attn, layers, dropout and heads) x {len(fractions)} latent "
         f"fraction{'s' if len(fractions) > 1 else ''} "
         f"({', '.join(f'{INPUT_LEN}->{round(f * INPUT_LEN)}' for f in sorted(fractions, reverse=True))} tokens) x "
         f"{len(SEEDS)} training seeds x {EPOCHS} epochs = {SIZE * len(fractions) * len(SEEDS)} trainings. "
         f"Done so far: {len(trainings)} trainings ({done or 'none'}), {len(table)} rows.",
-        f"- **How:** `seqae bench {'table-quarters' if quarters else 'table'} --data ../shared/data/wikipedia-mini "
+        f"- **How:** `python -m research.evidence_table{' --quarters' if quarters else ''} --data ../shared/data/wikipedia-mini "
         f"--workspace DIR`: each training is "
         f"`seqae_core.train` in a pool of {WORKERS} single-threaded processes on consecutive {INPUT_LEN}-token "
         f"windows of the first {PAGES} pages of the offline corpus (10% of the pages held out for test, corpus "
@@ -372,3 +372,16 @@ def run(data_path: str, workspace: Path, recording: Recording = EPOCHS_RECORDING
     return summary(table) + [{"latent": f"{INPUT_LEN}->{round(r.latent_fraction * INPUT_LEN)}", "seed": "|1-2|",
                               "trainings": r.configurations, "noise_median": r.median_abs_diff,
                               "noise_p90": r.p90_abs_diff} for r in noise(table).itertuples()]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = command.parser("evidence_table", __doc__, "data", "workspace")
+    parser.add_argument("--quarters", action="store_true",
+                        help="the 25%% fraction validated at each quarter of an epoch (evidence-quarters.parquet)")
+    args = parser.parse_args(argv)
+    recording = QUARTERS if args.quarters else EPOCHS_RECORDING
+    command.show(command.in_workspace(args, lambda workspace: run(command.data(args), workspace, recording)), args.out)
+
+
+if __name__ == "__main__":
+    command.main(main)

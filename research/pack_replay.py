@@ -1,4 +1,4 @@
-"""``seqae bench pack-replay``: what proposing trials in fused packs costs a search, replayed on
+"""``python -m research.pack_replay``: what proposing trials in fused packs costs a search, replayed on
 the evidence table against proposing one at a time.
 
 ``resources.fuse: K`` trains up to K trials that share every shape-setting key as one batched
@@ -12,7 +12,7 @@ the free keys are sampled, the earlier members pending (TPE as the studies pin i
 member leaves the pack at that epoch's end and the pack goes on with the others, taking no new
 one; when the last has left, the worker asks a new pack of K.
 
-**The replay** (``replay.replay`` with ``Method.pack``): as ``seqae bench replay`` replays ASHA
+**The replay** (``replay.replay`` with ``Method.pack``): as ``python -m research.replay`` replays ASHA
 with random search and with TPE (the service's sampler and ``ResumableASHA``, :data:`replay.WORKERS`
 one-CPU workers, the cross-fitted targets, a target's cost the CPU-seconds spent when an epoch
 reaching it ends, the same replay seeds), except that each worker runs a pack at a time: its
@@ -42,10 +42,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from benchmarks import TABLES
-from benchmarks import evidence_table as E
-from benchmarks import replay as R
-from benchmarks.intervals import paired_ratio_interval
+from research import TABLES, command
+from research import evidence_table as E
+from research import replay as R
+from research.intervals import paired_ratio_interval
+from seqae_errors import ConfigError
 
 PACK = 4  # the grid's one free key, the learning rate, has 5 levels: a pack of more must repeat one
 # ASHA with random search (the studies') and with TPE (where a file names no sampler), one at a time
@@ -107,3 +108,19 @@ def run(seeds: range, pack: int = PACK, fraction: float = R.FRACTION, table_path
             R.write_runs(out, done)
         runs += mine
     return summarize(runs, pairs)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = command.parser("pack_replay", __doc__, "seeds")
+    parser.add_argument("--pack", type=int, default=PACK, metavar="K",
+                        help="the trials a fused pack proposes and trains together (default 4)")
+    parser.add_argument("--fraction", type=float, default=R.FRACTION,
+                        help="the evidence table's latent fraction to replay on (0.5, 0.25 or 0.125; default 0.25)")
+    args = parser.parse_args(argv)
+    if args.pack < 2:
+        raise ConfigError(f"--pack {args.pack} is not a pack: pack_replay compares packs of 2 or more trials with one at a time")
+    command.show(run(command.seeds(args.seeds), args.pack, args.fraction), args.out)
+
+
+if __name__ == "__main__":
+    command.main(main)

@@ -1,12 +1,13 @@
-"""``seqae bench front``: the compression frontier searched with several objectives, replayed on
+"""``python -m research.front_replay``: the compression frontier searched with several objectives, replayed on
 the evidence table against the grid and random search.
 
 **The space**: the evidence table's 96 configurations at its three latent fractions (16 -> 8, 4 and
 2 tokens), the fraction a searched key (``model.latent_fraction``) beside the table's. A method
-proposes with the service's own sampler (``sweeps.stores.search.sampler``) for two objectives,
+proposes with the service's own sampler for two objectives,
 validation accuracy (max) and the latent share (min; on this table the latent fraction, each
 latent token as wide as d_model); a proposal trains the table's nearest configuration at its
-fraction, to the end or until the service's multi-objective ASHA (``sweeps.running.schedulers.ParetoASHA``,
+fraction, to the end or until the service's multi-objective ASHA (driven through
+:func:`sweeps.running.simulation.simulate`,
 the quickstart's grace 1 and factor 2) stops it, on :data:`WORKERS` asynchronous one-CPU workers
 that take the measured epochs' process CPU-seconds. The grid trains all 288, in
 an order the seed shuffles. Each replay's costs come from one training seed's table, alternating
@@ -23,7 +24,7 @@ the cost of reaching one is the CPU-seconds spent when a returned front first sc
 (the epochs of trials still running count for the time they ran), in units of the grid's cost
 (all 288 trainings). A replay runs until :data:`BUDGETS`'s last share of the grid's cost is spent.
 
-**Statistics** (:mod:`benchmarks.intervals`): per method and target, the median cost with its
+**Statistics** (:mod:`research.intervals`): per method and target, the median cost with its
 order-statistic 95% interval (an unreached target counts as infinitely costly), its ratio to the
 shuffled grid's and random search's with bootstrap intervals, the share reached with Wilson's interval; per method and budget, the mean
 share of the grid front's test hypervolume with its t interval (hundreds of replays).
@@ -44,19 +45,15 @@ import numpy as np
 import optuna
 import pandas as pd
 
-from benchmarks import TABLES
-from benchmarks import evidence_table as E
-from benchmarks.intervals import median_interval, ratio_interval, t_interval, wilson
-from benchmarks.replay import (GRACE_PERIOD, REDUCTION_FACTOR, TPE, Curve, complete_rows, curves, nearest, suggested,
+from research import TABLES, command
+from research import evidence_table as E
+from research.intervals import median_interval, ratio_interval, t_interval, wilson
+from research.replay import (GRACE_PERIOD, REDUCTION_FACTOR, TPE, Curve, complete_rows, curves, nearest,
                                write_rows)
 from seqae_core import metrics as M
 from seqae_errors import ConfigError
-from sweeps.spec import sweep as spec_lib
 from seqae_core.pareto import hypervolume, ranks
-from sweeps.running.schedulers import ParetoASHA, stub_trial
-from sweeps.spec.sections import Objective
-from sweeps.spec.trial import TrialSpec
-from sweeps.stores.search import sampler
+from sweeps.running.simulation import Simulation, simulate
 
 WORKERS = 2
 # Shares of the grid front's test hypervolume: the frontier issue's 95%, to be reached for at most
@@ -81,7 +78,7 @@ class Method:
 METHODS = (Method("grid", "grid"), Method("random", "random"), Method("nsga2", "nsga2"), Method("tpe", "tpe"),
            Method("asha+random", "random", "asha"), Method("asha+nsga2", "nsga2", "asha"),
            Method("asha+tpe", "tpe", "asha"))
-OBJECTIVES = (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"), Objective(metric=M.LATENT_SHARE, mode="min"))
+OBJECTIVES = ({"metric": M.VAL_TOKEN_ACCURACY, "mode": "max"}, {"metric": M.LATENT_SHARE, "mode": "min"})
 
 
 @dataclass(frozen=True)
@@ -115,7 +112,7 @@ def front_hypervolume(points: list[Point], reference: float) -> float:
                        [reference, 0.0])
 
 
-def _spec(method: Method, seed: int) -> spec_lib.SweepSpec:
+def simulation(method: Method, seed: int) -> Simulation:
     """A two-objective sweep over the table's grid and its fractions, as a user would write it."""
     search: dict[str, dict[str, Any]] = {k: {"type": "categorical", "choices": list(v)}
                                          for k, v in E.GRID.items() if k != "model.heads"}
@@ -124,27 +121,27 @@ def _spec(method: Method, seed: int) -> spec_lib.SweepSpec:
     search["model.latent_fraction"] = {"type": "categorical", "choices": sorted(E.FRACTIONS)}
     tpe = {**TPE, "n_startup_trials": 2} if method.sampler == "tpe" else {}
     doc = {"config": {"train": {"epochs": E.EPOCHS}}, "search": search, "trials": {"total": TOTAL},
-           "objective": [o.model_dump(exclude_none=True) for o in OBJECTIVES],
+           "objective": list(OBJECTIVES),
            "sampler": {"type": method.sampler, "seed": seed, **tpe},
            "scheduler": {"type": method.scheduler, "grace_period": GRACE_PERIOD, "reduction_factor": REDUCTION_FACTOR}}
-    return spec_lib.parse(doc, f"front replay of {method.name}")
+    return simulate(doc, f"front replay of {method.name}")
 
 
 class Proposals:
-    """The service's sampler over the space; each proposal trains the table's nearest configuration
-    at the proposed fraction."""
+    """The sweep's searcher over the space (``simulation``); each proposal trains the table's nearest
+    configuration at the proposed fraction."""
 
-    def __init__(self, tables: dict[float, list[Curve]], spec: spec_lib.SweepSpec) -> None:
-        self.spec = spec
-        self.study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler(spec, TOTAL))
+    def __init__(self, tables: dict[float, list[Curve]], simulation: Simulation) -> None:
+        self.simulation = simulation
+        self.study = simulation.study
         self.tables = tables
         self.coords = E._coordinates([c.params for c in next(iter(tables.values()))])
 
     def ask(self) -> tuple[Point, optuna.Trial]:
-        trial = self.study.ask()
-        params = suggested(self.spec, trial)
+        (proposal,) = self.simulation.ask()
+        params = dict(proposal.params)
         fraction = params.pop("model.latent_fraction")
-        return Point(fraction, self.tables[fraction][nearest(self.coords, params)]), trial
+        return Point(fraction, self.tables[fraction][nearest(self.coords, params)]), proposal.trial
 
 
 def replay(tables: dict[float, list[Curve]], method: Method, seed: int) -> Trace:
@@ -156,13 +153,10 @@ def replay(tables: dict[float, list[Curve]], method: Method, seed: int) -> Trace
     whole = front_hypervolume(space, reference)
     order = list(space)
     np.random.default_rng(seed).shuffle(order)  # type: ignore[arg-type]
-    spec = None if method.sampler == "grid" else _spec(method, seed)
-    proposals = None if spec is None else Proposals(tables, spec)
-    asha = (ParetoASHA({}, OBJECTIVES, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=epochs,
-                       grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR)
-            if method.scheduler == "asha" else None)
+    sweep = None if method.sampler == "grid" else simulation(method, seed)
+    proposals = None if sweep is None else Proposals(tables, sweep)
     events: list[tuple[float, int, int]] = []  # (an epoch ends at, tie-break, trial number)
-    running: dict[int, tuple[Point, Any, Any, int, float]] = {}  # point, Optuna trial, Tune stub, epoch, since
+    running: dict[int, tuple[Point, Any, int, float]] = {}  # point, Optuna trial, epoch, since
     ended: list[Point] = []
     counter = itertools.count()
     started, closed = 0, 0.0
@@ -181,10 +175,9 @@ def replay(tables: dict[float, list[Curve]], method: Method, seed: int) -> Trace
             point, handle = order[started], None
         else:
             point, handle = proposals.ask()
-        view = stub_trial(TrialSpec(started, {}, None))
-        if asha is not None:
-            asha.on_trial_add(None, view)
-        running[started] = (point, handle, view, 1, now)
+        if sweep is not None:
+            sweep.start(started)
+        running[started] = (point, handle, 1, now)
         heapq.heappush(events, (now + point.curve.cpu[0], next(counter), started))
         started += 1
 
@@ -196,11 +189,11 @@ def replay(tables: dict[float, list[Curve]], method: Method, seed: int) -> Trace
             shares.append(score / whole)  # what had ended before the budget ran out
         if len(shares) == len(BUDGETS):
             break
-        point, handle, view, epoch, _ = running.pop(number)
+        point, handle, epoch, _ = running.pop(number)
         closed += point.curve.cpu[epoch - 1]
         record = {M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: point.curve.val[epoch - 1], M.LATENT_SHARE: point.fraction}
-        if epoch < epochs and (asha is None or asha.on_trial_result(None, view, record) != ParetoASHA.STOP):
-            running[number] = (point, handle, view, epoch + 1, now)
+        if epoch < epochs and (sweep is None or not sweep.result(number, record)):
+            running[number] = (point, handle, epoch + 1, now)
             heapq.heappush(events, (now + point.curve.cpu[epoch], next(counter), number))
             continue
         if epoch < epochs:  # stopped by ASHA: pruned, off the front a sweep returns
@@ -281,7 +274,7 @@ def run(seeds: range, table_path: Path = E.TABLE, workers: int = WORKERS, method
     sizes = sorted({len(t) for by_fraction in tables.values() for t in by_fraction.values()})
     if sizes != [E.SIZE]:
         raise ConfigError(f"the evidence table has {', '.join(map(str, sizes))} configurations per fraction and "
-                          f"seed, not {E.SIZE}: build it first (seqae bench table)")
+                          f"seed, not {E.SIZE}: build it first (python -m research.evidence_table)")
     out = folder / f"front-replay-seeds-{seeds.start}-{seeds.stop - 1}.parquet"
     done = _read_runs(out, seeds) if out.exists() else []
     for method in methods:
@@ -305,3 +298,12 @@ def _read_runs(path: Path, seeds: range) -> list[Run]:
                       tuple(float(row[f"trials_to_{t:g}"]) for t in TARGETS),
                       tuple(float(row[f"hv_share_at_{b:g}x"]) for b in BUDGETS), int(row["trials"])))
             for row in complete_rows(path, seeds)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = command.parser("front_replay", __doc__, "seeds").parse_args(argv)
+    command.show(run(command.seeds(args.seeds)), args.out)
+
+
+if __name__ == "__main__":
+    command.main(main)

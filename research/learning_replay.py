@@ -1,5 +1,5 @@
-"""``python -m benchmarks.learning_replay``: issue 82's search that learns from every trial,
-replayed on the evidence table under the corrected protocol (``benchmarks/replay.py``, whose
+"""``python -m research.learning_replay``: issue 82's search that learns from every trial,
+replayed on the evidence table under the corrected protocol (``research/replay.py``, whose
 docstring registers the targets).
 
 **The corrected protocol** (every method here): the sweep file declares the grid's keys as
@@ -27,7 +27,7 @@ that sets the targets.
 - together: racing with the first-rung model over the ordered space.
 
 **What it reports** (:func:`summarize`): per method, the p90 target's median CPU-seconds over the
-grid's with its bootstrap interval (:func:`benchmarks.intervals.ratio_interval`), whether that
+grid's with its bootstrap interval (:func:`research.intervals.ratio_interval`), whether that
 meets the registered target (at most 0.5x, the interval's upper bound below 0.6x), and per budget
 the cross-seed test regret with its bootstrap interval and its difference from ASHA + random
 search's, paired by replay seed (the same cost table, targets and scoring table).
@@ -43,9 +43,9 @@ from typing import Any
 import numpy as np
 import optuna
 
-from benchmarks import TABLES
-from benchmarks import replay as R
-from benchmarks.intervals import bootstrap_mean, ratio_interval
+from research import TABLES
+from research import replay as R
+from research.intervals import bootstrap_mean, ratio_interval
 
 KIND = "learning-replay"
 P90 = R.TARGET_PERCENTILES.index(90)
@@ -134,7 +134,7 @@ def cross_regret(run: R.Run, budget: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.learning_replay", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m research.learning_replay", description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", required=True, help="A-B, replay seeds (0-999 or 1000-1999, or a part of one)")
     parser.add_argument("--fraction", type=float, default=R.FRACTION, help="the latent fraction (0.125, 0.25, 0.5)")
     parser.add_argument("--gp", action="store_true", help="replay the GP arms (slow) instead of the others")

@@ -14,17 +14,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
 from scipy.stats import kendalltau
 
-from benchmarks.sweep_runs import sweep_events
-from sweeps.spec.overrides import read_document
-from sweeps.spec.sweep import SWEEP_KEYS
+from research import command
+from research.sweep_runs import sweep_events
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "sweeps" / "studies" / "quickstart.yaml"
 
 
 def _document(data_path: str, epochs: int, trials: int, seed: int) -> dict[str, Any]:
-    doc = read_document(QUICKSTART, SWEEP_KEYS)
+    doc = yaml.safe_load(QUICKSTART.read_text())
     doc["config"]["data"]["path"] = data_path
     doc["config"]["train"].update(epochs=epochs, patience=epochs)
     doc.update(trials={"total": trials}, sampler={"type": "random", "seed": seed}, start={},
@@ -62,3 +62,12 @@ def run(data_path: str, trials: int = 24, epochs: int = 9, seed: int = 0) -> lis
     if len(complete) < len(curves):
         raise RuntimeError(f"{len(curves) - len(complete)} trials did not train all {epochs} epochs")
     return agreement(complete)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = command.parser("rung_agreement", __doc__, "data").parse_args(argv)
+    command.show(run(command.data(args)), args.out)
+
+
+if __name__ == "__main__":
+    command.main(main)

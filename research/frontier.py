@@ -1,8 +1,8 @@
-"""``seqae bench frontier-fig3 frontier-width frontier-offcorpus frontier-sweep``: the compression
-frontier, the paper's question at laptop scale with a search behind it, scored on the test pages.
+"""``python -m research.frontier PART`` (fig3, width, offcorpus, sweep): the compression frontier,
+the paper's question at laptop scale with a search behind it, scored on the test pages.
 
-Four parts, each a suite of ``seqae bench`` that runs real sweeps in ``--workspace`` (a rerun
-continues them) and then rewrites the published table from every part found there:
+Four parts, each run alone, that run real sweeps in ``--workspace`` (a rerun continues them) and
+then rewrite the published table from every part found there:
 
     frontier-fig3       Fig. 3: input lengths :data:`INPUT_LENS` x latent fractions
                         :data:`FRACTIONS`, for the paper's recipe and for the search's best
@@ -15,21 +15,21 @@ continues them) and then rewrites the published table from every part found ther
                         cells, so it runs after frontier-fig3)
     frontier-offcorpus  the tuned configuration at 32 -> 8 trained on the offline corpus and on a
                         corpus of another kind (installed packages' READMEs,
-                        :mod:`benchmarks.corpora`), each registered model scored on both corpora's
+                        :mod:`research.corpora`), each registered model scored on both corpora's
                         test pages through ``seqae encode``'s text-in model
     frontier-sweep      the front found by one two-objective sweep at 32 tokens (multi-objective
                         TPE with multi-objective ASHA, as the replay measured best,
-                        :mod:`benchmarks.front_replay`) for at most :data:`SWEEP_COST` of the
+                        :mod:`research.front_replay`) for at most :data:`SWEEP_COST` of the
                         CPU-seconds the grid spent on its cells at :data:`FLOAT_SHARES` (at this
                         machine's speed: one cell, :data:`CALIBRATION`, is trained again), against
                         the grid's front there (:func:`sweep_summary`; so it runs after
                         frontier-width)
 
-Every training uses the evidence's data and schedule (``benchmarks.search_vs_recipe``: 32-token
+Every training uses the evidence's data and schedule (``research.search_vs_recipe``: 32-token
 windows of 30 pages, 10% test pages, lr decay 1e-3 -> 1e-4 over 5 epochs) for :data:`EPOCHS`
-epochs. The table (``benchmarks/tables/frontier.parquet`` and ``.csv``, :data:`SCHEMA`) has one row
+epochs. The table (``research/tables/frontier.parquet`` and ``.csv``, :data:`SCHEMA`) has one row
 per part, configuration, input length, latent length and width, seed and epoch; its data card is
-``benchmarks/tables/frontier.md``. Both, with the figures, are logged to an MLflow run of the
+``research/tables/frontier.md``. Both, with the figures, are logged to an MLflow run of the
 workspace's tracking store.
 """
 
@@ -44,19 +44,18 @@ import pandas as pd
 import pyarrow as pa
 from mlflow.tracking import MlflowClient
 
-from benchmarks import TABLES
-from benchmarks.corpora import package_descriptions
-from benchmarks.replay import GRACE_PERIOD, REDUCTION_FACTOR, TPE
-from benchmarks.search_vs_recipe import INPUT_LEN, RECIPE, document
-from benchmarks.sweep_runs import run_sweep
+from research import TABLES, command
+from research.corpora import package_descriptions
+from research.replay import GRACE_PERIOD, REDUCTION_FACTOR, TPE
+from research.search_vs_recipe import INPUT_LEN, RECIPE, document, save_figure
+from research.sweep_runs import run_sweep
 from dashboards import claims
-from dashboards.report.figures import save_figure
 from seqae_core import corpus
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.config import DataConfig, parse_scalar
-from sweeps.results.registry import load_registered
+from sweeps import api
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -70,7 +69,9 @@ WIDTH_INPUT_LENS = (32, 64)
 FLOAT_SHARES = (0.5, 0.25, 0.125, 0.0625)  # latent floats as a share of the input's (input_len x d_model)
 OFF_CORPUS_LATENT = 8  # latent tokens of the evidence's 32
 
-# The evidence's choice (benchmarks/tables/search-vs-recipe-searches.csv): the best validation
+# The grid's rows the report draws beside a two-objective sweep's front: package data of the dashboards.
+REPORT_GRID = Path(__file__).resolve().parent.parent / "dashboards" / "report" / "grid-frontier.parquet"
+# The evidence's choice (research/tables/search-vs-recipe-searches.csv): the best validation
 # accuracy of any search at 25% latent (0.9014, trial 2 of random and of tpe+asha with sampler
 # seed 12); the test pages took no part in choosing it.
 TUNED: dict[str, Any] = {
@@ -308,7 +309,6 @@ def _score(model: Any, texts: list[str]) -> float:
 
 def off_corpus(data_path: str, workspace: Path) -> list[dict[str, Any]]:
     corpora = {WIKI: data_path, PACKAGES: str(package_descriptions(workspace / "packages-corpus"))}
-    tracking = f"sqlite:///{workspace / 'ws' / 'mlflow.db'}"
     tests = {corpus: _test_texts(DataConfig(**document(path, "", {})["config"]["data"])) for corpus, path in corpora.items()}
     rows = []
     for trained_on, path in corpora.items():
@@ -316,7 +316,7 @@ def off_corpus(data_path: str, workspace: Path) -> list[dict[str, Any]]:
         client, runs = run_sweep(workspace, name, _off_corpus_doc(path))
         trained = _rows(client, runs, "offcorpus", "tuned", trained_on)
         kept = next(r for r in trained if r["epoch"] == r["kept_epoch"])
-        _, model = load_registered(tracking, name)  # the sweep's best: its one trial
+        model = api.Sweep.open(name, workspace=workspace / "ws").best_model()  # the sweep's best: its one trial
         for scored_on, texts in tests.items():
             rows.append({**kept, "scored_on": scored_on, "test_token_accuracy": _score(model, texts), "test_loss": None})
     return rows
@@ -415,12 +415,22 @@ def figures(table: pd.DataFrame, out: Path) -> list[Path]:
     return paths
 
 
-def publish(table: pd.DataFrame, workspace: Path, out: Path = TABLES) -> None:
-    """The table as Parquet and CSV in ``out`` beside its data card, with the figures; all logged
-    to a run of the experiment ``frontier`` in the workspace's tracking store, its artifacts kept
-    in the workspace (MLflow's default would be ``./mlruns`` wherever the command ran)."""
+def grid_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The grid's trainings (fig3, width) at their kept epoch, scored on their own corpus: the rows
+    a two-objective sweep's report draws its front from (``dashboards/report/front.py``)."""
+    kept = table[table["part"].isin(["fig3", "width"]) & (table["epoch"] == table["kept_epoch"])
+                 & (table["trained_on"] == table["scored_on"])]
+    return kept.reset_index(drop=True)
+
+
+def publish(table: pd.DataFrame, workspace: Path, out: Path = TABLES, report: Path = REPORT_GRID) -> None:
+    """The table as Parquet and CSV in ``out`` beside its data card, with the figures, and its
+    :func:`grid_rows` where the package ships them to the report (``report``); all logged to a run
+    of the experiment ``frontier`` in the workspace's tracking store, its artifacts kept in the
+    workspace (MLflow's default would be ``./mlruns`` wherever the command ran)."""
     out.mkdir(exist_ok=True)
     table.to_parquet(out / "frontier.parquet", index=False)
+    grid_rows(table).to_parquet(report, index=False)
     table.to_csv(out / "frontier.csv", index=False)
     paths = figures(table, out)
     client = MlflowClient(f"sqlite:///{workspace / 'ws' / 'mlflow.db'}")
@@ -455,3 +465,16 @@ def run(suite: str, data_path: str, workspace: Path) -> list[dict[str, Any]]:
     if part == "sweep":
         return sweep_summary(table).round(4).to_dict("records")
     return off_corpus_summary(table).round(4).reset_index().to_dict("records")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = command.parser("frontier", __doc__, "data", "workspace")
+    parser.add_argument("part", choices=[name.removeprefix("frontier-") for name in PARTS],
+                        help="which part to train and add to the table")
+    args = parser.parse_args(argv)
+    command.show(command.in_workspace(args, lambda workspace: run(f"frontier-{args.part}", command.data(args),
+                                                                  workspace)), args.out)
+
+
+if __name__ == "__main__":
+    command.main(main)

@@ -4,7 +4,7 @@ They were chosen on split 0 of the offline corpus at 32 -> 8 tokens. Here, at 6 
 
     32 -> 8    the defaults on split 1 of the corpus; the defaults and the paper's values (the
                block's defaults before) on a corpus of another kind (installed packages' READMEs,
-               see :mod:`benchmarks.corpora`)
+               see :mod:`research.corpora`)
     32 -> 16   the defaults on the second corpus
 
 Settings that only fit one split of one corpus show it here.
@@ -18,8 +18,9 @@ from typing import Any
 
 import optuna
 
-from benchmarks.corpora import package_descriptions
-from benchmarks.sweep_runs import sweep_events
+from research import command
+from research.corpora import package_descriptions
+from research.sweep_runs import sweep_events
 from seqae_core import metrics as M
 from seqae_core.config import BLOCK_DEFAULTS, ModelConfig, TrainConfig
 
@@ -58,3 +59,12 @@ def run(data_path: str, epochs: int = 6) -> list[dict[str, Any]]:
                 "epochs": epochs, M.VAL_TOKEN_ACCURACY: None if trial.value is None else round(trial.value, 4),
             })
     return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = command.parser("transformer_defaults", __doc__, "data").parse_args(argv)
+    command.show(run(command.data(args)), args.out)
+
+
+if __name__ == "__main__":
+    command.main(main)

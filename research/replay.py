@@ -1,11 +1,11 @@
-"""``seqae bench replay``: search methods replayed on the evidence table, with statistics.
+"""``python -m research.replay``: search methods replayed on the evidence table, with statistics.
 
-The evidence table (``benchmarks/evidence_table.py``) holds every epoch of 96 configurations at
+The evidence table (``research/evidence_table.py``) holds every epoch of 96 configurations at
 three latent fractions, trained from two seeds. A method is replayed against one seed's table:
-the service's own Optuna sampler (``sweeps.stores.search.sampler``; TPE as ``frontier.yaml`` pins it)
-proposes over the table's grid, each proposal trains the nearest configuration of the table, the
-service's own ASHA or asynchronous Hyperband (``sweeps.running.schedulers.ResumableASHA``, the quickstart's
-grace 1 and factor 2) stops, and :data:`WORKERS` asynchronous one-CPU workers take the measured
+the service's own Optuna sampler (TPE as ``frontier.yaml`` pins it) proposes over the table's grid,
+each proposal trains the nearest configuration of the table, the service's own ASHA or asynchronous
+Hyperband (the quickstart's grace 1 and factor 2) stops (both driven through
+:func:`sweeps.running.simulation.simulate`), and :data:`WORKERS` asynchronous one-CPU workers take the measured
 epochs' process CPU-seconds. A proposal reads only what the sweep would have known when it was
 made. A warm-started method first runs the best configurations of another fraction's table, as
 ``warm_start`` runs an earlier sweep's (:func:`methods_at`).
@@ -23,7 +23,7 @@ rung pruned, as the service returns, scored by its kept checkpoint's test accura
 cost being every configuration trained on the cost table. A replay runs until the last budget is
 spent.
 
-**Statistics** (:mod:`benchmarks.intervals`): per method and target, the median cost with its
+**Statistics** (:mod:`research.intervals`): per method and target, the median cost with its
 order-statistic 95% interval (unreached replays count as infinitely costly), its ratio to the
 grid's median with a bootstrap interval, the share reached with Wilson's interval, the median
 trials; per method and budget, the simple regret (the cost table's best test accuracy minus the
@@ -62,15 +62,12 @@ import optuna
 import pandas as pd
 from scipy.stats import kendalltau
 
-from benchmarks import TABLES
-from benchmarks import evidence_table as E
-from benchmarks.intervals import bootstrap_mean, median_interval, ratio_interval, wilson
+from research import TABLES, command
+from research import evidence_table as E
+from research.intervals import bootstrap_mean, median_interval, ratio_interval, wilson
 from seqae_core import metrics as M
 from seqae_errors import ConfigError
-from sweeps.running.schedulers import RacingASHA, ResumableASHA, stub_trial
-from sweeps.spec import sweep as spec_lib
-from sweeps.spec.trial import TrialSpec
-from sweeps.stores.search import _suggest_one, sampler, shaped_like
+from sweeps.running.simulation import Simulation, simulate
 
 WORKERS = 2
 # The evidence table's targets, registered before it was built: a configuration's best validation
@@ -97,12 +94,12 @@ class Method:
     name: str
     sampler: str  # grid (every configuration, in an order the seed shuffles), random, tpe or gp
     # or asha, or hyperband (asynchronous: ASHA in brackets), or race (ASHA's rungs racing the
-    # incumbent: sweeps.running.schedulers.RacingASHA), the service's own
+    # incumbent), the service's own
     scheduler: str = "none"
     startup: int = 2  # TPE's (and the GP's) random start-up trials: 2, the quickstart's when registered
     warm_from: float | None = None  # transfer: the other fraction whose table's best configurations run first
-    pack: int = 1  # trials proposed together and trained in lockstep on one worker (benchmarks.pack_replay)
-    space: str = "categorical"  # or ordered: the grid's numbers declared as ordered choices (:func:`_spec`)
+    pack: int = 1  # trials proposed together and trained in lockstep on one worker (research.pack_replay)
+    space: str = "categorical"  # or ordered: the grid's numbers declared as ordered choices (:func:`_document`)
     fresh: bool = False  # each proposal trains the nearest configuration not trained yet (no re-buying)
     # what the sampler learns from: trials, as the service tells Optuna (a complete trial's best value,
     # a pruned one's intermediate values); or first-rung, every trial complete at its value at the
@@ -163,81 +160,68 @@ def targets_for(target_table: list[Curve]) -> tuple[float, ...]:
     return tuple(float(np.percentile([max(c.val) for c in target_table], p)) for p in TARGET_PERCENTILES)
 
 
-def _spec(method: Method, seed: int, epochs: int) -> spec_lib.SweepSpec:
+def _document(method: Method, seed: int, epochs: int) -> dict[str, Any]:
     """A sweep over the table's grid with ``method``'s sampler and scheduler, as a user would write it
-    (racing: ASHA's settings, which the replay runs as :class:`RacingASHA`; a GP: random search's
-    spec, the GP built by :func:`_sampler`, since the service's check refuses a GP over a categorical
-    key such as the block, which Optuna's GPSampler models)."""
+    (a GP: random search's, the GP given by :func:`_own_sampler`, since the service's check refuses a
+    GP over a categorical key such as the block, which Optuna's GPSampler models)."""
     search: dict[str, dict[str, Any]] = {k: choices(method, v) for k, v in E.GRID.items()}
     search["model.heads"]["when"] = {"model.block": "transformer"}
     tpe = {**TPE, "n_startup_trials": method.startup} if method.sampler == "tpe" else {}
-    scheduler = {"type": "asha" if method.scheduler == "race" else method.scheduler, "grace_period": GRACE_PERIOD,
-                 "reduction_factor": REDUCTION_FACTOR}
-    doc = {"config": {"train": {"epochs": epochs}}, "search": search, "trials": {"total": 10_000},
-           "sampler": {"type": "random" if method.sampler == "gp" else method.sampler, "seed": seed, **tpe},
-           "scheduler": scheduler if method.scheduler != "none" else {"type": "none"}}
-    return spec_lib.parse(doc, f"replay of {method.name}")
+    scheduler = {"type": method.scheduler, "grace_period": GRACE_PERIOD, "reduction_factor": REDUCTION_FACTOR}
+    return {"config": {"train": {"epochs": epochs}}, "search": search, "trials": {"total": 10_000},
+            "sampler": {"type": "random" if method.sampler == "gp" else method.sampler, "seed": seed, **tpe},
+            "scheduler": scheduler if method.scheduler != "none" else {"type": "none"}}
 
 
-def _sampler(method: Method, spec: spec_lib.SweepSpec) -> optuna.samplers.BaseSampler:
-    """The service's sampler for ``spec`` (:func:`sweeps.stores.search.sampler`), or for a GP the
-    one it builds for ``sampler: {type: gp}``: Optuna's GPSampler, seeded likewise."""
-    if method.sampler == "gp":
-        return optuna.samplers.GPSampler(seed=spec.sampler.seed, n_startup_trials=method.startup)
-    return sampler(spec, 10_000)
+def simulation(method: Method, seed: int, epochs: int) -> Simulation:
+    """The sweep's own searcher and scheduler for ``method`` (:func:`_document`)."""
+    return simulate(_document(method, seed, epochs), f"replay of {method.name}", own_sampler=_own_sampler(method, seed))
+
+
+def _own_sampler(method: Method, seed: int) -> optuna.samplers.BaseSampler | None:
+    """For a GP, the sampler the service builds for ``sampler: {type: gp}``: Optuna's GPSampler,
+    seeded likewise; else None (the service's for the sweep file)."""
+    return optuna.samplers.GPSampler(seed=seed, n_startup_trials=method.startup) if method.sampler == "gp" else None
 
 
 class Proposals:
-    """The service's sampler over the table's grid; each proposal trains the nearest configuration
-    of the table (the table is a space-filling subset of the grid). ``first``: configurations
-    proposed before the sampler's own (a warm start), in order. ``fresh``: each proposal trains the
-    nearest configuration no earlier proposal trains (none once all are taken), and the study
-    records it with that configuration's values, not the proposal's, so the sampler learns where
-    the value was measured: the proposal's Optuna trial is failed (every sampler here ignores a
-    failed trial) and the configuration is enqueued and asked in its place."""
+    """The sweep's searcher over the table's grid (``simulation``); each proposal trains the nearest
+    configuration of the table (the table is a space-filling subset of the grid). ``first``:
+    configurations proposed before the sampler's own (a warm start), in order. ``fresh``: each
+    proposal trains the nearest configuration no earlier proposal trains (none once all are taken),
+    and the study records it with that configuration's values, not the proposal's, so the sampler
+    learns where the value was measured: the proposal's Optuna trial is failed (every sampler here
+    ignores a failed trial) and the configuration is enqueued and asked in its place."""
 
-    def __init__(self, table: list[Curve], spec: spec_lib.SweepSpec, first: tuple[dict[str, Any], ...] = (),
-                 own: optuna.samplers.BaseSampler | None = None, fresh: bool = False) -> None:
-        self.spec = spec
-        self.study = optuna.create_study(direction="maximize", sampler=own or sampler(self.spec, 10_000))
+    def __init__(self, table: list[Curve], simulation: Simulation, first: tuple[dict[str, Any], ...] = (),
+                 fresh: bool = False) -> None:
+        self.simulation = simulation
+        self.study = simulation.study
         for params in first:
-            self.study.enqueue_trial(declared(spec, params))
+            simulation.enqueue(declared(params))
         self.table = table
         self.coords = E._coordinates([c.params for c in table])
         self.fresh = fresh
         self.taken: set[int] = set()  # the configurations proposed so far (fresh)
 
     def ask(self, size: int = 1) -> list[tuple[Curve, optuna.Trial]]:
-        """``size`` proposals, as the service fills a pack: the sampler's own first, then each of the
-        others with the first's shape fixed (:func:`sweeps.stores.search.shaped_like`), the earlier ones
-        pending while it is asked. Fresh: one at a time, none once every configuration is taken."""
-        trial = self.study.ask()
-        params = suggested(self.spec, trial)
+        """``size`` proposals, as the service fills a pack (:meth:`Simulation.ask`). Fresh: one at a
+        time, none once every configuration is taken."""
         if self.fresh:
             assert size == 1, "fresh proposals are asked one at a time"
+            (proposal,) = self.simulation.ask()
+            trial = proposal.trial
             if len(self.taken) == len(self.table):
                 self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 return []
-            index = nearest(self.coords, params, self.taken)
+            index = nearest(self.coords, proposal.params, self.taken)
             self.taken.add(index)
-            if trial.params != declared(self.spec, self.table[index].params):
+            if trial.params != self.simulation.recorded(declared(self.table[index].params)):
                 self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                self.study.enqueue_trial(declared(self.spec, self.table[index].params))
-                trial = self.study.ask()
-                suggested(self.spec, trial)
+                self.simulation.enqueue(declared(self.table[index].params))
+                trial = self.simulation.ask()[0].trial
             return [(self.table[index], trial)]
-        asked = [(self.table[nearest(self.coords, params)], trial)]
-        if size == 1:
-            return asked
-        own = self.study.sampler
-        self.study.sampler = shaped_like(own, params)
-        try:
-            for _ in range(size - 1):  # each suggested before the next is asked: the sampler sees it pending
-                trial = self.study.ask()
-                asked.append((self.table[nearest(self.coords, suggested(self.spec, trial))], trial))
-        finally:
-            self.study.sampler = own
-        return asked
+        return [(self.table[nearest(self.coords, p.params)], p.trial) for p in self.simulation.ask(size)]
 
 
 # Issue 82's ordered space (``Method.space == "ordered"``): every key of the grid with numeric
@@ -256,20 +240,9 @@ def choices(method: Method, levels: tuple[Any, ...]) -> dict[str, Any]:
     return {"type": "ordered", "choices": sorted(levels)} if ordered else {"type": "categorical", "choices": list(levels)}
 
 
-def suggested(spec: spec_lib.SweepSpec, trial: optuna.Trial) -> dict[str, Any]:
-    """The configuration ``trial`` proposes in ``spec``'s space, its keys in the service's order,
-    each suggested as the service suggests it (``sweeps.stores.search._suggest_one``)."""
-    params: dict[str, Any] = {}
-    for key in spec.sampling_order():
-        if spec.search[key].active(params):
-            params[key] = _suggest_one(trial, key, spec.search[key])
-    return params
-
-
-def declared(spec: spec_lib.SweepSpec, params: dict[str, Any]) -> dict[str, Any]:
-    """A configuration of the grid as ``spec``'s Optuna trials record it: the heads only for the
-    transformer block, an ordered choice as its position (:meth:`spec_lib.SweepSpec.recorded`)."""
-    return spec.recorded({k: v for k, v in params.items() if k != "model.heads" or params["model.block"] == "transformer"})
+def declared(params: dict[str, Any]) -> dict[str, Any]:
+    """A configuration of the grid as a sweep over it proposes it: the heads only for the transformer block."""
+    return {k: v for k, v in params.items() if k != "model.heads" or params["model.block"] == "transformer"}
 
 
 def nearest(coords: np.ndarray, params: dict[str, Any], taken: set[int] | frozenset[int] = frozenset()) -> int:
@@ -292,7 +265,7 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
     """Run ``method`` against ``table`` until ``budgets[-1]`` x the grid's cost is spent (a grid:
     until every configuration is trained; a fresh method: or until it has none left to propose);
     ``first``: a warm start's configurations. ``grid_cost``: every configuration of ``table``
-    trained, unless the grid validates less often than ``table`` does (``benchmarks.subepoch_rungs``).
+    trained, unless the grid validates less often than ``table`` does (``research.subepoch_rungs``).
     ``score``: another training seed's table of the same configurations, on which each returned
     configuration is also scored (:attr:`Trace.returned_cross`).
 
@@ -305,17 +278,13 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
     epochs = len(table[0].val)
     order = list(table)
     np.random.default_rng(seed).shuffle(order)  # type: ignore[arg-type]
-    spec = None if method.sampler == "grid" else _spec(method, seed, epochs)  # a grid has no sampler, nor scheduler
-    proposals = None if spec is None else Proposals(table, spec, first, _sampler(method, spec), method.fresh)
-    rungs = RacingASHA if method.scheduler == "race" else ResumableASHA
-    asha = (rungs({}, spec.objectives, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=epochs,
-                  grace_period=GRACE_PERIOD, reduction_factor=REDUCTION_FACTOR, brackets=spec.scheduler.brackets(epochs))
-            if spec is not None and method.scheduler != "none" else None)
+    # a grid has no sampler, nor scheduler
+    sweep = None if method.sampler == "grid" else simulation(method, seed, epochs)
+    proposals = None if sweep is None else Proposals(table, sweep, first, method.fresh)
     by_id = {c.config_id: c for c in score or ()}
     events: list[tuple[float, int, int]] = []  # (ends at, tie-break, pack number): a pack's epoch ends
-    # by pack number (its first trial's): its members by trial number (curve, Optuna trial, Tune stub
-    # trial), its epoch, since when
-    running: dict[int, tuple[dict[int, tuple[Curve, Any, Any]], int, float]] = {}
+    # by pack number (its first trial's): its members by trial number (curve, Optuna trial), its epoch, since when
+    running: dict[int, tuple[dict[int, tuple[Curve, Any]], int, float]] = {}
     counter = itertools.count()
     started, closed = 0, 0.0  # trials started; CPU-seconds of the epochs ended
     costs, trials_to = [math.inf] * len(targets), [math.inf] * len(targets)
@@ -336,7 +305,7 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
     def spent(now: float) -> float:
         return closed + sum(now - since for *_, since in running.values())
 
-    def run_epoch(now: float, pack: dict[int, tuple[Curve, Any, Any]], epoch: int) -> None:
+    def run_epoch(now: float, pack: dict[int, tuple[Curve, Any]], epoch: int) -> None:
         running[min(pack)] = (pack, epoch, now)
         heapq.heappush(events, (now + sum(c.cpu[epoch - 1] for c, *_ in pack.values()), next(counter), min(pack)))
 
@@ -356,11 +325,9 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
             number = started
             started += 1
             # a warm start's configurations run as the service runs them, as starting points: to the end
-            start = "warm" if number < len(first) and proposals is not None else None
-            view = stub_trial(TrialSpec(number, {}, None, start=start))
-            if asha is not None:
-                asha.on_trial_add(None, view)
-            pack[number] = (curve, handle, view)
+            if sweep is not None:
+                sweep.start(number, "warm" if number < len(first) else None)
+            pack[number] = (curve, handle)
         run_epoch(now, pack, 1)
         return True
 
@@ -374,7 +341,7 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
             break
         pack, epoch, _ = running.pop(key)
         closed += sum(curve.cpu[epoch - 1] for curve, *_ in pack.values())
-        for number, (curve, handle, view) in list(pack.items()):
+        for number, (curve, handle) in list(pack.items()):
             value = curve.val[epoch - 1]
             best, test = kept[number][:2] if number in kept else (-math.inf, math.nan)
             if value > best:
@@ -388,8 +355,7 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
                 proposals.study.tell(handle, value)  # type: ignore[union-attr]  # the model learns of it now
             elif handle is not None and not first_rung:
                 handle.report(value, epoch)
-            stop = (asha is not None and asha.on_trial_result(None, view, {M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: value})
-                    == ResumableASHA.STOP)
+            stop = sweep is not None and sweep.result(number, {M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: value})
             if epoch < epochs and not stop:
                 continue
             del pack[number]
@@ -526,7 +492,7 @@ def tables_at(fractions: set[float], table_path: Path = E.TABLE) -> dict[float, 
     if short:
         f, sizes = next(iter(short.items()))
         raise ConfigError(f"the evidence table at {f:.1%} has {', '.join(map(str, sizes))} configurations per seed, "
-                          f"not {E.SIZE}: build it first (seqae bench table)")
+                          f"not {E.SIZE}: build it first (python -m research.evidence_table)")
     return by_fraction
 
 
@@ -580,3 +546,15 @@ def read_runs(path: Path, seeds: range) -> list[Run]:
                       tuple(float(row[f"cross_at_{b:g}x"]) for b in BUDGETS) if f"cross_at_{BUDGETS[0]:g}x" in row else ()),
                 float(row.get("best_cross", math.nan)))  # files written before cross-seed scoring lack it
             for row in complete_rows(path, seeds)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = command.parser("replay", __doc__, "seeds")
+    parser.add_argument("--fraction", type=float, default=FRACTION,
+                        help="the evidence table's latent fraction to replay on (0.5, 0.25 or 0.125; default 0.25)")
+    args = parser.parse_args(argv)
+    command.show(run(command.seeds(args.seeds), args.fraction), args.out)
+
+
+if __name__ == "__main__":
+    command.main(main)

@@ -1,8 +1,8 @@
-"""``seqae bench quarter-rungs``: ASHA whose first rung comes before an epoch's end, replayed on
+"""``python -m research.subepoch_rungs``: ASHA whose first rung comes before an epoch's end, replayed on
 the evidence table validated at each quarter of an epoch (``evidence_table.QUARTERS``).
 
 **The protocol, registered before any replay ran.** Every method is replayed as
-:mod:`benchmarks.replay` replays it (the service's sampler and ``ResumableASHA``, two one-CPU
+:mod:`research.replay` replays it (the service's sampler and ``ResumableASHA``, two one-CPU
 workers, cross-fitted targets, the replay seeds), on curves read from the quarter table at the
 validations that method's sweep would run:
 
@@ -38,10 +38,10 @@ import optuna
 import pandas as pd
 from scipy.stats import kendalltau
 
-from benchmarks import TABLES
-from benchmarks import evidence_table as E
-from benchmarks import replay as R
-from benchmarks.intervals import ratio_interval
+from research import TABLES, command
+from research import evidence_table as E
+from research import replay as R
+from research.intervals import ratio_interval
 from seqae_errors import ConfigError
 
 QUARTER = 0.25  # the table's validation interval, in epochs
@@ -157,7 +157,7 @@ def run(seeds: range, table_path: Path = E.QUARTERS.path, workers: int = R.WORKE
     sizes = table.groupby("seed").config_id.nunique().reindex(list(E.SEEDS), fill_value=0)
     if (sizes != E.SIZE).any():
         raise ConfigError(f"the quarter-epoch evidence table has {', '.join(map(str, sizes))} configurations per seed, "
-                          f"not {E.SIZE}: build it first (seqae bench table-quarters)")
+                          f"not {E.SIZE}: build it first (python -m research.evidence_table --quarters)")
     everies = sorted({m.every for m in methods} | {1.0})
     views = {s: Views({e: curves(table, s, e) for e in everies}) for s in E.SEEDS}
     out = folder / f"quarter-rungs-seeds-{seeds.start}-{seeds.stop - 1}.parquet"
@@ -170,3 +170,12 @@ def run(seeds: range, table_path: Path = E.QUARTERS.path, workers: int = R.WORKE
     order = [m.name for m in methods]
     return summarize(sorted((r for r in done if r.method in order), key=lambda r: (order.index(r.method), r.seed)),
                      methods, taus)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = command.parser("subepoch_rungs", __doc__, "seeds").parse_args(argv)
+    command.show(run(command.seeds(args.seeds)), args.out)
+
+
+if __name__ == "__main__":
+    command.main(main)

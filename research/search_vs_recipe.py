@@ -1,4 +1,4 @@
-"""``seqae bench search``: does the search find better models than the paper's recipe, and than a
+"""``python -m research.search_vs_recipe``: does the search find better models than the paper's recipe, and than a
 random search, for the same CPU-seconds? Scored on the test pages, which nothing selected on.
 
 At 50%, 25% and 12.5% latent (32 -> 16, 8 and 4 tokens on the offline corpus), every arm is a real
@@ -23,12 +23,12 @@ past it is counted in its CPU-seconds. Two questions, each scored on the test pa
 - Does the search find a better *configuration*? Its best trial by validation is trained again
   from seeds 1-3; the gain over the recipe is paired by training seed, averaged per search seed,
   and its interval is Student's t over the search seeds (the unit that was replicated), with the
-  exact sign-flip test beside it (:mod:`benchmarks.intervals`); Holm adjusts the p-values over the
+  exact sign-flip test beside it (:mod:`research.intervals`); Holm adjusts the p-values over the
   fractions, and the simultaneous (Bonferroni) interval is printed beside the adjusted p.
 - Does it return a better *model* than the recipe at equal compute? The search's best trial's own
   test score against recipe@k's kept model, replicate by replicate.
 
-``seqae bench search-gpu`` runs the same protocol as the :data:`GPU` profile: the 25% fraction at
+``python -m research.search_vs_recipe --gpu`` runs the same protocol as the :data:`GPU` profile: the 25% fraction at
 the paper's 512 -> 128 tokens and widths (:data:`PAPER_RECIPE`, :data:`PAPER_SPACE`), each trial an
 eighth of a GPU, eight at once, the budget in GPU-seconds; its files are ``search-vs-recipe-gpu*``.
 """
@@ -44,10 +44,11 @@ import matplotlib
 import numpy as np
 import optuna
 import pandas as pd
+import torch
 
-from benchmarks import TABLES
-from benchmarks.intervals import Interval, holm, sign_flip_p, simultaneous_level, t_interval
-from benchmarks.sweep_runs import run_sweep
+from research import TABLES, command
+from research.intervals import Interval, holm, sign_flip_p, simultaneous_level, t_interval
+from research.sweep_runs import run_sweep
 from seqae_errors import ConfigError
 from seqae_core import metrics as M
 from seqae_core import names as N
@@ -88,9 +89,9 @@ PAPER_SPACE = {**SPACE, "model.d_model": {"type": "categorical", "choices": [128
 
 @dataclass(frozen=True)
 class Profile:
-    """What bench search trains on and pays with."""
+    """What the search against the recipe trains on and pays with (the laptop or the GPU profile)."""
 
-    name: str  # its `seqae bench` suite
+    name: str  # its name in messages
     input_len: int
     max_pages: int | None  # None: every page of the corpus
     recipe: dict[str, Any]
@@ -98,7 +99,7 @@ class Profile:
     gpu: float  # each trial's share of a GPU; 0 on CPUs. The budget's currency follows: GPU- or CPU-seconds
     max_concurrent: int
     search_seeds: dict[float, int]
-    tables: str  # the prefix of its files in benchmarks/tables/
+    tables: str  # the prefix of its files in research/tables/
 
     @property
     def unit(self) -> str:
@@ -354,6 +355,11 @@ def figure(recipe: dict[float, Scores], searches: list[Search], path: Path, prof
            title=f"The recipe against searches of {BUDGET_TRAININGS} recipe trainings' {profile.unit.upper()}-seconds")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """``fig`` written to ``path`` at the report's resolution, then closed."""
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -373,9 +379,9 @@ def run(data_path: str, workspace: Path, fractions: tuple[float, ...] = FRACTION
         profile: Profile = LAPTOP) -> list[dict[str, Any]]:
     """Every arm at each of ``fractions``, in ``workspace`` (a rerun continues there; each fraction's
     sweeps are its own, so fractions can be measured one at a time); writes the table, each search's
-    outcome, every recipe training and the figure to benchmarks/tables/ (:func:`outputs`)."""
+    outcome, every recipe training and the figure to research/tables/ (:func:`outputs`)."""
     if not set(fractions) <= set(profile.search_seeds):
-        raise ConfigError(f"--fraction {fractions[0]} is not one of bench {profile.name}'s latent fractions "
+        raise ConfigError(f"--fraction {fractions[0]} is not one of {profile.name}'s latent fractions "
                           f"({', '.join(str(f) for f in sorted(profile.search_seeds))})")
     workspace.mkdir(parents=True, exist_ok=True)
     recipe: dict[float, Scores] = {}
@@ -411,3 +417,22 @@ def run(data_path: str, workspace: Path, fractions: tuple[float, ...] = FRACTION
                  ).to_csv(out["recipe"], index=False)
     figure(recipe, searches, out["figure"], profile)
     return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = command.parser("search_vs_recipe", __doc__, "data", "workspace")
+    parser.add_argument("--fraction", type=float, default=None,
+                        help="measure only this fraction (default: 0.5, 0.25 and 0.125; --gpu: 0.25)")
+    parser.add_argument("--gpu", action="store_true", help="the paper's scale on a GPU: 512 -> 128 tokens, its widths")
+    args = parser.parse_args(argv)
+    profile = GPU if args.gpu else LAPTOP
+    fractions = (args.fraction,) if args.fraction else tuple(profile.search_seeds) if args.gpu else FRACTIONS
+    if args.gpu and not torch.cuda.is_available():
+        command.show([{"status": "skipped: no GPU on this machine"}], args.out)
+        return
+    command.show(command.in_workspace(args, lambda workspace: run(command.data(args), workspace, fractions, profile)),
+                 args.out)
+
+
+if __name__ == "__main__":
+    command.main(main)

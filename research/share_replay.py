@@ -1,9 +1,9 @@
-"""``seqae bench share-replay``: several users' sweeps sharing one cluster's trial slots under three
+"""``python -m research.share_replay``: several users' sweeps sharing one cluster's trial slots under three
 policies, replayed on the evidence table.
 
 **The cluster** (:data:`SLOTS` one-CPU trial slots) runs six sweeps at once, submitted together:
 the evidence table's three latent fractions, two search seeds each, every one ASHA with random
-search as ``seqae bench replay`` replays it (``replay.Proposals`` over the table's grid, the service's
+search as ``python -m research.replay`` replays it (``replay.Proposals`` over the table's grid, the service's
 ``ResumableASHA`` with the quickstart's grace 1 and factor 2, a trial's epoch costing the table's
 process CPU-seconds on its slot). In replay ``r``, the ``j``-th sweep (fractions ascending) draws
 with sampler seed ``6r + j``; the ``k``-th (0 or 1) of a fraction pays the costs of training seed
@@ -74,13 +74,11 @@ import optuna
 import pandas as pd
 from scipy.stats import norm
 
-from benchmarks import TABLES
-from benchmarks import evidence_table as E
-from benchmarks import replay as R
-from benchmarks.intervals import bootstrap_mean, paired_ratio_interval, wilson
+from research import TABLES, command
+from research import evidence_table as E
+from research import replay as R
+from research.intervals import bootstrap_mean, paired_ratio_interval, wilson
 from seqae_core import metrics as M
-from sweeps.running.schedulers import ResumableASHA, stub_trial
-from sweeps.spec.trial import TrialSpec
 
 SLOTS = 4  # the issue's local cluster: two workers of two CPUs
 POLICIES = ("first-come", "fair", "value", "fair-least-used")  # the last added after the first replays (the docstring)
@@ -102,8 +100,7 @@ class Sweep:
     table: list[R.Curve]
     target: float
     budget: float  # CPU-seconds
-    proposals: R.Proposals
-    asha: ResumableASHA
+    proposals: R.Proposals  # the sweep's searcher; its scheduler: proposals.simulation
     best_test: float
     random_test: float  # what a configuration picked at random scores on average
     held: int = 0
@@ -162,12 +159,9 @@ def sweeps_for(tables: dict[float, dict[int, list[R.Curve]]], seed: int) -> list
         for k, (cost_seed, target_seed) in enumerate(zip(E.SEEDS, reversed(E.SEEDS))):
             table = tables[fraction][cost_seed]
             sampler_seed = 6 * seed + len(out)  # each user's own: no two sweeps propose alike
-            spec = R._spec(METHOD, sampler_seed, len(table[0].val))
-            asha = ResumableASHA({}, spec.objectives, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max",
-                                 max_t=len(table[0].val), grace_period=R.GRACE_PERIOD,
-                                 reduction_factor=R.REDUCTION_FACTOR, brackets=spec.scheduler.brackets(len(table[0].val)))
+            simulation = R.simulation(METHOD, sampler_seed, len(table[0].val))
             out.append(Sweep(f"{fraction:g}/{k}", table, R.targets_for(tables[fraction][target_seed])[TARGET],
-                             SWEEP_BUDGET * sum(sum(c.cpu) for c in table), R.Proposals(table, spec), asha,
+                             SWEEP_BUDGET * sum(sum(c.cpu) for c in table), R.Proposals(table, simulation),
                              max(c.test[-1] for c in table), float(np.mean([c.test[-1] for c in table]))))
     return out
 
@@ -180,7 +174,7 @@ def share(tables: dict[float, dict[int, list[R.Curve]]], policy: str, seed: int,
     regret_at = REGRET_AT * sum(s.budget for s in sweeps) / slots
     regrets: list[float] | None = None
     events: list[tuple[float, int, int, int, int]] = []  # (ends at, tie-break, sweep, trial, epoch)
-    trials: dict[tuple[int, int], tuple[R.Curve, Any, Any]] = {}
+    trials: dict[tuple[int, int], tuple[R.Curve, Any]] = {}
     counter = itertools.count()
 
     def run_epoch(now: float, i: int, number: int, epoch: int) -> None:
@@ -198,9 +192,8 @@ def share(tables: dict[float, dict[int, list[R.Curve]]], policy: str, seed: int,
         ((curve, handle),) = sweep.proposals.ask()
         number = sweep.started
         sweep.started += 1
-        view = stub_trial(TrialSpec(number, {}, None))
-        sweep.asha.on_trial_add(None, view)
-        trials[(i, number)] = (curve, handle, view)
+        sweep.proposals.simulation.start(number)
+        trials[(i, number)] = (curve, handle)
         sweep.held += 1
         run_epoch(now, i, number, 1)
 
@@ -211,7 +204,7 @@ def share(tables: dict[float, dict[int, list[R.Curve]]], policy: str, seed: int,
         if regrets is None and now >= regret_at:  # what had ended before
             regrets = [100 * (s.best_test - s.returns()) for s in sweeps]
         sweep = sweeps[i]
-        curve, handle, view = trials[(i, number)]
+        curve, handle = trials[(i, number)]
         del sweep.running[number]
         sweep.closed += curve.cpu[epoch - 1]
         value = curve.val[epoch - 1]
@@ -221,7 +214,7 @@ def share(tables: dict[float, dict[int, list[R.Curve]]], policy: str, seed: int,
         if value >= sweep.target and sweep.reached == math.inf:
             sweep.reached = now
         handle.report(value, epoch)
-        stop = sweep.asha.on_trial_result(None, view, {M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: value}) == ResumableASHA.STOP
+        stop = sweep.proposals.simulation.result(number, {M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: value})
         if epoch < len(curve.val) and not stop:
             run_epoch(now, i, number, epoch + 1)
             continue
@@ -302,3 +295,12 @@ def run(seeds: range, table_path: Path = E.TABLE, folder: Path = TABLES, part: i
             done += [share(tables, policy, seed) for seed in missing[first:first + part]]
             write_outcomes(out, done)
     return summarize(done)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = command.parser("share_replay", __doc__, "seeds").parse_args(argv)
+    command.show(run(command.seeds(args.seeds)), args.out)
+
+
+if __name__ == "__main__":
+    command.main(main)
