@@ -39,7 +39,7 @@ def run_sweep(folder: Path, name: str, doc: dict[str, Any]) -> tuple[MlflowClien
     workspace = folder / "ws"
     if not ended(Workspace(workspace), name):
         file.write_text(yaml.safe_dump(doc))
-        run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(file), "--workspace",
+        run = subprocess.run([sys.executable, "-m", "seqae", "sweep", "run", str(file), "--workspace",
                               str(workspace), "--or-resume"],
                              capture_output=True, text=True, env=os.environ.copy(), check=False)
         (folder / f"{name}.log").write_text(run.stdout + run.stderr)
