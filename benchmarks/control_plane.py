@@ -14,7 +14,7 @@ records and a best record, with tiny state). The study and the records are writt
 process beside MLflow's, and SQLite without waiting for the disk: 10,000 trials take a few
 minutes on two cores.
 
-Timed, each as ``python -m seqae_cli ...`` in a new process: wall seconds from start to exit, its
+Timed, each as ``python -m seqae ...`` in a new process: wall seconds from start to exit, its
 CPU seconds (user and system, from the child's own ``wait4`` rusage: what a busy machine inflates
 least) and its peak resident memory (the kernel's VmHWM, read as it exits: ``LAUNCH``):
 
@@ -283,11 +283,18 @@ def _timed(target: str, args: list[str], env: dict[str, str], cwd: Path) -> tupl
     return wall, usage.ru_utime + usage.ru_stime, kib / 1024, text
 
 
-def measure(workspace: Workspace, env: dict[str, str], freeze: bool) -> list[dict[str, Any]]:
+def cli_module(code: Path) -> str:
+    """The command line's module in checkout ``code``: ``seqae``, or ``seqae_cli`` in one from
+    before the command line moved into the ``seqae`` package."""
+    return "seqae" if (code / "seqae" / "__main__.py").is_file() else "seqae_cli"
+
+
+def measure(workspace: Workspace, env: dict[str, str], freeze: bool, cli: str) -> list[dict[str, Any]]:
     """Each command's wall seconds, CPU seconds and peak memory on the sweep ``cp`` of
     ``workspace``, with the seqae that ``env``'s path finds first (the processes run in the
-    workspace, so that this checkout is not found first by being the working directory);
-    ``freeze``: the driver's start freezes its imports, as that seqae's driver does."""
+    workspace, so that this checkout is not found first by being the working directory), its
+    command line ``python -m cli``; ``freeze``: the driver's start freezes its imports, as that
+    seqae's driver does."""
     ws = ["--workspace", str(workspace.root)]
     (workspace.root / "t.csv").unlink(missing_ok=True)  # an earlier measure's export: export never overwrites
     commands = {
@@ -299,7 +306,7 @@ def measure(workspace: Workspace, env: dict[str, str], freeze: bool) -> list[dic
     }
     rows = []
     for label, args in commands.items():
-        wall, cpu, peak, _ = _timed("seqae_cli", args, env, workspace.root)
+        wall, cpu, peak, _ = _timed(cli, args, env, workspace.root)
         rows.append({"command": label, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak)})
     extend(workspace, NAME, 1)  # as `seqae sweep extend NAME --trials 1` does before its driver starts
     args = [str(workspace.root), NAME, *(["--freeze"] if freeze else [])]
@@ -318,7 +325,8 @@ def run(sizes: list[int], backends: list[str], before: Path | None = None) -> li
     def path_env(code: Path) -> dict[str, str]:
         return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
 
-    codes = {"after": (path_env(REPO), True), **({"before": (path_env(before), False)} if before else {})}
+    codes = {"after": (path_env(REPO), True, cli_module(REPO)),
+             **({"before": (path_env(before), False, cli_module(before))} if before else {})}
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="seqae-cp-") as tmp:
         pg = None
@@ -340,9 +348,9 @@ def run(sizes: list[int], backends: list[str], before: Path | None = None) -> li
                     # holds 10,000 at most
                     workspace = build(Path(tmp) / f"{backend}-{size}", size - len(codes), url)
                     built = time.perf_counter() - started
-                    for code, (env, freeze) in codes.items():
+                    for code, (env, freeze, cli) in codes.items():
                         env = {**env, **({"PGPASSFILE": pg.pgpass_of("optuna")} if pg else {})}
-                        for row in measure(workspace, env, freeze):
+                        for row in measure(workspace, env, freeze, cli):
                             rows.append({"trials": size, "optuna": backend, "code": code, **row, "built_s": round(built)})
                             # a 10,000-trial table takes most of an hour: each row shows as it is measured
                             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)

@@ -7,7 +7,7 @@ Run as a script, ``python benchmarks/driver_start.py ROOT NAME [--freeze]``, by
 (this checkout's, or the one ``--before`` names): it imports nothing but the driver's own modules,
 whose calls here are the same before and after the control plane's fixes. ``--freeze``: freeze
 the imports' objects out of the garbage collector first, as the driver's verbs do since those
-fixes (``seqae_cli.commands._imported``). Prints the seconds the start took, as JSON."""
+fixes (``seqae.cli.commands._freeze_imported``). Prints the seconds the start took, as JSON."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ def run(data_path: str, packings: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict[s
                     "model.d_model=256", "model.d_attn=512", "model.heads=8", "train.epochs=2",
                     f"trials.total={k}", f"max_concurrent={k}", f"resources.gpu={1 / k:.4f}", "resources.cpu=1",
                     "search.model.d_model={type: categorical, choices: [256]}", "scheduler.type=none"]
-            run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(STUDY), "--name",
+            run = subprocess.run([sys.executable, "-m", "seqae", "sweep", "run", str(STUDY), "--name",
                                   f"pack{k}", "--workspace", str(workspace), *[a for s in sets for a in ("--set", s)]],
                                  capture_output=True, text=True, env=os.environ.copy())
             if run.returncode != 0:

@@ -36,11 +36,11 @@ class Seen:
 
 
 def seqae_verb(cmdline: str) -> str | None:
-    """The first two words after ``seqae`` (the console script) or ``-m seqae_cli``; None if the
+    """The first two words after ``seqae`` (the console script) or ``-m seqae``; None if the
     command line is not a seqae command."""
     words = cmdline.split()
-    for i, word in enumerate(words[:3]):  # the interpreter, then `-m seqae_cli` or the script
-        if (word == "seqae_cli" and i > 0 and words[i - 1] == "-m") or os.path.basename(word) == "seqae":
+    for i, word in enumerate(words[:3]):  # the interpreter, then `-m seqae` or the script
+        if (word == "seqae" and i > 0 and words[i - 1] == "-m") or os.path.basename(word) == "seqae":
             return " ".join(words[i + 1 : i + 3])
     return None
 

@@ -107,8 +107,8 @@ def command(args: argparse.Namespace) -> dict[str, Any]:
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
         raise ConfigError(f"unknown benchmark suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
-    if args.before and not (Path(args.before) / "seqae_cli" / "main.py").is_file():
-        raise ConfigError(f"--before {args.before!r} is not a checkout of seqae (no seqae_cli/main.py there)")
+    if args.before and not any((Path(args.before) / cli).is_file() for cli in ("seqae/__main__.py", "seqae_cli/main.py")):
+        raise ConfigError(f"--before {args.before!r} is not a checkout of seqae (no seqae/__main__.py there)")
     if "processes" in args.suites and not args.command:
         raise ConfigError("bench processes needs --command CMD: the command whose CPU-seconds it counts (for example .ci/run)")
     data = args.data or os.environ.get("SEQAE_BENCH_DATA") or "wikimedia/wikipedia"

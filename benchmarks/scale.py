@@ -95,7 +95,7 @@ def tracking_rows(data_path: str) -> dict[str, float]:
         sets = [f"data.path={data_path}", "data.samples=windows", "data.max_pages=5", "model.d_model=16",
                 "model.d_attn=16", "grid.data.input_len=[16]", "grid.model.latent_fraction=[0.5]",
                 "grid.train.epochs=[2,4]", "max_concurrent=1", "resources.cpu=1"]
-        run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(STUDY), "--name", "rows",
+        run = subprocess.run([sys.executable, "-m", "seqae", "sweep", "run", str(STUDY), "--name", "rows",
                               "--workspace", str(ws), *[a for s in sets for a in ("--set", s)]],
                              capture_output=True, text=True, env=os.environ.copy())
         if run.returncode != 0:

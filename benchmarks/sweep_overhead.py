@@ -33,7 +33,7 @@ def run(data_path: str, trials: int = 8, parallel: int = 2, epochs: int = 3) -> 
                 f"train.epochs={epochs}", "train.batch_size=32", f"trials.total={trials}",
                 f"max_concurrent={parallel}", "resources.cpu=1", "scheduler.type=none"]  # every trial its epochs
         start = time.time()
-        run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(STUDY), "--name", "overhead",
+        run = subprocess.run([sys.executable, "-m", "seqae", "sweep", "run", str(STUDY), "--name", "overhead",
                               "--workspace", str(workspace), *[a for s in sets for a in ("--set", s)]],
                              capture_output=True, text=True, env=os.environ.copy())
         wall = time.time() - start

@@ -1,7 +1,7 @@
 """`seqae sweep compare A B [...]`: sweeps of one objective side by side (a fork beside its
 origin, or sweeps of different studies), in the terminal and as a page in the report's style
 (:mod:`dashboards.compare_page`), from each sweep's typed trial records (:func:`sweeps.results.export.trials`);
-:meth:`sweeps.api.Sweep.compare` calls it."""
+:meth:`seqae.api.Sweep.compare` calls it."""
 
 from __future__ import annotations
 

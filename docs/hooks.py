@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from seqae_cli.parser import build_parser
+from seqae.cli.parser import build_parser
 from seqae_core import config as config_lib
 from sweeps.spec.sections import Distribution
 from sweeps.spec.sweep import SweepSpec

@@ -55,7 +55,7 @@ from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.config import DataConfig, parse_scalar
-from sweeps import api
+from seqae import api
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

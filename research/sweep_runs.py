@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from seqae_core import metrics as M
 from seqae_core import names as N
-from sweeps import api
+from seqae import api
 
 
 def ended(workspace: Path, name: str) -> bool:
@@ -36,7 +36,7 @@ def run_sweep(folder: Path, name: str, doc: dict[str, Any]) -> tuple[MlflowClien
     workspace = folder / "ws"
     if not ended(workspace, name):
         file.write_text(yaml.safe_dump(doc))
-        run = subprocess.run([sys.executable, "-m", "seqae_cli", "sweep", "run", str(file), "--workspace",
+        run = subprocess.run([sys.executable, "-m", "seqae", "sweep", "run", str(file), "--workspace",
                               str(workspace), "--or-resume"],
                              capture_output=True, text=True, env=os.environ.copy(), check=False)
         (folder / f"{name}.log").write_text(run.stdout + run.stderr)

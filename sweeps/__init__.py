@@ -3,9 +3,10 @@
 - :mod:`sweeps.spec`: the sweep file, checked before anything is created;
 - :mod:`sweeps.stores`: what keeps a sweep (its workspace folder, the Optuna study, MLflow);
 - :mod:`sweeps.running`: running it (the driver, Ray Tune's side, a trial in its worker);
-- :mod:`sweeps.results`: reading what it found (status, the trials' table, the registered model);
+- :mod:`sweeps.results`: reading what it found (status, the trials' table, the registered model).
 
-and :mod:`sweeps.api` over them all, the one door from Python and the command line.
+It imports neither the report (:mod:`dashboards`) nor :mod:`seqae` above it: :mod:`seqae.api`, the
+one door from Python and the command line, hands the driver the report it writes.
 
 Importing it sets seqae's MLflow client settings in the environment, unless the user set them,
 before any of its modules imports MLflow (which reads its logging level at import) and before Ray

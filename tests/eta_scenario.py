@@ -30,7 +30,7 @@ def main(out: Path) -> None:
     try:
         env = cluster["env"]
         os.environ.update(env)
-        from sweeps.api import Sweep, queue  # after the cluster's settings are in the environment
+        from seqae import Sweep, queue  # after the cluster's settings are in the environment
         def submit(name, overrides, ws):
             run = seqae("sweep", "submit", str(STUDIES / "quickstart.yaml"), "--name", name, "--workspace", str(ws),
                         *sets(*overrides), env=env, cwd=REPO)

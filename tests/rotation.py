@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-CODE = ("seqae_errors", "seqae_core", "sweeps", "cluster", "dashboards", "seqae_cli")
+CODE = ("seqae_errors", "seqae_core", "sweeps", "cluster", "dashboards", "seqae")
 
 
 def commit_seed() -> int:

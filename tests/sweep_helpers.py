@@ -64,7 +64,7 @@ def run_args(workspace: Path, name: str, *extra: str, study: Path = STUDIES / "q
     return ["sweep", "run", str(study), "--name", name, "--workspace", str(workspace), *sets(*TINY, *extra)]
 
 
-# The verbs that drive a sweep or read its status run in the test's own process, as `sweeps.api`'s
+# The verbs that drive a sweep or read its status run in the test's own process, as `seqae.api`'s
 # users run them in one Python session: their imports (12-15 CPU-seconds per driver) are paid
 # once per test process, and their local Ray, started by the first driver, serves the next ones of
 # the test module (DRIVERS in a process of their own start their own: conftest.stop_local_ray).
@@ -85,7 +85,7 @@ def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None, c
         return in_process(list(args), timeout)
     _ray_of_its_own(args, env)
     environment = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
-    return subprocess.run([sys.executable, "-m", "seqae_cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "seqae", *args], capture_output=True, text=True,
                           timeout=timeout, env=environment, cwd=cwd)
 
 
@@ -97,12 +97,12 @@ def _ray_of_its_own(args: tuple[str, ...], env: dict[str, str] | None) -> None:
 
 
 def in_process(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
-    """`seqae_cli.main.main(argv)` in this process, with what its own process would give it: its
+    """`seqae.cli.main.main(argv)` in this process, with what its own process would give it: its
     stdout and stderr (seqae's log lines, Ray's forwarded trial lines, a traceback as Python prints
     one, exit code 1), this process's environment and SIGINT and SIGTERM handlers as they were
     before it, and a SIGINT at ``timeout`` (the driver's Ctrl-C) where a subprocess would have been
     killed."""
-    from seqae_cli.main import main
+    from seqae.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     handler = logging.StreamHandler(err)
@@ -141,7 +141,7 @@ def in_process(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
 def start(*args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A `seqae` command in the background, in its own process group, output to ``log``."""
     _ray_of_its_own(args, env)
-    return subprocess.Popen([sys.executable, "-m", "seqae_cli", *args], stdout=open(log, "w"),
+    return subprocess.Popen([sys.executable, "-m", "seqae", *args], stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
                             env={**os.environ, **(env or {})})
 
@@ -198,7 +198,7 @@ def job_driver(name: str) -> psutil.Process:
         for process in psutil.process_iter(["cmdline"]):
             line = process.info["cmdline"] or []
             named = "--name" in line and line[line.index("--name") + 1] == name  # others' drivers may run here
-            if line[1:5] == ["-m", "seqae_cli", "sweep", "run"] and named:
+            if line[1:5] == ["-m", "seqae", "sweep", "run"] and named:
                 return process
         return None
 

@@ -1,12 +1,12 @@
-"""seqae from Python (`sweeps.api.Sweep`): the docs page's code runs as written, on tiny sizes,
+"""seqae from Python (`seqae.Sweep`): the docs page's code runs as written, on tiny sizes,
 and a mistake is an exception naming the key or value, with nothing created."""
 
 from __future__ import annotations
 
 import pytest
 
+from seqae import Sweep
 from seqae_errors import ConfigError
-from sweeps.api import Sweep
 from tests.conftest import REPO
 from tests.sweep_helpers import PYTHON_PAGE, TINY, python_page
 

@@ -464,7 +464,7 @@ def test_a_job_gets_only_the_projects_tracked_files_and_no_secret_reaches_its_co
 
     sessions = list(Path(cluster["state"]["ray_temp_dir"]).glob("session_2*"))
     unpacked = [p for session in sessions for p in (session / "runtime_resources").rglob("*")]
-    assert any(p.match("*/seqae_cli/__main__.py") for p in unpacked)  # the package is there
+    assert any(p.match("*/seqae/__main__.py") for p in unpacked)  # the package is there
     assert not [p for p in unpacked if p.name in (".env", "id_rsa.pem")]
     assert not [p for p in unpacked if p.is_file() and planted.encode() in p.read_bytes()]
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from cluster import accounts, launcher
-from seqae_cli.main import main
+from seqae.cli.main import main
 from tests.conftest import REPO
 
 # The shipped GPU instance types: (vCPUs, GPUs), from AWS's instance-type pages

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from seqae_cli.main import main
+from seqae.cli.main import main
 from seqae_core.checkpoint import CheckpointStore
 from seqae_core.config import Config, from_flat, load, to_yaml
 from seqae_errors import ConfigError
@@ -113,7 +113,7 @@ SMALL = {**TINY, "data.max_pages": 3}  # whole runs in a subprocess: what they c
 def test_the_cli_shows_its_own_info_lines_and_other_libraries_only_from_warning(tmp_path):
     """matplotlib's "generated new fontManager" and datasets' "JAX version ... available" are INFO
     lines of theirs, which a user who ran `seqae` did not ask for; seqae's own INFO lines stay."""
-    code = ("import logging, sys; from seqae_cli.main import main; main(['sweep', 'list', '--workspace', sys.argv[1]]); "
+    code = ("import logging, sys; from seqae.cli.main import main; main(['sweep', 'list', '--workspace', sys.argv[1]]); "
             "logging.getLogger('matplotlib.font_manager').info('generated new fontManager'); "
             "logging.getLogger('datasets.config').warning('a warning of theirs'); "
             "logging.getLogger('sweeps.running.driver').info('a line of seqae')")
@@ -125,7 +125,7 @@ def test_train_command_prints_json_last(data_cache, tmp_path, capsys):
     """The real console script, end to end on the tiny config; then its refusals of that folder,
     through the same entry point in this process."""
     run = subprocess.run(
-        [sys.executable, "-m", "seqae_cli", "train", "--json", "--cache-dir", str(data_cache),
+        [sys.executable, "-m", "seqae", "train", "--json", "--cache-dir", str(data_cache),
          "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(SMALL) for a in ("--set", s)]],
         capture_output=True, text=True, timeout=300,
     )

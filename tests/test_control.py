@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeps.api import Sweep
+from seqae import Sweep
 from sweeps.stores import ownership
 from tests import sweep_helpers as helpers
 from tests.rotation import rotated

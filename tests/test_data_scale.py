@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks import data_scale
-from seqae_cli.main import main
+from seqae.cli.main import main
 from seqae_core import corpus
 from seqae_core.config import DataConfig
 from tests.conftest import WIKI_MINI

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.api import Sweep
+from seqae import Sweep
 from sweeps.stores.workspace import DriverLock
 from tests.sweep_helpers import in_process, run_args, seqae
 

@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-PACKAGES = ["seqae_errors", "seqae_core", "sweeps", "cluster", "dashboards", "benchmarks", "seqae_cli"]
+PACKAGES = ["seqae_errors", "seqae_core", "sweeps", "cluster", "dashboards", "benchmarks", "seqae"]
 RESEARCH = "research"  # beside the package: its own extra
 
 

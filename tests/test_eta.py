@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from seqae_cli.main import main
+from seqae.cli.main import main
 from seqae_core import metrics as M
 from sweeps.results import eta as eta_lib
 from sweeps.results.eta import Eta, asha_epochs, eta, expected_epochs, granted, seconds_left, wall_seconds

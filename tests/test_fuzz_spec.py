@@ -24,7 +24,7 @@ import yaml
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
-from seqae_cli.main import main
+from seqae.cli.main import main
 from seqae_core import config as config_lib
 from seqae_core.config import KEYS
 from seqae_errors import ConfigError

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchmarks.flops import forward_flops, head_share
-from seqae_cli.main import main
+from seqae.cli.main import main
 from seqae_core import train as train_lib
 from seqae_core.model import attention
 from seqae_core.train import autocast_dtype, describe_precision, train

@@ -1,16 +1,18 @@
 """The tree's import rules, read from the source with ``ast`` (docs/explanation/architecture.md states them):
 
-- packages point one way, and nothing imports the command line;
+- packages point one way, with no exception: ``seqae`` (the API and the command line) on top, and
+  nothing imports it; the sweep service imports neither the dashboards nor ``seqae`` (the API hands
+  its driver the report);
 - no cycle between files;
 - inside the sweep service, a module imports only the modules before it in ``SWEEP_ORDER``, which
-  keeps its rooms in order (the sweep file, its stores, running it, its results, the API);
-- the only function-local imports are the command line's verbs, the sweep API's methods (each
-  imports what it uses; only they reach up to the dashboards: ``FRONT_DOOR``), and the
-  tokenizer's where a data entry is built, and the s3 extra's boto3 where an S3 storage is checked
-  (``LAZY_ELSEWHERE``);
-- the command line reaches the sweep service only through its API (``sweeps.api``);
-- the research (not installed) reaches the sweep service only through its API and the seam for
-  simulating a sweep on recorded curves (``RESEARCH_REACHES``);
+  keeps its rooms in order (the sweep file, its stores, running it, its results);
+- the only function-local imports are ``seqae``'s (the command line's verbs, the API's methods: each
+  imports what it uses), and the tokenizer's where a data entry is built, and the s3 extra's boto3
+  where an S3 storage is checked (``LAZY_ELSEWHERE``);
+- the command line reaches the sweep service only through the API (``seqae.api``), and nothing
+  but ``python -m seqae`` imports the command line;
+- the research (not installed) reaches seqae only through its API and the seam for simulating a
+  sweep on recorded curves (``RESEARCH_REACHES``);
 - the ML core needs no sweep machinery, and only the runner and the trial it runs know Ray Tune."""
 
 from __future__ import annotations
@@ -33,18 +35,19 @@ MAY_IMPORT: dict[str, set[str]] = {
     "sweeps": {"seqae_errors", "seqae_core"},
     "dashboards": {"seqae_errors", "seqae_core", "cluster", "sweeps"},
     "benchmarks": {"seqae_errors", "seqae_core", "cluster", "dashboards", "sweeps"},
-    "seqae_cli": {"seqae_errors", "seqae_core", "cluster", "dashboards", "sweeps", "benchmarks"},
-    "research": {"seqae_errors", "seqae_core", "dashboards", "sweeps"},
+    "seqae": {"seqae_errors", "seqae_core", "cluster", "dashboards", "sweeps", "benchmarks"},
+    "research": {"seqae_errors", "seqae_core", "dashboards", "sweeps", "seqae"},
 }
-# The research uses seqae as a user has it: the ML core, the sweep service's API and its one seam for
+# The research uses seqae as a user has it: the ML core, the API and the sweep service's one seam for
 # simulating a sweep on recorded curves; and the paper's claims, checked by the report's own rule.
-RESEARCH_REACHES = ("sweeps.api", "sweeps.running.simulation", "dashboards.claims")
-ENTRY_POINT = "seqae_cli"  # the `seqae` command: its functions import (each verb what it needs)
-# ... and the sweep service's front door: each of its methods imports what it uses, so that reading a
-# sweep loads little; the one module of sweeps that calls the dashboards above it (the report, the
-# comparison), and only inside its functions
-FRONT_DOOR = "sweeps/api.py"
-# ... and one function outside it, for a trial worker's start-up: building a data entry loads the tokenizer
+RESEARCH_REACHES = ("seqae.api", "sweeps.running.simulation", "dashboards.claims")
+# The top: the API and the command line, whose functions import lazily (each verb and each API
+# method what it uses, so that reading a sweep loads little); outside it, only LAZY_ELSEWHERE.
+TOP = "seqae"
+API = "seqae/api.py"  # the one module of the top that imports the sweep service
+CLI = "seqae/cli/"  # the command line, which only `python -m seqae` imports
+CLI_STARTER = "seqae/__main__.py"
+# ... and one function outside the top, for a trial worker's start-up: building a data entry loads the tokenizer
 # ... and boto3 where an s3:// storage is checked: the s3 extra's, absent from an install without it
 LAZY_ELSEWHERE = {("seqae_core/data.py", "seqae_core.corpus"), ("cluster/artifact_store.py", "boto3"),
                   ("cluster/artifact_store.py", "botocore.config.Config"),
@@ -66,9 +69,8 @@ SWEEP_ORDER = [
     "running.package", "running.submit", "running.sweep_data", "running.trial", "running.stoppers", "running.schedulers",
     "running.simulation", "running.callbacks", "running.packs", "running.runner", "running.lifecycle", "running.driver",
     "results.trials", "results.eta", "results.plan", "results.status", "results.watch", "results.remote_status", "results.export", "results.registry",
-    "api",
 ]
-ROOMS = ["spec", "stores", "running", "results", "api"]
+ROOMS = ["spec", "stores", "running", "results"]
 
 
 @dataclass(frozen=True)
@@ -122,15 +124,16 @@ def violations(found: list[Import]) -> list[str]:
     for imp in found:
         own = imp.file.split("/")[0]
         where = f"{imp.file}:{imp.line} imports {imp.module}"
-        reaching_up = imp.lazy and imp.file == FRONT_DOOR and imp.top == "dashboards"
-        if imp.top in MAY_IMPORT and imp.top != own and imp.top not in MAY_IMPORT[own] and not reaching_up:
+        if imp.top in MAY_IMPORT and imp.top != own and imp.top not in MAY_IMPORT[own]:
             bad.append(f"{where}: {own} may import only {sorted(MAY_IMPORT[own]) or 'no other package'}")
-        if imp.lazy and own != ENTRY_POINT and imp.file != FRONT_DOOR and (imp.file, imp.module) not in LAZY_ELSEWHERE:
-            bad.append(f"{where} inside a function: only the command line and the sweep API import lazily")
-        if own == ENTRY_POINT and imp.top == "sweeps" and not imp.module.startswith("sweeps.api"):
-            bad.append(f"{where}: the command line reaches the sweep service through sweeps.api alone")
-        if own == "research" and imp.top in ("sweeps", "dashboards") and not imp.module.startswith(RESEARCH_REACHES):
-            bad.append(f"{where}: the research reaches seqae's service through {', '.join(RESEARCH_REACHES)} alone")
+        if imp.lazy and own != TOP and (imp.file, imp.module) not in LAZY_ELSEWHERE:
+            bad.append(f"{where} inside a function: only seqae (the API's methods, the command line's verbs) imports lazily")
+        if own == TOP and imp.top == "sweeps" and imp.file != API:
+            bad.append(f"{where}: the command line reaches the sweep service through seqae.api alone")
+        if own == TOP and imp.module.startswith("seqae.cli") and not imp.file.startswith(CLI) and imp.file != CLI_STARTER:
+            bad.append(f"{where}: nothing imports the command line but {CLI_STARTER}")
+        if own == "research" and imp.top in ("sweeps", "dashboards", "seqae") and not imp.module.startswith(RESEARCH_REACHES):
+            bad.append(f"{where}: the research reaches seqae through {', '.join(RESEARCH_REACHES)} alone")
         if own == "seqae_core" and imp.top in NOT_IN_THE_CORE:
             bad.append(f"{where}: the ML core runs without {', '.join(NOT_IN_THE_CORE)}")
         if imp.module.startswith("ray.tune") and imp.file not in RAY_TUNE_HOMES:
@@ -187,8 +190,11 @@ def test_the_tree_keeps_its_layers():
     assert set(modules) == set(SWEEP_ORDER)  # every module of the sweep service has its place
     rooms = [module.split(".")[0] for module in SWEEP_ORDER]
     assert sorted(rooms, key=ROOMS.index) == rooms  # ... and SWEEP_ORDER keeps each room together, in order
-    assert any(imp.lazy for imp in tree if imp.file.startswith(ENTRY_POINT))  # the lazy rule has something to see
-    assert {imp.file for imp in tree if imp.file.startswith("sweeps/") and imp.top == "dashboards"} == {FRONT_DOOR}
+    assert any(imp.lazy for imp in tree if imp.file.startswith(CLI))  # the lazy rule has something to see
+    assert any(imp.lazy for imp in tree if imp.file == API)
+    # the report reaches the driver from the top, which hands it down: the sweep service never reaches up
+    assert [imp.module for imp in tree if imp.file == API and imp.top == "dashboards"]
+    assert [imp for imp in tree if imp.file.startswith("sweeps/") and imp.top in ("dashboards", TOP)] == []
     assert violations(tree) == []
 
 
@@ -200,24 +206,29 @@ def test_no_file_imports_itself_through_others():
 
 @pytest.mark.parametrize("file, source, complaint", [
     ("sweeps/running/driver.py", "from dashboards import report", "sweeps may import only"),
-    ("sweeps/api.py", "from dashboards import report", "sweeps may import only"),  # the front door's only inside a verb
-    ("dashboards/report/page.py", "from seqae_cli.main import main", "dashboards may import only"),
+    ("sweeps/running/driver.py", "from seqae.api import Sweep", "sweeps may import only"),  # the top hands down
+    ("dashboards/report/page.py", "from seqae.cli.main import main", "dashboards may import only"),
+    ("dashboards/report/page.py", "from seqae import Sweep", "dashboards may import only"),
     ("cluster/local.py", "from seqae_core.config import Config", "cluster may import only ['seqae_errors']"),
     ("seqae_core/train.py", "import mlflow", "the ML core runs without"),
     ("sweeps/running/driver.py", "from ray.tune import Tuner", "talk to Ray Tune"),
-    ("sweeps/running/driver.py", "from seqae_cli.main import main", "sweeps may import only"),
-    ("benchmarks/run.py", "from seqae_cli import commands", "benchmarks may import only"),
-    ("sweeps/stores/tracking.py", "def f():\n    import torch", "only the command line and the sweep API import lazily"),
-    ("seqae_core/train.py", "def f():\n    from seqae_core import corpus", "only the command line and the sweep API"),
-    ("seqae_cli/commands.py", "from sweeps.stores.workspace import Workspace", "through sweeps.api alone"),
+    ("sweeps/running/driver.py", "from seqae.cli.main import main", "sweeps may import only"),
+    ("benchmarks/run.py", "from seqae.cli import commands", "benchmarks may import only"),
+    ("sweeps/stores/tracking.py", "def f():\n    import torch", "only seqae (the API's methods, the command line's verbs) imports lazily"),
+    ("seqae_core/train.py", "def f():\n    from seqae_core import corpus", "only seqae (the API's methods"),
+    ("dashboards/report/page.py", "def f():\n    from sweeps.results import export", "only seqae (the API's methods"),
+    ("seqae/cli/commands.py", "from sweeps.stores.workspace import Workspace", "through seqae.api alone"),
+    ("seqae/cli/commands.py", "def f():\n    from sweeps import status", "through seqae.api alone"),
+    ("seqae/__init__.py", "from sweeps.running.driver import drive", "through seqae.api alone"),
+    ("seqae/api.py", "def f():\n    from seqae.cli import commands", "nothing imports the command line"),
     ("research/replay.py", "from sweeps.running.schedulers import ResumableASHA", "the research reaches"),
     ("research/frontier.py", "from dashboards.report.figures import save_figure", "the research reaches"),
+    ("research/replay.py", "from seqae.cli import commands", "the research reaches"),
     ("research/replay.py", "from cluster import local", "research may import only"),
-    ("seqae_cli/commands.py", "def f():\n    from sweeps import status", "through sweeps.api alone"),
     ("sweeps/stores/search.py", "from sweeps.running.driver import drive", "stores.search may import only the modules"),
     ("sweeps/stores/workspace.py", "from sweeps.stores import search", "stores.workspace may import only the modules"),
     ("sweeps/spec/sections.py", "from sweeps.running import notify", "spec.sections may import only the modules"),
-    ("sweeps/results/status.py", "from sweeps.api import Sweep", "results.status may import only the modules"),
+    ("sweeps/results/status.py", "from sweeps.results.export import trials", "results.status may import only the modules"),
 ])
 def test_each_forbidden_edge_is_caught(file, source, complaint):
     found = violations(imports(source, file))
@@ -232,12 +243,13 @@ def test_a_cycle_between_files_is_caught():
 
 
 @pytest.mark.parametrize("file, source", [
-    pytest.param("seqae_cli/commands.py", "def bench():\n    from benchmarks.run import SUITES", id="a-verb-lazily"),
-    pytest.param("sweeps/api.py", "def report():\n    from dashboards import report", id="the-front-door-reaches-up"),
+    pytest.param("seqae/cli/commands.py", "def bench():\n    from benchmarks.run import SUITES", id="a-verb-lazily"),
+    pytest.param("seqae/api.py", "def report():\n    from dashboards.report import page", id="the-api-hands-down-the-report"),
     pytest.param("dashboards/compare.py", "from sweeps.results.export import trials", id="dashboards-read-sweeps"),
-    pytest.param("seqae_cli/main.py", "from sweeps.api import Sweep\nfrom sweeps import api", id="the-cli-uses-the-api"),
-    pytest.param("sweeps/api.py", "def status():\n    from sweeps.results import status", id="the-api-imports-lazily"),
-    pytest.param("research/replay.py", "from sweeps.running.simulation import simulate\nfrom sweeps import api",
+    pytest.param("seqae/cli/main.py", "from seqae.api import Sweep\nfrom seqae import api", id="the-cli-uses-the-api"),
+    pytest.param("seqae/api.py", "def status():\n    from sweeps.results import status", id="the-api-imports-lazily"),
+    pytest.param("seqae/__main__.py", "from seqae.cli.main import main", id="python-m-seqae"),
+    pytest.param("research/replay.py", "from sweeps.running.simulation import simulate\nfrom seqae import api",
                  id="the-research-uses-the-api-and-the-seam"),
 ])
 def test_an_allowed_edge_passes(file, source):
@@ -246,8 +258,8 @@ def test_an_allowed_edge_passes(file, source):
 
 def test_the_command_line_reaches_sweeps_through_its_api_alone():
     tree, _ = the_tree()
-    reached = {imp.module for imp in tree if imp.file.startswith(ENTRY_POINT) and imp.top == "sweeps"}
-    assert reached and all(m.startswith("sweeps.api") for m in reached), reached
+    assert {imp.file for imp in tree if imp.top == "sweeps" and imp.file.startswith(f"{TOP}/")} == {API}
+    assert any(imp.module.startswith("seqae.api") for imp in tree if imp.file.startswith(CLI))
 
 
 def test_the_module_map_names_every_module_of_the_product():
@@ -281,3 +293,14 @@ def test_a_trials_worker_imports_neither_mlflow_nor_optuna_nor_the_tokenizer():
          "{'mlflow', 'optuna', 'torch', 'ray', 'transformers', 'datasets'}))"],
         capture_output=True, text=True, check=True, cwd=ROOT)
     assert loaded.stdout.splitlines()[-1] == "['ray', 'torch']", loaded.stdout + loaded.stderr
+
+
+def test_import_seqae_loads_no_pytorch_ray_mlflow_optuna_or_report():
+    """A notebook's `import seqae` gives the API's names and loads what opening a sweep needs: each
+    method imports the rest when it runs (PyTorch, Ray, MLflow and Optuna for a sweep, the report's
+    dashboards at its end)."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, seqae; seqae.Sweep, seqae.plan; print(sorted({m.split('.')[0] for m in sys.modules} & "
+         "{'mlflow', 'optuna', 'torch', 'ray', 'transformers', 'datasets', 'matplotlib', 'dashboards'}))"],
+        capture_output=True, text=True, check=True, cwd=ROOT)
+    assert loaded.stdout.splitlines()[-1] == "[]", loaded.stdout + loaded.stderr

@@ -51,7 +51,7 @@ def test_a_package_holds_the_tracked_files_and_the_sweep_file_and_nothing_plante
         assert packed.bytes == packed.path.stat().st_size and packed.files == len(names)
         built = packed.path
     assert not built.exists()  # gone once the block is left
-    assert "seqae_cli/__main__.py" in tracked and names == tracked | {"mine.yaml", package.SETS_FILE}
+    assert "seqae/__main__.py" in tracked and names == tracked | {"mine.yaml", package.SETS_FILE}
     assert not [n for n in names if n in (".env", "id_rsa.pem") or n.startswith(".seqae-cluster")]
     assert not [c for c in contents if PLANTED.encode() in c]
     assert sets == ["description=x", "trials.total=2"]
@@ -74,7 +74,7 @@ def test_submit_refuses_a_folder_that_is_not_a_seqae_projects_root_before_anythi
 
 
 def test_sweep_run_reads_its_overrides_from_a_sets_file(tmp_path):
-    from seqae_cli.commands import _sets_file
+    from seqae.cli.commands import _sets_file
 
     path = tmp_path / "sets.json"
     path.write_text(json.dumps(["trials.total=3", "description=from a file"]))

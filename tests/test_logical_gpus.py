@@ -18,7 +18,7 @@ import torch
 
 from benchmarks.gpu_packing import at_once, trials_at_once_per_gpu
 from cluster import local
-from seqae_cli.parser import build_parser
+from seqae.cli.parser import build_parser
 from seqae_core import names as N
 from seqae_core import train as train_lib
 from seqae_core.checkpoint import CheckpointStore

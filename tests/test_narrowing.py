@@ -115,7 +115,7 @@ def test_sweep_set_narrows_a_sweeps_space_and_status_marks_the_trials_outside(tm
     """`seqae sweep set NAME search.train.lr=[...]` on a sweep whose study holds trials (as its
     driver left them): one line saying so, the study's space narrowed, `status` naming the
     narrowing and the trials outside; a wider range refused in one line (exit 2) saying to fork."""
-    from sweeps.api import Sweep
+    from seqae import Sweep
     from tests.sweep_helpers import STUDIES, TINY, in_process
 
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "alice")
@@ -158,7 +158,7 @@ def test_a_running_sweep_proposes_its_next_trial_inside_the_space_narrowed_while
 
     import optuna
 
-    from sweeps.api import Sweep
+    from seqae import Sweep
     from tests.sweep_helpers import held, kill_group, run_args, start, status, wait_for
 
     workspace, name = tmp_path / "ws", "live"

@@ -16,10 +16,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from cluster import mlflow_server
-from seqae_cli.main import main
+from seqae import Sweep
+from seqae.cli.main import main
 from seqae_core import names as N
 from seqae_errors import ConfigError
-from sweeps.api import Sweep
 from sweeps.running import lifecycle
 from sweeps.spec import sweep as spec_lib
 from sweeps.stores import ownership

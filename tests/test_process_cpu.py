@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from benchmarks.process_cpu import Seen, category, run, sample, seqae_verb
-from seqae_cli.main import main
+from seqae.cli.main import main
 from tests.refusal import assert_refused
 
 # CPU time, not wall time: the loop spends 1.5 CPU-seconds on any machine, however loaded. Then
@@ -63,9 +63,9 @@ def test_a_process_last_seen_exited_counts_as_the_command_it_ran():
      "Ray workers never given a trial"),
     ("raylet", "/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --raylet_socket_name=x", "Ray services (GCS, raylets, agents, monitors)"),
     ("ray::DashboardAgent", "ray::DashboardAgent", "Ray services (GCS, raylets, agents, monitors)"),
-    ("python", "/venv/bin/python -m seqae_cli sweep resume steer --workspace ws", "seqae drivers (sweep run, resume, extend, fork)"),
+    ("python", "/venv/bin/python -m seqae sweep resume steer --workspace ws", "seqae drivers (sweep run, resume, extend, fork)"),
     ("seqae", "/venv/bin/python /venv/bin/seqae sweep run quickstart.yaml", "seqae drivers (sweep run, resume, extend, fork)"),
-    ("python", "/venv/bin/python -m seqae_cli sweep status steer --json", "other seqae commands (status, logs, ui, cluster, ...)"),
+    ("python", "/venv/bin/python -m seqae sweep status steer --json", "other seqae commands (status, logs, ui, cluster, ...)"),
     ("python", "/venv/bin/python -c from xdist.remote import main", "pytest and its workers (in-process tests)"),
     ("postgres", "postgres: checkpointer", "PostgreSQL"),
     ("python", "/venv/bin/python /venv/bin/mlflow server --port 5000", "MLflow and optuna-dashboard servers"),
@@ -81,10 +81,10 @@ def test_each_process_counts_in_its_kind(name, cmdline, expected):
 
 
 def test_a_seqae_command_line_is_read_for_its_verb():
-    assert seqae_verb("/venv/bin/python -m seqae_cli sweep run x.yaml") == "sweep run"
+    assert seqae_verb("/venv/bin/python -m seqae sweep run x.yaml") == "sweep run"
     assert seqae_verb("/venv/bin/seqae ui --workspace ws") == "ui --workspace"
     assert seqae_verb("/venv/bin/python -m pytest") is None
-    assert seqae_verb("/venv/bin/python /venv/bin/mypy seqae_core sweeps seqae_cli") is None  # a folder, not the command
+    assert seqae_verb("/venv/bin/python /venv/bin/mypy seqae_core sweeps seqae") is None  # a folder, not the command
 
 
 def test_the_suite_without_a_command_is_refused_in_one_line(capsys, tmp_path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from docs.hooks import PAGES, _commands, config_keys, render, stale, sweep_fields, sweep_keys
-from seqae_cli.parser import build_parser
+from seqae.cli.parser import build_parser
 from tests.conftest import REPO
 from seqae_core import config as config_lib
 from seqae_core import metrics as M

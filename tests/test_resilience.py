@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from cluster.procs import free_port
+from seqae import Sweep
 from seqae_core.checkpoint import CheckpointStore
-from sweeps.api import Sweep
 from tests.conftest import REPO
 from tests.sweep_helpers import (
     STUDIES,

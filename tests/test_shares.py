@@ -147,7 +147,7 @@ def test_only_the_owner_or_an_admin_changes_a_priority_and_only_an_admin_a_quota
 
 # -- the command line: `seqae cluster queue|quota`, `seqae sweep priority` ----------------------
 def test_the_command_line_shows_the_queue_and_refuses_others_priorities_and_quotas(tmp_path, monkeypatch, capsys):
-    from seqae_cli.main import main
+    from seqae.cli.main import main
 
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -200,7 +200,7 @@ def test_a_driver_that_died_on_this_host_frees_its_slots_at_once(queue):
 
 # -- weights: the sweep file's `weight`, `seqae sweep submit --weight` ----------------------------
 def test_weights_1_and_3_on_4_slots_get_1_and_3_and_the_queue_shows_them(tmp_path, monkeypatch, capsys):
-    from seqae_cli.main import main
+    from seqae.cli.main import main
 
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -222,7 +222,7 @@ def test_weights_1_and_3_on_4_slots_get_1_and_3_and_the_queue_shows_them(tmp_pat
     pytest.param(["--set", "weight=inf"], "weight", id="infinite"),
 ])
 def test_a_bad_weight_is_refused_in_one_line_before_anything_is_submitted(tmp_path, monkeypatch, capsys, argv, says):
-    from seqae_cli.main import main
+    from seqae.cli.main import main
     from tests.test_status import QUICKSTART
 
     workspace = tmp_path / "ws"

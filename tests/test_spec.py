@@ -10,7 +10,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from seqae_cli.main import main
+from seqae.cli.main import main
 from seqae_errors import ConfigError
 from sweeps.spec import sweep as spec_lib
 from tests.refusal import assert_refused

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqae_cli.main import main
+from seqae.cli.main import main
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
 from seqae_errors import ConfigError
@@ -292,7 +292,7 @@ def test_reading_a_local_sweeps_status_loads_no_pytorch_mlflow_or_ray(workspace)
     state = write_sweep(workspace, "light", quickstart())
     run_trials(start_sweep(workspace, state), state.backends.storage, [([2.0, 2.0], 0.5, True)])
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys; from seqae_cli.main import main; "
+        [sys.executable, "-c", "import sys; from seqae.cli.main import main; "
          f"code = main(['sweep', 'status', 'light', '--workspace', {str(workspace.root)!r}]); "
          "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'mlflow', 'ray', 'transformers'}), code)"],
         capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent)

@@ -168,7 +168,7 @@ def test_mlflow_models_serve_answers_text_requests(registered, texts, tmp_path):
 
 
 def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered, texts, capsys, monkeypatch, tmp_path):
-    from seqae_cli.main import main
+    from seqae.cli.main import main
     from seqae_core.checkpoint import marked
 
     run = seqae("encode", "tiny", *texts, "--workspace", str(registered.workspace))
@@ -283,7 +283,7 @@ def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best
     from seqae_core.train import train
     from sweeps.results.registry import load_registered
 
-    own = "sqlite:////a/python/sessions/own/mlflow.db"  # what the user of sweeps.api set before
+    own = "sqlite:////a/python/sessions/own/mlflow.db"  # what the user of seqae.api set before
     monkeypatch.setenv("MLFLOW_TRACKING_URI", own)
     monkeypatch.delenv("MLFLOW_REGISTRY_URI", raising=False)
 
@@ -319,7 +319,7 @@ def test_the_front_is_registered_by_operating_point_and_encode_chooses_by_size(r
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from seqae_cli.main import main
+    from seqae.cli.main import main
     from seqae_core.checkpoint import CheckpointStore
     from seqae_core.train import train
     from sweeps.running.driver import register_front

@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from seqae_cli.main import main
+from seqae.cli.main import main
 from seqae_core import metrics as M
 from seqae_core.checkpoint import Checkpoint, CheckpointStore, tensors
 from seqae_core.config import TrainConfig

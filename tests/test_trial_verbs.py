@@ -14,11 +14,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from seqae_cli.main import main
+from seqae import Sweep
+from seqae.cli.main import main
 from seqae_core import names as N
 from seqae_core.records import TrialProgress
 from seqae_errors import ConfigError
-from sweeps.api import Sweep
 from sweeps.running import lifecycle
 from sweeps.stores import ledger
 from sweeps.stores.search import open_study, read_only

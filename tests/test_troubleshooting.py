@@ -55,7 +55,7 @@ def first_error(run) -> str:  # type: ignore[no-untyped-def]
 
 
 def printed(exc: ConfigError) -> str:
-    return f"seqae: error: {exc}"  # as seqae_cli.main prints a ConfigError
+    return f"seqae: error: {exc}"  # as seqae.cli.main prints a ConfigError
 
 
 def test_a_cpu_without_bf16_says_it_trains_in_fp32(monkeypatch):
@@ -269,7 +269,7 @@ def test_a_gpu_sweep_on_a_cluster_without_gpu_nodes(monkeypatch):
 
 
 def test_a_priority_change_of_anothers_sweep(tmp_path, monkeypatch, capsys):
-    from seqae_cli.main import main
+    from seqae.cli.main import main
     from sweeps.stores.ownership import USER
     from sweeps.stores.queue import Entry, Queue
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeps.api import Sweep
+from seqae import Sweep
 from sweeps.stores.search import SweepStudy, open_study
 from tests.conftest import REPO
 from tests.sweep_helpers import STUDIES, TINY, wait_for
@@ -62,7 +62,7 @@ def test_watch_in_a_terminal_prints_a_line_per_change_and_the_table_at_the_end(t
 
 
 NOTEBOOK_CELL = """\
-from sweeps.api import Sweep
+from seqae import Sweep
 
 view = Sweep("q", {workspace!r}).watch(every=0.1, timeout=120)
 """

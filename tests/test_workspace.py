@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from seqae_cli.main import main
+from seqae.cli.main import main
 from seqae_errors import ConfigError
 from sweeps.spec import sweep as spec_lib
 from sweeps.stores.workspace import (

@@ -1,4 +1,4 @@
-"""How long a sweep has left while it runs (a line of `seqae sweep status`, :meth:`sweeps.api.Sweep.eta`),
+"""How long a sweep has left while it runs (a line of `seqae sweep status`, :meth:`seqae.api.Sweep.eta`),
 and the arithmetic it shares with the forecast before it runs (:mod:`sweeps.results.plan`).
 
 **Epochs a trial is expected to train.** Without a scheduler, ``train.epochs`` (patience can only

@@ -72,7 +72,7 @@ class SweepStatus(TrialsView):
     def as_json(self) -> dict[str, Any]:
         """What ``--json`` prints: ``best`` the one trial, the front as a list, or null before one
         ends; each best trial and starting point with the fields a reader of the sweep asks for
-        (the whole record: :meth:`sweeps.api.Sweep.trials`)."""
+        (the whole record: :meth:`seqae.api.Sweep.trials`)."""
         document = asdict(self)
         front = [{"trial": t.number, "values": t.values, "params": t.params, "test": t.test, "seeds": t.seeds,
                   "start": t.start or None} for t in self.best]

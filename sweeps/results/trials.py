@@ -2,7 +2,7 @@
 parameters, objective values, starting point, proposer, test scores), each trial's checkpoint
 records (its epochs, the kept epoch's metrics, cost) and, where the caller read them, its MLflow
 runs (run id, node). `status` reads them without MLflow, so that it answers in about a second;
-`export`, `compare` and :meth:`sweeps.api.Sweep.trials` with it (:func:`sweeps.results.export.trials`)."""
+`export`, `compare` and :meth:`seqae.api.Sweep.trials` with it (:func:`sweeps.results.export.trials`)."""
 
 from __future__ import annotations
 

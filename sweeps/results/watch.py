@@ -1,4 +1,4 @@
-"""A live view of a sweep (:meth:`sweeps.api.Sweep.watch`): in a Jupyter notebook one table that
+"""A live view of a sweep (:meth:`seqae.api.Sweep.watch`): in a Jupyter notebook one table that
 updates in place, in a terminal or a plain Python session a line each time the sweep changes and
 its table when it ends.
 

@@ -28,7 +28,7 @@ from seqae_errors import ConfigError
 # Jobs API's job list show to everyone.
 SETS_FILE = ".seqae-job-sets.json"
 # What marks the root of a seqae project: the files the job's entrypoint and install need.
-MARKERS = ("pyproject.toml", "seqae_cli/__main__.py")
+MARKERS = ("pyproject.toml", "seqae/__main__.py")
 # Every entry's time, so that the same files make the same zip and Ray uploads it once.
 EPOCH = (1980, 1, 1, 0, 0, 0)
 

@@ -1,7 +1,7 @@
 """A sweep simulated on recorded curves: the sweep's own searcher (its Optuna sampler over its
 search space, proposing as the driver does) and its own scheduler (the ASHA, Hyperband, racing or
 multi-objective rungs its file names), driven by a caller that plays recorded epochs back instead
-of training them. Besides the API (:mod:`sweeps.api`), the one door into the sweep service, for
+of training them. Besides the API (:mod:`seqae.api`), the one door into the sweep service, for
 research that replays search methods on a table of measured trainings (``research/replay.py``);
 nothing in the service calls it.
 

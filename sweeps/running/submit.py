@@ -152,7 +152,7 @@ def resubmit(workspace: Workspace, record: Submission, allow_code_change: bool =
 def _submit(workspace: Workspace, record: Submission, env: dict[str, str], extra: list[str] | None = None) -> None:
     """Every job of a sweep runs the same command: it creates the sweep, or resumes it; ``extra``
     arguments are this job's alone (a resume's ``--allow-code-change``)."""
-    entrypoint = shlex.join(["python", "-m", "seqae_cli", "sweep", "run", record.file, "--or-resume",
+    entrypoint = shlex.join(["python", "-m", "seqae", "sweep", "run", record.file, "--or-resume",
                              "--name", record.name, "--workspace", record.workspace,
                              "--sets-file", package.SETS_FILE, *(extra or [])])
     jobs = client(record.address)

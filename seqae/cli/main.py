@@ -8,13 +8,13 @@ import logging
 import signal
 import sys
 
-from seqae_cli.parser import build_parser
+from seqae.api import show_progress
+from seqae.cli.parser import build_parser
 from seqae_errors import ConfigError, StorageUnreachable
-from sweeps.api import show_progress
 
 EXIT_USAGE = 2  # bad input: the same code argparse uses
 EXIT_TEMPFAIL = 75  # a service away: try again later (sysexits.h's EX_TEMPFAIL)
-OURS = ("seqae_errors", "seqae_core", "sweeps", "cluster", "dashboards", "benchmarks", "seqae_cli")
+OURS = ("seqae_errors", "seqae_core", "sweeps", "cluster", "dashboards", "benchmarks", "seqae")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,11 @@
 """The ``seqae`` command line's arguments: one subcommand per verb, each handled by a function
-of :mod:`seqae_cli.commands`."""
+of :mod:`seqae.cli.commands`."""
 
 from __future__ import annotations
 
 import argparse
 
-from seqae_cli.commands import (
+from seqae.cli.commands import (
     cmd_bench,
     cmd_cluster_add_user,
     cmd_cluster_check_launcher,

@@ -1,10 +1,10 @@
-"""The verbs of the ``seqae`` command line, one function each: each calls :mod:`sweeps.api` (or,
+"""The verbs of the ``seqae`` command line, one function each: each calls :mod:`seqae.api` (or,
 for ``train``, ``cluster`` and ``bench``, the package that verb is) and prints what it returns.
 
-The sweep verbs import nothing of :mod:`sweeps` but its API, which imports what each verb uses
-when it runs; the other verbs import their package when they run (the tree's other lazy imports,
+The sweep verbs import nothing of :mod:`sweeps`: the API imports what each verb uses when it
+runs; the other verbs import their package when they run (the tree's other lazy imports,
 each with its reason): `seqae train` and `--help` load no Ray or MLflow, and MLflow is imported
-only after :func:`seqae_cli.main.main` has set its environment."""
+only after :func:`seqae.cli.main.main` has set its environment."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from seqae import api
+from seqae.api import Sweep
 from seqae_core.metrics import duration_text, value_text
 from seqae_errors import ConfigError
-from sweeps import api
-from sweeps.api import Sweep
 
 
 def _freeze_imported(kind: str) -> None:
-    """Import what the verb's kind of API call uses (:func:`sweeps.api.load`), then move those
+    """Import what the verb's kind of API call uses (:func:`seqae.api.load`), then move those
     objects (torch's, MLflow's, Optuna's: hundreds of thousands, alive until exit) out of the
     garbage collector's view, whose full passes over them otherwise took as long again as reading
     a study of thousands of trials (``seqae bench control-plane``): this process ends with its verb."""

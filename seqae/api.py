@@ -1,15 +1,17 @@
 """seqae from Python, and the one door the command line goes through: each verb of ``seqae sweep``
-(and ``seqae encode`` and ``seqae ui``) is a method of :class:`Sweep` or a function here, and
-``seqae_cli`` only parses its arguments, calls it and prints what it returns.
+(and ``seqae encode``, ``seqae report`` and ``seqae ui``) is a method of :class:`Sweep` or a function
+here, and :mod:`seqae.cli` only parses its arguments, calls it and prints what it returns. It sits
+above the sweep service and the dashboards, and hands the driver the report it writes as each
+session ends (:func:`dashboards.report.page.build`).
 
 A refusal is a :class:`~seqae_errors.ConfigError` naming the key or value, a database that stayed
 away a :class:`~seqae_errors.StorageUnreachable`. Nothing here exits, and nothing prints unless
 asked: :func:`show_progress` prints the driver's lines as they come (the command line calls it).
 
-    from sweeps.api import Sweep, show_progress
+    import seqae
 
-    show_progress()
-    sweep = Sweep.run("sweeps/studies/quickstart.yaml", set=["data.path=../shared/data/wikipedia-mini"])
+    seqae.show_progress()
+    sweep = seqae.Sweep.run("sweeps/studies/quickstart.yaml", set=["data.path=../shared/data/wikipedia-mini"])
     sweep.status().best[0]          # the best trial: validation (selected on) and test values
     trials = sweep.trials()         # a typed record per trial; .to_pandas(): export's table
     model = sweep.best_model()      # the registered model: model.predict(["some text"])
@@ -182,8 +184,8 @@ class Sweep:
         return cls(record.name, place)
 
     def _drive(self, **how: bool) -> Sweep:
-        """Run the sweep's driver here until it ends; it writes the report as each session ends."""
-        from dashboards.report import page  # the dashboards sit above the sweep service: only its front door reaches up
+        """Run the sweep's driver here until it ends; it calls the report handed to it as each session ends."""
+        from dashboards.report import page
         from sweeps.results import eta
         from sweeps.running import driver
 
@@ -410,14 +412,14 @@ class Sweep:
     def compare(self, *others: str | Sweep, out: str | Path | None = None) -> tuple[str, Path]:
         """This sweep beside ``others`` (of the same objective, in the same workspace): the
         terminal's table and the written page."""
-        from dashboards import compare  # the dashboards sit above the sweep service: only its front door reaches up
+        from dashboards import compare
 
         names = [self.name, *(o.name if isinstance(o, Sweep) else o for o in others)]
         return compare.compare(self.workspace, names, None if out is None else str(out))
 
     def report(self) -> Path:
         """Write the sweep's report (also logged to its MLflow run); its ``index.html``."""
-        from dashboards.report import page  # the dashboards sit above the sweep service: only its front door reaches up
+        from dashboards.report import page
 
         try:
             return page.build(self.workspace.read(self.name), self.workspace.report_dir(self.name))
