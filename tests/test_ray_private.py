@@ -31,7 +31,7 @@ RECHECK = (
     "and trials in ray/tune/schedulers/async_hyperband.py; TuneController._update_trial_queue and its caller; "
     "whether Tune still counts a kept process's death twice when its node dies (may_reuse_actors); the draining "
     "calls of ray/_private/state.py and the GCS client; the Jobs API's upload limits; the token-setup logger), "
-    "run tests/test_ray_private.py and the slow tests docs/explanation/architecture.md lists under "
+    "run tests/test_ray_private.py and the slow tests docs/how-to/maintain.md lists under "
     f"'Upgrading Ray', then add {ray.__version__!r} to CHECKED_RAY"
 )
 

@@ -3,7 +3,7 @@ each, whose docstring says which public behaviour it stands in for. A Ray upgrad
 change this project can take; it is checked here. ``CHECKED_RAY`` names the Ray versions these
 functions were read against, and tests/test_ray_private.py exercises each one on the installed
 Ray's own classes and fails on any other version with the list of what to re-check
-(docs/explanation/architecture.md, "Upgrading Ray").
+(docs/how-to/maintain.md, "Upgrading Ray").
 
 Ray Tune's classes are imported inside the functions that need them: :mod:`sweeps.running.package`
 reads its limits here on ``seqae sweep submit``'s way, which does not otherwise import Tune."""
