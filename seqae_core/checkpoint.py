@@ -1,7 +1,7 @@
 """A training run's checkpoints in its record store (``seqae_core.records``): what
-``seqae_core.train`` reports at each validation (once an epoch by default), as the bytes of an epoch record (``state.pt``) and, on a
-new best, of a best-model record (the model, sample reconstructions and metrics); and those bytes
-read back. Tensors are saved with ``torch.save`` and loaded ``weights_only``."""
+``seqae_core.train`` reports at each validation (once an epoch by default), as the bytes of an
+epoch record (``state.pt``) and, on a new best, of a best-model record (the model, sample
+reconstructions and metrics); and those bytes read back. Tensors are saved with ``torch.save`` and loaded ``weights_only``."""
 
 from __future__ import annotations
 

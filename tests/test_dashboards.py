@@ -162,7 +162,7 @@ def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, s
             for kid in kids.values():  # each trial's row, its dataset named with the digest of its data
                 named = "{0.name} ({0.digest})".format(kid.inputs.dataset_inputs[0].dataset)
                 cells = f"{row(kid.info.run_id)} {MLFLOW_UI['dataset']}"
-                wait.until(lambda d: any(named in c.text for c in css(By.CSS_SELECTOR, cells)))
+                wait.until(lambda d, named=named, cells=cells: any(named in c.text for c in css(By.CSS_SELECTOR, cells)))
             save(driver, screenshot_dir, "mlflow-runs.png")
 
             kid = kids["0"]

@@ -403,7 +403,7 @@ def test_the_postgres_init_script_makes_the_roles_on_a_real_postgresql(tmp_path)
             return psycopg.connect(host="127.0.0.1", port=pg.port, user=postgres.ROLES[purpose][0], dbname=database,
                                    password=passwords[purpose], connect_timeout=5, autocommit=True)
 
-        for purpose, (role, databases) in postgres.ROLES.items():
+        for purpose, (_, databases) in postgres.ROLES.items():
             for database in postgres.DATABASES + ("postgres",):
                 if database in databases:
                     with connect(purpose, database) as db:

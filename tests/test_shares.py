@@ -15,7 +15,10 @@ from sweeps.stores.ownership import ADMIN, USER
 from sweeps.stores.shares import CAPACITY, FAIR, PRIORITY, QUOTA, Capacity, Claim, Quota, Share, allocate
 
 
-def slots(claims, capacity=Capacity(4), quotas=None):
+FOUR = Capacity(4)
+
+
+def slots(claims, capacity=FOUR, quotas=None):
     return {k: s.slots for k, s in allocate(claims, capacity, quotas).items()}
 
 
