@@ -21,7 +21,7 @@ from ray.exceptions import RaySystemError
 from ray.tune.execution.tune_controller import TuneController
 from ray.tune.experiment import Experiment, Trial
 from ray.tune.schedulers import ASHAScheduler, TrialScheduler
-from ray.tune.search import SearchGenerator, Searcher
+from ray.tune.search import Searcher, SearchGenerator
 
 from sweeps.running import ray_private as RP
 

@@ -130,8 +130,9 @@ def drain_for_preemption(node: str, message: str) -> None:
     ``ray drain-node --reason DRAIN_NODE_REASON_PREEMPTION`` makes, through the connected worker's
     GCS client. No new work is placed there, and an actor that dies there is a preempted one, which
     Tune does not count among a trial's failures."""
-    reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")  # type: ignore[attr-defined]  # generated
-    ray_worker.global_worker.gcs_client.drain_node(node, reason, message, 0)  # type: ignore[attr-defined]  # set once connected
+    reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")  # type: ignore[attr-defined]
+    gcs = ray_worker.global_worker.gcs_client  # type: ignore[attr-defined]  # set once connected
+    gcs.drain_node(node, reason, message, 0)
 
 
 # Ray's limits and log messages, read where a public setting would be.
