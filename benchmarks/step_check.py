@@ -18,8 +18,9 @@ import argparse
 import math
 import time
 import warnings
-from dataclasses import asdict, dataclass
 from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, Callable
 
 import pynvml
@@ -218,7 +219,7 @@ def sync_counts(device: torch.device, bf16: bool) -> list[str]:
     for name in VARIANTS[1:4]:
         step, note, _ = _variant(name, config, device,
                                  lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16))
-        syncs, ops, by_name = count_per_step(lambda step=step: step(batches[0]), steps=3)
+        syncs, ops, by_name = count_per_step(partial(step, batches[0]), steps=3)
         line = f"{name}{f' ({note})' if note else ''}: {syncs:g} syncs a step {dict(by_name)}, {ops:g} operators a step"
         if device.type == "cuda":
             step(batches[0])
