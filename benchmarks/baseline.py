@@ -8,8 +8,9 @@ start from the same values; only the computation differs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -47,13 +47,22 @@ import pandas as pd
 from benchmarks import TABLES
 from benchmarks import evidence_table as E
 from benchmarks.intervals import median_interval, ratio_interval, t_interval, wilson
-from benchmarks.replay import (GRACE_PERIOD, REDUCTION_FACTOR, TPE, Curve, complete_rows, curves, nearest, suggested,
-                               write_rows)
+from benchmarks.replay import (
+    GRACE_PERIOD,
+    REDUCTION_FACTOR,
+    TPE,
+    Curve,
+    complete_rows,
+    curves,
+    nearest,
+    suggested,
+    write_rows,
+)
 from seqae_core import metrics as M
-from seqae_errors import ConfigError
-from sweeps.spec import sweep as spec_lib
 from seqae_core.pareto import hypervolume, ranks
+from seqae_errors import ConfigError
 from sweeps.running.schedulers import ParetoASHA, stub_trial
+from sweeps.spec import sweep as spec_lib
 from sweeps.spec.sections import Objective
 from sweeps.spec.trial import TrialSpec
 from sweeps.stores.search import sampler

@@ -48,9 +48,9 @@ import pandas as pd
 from benchmarks import TABLES
 from benchmarks.intervals import Interval, holm, sign_flip_p, simultaneous_level, t_interval
 from benchmarks.sweep_runs import run_sweep
-from seqae_errors import ConfigError
 from seqae_core import metrics as M
 from seqae_core import names as N
+from seqae_errors import ConfigError
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

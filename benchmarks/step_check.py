@@ -18,10 +18,11 @@ import argparse
 import math
 import time
 import warnings
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import pynvml
 import torch

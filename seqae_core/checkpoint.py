@@ -16,7 +16,6 @@ from seqae_core import data as data_lib
 from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, STATE, RecordStore
 from seqae_errors import ConfigError
 
-
 STATE_FORMAT = 1  # the layout of a saved state (Checkpoint.state); a state of another is refused, not misread
 
 

@@ -38,8 +38,9 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -59,7 +60,6 @@ from tests.sweep_helpers import (
     wait_for,
     wait_for_writers_to_exit,
 )
-
 
 SEARCHES = ("grid", "tpe", "preempted")
 

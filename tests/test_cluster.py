@@ -14,8 +14,8 @@ import subprocess
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import optuna
 import psutil

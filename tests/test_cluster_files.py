@@ -122,7 +122,6 @@ def test_the_heads_that_keep_mlflow_artifacts_in_s3_install_boto3_through_the_s3
     """MLflow's server reaches S3 through boto3, which seqae's s3 extra installs: the launcher's
     head, whose services keep the artifacts in the bucket, and KubeRay's image install that extra."""
     import tomllib
-
     from packaging.requirements import Requirement
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]

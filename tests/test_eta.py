@@ -27,8 +27,8 @@ from sweeps.stores.queue import Entry, Queue
 from sweeps.stores.shares import FAIR, PRIORITY, Share
 from sweeps.stores.workspace import Workspace
 from tests.refusal import assert_refused
-from tests.test_status import QUICKSTART, quickstart, run_trials, start_sweep, template, workspace, write_sweep  # noqa: F401
 from tests.sweep_helpers import TINY
+from tests.test_status import QUICKSTART, quickstart, run_trials, start_sweep, template, workspace, write_sweep  # noqa: F401
 
 
 @pytest.mark.parametrize("max_t, grace, factor, done, expected", [

@@ -332,11 +332,10 @@ def test_the_dockerfile_builds_the_image_the_manifests_name_at_the_versions_the_
     pyproject.toml's range, MLflow and Python inside theirs, torch's CUDA build; and its documented
     tag is the one every pod of the manifests runs."""
     import sys
-
-    import tomllib
     from importlib import metadata
 
     import ray
+    import tomllib
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
 

@@ -23,11 +23,13 @@ from benchmarks.replay import (
     methods_at,
     replay,
     replays,
-    run as replay_all,
     suggested,
     summarize,
     targets_for,
     warm_start,
+)
+from benchmarks.replay import (
+    run as replay_all,
 )
 from seqae_core import metrics as M
 from seqae_core.config import FREE_KEYS

@@ -9,11 +9,10 @@ import time
 import pytest
 
 from seqae_errors import ConfigError
-from tests.refusal import assert_refused
 from sweeps.stores import queue as Q
 from sweeps.stores.ownership import ADMIN, USER
 from sweeps.stores.shares import CAPACITY, FAIR, PRIORITY, QUOTA, Capacity, Claim, Quota, Share, allocate
-
+from tests.refusal import assert_refused
 
 FOUR = Capacity(4)
 

@@ -21,7 +21,6 @@ from seqae_core import names as N
 from seqae_core.pareto import hypervolume, ranks
 from sweeps.stores.workspace import SweepState
 
-
 # The published compression frontier (benchmarks/frontier.py): a grid at 16-128 input tokens on 30
 # pages of the offline corpus; absent from an installed package, where the report draws no overlay.
 GRID_FRONTIER = Path(__file__).resolve().parents[2] / "benchmarks" / "tables" / "frontier.parquet"

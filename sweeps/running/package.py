@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import git
+
 from seqae_errors import ConfigError
 from sweeps.running import ray_private as RP
 

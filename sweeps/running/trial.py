@@ -12,9 +12,9 @@ import os
 import signal
 import sys
 import threading
-import time
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import ray
 import torch
