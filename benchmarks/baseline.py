@@ -8,7 +8,9 @@ start from the same values; only the computation differs.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +58,7 @@ class BaselineAutoencoder(nn.Module):
 
 
 def plain_step(model: BaselineAutoencoder, optimizer: torch.optim.Optimizer, pad_id: int, vocab_size: int,
-               autocast: Callable[[], ContextManager[Any]]) -> Callable[[torch.Tensor], None]:
+               autocast: Callable[[], AbstractContextManager[Any]]) -> Callable[[torch.Tensor], None]:
     """The plain loop's training step: the full (b, t, v) logits into ``F.cross_entropy``."""
     def step(tokens: torch.Tensor) -> None:
         with autocast():

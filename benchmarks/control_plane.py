@@ -46,9 +46,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import optuna
 from mlflow.entities import Metric, Param

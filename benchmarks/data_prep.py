@@ -42,8 +42,8 @@ def prefix_vs_whole(path: str, n: int = 512) -> list[dict[str, Any]]:
     rows = []
     for label, mask in bands:
         chosen = [p for p, keep in zip(pages, mask) if keep]
-        whole = _best(lambda: tokenizer(chosen, add_special_tokens=False, truncation=True, max_length=n))
-        prefix = _best(lambda: corpus.first_tokens(tokenizer, chosen, n))
+        whole = _best(lambda chosen=chosen: tokenizer(chosen, add_special_tokens=False, truncation=True, max_length=n))
+        prefix = _best(lambda chosen=chosen: corpus.first_tokens(tokenizer, chosen, n))
         rows.append({"pages": label, "count": len(chosen), "mean_tokens": int(lengths[mask].mean()),
                      "whole_s": round(whole, 4), "prefix_s": round(prefix, 4), "speedup": round(whole / prefix, 1)})
     return rows

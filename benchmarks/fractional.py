@@ -14,8 +14,9 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

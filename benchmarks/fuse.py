@@ -22,8 +22,9 @@ paper's 512 -> 256 at K = 16 would take minutes).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

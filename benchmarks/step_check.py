@@ -18,8 +18,11 @@ import argparse
 import math
 import time
 import warnings
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, ContextManager
+from functools import partial
+from typing import Any
 
 import pynvml
 import torch
@@ -70,7 +73,7 @@ def _batches(batch: int, length: int, device: torch.device, count: int = 4) -> l
 
 
 def _before_step(model: ReducingAutoencoder, optimizer: torch.optim.Optimizer, pad_id: int,
-                 autocast: Callable[[], ContextManager[Any]]) -> Callable[[torch.Tensor], None]:
+                 autocast: Callable[[], AbstractContextManager[Any]]) -> Callable[[torch.Tensor], None]:
     """The step as seqae ran it before: pads indexed out by a boolean mask, the chunked head on
     the rows left, the loss read back before backward, the batch's counts read back as well."""
     plan = plan_head("chunked", next(model.parameters()).device)
@@ -96,7 +99,7 @@ def _before_step(model: ReducingAutoencoder, optimizer: torch.optim.Optimizer, p
     return step
 
 
-def _variant(name: str, config: Config, device: torch.device, autocast: Callable[[], ContextManager[Any]]
+def _variant(name: str, config: Config, device: torch.device, autocast: Callable[[], AbstractContextManager[Any]]
              ) -> tuple[Callable[[torch.Tensor], None], str, torch.nn.Module]:
     """A fresh model of ``config`` and the step of variant ``name`` on it, with a note."""
     torch.manual_seed(0)
@@ -131,7 +134,7 @@ def measure(block: str, batch: int, input_len: int, latent_len: int, device: tor
     config = _config(block, batch, input_len, latent_len)
     batches = _batches(batch, input_len, device)
 
-    def autocast() -> ContextManager[Any]:
+    def autocast() -> AbstractContextManager[Any]:
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
 
     head, body = forward_flops(config, VOCAB)
@@ -145,7 +148,7 @@ def measure(block: str, batch: int, input_len: int, latent_len: int, device: tor
         step, note, _ = _variant(name, config, device, autocast)
         turn = {"i": 0}
 
-        def one(step: Callable[[torch.Tensor], None] = step) -> None:
+        def one(step: Callable[[torch.Tensor], None] = step, turn: dict[str, int] = turn) -> None:
             turn["i"] += 1
             step(batches[turn["i"] % len(batches)])
 
@@ -217,7 +220,7 @@ def sync_counts(device: torch.device, bf16: bool) -> list[str]:
     for name in VARIANTS[1:4]:
         step, note, _ = _variant(name, config, device,
                                  lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16))
-        syncs, ops, by_name = count_per_step(lambda: step(batches[0]), steps=3)
+        syncs, ops, by_name = count_per_step(partial(step, batches[0]), steps=3)
         line = f"{name}{f' ({note})' if note else ''}: {syncs:g} syncs a step {dict(by_name)}, {ops:g} operators a step"
         if device.type == "cuda":
             step(batches[0])

@@ -11,7 +11,8 @@ check, in :mod:`benchmarks.step_check`).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode

@@ -4,7 +4,7 @@ kernels ahead of the device, so its clock would time the queueing), the host's c
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

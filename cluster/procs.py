@@ -12,8 +12,8 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -48,11 +48,10 @@ import pandas as pd
 from research import TABLES, command
 from research import evidence_table as E
 from research.intervals import median_interval, ratio_interval, t_interval, wilson
-from research.replay import (GRACE_PERIOD, REDUCTION_FACTOR, TPE, Curve, complete_rows, curves, nearest,
-                               write_rows)
+from research.replay import GRACE_PERIOD, REDUCTION_FACTOR, TPE, Curve, complete_rows, curves, nearest, write_rows
 from seqae_core import metrics as M
-from seqae_errors import ConfigError
 from seqae_core.pareto import hypervolume, ranks
+from seqae_errors import ConfigError
 from sweeps.running.simulation import Simulation, simulate
 
 WORKERS = 2

@@ -44,18 +44,18 @@ import pandas as pd
 import pyarrow as pa
 from mlflow.tracking import MlflowClient
 
+from dashboards import claims
 from research import TABLES, command
 from research.corpora import package_descriptions
 from research.replay import GRACE_PERIOD, REDUCTION_FACTOR, TPE
 from research.search_vs_recipe import INPUT_LEN, RECIPE, document, save_figure
 from research.sweep_runs import run_sweep
-from dashboards import claims
+from seqae import api
 from seqae_core import corpus
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.config import DataConfig, parse_scalar
-from seqae import api
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -49,9 +49,9 @@ import torch
 from research import TABLES, command
 from research.intervals import Interval, holm, sign_flip_p, simultaneous_level, t_interval
 from research.sweep_runs import run_sweep
-from seqae_errors import ConfigError
 from seqae_core import metrics as M
 from seqae_core import names as N
+from seqae_errors import ConfigError
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

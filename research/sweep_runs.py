@@ -13,9 +13,9 @@ import yaml
 from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
+from seqae import api
 from seqae_core import metrics as M
 from seqae_core import names as N
-from seqae import api
 
 
 def ended(workspace: Path, name: str) -> bool:

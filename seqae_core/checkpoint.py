@@ -1,7 +1,7 @@
 """A training run's checkpoints in its record store (``seqae_core.records``): what
-``seqae_core.train`` reports at each validation (once an epoch by default), as the bytes of an epoch record (``state.pt``) and, on a
-new best, of a best-model record (the model, sample reconstructions and metrics); and those bytes
-read back. Tensors are saved with ``torch.save`` and loaded ``weights_only``."""
+``seqae_core.train`` reports at each validation (once an epoch by default), as the bytes of an
+epoch record (``state.pt``) and, on a new best, of a best-model record (the model, sample
+reconstructions and metrics); and those bytes read back. Tensors are saved with ``torch.save`` and loaded ``weights_only``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import torch
 from seqae_core import data as data_lib
 from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, STATE, RecordStore
 from seqae_errors import ConfigError
-
 
 STATE_FORMAT = 1  # the layout of a saved state (Checkpoint.state); a state of another is refused, not misread
 

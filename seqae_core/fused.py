@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -45,7 +46,6 @@ from seqae_core.loss import IGNORE, HeadPlan, head_cross_entropy, targets_of
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.schedule import Schedule
 from seqae_core.step import Window
-
 
 # The device types on which ``train.fuse_repeats=auto`` packs a run's seeds: those where ``seqae
 # bench fuse`` measured the pack faster than the seeds one after another (docs/explanation/

@@ -12,13 +12,22 @@ the others train on in a smaller pack.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from seqae_core.checkpoint import Checkpoint
 from seqae_core.config import FREE_KEYS, Config, fusion_key
 from seqae_core.loss import plan_head
-from seqae_core.train import (Interrupt, MemberResult, PackReport, Run, load_data, pick_device, train_runs,
-                              validation_steps)
+from seqae_core.train import (
+    Interrupt,
+    MemberResult,
+    PackReport,
+    Run,
+    load_data,
+    pick_device,
+    train_runs,
+    validation_steps,
+)
 from seqae_errors import ConfigError
 
 __all__ = ["MemberResult", "PackReport", "train_members"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 # Reported after every validation: once an epoch by default, more often with train.validate_every.

@@ -31,7 +31,8 @@ OPTUNA_TRIAL = "optuna.trial_number"  # a trial's run: its Optuna trial number, 
 OPTUNA_STATE = "optuna.state"  # ... the trial's Optuna state, on runs closed before OUTCOME existed
 ERROR = "seqae.error"  # a failed trial's run: the end of its traceback
 CONTINUED = "seqae.continued"  # a trial's run reopened by `seqae sweep extend --epochs`
-ATTEMPT_OF = "seqae.attempt_of"  # a failed attempt's run, retired by `seqae sweep retry`: the trial number it was (its seqae.trial gone)
+# a failed attempt's run, retired by `seqae sweep retry`: the trial number it was (its seqae.trial gone)
+ATTEMPT_OF = "seqae.attempt_of"
 RETRIED_BY = "seqae.retried_by"  # ... the run id of the attempt that retried it
 RETRY_OF_RUN = "seqae.retry_of_run"  # a retried trial's run: the run id of the failed attempt it retries
 ARTIFACTS_EPOCH = "seqae.artifacts_epoch"  # a trial's run: the epoch whose best-model artifacts it holds
@@ -57,7 +58,8 @@ TRAINED = "seqae.trained"  # a trial's: the epochs it had trained at its latest 
 PROPOSED_BY = "seqae.proposed_by"  # a trial's: "start", "grid", "random start-up", or the sampler that proposed it
 TEST = "seqae.test"  # a trial's: the test metrics of the checkpoint it kept (with a test split)
 SEEDS = "seqae.seeds"  # a trial's of several seeds (train.repeats): each seed's value and the standard error at the kept epoch
-CONSTRAINTS = "seqae.constraints"  # a finished trial's (with constraints): how far the kept checkpoint is outside each bound, 0 or less inside
+# a finished trial's (with constraints): how far the kept checkpoint is outside each bound, 0 or less inside
+CONSTRAINTS = "seqae.constraints"
 CREATED = "seqae.created"  # every trial's (a system attribute): the token its creation is found by, should the answer be lost
 TUNE_TRIAL_IDS = "seqae.tune_trial_ids"  # a trial's: the Ray Tune trial ids that ran it, one per session
 STOP = "seqae.stop"  # a running trial's: `seqae sweep stop --trial` asked it to stop (by whom, when, whether --now)

@@ -36,8 +36,9 @@ import re
 import socket
 import time
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import pyarrow.fs as pafs
 from filelock import FileLock

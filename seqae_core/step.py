@@ -9,8 +9,9 @@ batch is filled with rows of padding, which score nothing), so a compiled graph 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

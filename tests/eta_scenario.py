@@ -67,7 +67,8 @@ def main(out: Path) -> None:
         result = {"t0": t0, "b_submitted": round(tb - t0, 1), "ends": ends, "rows": rows, "quoted": quoted}
         (out / "result.json").write_text(json.dumps(result, indent=1))
         print(json.dumps({"ends": ends, "b_submitted": result["b_submitted"]}))
-        print(quoted.get("status_b", "")); print(quoted.get("queue", ""))
+        print(quoted.get("status_b", ""))
+        print(quoted.get("queue", ""))
     finally:
         for _ in gen:
             pass

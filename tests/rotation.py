@@ -3,11 +3,11 @@
 Some slow tests exist in variants that exercise one mechanism each way (ASHA, Hyperband, ASHA
 on two objectives: :func:`rotated`), and some slow tests meet one kind of fault each on the same
 machinery (the local cluster's: :func:`in_turn`; the chaos soak still kills a worker and
-restarts PostgreSQL on that cluster at every commit). With ``SEQAE_ROTATION=commit`` (what ``tests/run``, and so CI, sets) a commit runs one
-of each group, picked by the seed of its product code, and the others are skipped with that
-reason, so that ``-ra`` names what this commit did not run; a change to the product code picks
-another. Unset, or ``SEQAE_ROTATION=all``, every variant runs. The chaos soak draws
-its fault schedule from the same seed (tests/test_chaos.py)."""
+restarts PostgreSQL on that cluster at every commit). With ``SEQAE_ROTATION=commit`` (what
+``tests/run``, and so CI, sets) a commit runs one of each group, picked by the seed of its product
+code, and the others are skipped with that reason, so that ``-ra`` names what this commit did not
+run; a change to the product code picks another. Unset, or ``SEQAE_ROTATION=all``, every variant
+runs. The chaos soak draws its fault schedule from the same seed (tests/test_chaos.py)."""
 
 from __future__ import annotations
 

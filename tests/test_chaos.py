@@ -38,8 +38,9 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -59,7 +60,6 @@ from tests.sweep_helpers import (
     wait_for,
     wait_for_writers_to_exit,
 )
-
 
 SEARCHES = ("grid", "tpe", "preempted")
 
@@ -240,12 +240,12 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request
     events = sorted([*faults, *([(arrival(seed), ARRIVES)] if preempted else [])])
     try:
         for at, kind in events:
-            wait_for(lambda: sweep.trained() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep")
+            wait_for(lambda at=at: sweep.trained() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep")
             if kind == ARRIVES:
                 arrive(sweep, seed, tmp_path)
                 continue
             for each in [sweep, *sweep.beside]:
-                wait_for(lambda: each.settled() or each.driver.poll() is not None, 300,
+                wait_for(lambda each=each: each.settled() or each.driver.poll() is not None, 300,
                          "the drivers to find the services of the fault before back")
                 each.alive(after="the fault before")
             # a fault that comes after the last epoch meets no trial: the soak would pass without testing it

@@ -113,7 +113,6 @@ def test_the_quickstart_says_why_it_tests_no_claim():
 def test_claims_are_checked_on_the_test_scores_of_complete_grid_cells():
     from dashboards.report.data import Trial
     from dashboards.report.groups import seed_spreads, test_points
-
     from sweeps.results.trials import Trial as Stored
 
     def trial(number, latent, seed, val, test, state="complete", start=""):

@@ -14,8 +14,8 @@ import subprocess
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import optuna
 import psutil
@@ -340,7 +340,7 @@ def test_dashboard_and_mlflow_listen_on_loopback_only(cluster):
              "postgres": cluster["state"]["postgres"]["port"]}
     import socket
 
-    for name, port in ports.items():
+    for port in ports.values():
         with socket.create_connection(("127.0.0.1", port), timeout=3):
             pass  # reachable on loopback
         for address in addresses:

@@ -110,11 +110,11 @@ def test_the_gpu_profiles_fill_the_shipped_gpu_nodes():
     assert studies
     for study in studies:
         resources = spec_lib.load(study, ["profile=gpu"]).resources
-        for where, (cpus, gpus, most) in nodes.items():
+        for where, (cpus, gpus, _) in nodes.items():
             per_gpu = round(1 / resources.gpu)
             assert cpus // resources.cpu >= gpus * per_gpu, (study.name, where, cpus, resources)
     fig3 = spec_lib.load(REPO / "sweeps" / "studies" / "paper_fig3.yaml", ["profile=gpu"])
-    for where, (cpus, gpus, most) in nodes.items():
+    for where, (_, gpus, most) in nodes.items():
         assert most * gpus * round(1 / fig3.resources.gpu) >= 60 and fig3.max_concurrent >= 60, where
 
 
@@ -122,7 +122,6 @@ def test_the_heads_that_keep_mlflow_artifacts_in_s3_install_boto3_through_the_s3
     """MLflow's server reaches S3 through boto3, which seqae's s3 extra installs: the launcher's
     head, whose services keep the artifacts in the bucket, and KubeRay's image install that extra."""
     import tomllib
-
     from packaging.requirements import Requirement
 
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]

@@ -81,8 +81,10 @@ def test_report_renders_every_figure_without_console_errors(finished_sweep, scre
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == []
         # the trials table sorts by a clicked column
-        rows = lambda: [r.split()[0] for r in driver.execute_script(  # noqa: E731
-            "return Array.from(document.querySelectorAll('#trials tbody tr')).map(r => r.innerText)")]
+        def rows() -> list[str]:
+            cells = "return Array.from(document.querySelectorAll('#trials tbody tr')).map(r => r.innerText)"
+            return [r.split()[0] for r in driver.execute_script(cells)]
+
         assert rows() == ["0", "1", "2"]
         driver.execute_script("document.querySelector('#trials th').click()")
         driver.execute_script("document.querySelector('#trials th').click()")
@@ -154,7 +156,9 @@ def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, s
             save(driver, screenshot_dir, "mlflow-experiments.png")
 
             driver.get(link)
-            row = lambda run_id: MLFLOW_UI["row"].format(run_id=run_id)  # noqa: E731
+            def row(run_id: str) -> str:
+                return MLFLOW_UI["row"].format(run_id=run_id)
+
             wait.until(lambda d: css(By.CSS_SELECTOR, row(info["mlflow_parent_run_id"])))
             assert re.search(rf"#/experiments/{experiment}/runs\?", driver.current_url), driver.current_url
             parent = css(By.CSS_SELECTOR, f"{row(info['mlflow_parent_run_id'])} {MLFLOW_UI['run name']} button")
@@ -162,7 +166,7 @@ def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, s
             for kid in kids.values():  # each trial's row, its dataset named with the digest of its data
                 named = "{0.name} ({0.digest})".format(kid.inputs.dataset_inputs[0].dataset)
                 cells = f"{row(kid.info.run_id)} {MLFLOW_UI['dataset']}"
-                wait.until(lambda d: any(named in c.text for c in css(By.CSS_SELECTOR, cells)))
+                wait.until(lambda d, named=named, cells=cells: any(named in c.text for c in css(By.CSS_SELECTOR, cells)))
             save(driver, screenshot_dir, "mlflow-runs.png")
 
             kid = kids["0"]

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import ast
 import sys
-import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 

@@ -27,8 +27,8 @@ from sweeps.stores.queue import Entry, Queue
 from sweeps.stores.shares import FAIR, PRIORITY, Share
 from sweeps.stores.workspace import Workspace
 from tests.refusal import assert_refused
-from tests.test_status import QUICKSTART, quickstart, run_trials, start_sweep, template, workspace, write_sweep  # noqa: F401
 from tests.sweep_helpers import TINY
+from tests.test_status import QUICKSTART, quickstart, run_trials, start_sweep, template, workspace, write_sweep  # noqa: F401
 
 
 @pytest.mark.parametrize("max_t, grace, factor, done, expected", [
@@ -85,7 +85,8 @@ def test_the_shapes_timed_are_the_searched_non_free_keys_choices():
                                for n in (16, 32) for d in (64, 128)]
 
 
-def test_a_running_sweeps_eta_comes_from_its_own_epochs_at_the_queues_share(workspace, capsys, monkeypatch):
+# (F811: `workspace` is the fixture imported from tests/test_status.py, which pytest passes by that name)
+def test_a_running_sweeps_eta_comes_from_its_own_epochs_at_the_queues_share(workspace, capsys, monkeypatch):  # noqa: F811
     """Five trials, two at once: the starting point trained its 3 epochs, a trial was pruned after
     1, one runs past its first epoch; each epoch took 10 s."""
     state = write_sweep(workspace, "going", quickstart(), [{"outcome": "running"}])
@@ -152,9 +153,9 @@ def test_time_left_shares_the_work_among_the_slots_never_below_the_longest_trial
 
 
 def test_plan_forecasts_from_the_steps_it_measures(tmp_path, capsys):
-    workspace = tmp_path / "ws"
+    folder = tmp_path / "ws"
     args = ["sweep", "plan", str(QUICKSTART), *[a for s in TINY for a in ("--set", s)], "--set", "scheduler.type=asha",
-            "--set", "max_concurrent=2", "--set", "trials.total=5", "--workspace", str(workspace)]
+            "--set", "max_concurrent=2", "--set", "trials.total=5", "--workspace", str(folder)]
     assert main([*args, "--slots", "1", "--json"]) == 0
     one = json.loads(capsys.readouterr().out)
     assert (one["trials"], one["starts"], one["max_epochs"], one["slots"]) == (5, 1, 2, 1)
@@ -166,7 +167,7 @@ def test_plan_forecasts_from_the_steps_it_measures(tmp_path, capsys):
     assert one["resource_hours"] == pytest.approx(one["wall_seconds"] / 3600)
     assert one["mlflow_runs"] == 6 and one["optuna_intermediate_rows"] == 8
     assert one["checkpoint_bytes"] == 5 * shape["checkpoint_bytes"]
-    assert (workspace / "cache").is_dir()  # the sweep's data, prepared where its run will find it
+    assert (folder / "cache").is_dir()  # the sweep's data, prepared where its run will find it
 
     assert main(args) == 0
     out = capsys.readouterr().out
@@ -183,20 +184,20 @@ def test_plan_forecasts_from_the_steps_it_measures(tmp_path, capsys):
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="refused only where there is no GPU")),
 ])
 def test_plan_refuses_bad_input_in_one_line_before_preparing_data(tmp_path, capsys, extra, says):
-    workspace = tmp_path / "ws"
+    folder = tmp_path / "ws"
     code = main(["sweep", "plan", str(QUICKSTART), *[a for s in TINY for a in ("--set", s)], *extra,
-                 "--workspace", str(workspace)])
-    assert_refused(code, capsys.readouterr().err, says, created=(Workspace(workspace).cache_dir,))
+                 "--workspace", str(folder)])
+    assert_refused(code, capsys.readouterr().err, says, created=(Workspace(folder).cache_dir,))
 
 
 def test_plan_times_the_sweep_at_the_share_the_queue_would_give_it_now(tmp_path, monkeypatch, capsys):
     """A sweep of max_concurrent 4 planned beside a running sweep of its priority on a 4-CPU
     cluster: the queue would give it 2 slots; at a higher priority, or a weight of 3, more; with
     no sweep ever run on the database, or --slots, what this machine holds or what it says."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
+    folder = tmp_path / "ws"
+    folder.mkdir()
     monkeypatch.delenv("SEQAE_OPTUNA_STORAGE", raising=False)
-    url = f"sqlite:///{workspace / 'optuna.db'}"
+    url = f"sqlite:///{folder / 'optuna.db'}"
     spec = spec_lib.load(QUICKSTART, [*TINY, "max_concurrent=4", "trials.total=8"])
     assert queue_slots(spec, url) is None  # no queue here yet
     now = time.time()
@@ -208,7 +209,7 @@ def test_plan_times_the_sweep_at_the_share_the_queue_would_give_it_now(tmp_path,
     assert queue_slots(spec.model_copy(update={"weight": 3.0}), url)[0] == 3
 
     args = ["sweep", "plan", str(QUICKSTART), *[a for s in TINY for a in ("--set", s)], "--set", "max_concurrent=4",
-            "--set", "trials.total=8", "--workspace", str(workspace)]
+            "--set", "trials.total=8", "--workspace", str(folder)]
     assert main(args) == 0
     assert ("wall time at 2 slots (max_concurrent 4, the cluster's queue now: 2 of 4 CPUs at priority 0, fair share)"
             in capsys.readouterr().out)

@@ -24,8 +24,18 @@ from seqae_core.checkpoint import CheckpointStore
 from seqae_core.config import from_flat
 from seqae_core.train import train
 from tests.rotation import in_turn
-from tests.sweep_helpers import (SMOKE, STUDIES, held, job_driver, local_cluster, mlflow_runs, seqae, sets,
-                                 trial_metas, wait_for)
+from tests.sweep_helpers import (
+    SMOKE,
+    STUDIES,
+    held,
+    job_driver,
+    local_cluster,
+    mlflow_runs,
+    seqae,
+    sets,
+    trial_metas,
+    wait_for,
+)
 from tests.test_cluster import assert_each_trial_once, restore_worker, wait_job
 
 EPOCHS, VALIDATIONS = 3, 6

@@ -151,7 +151,7 @@ def test_a_cuda_run_packs_its_repeats_when_asked(tiny_config, data_cache, pack_s
     runs = {}
     for fuse in ("off", "on"):
         reports: list[dict] = []
-        train(tiny_config(**{"train.fuse_repeats": fuse, "train.epochs": 2}), lambda m, c: reports.append(m),
+        train(tiny_config(**{"train.fuse_repeats": fuse, "train.epochs": 2}), lambda m, c, reports=reports: reports.append(m),
               cache_dir=data_cache, device="cuda")
         runs[fuse] = reports
     assert pack_steps["count"] == runs["on"][-1][M.GLOBAL_STEP]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 import torch

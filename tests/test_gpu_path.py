@@ -56,7 +56,7 @@ def test_bf16_training_tracks_fp32_of_the_same_seed_on_cpu(tiny_config, data_cac
     for precision in ("bf16", "fp32"):
         reports = []
         train(tiny_config(**{"train.precision": precision, "train.epochs": 2, "train.lr": 0.003}),
-              lambda m, c: reports.append(m), cache_dir=data_cache)
+              lambda m, c, reports=reports: reports.append(m), cache_dir=data_cache)
         runs[precision] = reports
     bf16, fp32 = runs["bf16"], runs["fp32"]
     assert bf16[-1]["train_loss"] < bf16[0]["train_loss"]

@@ -8,8 +8,17 @@ import math
 import numpy as np
 import pytest
 
-from research.intervals import (bootstrap_mean, holm, median_interval, paired_ratio_interval, ratio_interval,
-                                  sign_flip_p, simultaneous_level, t_interval, wilson)
+from research.intervals import (
+    bootstrap_mean,
+    holm,
+    median_interval,
+    paired_ratio_interval,
+    ratio_interval,
+    sign_flip_p,
+    simultaneous_level,
+    t_interval,
+    wilson,
+)
 
 REPETITIONS = 1000
 COVERAGE = (0.93, 0.97)

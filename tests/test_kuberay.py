@@ -332,11 +332,10 @@ def test_the_dockerfile_builds_the_image_the_manifests_name_at_the_versions_the_
     pyproject.toml's range, MLflow and Python inside theirs, torch's CUDA build; and its documented
     tag is the one every pod of the manifests runs."""
     import sys
-
-    import tomllib
     from importlib import metadata
 
     import ray
+    import tomllib
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
 
@@ -403,7 +402,7 @@ def test_the_postgres_init_script_makes_the_roles_on_a_real_postgresql(tmp_path)
             return psycopg.connect(host="127.0.0.1", port=pg.port, user=postgres.ROLES[purpose][0], dbname=database,
                                    password=passwords[purpose], connect_timeout=5, autocommit=True)
 
-        for purpose, (role, databases) in postgres.ROLES.items():
+        for purpose, (_, databases) in postgres.ROLES.items():
             for database in postgres.DATABASES + ("postgres",):
                 if database in databases:
                     with connect(purpose, database) as db:

@@ -53,10 +53,15 @@ LAZY_ELSEWHERE = {("seqae_core/data.py", "seqae_core.corpus"), ("cluster/artifac
                   ("cluster/artifact_store.py", "botocore.config.Config"),
                   *(("cluster/artifact_store.py", f"botocore.exceptions.{name}") for name in ("BotoCoreError", "ClientError")),
                   # ... and IPython where a notebook's live view is shown: a Jupyter kernel's, absent from a plain Python
-                  *(("sweeps/results/watch.py", f"IPython.{name}") for name in ("get_ipython", "display.HTML", "display.display"))}
+                  *(("sweeps/results/watch.py", f"IPython.{name}") for name in ("get_ipython", "display.HTML", "display.display")),
+                  # ... and Tune's classes where Ray's private reads need them: `seqae sweep submit` reads Ray's limits there
+                  # without Tune
+                  ("sweeps/running/ray_private.py", "ray.tune.execution.tune_controller.TuneController"),
+                  ("sweeps/running/ray_private.py", "ray.tune.search.Searcher")}
 NOT_IN_THE_CORE = ("ray", "mlflow", "optuna")
-RAY_TUNE_HOMES = ("sweeps/running/trial.py", "sweeps/running/stoppers.py", "sweeps/running/schedulers.py", "sweeps/running/callbacks.py",
-                  "sweeps/running/packs.py", "sweeps/running/runner.py")
+RAY_TUNE_HOMES = ("sweeps/running/ray_private.py", "sweeps/running/trial.py", "sweeps/running/stoppers.py",
+                  "sweeps/running/schedulers.py", "sweeps/running/callbacks.py", "sweeps/running/packs.py",
+                  "sweeps/running/runner.py")
 # (a trial in its worker; the driver's side of Tune: its stoppers, schedulers, callbacks and the Tuner)
 # The sweep service bottom to top, room by room (sweeps/__init__.py): the sweep file, its stores, running it,
 # reading its results, then the API over them.
@@ -65,7 +70,7 @@ SWEEP_ORDER = [
     "stores.ownership", "stores.workspace", "stores.outages", "stores.study_storage", "stores.shares", "stores.queue", "stores.narrowing", "stores.search", "stores.retention", "stores.ledger",
     "stores.writer", "stores.mlflow_access", "stores.mlflow_runs", "stores.textmodel", "stores.tracking",
     "stores.deletion",
-    "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_connection", "running.slots",
+    "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_private", "running.ray_connection", "running.slots",
     "running.package", "running.submit", "running.sweep_data", "running.trial", "running.stoppers", "running.schedulers",
     "running.simulation", "running.callbacks", "running.packs", "running.runner", "running.lifecycle", "running.driver",
     "results.trials", "results.eta", "results.plan", "results.status", "results.watch", "results.remote_status", "results.export", "results.registry",

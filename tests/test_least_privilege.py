@@ -16,6 +16,7 @@ import pytest
 from dashboards.ui import check_host, loopback
 from seqae_errors import ConfigError
 from sweeps.running import package
+from sweeps.running import ray_private as RP
 from sweeps.spec import sweep as spec_lib
 from tests.conftest import REPO
 from tests.sweep_helpers import STUDIES, seqae
@@ -55,7 +56,7 @@ def test_a_package_holds_the_tracked_files_and_the_sweep_file_and_nothing_plante
     assert not [n for n in names if n in (".env", "id_rsa.pem") or n.startswith(".seqae-cluster")]
     assert not [c for c in contents if PLANTED.encode() in c]
     assert sets == ["description=x", "trials.total=2"]
-    assert packed.bytes < package.upload_limit() <= 512 * 2**20  # Ray's limits, read on the installed Ray
+    assert packed.bytes < RP.job_upload_limit() <= 512 * 2**20  # Ray's limits, read on the installed Ray
 
 
 @pytest.mark.parametrize("where", ["home", "subfolder", "no-git"])

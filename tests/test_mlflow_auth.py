@@ -73,7 +73,7 @@ def experiment_names(services, user: tuple[str, str] | None = None) -> set[str]:
 def test_requests_without_valid_credentials_get_401_and_create_nothing(services, monkeypatch):
     create = {"name": "intruder"}
     for user in (None, ("admin", "not-the-password"), ("mallory", "any-password-12")):
-        answer = refused(lambda: api(services, "experiments/create", create, user=user))
+        answer = refused(lambda user=user: api(services, "experiments/create", create, user=user))
         assert answer.code == 401, user
         assert answer.headers["WWW-Authenticate"].startswith("Basic")  # what makes a browser ask
     assert "intruder" not in experiment_names(services)
@@ -259,7 +259,6 @@ def test_a_cluster_made_before_the_roles_hands_its_tables_to_them_on_its_next_st
     from cluster import postgres
 
     pg = postgres.Postgres(**services["state"]["postgres"])
-    superuser = f"postgresql+psycopg://{postgres.ROLE}@127.0.0.1:{pg.port}/optuna"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PGPASSFILE", pg.pgpass)
         # a fresh table and enum type of the superuser's own, as an old cluster's Optuna schema was

@@ -152,7 +152,6 @@ def test_a_running_sweep_proposes_its_next_trial_inside_the_space_narrowed_while
     next trial's lr is inside the new range, and the first stays in the history, marked outside."""
     import os
     import signal
-
     import sqlite3
     from contextlib import closing
 

@@ -265,9 +265,13 @@ def _laptop_sweep(of: dict[str, list[Block]], laptop: Machine, project: Path, jo
         assert job_env[f"SEQAE_{key}"] == laptop.env[f"SEQAE_CLUSTER_{key}"], key  # the cluster's, not the laptop's
     monkeypatch.setenv("PGPASSFILE", laptop.env["SEQAE_CLUSTER_PGPASSFILE"])
     storage = laptop.env["SEQAE_CLUSTER_OPTUNA_STORAGE"]
-    started = lambda: [t for t in optuna_trials(Path(), "paper-fig3", storage) if t.state.name != "WAITING"]
-    unfinished = lambda: "paper-fig3" in optuna.get_all_study_names(storage) and started() and any(
-        t.state.name != "COMPLETE" for t in started())
+
+    def started() -> list:
+        return [t for t in optuna_trials(Path(), "paper-fig3", storage) if t.state.name != "WAITING"]
+
+    def unfinished() -> bool:
+        return "paper-fig3" in optuna.get_all_study_names(storage) and any(t.state.name != "COMPLETE" for t in started())
+
     # the driver held (SIGSTOP) from its first trial's start until the cancel: the sweep cannot end first
     driver = job_driver("paper-fig3")
     wait_for(lambda: held(driver, unfinished), 600, "a trial of paper-fig3 started, held", every=0.5)

@@ -77,7 +77,7 @@ def test_another_user_may_not_stop_set_resume_extend_or_run_over_a_users_sweep(w
     state = workspace.read(alices)
     assert state.owner == "alice"
     as_user(monkeypatch, "bob")
-    refusal = f"sweep 'hers' belongs to alice; bob may not {{}} it (an MLflow admin may)"
+    refusal = "sweep 'hers' belongs to alice; bob may not {} it (an MLflow admin may)"
     sweep = Sweep(alices, workspace)
     for verb, act in (("stop", lambda: sweep.stop()), ("set", lambda: sweep.set(max_concurrent=3)),
                       ("resume", lambda: sweep.resume()), ("extend", lambda: sweep.extend(trials=2)),

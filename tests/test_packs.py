@@ -21,7 +21,17 @@ from sweeps.spec import sweep as spec_lib
 from sweeps.stores.search import open_study
 from tests.refusal import assert_refused
 from tests.sweep_helpers import (
-    STUDIES, held, metric_steps, mlflow_runs, optuna_trials, run_args, seqae, start, status, trial_metas, wait_for,
+    STUDIES,
+    held,
+    metric_steps,
+    mlflow_runs,
+    optuna_trials,
+    run_args,
+    seqae,
+    start,
+    status,
+    trial_metas,
+    wait_for,
 )
 from tests.sweep_helpers import sets as sets_of
 

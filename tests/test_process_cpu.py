@@ -59,8 +59,8 @@ def test_a_process_last_seen_exited_counts_as_the_command_it_ran():
 @pytest.mark.parametrize("name, cmdline, expected", [
     ("ray::ImplicitFunc.train", "ray::ImplicitFunc.train", "trials (Ray workers running a trial)"),
     ("ray::IDLE", "ray::IDLE", "Ray workers never given a trial"),
-    ("python", "/venv/bin/python /venv/lib/python3.11/site-packages/ray/_private/workers/default_worker.py --node-ip-address=127.0.0.1",
-     "Ray workers never given a trial"),
+    ("python", "/venv/bin/python /venv/lib/python3.11/site-packages/ray/_private/workers/default_worker.py"
+               " --node-ip-address=127.0.0.1", "Ray workers never given a trial"),
     ("raylet", "/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --raylet_socket_name=x", "Ray services (GCS, raylets, agents, monitors)"),
     ("ray::DashboardAgent", "ray::DashboardAgent", "Ray services (GCS, raylets, agents, monitors)"),
     ("python", "/venv/bin/python -m seqae sweep resume steer --workspace ws", "seqae drivers (sweep run, resume, extend, fork)"),

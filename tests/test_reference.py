@@ -8,9 +8,9 @@ import re
 
 from docs.hooks import PAGES, _commands, config_keys, render, stale, sweep_fields, sweep_keys
 from seqae.cli.parser import build_parser
-from tests.conftest import REPO
 from seqae_core import config as config_lib
 from seqae_core import metrics as M
+from tests.conftest import REPO
 
 
 def test_every_sweep_file_key_has_a_description():

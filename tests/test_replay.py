@@ -22,11 +22,13 @@ from research.replay import (
     methods_at,
     replay,
     replays,
-    run as replay_all,
     simulation,
     summarize,
     targets_for,
     warm_start,
+)
+from research.replay import (
+    run as replay_all,
 )
 from seqae_core import metrics as M
 from seqae_core.config import FREE_KEYS

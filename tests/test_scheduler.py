@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from ray.tune.schedulers import TrialScheduler
 
 from seqae_core import metrics as M
+from sweeps.running import ray_private as RP
 from sweeps.running.schedulers import ParetoASHA, ResumableASHA
 from sweeps.spec.sections import Objective
 from sweeps.spec.trial import TrialSpec
@@ -33,7 +34,7 @@ def test_a_starting_point_is_never_stopped_but_counts_at_every_rung():
     for epoch in (1, 3):
         assert asha.on_trial_result(None, start, {M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: 0.1}) == TrialScheduler.CONTINUE
     assert asha.on_trial_result(None, start, {M.EPOCH: 9, M.VAL_TOKEN_ACCURACY: 0.1}) == TrialScheduler.STOP  # the end
-    assert "t3" in dict(asha.bracket_of(3)._rungs)[1]  # its value counts at the rung like any trial's
+    assert "t3" in dict(RP.rungs(asha.bracket_of(3)))[1]  # its value counts at the rung like any trial's
     assert not asha.stops(3, start=True)
 
 
@@ -85,7 +86,7 @@ def test_rungs_below_an_epoch_decide_at_the_validation_that_reaches_them_and_res
     settings = {"time_attr": M.EPOCH, "metric": M.VAL_TOKEN_ACCURACY, "mode": "max", "max_t": 2,
                 "grace_period": 0.25, "reduction_factor": 2}
     asha = ResumableASHA({}, objective, **settings)
-    assert [milestone for milestone, _ in asha.bracket_of(0)._rungs] == [2, 1, 0.5, 0.25]
+    assert [milestone for milestone, _ in RP.rungs(asha.bracket_of(0))] == [2, 1, 0.5, 0.25]
     trials = [_trial(n) for n in range(3)]
     for trial in trials:
         asha.on_trial_add(None, trial)
@@ -98,10 +99,10 @@ def test_rungs_below_an_epoch_decide_at_the_validation_that_reaches_them_and_res
     record = {M.EPOCH: 5 / 9, M.VALIDATION: 2, M.VAL_TOKEN_ACCURACY: 0.85}
     history[0].append(record)
     assert asha.on_trial_result(None, trials[0], record) == TrialScheduler.CONTINUE
-    assert dict(asha.bracket_of(0)._rungs)[0.5] == {"t0": 0.85}
+    assert dict(RP.rungs(asha.bracket_of(0)))[0.5] == {"t0": 0.85}
 
     rebuilt = ResumableASHA(history, objective, **settings)
-    rungs = dict(rebuilt.bracket_of(0)._rungs)
+    rungs = dict(RP.rungs(rebuilt.bracket_of(0)))
     assert rungs[0.25] == {"past-0": 0.8, "past-1": 0.9, "past-2": 0.1} and rungs[0.5] == {"past-0": 0.85}
     assert rebuilt.stops(2) and not rebuilt.stops(1) and not rebuilt.stops(0)
 

@@ -5,8 +5,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from research.search_vs_recipe import (BUDGET_TRAININGS, FRACTIONS, GPU, LAPTOP, Scores, Search, _search,
-                                         _trained, equal_compute_seeds, figure, outputs, run, summarize)
+from research.search_vs_recipe import (
+    BUDGET_TRAININGS,
+    FRACTIONS,
+    GPU,
+    LAPTOP,
+    Scores,
+    Search,
+    _search,
+    _trained,
+    equal_compute_seeds,
+    figure,
+    outputs,
+    run,
+    summarize,
+)
 from seqae_errors import ConfigError
 from sweeps.spec import sweep as spec_lib
 

@@ -9,13 +9,15 @@ import time
 import pytest
 
 from seqae_errors import ConfigError
-from tests.refusal import assert_refused
 from sweeps.stores import queue as Q
 from sweeps.stores.ownership import ADMIN, USER
 from sweeps.stores.shares import CAPACITY, FAIR, PRIORITY, QUOTA, Capacity, Claim, Quota, Share, allocate
+from tests.refusal import assert_refused
+
+FOUR = Capacity(4)
 
 
-def slots(claims, capacity=Capacity(4), quotas=None):
+def slots(claims, capacity=FOUR, quotas=None):
     return {k: s.slots for k, s in allocate(claims, capacity, quotas).items()}
 
 
@@ -284,18 +286,3 @@ def test_status_shows_where_a_sweep_that_waits_for_its_first_slot_stands(tmp_pat
     assert view.trials_by_state == {"NOT_STARTED": 4}
     assert view.queue is not None, "no place in the queue shown for a sweep that waits for its first slot"
     assert (view.queue.state, view.queue.place, view.queue.share, view.queue.why) == (Q.QUEUED, 1, 0, PRIORITY)
-
-
-def test_tunes_loop_keeps_turning_while_a_sweep_has_no_trial_and_no_share():
-    """A sweep whose share is 0 while Tune holds none of its trials: Tune's step that asks its
-    searcher for one gives up within a beat, so its ended trials' slots are freed and its seat
-    beats (sweeps.running.runner); this fails if a Ray upgrade changes the method it sets."""
-    import inspect
-
-    from ray.tune.execution.tune_controller import TuneController
-
-    from sweeps.running import runner  # noqa: F401 - it sets Tune's step on import
-    from sweeps.running.slots import EVERY_SECONDS
-
-    assert inspect.signature(TuneController._update_trial_queue).parameters["timeout"].default == EVERY_SECONDS
-    assert "self._update_trial_queue(blocking=" in inspect.getsource(TuneController._maybe_update_trial_queue)

@@ -245,7 +245,8 @@ def test_a_user_over_quota_waits_then_runs_and_the_queue_outlives_the_clusters_r
     from cluster import local
     from sweeps.stores.queue import Queue
     from sweeps.stores.shares import QUOTA, Quota
-    from tests.sweep_helpers import held as holding, job_driver, trial_metas
+    from tests.sweep_helpers import held as holding
+    from tests.sweep_helpers import job_driver, trial_metas
 
     name, total, epochs = "carolq", 7, 4
     carol, workspace = user_env(cluster, "carol"), tmp_path / "ws-carol"

@@ -61,7 +61,7 @@ def test_the_paper_and_search_studies_run_on_gpus_with_one_flag_and_the_same_set
     gpu = spec_lib.load(STUDIES[0].parent / f"{study}.yaml", ["profile=gpu"])
     assert gpu.resources.gpu == 0.125 and gpu.resources.cpu == 2 and plain.resources.gpu == 0
     assert gpu.base == plain.base and gpu.cells() == plain.cells() and gpu.search == plain.search
-    assert gpu.planned_trials() == plain.planned_trials() 
+    assert gpu.planned_trials() == plain.planned_trials()
     assert min(8, gpu.planned_trials()) <= gpu.max_concurrent <= max(8, gpu.planned_trials())  # a GPU full, at least
 
 

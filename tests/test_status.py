@@ -27,8 +27,8 @@ from sweeps.stores.ownership import actor
 from sweeps.stores.search import Control, SweepStudy, open_study, read_only
 from sweeps.stores.search import storage as optuna_storage
 from sweeps.stores.workspace import Backends, Listed, Submission, SweepState, Workspace, listing
-from tests.refusal import assert_refused
 from tests.conftest import WIKI_MINI
+from tests.refusal import assert_refused
 from tests.sweep_helpers import STUDIES, sets
 
 QUICKSTART = STUDIES / "quickstart.yaml"

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from mlflow.tracking import MlflowClient
 
 from seqae_core.metrics import epoch_text
@@ -18,8 +17,19 @@ from sweeps.results.export import trial_table
 from sweeps.spec import sweep as spec_lib
 from sweeps.stores.workspace import Workspace
 from tests.conftest import REPO, WIKI_MINI
-from tests.sweep_helpers import (SMOKE, STUDIES, metric_steps, mlflow_runs, optuna_trials, run_args, seqae, sets,
-                                  status, tune_results, tune_trials)
+from tests.sweep_helpers import (
+    SMOKE,
+    STUDIES,
+    metric_steps,
+    mlflow_runs,
+    optuna_trials,
+    run_args,
+    seqae,
+    sets,
+    status,
+    tune_results,
+    tune_trials,
+)
 
 FIG3_FRACTIONS = [1.0, 0.5, 0.25]  # the report's Fig. 3 draws a point per fraction (the paper_fig3 run checks it)
 # What each study needs on top of SMOKE to run in seconds: a tiny grid, or few trials.

@@ -6,12 +6,10 @@ a tiny sweep whose one trial fails, fixes the cause and retries it, and stops a 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import optuna
 import pytest
-from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from seqae import Sweep

@@ -19,7 +19,6 @@ from dashboards.report.data import Trial
 from dashboards.report.groups import by_fraction, seed_groups
 from seqae_core import metrics as M
 
-
 # Above this many trials a line per trial is a smear: the figures summarize all of them (percentile
 # bands, a hexbin) and draw lines for the best DRAWN only, whose other curves alone are read.
 MANY = 50

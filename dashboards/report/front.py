@@ -21,7 +21,6 @@ from seqae_core import names as N
 from seqae_core.pareto import hypervolume, ranks
 from sweeps.stores.workspace import SweepState
 
-
 # The published compression frontier's grid (research/frontier.py, beside the package): its trainings
 # at 16-128 input tokens on 30 pages of the offline corpus at their kept epoch, shipped as package data.
 GRID_FRONTIER = Path(__file__).with_name("grid-frontier.parquet")

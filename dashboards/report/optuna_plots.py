@@ -12,7 +12,6 @@ from optuna.visualization import matplotlib as ovm
 
 from dashboards.report.figures import MANY, save_figure
 
-
 IMPORTANCE_TRIALS = 5
 
 

@@ -9,9 +9,10 @@ import hashlib
 import json
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from mlflow.tracking import MlflowClient
@@ -27,7 +28,6 @@ from seqae_core import metrics as M
 from sweeps.results.trials import read_trials
 from sweeps.stores.search import read_only
 from sweeps.stores.workspace import SweepState
-
 
 # Autoescape is on for the .html templates: every value is text, escaped where it is rendered.
 TEMPLATES = Environment(loader=PackageLoader("dashboards"), autoescape=select_autoescape(["html"]),

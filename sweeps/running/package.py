@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import git
-from ray._private import ray_constants
-from ray._private.runtime_env.packaging import GCS_STORAGE_MAX_SIZE
 
 from seqae_errors import ConfigError
+from sweeps.running import ray_private as RP
 
 # The job's --set overrides, in the package rather than on its command line, which `ps` and the
 # Jobs API's job list show to everyone.
@@ -61,12 +60,6 @@ def tracked(root: Path) -> list[str]:
     return [n for n in names if n and (root / n).is_file() and not (root / n).is_symlink()]
 
 
-def upload_limit() -> int:
-    """The largest package Ray's Jobs API takes: the dashboard's HTTP request limit, and the GCS's
-    message limit behind it (both private constants of Ray's; a test reads them on the installed Ray)."""
-    return min(ray_constants.DASHBOARD_CLIENT_MAX_SIZE, GCS_STORAGE_MAX_SIZE)
-
-
 @contextmanager
 def build(root: Path, sweep_file: str, sets: list[str]) -> Iterator[Package]:
     """Zip ``root``'s tracked files, ``sweep_file`` (relative to ``root``) and the job's ``sets``
@@ -82,8 +75,8 @@ def build(root: Path, sweep_file: str, sets: list[str]) -> Iterator[Package]:
                 package.writestr(entry, (root / name).read_bytes(), zipfile.ZIP_DEFLATED)
             package.writestr(zipfile.ZipInfo(SETS_FILE, EPOCH), json.dumps(sets))
         size = path.stat().st_size
-        if size >= upload_limit():
+        if size >= (limit := RP.job_upload_limit()):
             raise ConfigError(f"the files git tracks in {root} zip to {size / 2**20:.0f} MiB, more than the "
-                              f"{upload_limit() / 2**20:.0f} MiB Ray's Jobs API takes: keep data and outputs out of git")
+                              f"{limit / 2**20:.0f} MiB Ray's Jobs API takes: keep data and outputs out of git")
         yield Package(path, len(names) + 1, size)
 

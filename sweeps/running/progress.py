@@ -7,7 +7,7 @@ The bar is tqdm's (it draws only on a terminal; in a log file the lines stand al
 left is the sweep's remaining trial-epochs at the rate seen so far, so early stops and pruning
 only ever make it shorter. A trial that validates between epochs' ends (train.validate_every)
 prints a line at each validation, its epochs trained a fraction (``epoch 1.25/3``).
-"""
+"""  # noqa: E501 - the line above is one as it prints, whole
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import ray
 
 from seqae_errors import ConfigError
+from sweeps.running import ray_private as RP
 from sweeps.spec import sweep as spec_lib
 from sweeps.stores.workspace import Backends
 
@@ -87,7 +88,7 @@ def connect_ray(home: Path) -> None:
         # A new local cluster turns on token authentication (Ray's default, kept) and warns that it
         # did, on every sweep: nothing a seqae user can act on. (Setting RAY_AUTH_MODE here instead
         # would be too late: Ray read its configuration when it was imported.)
-        logging.getLogger("ray._private.authentication.authentication_token_setup").setLevel(logging.ERROR)
+        RP.quiet_token_setup()
         # Ray starts a worker per CPU for the first driver, for its tasks to start sooner. A sweep's
         # trials are Tune actors, started with their own resources: the prestarted workers were
         # seldom given one, and each spent CPU starting, at every sweep's start (measured:

@@ -16,14 +16,13 @@ import time
 from functools import partial
 from typing import Any
 
-import ray
 from ray import tune
-from ray.tune.execution.tune_controller import TuneController
 from ray.tune.search import Searcher
 from ray.tune.stopper import CombinedStopper
 
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
+from sweeps.running import ray_private as RP
 from sweeps.running.callbacks import NotifyCallback, ProgressCallback, SlotsCallback, TrackingCallback
 from sweeps.running.notify import Notifier
 from sweeps.running.packs import Members, PackCallback, PackScheduler, PackSearcher, member_id, pack_name
@@ -55,9 +54,8 @@ def _keep_tunes_loop_turning() -> None:
     second for up to ten minutes within one step of its loop (``TuneController._update_trial_queue``,
     its ``timeout``): for that long it frees none of the slots its ended trials' workers hold and the
     sweep's seat in the queue does not beat, so a sweep of a higher priority waits on those slots
-    and this one looks stopped. The step gives up after a beat's time instead; tests/test_shares.py
-    fails if a Ray upgrade changes the method."""
-    TuneController._update_trial_queue.__defaults__ = (False, EVERY_SECONDS)
+    and this one looks stopped. The step gives up after a beat's time instead."""
+    RP.limit_searcher_wait(EVERY_SECONDS)
 
 
 _keep_tunes_loop_turning()
@@ -116,7 +114,7 @@ class StudySearcher(DriverOnly, Searcher):
                   else [t for t in [self.study.next_trial(new=not self.draining)] if t is not None])
         if not trials:
             self.finished = True
-            return Searcher.FINISHED  # type: ignore[return-value]  # Tune's own sentinel, a str
+            return RP.search_finished()  # Tune's own sentinel, a str
         for trial in trials:  # a pack's members by their own ids (sweeps.running.packs)
             self.plans[trial_id if fuse == 1 else member_id(trial_id, trial.number)] = trial
             self.spend.started(trial.number)
@@ -234,9 +232,8 @@ def run_session(
             # A trial's process pays its imports (torch, Ray Tune, seqae) before its first step, most of
             # its start (measured: docs/explanation/performance.md, "The figures behind the code's
             # choices"): an ended trial's process trains the next one with the same resources.
-            # Not where a node can be lost alone: Tune (2.60) counts the death of a kept process twice
-            # when its node dies between two trials, and fails the next trial whatever its retries.
-            reuse_actors=sum(node["Alive"] for node in ray.nodes()) == 1,
+            # Not where a node can be lost alone (a Ray bug: RP.may_reuse_actors).
+            reuse_actors=RP.may_reuse_actors(),
             trial_name_creator=tune_name,
             trial_dirname_creator=tune_name,
         ),

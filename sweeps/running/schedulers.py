@@ -16,6 +16,7 @@ from ray.tune.result import DONE
 
 from seqae_core import metrics as M
 from seqae_core.pareto import behind
+from sweeps.running import ray_private as RP
 from sweeps.running.progress import say
 from sweeps.running.slots import Slots
 from sweeps.running.stoppers import TrialStops
@@ -81,8 +82,7 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
     the driver not died. (With trials running concurrently, which trials reached a rung before
     another is not recorded; the rebuilt rungs hold them all.) A trial's bracket is drawn from its
     number, with Ray's odds, so that it is the same in every session. It reads Ray's private
-    ``_brackets``, ``_trial_info`` and ``_Bracket._rungs``; the ASHA test in tests/test_control.py
-    fails if a Ray upgrade changes them."""
+    brackets, rungs and trials through :mod:`sweeps.running.ray_private`."""
 
     def __init__(self, history: dict[int, list[dict[str, Any]]], objectives: tuple[Objective, ...],
                  **kwargs: Any) -> None:
@@ -91,11 +91,11 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
         train.validate_every below an epoch, the epochs trained are fractions and a rung may be too."""
         super().__init__(**kwargs)
         self._objectives = objectives
-        sizes = np.array([len(bracket._rungs) for bracket in self._brackets])
+        sizes = np.array([len(RP.rungs(bracket)) for bracket in RP.brackets(self)])
         odds = np.exp(sizes - sizes.max())  # Ray's: more trials to the brackets with more rungs
         self._odds = odds / odds.sum()
         for number, records in history.items():
-            for milestone, recorded in self.bracket_of(number)._rungs:
+            for milestone, recorded in RP.rungs(self.bracket_of(number)):
                 reached = next((r for r in records if float(r[M.EPOCH]) >= milestone), None)
                 if reached is not None:
                     recorded[f"past-{number}"] = self.value(reached)
@@ -107,20 +107,21 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
 
     def behind(self, bracket: Any, others: dict[str, Any], mine: Any) -> bool:
         """Whether ``mine`` falls below the rung's cutoff among ``others`` (Ray's rule)."""
-        cutoff = bracket.cutoff(others)
+        cutoff = RP.cutoff(bracket, others)
         return cutoff is not None and mine < cutoff
 
     def bracket_of(self, number: int) -> Any:
         """Trial ``number``'s bracket (Ray's ``_Bracket``)."""
-        if len(self._brackets) == 1:
-            return self._brackets[0]
-        return self._brackets[int(np.random.default_rng(number).choice(len(self._brackets), p=self._odds))]
+        brackets = RP.brackets(self)
+        if len(brackets) == 1:
+            return brackets[0]
+        return brackets[int(np.random.default_rng(number).choice(len(brackets), p=self._odds))]
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         """ASHA's decision, except that a starting point always goes on: it is evaluated to the full
         budget (its values still count at each rung, as any trial's)."""
         decision = self.decide(tune_controller, trial, result)
-        before_the_end = result.get(self._time_attr, 0) < self._max_t
+        before_the_end = result.get(RP.time_attr(self), 0) < RP.max_t(self)
         return tune.schedulers.TrialScheduler.CONTINUE if trial.config["trial"].start and before_the_end else decision
 
     def decide(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
@@ -132,7 +133,7 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
         if start:
             return False
         bracket = self.bracket_of(number)
-        for _, recorded in reversed(bracket._rungs):  # lowest rung first
+        for _, recorded in reversed(RP.rungs(bracket)):  # lowest rung first
             mine = recorded.get(f"past-{number}")
             if mine is not None and self.behind(bracket, {k: v for k, v in recorded.items() if k != f"past-{number}"},
                                                 mine):
@@ -142,8 +143,9 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         super().on_trial_add(tune_controller, trial)
         number = trial.config["trial"].number
-        bracket = self._trial_info[trial.trial_id] = self.bracket_of(number)
-        for _, recorded in bracket._rungs:  # a continued trial's rungs passed are its own again
+        bracket = self.bracket_of(number)
+        RP.place_trial(self, trial.trial_id, bracket)
+        for _, recorded in RP.rungs(bracket):  # a continued trial's rungs passed are its own again
             if (value := recorded.pop(f"past-{number}", None)) is not None:
                 recorded[trial.trial_id] = value
 
@@ -154,14 +156,14 @@ class RacingASHA(ResumableASHA):
     a rung always goes on), where ASHA lets on the best 1 in ``reduction_factor``. It spends the
     epochs of a sweep on the trials that could still become its best, at the risk of stopping a
     slow starter that would have overtaken. Resumes as :class:`ResumableASHA` does. It replaces
-    each Ray ``_Bracket``'s ``cutoff`` (the rule ASHA and :meth:`ResumableASHA.behind` read); the
-    racing test in tests/test_scheduler.py fails if a Ray upgrade stops reading it."""
+    each Ray bracket's cutoff (the rule ASHA and :meth:`ResumableASHA.behind` read:
+    :func:`sweeps.running.ray_private.race`)."""
 
     def __init__(self, history: dict[int, list[dict[str, Any]]], objectives: tuple[Objective, ...],
                  **kwargs: Any) -> None:
         super().__init__(history, objectives, **kwargs)
-        for bracket in self._brackets:
-            bracket.cutoff = _best_so_far  # type: ignore[method-assign]  # the one rule racing changes
+        for bracket in RP.brackets(self):
+            RP.race(bracket, _best_so_far)  # the one rule racing changes
 
 
 def _best_so_far(recorded: dict[str, Any]) -> Any:
@@ -181,26 +183,26 @@ class ParetoASHA(ResumableASHA):
         return tuple(o.sign * float(record[o.metric]) for o in self._objectives)
 
     def behind(self, bracket: Any, others: dict[str, Any], mine: Any) -> bool:
-        return behind(list(others.values()), mine, 1 / bracket.rf)
+        return behind(list(others.values()), mine, 1 / RP.reduction_factor(bracket))
 
     def decide(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         """Ray's ASHA step for a vector: at the end, stop; at the highest rung the trial reached and
         has no value at yet, record it there and go on unless it is behind."""
-        if self._time_attr not in result:
+        if RP.time_attr(self) not in result:
             return tune.schedulers.TrialScheduler.CONTINUE
-        if result[self._time_attr] >= self._max_t:
+        if result[RP.time_attr(self)] >= RP.max_t(self):
             return tune.schedulers.TrialScheduler.STOP
         return self._record(trial, result)
 
     def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> None:
-        if self._time_attr in result:
+        if RP.time_attr(self) in result:
             self._record(trial, result)
-        del self._trial_info[trial.trial_id]
+        RP.forget_trial(self, trial.trial_id)
 
     def _record(self, trial: Trial, result: dict[str, Any]) -> str:
-        bracket, mine = self._trial_info[trial.trial_id], self.value(result)
-        for milestone, recorded in bracket._rungs:  # the highest rung first
-            if result[self._time_attr] >= milestone and trial.trial_id not in recorded:
+        bracket, mine = RP.bracket_of_trial(self, trial.trial_id), self.value(result)
+        for milestone, recorded in RP.rungs(bracket):  # the highest rung first
+            if result[RP.time_attr(self)] >= milestone and trial.trial_id not in recorded:
                 others = dict(recorded)
                 recorded[trial.trial_id] = mine
                 return (tune.schedulers.TrialScheduler.STOP if self.behind(bracket, others, mine)

@@ -1,6 +1,7 @@
 """Tune's stoppers on the driver: the sweep's budget (its resource-seconds, all sessions, kept to
 within one epoch), `seqae sweep stop --now` (read from the study's control record at every
-result) and `seqae sweep stop --trial` (from the trial's record); and what Tune may keep of the driver's objects (nothing: :class:`DriverOnly`)."""
+result) and `seqae sweep stop --trial` (from the trial's record); and what Tune may keep of the
+driver's objects (nothing: :class:`DriverOnly`)."""
 
 from __future__ import annotations
 

@@ -12,16 +12,13 @@ import os
 import signal
 import sys
 import threading
-import time
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import ray
 import torch
 from ray import tune
-from ray._private import state as ray_state
-from ray._private import worker as ray_worker
-from ray.core.generated import autoscaler_pb2
 from ray.exceptions import RayActorError
 from ray.tune.trainable.function_trainable import FunctionTrainable, wrap_function
 
@@ -31,6 +28,7 @@ from seqae_core.data import shared_settings
 from seqae_core.members import MemberResult, train_members
 from seqae_core.train import Interrupted, NonFiniteLossError, describe_precision, train
 from seqae_errors import ConfigError
+from sweeps.running import ray_private as RP
 from sweeps.running.system_metrics import SystemMetrics
 from sweeps.spec.trial import TrialSpec
 
@@ -123,7 +121,7 @@ class Leaving:
                 self.why = "stopped by `seqae sweep stop --trial --now`"
                 return
             try:
-                draining = node in ray_state.state.get_draining_nodes()  # what Ray Train's preemption watcher asks
+                draining = node in RP.draining_nodes()
             except Exception:  # noqa: BLE001 - a GCS that does not answer now is asked again at the next poll
                 continue
             if draining:
@@ -138,9 +136,8 @@ LEAVING = Leaving()
 def drain(node: str, message: str) -> None:
     """Ask Ray to drain ``node`` for preemption: no new work is placed there, and an actor that dies
     there is a preempted one, which Tune does not count among a trial's failures."""
-    reason = autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION")  # type: ignore[attr-defined]  # generated
-    try:  # the call `ray drain-node` makes, with no deadline: whoever stops the node decides when
-        ray_worker.global_worker.gcs_client.drain_node(node, reason, message, 0)  # type: ignore[attr-defined]  # set once connected
+    try:  # with no deadline: whoever stops the node decides when
+        RP.drain_for_preemption(node, message)
     except Exception as exc:  # noqa: BLE001 - the trial leaves all the same; it may be retried on this node
         print(f"seqae: could not drain node {node}: {exc}", flush=True)
 

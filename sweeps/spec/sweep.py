@@ -36,13 +36,13 @@ from seqae_errors import ConfigError
 from sweeps.spec.messages import reason
 from sweeps.spec.overrides import apply_profile, apply_sets, mapping, read_document
 from sweeps.spec.sections import (
+    DEFAULT_OBJECTIVE,
+    MAX_CONCURRENT,
+    MAX_TRIALS,
     BudgetSection,
     CheckpointsSection,
     Constraint,
-    DEFAULT_OBJECTIVE,
     Distribution,
-    MAX_CONCURRENT,
-    MAX_TRIALS,
     NotifySection,
     Objective,
     ResourcesSection,
@@ -56,6 +56,7 @@ from sweeps.spec.sections import (
     source_of,
 )
 from sweeps.spec.space import check_conditions, checked_search, grid_axes, sampling_order
+
 
 class SweepSpec(Section):
     """A sweep file, validated, with its profile and ``--set`` overrides applied: the schema of

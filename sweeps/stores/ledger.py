@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from seqae_core import metrics as M
 from seqae_core import names as N
-from seqae_core.records import TrialProgress, RecordStore
+from seqae_core.records import RecordStore, TrialProgress
 from sweeps.stores.search import SweepStudy
 
 if TYPE_CHECKING:  # only annotations name it: reading a sweep's outcomes loads no MLflow

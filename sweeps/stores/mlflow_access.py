@@ -8,8 +8,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import mlflow

@@ -22,9 +22,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from seqae_errors import ConfigError
 from sweeps.stores.ownership import ADMIN, actor
 from sweeps.stores.shares import Capacity, Claim, Quota, Share, allocate
-from seqae_errors import ConfigError
 
 # A driver beats every few seconds while it runs; one not heard of for this long has died (or its
 # cluster went down): its sweep holds no slots until a driver takes it up again.
