@@ -36,7 +36,7 @@ from seqae_core.config import Config
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.loss import plan_head
 from seqae_core.step import TrainStep
-from seqae_core.train import autocast
+from seqae_core.device import autocast
 from sweeps.spec import sweep as spec_lib
 from sweeps.results.eta import asha_epochs
 from sweeps.results.plan import median_step_seconds

@@ -20,7 +20,7 @@ from benchmarks.gpu_packing import at_once, trials_at_once_per_gpu
 from cluster import local
 from seqae_cli.parser import build_parser
 from seqae_core import names as N
-from seqae_core import train as train_lib
+from seqae_core import device as device_lib
 from seqae_core.checkpoint import CheckpointStore
 from seqae_errors import ConfigError
 from sweeps.running.ray_connection import check_resources
@@ -61,7 +61,7 @@ def ray_gave(monkeypatch):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(map(str, ids)))  # as Ray sets it
 
     monkeypatch.delenv(LOGICAL_GPUS, raising=False)
-    monkeypatch.setattr(train_lib, "native_bf16_flags", lambda: [])  # the message's precision, on any CPU
+    monkeypatch.setattr(device_lib, "native_bf16_flags", lambda: [])  # the message's precision, on any CPU
     return give
 
 

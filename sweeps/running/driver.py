@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial
 
 from seqae_core import metrics as M
 from seqae_core import names as N
-from seqae_core.train import describe_precision
+from seqae_core.device import describe_precision
 from seqae_errors import ConfigError, StorageUnreachable
 from sweeps.running import progress, provenance, runner, stoppers
 from sweeps.running.lifecycle import load_spec

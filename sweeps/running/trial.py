@@ -28,11 +28,15 @@ from ray.tune.trainable.function_trainable import FunctionTrainable, wrap_functi
 from seqae_core.checkpoint import Checkpoint, CheckpointStore
 from seqae_core.config import Config
 from seqae_core.data import shared_settings
+from seqae_core.epoch import EpochRecord
 from seqae_core.members import MemberResult, train_members
-from seqae_core.train import Interrupted, NonFiniteLossError, describe_precision, train
+from seqae_core.device import describe_precision
+from seqae_core.loops import Interrupted, NonFiniteLossError
+from seqae_core.train import train
 from seqae_errors import ConfigError
 from sweeps.running.system_metrics import SystemMetrics
-from sweeps.spec.trial import TrialSpec
+from sweeps.running.tune_result import TrialResult, to_tune
+from sweeps.spec.trial import TrialSpec, WorkerSpec
 
 # "1": a trial that Ray gave a GPU on a node where torch finds no CUDA device trains on the CPU and
 # says so (the GPU is logical: `ray start --num-gpus`, `seqae cluster up --gpus-per-worker`); unset,
@@ -168,7 +172,7 @@ def evictable(function: Callable[[dict[str, Any]], None]) -> type[FunctionTraina
 def run_trial(config: dict[str, Any], runtime: dict[str, Any]) -> None:
     """A Tune function trainable: one sweep trial, continued from its newest valid checkpoint."""
     sys.unraisablehook = exit_quietly_on_stop
-    trial: TrialSpec = config["trial"]
+    trial = WorkerSpec.of_tune(config).trial
     store = CheckpointStore.of_trial(runtime["storage"], trial.number)
     cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
     torch.set_num_threads(max(1, int(cpus)))
@@ -210,9 +214,9 @@ def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runt
     device, gpu = trial_device(number, trial_config)
     node_id = ray.get_runtime_context().get_node_id()
 
-    def report(metrics: dict[str, Any], checkpoint: Checkpoint) -> None:
-        store.save(metrics, checkpoint)
-        tune.report({**metrics, "trial": number, "node_id": node_id, **gpu, "finished": checkpoint.finished})
+    def report(record: EpochRecord, checkpoint: Checkpoint) -> None:
+        store.save(record, checkpoint)
+        tune.report(to_tune(TrialResult(number, record, checkpoint.finished, {"node_id": node_id}, gpu)))
 
     # Data the driver published is fetched into this node's own cache (SEQAE_CACHE_DIR), once per node.
     published = runtime["published"].get(shared_settings(trial_config.data))
@@ -243,7 +247,7 @@ def run_pack(config: dict[str, Any], runtime: dict[str, Any]) -> None:
     stopped leaves before the next part, and a retry of the pack leaves it out."""
     sys.unraisablehook = exit_quietly_on_stop
     pack_id = tune.get_context().get_trial_id()
-    specs: tuple[TrialSpec, ...] = config["pack"]
+    specs = WorkerSpec.of_tune(config).pack
     stores = {t.number: CheckpointStore.of_trial(runtime["storage"], t.number) for t in specs}
     cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
     torch.set_num_threads(max(1, int(cpus)))
@@ -287,10 +291,10 @@ def _train_pack(specs: list[TrialSpec], stores: dict[int, CheckpointStore], runt
             if result.error is not None:
                 stores[number].record_verdict(result.error)
                 failed.append([number, result.error])
-            elif result.metrics is not None and result.checkpoint is not None:
-                stores[number].save(result.metrics, result.checkpoint)
-                records.append({**result.metrics, "trial": number, "node_id": node_id, **gpu,
-                                "finished": result.checkpoint.finished})
+            elif result.record is not None and result.checkpoint is not None:
+                stores[number].save(result.record, result.checkpoint)
+                records.append(to_tune(TrialResult(number, result.record, result.checkpoint.finished,
+                                                   {"node_id": node_id}, gpu)))
         tune.report({MEMBERS: json.dumps(records), FAILED: failed})
         caught_up = {r.index for r in results if ahead is not None and r.checkpoint is not None
                      and (r.checkpoint.epoch, r.checkpoint.step) >= ahead}
