@@ -26,8 +26,8 @@ def ended(workspace: Workspace, name: str) -> bool:
     if not workspace.exists(name):
         return False
     sessions = workspace.read(name).sessions
-    last = sessions[-1] if sessions else {}
-    return last.get("outcome") in ("complete", "stopped") and "RUNNING" not in last.get("trials", {})
+    last = sessions[-1] if sessions else None
+    return last is not None and last.outcome in ("complete", "stopped") and "RUNNING" not in (last.trials or {})
 
 
 def run_sweep(folder: Path, name: str, doc: dict[str, Any]) -> tuple[MlflowClient, list[Run]]:
