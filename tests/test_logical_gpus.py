@@ -24,7 +24,7 @@ from seqae_core import device as device_lib
 from seqae_core.checkpoint import CheckpointStore
 from seqae_errors import ConfigError
 from sweeps.running.ray_connection import check_resources
-from sweeps.running.trial import LOGICAL_GPUS, _train_trial, trial_device
+from sweeps.running.trial import LOGICAL_GPUS, Runtime, _train_trial, trial_device
 from sweeps.spec import sweep as spec_lib
 from tests.sweep_helpers import STUDIES, local_cluster, mlflow_runs, seqae, trial_metas, wait_for
 from tests.test_cluster import submit, wait_job  # the cluster tests' submission, on their tiny settings
@@ -87,7 +87,7 @@ def test_a_trial_given_a_logical_gpu_fails_without_the_opt_in(ray_gave, tiny_con
     # the trial function itself refuses, before anything is trained or saved
     store = CheckpointStore.of_trial(str(tmp_path / "storage"), 3)
     with pytest.raises(ConfigError, match=expected):
-        _train_trial(3, tiny_config(), store, {"published": {}, "cache_dir": str(tmp_path)}, False)
+        _train_trial(3, tiny_config(), store, Runtime(str(tmp_path / "records"), str(tmp_path), {}), False)
     assert store.progress() is None
 
 

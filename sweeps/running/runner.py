@@ -40,7 +40,7 @@ from sweeps.running.stoppers import (
     spent_so_far,
     trial_progresses,
 )
-from sweeps.running.trial import evictable, run_pack, run_trial
+from sweeps.running.trial import Runtime, evictable, run_pack, run_trial
 from sweeps.running.tune_result import of_tune
 from sweeps.spec.sweep import SweepSpec
 from sweeps.spec.trial import TrialSpec, WorkerSpec
@@ -213,7 +213,7 @@ def run_session(
     fused = spec.resources.fuse > 1
     trainable = tune.with_resources(
         evictable(tune.with_parameters(run_pack if fused else run_trial,
-                                       runtime={"storage": storage, "cache_dir": cache_dir, "published": published})),
+                                       runtime=Runtime(storage, cache_dir, published))),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
     stoppers: list[tune.Stopper] = [*([BudgetStopper(spend, spec.budget.hours * 3600)] if spec.budget else []), stop_now,

@@ -14,7 +14,8 @@ import sys
 import threading
 import time
 from contextlib import ExitStack, contextmanager
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping
 
 import ray
 import torch
@@ -169,11 +170,22 @@ def evictable(function: Callable[[dict[str, Any]], None]) -> type[FunctionTraina
     return Evictable
 
 
-def run_trial(config: dict[str, Any], runtime: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Runtime:
+    """What every trial's worker of a session needs besides its trial (``tune.with_parameters``):
+    the trials' record ``storage``, the data ``cache_dir`` of a node that fetches none, and the data
+    entries the driver ``published`` for the nodes (by :func:`~seqae_core.data.shared_settings`)."""
+
+    storage: str
+    cache_dir: str
+    published: Mapping[Any, str]
+
+
+def run_trial(config: dict[str, Any], runtime: Runtime) -> None:
     """A Tune function trainable: one sweep trial, continued from its newest valid checkpoint."""
     sys.unraisablehook = exit_quietly_on_stop
     trial = WorkerSpec.of_tune(config).trial
-    store = CheckpointStore.of_trial(runtime["storage"], trial.number)
+    store = CheckpointStore.of_trial(runtime.storage, trial.number)
     cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
     torch.set_num_threads(max(1, int(cpus)))
     with store.exclusive():
@@ -208,7 +220,7 @@ class TrialFailed(RuntimeError):
     """A trial that failed for a reason that repeats: its config, or its loss diverging."""
 
 
-def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runtime: dict[str, Any],
+def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runtime: Runtime,
                  continued: bool) -> None:
     resume = _resumed(number, store, continued)
     device, gpu = trial_device(number, trial_config)
@@ -219,8 +231,8 @@ def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runt
         tune.report(to_tune(TrialResult(number, record, checkpoint.finished, {"node_id": node_id}, gpu)))
 
     # Data the driver published is fetched into this node's own cache (SEQAE_CACHE_DIR), once per node.
-    published = runtime["published"].get(shared_settings(trial_config.data))
-    cache_dir = None if published else runtime["cache_dir"]
+    published = runtime.published.get(shared_settings(trial_config.data))
+    cache_dir = None if published else runtime.cache_dir
     with SystemMetrics() as usage, LEAVING.training(number, store):  # each record carries the machine's CPU, memory and GPU use
         train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir, published=published,
               measure=usage.epoch, interrupt=LEAVING)
@@ -239,7 +251,7 @@ def _resumed(number: int, store: CheckpointStore, continued: bool) -> Checkpoint
     return resume
 
 
-def run_pack(config: dict[str, Any], runtime: dict[str, Any]) -> None:
+def run_pack(config: dict[str, Any], runtime: Runtime) -> None:
     """A Tune function trainable: a pack of trials of one shape (``resources.fuse``) trained as one
     batched model (:func:`seqae_core.members.train_members`), each member continued from its own
     newest valid checkpoint. Each validation, one report holds every member's result and the error
@@ -248,7 +260,7 @@ def run_pack(config: dict[str, Any], runtime: dict[str, Any]) -> None:
     sys.unraisablehook = exit_quietly_on_stop
     pack_id = tune.get_context().get_trial_id()
     specs = WorkerSpec.of_tune(config).pack
-    stores = {t.number: CheckpointStore.of_trial(runtime["storage"], t.number) for t in specs}
+    stores = {t.number: CheckpointStore.of_trial(runtime.storage, t.number) for t in specs}
     cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
     torch.set_num_threads(max(1, int(cpus)))
     with ExitStack() as held:
@@ -270,7 +282,7 @@ def run_pack(config: dict[str, Any], runtime: dict[str, Any]) -> None:
             members = _train_pack(members, stores, runtime, pack_id)
 
 
-def _train_pack(specs: list[TrialSpec], stores: dict[int, CheckpointStore], runtime: dict[str, Any],
+def _train_pack(specs: list[TrialSpec], stores: dict[int, CheckpointStore], runtime: Runtime,
                 pack_id: str) -> list[TrialSpec]:
     """Train the pack's ``specs`` from their checkpoints, all of them where they stand at one place;
     otherwise (a pack killed between two members' records) those furthest behind, until they reach
@@ -301,10 +313,10 @@ def _train_pack(specs: list[TrialSpec], stores: dict[int, CheckpointStore], runt
         return caught_up | {i for i, spec in enumerate(group) if stores[spec.number].left(pack_id)}
 
     configs = [t.config for t in group if t.config is not None]
-    published = runtime["published"].get(shared_settings(configs[0].data))
+    published = runtime.published.get(shared_settings(configs[0].data))
     with SystemMetrics() as usage, LEAVING.training(group[0].number):  # each record: the machine's CPU, memory, GPU use
         train_members(configs, report, resumes=[resumes[t.number] for t in group], device=device,
-                      cache_dir=None if published else runtime["cache_dir"], published=published, measure=usage.epoch,
+                      cache_dir=None if published else runtime.cache_dir, published=published, measure=usage.epoch,
                       interrupt=LEAVING)
     if ahead is None:
         return []
