@@ -68,7 +68,7 @@ from sweeps.running.lifecycle import extend
 from sweeps.spec import sweep as spec_lib
 from sweeps.spec.sections import Distribution
 from sweeps.stores.search import directions_of, optuna_distribution, storage
-from sweeps.stores.workspace import Backends, SweepState, Workspace
+from sweeps.stores.workspace import Backends, SessionRecord, SweepState, Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "sweeps" / "studies" / "quickstart.yaml"
@@ -159,8 +159,8 @@ def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0)
     for _, _, _, fate, _ in plans:
         counts[fate] = counts.get(fate, 0) + 1
     state.mlflow_experiment_id, state.mlflow_parent_run_id = experiment_id, parent_id
-    state.sessions = [{"started": time.time(), "ended": time.time(), "outcome": "complete", "trials": counts,
-                       "interrupted": False, "pid": 0, "host": "bench"}]
+    state.sessions = [SessionRecord(started=time.time(), ended=time.time(), outcome="complete", trials=counts,
+                                    interrupted=False, pid=0, host="bench", user=None)]
     workspace.write(state)
     return workspace
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from seqae_core.train import native_bf16_flags
+from seqae_core.device import native_bf16_flags
 from seqae_errors import ConfigError
 from sweeps.running.progress import text_table
 

@@ -33,10 +33,10 @@ from benchmarks.data_scale import PAPER_PAGES
 from benchmarks.flops import PEAK_BF16, forward_flops
 from seqae_core import metrics as M
 from seqae_core.config import Config
+from seqae_core.device import autocast
 from seqae_core.loss import plan_head
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.step import TrainStep
-from seqae_core.train import autocast
 from sweeps.results.eta import asha_epochs
 from sweeps.results.plan import median_step_seconds
 from sweeps.spec import sweep as spec_lib

@@ -18,10 +18,11 @@ from benchmarks.baseline import BaselineAutoencoder, plain_step
 from benchmarks.flops import head_share, mfu
 from seqae_core import data as data_lib
 from seqae_core.config import Config, from_flat
+from seqae_core.device import describe_precision
 from seqae_core.loss import plan_head
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.step import TrainStep
-from seqae_core.train import describe_precision, train
+from seqae_core.train import train
 from sweeps.results.plan import median_step_seconds
 from sweeps.spec import sweep as spec_lib
 

@@ -209,7 +209,7 @@ def _train(job: Job, data_path: str, out: Path, recording: Recording = EPOCHS_RE
     torch.set_num_threads(1)
     config = from_flat(settings(job, data_path, recording))
     epochs: list[dict[str, Any]] = []
-    train(config, lambda metrics, checkpoint: epochs.append(metrics))
+    train(config, lambda record, checkpoint: epochs.append(record.as_dict()))
     rows = [row(job, config.model.d_model, e, recording) for e in epochs]
     partial = out.with_suffix(f".{os.getpid()}.tmp")
     pd.DataFrame(rows).to_parquet(partial, index=False)

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from seqae_core import data as data_lib
+from seqae_core.epoch import EpochRecord
 from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, STATE, RecordStore
 from seqae_errors import ConfigError
 
@@ -69,14 +70,15 @@ class Checkpoint:
 class CheckpointStore(RecordStore):
     """A record store that training saves its checkpoints in and resumes from."""
 
-    def save(self, metrics: dict[str, Any], checkpoint: Checkpoint) -> None:
+    def save(self, record: EpochRecord, checkpoint: Checkpoint) -> None:
         """A validation's checkpoint (``seqae_core.train``'s report), and the best-model record when
-        it is a new best (its checkpoint then carries sample reconstructions); named by the
-        result's number, the epoch's by default."""
+        it is a new best (its checkpoint then carries sample reconstructions, and ``record``, in
+        its serialized form); named by the result's number, the epoch's by default."""
         self.save_epoch(checkpoint.number, checkpoint.state(), {"history": checkpoint.history,
                                                                "finished": checkpoint.finished,
                                                                "patience_spent": checkpoint.patience_spent})
         if checkpoint.samples is not None:
+            metrics = record.as_dict()
             self.save_best(checkpoint.number, {
                 MODEL: tensor_bytes({"config": checkpoint.config, "model": checkpoint.seeds[0]["model"],
                                      "token_ids": checkpoint.token_ids}),

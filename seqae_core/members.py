@@ -17,17 +17,10 @@ from typing import Any
 
 from seqae_core.checkpoint import Checkpoint
 from seqae_core.config import FREE_KEYS, Config, fusion_key
+from seqae_core.device import pick_device
+from seqae_core.loops import Interrupt
 from seqae_core.loss import plan_head
-from seqae_core.train import (
-    Interrupt,
-    MemberResult,
-    PackReport,
-    Run,
-    load_data,
-    pick_device,
-    train_runs,
-    validation_steps,
-)
+from seqae_core.train import MemberResult, PackReport, Run, load_data, train_runs, validation_steps
 from seqae_errors import ConfigError
 
 __all__ = ["MemberResult", "PackReport", "train_members"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,7 +105,7 @@ def across_seeds(per_seed: dict[int, dict[str, float]]) -> dict[str, float]:
     return merged
 
 
-def seed_values(record: dict[str, Any], metric: str) -> dict[int, float]:
+def seed_values(record: Mapping[str, Any], metric: str) -> dict[int, float]:
     """Each seed's value of ``metric`` in a record of a repeated trial ({} for one seed)."""
     suffix = f"/{metric}"
     return {int(key[len("seed_"):-len(suffix)]): value for key, value in record.items()
@@ -117,7 +117,7 @@ def is_spread(key: str) -> bool:
     return key.startswith("seed_") or key.endswith("_stderr")
 
 
-def value_text(value: float, record: dict[str, Any], metric: str, seeds: bool = False) -> str:
+def value_text(value: float, record: Mapping[str, Any], metric: str, seeds: bool = False) -> str:
     """``value`` of ``metric`` as text, with its spread where ``record`` (a repeated trial's record,
     or its ``seqae.seeds``) has one: ``0.9921 ± 0.0012``, and with ``seeds`` ``0.9921 ± 0.0012
     (s.e.; seeds 4: 0.9910, 5: 0.9932)``; ``0.9921`` for a trial of one seed."""
@@ -127,7 +127,7 @@ def value_text(value: float, record: dict[str, Any], metric: str, seeds: bool = 
     return spread + (f" (s.e.; seeds {seeds_text(record, metric)})" if seeds else "")
 
 
-def seeds_text(record: dict[str, Any], metric: str) -> str:
+def seeds_text(record: Mapping[str, Any], metric: str) -> str:
     """``4: 0.9910, 5: 0.9932``: each seed's value of ``metric`` in a repeated trial's record."""
     return ", ".join(f"{seed}: {value:.4f}" for seed, value in sorted(seed_values(record, metric).items()))
 
@@ -137,7 +137,7 @@ def base_metric(key: str) -> str:
     return key.rpartition("/")[2].removesuffix("_stderr") if is_spread(key) else key
 
 
-def result_number(record: dict[str, Any]) -> int:
+def result_number(record: Mapping[str, Any]) -> int:
     """A record's result number (:data:`VALIDATION`): what keys its intermediate value, its MLflow
     step and its cost. A record written before train.validate_every has none: its epoch's."""
     return int(record.get(VALIDATION, record[EPOCH]))

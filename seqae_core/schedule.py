@@ -4,6 +4,7 @@ computes it for a run's own ``LambdaLR`` and as a pack's optimizer computes it o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from seqae_core.config import TrainConfig
@@ -34,3 +35,11 @@ def lr_schedule(train: TrainConfig, steps_per_epoch: int, input_len: int) -> Sch
     if train.lr_schedule == "paper" and input_len > 256:
         return Schedule(end, 0, linear=False)
     return Schedule(end, train.lr_decay_epochs * steps_per_epoch, linear=True)
+
+
+def lr_factor(train: TrainConfig, steps_per_epoch: int, input_len: int) -> Callable[[int], float]:
+    """Multiplier of ``train.lr`` at an optimizer step (:func:`seqae_core.schedule.lr_schedule`), as a
+    function: ``LambdaLR`` saves a callable object's fields in its state, a function's not."""
+    schedule = lr_schedule(train, steps_per_epoch, input_len)
+    return lambda step: schedule(step)
+

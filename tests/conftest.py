@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from seqae_core.epoch import EpochRecord
 from tests.receiver import receiver  # noqa: F401 - the webhook fixture every test module may ask for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,6 +82,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def sets(overrides: dict) -> list[str]:
     """``{"a.b": 1}`` -> ``["a.b=1"]`` for ``--set``."""
     return [f"{k}={v}" for k, v in overrides.items()]
+
+
+def epoch_record(**fields: Any) -> EpochRecord:
+    """A validation's record as training makes it, with plausible values but for ``fields``."""
+    return EpochRecord(**{"epoch": 1, "validation": int(math.ceil(fields.get("epoch", 1))), "train_loss": 2.5,
+                          "val_loss": 2.0, "val_token_accuracy": 0.5, "val_sequence_accuracy": 0.0, "lr": 1e-3,
+                          "tokens_per_s": 1000.0, "epoch_seconds": 3.0, "epoch_cpu_seconds": 5.0,
+                          "validation_cpu_seconds": 0.5, "latent_fraction": 0.5, "latent_floats": 256,
+                          "latent_share": 0.5, "best_epoch": 1, "best_val_token_accuracy": 0.5, "data_seconds": 0.1,
+                          "global_step": 9, "train_loss_steps": ((9, 2.5),), **fields})
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -10,6 +10,7 @@ import pytest
 
 from seqae_core.checkpoint import Checkpoint, CheckpointStore
 from seqae_core.config import Config
+from seqae_core.epoch import EpochRecord
 from seqae_core.train import train
 
 
@@ -17,16 +18,16 @@ class Stop(Exception):
     """Raised from the report: the run ends there, after its checkpoint was saved."""
 
 
-def train_until(config: Config, folder: Path, last: Callable[[dict[str, Any]], bool],
+def train_until(config: Config, folder: Path, last: Callable[[EpochRecord], bool],
                 cache_dir: Any) -> tuple[Checkpoint, CheckpointStore]:
     """Train ``config``, saving each report's checkpoint in a store in ``folder``, and stop right
     after the first report ``last`` holds for; return the checkpoint the store resumes from, and
     the store (a store that skipped a damaged record fails here)."""
     store = CheckpointStore(str(folder))
 
-    def report(metrics: dict[str, Any], checkpoint: Checkpoint) -> None:
-        store.save(metrics, checkpoint)
-        if last(metrics):
+    def report(record: EpochRecord, checkpoint: Checkpoint) -> None:
+        store.save(record, checkpoint)
+        if last(record):
             raise Stop
 
     with pytest.raises(Stop):

@@ -26,7 +26,7 @@ def reference_training(config, splits, epochs: int) -> list[dict[str, float]]:
     batch, the plain cross-entropy on the rows left, the same seed, data order, optimizer and
     schedule as ``seqae_core.train``. Each epoch's validation loss and token accuracy."""
     from seqae_core.model import ReducingAutoencoder
-    from seqae_core.train import lr_factor
+    from seqae_core.schedule import lr_factor
 
     torch.manual_seed(config.train.seed)
     model = ReducingAutoencoder(config, splits.vocab_size)

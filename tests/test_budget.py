@@ -7,8 +7,9 @@ import heapq
 
 import pytest
 
-from seqae_core import metrics as M
 from sweeps.running.stoppers import BudgetStopper, Spend
+from sweeps.running.tune_result import TrialResult, to_tune
+from tests.conftest import epoch_record
 
 
 def spend_until_stopped(budget: float, epoch_costs: dict[int, float], workers: int = 2,
@@ -31,7 +32,8 @@ def spend_until_stopped(budget: float, epoch_costs: dict[int, float], workers: i
         start(0.0)
     while events:
         now, number, epoch = heapq.heappop(events)
-        if stopper(str(number), {"trial": number, M.EPOCH: epoch, M.EPOCH_SECONDS: epoch_costs[number]}) \
+        result = TrialResult(number, epoch_record(epoch=epoch, epoch_seconds=epoch_costs[number]), False, {}, {})
+        if stopper(str(number), to_tune(result)) \
                 or epoch == epochs:
             spend.ended(number)
             start(now)
@@ -59,7 +61,7 @@ def test_a_resumed_sweep_prices_a_new_trial_at_this_sessions_epochs_not_at_all_i
     """Resumed with 10 s spent before, one epoch of 1 s since: a new trial's first epoch is priced
     at 1 s, so a budget of 20 s can pay it (11 spent + 1 for the running trial + 1)."""
     spend = Spend(1.0, spent=10.0)
-    spend.add(0, {M.EPOCH: 1, M.EPOCH_SECONDS: 1.0})
+    spend.add(0, epoch_record(epoch=1, epoch_seconds=1.0))
     assert not spend.exhausted(20.0, starting=True)
     assert spend.exhausted(12.5, starting=True) and not spend.exhausted(12.5)
 

@@ -155,8 +155,8 @@ def test_padding_is_never_scored():
 
 
 def test_model_loss_ignores_what_sits_at_pad_positions(tiny_config):
+    from seqae_core.evaluation import batch_scores
     from seqae_core.model import ReducingAutoencoder
-    from seqae_core.train import batch_scores
 
     torch.manual_seed(0)
     model = ReducingAutoencoder(tiny_config(), 50).eval()

@@ -25,7 +25,7 @@ from sweeps.spec.trial import TrialSpec
 from sweeps.stores.ownership import USER
 from sweeps.stores.queue import Entry, Queue
 from sweeps.stores.shares import FAIR, PRIORITY, Share
-from sweeps.stores.workspace import Workspace
+from sweeps.stores.workspace import SessionRecord, Workspace
 from tests.refusal import assert_refused
 from tests.sweep_helpers import TINY
 from tests.test_status import QUICKSTART, quickstart, run_trials, start_sweep, template, workspace, write_sweep  # noqa: F401
@@ -89,7 +89,7 @@ def test_the_shapes_timed_are_the_searched_non_free_keys_choices():
 def test_a_running_sweeps_eta_comes_from_its_own_epochs_at_the_queues_share(workspace, capsys, monkeypatch):  # noqa: F811
     """Five trials, two at once: the starting point trained its 3 epochs, a trial was pruned after
     1, one runs past its first epoch; each epoch took 10 s."""
-    state = write_sweep(workspace, "going", quickstart(), [{"outcome": "running"}])
+    state = write_sweep(workspace, "going", quickstart(), [SessionRecord(0.0, 1, None, "h", "running")])
     assert eta(state).line() == "ETA: after the first epoch ends (5 trials left)"
     run_trials(start_sweep(workspace, state), state.backends.storage,
                [([10.0] * 3, 0.9, True), ([10.0], 0.5, False), ([10.0], 0.7, None)])

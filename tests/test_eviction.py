@@ -55,18 +55,19 @@ def test_a_run_interrupted_between_two_steps_goes_on_from_its_last_validation_un
     ``interrupt`` stops the run two steps past its first validation (mid-epoch, mid-way to the next);
     the steps since are dropped, and the run resumed from that validation's checkpoint ends with an
     uninterrupted run's values, its loss curve and dropout's random stream included."""
-    from seqae_core.train import Interrupted
+    from seqae_core.epoch import EpochRecord
+    from seqae_core.loops import Interrupted
 
     config = tiny_config(**{"data.max_pages": 3, "train.epochs": 1, "train.validate_every": 0.5, "model.dropout": 0.1,
                             "train.log_every_steps": 1, "train.repeats": repeats, "train.fuse_repeats": "on"})
     full: list[dict[str, Any]] = []
-    train(config, lambda m, c: full.append(m), cache_dir=data_cache)
+    train(config, lambda m, c: full.append(m.as_dict()), cache_dir=data_cache)
     store = CheckpointStore(str(tmp_path / "ckpt"))
     first, asked = [], []
 
-    def report(metrics: dict[str, Any], checkpoint: Any) -> None:
-        store.save(metrics, checkpoint)
-        first.append(metrics)
+    def report(record: EpochRecord, checkpoint: Any) -> None:
+        store.save(record, checkpoint)
+        first.append(record.as_dict())
 
     def interrupt() -> bool:  # True from the second step after the first validation on
         asked.append(len(first))
@@ -77,7 +78,7 @@ def test_a_run_interrupted_between_two_steps_goes_on_from_its_last_validation_un
     assert len(first) == 1 and first[0][M.EPOCH] < 1  # it left mid-epoch, past its first validation
     saved, _ = store.resume()
     rest: list[dict[str, Any]] = []
-    train(config, lambda m, c: rest.append(m), resume=saved, cache_dir=data_cache)
+    train(config, lambda m, c: rest.append(m.as_dict()), resume=saved, cache_dir=data_cache)
     assert [{k: m.get(k) for k in SAME} for m in first + rest] == [{k: m.get(k) for k in SAME} for m in full]
     assert len(full) == 2 and all(m[M.TRAIN_LOSS_STEPS] for m in full)
 
@@ -125,7 +126,7 @@ def uninterrupted(storage: Path, number: int, cache: Path) -> list[dict[str, Any
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        train(from_flat(saved.config), lambda metrics, checkpoint: history.append(metrics), device="cpu",
+        train(from_flat(saved.config), lambda metrics, checkpoint: history.append(metrics.as_dict()), device="cpu",
               cache_dir=cache)
     finally:
         torch.set_num_threads(threads)

@@ -13,8 +13,9 @@ from seqae_core import metrics as M
 from seqae_core.checkpoint import Checkpoint, tensor_bytes, tensors
 from seqae_core.config import from_flat, fusion_key
 from seqae_core.fused import MEASURED_FASTER, Pack, fuses
+from seqae_core.loops import NonFiniteLossError
 from seqae_core.members import train_members
-from seqae_core.train import NonFiniteLossError, train
+from seqae_core.train import train
 from seqae_errors import ConfigError
 from tests.conftest import TINY
 from tests.interrupted import Stop, train_until
@@ -59,7 +60,7 @@ def uninterrupted(config, data_cache) -> list[dict]:
     key = repr(config)
     if key not in _UNINTERRUPTED:
         history: list[dict] = []
-        train(config, lambda m, c: history.append(m), cache_dir=data_cache)
+        train(config, lambda m, c: history.append(m.as_dict()), cache_dir=data_cache)
         _UNINTERRUPTED[key] = history
     return _UNINTERRUPTED[key]
 
@@ -92,7 +93,7 @@ def test_fused_repeats_match_each_seed_trained_alone(tiny_config, data_cache, pa
     for fuse in ("off", "on"):
         reports = []
         train(tiny_config(**{"train.fuse_repeats": fuse, "train.epochs": 2, **model}),
-              lambda m, c, r=reports: r.append((m, c)), cache_dir=data_cache)
+              lambda m, c, r=reports: r.append((m.as_dict(), c)), cache_dir=data_cache)
         runs[fuse] = reports
         if fuse == "off":
             assert pack_steps["count"] == 0
@@ -116,13 +117,13 @@ def test_a_run_resumes_fused_or_not_from_either_checkpoint(tiny_config, data_cac
     are those of an uninterrupted run (within 1e-5)."""
     full = uninterrupted(tiny_config(**{"train.fuse_repeats": "off"}), data_cache)
 
-    state, _ = train_until(tiny_config(**{"train.fuse_repeats": before}), tmp_path / "ckpt", lambda m: m[M.EPOCH] == 1,
+    state, _ = train_until(tiny_config(**{"train.fuse_repeats": before}), tmp_path / "ckpt", lambda m: m.epoch == 1,
                            data_cache)
     fused_before = pack_steps["count"]
     assert (fused_before > 0) == (before == "on")
     assert state.epoch == 1 and len(state.seeds) == SEEDS
     resumed = []
-    train(tiny_config(**{"train.fuse_repeats": after}), lambda m, c: resumed.append(m),
+    train(tiny_config(**{"train.fuse_repeats": after}), lambda m, c: resumed.append(m.as_dict()),
           resume=state, cache_dir=data_cache)
     assert (pack_steps["count"] > fused_before) == (after == "on")
     assert [m[M.EPOCH] for m in resumed] == [2, 3]
@@ -151,7 +152,7 @@ def test_a_cuda_run_packs_its_repeats_when_asked(tiny_config, data_cache, pack_s
     runs = {}
     for fuse in ("off", "on"):
         reports: list[dict] = []
-        train(tiny_config(**{"train.fuse_repeats": fuse, "train.epochs": 2}), lambda m, c, reports=reports: reports.append(m),
+        train(tiny_config(**{"train.fuse_repeats": fuse, "train.epochs": 2}), lambda m, c, reports=reports: reports.append(m.as_dict()),
               cache_dir=data_cache, device="cuda")
         runs[fuse] = reports
     assert pack_steps["count"] == runs["on"][-1][M.GLOBAL_STEP]
@@ -270,7 +271,7 @@ class PackReports:
         return self.drop.get(len(self.calls), set())
 
     def metrics(self, index: int) -> list[dict]:
-        return [r.metrics for call in self.calls for r in call if r.index == index]
+        return [r.record.as_dict() for call in self.calls for r in call if r.index == index]
 
     def last_checkpoint(self, index: int):
         return [r.checkpoint for call in self.calls for r in call if r.index == index][-1]
@@ -296,7 +297,7 @@ def alone_run(config, data_cache) -> tuple[list[dict], Checkpoint, dict]:
     """``config``'s records trained alone, its last checkpoint and its final metrics (trained once per config)."""
     if repr(config) not in _ALONE:
         reports: list = []
-        final = train(config, lambda m, c: reports.append((m, c)), cache_dir=data_cache)
+        final = train(config, lambda m, c: reports.append((m.as_dict(), c)), cache_dir=data_cache)
         _ALONE[repr(config)] = [m for m, _ in reports], reports[-1][1], final
     return _ALONE[repr(config)]
 
@@ -311,7 +312,7 @@ def test_members_differing_in_every_free_key_each_train_as_alone(member_config, 
     reports = PackReports()
     finals = train_members(configs, reports, cache_dir=data_cache)
     steps = pack_steps["count"]
-    assert steps == reports.calls[0][0].metrics[M.GLOBAL_STEP] * len(reports.calls) > 0  # each epoch's steps, fused
+    assert steps == reports.calls[0][0].record.global_step * len(reports.calls) > 0  # each epoch's steps, fused
     for i, config in enumerate(configs):
         alone, checkpoint, final = alone_run(config, data_cache)
         assert_member_matches(reports.metrics(i), alone)
@@ -327,9 +328,9 @@ def test_members_differing_in_every_free_key_each_train_as_alone(member_config, 
         torch.testing.assert_close(mine.seeds[0]["optimizer"]["state"], checkpoint.seeds[0]["optimizer"]["state"],
                                    atol=1e-5, rtol=1e-4)
     # Member 2 left when its patience ran out: the third epoch's pack had two.
-    assert [[(r.index, r.metrics[M.PACK_MEMBERS]) for r in call] for call in reports.calls] == [
+    assert [[(r.index, r.record.pack_members) for r in call] for call in reports.calls] == [
         [(0, 3), (1, 3), (2, 3)], [(0, 3), (1, 3), (2, 3)], [(0, 2), (1, 2)]]
-    assert len({r.metrics[M.LEARNING_RATE] for r in reports.calls[0]}) == 3  # each member on its own schedule
+    assert len({r.record.lr for r in reports.calls[0]}) == 3  # each member on its own schedule
 
 
 def test_a_member_the_report_drops_leaves_with_its_record_of_that_epoch(member_config, data_cache):
@@ -345,7 +346,7 @@ def test_a_member_the_report_drops_leaves_with_its_record_of_that_epoch(member_c
     assert finals[1] is not None and finals[1][M.EPOCHS_RUN] == 1 and finals[1][M.STOPPED_EARLY]
     for i in (0, 2):
         assert_member_matches(reports.metrics(i), alone[i])
-    assert [[(r.index, r.metrics[M.PACK_MEMBERS]) for r in call] for call in reports.calls] == [
+    assert [[(r.index, r.record.pack_members) for r in call] for call in reports.calls] == [
         [(0, 3), (1, 3), (2, 3)], [(0, 2), (2, 2)], [(0, 1)]]
 
 
@@ -358,10 +359,10 @@ def test_a_diverging_member_fails_alone_and_the_others_train_as_alone(member_con
     reports = PackReports()
     finals = train_members(configs, reports, cache_dir=data_cache)
     (failed,) = [r for r in reports.calls[0] if r.index == 1]
-    assert failed.metrics is None and failed.checkpoint is None
+    assert failed.record is None and failed.checkpoint is None
     assert re.fullmatch(r"NonFiniteLossError: training loss is not finite at epoch 1, step [0-9]+", failed.error)
     assert all(r.index != 1 for call in reports.calls[1:] for r in call) and finals[1] is None
-    assert [r.metrics[M.PACK_MEMBERS] for r in reports.calls[0] if r.metrics] == [3, 3]  # it trained the part
+    assert [r.record.pack_members for r in reports.calls[0] if r.record] == [3, 3]  # it trained the part
     for i in (0, 2):
         assert_member_matches(reports.metrics(i), alone_run(configs[i], data_cache)[0])
         assert finals[i] is not None
@@ -372,7 +373,7 @@ def test_when_every_member_fails_the_report_still_gets_their_errors(member_confi
     reports = PackReports()
     assert train_members(configs, reports, cache_dir=data_cache) == [None, None]
     assert len(reports.calls) == 1 and [r.index for r in reports.calls[0]] == [0, 1]
-    assert all(r.metrics is None and r.error.startswith("NonFiniteLossError: training loss is not finite at epoch 1")
+    assert all(r.record is None and r.error.startswith("NonFiniteLossError: training loss is not finite at epoch 1")
                for r in reports.calls[0])
 
 
@@ -393,7 +394,7 @@ def test_members_resume_from_their_own_checkpoints_in_a_pack_or_alone(member_con
     reports = PackReports()
     train_members(configs[:2], reports, resumes=saved[:2], cache_dir=data_cache)
     alone: list[dict] = []
-    train(configs[2], lambda m, c: alone.append(m), resume=saved[2], cache_dir=data_cache)
+    train(configs[2], lambda m, c: alone.append(m.as_dict()), resume=saved[2], cache_dir=data_cache)
     for i, resumed in enumerate([reports.metrics(0), reports.metrics(1), alone]):
         full = alone_run(configs[i], data_cache)[0]
         assert [m[M.EPOCH] for m in resumed] == [m[M.EPOCH] for m in full[1:]]
@@ -437,6 +438,6 @@ def test_configs_that_cannot_share_a_pack_are_refused_in_one_line(member_config,
 
 
 def test_members_at_different_places_are_refused(member_config, data_cache, tmp_path):
-    state, _ = train_until(member_config(0), tmp_path / "ckpt", lambda m: m[M.EPOCH] == 1, data_cache)
+    state, _ = train_until(member_config(0), tmp_path / "ckpt", lambda m: m.epoch == 1, data_cache)
     with pytest.raises(ConfigError, match=r"different places \(member 0 after epoch 1, member 1 at the start\)"):
         train_members([member_config(0), member_config(1)], resumes=[state, None], cache_dir=data_cache)

@@ -8,9 +8,10 @@ import torch
 
 from benchmarks.flops import forward_flops, head_share
 from seqae.cli.main import main
-from seqae_core import train as train_lib
+from seqae_core import device as device_lib
+from seqae_core.device import autocast_dtype, describe_precision
 from seqae_core.model import attention
-from seqae_core.train import autocast_dtype, describe_precision, train
+from seqae_core.train import train
 from seqae_errors import ConfigError
 from sweeps.spec import sweep as spec_lib
 from tests.oracles import reference_attention
@@ -31,7 +32,7 @@ from tests.sweep_helpers import SMOKE, STUDIES
     ],
 )
 def test_precision_follows_the_device(tiny_config, monkeypatch, precision, device, cpu_flags, expected, said):
-    monkeypatch.setattr(train_lib, "native_bf16_flags", lambda: cpu_flags)
+    monkeypatch.setattr(device_lib, "native_bf16_flags", lambda: cpu_flags)
     config = tiny_config(**{"train.precision": precision})
     assert autocast_dtype(config, torch.device(device)) is expected
     assert describe_precision(config, torch.device(device)) == said
@@ -43,7 +44,7 @@ def test_native_bf16_flags_read_this_machine():
     agrees that bf16 is supported."""
     with open("/proc/cpuinfo") as f:
         listed = set(next(line for line in f if line.startswith("flags")).split(":", 1)[1].split())
-    flags = train_lib.native_bf16_flags()
+    flags = device_lib.native_bf16_flags()
     assert flags == [f for f in ("avx512_bf16", "amx_bf16") if f in listed]
     if flags and torch.backends.mkldnn.is_available():
         assert torch.ops.mkldnn._is_mkldnn_bf16_supported()
@@ -56,7 +57,7 @@ def test_bf16_training_tracks_fp32_of_the_same_seed_on_cpu(tiny_config, data_cac
     for precision in ("bf16", "fp32"):
         reports = []
         train(tiny_config(**{"train.precision": precision, "train.epochs": 2, "train.lr": 0.003}),
-              lambda m, c, reports=reports: reports.append(m), cache_dir=data_cache)
+              lambda m, c, reports=reports: reports.append(m.as_dict()), cache_dir=data_cache)
         runs[precision] = reports
     bf16, fp32 = runs["bf16"], runs["fp32"]
     assert bf16[-1]["train_loss"] < bf16[0]["train_loss"]

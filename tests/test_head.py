@@ -141,7 +141,7 @@ def test_two_epochs_agree_with_the_trainer_as_it_was(tiny_config, data_cache):
     config = tiny_config(**{"model.block": "paper", "model.heads": 1, "train.precision": "fp32", "train.epochs": 2,
                             "train.lr": 3e-3})
     reports = []
-    train(config, lambda m, c: reports.append(m), cache_dir=data_cache, device="cpu")
+    train(config, lambda m, c: reports.append(m.as_dict()), cache_dir=data_cache, device="cpu")
     want = reference_training(config, data.load(config.data, data_cache), epochs=2)
     assert len(reports) == 2 and reports[1]["val_loss"] < reports[0]["val_loss"]  # it trained
     for got, expected in zip(reports, want):
@@ -164,7 +164,7 @@ def test_a_compiled_run_reports_its_compile_time_once(tiny_config, data_cache, m
 
     monkeypatch.setattr(step_lib.TrainStep, "__init__", with_counter)
     reports = []
-    final = train(tiny_config(**{"train.compile": "on", "train.epochs": 2}), lambda m, c: reports.append(m),
+    final = train(tiny_config(**{"train.compile": "on", "train.epochs": 2}), lambda m, c: reports.append(m.as_dict()),
                   cache_dir=data_cache)
     assert counter.frame_count == 1  # one graph for every batch, the short last one filled
     assert reports[0]["compile_seconds"] > 0 and "compile_seconds" not in reports[1]

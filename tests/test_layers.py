@@ -71,7 +71,7 @@ SWEEP_ORDER = [
     "stores.writer", "stores.mlflow_access", "stores.mlflow_runs", "stores.textmodel", "stores.tracking",
     "stores.deletion",
     "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_private", "running.ray_connection", "running.slots",
-    "running.package", "running.submit", "running.sweep_data", "running.trial", "running.stoppers", "running.schedulers",
+    "running.package", "running.submit", "running.sweep_data", "running.tune_result", "running.trial", "running.stoppers", "running.schedulers",
     "running.simulation", "running.callbacks", "running.packs", "running.runner", "running.lifecycle", "running.driver",
     "results.trials", "results.eta", "results.plan", "results.status", "results.watch", "results.remote_status", "results.export", "results.registry",
 ]

@@ -21,7 +21,7 @@ from sweeps.stores.ledger import Outcome, decide, reconcile_runs, reconcile_stud
 from sweeps.stores.search import SweepStudy, open_study
 from sweeps.stores.search import storage as optuna_storage
 from sweeps.stores.tracking import Tracker
-from tests.conftest import WIKI_MINI
+from tests.conftest import WIKI_MINI, epoch_record
 from tests.sweep_helpers import STUDIES
 
 NAME = "ledger"
@@ -362,11 +362,11 @@ def test_an_epoch_written_again_after_its_answer_was_lost_is_logged_once(tmp_pat
         real(run_id, tags=tags)
 
     tracker.client.log_batch = commits_then_fails
-    result = {**history([0.5])[0], "node_ip": "127.0.0.1"}
+    node = {"node_ip": "127.0.0.1"}
     with pytest.raises(ConnectionError):
-        tracker.trial_result(number, result)
-    tracker.trial_result(number, result)  # the writer's retry of the same call
-    tracker.trial_result(number, {**history([0.5, 0.6])[1], "node_ip": "127.0.0.1"})
+        tracker.trial_result(number, epoch_record(epoch=1, val_token_accuracy=0.5), node, {})
+    tracker.trial_result(number, epoch_record(epoch=1, val_token_accuracy=0.5), node, {})  # the writer's retry
+    tracker.trial_result(number, epoch_record(epoch=2, val_token_accuracy=0.6), node, {})
 
     run_id = tracker.child_run(number)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")

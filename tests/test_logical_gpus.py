@@ -19,12 +19,12 @@ import torch
 from benchmarks.gpu_packing import at_once, trials_at_once_per_gpu
 from cluster import local
 from seqae.cli.parser import build_parser
+from seqae_core import device as device_lib
 from seqae_core import names as N
-from seqae_core import train as train_lib
 from seqae_core.checkpoint import CheckpointStore
 from seqae_errors import ConfigError
 from sweeps.running.ray_connection import check_resources
-from sweeps.running.trial import LOGICAL_GPUS, _train_trial, trial_device
+from sweeps.running.trial import LOGICAL_GPUS, Runtime, _train_trial, trial_device
 from sweeps.spec import sweep as spec_lib
 from tests.sweep_helpers import STUDIES, local_cluster, mlflow_runs, seqae, trial_metas, wait_for
 from tests.test_cluster import submit, wait_job  # the cluster tests' submission, on their tiny settings
@@ -61,7 +61,7 @@ def ray_gave(monkeypatch):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", ",".join(map(str, ids)))  # as Ray sets it
 
     monkeypatch.delenv(LOGICAL_GPUS, raising=False)
-    monkeypatch.setattr(train_lib, "native_bf16_flags", lambda: [])  # the message's precision, on any CPU
+    monkeypatch.setattr(device_lib, "native_bf16_flags", lambda: [])  # the message's precision, on any CPU
     return give
 
 
@@ -87,7 +87,7 @@ def test_a_trial_given_a_logical_gpu_fails_without_the_opt_in(ray_gave, tiny_con
     # the trial function itself refuses, before anything is trained or saved
     store = CheckpointStore.of_trial(str(tmp_path / "storage"), 3)
     with pytest.raises(ConfigError, match=expected):
-        _train_trial(3, tiny_config(), store, {"published": {}, "cache_dir": str(tmp_path)}, False)
+        _train_trial(3, tiny_config(), store, Runtime(str(tmp_path / "records"), str(tmp_path), {}), False)
     assert store.progress() is None
 
 

@@ -218,7 +218,7 @@ def test_a_pack_killed_mid_epoch_resumes_each_member_from_its_own_checkpoint(tmp
         for number in trials:
             resume, _ = CheckpointStore.of_trial(str(storage), number).resume()
             alones[number] = []
-            train(from_flat(resume.config), lambda m, c, n=number: alones[n].append(m), cache_dir=data_cache)
+            train(from_flat(resume.config), lambda m, c, n=number: alones[n].append(m.as_dict()), cache_dir=data_cache)
     finally:
         torch.set_num_threads(threads)
     for number, trial in trials.items():

@@ -18,7 +18,7 @@ from optuna.trial import TrialState, create_trial
 
 from sweeps.running.progress import Progress, best_line, clock, short, show, summary
 from sweeps.spec.sections import Objective
-from tests.conftest import REPO
+from tests.conftest import REPO, epoch_record
 
 ACCURACY = Objective(metric="val_token_accuracy", mode="max")
 LOSS = Objective(metric="val_loss", mode="min")
@@ -81,7 +81,7 @@ def test_a_result_line_names_trial_epoch_params_value_and_best(progress, capsys)
     p = progress()
     assert p.left() is None  # no rate before the first result
 
-    line = p.result(1, {"train.lr": 0.00186, "model.d_model": 128}, {"val_token_accuracy": 0.97121, "epoch": 1})
+    line = p.result(1, {"train.lr": 0.00186, "model.d_model": 128}, epoch_record(val_token_accuracy=0.97121, epoch=1))
 
     assert line.startswith("trial 1  epoch 1/3  lr=1.9e-03 d_model=128  val_token_accuracy 0.9712  "
                            "best 0.9712 (trial 1)  ")
@@ -99,24 +99,24 @@ def test_a_result_line_names_trial_epoch_params_value_and_best(progress, capsys)
 def test_best_so_far_follows_the_objectives_direction(progress, objective, values, bests):
     p = progress(objective, work=20)
     for trial, (value, best) in enumerate(zip(values, bests)):
-        line = p.result(trial, {}, {objective.metric: value, "epoch": 1})
+        line = p.result(trial, {}, epoch_record(**{objective.metric: value}, epoch=1))
         assert p.best == best
         assert f"{objective.metric} {value:.4f}  best {best[0]:.4f} (trial {best[1]})" in line
 
 
 def test_a_resumed_session_starts_from_the_best_of_earlier_sessions(progress):
     p = progress(ACCURACY, best=(0.98, 4))
-    line = p.result(7, {"train.lr": 0.05}, {"val_token_accuracy": 0.96, "epoch": 2})
+    line = p.result(7, {"train.lr": 0.05}, epoch_record(val_token_accuracy=0.96, epoch=2))
     assert "val_token_accuracy 0.9600  best 0.9800 (trial 4)" in line
-    line = p.result(7, {"train.lr": 0.05}, {"val_token_accuracy": 0.985, "epoch": 3})
+    line = p.result(7, {"train.lr": 0.05}, epoch_record(val_token_accuracy=0.985, epoch=3))
     assert "best 0.9850 (trial 7)" in line and p.best == (0.985, 7)
 
 
 def test_time_left_is_the_remaining_trial_epochs_at_the_rate_so_far(progress):
     p = progress(work=8)
     p.started = time.monotonic() - 120  # as if the session had run two minutes
-    p.result(0, {}, {"val_token_accuracy": 0.5, "epoch": 1})
-    line = p.result(0, {}, {"val_token_accuracy": 0.6, "epoch": 2})
+    p.result(0, {}, epoch_record(val_token_accuracy=0.5, epoch=1))
+    line = p.result(0, {}, epoch_record(val_token_accuracy=0.6, epoch=2))
 
     m = TIMES.search(line)
     assert m, line
@@ -142,10 +142,10 @@ def test_an_ended_trial_says_how_and_shrinks_the_remaining_work(progress, capsys
 def test_remaining_work_never_drops_below_what_is_done(progress):
     p = progress(work=3, epochs=3)
     for epoch in (1, 2):
-        p.result(0, {}, {"val_token_accuracy": 0.5, "epoch": epoch})
+        p.result(0, {}, epoch_record(val_token_accuracy=0.5, epoch=epoch))
     p.ended(1, 0, "failed", "boom")  # 3 epochs it will not run, but 2 are already done
     assert (p.work, p.done) == (2, 2)
-    p.result(2, {}, {"val_token_accuracy": 0.5, "epoch": 1})  # more results than planned
+    p.result(2, {}, epoch_record(val_token_accuracy=0.5, epoch=1))  # more results than planned
     assert p.done == 2 and p.left() == 0
 
 
@@ -285,9 +285,9 @@ def test_validations_between_epochs_ends_print_fractional_epochs_and_count_what_
     """train.validate_every=0.25: a line at each validation, its epochs trained a fraction, and the
     sweep's done work grows by the share of an epoch since the trial's previous result."""
     p = progress(work=6, epochs=3)
-    lines = [p.result(0, {}, {"val_token_accuracy": 0.5, "epoch": epoch}) for epoch in (0.25, 0.5, 0.75, 1, 1.25)]
+    lines = [p.result(0, {}, epoch_record(val_token_accuracy=0.5, epoch=epoch)) for epoch in (0.25, 0.5, 0.75, 1, 1.25)]
     assert [line.split("  ")[1] for line in lines] == ["epoch 0.25/3", "epoch 0.50/3", "epoch 0.75/3", "epoch 1/3",
                                                       "epoch 1.25/3"]
     assert p.done == 1.25
-    p.result(1, {}, {"val_token_accuracy": 0.5, "epoch": 2.5})  # a trial resumed in this session: since its epoch began
+    p.result(1, {}, epoch_record(val_token_accuracy=0.5, epoch=2.5))  # a trial resumed in this session: since its epoch began
     assert p.done == 1.75

@@ -147,12 +147,13 @@ def test_a_search_that_ended_is_read_back_and_one_left_to_continue_is_resumed(tm
     """A rerun of `python -m research.search_vs_recipe` resumes only what an earlier run left unfinished: resumed, an
     ended search would lift its budget's stop and could add a trial, moving the published table."""
     from research.sweep_runs import ended
-    from sweeps.stores.workspace import Workspace
+    from sweeps.stores.workspace import SessionRecord, Workspace
     from tests.test_status import quickstart, write_sweep
 
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "optuna.db").touch()  # where the record says the study is: only the record is read
     workspace = Workspace(tmp_path / "ws")
     assert not ended(workspace, "search")
-    write_sweep(workspace, "search", quickstart(), sessions)
+    write_sweep(workspace, "search", quickstart(), [SessionRecord.of_dict({"started": 0.0, "pid": 1, "host": "h", **s})
+                                                    for s in sessions])
     assert ended(workspace, "search") is is_ended

@@ -157,7 +157,7 @@ def test_a_higher_priority_sweep_takes_slots_at_the_next_validation_and_the_pree
     alone_submitted = submit(cluster, "balone", B, tmp_path / "ws-b")
     wait_for(lambda: jobs_ended(cluster, {"balone"}), 600, "B alone", every=2)
     record = Workspace(cluster["env"]["SEQAE_WORKSPACE"]).read("balone")
-    b_alone = record.sessions[-1]["ended"] - alone_submitted
+    b_alone = record.sessions[-1].ended - alone_submitted
 
     shown: dict[str, str] = {}
 
@@ -168,7 +168,7 @@ def test_a_higher_priority_sweep_takes_slots_at_the_next_validation_and_the_pree
             shown[key] = run.stdout + run.stderr
 
     timeline = two_users(cluster, tmp_path, "usera", "userb", "--priority", "5", during=during)
-    b_total = Workspace(cluster["env"]["SEQAE_WORKSPACE"]).read("userb").sessions[-1]["ended"] - timeline["b_submitted_at"]
+    b_total = Workspace(cluster["env"]["SEQAE_WORKSPACE"]).read("userb").sessions[-1].ended - timeline["b_submitted_at"]
     times = {"b_alone_s": round(b_alone, 1), "b_behind_a_s": round(b_total, 1)}
     (tmp_path.parent / "timeline-priority.json").write_text(json.dumps(
         {**timeline, **times, "shown": shown, "every_5s": every_5s(timeline["samples"])}, indent=1))

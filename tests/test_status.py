@@ -26,7 +26,7 @@ from sweeps.stores.ledger import decide, settle
 from sweeps.stores.ownership import actor
 from sweeps.stores.search import Control, SweepStudy, open_study, read_only
 from sweeps.stores.search import storage as optuna_storage
-from sweeps.stores.workspace import Backends, Listed, Submission, SweepState, Workspace, listing
+from sweeps.stores.workspace import Backends, Listed, SessionRecord, Submission, SweepState, Workspace, listing
 from tests.conftest import WIKI_MINI
 from tests.refusal import assert_refused
 from tests.sweep_helpers import STUDIES, sets
@@ -72,7 +72,7 @@ def run_trials(study: SweepStudy, storage: str, plans: list[tuple[list[float], f
 
 
 def write_sweep(workspace: Workspace, name: str, spec: spec_lib.SweepSpec,
-                sessions: list[dict] | None = None) -> SweepState:
+                sessions: list[SessionRecord] | None = None) -> SweepState:
     """A local sweep's ``sweep.json``, with the workspace's own backends, as `seqae sweep run` records it."""
     state = SweepState(name=name, spec=spec, fingerprint=spec.fingerprint(), file=str(QUICKSTART),
                        sets=SETS, planned_trials=spec.planned_trials(),
@@ -176,8 +176,8 @@ def test_trials_view_of_a_sweep_whose_study_does_not_exist_yet(tmp_path, url):
 # -- listing and status -----------------------------------------------------------------------
 def test_listing_and_status_of_local_and_submitted_sweeps(workspace):
     spec = quickstart()
-    sessions = [{"outcome": "interrupted", "trials": {"COMPLETE": 1}},
-                {"outcome": "stopped", "trials": {"COMPLETE": 2, "PRUNED": 1}}]
+    sessions = [SessionRecord(1.0, 7, None, "h", "interrupted", trials={"COMPLETE": 1}),
+                SessionRecord(2.0, 8, None, "h", "stopped", trials={"COMPLETE": 2, "PRUNED": 1})]
     alpha = write_sweep(workspace, "alpha", spec, sessions)
     storage = alpha.backends.storage
     numbers = run_trials(start_sweep(workspace, alpha), storage,

@@ -70,8 +70,8 @@ def test_the_registered_model_is_text_in_text_out_without_pickle(registered, tex
     from seqae_core import corpus
     from seqae_core import data as data_lib
     from seqae_core.checkpoint import tensors
+    from seqae_core.device import autocast
     from seqae_core.model import ReducingAutoencoder
-    from seqae_core.train import autocast
 
     folder = Path(mlflow.artifacts.download_artifacts(registered.model_uri, dst_path=str(tmp_path)))
     logged = Model.load(folder)

@@ -9,15 +9,12 @@ from seqae.cli.main import main
 from seqae_core import metrics as M
 from seqae_core.checkpoint import Checkpoint, CheckpointStore, tensors
 from seqae_core.config import TrainConfig
+from seqae_core.epoch import EpochRecord
+from seqae_core.evaluation import batch_scores
+from seqae_core.loops import NonFiniteLossError
 from seqae_core.model import ReducingAutoencoder
-from seqae_core.train import (
-    EarlyStopping,
-    NonFiniteLossError,
-    batch_scores,
-    lr_factor,
-    train,
-    validation_steps,
-)
+from seqae_core.schedule import lr_factor
+from seqae_core.train import EarlyStopping, train, validation_steps
 from seqae_errors import ConfigError
 from tests.conftest import TINY, sets
 from tests.interrupted import train_until
@@ -66,7 +63,7 @@ def test_overfits_one_batch_at_half_length(tiny_config, data_cache, latent_dim):
 
 def test_reports_every_epoch_and_returns_the_best(tiny_config, data_cache):
     reports, tiny = [], tiny_config(**{"train.epochs": 3})
-    final = train(tiny, lambda m, c: reports.append((m, c)), cache_dir=data_cache)
+    final = train(tiny, lambda m, c: reports.append((m.as_dict(), c)), cache_dir=data_cache)
     assert [m[M.EPOCH] for m, _ in reports] == [1, 2, 3]
     assert set(M.PER_EPOCH) <= set(reports[0][0])
     best = max(reports, key=lambda r: r[0][M.VAL_TOKEN_ACCURACY])[0]
@@ -80,18 +77,41 @@ def test_reports_every_epoch_and_returns_the_best(tiny_config, data_cache):
         assert key in reports[0][1].state()
 
 
+def test_a_record_is_its_checkpoints_history_and_reads_back_from_it(tiny_config, data_cache):
+    """The epoch record (seqae_core.epoch). Two seeds, a test split, two validations an epoch and the machine's use: every kind of key a
+    record holds, in the order training has always reported them (the checkpoint's history is the
+    serialized form), read back into the same record."""
+    config = tiny_config(**{"train.epochs": 1, "train.repeats": 2, "data.test_fraction": 0.2,
+                            "train.validate_every": 0.5, "train.log_every_steps": 3})
+    reports: list[tuple[EpochRecord, object]] = []
+    train(config, lambda record, checkpoint: reports.append((record, checkpoint)), cache_dir=data_cache,
+          measure=lambda: {f"{M.SYSTEM_PREFIX}cpu_utilization_percentage": 50.0})
+    records, last = [r for r, _ in reports], reports[-1][1]
+    assert [r.as_dict() for r in records] == last.history  # type: ignore[attr-defined]
+    assert [list(r.as_dict()) for r in records] == [list(h) for h in last.history]  # type: ignore[attr-defined]
+    assert [EpochRecord.of_dict(h) for h in last.history] == records  # type: ignore[attr-defined]
+    first = records[0].as_dict()
+    assert list(first)[:4] == [M.EPOCH, M.VALIDATION, M.TRAIN_LOSS, M.VAL_LOSS]
+    assert list(first)[-1] == f"{M.SYSTEM_PREFIX}cpu_utilization_percentage"
+    assert M.seed_key(config.train.seed + 1, M.TEST_LOSS) in first and M.COMPILE_SECONDS not in first
+    assert [r.epoch for r in records] == [0.5, 1] and [r.validation for r in records] == [1, 2]
+    assert records[0].value(M.VAL_TOKEN_ACCURACY) == records[0].val_token_accuracy
+    with pytest.raises(KeyError, match="no metric 'val_f1'"):
+        records[0].value("val_f1")
+
+
 def test_the_kept_checkpoint_is_scored_on_the_test_pages(tiny_config, data_cache, tmp_path):
     """Each record carries the test scores of the checkpoint early stopping kept so far; the run's
     final ones are the best model's on the test pages, re-scored here from the stored model."""
     from seqae_core import data
-    from seqae_core.train import evaluate
+    from seqae_core.evaluation import evaluate
 
     config = tiny_config(**{"train.epochs": 3, "data.test_fraction": 0.2, "train.lr": 3e-3})
     store, reports = CheckpointStore(str(tmp_path / "ckpt")), []
 
-    def keep(metrics, checkpoint):
-        store.save(metrics, checkpoint)
-        reports.append(metrics)
+    def keep(record, checkpoint):
+        store.save(record, checkpoint)
+        reports.append(record.as_dict())
 
     final = train(config, keep, cache_dir=data_cache)
     assert set(M.TEST_METRICS) <= set(final) and all(set(M.TEST_METRICS) <= set(m) for m in reports)
@@ -118,8 +138,8 @@ def test_the_loss_curve_has_a_point_every_n_steps_and_the_epoch_its_mean(tiny_co
     config = tiny_config(**settings, **{"train.log_every_steps": 1})
     steps_per_epoch = -(-len(data.load(config.data, data_cache).train) // 8)
     every, sevenths = [], []
-    train(config, lambda m, c: every.append(m), cache_dir=data_cache)
-    train(tiny_config(**settings, **{"train.log_every_steps": 7}), lambda m, c: sevenths.append(m), cache_dir=data_cache)
+    train(config, lambda m, c: every.append(m.as_dict()), cache_dir=data_cache)
+    train(tiny_config(**settings, **{"train.log_every_steps": 7}), lambda m, c: sevenths.append(m.as_dict()), cache_dir=data_cache)
     assert steps_per_epoch > 7
     for epoch, (one, seven) in enumerate(zip(every, sevenths), 1):
         first, last = (epoch - 1) * steps_per_epoch + 1, epoch * steps_per_epoch
@@ -143,10 +163,10 @@ def test_repeats_train_each_seed_as_its_own_run_and_report_their_mean(tiny_confi
     settings = {"train.epochs": 2, "model.dropout": 0.1, "data.test_fraction": 0.2, "train.fuse_repeats": "off"}
     alone = {seed: [] for seed in (4, 5)}
     for seed, records in alone.items():
-        train(tiny_config(**settings, **{"train.seed": seed}), lambda m, c, r=records: r.append(m), cache_dir=data_cache)
+        train(tiny_config(**settings, **{"train.seed": seed}), lambda m, c, r=records: r.append(m.as_dict()), cache_dir=data_cache)
     reports = []
     final = train(tiny_config(**settings, **{"train.seed": 4, "train.repeats": 2}),
-                  lambda m, c: reports.append((m, c)), cache_dir=data_cache)
+                  lambda m, c: reports.append((m.as_dict(), c)), cache_dir=data_cache)
     for epoch, (record, checkpoint) in enumerate(reports):
         assert len(checkpoint.seeds) == 2
         for metric in (M.VAL_LOSS, M.VAL_TOKEN_ACCURACY, M.VAL_SEQUENCE_ACCURACY, *M.TEST_METRICS):
@@ -171,12 +191,12 @@ def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, 
     config = tiny_config(**{"train.epochs": 4, "model.dropout": 0.1, "data.test_fraction": 0.2,
                             "train.repeats": repeats, "model.latent_dim": latent_dim})
     full = []
-    expected = train(config, lambda m, c: full.append(m), cache_dir=data_cache)
+    expected = train(config, lambda m, c: full.append(m.as_dict()), cache_dir=data_cache)
 
-    state, _ = train_until(config, tmp_path / "ckpt", lambda m: m[M.EPOCH] == 2, data_cache)
+    state, _ = train_until(config, tmp_path / "ckpt", lambda m: m.epoch == 2, data_cache)
     assert state.epoch == 2
     resumed = []
-    final = train(config, lambda m, c: resumed.append(m), resume=state, cache_dir=data_cache)
+    final = train(config, lambda m, c: resumed.append(m.as_dict()), resume=state, cache_dir=data_cache)
     assert [m[M.EPOCH] for m in resumed] == [3, 4]
     assert without_timing(resumed) == without_timing(full[2:])
     assert {k: v for k, v in final.items() if k not in {M.TOKENS_PER_S, M.TRAIN_SECONDS, M.DATA_SECONDS}} == {
@@ -200,15 +220,15 @@ def test_a_run_killed_between_validations_of_an_epoch_resumes_there_with_the_uni
     config = tiny_config(**{"train.epochs": 2, "model.dropout": 0.1, "data.test_fraction": 0.2, "train.log_every_steps": 1,
                             **settings})
     full = []
-    expected = train(config, lambda m, c: full.append(m), cache_dir=data_cache)
+    expected = train(config, lambda m, c: full.append(m.as_dict()), cache_dir=data_cache)
 
-    state, store = train_until(config, tmp_path / "ckpt", lambda m: m[M.VALIDATION] == stop_after, data_cache)
+    state, store = train_until(config, tmp_path / "ckpt", lambda m: m.validation == stop_after, data_cache)
     assert state.step > 0  # between two epochs' ends
     assert state.place == f"at step {state.step} of epoch {state.epoch + 1}"
     assert store.progress().epoch == full[stop_after - 1][M.EPOCH]  # what a sweep reads: the epochs trained
     assert full[stop_after - 1][M.EPOCH] == state.epoch + state.step / (full[-1][M.GLOBAL_STEP] / 2)
     resumed = []
-    final = train(config, lambda m, c: resumed.append(m), resume=state, cache_dir=data_cache)
+    final = train(config, lambda m, c: resumed.append(m.as_dict()), resume=state, cache_dir=data_cache)
     assert [m[M.VALIDATION] for m in resumed] == list(range(stop_after + 1, len(full) + 1))
     assert without_timing(resumed) == without_timing(full[stop_after:])
     assert all(m[M.TRAIN_LOSS_STEPS] for m in full[stop_after:])  # the curve's points are compared, not absent
@@ -222,7 +242,7 @@ def test_validations_between_epochs_ends_are_results_with_fractional_epochs(tiny
     loss curve's points since the previous validation and its checkpoint's place in the epoch."""
     config = tiny_config(**{"train.epochs": 2, "train.validate_every": 0.25, "train.log_every_steps": 1})
     reports = []
-    final = train(config, lambda m, c: reports.append((m, c)), cache_dir=data_cache)
+    final = train(config, lambda m, c: reports.append((m.as_dict(), c)), cache_dir=data_cache)
     assert [m[M.GLOBAL_STEP] for m, _ in reports] == [3, 5, 7, 9, 12, 14, 16, 18]
     assert [m[M.EPOCH] for m, _ in reports] == [3 / 9, 5 / 9, 7 / 9, 1, 1 + 3 / 9, 1 + 5 / 9, 1 + 7 / 9, 2]
     assert [m[M.VALIDATION] for m, _ in reports] == list(range(1, 9))
@@ -238,7 +258,7 @@ def test_patience_counts_epochs_whatever_the_validations_an_epoch(tiny_config, d
     config = tiny_config(**{"train.epochs": 5, "train.validate_every": 0.25, "train.patience": 1,
                             "train.lr": 1e-12, "train.lr_final": 1e-12})
     reports = []
-    final = train(config, lambda m, c: reports.append((m, c)), cache_dir=data_cache)
+    final = train(config, lambda m, c: reports.append((m.as_dict(), c)), cache_dir=data_cache)
     assert len(reports) == 5 and reports[-1][1].finished and reports[-1][1].patience_spent
     assert final[M.BEST_EPOCH] == 3 / 9 and final[M.EPOCHS_RUN] == 1 + 3 / 9 and final[M.STOPPED_EARLY] is True
 
@@ -247,8 +267,8 @@ def test_the_default_validates_once_an_epoch_as_validating_every_epochs_steps_do
     """Unset, train.validate_every is once an epoch: the results of setting it to an epoch's 9 steps,
     whole epochs numbered as their validations."""
     default, every_epoch = [], []
-    train(tiny_config(), lambda m, c: default.append(m), cache_dir=data_cache)
-    train(tiny_config(**{"train.validate_every": 9}), lambda m, c: every_epoch.append(m), cache_dir=data_cache)
+    train(tiny_config(), lambda m, c: default.append(m.as_dict()), cache_dir=data_cache)
+    train(tiny_config(**{"train.validate_every": 9}), lambda m, c: every_epoch.append(m.as_dict()), cache_dir=data_cache)
     assert without_timing(default) == without_timing(every_epoch)
     assert [(m[M.EPOCH], m[M.VALIDATION], m[M.GLOBAL_STEP]) for m in default] == [(1, 1, 9), (2, 2, 18)]
 
@@ -287,7 +307,7 @@ def test_a_finished_run_given_more_epochs_trains_on_as_if_it_had_had_them(tiny_c
     with the metrics of a run given 4 epochs from the start; its records say when it is done."""
     config = tiny_config(**{"train.epochs": 4, "train.patience": 5})
     full = []
-    train(config, lambda m, c: full.append(m), cache_dir=data_cache)
+    train(config, lambda m, c: full.append(m.as_dict()), cache_dir=data_cache)
     store = CheckpointStore(str(tmp_path / "ckpt"))
     short = tiny_config(**{"train.epochs": 2, "train.patience": 5})
     train(short, store.save, cache_dir=data_cache)
@@ -295,7 +315,7 @@ def test_a_finished_run_given_more_epochs_trains_on_as_if_it_had_had_them(tiny_c
     state, _ = store.resume()
     assert train(short, resume=state, cache_dir=data_cache)[M.EPOCHS_RUN] == 2  # nothing left at its own limit
     longer = []
-    train(config, lambda m, c: (longer.append(m), store.save(m, c)), resume=state, cache_dir=data_cache)
+    train(config, lambda m, c: (longer.append(m.as_dict()), store.save(m, c)), resume=state, cache_dir=data_cache)
     assert [m[M.EPOCH] for m in longer] == [3, 4]
     assert without_timing(longer) == without_timing(full[2:])
     assert store.progress().done(epochs=4) and [h[M.EPOCH] for h in store.progress().history] == [1, 2, 3, 4]

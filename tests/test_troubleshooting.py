@@ -60,10 +60,10 @@ def printed(exc: ConfigError) -> str:
 
 def test_a_cpu_without_bf16_says_it_trains_in_fp32(monkeypatch):
     from seqae_core import config as config_lib
-    from seqae_core import train as train_lib
+    from seqae_core import device as device_lib
 
-    monkeypatch.setattr(train_lib, "native_bf16_flags", lambda: [])
-    precision = train_lib.describe_precision(config_lib.load(None, []), torch.device("cpu"))
+    monkeypatch.setattr(device_lib, "native_bf16_flags", lambda: [])
+    precision = device_lib.describe_precision(config_lib.load(None, []), torch.device("cpu"))
     # the sweep's first line, as sweeps.running.driver.run writes it
     assert_quoted(f"seqae: sweep quickstart: 6 trials planned, 6 to run (data ready in 1.0 s; training in {precision})")
 

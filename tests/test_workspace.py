@@ -20,6 +20,7 @@ from sweeps.spec import sweep as spec_lib
 from sweeps.stores.workspace import (
     Backends,
     DriverLock,
+    SessionRecord,
     Submission,
     SweepLocked,
     SweepState,
@@ -179,7 +180,7 @@ def test_check_writable_refuses_a_workspace_it_cannot_write(tmp_path):
 # -- records -----------------------------------------------------------------------------------
 def test_sweep_state_round_trips_through_sweep_json(ws):
     written = state(extra_trials=4, mlflow_experiment_id="7", mlflow_parent_run_id="ab12",
-                    sessions=[{"started": 1700000001.0, "host": "node-1"}], forked_from="lr-search-v1")
+                    sessions=[SessionRecord(1700000001.0, 4242, "alice", "node-1")], forked_from="lr-search-v1")
     ws.write(written)
 
     path = ws.root / "sweeps" / "lr-search" / "sweep.json"
@@ -196,9 +197,30 @@ def test_sweep_state_round_trips_through_sweep_json(ws):
 
 def test_writing_a_sweep_again_replaces_its_record(ws):
     ws.write(state(planned_trials=8))
-    ws.write(state(planned_trials=8, extra_trials=2, sessions=[{"n": 1}]))
+    session = SessionRecord(started=1.0, pid=7, user="alice", host="h")
+    ws.write(state(planned_trials=8, extra_trials=2, sessions=[session]))
     assert ws.read("lr-search").total_trials == 10
-    assert ws.read("lr-search").sessions == [{"n": 1}]
+    assert ws.read("lr-search").sessions == [session]
+
+
+def test_a_session_record_is_written_as_far_as_it_is_filled_in_and_read_back(ws):
+    """sweep.json's sessions: a running one without its end's fields, an ended one with them; an
+    entry an older version wrote (no user, no job) reads back, with them None."""
+    running = SessionRecord(started=1.0, pid=7, user="alice", host="h")
+    ended = SessionRecord(started=1.0, pid=7, user="alice", host="h", outcome="complete", interrupted=False, ended=2.0,
+                          control={"drain": None}, trials={"COMPLETE": 2}, mlflow_outage_seconds=0.0,
+                          mlflow_writes_pending=0, mlflow_writes_failed=0, optuna_outage_seconds=0.0)
+    ws.write(state(sessions=[running, ended]))
+    path = ws.root / "sweeps" / "lr-search" / "sweep.json"
+    written = json.loads(path.read_text())["sessions"]
+    assert written[0] == {"started": 1.0, "pid": 7, "user": "alice", "host": "h", "outcome": "running", "job": None}
+    assert list(written[1])[-5:] == ["trials", "mlflow_outage_seconds", "mlflow_writes_pending", "mlflow_writes_failed",
+                                     "optuna_outage_seconds"]
+    assert ws.read("lr-search").sessions == [running, ended]
+    older = json.loads(path.read_text())
+    older["sessions"] = [{"started": 1.0, "pid": 7, "host": "h", "outcome": "interrupted"}]
+    path.write_text(json.dumps(older))
+    assert ws.read("lr-search").sessions == [SessionRecord(1.0, 7, None, "h", "interrupted")]
 
 
 def test_read_of_an_unknown_sweep_names_the_sweeps_there(ws):
@@ -407,7 +429,7 @@ def test_a_copied_sweep_reads_its_stores_inside_the_copy_and_records_where_it_no
 
 def test_a_sweep_that_ran_and_whose_database_did_not_travel_is_refused_naming_it(tmp_path):
     ws = Workspace(tmp_path / "new")
-    ws.write(state(backends=ws.default_backends("lr-search"), sessions=[{"started": 1.0}]))
+    ws.write(state(backends=ws.default_backends("lr-search"), sessions=[SessionRecord(1.0, 7, None, "h")]))
     with pytest.raises(ConfigError, match=f"its MLflow database {ws.root / 'mlflow.db'} is missing"):
         ws.read("lr-search")
     assert listing(ws)[0].outcome == "unreadable"  # the others are still listed

@@ -446,6 +446,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from seqae_core import config as config_lib  # torch, only for `seqae train`
     from seqae_core import train as train_lib  # torch, only for `seqae train`
     from seqae_core.checkpoint import Checkpoint, CheckpointStore  # torch, only for `seqae encode` and `seqae train`
+    from seqae_core.epoch import EpochRecord  # beside the trainer that makes it
 
     config = config_lib.load(args.config, args.set)
     check_device(args.device)
@@ -466,14 +467,14 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"seqae: resuming {resume.place}" if resume else
                   "seqae: no valid checkpoint found; starting from epoch 1", file=sys.stderr)
 
-    def report(metrics: dict[str, Any], checkpoint: Checkpoint) -> None:
+    def report(record: EpochRecord, checkpoint: Checkpoint) -> None:
         if store is not None:
-            store.save(metrics, checkpoint)
+            store.save(record, checkpoint)
         print(
-            f"epoch {metrics['epoch']}: train_loss {metrics['train_loss']:.4f}  val_loss {metrics['val_loss']:.4f}  "
-            f"val_token_accuracy {metrics['val_token_accuracy']:.4f}  "
-            f"val_sequence_accuracy {metrics['val_sequence_accuracy']:.4f}  "
-            f"{metrics['tokens_per_s']:.0f} tokens/s",
+            f"epoch {record.epoch}: train_loss {record.train_loss:.4f}  val_loss {record.val_loss:.4f}  "
+            f"val_token_accuracy {record.val_token_accuracy:.4f}  "
+            f"val_sequence_accuracy {record.val_sequence_accuracy:.4f}  "
+            f"{record.tokens_per_s:.0f} tokens/s",
             flush=True,
         )
 

@@ -32,8 +32,11 @@ import torch
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core.config import FREE_KEYS, Config, build
+from seqae_core.device import pick_device
+from seqae_core.evaluation import evaluate
+from seqae_core.loops import Replicate
 from seqae_core.loss import plan_head
-from seqae_core.train import Replicate, evaluate, pick_device, validation_steps
+from seqae_core.train import validation_steps
 from seqae_errors import ConfigError
 from sweeps.results.eta import expected_epochs, wall_seconds
 from sweeps.spec.sections import Distribution

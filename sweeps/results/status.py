@@ -87,10 +87,10 @@ def status(workspace: Workspace, name: str) -> SweepStatus:
     state = workspace.read(name)
     spec = state.spec
     backends = state.backends
-    last = state.sessions[-1] if state.sessions else {}
+    last = state.sessions[-1] if state.sessions else None
     view = trials_view(spec, backends, state.study_name, state.total_trials)
     return SweepStatus(**vars(view), name=name, workspace=str(workspace.root),
-                       outcome=last.get("outcome", "not started"), mlflow_experiment_id=state.mlflow_experiment_id,
+                       outcome=last.outcome if last else "not started", mlflow_experiment_id=state.mlflow_experiment_id,
                        mlflow_parent_run_id=state.mlflow_parent_run_id, sessions=len(state.sessions), job=None,
                        forked_from=state.forked_from, owner=state.owner)
 

@@ -68,7 +68,7 @@ def view(workspace: Workspace, name: str) -> View:
     shown_best = (f"best: trial {best[0].number}  " + ", ".join(f"{o.metric} {v:.4f}" for o, v in
                                                               zip(state.spec.objectives, best[0].values))
                   if len(best) == 1 else f"{len(best)} trials on the Pareto front" if best else "no trial completed")
-    outcome = state.sessions[-1].get("outcome", "running") if state.sessions else "not started"
+    outcome = state.sessions[-1].outcome if state.sessions else "not started"
     unfinished = any(t.state in UNFINISHED for t in trials)
     ended = outcome != "running" and not unfinished and (bool(trials) or outcome != "not started")
     states = ", ".join(f"{k} {v}" for k, v in sorted(by_state.items()) if v > 0)

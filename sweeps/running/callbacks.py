@@ -16,7 +16,8 @@ from sweeps.running.notify import Notifier
 from sweeps.running.progress import Progress, best_line
 from sweeps.running.slots import Slots
 from sweeps.running.stoppers import DriverOnly, Spend, StopNow, TrialStops
-from sweeps.spec.trial import TrialSpec
+from sweeps.running.tune_result import of_tune
+from sweeps.spec.trial import WorkerSpec
 from sweeps.stores import ledger
 from sweeps.stores.search import SweepStudy
 from sweeps.stores.tracking import Tracker
@@ -49,17 +50,17 @@ class TrackingCallback(DriverOnly, tune.Callback):
         self.tracker, self.writer, self.study = tracker, writer, study
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        spec: TrialSpec = trial.config["trial"]
+        spec = WorkerSpec.of_tune(trial.config).trial
         self.writer.submit(f"starting trial {spec.number}", lambda: self.tracker.trial_started(
             spec.number, spec.logged_params, trial.config.get(PACK_TUNE_ID, trial.trial_id), spec.continued,
             None if spec.config is None else spec.config.data, spec.start))
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any) -> None:
-        number, kept = trial.config["trial"].number, dict(result)
-        self.writer.submit(f"logging trial {number}", lambda: self.tracker.trial_result(number, kept))
+        number, kept = WorkerSpec.of_tune(trial.config).trial.number, of_tune(result)
+        self.writer.submit(f"logging trial {number}", lambda: self.tracker.trial_result(number, kept.record, kept.node, kept.gpu))
 
     def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        number = trial.config["trial"].number
+        number = WorkerSpec.of_tune(trial.config).trial.number
         if trial.num_failures == 0:  # a node that was leaving (SIGTERM, a drain): Tune spends no retry on it
             log.warning("trial %d left a node that was going away (no retry spent); it continues from its checkpoint",
                         number)
@@ -74,7 +75,7 @@ class TrackingCallback(DriverOnly, tune.Callback):
         self._ended(trial, last_error(trial))
 
     def _ended(self, trial: Trial, error: str | None) -> None:
-        number = trial.config["trial"].number
+        number = WorkerSpec.of_tune(trial.config).trial.number
         try:
             outcome = ledger.Outcome(self.study.state(number).name)
         except Exception:  # noqa: BLE001 - tracking must never stop the sweep; the next resume reconciles
@@ -103,11 +104,11 @@ class ProgressCallback(DriverOnly, tune.Callback):
         self.progress, self.spend, self.stop_now, self.trial_stops = progress, spend, stop_now, trial_stops
 
     def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any) -> None:
-        spec: TrialSpec = trial.config["trial"]
-        self.progress.result(spec.number, spec.params, result, spec.start)
+        spec = WorkerSpec.of_tune(trial.config).trial
+        self.progress.result(spec.number, spec.params, of_tune(result).record, spec.start)
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        number = trial.config["trial"].number
+        number = WorkerSpec.of_tune(trial.config).trial.number
         finished = (trial.last_result or {}).get("finished", False)
         self.progress.ended(number, _epochs(trial), "finished" if finished else
                             "stopped by the budget" if number in self.spend.stopped else
@@ -116,7 +117,7 @@ class ProgressCallback(DriverOnly, tune.Callback):
                             else "stopped by the scheduler")
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        self.progress.ended(trial.config["trial"].number, _epochs(trial), "failed", last_error(trial))
+        self.progress.ended(WorkerSpec.of_tune(trial.config).trial.number, _epochs(trial), "failed", last_error(trial))
 
 
 class NotifyCallback(DriverOnly, tune.Callback):
@@ -139,7 +140,7 @@ class NotifyCallback(DriverOnly, tune.Callback):
             self.notifier.send("best", f"a new best, trial {best}", line)
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
-        number = trial.config["trial"].number
+        number = WorkerSpec.of_tune(trial.config).trial.number
         self.notifier.send("failed", f"trial {number} failed", last_error(trial)[-1000:])
 
 

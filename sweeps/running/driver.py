@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial
 
 from seqae_core import metrics as M
 from seqae_core import names as N
-from seqae_core.train import describe_precision
+from seqae_core.device import describe_precision
 from seqae_errors import ConfigError, StorageUnreachable
 from sweeps.running import progress, provenance, runner, stoppers
 from sweeps.running.lifecycle import load_spec
@@ -51,7 +51,7 @@ from sweeps.stores.search import SweepStudy, open_study
 from sweeps.stores.shares import Capacity
 from sweeps.stores.study_storage import PatientStorage, storage_lost
 from sweeps.stores.tracking import Tracker
-from sweeps.stores.workspace import Backends, DriverLock, SweepState, Workspace
+from sweeps.stores.workspace import Backends, DriverLock, SessionRecord, SweepState, Workspace
 from sweeps.stores.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class Session:
     epochs: int  # the most any trial may run
     data_seconds: float
     published: dict[Any, str]  # the data entries published for the trials' nodes (none: they read the driver's cache)
-    record: dict[str, Any]  # this session's entry in sweep.json
+    record: SessionRecord  # this session's entry in sweep.json
     notifier: Notifier
     slots: Slots | None = None  # its seat in the cluster's queue, once its trials run
 
@@ -110,21 +110,21 @@ def drive(workspace: Workspace, name: str, *, report: Report | None, check_file:
                 abandon(workspace, session, writer, lost)
             raise StorageUnreachable(f"{lost}; once it answers, continue the sweep with `seqae sweep resume {name}`") \
                 from None
-    outcome = session.record["outcome"]
-    progress.say(f"seqae: sweep {name}: {outcome}; trials by state: {session.record['trials']}")
+    outcome = session.record.outcome
+    progress.say(f"seqae: sweep {name}: {outcome}; trials by state: {session.record.trials}")
     if left:
         progress.say(f"seqae: warning: MLflow did not take {left} writes before the sweep ended; the data is safe in the "
               f"trials' checkpoints and `seqae sweep resume {name}` delivers it")
     if outcome != "complete":
         progress.say(f"seqae: {how_to_go_on(session, outcome)}")
-    return EXIT_OK if outcome in ("complete", "stopped") and not session.record["interrupted"] else EXIT_INTERRUPTED
+    return EXIT_OK if outcome in ("complete", "stopped") and not session.record.interrupted else EXIT_INTERRUPTED
 
 
 def how_to_go_on(session: Session, outcome: str) -> str:
     """What continues a sweep that ended before its last trial: a resume, unless its budget ended it
     with no trial left to continue (a resume would start none)."""
     name, spec = session.state.name, session.spec
-    if (outcome == "stopped" and spec.budget and "RUNNING" not in session.record["trials"]
+    if (outcome == "stopped" and spec.budget and "RUNNING" not in (session.record.trials or {})
             and stoppers.budget_spent(spec, session.study, session.backends.storage)):
         return (f"its budget is spent, so resuming starts no trial; go on in a fork with a larger one: "
                 f"`seqae sweep fork {name} --file FILE --name NEW --set budget.{spec.budget.unit}_hours=H`")
@@ -163,8 +163,8 @@ def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_c
                        partial(tracker.open, state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id,
                                sweep_params(spec, state), (objective.metric, objective.mode)))
     state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
-    record = {"started": started, "pid": os.getpid(), "user": ownership.actor(), "host": socket.gethostname(),
-              "outcome": "running", "job": os.environ.get("RAY_JOB_ID")}
+    record = SessionRecord(started=started, pid=os.getpid(), user=ownership.actor(), host=socket.gethostname(),
+                           job=os.environ.get("RAY_JOB_ID"))
     notifier = Notifier(name, resolve(list(spec.notify.urls) if spec.notify else []),
                         spec.notify.events if spec.notify else EVENTS)
     return Session(state, spec, backends, study, tracker, epochs, data_seconds, published, record, notifier)
@@ -201,7 +201,7 @@ def run(workspace: Workspace, session: Session, writer: Writer, verbose: bool) -
     if spec.resources.gpu and os.environ.get(LOGICAL_GPUS) == "1":
         progress.say(f"seqae: {LOGICAL_GPUS}=1: a trial that Ray gives a GPU on a node without CUDA trains on the "
               "CPU and says so (a rehearsal of GPU scheduling)")
-    session.record["interrupted"] = False
+    session.record.interrupted = False
     if todo:
         connect_ray(workspace.root)
         check_resources(spec, *cluster_capacity())
@@ -215,7 +215,7 @@ def run(workspace: Workspace, session: Session, writer: Writer, verbose: bool) -
                                session=len(state.sessions), epochs=session.epochs, verbose=verbose,
                                notifier=session.notifier, slots=session.slots)
         except KeyboardInterrupt:
-            session.record["interrupted"] = True
+            session.record.interrupted = True
         progress.say(f"\n{progress.summary(study.trials(), spec.objectives, spec.values_of)}\n")
         progress.say(f"seqae: {progress.best_line(study.best(), spec.objectives)}")
         progress.say("seqae: trials proposed by: " + ", ".join(f"{k} {v}" for k, v in study.proposals().items()))
@@ -241,14 +241,13 @@ def close(workspace: Workspace, session: Session, writer: Writer, report: Report
     if session.slots:
         session.slots.leave(outcome, session.state.total_trials - study.remaining())
     left = writer.close(MLFLOW_DRAIN_SECONDS)
-    session.record.update(ended=time.time(), outcome=outcome, control=control.record(), trials=study.counts(),
-                          mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
-                          mlflow_writes_failed=len(writer.failed), optuna_outage_seconds=optuna_outages(study))
+    ended_session(session.record, outcome, writer, left, optuna_outages(study))
+    session.record.control, session.record.trials = control.record(), study.counts()
     workspace.write(session.state)
     if report is not None and not left:
         rebuild_report(session.state, workspace, report)
     session.notifier.send("end", f"the sweep is {outcome}", f"{progress.best_line(study.best(), study.spec.objectives)}; "
-                          f"trials by state: {session.record['trials']}")
+                          f"trials by state: {session.record.trials}")
     session.notifier.close()
     return int(left)
 
@@ -264,12 +263,19 @@ def abandon(workspace: Workspace, session: Session, writer: Writer, lost: Storag
     left = writer.close(min(MLFLOW_DRAIN_SECONDS, 30))
     if not any(record is session.record for record in session.state.sessions):  # it stopped before its trials ran
         session.state.sessions.append(session.record)
-    session.record.update(ended=time.time(), outcome="storage unreachable", error=str(lost),
-                          mlflow_outage_seconds=sum(writer.outages), mlflow_writes_pending=left,
-                          mlflow_writes_failed=len(writer.failed), optuna_outage_seconds=optuna_outages(session.study))
+    ended_session(session.record, "storage unreachable", writer, left, optuna_outages(session.study))
+    session.record.error = str(lost)
     workspace.write(session.state)
     session.notifier.send("end", "the sweep stopped: its Optuna storage does not answer", str(lost))
     session.notifier.close()
+
+
+def ended_session(record: SessionRecord, outcome: str, writer: Writer, left: int, optuna_outage_seconds: float) -> None:
+    """Fill in how session ``record`` ended: its ``outcome``, MLflow's outages and the writes it did not
+    take (``left``) or failed, and the study storage's outages."""
+    record.ended, record.outcome = time.time(), outcome
+    record.mlflow_outage_seconds, record.mlflow_writes_pending = sum(writer.outages), left
+    record.mlflow_writes_failed, record.optuna_outage_seconds = len(writer.failed), optuna_outage_seconds
 
 
 def optuna_outages(study: SweepStudy) -> float:

@@ -33,7 +33,8 @@ from sweeps.running.callbacks import MEMBER_ERROR, PACK_TUNE_ID, last_error
 from sweeps.running.schedulers import stub_trial
 from sweeps.running.stoppers import DriverOnly
 from sweeps.running.trial import FAILED, MEMBERS
-from sweeps.spec.trial import TrialSpec
+from sweeps.running.tune_result import of_tune
+from sweeps.spec.trial import TrialSpec, WorkerSpec
 
 
 def member_id(pack_id: str, number: int) -> str:
@@ -63,7 +64,7 @@ class Members:
         self.controller = controller
         self.packs[pack.trial_id] = pack
         members = self.running.setdefault(pack.trial_id, {})
-        for spec in pack.config["pack"]:
+        for spec in WorkerSpec.of_tune(pack.config).pack:
             members[spec.number] = stub_trial(spec, member_id(pack.trial_id, spec.number))
             members[spec.number].config[PACK_TUNE_ID] = pack.trial_id  # what MLflow's ray.tune_trial_id tag names
             self.scheduler.on_trial_add(controller, members[spec.number])
@@ -83,21 +84,22 @@ class Members:
         """Each member's result, as Tune would hand a trial's; STOP once no member trains on."""
         self.controller = controller
         members = self.running.get(pack.trial_id, {})
-        for record in json.loads(result.get(MEMBERS, "[]")):
-            member = members.get(int(record["trial"]))
+        for record in json.loads(result.get(MEMBERS, "[]")):  # each member's, as to_tune made it
+            read = of_tune(record)
+            member = members.get(read.trial)
             if member is None:  # a result Tune hands over twice (the last one, as the pack ends)
                 continue
             flat = flatten_dict(dict(record))
             stopped = any(stopper(member.trial_id, record) for stopper in self.stoppers)  # in order, as Tune's
             decision = TrialScheduler.STOP if stopped else self.scheduler.on_trial_result(controller, member, flat)
-            if decision != TrialScheduler.STOP and not record.get("finished"):
+            if decision != TrialScheduler.STOP and not read.finished:
                 self.searcher.on_trial_result(member.trial_id, flat)
             for callback in self.callbacks:
                 callback.on_trial_result(trial=member, result=dict(record), iteration=0, trials=[])
             member.run_metadata.last_result = dict(record)
-            if decision == TrialScheduler.STOP or record.get("finished"):
-                if not record.get("finished"):
-                    CheckpointStore.of_trial(self.storage, member.config["trial"].number).record_leave(pack.trial_id)
+            if decision == TrialScheduler.STOP or read.finished:
+                if not read.finished:
+                    CheckpointStore.of_trial(self.storage, WorkerSpec.of_tune(member.config).trial.number).record_leave(pack.trial_id)
                 self._end(pack, member, None)
         for number, error in result.get(FAILED, []):
             if (member := members.get(int(number))) is not None:
@@ -125,7 +127,7 @@ class Members:
             self.scheduler.on_trial_remove(self.controller, member)
 
     def _end(self, pack: Trial, member: Trial, error: str | None) -> None:
-        del self.running[pack.trial_id][member.config["trial"].number]
+        del self.running[pack.trial_id][WorkerSpec.of_tune(member.config).trial.number]
         last = flatten_dict(dict(member.run_metadata.last_result))
         self.searcher.on_trial_complete(member.trial_id, last if M.EPOCH in last else None, error=error is not None)
         if error is None:

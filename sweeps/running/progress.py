@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from seqae_core import metrics as M
 from seqae_core import names as N
+from seqae_core.epoch import EpochRecord
 from sweeps.spec.sections import Objective
 
 LINES = logging.getLogger("sweeps.running.progress")  # the driver's lines, shown where a user asked for them (show)
@@ -96,23 +97,23 @@ class Progress:
             return None
         return (self.work - self.done) * (time.monotonic() - self.started) / self.done
 
-    def result(self, number: int, params: dict[str, Any], metrics: dict[str, Any], start: str | None = None) -> str:
+    def result(self, number: int, params: dict[str, Any], record: EpochRecord, start: str | None = None) -> str:
         """Record a result and print its line (a starting point's shows its name before its
         parameters); returns the line. It adds the epochs trained since the trial's previous
         result (one a result by default; a trial's first in this session: since its epoch began)."""
-        epoch = float(metrics[M.EPOCH])
+        epoch = float(record.epoch)
         trained = epoch - self.last.get(number, math.ceil(epoch) - 1)
         self.last[number] = epoch
         self.done = min(self.done + trained, self.work)
         self.bar.update(trained)
-        value = float(metrics[self.objective.metric])
+        value = record.value(self.objective.metric)
         if self._better(value):
             self.best = (value, number)
         assert self.best is not None
         left = self.left()
         line = (f"trial {number}  epoch {M.epoch_text(epoch)}/{self.epochs}  "
                 f"{f'start {start}: ' if start else ''}{short(params)}  "
-                f"{self.objective.metric} {M.value_text(value, metrics, self.objective.metric)}  "
+                f"{self.objective.metric} {M.value_text(value, record.spread, self.objective.metric)}  "
                 f"best {self.best[0]:.4f} (trial {self.best[1]})  "
                 f"{clock(time.monotonic() - self.started)} elapsed"
                 + (f"  ~{clock(left)} left" if left is not None else ""))

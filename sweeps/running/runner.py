@@ -22,6 +22,7 @@ from ray.tune.stopper import CombinedStopper
 
 from seqae_core import metrics as M
 from seqae_core.checkpoint import CheckpointStore
+from seqae_core.epoch import EpochRecord
 from sweeps.running import ray_private as RP
 from sweeps.running.callbacks import NotifyCallback, ProgressCallback, SlotsCallback, TrackingCallback
 from sweeps.running.notify import Notifier
@@ -38,9 +39,10 @@ from sweeps.running.stoppers import (
     spent_so_far,
     trial_progresses,
 )
-from sweeps.running.trial import evictable, run_pack, run_trial
+from sweeps.running.trial import Runtime, evictable, run_pack, run_trial
+from sweeps.running.tune_result import of_tune
 from sweeps.spec.sweep import SweepSpec
-from sweeps.spec.trial import TrialSpec
+from sweeps.spec.trial import TrialSpec, WorkerSpec
 from sweeps.stores import ledger
 from sweeps.stores.retention import Retention
 from sweeps.stores.search import SweepStudy
@@ -120,7 +122,7 @@ class StudySearcher(DriverOnly, Searcher):
             self.spend.started(trial.number)
             self.study.note_tune_trial(trial.number, trial_id)
         self.live.add(trial_id)
-        return {"trial": trials[0]} if fuse == 1 else {"trial": trials[0], "pack": tuple(trials)}
+        return WorkerSpec(trials[0], tuple(trials) if fuse > 1 else ()).to_tune()
 
     def doing(self, training: int, waiting: int, paused: int) -> Doing:
         """What the sweep's Tune trials do, with the trials it could run now and those done."""
@@ -129,17 +131,17 @@ class StudySearcher(DriverOnly, Searcher):
         return Doing(training, waiting, paused, min(self.ceiling, left), self.study.total - remaining, self.ceiling)
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        self._result(self.plans[trial_id].number, result)
+        self._result(self.plans[trial_id].number, of_tune(result).record)
 
-    def _result(self, number: int, result: dict[str, Any]) -> None:
+    def _result(self, number: int, record: EpochRecord) -> None:
         """An epoch's value to Optuna; the sweep drains once it reaches the objective's target
         within its constraints, or once its trials have spent its budget."""
-        self.study.report(number, M.result_number(result), result)
-        self.spend.add(number, result)
         objective, budget = self.spec.objectives[0], self.spec.budget
-        value = float(result[objective.metric])
+        self.study.report(number, record.validation, record.value(objective.metric), record.epoch)
+        self.spend.add(number, record)
+        value = record.value(objective.metric)
         why = None
-        meets = all(v <= 0.0 for v in self.spec.violations(result))
+        meets = all(v <= 0.0 for v in self.spec.violations(record.as_dict()))
         if objective.reached(value) and meets:
             why = f"trial {number} reached {objective.metric} {value:.4f}, the target {objective.target}"
         elif budget:
@@ -153,7 +155,7 @@ class StudySearcher(DriverOnly, Searcher):
         if result and M.EPOCH in result and not error:
             # Tune hands a trial's last result (and one its scheduler stopped it on) only to this
             # hook, not to on_trial_result: without this, Optuna would miss that epoch's value.
-            self._result(number, result)
+            self._result(number, of_tune(result).record)
         self.spend.ended(number)
         progress = CheckpointStore.of_trial(self.storage, number).progress()
         outcome = ledger.decide(progress, error, self.study.epochs(number), number in self.spend.stopped,
@@ -167,7 +169,8 @@ class StudySearcher(DriverOnly, Searcher):
 
 def tune_name(trial: tune.experiment.Trial) -> str:
     """A Tune trial's name and folder: ``trial-0003``, or a pack's (:func:`~sweeps.running.packs.pack_name`)."""
-    return pack_name(trial.config["pack"]) if "pack" in trial.config else f"trial-{trial.config['trial'].number:04d}"
+    spec = WorkerSpec.of_tune(trial.config)
+    return pack_name(spec.pack) if spec.pack else f"trial-{spec.trial.number:04d}"
 
 
 def run_session(
@@ -208,7 +211,7 @@ def run_session(
     fused = spec.resources.fuse > 1
     trainable = tune.with_resources(
         evictable(tune.with_parameters(run_pack if fused else run_trial,
-                                       runtime={"storage": storage, "cache_dir": cache_dir, "published": published})),
+                                       runtime=Runtime(storage, cache_dir, published))),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
     stoppers: list[tune.Stopper] = [*([BudgetStopper(spend, spec.budget.hours * 3600)] if spec.budget else []), stop_now,

@@ -11,9 +11,11 @@ from typing import Any
 from ray import tune
 from ray.tune.experiment import Trial
 
-from seqae_core import metrics as M
+from seqae_core.epoch import EpochRecord
 from seqae_core.records import RecordStore, TrialProgress
+from sweeps.running.tune_result import of_tune
 from sweeps.spec.sweep import SweepSpec
+from sweeps.spec.trial import TRIAL, WorkerSpec
 from sweeps.stores import ledger
 from sweeps.stores.search import SweepStudy
 
@@ -43,10 +45,10 @@ class Spend:
     def started(self, number: int) -> None:
         self.running.setdefault(number, self.typical())
 
-    def add(self, number: int, result: dict[str, Any]) -> None:
-        if (number, M.result_number(result)) not in self.counted:  # each validation's seconds since the previous
-            self.counted.add((number, M.result_number(result)))
-            cost = self.share * float(result[M.EPOCH_SECONDS])
+    def add(self, number: int, record: EpochRecord) -> None:
+        if (number, record.validation) not in self.counted:  # each validation's seconds since the previous
+            self.counted.add((number, record.validation))
+            cost = self.share * record.epoch_seconds
             self.total += cost
             self.running[number] = cost
 
@@ -87,8 +89,9 @@ class BudgetStopper(DriverOnly, tune.Stopper):
         self.spend, self.seconds = spend, seconds
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        number = int(result["trial"])
-        self.spend.add(number, result)
+        trial = of_tune(result)
+        number = trial.trial
+        self.spend.add(number, trial.record)
         if self.spend.exhausted(self.seconds):
             self.spend.ended(number)
             self.spend.stopped.add(number)
@@ -110,7 +113,7 @@ class StopNow(DriverOnly, tune.Stopper):
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         if self.study.control().now:
-            self.halted.add(int(result["trial"]))
+            self.halted.add(of_tune(result).trial)
             return True
         return False
 
@@ -136,7 +139,7 @@ class TrialStops(DriverOnly, tune.Stopper):
         self._read = 0.0
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
-        number = int(result["trial"])
+        number = of_tune(result).trial
         if self.study.stop_asked(number) is not None:
             self.stopped.add(number)
             return True
@@ -153,9 +156,12 @@ class TrialStops(DriverOnly, tune.Stopper):
             return
         self._read = time.monotonic()
         for trial in controller.get_trials():
-            spec = trial.config.get("trial")
-            if "pack" in trial.config or spec is None or trial.status in (Trial.TERMINATED, Trial.ERROR):
+            if trial.status in (Trial.TERMINATED, Trial.ERROR) or TRIAL not in trial.config:
                 continue
+            hop = WorkerSpec.of_tune(trial.config)
+            if hop.pack:
+                continue
+            spec = hop.trial
             asked = self.study.stop_asked(spec.number)  # the trials Tune holds: a few records, not the study
             if asked is None or spec.number in self.stopped:
                 continue

@@ -12,8 +12,9 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -25,12 +26,16 @@ from ray.tune.trainable.function_trainable import FunctionTrainable, wrap_functi
 from seqae_core.checkpoint import Checkpoint, CheckpointStore
 from seqae_core.config import Config
 from seqae_core.data import shared_settings
+from seqae_core.device import describe_precision
+from seqae_core.epoch import EpochRecord
+from seqae_core.loops import Interrupted, NonFiniteLossError
 from seqae_core.members import MemberResult, train_members
-from seqae_core.train import Interrupted, NonFiniteLossError, describe_precision, train
+from seqae_core.train import train
 from seqae_errors import ConfigError
 from sweeps.running import ray_private as RP
 from sweeps.running.system_metrics import SystemMetrics
-from sweeps.spec.trial import TrialSpec
+from sweeps.running.tune_result import TrialResult, to_tune
+from sweeps.spec.trial import TrialSpec, WorkerSpec
 
 # "1": a trial that Ray gave a GPU on a node where torch finds no CUDA device trains on the CPU and
 # says so (the GPU is logical: `ray start --num-gpus`, `seqae cluster up --gpus-per-worker`); unset,
@@ -162,11 +167,22 @@ def evictable(function: Callable[[dict[str, Any]], None]) -> type[FunctionTraina
     return Evictable
 
 
-def run_trial(config: dict[str, Any], runtime: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Runtime:
+    """What every trial's worker of a session needs besides its trial (``tune.with_parameters``):
+    the trials' record ``storage``, the data ``cache_dir`` of a node that fetches none, and the data
+    entries the driver ``published`` for the nodes (by :func:`~seqae_core.data.shared_settings`)."""
+
+    storage: str
+    cache_dir: str
+    published: Mapping[Any, str]
+
+
+def run_trial(config: dict[str, Any], runtime: Runtime) -> None:
     """A Tune function trainable: one sweep trial, continued from its newest valid checkpoint."""
     sys.unraisablehook = exit_quietly_on_stop
-    trial: TrialSpec = config["trial"]
-    store = CheckpointStore.of_trial(runtime["storage"], trial.number)
+    trial = WorkerSpec.of_tune(config).trial
+    store = CheckpointStore.of_trial(runtime.storage, trial.number)
     cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
     torch.set_num_threads(max(1, int(cpus)))
     with store.exclusive():
@@ -201,19 +217,19 @@ class TrialFailed(RuntimeError):
     """A trial that failed for a reason that repeats: its config, or its loss diverging."""
 
 
-def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runtime: dict[str, Any],
+def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runtime: Runtime,
                  continued: bool) -> None:
     resume = _resumed(number, store, continued)
     device, gpu = trial_device(number, trial_config)
     node_id = ray.get_runtime_context().get_node_id()
 
-    def report(metrics: dict[str, Any], checkpoint: Checkpoint) -> None:
-        store.save(metrics, checkpoint)
-        tune.report({**metrics, "trial": number, "node_id": node_id, **gpu, "finished": checkpoint.finished})
+    def report(record: EpochRecord, checkpoint: Checkpoint) -> None:
+        store.save(record, checkpoint)
+        tune.report(to_tune(TrialResult(number, record, checkpoint.finished, {"node_id": node_id}, gpu)))
 
     # Data the driver published is fetched into this node's own cache (SEQAE_CACHE_DIR), once per node.
-    published = runtime["published"].get(shared_settings(trial_config.data))
-    cache_dir = None if published else runtime["cache_dir"]
+    published = runtime.published.get(shared_settings(trial_config.data))
+    cache_dir = None if published else runtime.cache_dir
     with SystemMetrics() as usage, LEAVING.training(number, store):  # each record carries the machine's CPU, memory and GPU use
         train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir, published=published,
               measure=usage.epoch, interrupt=LEAVING)
@@ -232,7 +248,7 @@ def _resumed(number: int, store: CheckpointStore, continued: bool) -> Checkpoint
     return resume
 
 
-def run_pack(config: dict[str, Any], runtime: dict[str, Any]) -> None:
+def run_pack(config: dict[str, Any], runtime: Runtime) -> None:
     """A Tune function trainable: a pack of trials of one shape (``resources.fuse``) trained as one
     batched model (:func:`seqae_core.members.train_members`), each member continued from its own
     newest valid checkpoint. Each validation, one report holds every member's result and the error
@@ -240,8 +256,8 @@ def run_pack(config: dict[str, Any], runtime: dict[str, Any]) -> None:
     stopped leaves before the next part, and a retry of the pack leaves it out."""
     sys.unraisablehook = exit_quietly_on_stop
     pack_id = tune.get_context().get_trial_id()
-    specs: tuple[TrialSpec, ...] = config["pack"]
-    stores = {t.number: CheckpointStore.of_trial(runtime["storage"], t.number) for t in specs}
+    specs = WorkerSpec.of_tune(config).pack
+    stores = {t.number: CheckpointStore.of_trial(runtime.storage, t.number) for t in specs}
     cpus = tune.get_context().get_trial_resources().required_resources.get("CPU", 1)
     torch.set_num_threads(max(1, int(cpus)))
     with ExitStack() as held:
@@ -263,7 +279,7 @@ def run_pack(config: dict[str, Any], runtime: dict[str, Any]) -> None:
             members = _train_pack(members, stores, runtime, pack_id)
 
 
-def _train_pack(specs: list[TrialSpec], stores: dict[int, CheckpointStore], runtime: dict[str, Any],
+def _train_pack(specs: list[TrialSpec], stores: dict[int, CheckpointStore], runtime: Runtime,
                 pack_id: str) -> list[TrialSpec]:
     """Train the pack's ``specs`` from their checkpoints, all of them where they stand at one place;
     otherwise (a pack killed between two members' records) those furthest behind, until they reach
@@ -284,20 +300,20 @@ def _train_pack(specs: list[TrialSpec], stores: dict[int, CheckpointStore], runt
             if result.error is not None:
                 stores[number].record_verdict(result.error)
                 failed.append([number, result.error])
-            elif result.metrics is not None and result.checkpoint is not None:
-                stores[number].save(result.metrics, result.checkpoint)
-                records.append({**result.metrics, "trial": number, "node_id": node_id, **gpu,
-                                "finished": result.checkpoint.finished})
+            elif result.record is not None and result.checkpoint is not None:
+                stores[number].save(result.record, result.checkpoint)
+                records.append(to_tune(TrialResult(number, result.record, result.checkpoint.finished,
+                                                   {"node_id": node_id}, gpu)))
         tune.report({MEMBERS: json.dumps(records), FAILED: failed})
         caught_up = {r.index for r in results if ahead is not None and r.checkpoint is not None
                      and (r.checkpoint.epoch, r.checkpoint.step) >= ahead}
         return caught_up | {i for i, spec in enumerate(group) if stores[spec.number].left(pack_id)}
 
     configs = [t.config for t in group if t.config is not None]
-    published = runtime["published"].get(shared_settings(configs[0].data))
+    published = runtime.published.get(shared_settings(configs[0].data))
     with SystemMetrics() as usage, LEAVING.training(group[0].number):  # each record: the machine's CPU, memory, GPU use
         train_members(configs, report, resumes=[resumes[t.number] for t in group], device=device,
-                      cache_dir=None if published else runtime["cache_dir"], published=published, measure=usage.epoch,
+                      cache_dir=None if published else runtime.cache_dir, published=published, measure=usage.epoch,
                       interrupt=LEAVING)
     if ahead is None:
         return []

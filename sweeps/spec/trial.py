@@ -4,6 +4,7 @@ worker process unpickles it without importing Optuna, a cost every trial's start
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,3 +32,30 @@ class TrialSpec:
             return dict(self.params)
         return {**self.config.flat(), "model.latent_len": self.config.latent_len,
                 "model.latent_fraction": self.config.latent_fraction}
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What the driver hands a Tune trial's worker, through Tune's config (:meth:`to_tune`, read back
+    by :meth:`of_tune`): one trial (``sweeps.running.trial.run_trial``), or a pack's members
+    (``run_pack``, ``resources.fuse``), the first of which is ``trial``, which Tune's parts read."""
+
+    trial: TrialSpec
+    pack: tuple[TrialSpec, ...] = ()  # a pack's members; none for a trial trained alone
+
+    def __post_init__(self) -> None:
+        numbers = [spec.number for spec in self.pack]
+        if self.pack and (numbers[0] != self.trial.number or len(set(numbers)) != len(numbers)):
+            raise ValueError(f"a pack's members {numbers} must be distinct trials, trial {self.trial.number} first")
+
+    def to_tune(self) -> dict[str, Any]:
+        """Tune's config of the trial: a dict, which Tune copies to the worker and hands its parts."""
+        return {TRIAL: self.trial, **({PACK: self.pack} if self.pack else {})}
+
+    @classmethod
+    def of_tune(cls, config: Mapping[str, Any]) -> WorkerSpec:
+        """From Tune's config of a trial (:meth:`to_tune`'s, with whatever the driver added to a stand-in)."""
+        return cls(config[TRIAL], tuple(config.get(PACK, ())))
+
+
+TRIAL, PACK = "trial", "pack"  # the keys of Tune's config that WorkerSpec fills

@@ -488,17 +488,17 @@ class SweepStudy:
         return narrowing.notes(attrs, self.outside()) if narrowing.NARROWED in attrs else []
 
     # -- outcomes ----------------------------------------------------------------------------
-    def report(self, number: int, epoch: int, metrics: dict[str, Any]) -> None:
-        """A result's objective value, as an intermediate value at ``epoch``, its result number
-        (:func:`seqae_core.metrics.result_number`: the epoch's by default; single-objective sweeps)."""
+    def report(self, number: int, epoch: int, value: float, trained: float) -> None:
+        """A result's objective ``value``, as an intermediate value at ``epoch``, its result number
+        (:func:`seqae_core.metrics.result_number`: the epoch's by default; single-objective sweeps),
+        and the epochs it had ``trained``."""
         if self.spec.multi_objective:
             return
         trial = self._running(number)
         # Tune may hand a trial's last result to both of the searcher's hooks: report it once.
         if trial is not None and epoch not in trial.intermediate_values:
-            value = float(metrics[self.spec.objectives[0].metric])
             self.storage.set_trial_intermediate_value(self._trial_id(number), epoch, value)
-            self.storage.set_trial_user_attr(self._trial_id(number), N.TRAINED, float(metrics[M.EPOCH]))
+            self.storage.set_trial_user_attr(self._trial_id(number), N.TRAINED, trained)
 
     def complete(self, number: int, history: list[dict[str, Any]]) -> None:
         """Complete a trial with its values from ``history``, and the epochs' intermediate values no
@@ -507,7 +507,8 @@ class SweepStudy:
         reported = trial.intermediate_values if trial is not None else {}
         for record in history if trial is not None else []:
             if M.result_number(record) not in reported:
-                self.report(number, M.result_number(record), record)
+                self.report(number, M.result_number(record), float(record[self.spec.objectives[0].metric]),
+                            float(record[M.EPOCH]))
         self.study.tell(self._records.get(number, number), best_epoch_values(self.spec, history), skip_if_finished=True)
 
     def note_kept(self, number: int, history: list[dict[str, Any]]) -> None:

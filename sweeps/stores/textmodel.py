@@ -48,8 +48,8 @@ from transformers import AutoTokenizer
 
 from seqae_core import corpus
 from seqae_core.config import Config, from_flat
+from seqae_core.device import autocast, pick_device
 from seqae_core.model import ReducingAutoencoder
-from seqae_core.train import autocast, pick_device
 
 WEIGHTS, CONFIG, TOKENIZER, TOKEN_IDS = "weights", "config", "tokenizer", "token_ids"
 # Each artifact's file (the tokenizer's a folder); a logged pyfunc model keeps them under ARTIFACTS.

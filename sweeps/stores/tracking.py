@@ -22,6 +22,7 @@ import json
 import logging
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.checkpoint import CheckpointStore, tensors
 from seqae_core.config import DataConfig, from_flat, to_yaml
+from seqae_core.epoch import EpochRecord
 from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, TrialProgress
 from seqae_errors import ConfigError
 from sweeps.stores import textmodel
@@ -208,13 +210,14 @@ class Tracker:
             tags[N.CONTINUED] = "true"
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
-    def trial_result(self, number: int, result: dict[str, Any]) -> None:
+    def trial_result(self, number: int, record: EpochRecord, node: Mapping[str, str], gpus: Mapping[str, str]) -> None:
+        """A trial's validation ``record``, tagged with the ``node`` it trained on and the ``gpus`` Ray
+        assigned it, as it saw them (:class:`sweeps.running.tune_result.TrialResult`'s)."""
         self.child_run(number)
-        tags = [RunTag(f"{N.NODE}{k}", str(result[k])) for k in ("node_id", "node_ip", "hostname") if k in result]
-        # the GPUs Ray assigned the trial, as it saw them (sweeps.running.trial.trial_device)
-        gpu = (("gpu", N.GPU), ("gpu_ids", N.GPU_IDS), ("cuda_visible_devices", N.CUDA_VISIBLE_DEVICES))
-        tags += [RunTag(tag, str(result[k])) for k, tag in gpu if k in result]
-        self._log_epoch(number, result, tags)
+        tags = [RunTag(f"{N.NODE}{k}", v) for k, v in node.items()]
+        gpu = {"gpu": N.GPU, "gpu_ids": N.GPU_IDS, "cuda_visible_devices": N.CUDA_VISIBLE_DEVICES}
+        tags += [RunTag(gpu[k], v) for k, v in gpus.items()]
+        self._log_epoch(number, record.as_dict(), tags)  # MLflow's rows by metric name
 
     def _log_epoch(self, number: int, record: dict[str, Any], tags: list[RunTag] | None = None) -> None:
         """A validation's record (a result, or one of the checkpoint store's history), at its

@@ -30,7 +30,7 @@ import socket
 import sqlite3
 import time
 import unicodedata
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -93,6 +93,42 @@ class Backends:
 
 
 @dataclass
+class SessionRecord:
+    """A driver's session of a sweep, an entry of ``sweep.json``'s ``sessions``: who ran it where,
+    and, once it ended, how (:attr:`outcome`), the trials by state and the outages it rode out.
+    The driver fills it in as the session goes."""
+
+    started: float
+    pid: int
+    user: str | None  # who drove it (sweeps.stores.ownership.actor)
+    host: str
+    outcome: str = "running"  # complete, stopped, interrupted, storage unreachable
+    job: str | None = None  # the Ray Job it ran as (RAY_JOB_ID), None when run here
+    interrupted: bool | None = None  # Ctrl-C or SIGTERM while its trials ran; None before they ran
+    ended: float | None = None
+    control: dict[str, Any] | None = None  # the study's control record at its end (SweepStudy.control().record())
+    trials: dict[str, int] | None = None  # the study's trials by state at its end
+    mlflow_outage_seconds: float | None = None
+    mlflow_writes_pending: int | None = None  # the writes MLflow had not taken when it ended
+    mlflow_writes_failed: int | None = None
+    optuna_outage_seconds: float | None = None
+    error: str | None = None  # why it ended, where its study's storage stayed away
+
+    ALWAYS = ("started", "pid", "user", "host", "outcome", "job")  # written even when None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Its entry in ``sweep.json``: a field not yet filled in is left out."""
+        return {k: v for k, v in asdict(self).items() if v is not None or k in self.ALWAYS}
+
+    @classmethod
+    def of_dict(cls, entry: dict[str, Any]) -> SessionRecord:
+        """An entry of ``sweep.json``, as any version wrote it (a field it lacks is None; one this
+        version does not know is left out)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{"user": None, **{k: v for k, v in entry.items() if k in known}})  # before owners were: no user
+
+
+@dataclass
 class SweepState:
     """The contents of ``sweep.json``."""
 
@@ -108,7 +144,7 @@ class SweepState:
     extra_trials: int = 0  # added by `seqae sweep extend`
     mlflow_experiment_id: str | None = None
     mlflow_parent_run_id: str | None = None
-    sessions: list[dict[str, Any]] = field(default_factory=list)
+    sessions: list[SessionRecord] = field(default_factory=list)
     forked_from: str | None = None  # the sweep whose finished trials seeded this one's study
     warm_starts: dict[str, dict[str, Any]] = field(default_factory=dict)  # warm_start resolved: {SWEEP.tN: searched values}
     code: dict[str, Any] | None = None  # the code its last session ran: {"commit": ..., "files": {path: sha256}}
@@ -230,7 +266,8 @@ class Workspace:
         document = json.loads(path.read_text())
         document.pop("job", None)  # always None where older versions wrote it: a submission has its own record
         state = SweepState(**{**document, "spec": validate(document["spec"], document["file"]),
-                              "backends": Backends(**document["backends"])})
+                              "backends": Backends(**document["backends"]),
+                              "sessions": [SessionRecord.of_dict(s) for s in document.get("sessions", [])]})
         written_in = Path(state.root) if state.root else _legacy_root(state)
         if written_in is not None and written_in != self.root:  # the workspace moved, or this is a copy
             state.backends = state.backends.moved(written_in, self.root)
@@ -242,7 +279,8 @@ class Workspace:
 
     def write(self, state: SweepState) -> None:
         state.root = str(self.root)
-        write_json(self.sweep_dir(state.name) / "sweep.json", {**asdict(state), "spec": state.spec.to_dict()})
+        write_json(self.sweep_dir(state.name) / "sweep.json", {**asdict(state), "spec": state.spec.to_dict(),
+                                                               "sessions": [s.as_dict() for s in state.sessions]})
 
     def _local_stores(self, state: SweepState) -> list[tuple[str, Path]]:
         """The stores of ``state`` that are files or folders on this machine, with their names."""
@@ -395,7 +433,7 @@ def listing(workspace: Workspace) -> list[Listed]:
         except ConfigError as exc:  # one sweep's missing stores do not hide the others
             rows.append(Listed(name, "unreadable", 0, {}, str(exc)))
             continue
-        last = state.sessions[-1] if state.sessions else {}
-        rows.append(Listed(name, last.get("outcome", "not started"), state.total_trials, last.get("trials", {}),
-                           state.file))
+        last = state.sessions[-1] if state.sessions else None
+        rows.append(Listed(name, last.outcome if last else "not started", state.total_trials,
+                           (last.trials if last else None) or {}, state.file))
     return rows
