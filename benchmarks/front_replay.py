@@ -3,7 +3,7 @@ the evidence table against the grid and random search.
 
 **The space**: the evidence table's 96 configurations at its three latent fractions (16 -> 8, 4 and
 2 tokens), the fraction a searched key (``model.latent_fraction``) beside the table's. A method
-proposes with the service's own sampler (``sweeps.stores.search.sampler``) for two objectives,
+proposes with the service's own sampler (``sweeps.stores.proposals.sampler``) for two objectives,
 validation accuracy (max) and the latent share (min; on this table the latent fraction, each
 latent token as wide as d_model); a proposal trains the table's nearest configuration at its
 fraction, to the end or until the service's multi-objective ASHA (``sweeps.running.schedulers.ParetoASHA``,
@@ -56,7 +56,7 @@ from seqae_core.pareto import hypervolume, ranks
 from sweeps.running.schedulers import ParetoASHA, stub_trial
 from sweeps.spec.sections import Objective
 from sweeps.spec.trial import TrialSpec
-from sweeps.stores.search import sampler
+from sweeps.stores.proposals import sampler
 
 WORKERS = 2
 # Shares of the grid front's test hypervolume: the frontier issue's 95%, to be reached for at most

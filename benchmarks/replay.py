@@ -2,7 +2,7 @@
 
 The evidence table (``benchmarks/evidence_table.py``) holds every epoch of 96 configurations at
 three latent fractions, trained from two seeds. A method is replayed against one seed's table:
-the service's own Optuna sampler (``sweeps.stores.search.sampler``; TPE as ``frontier.yaml`` pins it)
+the service's own Optuna sampler (``sweeps.stores.proposals.sampler``; TPE as ``frontier.yaml`` pins it)
 proposes over the table's grid, each proposal trains the nearest configuration of the table, the
 service's own ASHA or asynchronous Hyperband (``sweeps.running.schedulers.ResumableASHA``, the quickstart's
 grace 1 and factor 2) stops, and :data:`WORKERS` asynchronous one-CPU workers take the measured
@@ -70,7 +70,7 @@ from seqae_errors import ConfigError
 from sweeps.running.schedulers import RacingASHA, ResumableASHA, stub_trial
 from sweeps.spec import sweep as spec_lib
 from sweeps.spec.trial import TrialSpec
-from sweeps.stores.search import _suggest_one, sampler, shaped_like
+from sweeps.stores.proposals import _suggest_one, sampler, shaped_like
 
 WORKERS = 2
 # The evidence table's targets, registered before it was built: a configuration's best validation
@@ -180,7 +180,7 @@ def _spec(method: Method, seed: int, epochs: int) -> spec_lib.SweepSpec:
 
 
 def _sampler(method: Method, spec: spec_lib.SweepSpec) -> optuna.samplers.BaseSampler:
-    """The service's sampler for ``spec`` (:func:`sweeps.stores.search.sampler`), or for a GP the
+    """The service's sampler for ``spec`` (:func:`sweeps.stores.proposals.sampler`), or for a GP the
     one it builds for ``sampler: {type: gp}``: Optuna's GPSampler, seeded likewise."""
     if method.sampler == "gp":
         return optuna.samplers.GPSampler(seed=spec.sampler.seed, n_startup_trials=method.startup)
@@ -209,7 +209,7 @@ class Proposals:
 
     def ask(self, size: int = 1) -> list[tuple[Curve, optuna.Trial]]:
         """``size`` proposals, as the service fills a pack: the sampler's own first, then each of the
-        others with the first's shape fixed (:func:`sweeps.stores.search.shaped_like`), the earlier ones
+        others with the first's shape fixed (:func:`sweeps.stores.proposals.shaped_like`), the earlier ones
         pending while it is asked. Fresh: one at a time, none once every configuration is taken."""
         trial = self.study.ask()
         params = suggested(self.spec, trial)
@@ -258,7 +258,7 @@ def choices(method: Method, levels: tuple[Any, ...]) -> dict[str, Any]:
 
 def suggested(spec: spec_lib.SweepSpec, trial: optuna.Trial) -> dict[str, Any]:
     """The configuration ``trial`` proposes in ``spec``'s space, its keys in the service's order,
-    each suggested as the service suggests it (``sweeps.stores.search._suggest_one``)."""
+    each suggested as the service suggests it (``sweeps.stores.proposals._suggest_one``)."""
     params: dict[str, Any] = {}
     for key in spec.sampling_order():
         if spec.search[key].active(params):

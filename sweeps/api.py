@@ -39,9 +39,9 @@ if TYPE_CHECKING:
     from sweeps.results.watch import View
     from sweeps.running.lifecycle import TrialStop
     from sweeps.spec.sections import Distribution
+    from sweeps.stores.control_channel import Control
     from sweeps.stores.deletion import Deletion
     from sweeps.stores.queue import Place
-    from sweeps.stores.search import Control
     from sweeps.stores.shares import Quota
     from sweeps.stores.textmodel import LoadedModel
 

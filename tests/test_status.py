@@ -24,7 +24,8 @@ from sweeps.spec import sweep as spec_lib
 from sweeps.spec.sections import MAX_CONCURRENT
 from sweeps.stores.ledger import decide, settle
 from sweeps.stores.ownership import actor
-from sweeps.stores.search import Control, SweepStudy, open_study, read_only
+from sweeps.stores.control_channel import Control
+from sweeps.stores.search import SweepStudy, open_study, read_only
 from sweeps.stores.search import storage as optuna_storage
 from sweeps.stores.workspace import Backends, Listed, Submission, SweepState, Workspace, listing
 from tests.refusal import assert_refused

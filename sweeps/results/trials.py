@@ -18,7 +18,8 @@ from seqae_core.pareto import ranks
 from seqae_core.records import RecordStore
 from sweeps.spec.sweep import SweepSpec
 from sweeps.stores.ledger import Outcome, resource_seconds
-from sweeps.stores.search import SweepStudy, attempts, feasible, kept_record
+from sweeps.stores.continuations import attempts
+from sweeps.stores.search import SweepStudy, feasible, kept_record
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ from sweeps.spec import sweep as spec_lib
 from sweeps.spec.sections import MAX_CONCURRENT, MAX_TRIALS, check_limit
 from sweeps.stores import ownership
 from sweeps.stores.mlflow_access import check_credentials
-from sweeps.stores.search import Control, SweepStudy, open_study, read_only, study_exists
+from sweeps.stores.control_channel import Control
+from sweeps.stores.search import SweepStudy, open_study, read_only, study_exists
 from sweeps.stores.workspace import (
     DriverLock,
     SweepLocked,
