@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 import ray
@@ -16,6 +17,24 @@ import ray
 from seqae_errors import ConfigError
 from sweeps.spec import sweep as spec_lib
 from sweeps.stores.workspace import Backends
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The Ray cluster a driver joined (:func:`join`): the CPUs and GPUs of its largest alive node,
+    what one trial can get."""
+
+    cpus: float
+    gpus: float
+
+
+def join(home: Path, backends: Backends) -> Cluster:
+    """Connect to Ray (:func:`connect_ray`), refuse SQLite ``backends`` on a cluster of several
+    nodes (:func:`check_cluster`), and read what one trial can get: once per driver process, which
+    hands the :class:`Cluster` on rather than asking Ray again."""
+    connect_ray(home)
+    check_cluster(backends)
+    return Cluster(*cluster_capacity())
 
 
 def check_cluster(backends: Backends) -> None:
