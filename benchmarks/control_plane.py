@@ -67,7 +67,8 @@ from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT
 from sweeps.running.lifecycle import extend
 from sweeps.spec import sweep as spec_lib
 from sweeps.spec.sections import Distribution
-from sweeps.stores.search import directions_of, optuna_distribution, storage
+from sweeps.stores.proposals import optuna_distribution
+from sweeps.stores.search import directions_of, storage
 from sweeps.stores.workspace import Backends, SessionRecord, SweepState, Workspace
 
 REPO = Path(__file__).resolve().parents[1]

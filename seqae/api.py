@@ -39,11 +39,11 @@ if TYPE_CHECKING:
     from sweeps.results.plan import Forecast
     from sweeps.results.status import SweepStatus
     from sweeps.results.watch import View
-    from sweeps.running.lifecycle import TrialStop
+    from sweeps.running.lifecycle import Checked, TrialStop
     from sweeps.spec.sections import Distribution
+    from sweeps.stores.control_channel import Control
     from sweeps.stores.deletion import Deletion
     from sweeps.stores.queue import Place
-    from sweeps.stores.search import Control
     from sweeps.stores.shares import Quota
     from sweeps.stores.textmodel import LoadedModel
 
@@ -114,7 +114,7 @@ class Sweep:
         self.workspace = _workspace(workspace)
         self.submission: Submission | None = self.workspace.read_submission(name)
         if self.submission is None:
-            self.workspace.read(name)  # an unknown sweep is refused, naming it
+            self.workspace.known(name)  # an unknown sweep is refused, naming it (its record is read where it is used)
         self.name = name
         self.exit_code: int | None = None
 
@@ -133,6 +133,13 @@ class Sweep:
         ``--set``) and record it, without running it; ``backends`` may name ``storage``,
         ``mlflow_tracking_uri`` and ``optuna_storage`` (else the workspace's own). With ``or_resume``
         an existing sweep of that name is taken if the file still describes it."""
+        return cls._create(file, set, profile, name, workspace, or_resume, backends)[0]
+
+    @classmethod
+    def _create(cls, file: str | Path, set: Sequence[str], profile: str | None, name: str | None,
+                workspace: str | Path | Workspace | None, or_resume: bool,
+                backends: dict[str, str | None] | None) -> tuple[Sweep, Checked]:
+        """:meth:`create`'s sweep, with what creating it checked, which its first session here need not check again."""
         from sweeps.running import lifecycle
 
         place = _workspace(workspace)
@@ -141,8 +148,8 @@ class Sweep:
         unknown = sorted(overrides.keys() - frozenset(BACKENDS))
         if unknown:
             raise ConfigError(f"backends: unknown key {unknown[0]!r}; choose from {', '.join(BACKENDS)}")
-        created = lifecycle.create(place, str(file), name, sets, overrides, or_resume=or_resume)
-        return cls(created, place)
+        checked = lifecycle.create(place, str(file), name, sets, overrides, or_resume=or_resume)
+        return cls(checked.name, place), checked
 
     @classmethod
     def run(cls, file: str | Path, *, set: Sequence[str] = (), profile: str | None = None,
@@ -152,9 +159,8 @@ class Sweep:
         """:meth:`create` the sweep, then run its trials here (on the Ray that ``RAY_ADDRESS``
         names, else a local one) until it ends; ``allow_code_change``: as for :meth:`resume`, for
         an existing sweep that ``or_resume`` takes."""
-        sweep = cls.create(file, set=set, profile=profile, name=name, workspace=workspace, or_resume=or_resume,
-                           backends=backends)
-        return sweep._drive(check_file=False, verbose=verbose, allow_code_change=allow_code_change)
+        sweep, checked = cls._create(file, set, profile, name, workspace, or_resume, backends)
+        return sweep._drive(check_file=False, verbose=verbose, allow_code_change=allow_code_change, checked=checked)
 
     @classmethod
     def fork(cls, origin: str, file: str | Path, *, set: Sequence[str] = (),
@@ -183,14 +189,15 @@ class Sweep:
         record = submit.submit(place, str(file), name, _sets(set, profile), address)
         return cls(record.name, place)
 
-    def _drive(self, **how: bool) -> Sweep:
-        """Run the sweep's driver here until it ends; it calls the report handed to it as each session ends."""
+    def _drive(self, checked: Checked | None = None, **how: bool) -> Sweep:
+        """Run the sweep's driver here until it ends; it calls the report handed to it as each session ends.
+        ``checked``: what creating the sweep here just checked (:meth:`_create`)."""
         from dashboards.report import page
         from sweeps.results import eta
         from sweeps.running import driver
 
         with eta.publishing(self.workspace, self.name):  # its ETA in the cluster's queue while it runs
-            self.exit_code = driver.drive(self.workspace, self.name, report=page.build, **how)
+            self.exit_code = driver.drive(self.workspace, self.name, report=page.build, checked=checked, **how)
         return self
 
     def _submitted(self) -> Submission:

@@ -29,7 +29,7 @@ from seqae_core import config as config_lib
 from seqae_core.config import KEYS
 from seqae_errors import ConfigError
 from sweeps.spec import sweep as spec_lib
-from sweeps.stores import search
+from sweeps.stores import proposals
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # TPE's pinned settings
 
@@ -221,7 +221,7 @@ def check_spec(spec: spec_lib.SweepSpec) -> None:
     assert spec_lib.parse(spec.to_dict(), spec.source) == spec
     spec.notes()
     spec.fingerprint()
-    search.sampler(spec, spec.planned_trials())
+    proposals.sampler(spec, spec.planned_trials())
 
 
 @pytest.fixture(scope="module")

@@ -67,7 +67,8 @@ RAY_TUNE_HOMES = ("sweeps/running/ray_private.py", "sweeps/running/trial.py", "s
 # reading its results, then the API over them.
 SWEEP_ORDER = [
     "spec.overrides", "spec.messages", "spec.sections", "spec.space", "spec.sweep", "spec.trial",
-    "stores.ownership", "stores.workspace", "stores.outages", "stores.study_storage", "stores.shares", "stores.queue", "stores.narrowing", "stores.search", "stores.retention", "stores.ledger",
+    "stores.ownership", "stores.workspace", "stores.outages", "stores.study_storage", "stores.shares", "stores.queue", "stores.narrowing",
+    "stores.study_trials", "stores.control_channel", "stores.continuations", "stores.proposals", "stores.forks", "stores.search", "stores.retention", "stores.ledger",
     "stores.writer", "stores.mlflow_access", "stores.mlflow_runs", "stores.textmodel", "stores.tracking",
     "stores.deletion",
     "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_private", "running.ray_connection", "running.slots",

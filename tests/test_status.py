@@ -22,9 +22,10 @@ from sweeps.results.trials import read_trials
 from sweeps.running import lifecycle
 from sweeps.spec import sweep as spec_lib
 from sweeps.spec.sections import MAX_CONCURRENT
+from sweeps.stores.control_channel import Control
 from sweeps.stores.ledger import decide, settle
 from sweeps.stores.ownership import actor
-from sweeps.stores.search import Control, SweepStudy, open_study, read_only
+from sweeps.stores.search import SweepStudy, open_study, read_only
 from sweeps.stores.search import storage as optuna_storage
 from sweeps.stores.workspace import Backends, Listed, SessionRecord, Submission, SweepState, Workspace, listing
 from tests.conftest import WIKI_MINI

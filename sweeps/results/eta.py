@@ -47,8 +47,9 @@ from seqae_core.records import RecordStore, TrialProgress
 from sweeps.spec.sections import SchedulerSection
 from sweeps.spec.sweep import trial_layers
 from sweeps.stores.queue import Queue
-from sweeps.stores.search import FINAL, read_only
+from sweeps.stores.search import read_only
 from sweeps.stores.shares import Share
+from sweeps.stores.study_trials import FINAL
 from sweeps.stores.workspace import SweepState, Workspace
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,8 @@ from typing import Any
 from sweeps.results.trials import Trial, read_trials, unreadable
 from sweeps.spec import sweep as spec_lib
 from sweeps.stores import queue
-from sweeps.stores.search import Control, read_only
+from sweeps.stores.control_channel import Control
+from sweeps.stores.search import read_only
 from sweeps.stores.workspace import Backends, Job, Workspace, redact
 
 # A running sweep's trials that Optuna holds RUNNING but that do not train (sweeps.stores.queue):

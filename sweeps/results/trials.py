@@ -17,8 +17,9 @@ from seqae_core import names as N
 from seqae_core.pareto import ranks
 from seqae_core.records import RecordStore
 from sweeps.spec.sweep import SweepSpec
+from sweeps.stores.continuations import attempts
 from sweeps.stores.ledger import Outcome, resource_seconds
-from sweeps.stores.search import SweepStudy, attempts, feasible, kept_record
+from sweeps.stores.search import SweepStudy, feasible, kept_record
 
 
 @dataclass(frozen=True)

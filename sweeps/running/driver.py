@@ -29,15 +29,9 @@ from seqae_core import names as N
 from seqae_core.device import describe_precision
 from seqae_errors import ConfigError, StorageUnreachable
 from sweeps.running import progress, provenance, runner, stoppers
-from sweeps.running.lifecycle import load_spec
+from sweeps.running.lifecycle import Checked, load_spec
 from sweeps.running.notify import Notifier, resolve
-from sweeps.running.ray_connection import (
-    check_cluster,
-    check_resources,
-    cluster_capacity,
-    cluster_totals,
-    connect_ray,
-)
+from sweeps.running.ray_connection import Cluster, check_resources, cluster_totals, join
 from sweeps.running.slots import Slots
 from sweeps.running.sweep_data import prepare_data, published_data
 from sweeps.running.trial import LOGICAL_GPUS
@@ -77,15 +71,17 @@ class Session:
     published: dict[Any, str]  # the data entries published for the trials' nodes (none: they read the driver's cache)
     record: SessionRecord  # this session's entry in sweep.json
     notifier: Notifier
+    cluster: Cluster | None = None  # the Ray cluster it joined, once it joined one (ray_connection.join)
     slots: Slots | None = None  # its seat in the cluster's queue, once its trials run
 
 
 def drive(workspace: Workspace, name: str, *, report: Report | None, check_file: bool = True, verbose: bool = False,
-          extending: bool = False, allow_code_change: bool = False) -> int:
+          extending: bool = False, allow_code_change: bool = False, checked: Checked | None = None) -> int:
     """Run what is left of a sweep: open its stores, reconcile them, run the trials, close the books
     and write its ``report`` (None: none). ``extending`` (`seqae sweep extend --epochs`) keeps a
-    stopped sweep stopped: only the trials it reopened run."""
-    workspace.read(name)  # an unknown sweep is refused before anything is written
+    stopped sweep stopped: only the trials it reopened run. ``checked``: what creating the sweep
+    in this process just checked (:func:`sweeps.running.lifecycle.create`), not checked again."""
+    workspace.known(name)  # an unknown sweep is refused before anything is written
     workspace.check_writable()
     # `ray job stop` and service managers send SIGTERM: stop as gracefully as on Ctrl-C.
     signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
@@ -93,7 +89,7 @@ def drive(workspace: Workspace, name: str, *, report: Report | None, check_file:
         session: Session | None = None
         writer: Writer | None = None
         try:
-            session = open_session(workspace, name, check_file, allow_code_change)
+            session = open_session(workspace, name, check_file, allow_code_change, checked)
             writer = Writer(unreachable, session.tracker.note_outage)
             notes = ledger.reconcile_study(session.study, session.backends.storage, not extending)
             notes += waiting_for_mlflow(session.backends.mlflow_tracking_uri, "reconciling the trials' runs",
@@ -131,20 +127,24 @@ def how_to_go_on(session: Session, outcome: str) -> str:
     return f"continue it with `seqae sweep resume {name}`"
 
 
-def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_change: bool = False) -> Session:
-    """The sweep's record, its data (prepared once), its Optuna study and its MLflow runs. Refused
-    when the code changed since the sweep's last session, unless ``allow_code_change``."""
+def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_change: bool = False,
+                 checked: Checked | None = None) -> Session:
+    """The sweep's record (read once, under the sweep's lock), its data (prepared once), its Optuna
+    study and its MLflow runs. Refused when the code changed since the sweep's last session, unless
+    ``allow_code_change``. What ``checked`` holds was checked in this process and is not again."""
     state = workspace.read(name)
     user = ownership.check(name, state.owner, "drive")  # its owner, or an admin, who is told whose sweep it drives
     if user != ownership.actor():
         progress.say(f"seqae: {user} drives it")
-    spec = load_spec(state, check_file)
+    checked = checked or Checked(name)
+    spec = load_spec(state, check_file, current=checked.spec)
     code, change = check_code(state, allow_code_change)
     backends = state.backends
-    check_credentials(backends.mlflow_tracking_uri)  # before the data is prepared, which may take minutes
-    if os.environ.get("RAY_ADDRESS"):
-        connect_ray(workspace.root)
-        check_cluster(backends)
+    if checked.mlflow != backends.mlflow_tracking_uri:
+        check_credentials(backends.mlflow_tracking_uri)  # before the data is prepared, which may take minutes
+    cluster = checked.cluster
+    if cluster is None and os.environ.get("RAY_ADDRESS"):
+        cluster = join(workspace.root, backends)
     started = time.time()
     epochs, entries, published = prepare_data(spec, str(workspace.cache_dir),
                                               published_data(workspace, backends.storage))
@@ -167,7 +167,7 @@ def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_c
                            job=os.environ.get("RAY_JOB_ID"))
     notifier = Notifier(name, resolve(list(spec.notify.urls) if spec.notify else []),
                         spec.notify.events if spec.notify else EVENTS)
-    return Session(state, spec, backends, study, tracker, epochs, data_seconds, published, record, notifier)
+    return Session(state, spec, backends, study, tracker, epochs, data_seconds, published, record, notifier, cluster)
 
 
 def check_code(state: SweepState, allow_code_change: bool) -> tuple[provenance.Code, str | None]:
@@ -203,8 +203,8 @@ def run(workspace: Workspace, session: Session, writer: Writer, verbose: bool) -
               "CPU and says so (a rehearsal of GPU scheduling)")
     session.record.interrupted = False
     if todo:
-        connect_ray(workspace.root)
-        check_resources(spec, *cluster_capacity())
+        session.cluster = session.cluster or join(workspace.root, session.backends)  # a local Ray starts here
+        check_resources(spec, session.cluster.cpus, session.cluster.gpus)
         session.slots = Slots(Queue(session.backends.optuna_storage), state.study_name, state.owner or ownership.actor(),
                               spec.priority or 0, study.control().max_concurrent or spec.max_concurrent,
                               spec.resources.cpu, spec.resources.gpu, state.total_trials, state.total_trials - todo,

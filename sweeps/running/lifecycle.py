@@ -21,18 +21,14 @@ from seqae_core.metrics import epoch_text
 from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
 from sweeps.running.progress import say
-from sweeps.running.ray_connection import (
-    check_cluster,
-    check_resources,
-    cluster_capacity,
-    connect_ray,
-)
+from sweeps.running.ray_connection import Cluster, check_resources, join
 from sweeps.running.sweep_data import check_data
 from sweeps.spec import sweep as spec_lib
 from sweeps.spec.sections import MAX_CONCURRENT, MAX_TRIALS, check_limit
 from sweeps.stores import ownership
+from sweeps.stores.control_channel import Control
 from sweeps.stores.mlflow_access import check_credentials
-from sweeps.stores.search import Control, SweepStudy, open_study, read_only, study_exists
+from sweeps.stores.search import SweepStudy, open_study, read_only, study_exists
 from sweeps.stores.workspace import (
     DriverLock,
     SweepLocked,
@@ -44,9 +40,23 @@ from sweeps.stores.workspace import (
 )
 
 
+@dataclass(frozen=True)
+class Checked:
+    """What :func:`create` checked of sweep ``name`` in this process, which the session that runs
+    it next, here, does not check again (:func:`sweeps.running.driver.drive`): the sweep file's
+    ``spec`` as loaded, its trial configs built under this code (None: not loaded here), MLflow's
+    credentials at ``mlflow`` (None: not checked), and the Ray ``cluster`` joined (None: none yet)."""
+
+    name: str
+    spec: spec_lib.SweepSpec | None = None
+    mlflow: str | None = None
+    cluster: Cluster | None = None
+
+
 def create(workspace: Workspace, file: str, name: str | None, sets: list[str], overrides: dict[str, str | None],
-           or_resume: bool = False) -> str:
-    """Validate a sweep file and record a new sweep; returns its name. Nothing is created on error.
+           or_resume: bool = False) -> Checked:
+    """Validate a sweep file and record a new sweep; returns its name with what was checked. Nothing
+    is created on error.
 
     With ``or_resume``, an existing sweep of that name is accepted if the file still describes it."""
     file = str(Path(file).resolve())
@@ -56,8 +66,9 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
     if or_resume and workspace.exists(name):
         state = workspace.read(name)
         ownership.check(name, state.owner, "resume")
-        load_spec(state, check_file=True)
-        return name
+        loaded = spec if (file, list(sets)) == (state.file, state.sets) else None  # the file as the sweep reads it
+        load_spec(state, check_file=True, current=loaded)
+        return Checked(name, loaded)
     if workspace.exists(name):
         state = workspace.read(name)
         raise ConfigError(
@@ -69,10 +80,10 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
     backends = resolve_backends(workspace, name, overrides)
 
     check_credentials(backends.mlflow_tracking_uri)
+    cluster = None
     if os.environ.get("RAY_ADDRESS"):
-        connect_ray(workspace.root)
-        check_cluster(backends)
-        check_resources(spec, *cluster_capacity())
+        cluster = join(workspace.root, backends)
+        check_resources(spec, cluster.cpus, cluster.gpus)
     else:
         check_resources(spec, float(os.cpu_count() or 1), float(torch.cuda.device_count()))
     check_data(spec)
@@ -92,7 +103,7 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
         workspace.write(state)
     for note in spec.notes():
         say(f"seqae: note: {note}")
-    return name
+    return Checked(name, spec, backends.mlflow_tracking_uri, cluster)
 
 
 def fork(workspace: Workspace, origin: str, file: str, name: str | None, sets: list[str],
@@ -105,7 +116,7 @@ def fork(workspace: Workspace, origin: str, file: str, name: str | None, sets: l
     if [(o.metric, o.mode) for o in spec_lib.load(file, sets).objectives] != objectives:
         raise ConfigError(f"{file} optimizes something else than sweep {origin!r} ({objectives}); a fork keeps "
                           "the objectives, or the seeded values would mean something else")
-    name = create(workspace, file, name, sets, overrides)
+    name = create(workspace, file, name, sets, overrides).name
     state = workspace.read(name)
     state.forked_from = origin
     workspace.write(state)
@@ -157,19 +168,21 @@ def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, dic
     return points
 
 
-def load_spec(state: SweepState, check_file: bool) -> spec_lib.SweepSpec:
+def load_spec(state: SweepState, check_file: bool, current: spec_lib.SweepSpec | None = None) -> spec_lib.SweepSpec:
     """The stored spec, its warm start's configurations among its starting points (after the
-    file's own); with ``check_file``, refuse if the sweep file now says something else."""
+    file's own); with ``check_file``, refuse if the sweep file now says something else.
+    ``current``: the sweep file as this process loaded it (with the sweep's overrides) just now,
+    which is not read again; its trial configs were checked as it loaded (:func:`spec_lib.parse`)."""
     stored = state.spec
-    spec_lib.check_trial_configs(stored)  # under this code, which may have changed since the sweep was created
-    if check_file and Path(state.file).exists():
+    if current is None and check_file and Path(state.file).exists():
         current = spec_lib.load(state.file, state.sets)
-        changes = spec_lib.diff(stored, current)
-        if changes:
-            raise ConfigError(
-                f"{state.file} changed since sweep {state.name!r} started, so resuming would mix two sweeps:\n"
-                f"{changes}\nrestore the file, or run the new version under another --name"
-            )
+    if current is None:
+        spec_lib.check_trial_configs(stored)  # under this code, which may have changed since the sweep was created
+    elif changes := spec_lib.diff(stored, current):  # none: the stored spec is the one checked as it loaded
+        raise ConfigError(
+            f"{state.file} changed since sweep {state.name!r} started, so resuming would mix two sweeps:\n"
+            f"{changes}\nrestore the file, or run the new version under another --name"
+        )
     return stored.model_copy(update={"start": {**stored.start, **state.warm_starts}}) if state.warm_starts else stored
 
 

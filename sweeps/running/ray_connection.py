@@ -9,6 +9,7 @@ import logging
 import os
 import re
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 import ray
@@ -19,12 +20,31 @@ from sweeps.spec import sweep as spec_lib
 from sweeps.stores.workspace import Backends
 
 
-def check_cluster(backends: Backends) -> None:
-    """Refuse SQLite backends when the Ray cluster has more than one node."""
+@dataclass(frozen=True)
+class Cluster:
+    """The Ray cluster a driver joined (:func:`join`): the CPUs and GPUs of its largest alive node,
+    what one trial can get."""
+
+    cpus: float
+    gpus: float
+
+
+def join(home: Path, backends: Backends) -> Cluster:
+    """Connect to Ray (:func:`connect_ray`), refuse SQLite ``backends`` on a cluster of several
+    nodes (:func:`check_cluster`), and read what one trial can get, from one read of Ray's nodes:
+    once per driver process, which hands the :class:`Cluster` on rather than asking Ray again."""
+    connect_ray(home)
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    if len(nodes) > 1 and backends.local:
+    check_cluster(len(nodes), backends)
+    resources = [n["Resources"] for n in nodes]
+    return Cluster(max(r.get("CPU", 0.0) for r in resources), max(r.get("GPU", 0.0) for r in resources))
+
+
+def check_cluster(nodes: int, backends: Backends) -> None:
+    """Refuse SQLite backends when the Ray cluster has more than one node (``nodes`` alive)."""
+    if nodes > 1 and backends.local:
         raise ConfigError(
-            f"this Ray cluster has {len(nodes)} nodes, but the sweep would keep MLflow or Optuna in SQLite files "
+            f"this Ray cluster has {nodes} nodes, but the sweep would keep MLflow or Optuna in SQLite files "
             "on the driver's disk: trials on other nodes could not be tracked, and SQLite locks under concurrent "
             "writers. Start an MLflow server and a PostgreSQL database (`seqae cluster up` does both) and set "
             "SEQAE_MLFLOW_TRACKING_URI and SEQAE_OPTUNA_STORAGE."
@@ -42,12 +62,6 @@ def check_resources(spec: spec_lib.SweepSpec, cpus: float, gpus: float) -> None:
                           "ones, `seqae cluster up --gpus-per-worker N`, and set SEQAE_LOGICAL_GPUS=1)")
     if spec.resources.cpu > cpus:
         raise ConfigError(f"{spec.source}: resources.cpu={spec.resources.cpu} per trial, but only {cpus:g} CPUs are available")
-
-
-def cluster_capacity() -> tuple[float, float]:
-    """(CPUs, GPUs) of the largest alive node of the connected Ray cluster: what one trial can get."""
-    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
-    return max(n.get("CPU", 0.0) for n in nodes), max(n.get("GPU", 0.0) for n in nodes)
 
 
 def cluster_totals() -> tuple[float, float]:

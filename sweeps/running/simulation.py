@@ -22,7 +22,8 @@ import optuna
 from sweeps.running.schedulers import Rungs, rungs_for, stub_trial
 from sweeps.spec.sweep import SweepSpec, cell_configs, parse
 from sweeps.spec.trial import TrialSpec
-from sweeps.stores.search import _suggest_one, directions_of, sampler, shaped_like
+from sweeps.stores.proposals import _suggest_one, sampler, shaped_like
+from sweeps.stores.search import directions_of
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ class Distribution(Section):
 
     def value_of(self, recorded: Any) -> Any:
         """The config value of what an Optuna study recorded for this key: an ordered choice's
-        position there (:func:`sweeps.stores.search.optuna_distribution`), any other key's value."""
+        position there (:func:`sweeps.stores.proposals.optuna_distribution`), any other key's value."""
         return self.choices[recorded] if self.type == "ordered" else recorded
 
     def recorded(self, value: Any) -> Any:

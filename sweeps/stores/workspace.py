@@ -258,12 +258,16 @@ class Workspace:
     def exists(self, name: str) -> bool:
         return (self.sweep_dir(name) / "sweep.json").exists()
 
-    def read(self, name: str) -> SweepState:
-        path = self.sweep_dir(name) / "sweep.json"
-        if not path.exists():
+    def known(self, name: str) -> None:
+        """Refuse sweep ``name`` unless this workspace holds it, naming those it holds: a check that
+        reads no record (:meth:`read` reads it)."""
+        if not self.exists(name):
             known = ", ".join(self.names()) or "none"
             raise ConfigError(f"no sweep named {name!r} in {self.root} (sweeps there: {known})")
-        document = json.loads(path.read_text())
+
+    def read(self, name: str) -> SweepState:
+        self.known(name)
+        document = json.loads((self.sweep_dir(name) / "sweep.json").read_text())
         document.pop("job", None)  # always None where older versions wrote it: a submission has its own record
         state = SweepState(**{**document, "spec": validate(document["spec"], document["file"]),
                               "backends": Backends(**document["backends"]),
