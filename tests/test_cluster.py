@@ -284,7 +284,6 @@ def delete_then_gc(cluster, name: str, workspace: str, experiment_id: str, optun
                            {"e": int(experiment_id)}).scalars()}
         ids |= set(db.execute(sa.text("SELECT input_uuid FROM inputs WHERE destination_id = ANY(:ids) "
                                       "OR source_id = ANY(:ids)"), {"ids": sorted(ids)}).scalars())
-        census = db.execute(sa.text("SELECT experiment_id, lifecycle_stage, count(*) FROM runs GROUP BY 1, 2")).all()
     before = rows(ids)
     artifacts = Path(artifact_store.artifact_root(cluster["env"]["SEQAE_STORAGE"])) / experiment_id
     assert all(before[t] for t in ("runs", "metrics", "params", "tags", "experiments", "logged_models")), before
@@ -296,14 +295,12 @@ def delete_then_gc(cluster, name: str, workspace: str, experiment_id: str, optun
     assert "stay marked deleted" in deleted.stdout and "`seqae cluster gc`" in deleted.stdout, deleted.stdout
     assert not [p for p in artifacts.rglob("*") if p.is_file()]  # through the server, at once
     assert rows(ids)["runs"] == before["runs"]  # marked deleted, for the admin
-    with engine.connect() as db:
-        census2 = db.execute(sa.text("SELECT experiment_id, lifecycle_stage, run_uuid FROM runs")).all()
 
     purged = seqae("cluster", "gc", "--dir", str(cluster["root"]), unset=("PGPASSFILE", "MLFLOW_TRACKING_PASSWORD"))
     assert purged.returncode == 0, purged.stdout + purged.stderr
     print(purged.stdout)
     assert rows(ids) == dict.fromkeys(MLFLOW_TABLES, 0), rows(ids)
-    assert f"runs           {before['runs']}" in purged.stdout and "experiments    1" in purged.stdout, (purged.stdout, census, census2, before)
+    assert f"runs           {before['runs']}" in purged.stdout and "experiments    1" in purged.stdout, purged.stdout
     assert not [p for p in artifacts.rglob("*") if p.is_file()]
     engine.dispose()
     with pytest.MonkeyPatch.context() as mp:

@@ -394,12 +394,13 @@ def _gc(uri: str, runs: list[str], logged_models: list[str], experiments: list[s
     (each already marked deleted): their artifacts, resolved against ``tracking`` (default: ``uri``;
     a server's ``mlflow-artifacts:/`` URIs need the server's), then their rows. Through the body of
     MLflow's command, which takes the lists as they are: the command reads a kind left out as
-    every one marked deleted in the store, not none. Its lines (one per thing) are not the
+    every one marked deleted in the store, not none (and it extends the list of runs it is given
+    with the experiments' runs: it gets a copy). Its lines (one per thing) are not the
     user's: the caller says what went."""
 
 
     with fluent_uri(tracking or uri), contextlib.redirect_stdout(io.StringIO()):
-        _gc_tracking_resources(_client(uri)._tracking_client.store, run_ids=runs, experiment_ids=experiments,
+        _gc_tracking_resources(_client(uri)._tracking_client.store, run_ids=list(runs), experiment_ids=experiments,
                                logged_model_ids=logged_models, older_than=None, time_delta=0,
                                skip_experiments=not experiments, skip_logged_models=False)
 
