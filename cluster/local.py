@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -368,6 +369,31 @@ def add_user(root: Path, name: str) -> tuple[Path, str]:
         raise ConfigError(f"no cluster was started from {root.resolve()}")
     exports = environment(state)
     return accounts.add_user(state, name, exports), accounts.tunnel_command(state, exports)
+
+
+@dataclass(frozen=True)
+class MlflowStore:
+    """What the cluster's admin needs to purge in MLflow's own database (``seqae cluster gc``): its
+    backend URI (role ``seqae_mlflow``), the server (whose ``mlflow-artifacts:/`` URIs resolve
+    there) and the environment that signs in to both: the role's pgpass file, the admin's MLflow
+    name and password."""
+
+    backend_uri: str
+    tracking_uri: str
+    env: dict[str, str]
+
+
+def mlflow_store(root: Path) -> MlflowStore:
+    """The MLflow store of the cluster started from ``root``, whose server must be running."""
+    state = read_state(root.resolve())
+    if state is None:
+        raise ConfigError(f"no cluster was started from {root.resolve()}")
+    if not _liveness(state)["mlflow"]:
+        raise ConfigError(f"the MLflow server of {root.resolve()} is not running: `seqae cluster up --dir {root}` "
+                          "(or `services`) first")
+    pg = postgres.Postgres(**state["postgres"])
+    return MlflowStore(pg.url("mlflow"), f"http://127.0.0.1:{state['mlflow']['port']}",
+                       {"PGPASSFILE": pg.pgpass_of("mlflow"), **mlflow_credentials(state)})
 
 
 def status(root: Path) -> dict[str, Any]:

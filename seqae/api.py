@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from sweeps.running.lifecycle import Checked, TrialStop
     from sweeps.spec.sections import Distribution
     from sweeps.stores.control_channel import Control
-    from sweeps.stores.deletion import Deletion
+    from sweeps.stores.deletion import Deletion, Purged
     from sweeps.stores.queue import Place
     from sweeps.stores.shares import Quota
     from sweeps.stores.textmodel import LoadedModel
@@ -495,6 +495,15 @@ def set_quota(user: str, cpus: float | None = None, gpus: float | None = None,
         if value is not None and value < 0:
             raise ConfigError(f"{flag} {value}: a quota is zero or more")
     return Queue(_queue_url(_workspace(workspace))).set_quota(user, Quota(cpus, gpus))
+
+
+def purge_deleted(backend_uri: str, tracking_uri: str) -> Purged:
+    """For a tracking server's admin, with its database's credentials: purge the rows (and any
+    artifact left) of the sweeps ``Sweep.delete`` deleted through the server at ``tracking_uri``
+    (:func:`sweeps.stores.deletion.purge_marked`)."""
+    from sweeps.stores import deletion
+
+    return deletion.purge_marked(backend_uri, tracking_uri)
 
 
 def _queue_url(workspace: Workspace, name: str | None = None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 SWEEP = "seqae.sweep"  # experiment and runs: the sweep's name
 OWNER = "seqae.owner"  # experiment, runs, registered model and study (a user attribute): the user the sweep belongs to
 FINGERPRINT = "seqae.fingerprint"  # experiment and study: the sweep file's fingerprint (one sweep per experiment)
+DELETED = "seqae.deleted"  # experiment: `seqae sweep delete` deleted its sweep through a tracking server, whose rows wait for `seqae cluster gc`
 ROLE = "seqae.role"  # the sweep's parent run: "sweep"
 ROLE_SWEEP = "sweep"
 TRIAL = "seqae.trial"  # a trial's run: the Optuna trial number

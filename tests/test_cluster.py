@@ -247,6 +247,66 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
         assert secret not in logs and secret not in json.dumps(job_env)
         assert not [p for p in ray_logs if secret.encode() in p.read_bytes()]  # nor any of Ray's logs
 
+    delete_then_gc(cluster, "spread", laptop, info["mlflow_experiment_id"], storage)
+
+
+# MLflow's tables that hold a sweep's rows, and the columns that name its experiment, runs, logged
+# models and dataset links
+MLFLOW_TABLES = {"experiments": ("experiment_id",), "experiment_tags": ("experiment_id",), "runs": ("run_uuid",),
+                 "metrics": ("run_uuid",), "latest_metrics": ("run_uuid",), "params": ("run_uuid",),
+                 "tags": ("run_uuid",), "inputs": ("source_id", "destination_id"), "input_tags": ("input_uuid",),
+                 "logged_models": ("model_id", "experiment_id")}
+
+
+def delete_then_gc(cluster, name: str, workspace: str, experiment_id: str, optuna_storage: str) -> None:
+    """The sweep's user deletes it (`--models`: its registered version too): the artifacts go
+    through the server, the rows stay marked deleted and the delete says so; the cluster's admin's
+    `seqae cluster gc` then purges them: no row of MLflow's tables names it, no artifact file of it
+    is left, its study is gone."""
+    import sqlalchemy as sa
+
+    from cluster import artifact_store
+
+    pg = postgres_of(cluster)
+    engine = sa.create_engine(pg.url("mlflow"), connect_args={"passfile": pg.pgpass_of("mlflow")})
+
+    def rows(ids: set[str]) -> dict[str, int]:
+        with engine.connect() as db:
+            return {table: db.execute(sa.text(f"SELECT count(*) FROM {table} WHERE "  # noqa: S608 - names are ours
+                                              + " OR ".join(f"{c}::text = ANY(:ids)" for c in columns)),
+                                      {"ids": sorted(ids)}).scalar_one()
+                    for table, columns in MLFLOW_TABLES.items()}
+
+    with engine.connect() as db:
+        ids = {experiment_id, *db.execute(sa.text("SELECT run_uuid FROM runs WHERE experiment_id = :e"),
+                                          {"e": int(experiment_id)}).scalars(),
+               *db.execute(sa.text("SELECT model_id FROM logged_models WHERE experiment_id = :e"),
+                           {"e": int(experiment_id)}).scalars()}
+        ids |= set(db.execute(sa.text("SELECT input_uuid FROM inputs WHERE destination_id = ANY(:ids) "
+                                      "OR source_id = ANY(:ids)"), {"ids": sorted(ids)}).scalars())
+    before = rows(ids)
+    artifacts = Path(artifact_store.artifact_root(cluster["env"]["SEQAE_STORAGE"])) / experiment_id
+    assert all(before[t] for t in ("runs", "metrics", "params", "tags", "experiments", "logged_models")), before
+    assert any(p.is_file() for p in artifacts.rglob("*"))
+
+    deleted = seqae("sweep", "delete", name, "--models", "--workspace", workspace, env=cluster["env"])
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    print(deleted.stdout)
+    assert "stay marked deleted" in deleted.stdout and "`seqae cluster gc`" in deleted.stdout, deleted.stdout
+    assert not [p for p in artifacts.rglob("*") if p.is_file()]  # through the server, at once
+    assert rows(ids)["runs"] == before["runs"]  # marked deleted, for the admin
+
+    purged = seqae("cluster", "gc", "--dir", str(cluster["root"]), unset=("PGPASSFILE", "MLFLOW_TRACKING_PASSWORD"))
+    assert purged.returncode == 0, purged.stdout + purged.stderr
+    print(purged.stdout)
+    assert rows(ids) == dict.fromkeys(MLFLOW_TABLES, 0), rows(ids)
+    assert f"runs           {before['runs']}" in purged.stdout and "experiments    1" in purged.stdout, purged.stdout
+    assert not [p for p in artifacts.rglob("*") if p.is_file()]
+    engine.dispose()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGPASSFILE", cluster["env"]["PGPASSFILE"])
+        assert name not in optuna.get_all_study_names(optuna_storage)
+
 
 def test_a_submitted_sweep_goes_on_after_its_code_changed_only_with_consent(cluster, tmp_path):
     """An upgrade (issue 79): a sweep submitted from a clone is stopped after its first trial, then a

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import gc
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,8 @@ def cmd_sweep_delete(args: argparse.Namespace) -> int:
         print("  " + _part(part))
     for part in done.kept:
         print("  kept: " + _part(part))
+    if done.pending:
+        print(f"  left: {done.pending}")
     return 0
 
 
@@ -301,6 +304,27 @@ def cmd_cluster_add_user(args: argparse.Namespace) -> int:
     print(f"MLflow user {args.user!r} created; their password, the Ray token and the studies' pgpass are in {folder} "
           f"(mode 600). Give them that folder; on their machine: {tunnel} (the dashboard, MLflow and PostgreSQL, "
           f"on the head's loopback), then source {folder.name}/env.sh")
+    return 0
+
+
+def cmd_cluster_gc(args: argparse.Namespace) -> int:
+    from cluster import local  # the cluster's processes, only for `seqae cluster`
+
+    store = local.mlflow_store(Path(args.dir))
+    saved = {k: os.environ.get(k) for k in store.env}
+    os.environ.update(store.env)  # MLflow's role and admin, for the purge only: MLflow reads them from here
+    try:
+        purged = api.purge_deleted(store.backend_uri, store.tracking_uri)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                del os.environ[key]
+            else:
+                os.environ[key] = value
+    print(f"purged from {store.backend_uri}, what `seqae sweep delete` marked deleted:")
+    print(f"  runs           {purged.runs:,}  (their metrics, params, tags, dataset links and any artifact left)")
+    print(f"  logged models  {purged.logged_models:,}")
+    print(f"  experiments    {purged.experiments:,}")
     return 0
 
 

@@ -10,6 +10,7 @@ from seqae.cli.commands import (
     cmd_cluster_add_user,
     cmd_cluster_check_launcher,
     cmd_cluster_down,
+    cmd_cluster_gc,
     cmd_cluster_queue,
     cmd_cluster_quota,
     cmd_cluster_status,
@@ -249,7 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     for verb, text in (("up", "start a head and worker raylets on loopback, PostgreSQL and an MLflow server"),
                        ("services", "start only PostgreSQL and an MLflow server (beside a launcher's Ray head)"),
                        ("down", "stop what `up` started (the data stays)"), ("status", "what is running"),
-                       ("add-user", "an MLflow account for a user, and the folder with what they need to submit")):
+                       ("add-user", "an MLflow account for a user, and the folder with what they need to submit"),
+                       ("gc", "purge from MLflow's database the rows of the sweeps `seqae sweep delete` deleted through "
+                              "its server (an admin, where the cluster's files are)")):
         sub = clusters.add_parser(verb, help=text)
         sub.add_argument("--dir", default=".seqae-cluster", help="the cluster's folder (default: ./.seqae-cluster)")
         if verb == "up":
@@ -270,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
         if verb == "add-user":
             sub.add_argument("user", help="the user's name (lower-case letters, digits, '.', '_', '-')")
         handlers = {"up": cmd_cluster_up, "services": cmd_cluster_up, "down": cmd_cluster_down,
-                    "status": cmd_cluster_status, "add-user": cmd_cluster_add_user}
+                    "status": cmd_cluster_status, "add-user": cmd_cluster_add_user, "gc": cmd_cluster_gc}
         sub.set_defaults(handler=handlers[verb])
     queue = with_workspace(clusters.add_parser("queue", help="every sweep on the cluster: its user, priority, "
                                                             "weight, state, slots held / share / quota, trials done, "

@@ -11,9 +11,11 @@ What a sweep writes, and how each part goes:
   logged models of registered versions: MLflow's own ``delete_run`` only marks a run deleted and
   leaves its artifacts (mlflow/mlflow#14988), so they are marked deleted and then purged by
   ``mlflow gc``, which deletes each one's artifacts through its artifact repository (a folder,
-  S3, ...) and then its rows. A tracking server's database is out of reach from here: there the
-  artifacts are deleted through the server and the rows stay marked deleted for the server's
-  own ``mlflow gc``;
+  S3, ...) and then its rows. A tracking server's database is out of reach from here (least
+  privilege: a user holds no database credentials): there the artifacts are deleted through the
+  server, the experiment is tagged :data:`~seqae_core.names.DELETED`, and the rows stay marked
+  deleted until the cluster's admin runs ``seqae cluster gc`` (:func:`purge_marked`) where the
+  database's credentials are;
 - a registered model version of its trials is kept (and with it its logged model and the
   experiment that holds it) unless ``models``;
 - its data-cache entries, those no other sweep of the workspace uses.
@@ -37,7 +39,7 @@ import optuna
 import pyarrow.fs as pafs
 import sqlalchemy as sa
 from filelock import FileLock, Timeout
-from mlflow.cli import gc
+from mlflow.cli import _gc_tracking_resources
 from mlflow.entities import ViewType
 from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 from mlflow.store.tracking.dbmodels.models import SqlInput, SqlInputTag
@@ -79,6 +81,7 @@ class Deletion:
     dry_run: bool
     removed: tuple[Part, ...]
     kept: tuple[Part, ...] = ()
+    pending: str = ""  # what is left for someone else to remove (a tracking server's rows), and who does it
 
     @property
     def bytes(self) -> int:
@@ -96,6 +99,7 @@ class _Mlflow:
     uri: str
     experiment_id: str | None = None
     experiment_location: str | None = None
+    experiment_active: bool = True
     runs: list[Any] = field(default_factory=list)  # mlflow.entities.Run, the parent first
     versions: list[Any] = field(default_factory=list)  # ModelVersion of its runs
     logged_models: list[Any] = field(default_factory=list)  # LoggedModel of its experiment
@@ -131,8 +135,12 @@ def delete(workspace: Workspace, name: str, *, models: bool = False, dry_run: bo
             kept += held
         entries = _cache_entries(workspace, name, spec) if spec is not None else []
         removed += [_folder_part("data-cache entry", str(e), note="no other sweep uses it") for e in entries]
+        pending = ""
+        if mlflow is not None and mlflow.experiment_id is not None and _served(mlflow.uri):
+            pending = (f"its MLflow rows stay marked deleted on {redact(mlflow.uri)} (its database is the server's) "
+                       "until the cluster's admin runs `seqae cluster gc`")
         deletion = Deletion(name, dry_run, tuple(p for p in removed if p.files or p.rows or p.what == "workspace folder"),
-                            tuple(kept))
+                            tuple(kept), pending)
         if dry_run:
             return deletion
         if backends is not None:
@@ -267,6 +275,7 @@ def _find_mlflow(uri: str, name: str) -> _Mlflow:
     if experiment is None:
         return found
     found.experiment_id, found.experiment_location = experiment.experiment_id, experiment.artifact_location
+    found.experiment_active = experiment.lifecycle_stage == "active"
     found.runs = list(all_runs(client, experiment.experiment_id, view=ViewType.ALL))
     ids = sorted(r.info.run_id for r in found.runs)
     for start in range(0, len(ids), PAGE):  # a filter of a page of ids at a time: a long sweep has many runs
@@ -336,9 +345,18 @@ def _mlflow_parts(found: _Mlflow, models: bool) -> tuple[list[Part], list[Part]]
                             "(--models deletes them too)")]
 
 
+def _served(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
 def _delete_mlflow(found: _Mlflow, models: bool) -> None:
     client = _client(found.uri)
     kept_models = _kept_models(found, models)
+    assert found.experiment_id is not None  # a sweep without an experiment has nothing here to delete
+    if _served(found.uri) and found.experiment_active:
+        # what `seqae cluster gc` purges: this experiment's deleted runs, models and itself; not what a
+        # user deleted in MLflow's UI, which stays restorable there (a deleted experiment takes no tag)
+        client.set_experiment_tag(found.experiment_id, N.DELETED, "true")
     if models:
         for version in found.versions:
             client.delete_model_version(version.name, version.version)
@@ -351,13 +369,12 @@ def _delete_mlflow(found: _Mlflow, models: bool) -> None:
     gone_models = [m.model_id for m in found.logged_models if m.model_id not in kept_models]
     for model_id in gone_models:
         client.delete_logged_model(model_id)
-    assert found.experiment_id is not None  # a sweep without an experiment has nothing here to delete
     whole = not kept_models
     if whole:
         client.delete_experiment(found.experiment_id)
-    if found.uri.startswith(("http://", "https://")):
+    if _served(found.uri):
         # the server's database is its own: delete the artifacts through it (``mlflow-artifacts:/``
-        # URIs resolve against the tracking URI), the rows stay marked deleted for its own gc
+        # URIs resolve against the tracking URI), the rows stay marked deleted for `seqae cluster gc`
 
 
         with fluent_uri(found.uri):
@@ -371,18 +388,21 @@ def _delete_mlflow(found: _Mlflow, models: bool) -> None:
         _remove_empty(found.experiment_location)
 
 
-def _gc(uri: str, runs: list[str], logged_models: list[str], experiments: list[str]) -> None:
+def _gc(uri: str, runs: list[str], logged_models: list[str], experiments: list[str], tracking: str | None = None
+        ) -> None:
     """``mlflow gc`` on the store at ``uri`` for exactly these runs, logged models and experiments
-    (each already marked deleted): their artifacts, then their rows. Its lines (one per thing) are
-    not the user's: the deletion says what went."""
+    (each already marked deleted): their artifacts, resolved against ``tracking`` (default: ``uri``;
+    a server's ``mlflow-artifacts:/`` URIs need the server's), then their rows. Through the body of
+    MLflow's command, which takes the lists as they are: the command reads a kind left out as
+    every one marked deleted in the store, not none (and it extends the list of runs it is given
+    with the experiments' runs: it gets a copy). Its lines (one per thing) are not the
+    user's: the caller says what went."""
 
 
-    args = ["--backend-store-uri", uri, "--tracking-uri", uri]
-    for flag, ids in (("--run-ids", runs), ("--logged-model-ids", logged_models), ("--experiment-ids", experiments)):
-        if ids:
-            args += [flag, ",".join(ids)]
-    with fluent_uri(uri), contextlib.redirect_stdout(io.StringIO()):
-        gc.main(args, standalone_mode=False)
+    with fluent_uri(tracking or uri), contextlib.redirect_stdout(io.StringIO()):
+        _gc_tracking_resources(_client(uri)._tracking_client.store, run_ids=list(runs), experiment_ids=experiments,
+                               logged_model_ids=logged_models, older_than=None, time_delta=0,
+                               skip_experiments=not experiments, skip_logged_models=False)
 
 
 def _purge_links(uri: str, run_ids: list[str]) -> None:
@@ -413,3 +433,39 @@ def _remove_empty(location: str) -> None:
     path = Path(local_file_uri_to_path(location))
     if path.is_dir() and not any(p.is_file() for p in path.rglob("*")):
         shutil.rmtree(path)
+
+
+@dataclass(frozen=True)
+class Purged:
+    """What ``seqae cluster gc`` removed: rows (and any artifact left) of sweeps deleted through the server."""
+
+    runs: int
+    logged_models: int
+    experiments: int
+
+
+def purge_marked(backend_uri: str, tracking_uri: str) -> Purged:
+    """Purge, in the tracking server's own store at ``backend_uri`` (whose credentials the caller
+    holds), what ``delete`` marked deleted through the server at ``tracking_uri``: the deleted runs
+    and logged models of the experiments it tagged :data:`~seqae_core.names.DELETED`, those
+    experiments once deleted, and the rows that link the runs to their datasets, as ``delete``
+    does at once in a workspace's own store. Nothing else: a run or experiment a user deleted in
+    MLflow's UI stays restorable there."""
+    client = _client(backend_uri)
+    marked: dict[str, Any] = {}  # by id: a page of MLflow's search may repeat an experiment
+    token = None
+    while True:
+        page = client.search_experiments(view_type=ViewType.ALL, filter_string=f"tags.`{N.DELETED}` = 'true'",
+                                         page_token=token)
+        marked |= {e.experiment_id: e for e in page}
+        if not (token := page.token):
+            break
+    runs = sorted({r.info.run_id for e in marked for r in all_runs(client, e, view=ViewType.DELETED_ONLY)})
+    store = client._tracking_client.store
+    models = sorted(m for m in store._get_deleted_logged_models()
+                    if store.get_logged_model(m, allow_deleted=True).experiment_id in marked)
+    experiments = sorted(e for e, experiment in marked.items() if experiment.lifecycle_stage == "deleted")
+    if runs or models or experiments:
+        _gc(backend_uri, runs, models, experiments, tracking=tracking_uri)
+        _purge_links(backend_uri, runs)
+    return Purged(len(runs), len(models), len(experiments))
