@@ -57,9 +57,15 @@ class BaselineAutoencoder(nn.Module):
         return m.head(m.norm(x))  # (b, t, v)
 
 
-def plain_step(model: BaselineAutoencoder, optimizer: torch.optim.Optimizer, pad_id: int, vocab_size: int,
-               autocast: Callable[[], AbstractContextManager[Any]]) -> Callable[[torch.Tensor], None]:
+def plain_step(
+    model: BaselineAutoencoder,
+    optimizer: torch.optim.Optimizer,
+    pad_id: int,
+    vocab_size: int,
+    autocast: Callable[[], AbstractContextManager[Any]],
+) -> Callable[[torch.Tensor], None]:
     """The plain loop's training step: the full (b, t, v) logits into ``F.cross_entropy``."""
+
     def step(tokens: torch.Tensor) -> None:
         with autocast():
             logits = model(tokens)

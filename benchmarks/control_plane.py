@@ -86,13 +86,26 @@ def _history(rng: random.Random, epochs: int, test: bool) -> list[dict[str, Any]
     acc, records = rng.uniform(0.3, 0.6), []
     for epoch in range(1, epochs + 1):
         acc = min(0.99, acc + rng.uniform(0.0, 0.1))
-        record = {M.EPOCH: epoch, M.TRAIN_LOSS: 3 - 2 * acc, M.VAL_LOSS: 3.1 - 2 * acc, M.VAL_TOKEN_ACCURACY: acc,
-                  M.VAL_SEQUENCE_ACCURACY: acc / 4, M.LEARNING_RATE: 1e-3, M.TOKENS_PER_S: 9000.0,
-                  M.EPOCH_SECONDS: rng.uniform(20, 40), M.LATENT_FRACTION: 0.5, M.BEST_EPOCH: epoch,
-                  M.BEST_VAL_TOKEN_ACCURACY: acc, M.DATA_SECONDS: 0.2, M.GLOBAL_STEP: 40 * epoch,
-                  M.TRAIN_LOSS_STEPS: [[40 * (epoch - 1) + 5 * k, 3 - 2 * acc + 0.1 / (k + 1)]
-                                       for k in range(1, LOSS_POINTS + 1)],
-                  "system/cpu_percent": 95.0, "system/memory_gib": 1.2}
+        record = {
+            M.EPOCH: epoch,
+            M.TRAIN_LOSS: 3 - 2 * acc,
+            M.VAL_LOSS: 3.1 - 2 * acc,
+            M.VAL_TOKEN_ACCURACY: acc,
+            M.VAL_SEQUENCE_ACCURACY: acc / 4,
+            M.LEARNING_RATE: 1e-3,
+            M.TOKENS_PER_S: 9000.0,
+            M.EPOCH_SECONDS: rng.uniform(20, 40),
+            M.LATENT_FRACTION: 0.5,
+            M.BEST_EPOCH: epoch,
+            M.BEST_VAL_TOKEN_ACCURACY: acc,
+            M.DATA_SECONDS: 0.2,
+            M.GLOBAL_STEP: 40 * epoch,
+            M.TRAIN_LOSS_STEPS: [
+                [40 * (epoch - 1) + 5 * k, 3 - 2 * acc + 0.1 / (k + 1)] for k in range(1, LOSS_POINTS + 1)
+            ],
+            "system/cpu_percent": 95.0,
+            "system/memory_gib": 1.2,
+        }
         if test:
             record |= {M.TEST_LOSS: 3.2 - 2 * acc, M.TEST_TOKEN_ACCURACY: acc - 0.01, M.TEST_SEQUENCE_ACCURACY: acc / 5}
         records.append(record)
@@ -105,6 +118,7 @@ def _unsynced() -> Iterator[None]:
     rollback journal in memory): otherwise each transaction, one per Optuna trial and several per
     MLflow run, waits for the disk. Neither setting outlives its connection: the files are
     ordinary databases."""
+
     def connected(connection: Any, _record: Any) -> None:
         if isinstance(connection, sqlite3.Connection):
             connection.execute("PRAGMA synchronous = OFF")
@@ -134,16 +148,30 @@ def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0)
     backends = workspace.default_backends(NAME)
     if optuna_url:
         backends = Backends(backends.mlflow_tracking_uri, optuna_url, backends.storage)
-    state = SweepState(name=NAME, spec=spec, fingerprint=spec.fingerprint(), file=str(STUDY), sets=[],
-                       planned_trials=spec.planned_trials(), backends=backends, study_name=NAME)
+    state = SweepState(
+        name=NAME,
+        spec=spec,
+        fingerprint=spec.fingerprint(),
+        file=str(STUDY),
+        sets=[],
+        planned_trials=spec.planned_trials(),
+        backends=backends,
+        study_name=NAME,
+    )
     lr, d_model, d_attn = (spec.search[key] for key in ("train.lr", "model.d_model", "model.d_attn"))
     assert lr.low is not None and lr.high is not None  # a loguniform has bounds
     plans: list[Plan] = []
     for number in range(trials):
         start = "paper_lr" if number == 0 else None
-        params = dict(spec.start_params("paper_lr")) if start else {  # inside the quickstart's own space
-            "train.lr": rng.uniform(lr.low, lr.high), "model.d_model": rng.choice(_levels(d_model)),
-            "model.d_attn": rng.choice(_levels(d_attn))}
+        params = (
+            dict(spec.start_params("paper_lr"))
+            if start
+            else {  # inside the quickstart's own space
+                "train.lr": rng.uniform(lr.low, lr.high),
+                "model.d_model": rng.choice(_levels(d_model)),
+                "model.d_attn": rng.choice(_levels(d_attn)),
+            }
+        )
         fate = "COMPLETE" if start else rng.choices(["COMPLETE", "PRUNED", "FAIL"], [60, 35, 5])[0]
         epochs = {"COMPLETE": EPOCHS, "PRUNED": rng.choice([1, 2]), "FAIL": 0}[fate]
         plans.append((number, start, params, fate, _history(rng, epochs, test=True)))
@@ -160,8 +188,18 @@ def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0)
     for _, _, _, fate, _ in plans:
         counts[fate] = counts.get(fate, 0) + 1
     state.mlflow_experiment_id, state.mlflow_parent_run_id = experiment_id, parent_id
-    state.sessions = [SessionRecord(started=time.time(), ended=time.time(), outcome="complete", trials=counts,
-                                    interrupted=False, pid=0, host="bench", user=None)]
+    state.sessions = [
+        SessionRecord(
+            started=time.time(),
+            ended=time.time(),
+            outcome="complete",
+            trials=counts,
+            interrupted=False,
+            pid=0,
+            host="bench",
+            user=None,
+        )
+    ]
     workspace.write(state)
     return workspace
 
@@ -169,79 +207,123 @@ def build(root: Path, trials: int, optuna_url: str | None = None, seed: int = 0)
 @_unsynced()
 def _study_and_records(spec: spec_lib.SweepSpec, fingerprint: str, backends: Backends, plans: list[Plan]) -> None:
     """The sweep's Optuna study, and each trial's checkpoint records."""
-    study = optuna.create_study(storage=storage(backends.optuna_storage), study_name=NAME,
-                                directions=directions_of(spec))
+    study = optuna.create_study(
+        storage=storage(backends.optuna_storage), study_name=NAME, directions=directions_of(spec)
+    )
     study.set_user_attr(N.FINGERPRINT, fingerprint)
     study.set_metric_names([o.metric for o in spec.objectives])
     dists = {k: optuna_distribution(spec.search[k]) for k in spec.sampling_order()}
     frozen = []
     for number, start, params, fate, history in plans:
-        attrs: dict[str, Any] = {N.PROPOSED_BY: "start" if start else "random start-up" if number < 3 else "tpe",
-                                 N.TUNE_TRIAL_IDS: [f"{number:05d}abcd"]}
+        attrs: dict[str, Any] = {
+            N.PROPOSED_BY: "start" if start else "random start-up" if number < 3 else "tpe",
+            N.TUNE_TRIAL_IDS: [f"{number:05d}abcd"],
+        }
         if start:
             attrs[N.START] = start
         if history:
             attrs[N.TEST] = {k: history[-1][k] for k in M.TEST_METRICS}
-        frozen.append(optuna.trial.create_trial(
-            state=TrialState[fate], params=params, distributions=dists,
-            values=[max(h[M.VAL_TOKEN_ACCURACY] for h in history)] if fate == "COMPLETE" else None,
-            intermediate_values={h[M.EPOCH]: h[M.VAL_TOKEN_ACCURACY] for h in history}, user_attrs=attrs,
-            system_attrs={"fixed_params": params} if start else {}))
+        frozen.append(
+            optuna.trial.create_trial(
+                state=TrialState[fate],
+                params=params,
+                distributions=dists,
+                values=[max(h[M.VAL_TOKEN_ACCURACY] for h in history)] if fate == "COMPLETE" else None,
+                intermediate_values={h[M.EPOCH]: h[M.VAL_TOKEN_ACCURACY] for h in history},
+                user_attrs=attrs,
+                system_attrs={"fixed_params": params} if start else {},
+            )
+        )
     study.add_trials(frozen)
 
     for number, _, _, fate, history in plans:
         store = CheckpointStore.of_trial(backends.storage, number)
-        for record in history[-store.keep:]:  # the records it keeps: it would prune older ones at once
+        for record in history[-store.keep :]:  # the records it keeps: it would prune older ones at once
             epoch = record[M.EPOCH]
-            plain = [{k: v for k, v in h.items() if k != M.TRAIN_LOSS_STEPS} | {M.TRAIN_LOSS_STEPS: []}
-                     for h in history[:epoch]]
-            store.save_epoch(epoch, {"epoch": epoch}, {"history": plain, "finished": fate == "COMPLETE"
-                                                       and epoch == len(history), "patience_spent": False})
+            plain = [
+                {k: v for k, v in h.items() if k != M.TRAIN_LOSS_STEPS} | {M.TRAIN_LOSS_STEPS: []}
+                for h in history[:epoch]
+            ]
+            store.save_epoch(
+                epoch,
+                {"epoch": epoch},
+                {"history": plain, "finished": fate == "COMPLETE" and epoch == len(history), "patience_spent": False},
+            )
         if history:
             kept = max(history, key=lambda h: h[M.VAL_TOKEN_ACCURACY])
-            store.save_best(kept[M.EPOCH], {MODEL: b"\0", SAMPLES_JSON: json.dumps(SAMPLES).encode(),
-                                            SAMPLES_TXT: b"", METRICS: b"{}"}, {"metrics": {}})
+            store.save_best(
+                kept[M.EPOCH],
+                {MODEL: b"\0", SAMPLES_JSON: json.dumps(SAMPLES).encode(), SAMPLES_TXT: b"", METRICS: b"{}"},
+                {"metrics": {}},
+            )
 
 
 @_unsynced()
-def _tracking(workspace: Workspace, spec: spec_lib.SweepSpec, fingerprint: str, backends: Backends,
-              plans: list[Plan]) -> tuple[str, str]:
+def _tracking(
+    workspace: Workspace, spec: spec_lib.SweepSpec, fingerprint: str, backends: Backends, plans: list[Plan]
+) -> tuple[str, str]:
     """The sweep's MLflow experiment, its run and a child run per trial: the experiment's id and the run's."""
     client = MlflowClient(backends.mlflow_tracking_uri)
-    experiment_id = client.create_experiment(NAME, artifact_location=(workspace.artifact_root / NAME).as_uri(),
-                                             tags={N.FINGERPRINT: fingerprint, N.SWEEP: NAME})
+    experiment_id = client.create_experiment(
+        NAME,
+        artifact_location=(workspace.artifact_root / NAME).as_uri(),
+        tags={N.FINGERPRINT: fingerprint, N.SWEEP: NAME},
+    )
     parent = client.create_run(experiment_id, run_name=NAME, tags={N.SWEEP: NAME, N.ROLE: N.ROLE_SWEEP})
-    source = {"mlflow.source.name": str(STUDY), "mlflow.source.type": "LOCAL", N.CODE: "0123456789ab",
-              N.CODE_DIRTY: "false", "mlflow.source.git.commit": "0" * 40,
-              **{f"{N.VERSION}{p}": "1.0" for p in ("torch", "ray", "optuna", "mlflow", "transformers")}}
+    source = {
+        "mlflow.source.name": str(STUDY),
+        "mlflow.source.type": "LOCAL",
+        N.CODE: "0123456789ab",
+        N.CODE_DIRTY: "false",
+        "mlflow.source.git.commit": "0" * 40,
+        **{f"{N.VERSION}{p}": "1.0" for p in ("torch", "ray", "optuna", "mlflow", "transformers")},
+    }
     base = spec_lib.cell_configs(spec)[0].flat()
     with tempfile.TemporaryDirectory() as tmp:
         sample_file = Path(tmp) / SAMPLES_JSON
         sample_file.write_text(json.dumps(SAMPLES))
         for number, start, params, fate, history in plans:
             outcome = {"COMPLETE": "complete", "PRUNED": "pruned", "FAIL": "failed"}[fate]
-            tags = {"mlflow.parentRunId": parent.info.run_id, N.SWEEP: NAME, N.TRIAL: str(number),
-                    N.OPTUNA_TRIAL: str(number), **source, N.TUNE_TRIAL_ID: f"{number:05d}abcd",
-                    N.NODE_IP: "127.0.0.1", N.NODE_ID: "f" * 56, N.HOSTNAME: "bench", N.OUTCOME: outcome,
-                    N.RESOURCE: "cpu", **({N.START: start} if start else {})}
+            tags = {
+                "mlflow.parentRunId": parent.info.run_id,
+                N.SWEEP: NAME,
+                N.TRIAL: str(number),
+                N.OPTUNA_TRIAL: str(number),
+                **source,
+                N.TUNE_TRIAL_ID: f"{number:05d}abcd",
+                N.NODE_IP: "127.0.0.1",
+                N.NODE_ID: "f" * 56,
+                N.HOSTNAME: "bench",
+                N.OUTCOME: outcome,
+                N.RESOURCE: "cpu",
+                **({N.START: start} if start else {}),
+            }
             if history:
                 tags[N.ARTIFACTS_EPOCH] = str(max(history, key=lambda h: h[M.VAL_TOKEN_ACCURACY])[M.EPOCH])
             # What a driver writes over a trial's life, in as few calls as MLflow takes it (each is
             # a transaction or more): every tag as the run is created, then one batch (up to 1,000
             # entities); the artifact goes straight to the run's artifact store, which
             # MlflowClient.log_artifact would first read the run again to find.
-            run = client.create_run(experiment_id, run_name=f"trial-{number:04d}" + (f"-{start}" if start else ""),
-                                    tags=tags)
+            run = client.create_run(
+                experiment_id, run_name=f"trial-{number:04d}" + (f"-{start}" if start else ""), tags=tags
+            )
             if history:
                 get_artifact_repository(run.info.artifact_uri).log_artifact(str(sample_file))
             logged = {**base, **params, "model.latent_len": 32, "model.latent_fraction": 0.5}
             now = int(time.time() * 1000)
             metrics = [Metric(M.TRAIN_LOSS_STEPS, v, now, int(s)) for r in history for s, v in r[M.TRAIN_LOSS_STEPS]]
-            metrics += [Metric(k, float(v), now, r[M.EPOCH]) for r in history for k, v in r.items()
-                        if k not in (M.EPOCH, M.TRAIN_LOSS_STEPS)]
+            metrics += [
+                Metric(k, float(v), now, r[M.EPOCH])
+                for r in history
+                for k, v in r.items()
+                if k not in (M.EPOCH, M.TRAIN_LOSS_STEPS)
+            ]
             metrics.append(Metric(M.RESOURCE_SECONDS, sum(h[M.EPOCH_SECONDS] for h in history), now, len(history)))
-            client.log_batch(run.info.run_id, metrics=metrics,
-                             params=[Param(k, "null" if v is None else str(v)) for k, v in sorted(logged.items())])
+            client.log_batch(
+                run.info.run_id,
+                metrics=metrics,
+                params=[Param(k, "null" if v is None else str(v)) for k, v in sorted(logged.items())],
+            )
             client.set_terminated(run.info.run_id, "FAILED" if fate == "FAIL" else "FINISHED")
     client.set_tag(parent.info.run_id, N.ENDED, "complete")
     client.set_terminated(parent.info.run_id, "FINISHED")
@@ -269,11 +351,15 @@ def _timed(target: str, args: list[str], env: dict[str, str], cwd: Path) -> tupl
     """Run ``python -m target args`` (or the script ``target``) in a new process: its wall
     seconds, its CPU seconds (user and system, from its rusage), its peak resident MiB (``LAUNCH``)
     and its stdout."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err, \
-            tempfile.NamedTemporaryFile("r") as peak:
+    with (
+        tempfile.TemporaryFile("w+") as out,
+        tempfile.TemporaryFile("w+") as err,
+        tempfile.NamedTemporaryFile("r") as peak,
+    ):
         start = time.perf_counter()
-        child = subprocess.Popen([sys.executable, "-c", LAUNCH, peak.name, target, *args], stdout=out, stderr=err,
-                                 env=env, cwd=cwd)
+        child = subprocess.Popen(
+            [sys.executable, "-c", LAUNCH, peak.name, target, *args], stdout=out, stderr=err, env=env, cwd=cwd
+        )
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - start
         out.seek(0)
@@ -314,8 +400,15 @@ def measure(workspace: Workspace, env: dict[str, str], freeze: bool, cli: str) -
     args = [str(workspace.root), NAME, *(["--freeze"] if freeze else [])]
     wall, cpu, peak, text = _timed(str(DRIVER_START), args, env, workspace.root)
     start = json.loads(text.strip().splitlines()[-1])["start_s"]
-    rows.append({"command": "driver start", "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak),
-                 "start_s": round(start, 2)})
+    rows.append(
+        {
+            "command": "driver start",
+            "wall_s": round(wall, 2),
+            "cpu_s": round(cpu, 2),
+            "peak_mib": round(peak),
+            "start_s": round(start, 2),
+        }
+    )
     return rows
 
 
@@ -324,11 +417,14 @@ def run(sizes: list[int], backends: list[str], before: Path | None = None) -> li
     from one size to the next (time and memory ratios). ``before``: a checkout of seqae from before
     the control plane's fixes, whose commands are timed on the same sweeps after this checkout's
     (code ``before``; this checkout's is ``after``)."""
+
     def path_env(code: Path) -> dict[str, str]:
         return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
 
-    codes = {"after": (path_env(REPO), True, cli_module(REPO)),
-             **({"before": (path_env(before), False, cli_module(before))} if before else {})}
+    codes = {
+        "after": (path_env(REPO), True, cli_module(REPO)),
+        **({"before": (path_env(before), False, cli_module(before))} if before else {}),
+    }
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="seqae-cp-") as tmp:
         pg = None
@@ -353,7 +449,9 @@ def run(sizes: list[int], backends: list[str], before: Path | None = None) -> li
                     for code, (env, freeze, cli) in codes.items():
                         env = {**env, **({"PGPASSFILE": pg.pgpass_of("optuna")} if pg else {})}
                         for row in measure(workspace, env, freeze, cli):
-                            rows.append({"trials": size, "optuna": backend, "code": code, **row, "built_s": round(built)})
+                            rows.append(
+                                {"trials": size, "optuna": backend, "code": code, **row, "built_s": round(built)}
+                            )
                             # a 10,000-trial table takes most of an hour: each row shows as it is measured
                             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
         finally:
@@ -370,10 +468,17 @@ def growth(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         smaller = [s for (b, k, c, s) in by_key if (b, k, c) == (backend, code, command) and s < size]
         if smaller:
             before = by_key[(backend, code, command, max(smaller))]
-            out.append({"trials": f"{max(smaller)}->{size}", "optuna": backend, "code": code, "command": command,
-                        "wall_s": f"x{row['wall_s'] / max(before['wall_s'], 1e-9):.2f}",
-                        "cpu_s": f"x{row['cpu_s'] / max(before['cpu_s'], 1e-9):.2f}",
-                        "peak_mib": f"x{row['peak_mib'] / max(before['peak_mib'], 1e-9):.2f}"})
+            out.append(
+                {
+                    "trials": f"{max(smaller)}->{size}",
+                    "optuna": backend,
+                    "code": code,
+                    "command": command,
+                    "wall_s": f"x{row['wall_s'] / max(before['wall_s'], 1e-9):.2f}",
+                    "cpu_s": f"x{row['cpu_s'] / max(before['cpu_s'], 1e-9):.2f}",
+                    "peak_mib": f"x{row['peak_mib'] / max(before['peak_mib'], 1e-9):.2f}",
+                }
+            )
     return out
 
 

@@ -18,8 +18,12 @@ def repeated(source: Path, folder: Path, copies: int) -> Path:
     (folder / NAME).mkdir(parents=True, exist_ok=True)
     for copy in range(copies):
         ids = pa.array([f"{copy}-{i}" for i in table.column("id").to_pylist()])
-        pq.write_table(table.set_column(table.schema.get_field_index("id"), "id", ids),
-                       folder / NAME / f"train-{copy:05d}-of-{copies:05d}.parquet")
-    (folder / "README.md").write_text(f"---\nconfigs:\n- config_name: {NAME}\n  data_files:\n  - split: train\n"
-                                      f"    path: {NAME}/train-*\n---\n# {copies} copies of {source}\n")
+        pq.write_table(
+            table.set_column(table.schema.get_field_index("id"), "id", ids),
+            folder / NAME / f"train-{copy:05d}-of-{copies:05d}.parquet",
+        )
+    (folder / "README.md").write_text(
+        f"---\nconfigs:\n- config_name: {NAME}\n  data_files:\n  - split: train\n"
+        f"    path: {NAME}/train-*\n---\n# {copies} copies of {source}\n"
+    )
     return folder

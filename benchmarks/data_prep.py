@@ -35,7 +35,8 @@ def prefix_vs_whole(path: str, n: int = 512) -> list[dict[str, Any]]:
     pages = list(corpus.iter_texts(DataConfig(path=path)))
     lengths = np.array([len(t) for t in tokenizer(pages, add_special_tokens=False)["input_ids"]])
     assert corpus.first_tokens(tokenizer, pages, n) == [
-        t[:n] for t in tokenizer(pages, add_special_tokens=False)["input_ids"]], "prefix tokenization must be exact"
+        t[:n] for t in tokenizer(pages, add_special_tokens=False)["input_ids"]
+    ], "prefix tokenization must be exact"
     bands = [("all pages", np.ones(len(pages), bool))]
     edges = np.quantile(lengths, [0, 0.5, 1.0])
     bands += [(f"{int(lo)}-{int(hi)} tokens", (lengths >= lo) & (lengths <= hi)) for lo, hi in zip(edges, edges[1:])]
@@ -44,8 +45,16 @@ def prefix_vs_whole(path: str, n: int = 512) -> list[dict[str, Any]]:
         chosen = [p for p, keep in zip(pages, mask) if keep]
         whole = _best(lambda chosen=chosen: tokenizer(chosen, add_special_tokens=False, truncation=True, max_length=n))
         prefix = _best(lambda chosen=chosen: corpus.first_tokens(tokenizer, chosen, n))
-        rows.append({"pages": label, "count": len(chosen), "mean_tokens": int(lengths[mask].mean()),
-                     "whole_s": round(whole, 4), "prefix_s": round(prefix, 4), "speedup": round(whole / prefix, 1)})
+        rows.append(
+            {
+                "pages": label,
+                "count": len(chosen),
+                "mean_tokens": int(lengths[mask].mean()),
+                "whole_s": round(whole, 4),
+                "prefix_s": round(prefix, 4),
+                "speedup": round(whole / prefix, 1),
+            }
+        )
     return rows
 
 
@@ -64,9 +73,16 @@ def cache_hit(path: str) -> list[dict[str, Any]]:
         entries = [p for p in Path(cache).iterdir() if p.is_dir()]
     _, miss_s, samples = json.loads(build.stdout.strip().splitlines()[-1])
     import_s, hit_s, _ = json.loads(hit.stdout.strip().splitlines()[-1])
-    return [{"case": "cache miss (tokenize and write)", "load_s": round(miss_s, 3), "samples": samples},
-            {"case": "cache hit (later trial)", "load_s": round(hit_s, 3), "samples": samples,
-             "import_s": round(import_s, 3), "entries": len(entries)}]
+    return [
+        {"case": "cache miss (tokenize and write)", "load_s": round(miss_s, 3), "samples": samples},
+        {
+            "case": "cache hit (later trial)",
+            "load_s": round(hit_s, 3),
+            "samples": samples,
+            "import_s": round(import_s, 3),
+            "entries": len(entries),
+        },
+    ]
 
 
 def parallel(path: str, copies: int = 82, n: int = 512) -> list[dict[str, Any]]:
@@ -87,11 +103,23 @@ def parallel(path: str, copies: int = 82, n: int = 512) -> list[dict[str, Any]]:
                 "print(json.dumps([s, m['pages'], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
                 "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))"
             )
-            run = subprocess.run(["taskset", "-c", cores, sys.executable, "-c", script], capture_output=True,
-                                 text=True, check=True, env={**os.environ, "SEQAE_DATA_WORKERS": str(workers)})
+            run = subprocess.run(
+                ["taskset", "-c", cores, sys.executable, "-c", script],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, "SEQAE_DATA_WORKERS": str(workers)},
+            )
             seconds, pages, rss, child_rss = json.loads(run.stdout.strip().splitlines()[-1])
-            rows.append({"workers": workers, "cores": len(cores.split(",")), "pages": pages,
-                         "seconds": round(seconds, 2), "pages_per_s": round(pages / seconds, 1),
-                         # the main process, plus each worker at the largest worker's peak (an upper bound)
-                         "peak_rss_mib": round((rss + (workers * child_rss if workers > 1 else 0)) / 1024, 1)})
+            rows.append(
+                {
+                    "workers": workers,
+                    "cores": len(cores.split(",")),
+                    "pages": pages,
+                    "seconds": round(seconds, 2),
+                    "pages_per_s": round(pages / seconds, 1),
+                    # the main process, plus each worker at the largest worker's peak (an upper bound)
+                    "peak_rss_mib": round((rss + (workers * child_rss if workers > 1 else 0)) / 1024, 1),
+                }
+            )
     return rows

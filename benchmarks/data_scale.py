@@ -63,14 +63,30 @@ def synthetic(source: Path, folder: Path, pages: int, seed: int = 0) -> dict[str
         for i in rows:
             start = text.find(" ", starts[i]) + 1  # from a word's start
             body.append(text[start : start + chars[i]])
-        table = pa.table({"id": [str(i) for i in rows], "url": [f"synthetic:{i}" for i in rows],
-                          "title": [f"page {i}" for i in rows], "text": body})
-        pq.write_table(table, folder / NAME / f"train-{shard:05d}-of-{shards:05d}.parquet", compression="zstd",
-                       row_group_size=ROW_GROUP)
-    (folder / "README.md").write_text(f"---\nconfigs:\n- config_name: {NAME}\n  data_files:\n  - split: train\n"
-                                      f"    path: {NAME}/train-*\n---\n# {pages} synthetic pages cut from {source}\n")
-    made = {"pages": pages, "mean_words": round(float(words.mean())), "median_words": round(float(np.median(words))),
-            "parquet_bytes": _bytes(folder / NAME)}
+        table = pa.table(
+            {
+                "id": [str(i) for i in rows],
+                "url": [f"synthetic:{i}" for i in rows],
+                "title": [f"page {i}" for i in rows],
+                "text": body,
+            }
+        )
+        pq.write_table(
+            table,
+            folder / NAME / f"train-{shard:05d}-of-{shards:05d}.parquet",
+            compression="zstd",
+            row_group_size=ROW_GROUP,
+        )
+    (folder / "README.md").write_text(
+        f"---\nconfigs:\n- config_name: {NAME}\n  data_files:\n  - split: train\n"
+        f"    path: {NAME}/train-*\n---\n# {pages} synthetic pages cut from {source}\n"
+    )
+    made = {
+        "pages": pages,
+        "mean_words": round(float(words.mean())),
+        "median_words": round(float(np.median(words))),
+        "parquet_bytes": _bytes(folder / NAME),
+    }
     described.write_text(json.dumps({**made, "layout": layout}))
     return made
 
@@ -131,14 +147,19 @@ def _prepare(corpus: Path, cache: Path, kill_at: int | None = None) -> dict[str,
     with ``kill_at``, SIGKILLed (it and its workers) once its progress records that many pages."""
     cache.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-c", PREPARE.format(input_len=INPUT_LEN), str(corpus), str(cache)],
-                             stdout=subprocess.PIPE, text=True, start_new_session=True,
-                             env={**os.environ, "SEQAE_DATA_WORKERS": str(workers())})
+    child = subprocess.Popen(
+        [sys.executable, "-c", PREPARE.format(input_len=INPUT_LEN), str(corpus), str(cache)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "SEQAE_DATA_WORKERS": str(workers())},
+    )
     watch = Watch(child.pid, cache)
     recorded = None
     while kill_at is not None and child.poll() is None:
-        recorded = next((json.loads(p.read_text())["source_pages"]
-                         for p in cache.glob(".building-*/partial/progress.json")), 0)
+        recorded = next(
+            (json.loads(p.read_text())["source_pages"] for p in cache.glob(".building-*/partial/progress.json")), 0
+        )
         if recorded >= kill_at:
             os.killpg(child.pid, signal.SIGKILL)
             break
@@ -156,15 +177,23 @@ def _prepare(corpus: Path, cache: Path, kill_at: int | None = None) -> dict[str,
     entry = Path(result["entry"])
     manifest = json.loads((entry / "manifest.json").read_text())
     tokenized = manifest["pages"] - manifest["resumed_after_pages"]  # a resumed run: only those after the resume point
-    return {"pages": manifest["pages"], "seconds": round(result["seconds"], 1),
-            "pages_per_s": round(tokenized / result["seconds"], 1),
-            "cpu_seconds": round(result["cpu_seconds"], 1), "peak_rss_mib": round(watch.rss / 2**20),
-            "peak_pss_mib": round(watch.pss / 2**20), "entry_bytes": _bytes(entry), "peak_disk_bytes": watch.disk,
-            "resumed_after_pages": manifest["resumed_after_pages"], "files": manifest["files"]}
+    return {
+        "pages": manifest["pages"],
+        "seconds": round(result["seconds"], 1),
+        "pages_per_s": round(tokenized / result["seconds"], 1),
+        "cpu_seconds": round(result["cpu_seconds"], 1),
+        "peak_rss_mib": round(watch.rss / 2**20),
+        "peak_pss_mib": round(watch.pss / 2**20),
+        "entry_bytes": _bytes(entry),
+        "peak_disk_bytes": watch.disk,
+        "resumed_after_pages": manifest["resumed_after_pages"],
+        "files": manifest["files"],
+    }
 
 
-def run(source: str, pages: int = PAPER_PAGES, interrupt: float | None = None,
-        workspace: Path | None = None) -> list[dict[str, Any]]:
+def run(
+    source: str, pages: int = PAPER_PAGES, interrupt: float | None = None, workspace: Path | None = None
+) -> list[dict[str, Any]]:
     """The rows of ``seqae bench data-scale``: the synthetic corpus, the preparation, and with
     ``interrupt`` the preparation killed at that fraction of the pages and run again."""
     with tempfile.TemporaryDirectory() as temporary:
@@ -173,13 +202,22 @@ def run(source: str, pages: int = PAPER_PAGES, interrupt: float | None = None,
         rows: list[dict[str, Any]] = [{"case": "synthetic corpus", **made}]
         shutil.rmtree(folder / "cache", ignore_errors=True)
         whole = _prepare(folder / f"corpus-{pages}", folder / "cache" / "whole")
-        rows.append({"case": f"prepare, {workers()} worker{'s' * (workers() > 1)}, first {INPUT_LEN} tokens",
-                     **{k: v for k, v in whole.items() if k != "files"}})
+        rows.append(
+            {
+                "case": f"prepare, {workers()} worker{'s' * (workers() > 1)}, first {INPUT_LEN} tokens",
+                **{k: v for k, v in whole.items() if k != "files"},
+            }
+        )
         if interrupt is not None:
             killed = _prepare(folder / f"corpus-{pages}", folder / "cache" / "resumed", kill_at=int(interrupt * pages))
             rows.append({"case": f"killed at {interrupt:.0%} of the pages", **killed})
             resumed = _prepare(folder / f"corpus-{pages}", folder / "cache" / "resumed")
-            rows.append({"case": "run again: resumed", **{k: v for k, v in resumed.items() if k != "files"},
-                         "same_entry_as_uninterrupted": resumed["files"] == whole["files"]})
+            rows.append(
+                {
+                    "case": "run again: resumed",
+                    **{k: v for k, v in resumed.items() if k != "files"},
+                    "same_entry_as_uninterrupted": resumed["files"] == whole["files"],
+                }
+            )
         shutil.rmtree(folder / "cache", ignore_errors=True)
         return rows

@@ -10,8 +10,13 @@ from seqae_core.model import length_schedule
 
 def forward_flops(config: Config, vocab_size: int) -> tuple[float, float]:
     """Matmul FLOPs of one sample's forward pass: (vocabulary head, everything else)."""
-    t, s, d, a, f = (config.data.input_len, config.latent_len, config.model.d_model, config.model.d_attn,
-                     config.model.d_ffn)
+    t, s, d, a, f = (
+        config.data.input_len,
+        config.latent_len,
+        config.model.d_model,
+        config.model.d_attn,
+        config.model.d_ffn,
+    )
     head = 2 * t * d * vocab_size
     lengths = length_schedule(t, s, config.model.layers, config.model.reduction)
     body = 0

@@ -25,7 +25,9 @@ from seqae_core.loss import plan_head
 from seqae_core.model import ReducingAutoencoder
 from seqae_core.step import TrainStep
 
-READY_SECONDS = 600.0  # the longest a process may take to start, or a member to build and warm up (a Triton compile included)
+READY_SECONDS = (
+    600.0  # the longest a process may take to start, or a member to build and warm up (a Triton compile included)
+)
 
 
 def device_here() -> torch.device:
@@ -56,8 +58,15 @@ def trial_step(config: Config, vocab: int, member: int, device: torch.device) ->
     """One trial's step as a run alone trains it: its model, ``AdamW(fused=True)``, schedule and head."""
     model = member_model(config, vocab, member, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
-    return TrainStep(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
-                     plan=plan_head("auto", device), autocast=autocast_for(device), pad_id=0, device=device)
+    return TrainStep(
+        model,
+        optimizer,
+        torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
+        plan=plan_head("auto", device),
+        autocast=autocast_for(device),
+        pad_id=0,
+        device=device,
+    )
 
 
 def synchronize(device: torch.device) -> None:
@@ -119,8 +128,12 @@ def _serve(inbox: Any, outbox: Any) -> None:
         for _ in range(job.steps):
             step(tokens)
         synchronize(device)
-        outbox.put(Done(time.perf_counter() - start,
-                        torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None))
+        outbox.put(
+            Done(
+                time.perf_counter() - start,
+                torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+            )
+        )
         del step, tokens
 
 
@@ -132,8 +145,9 @@ class Processes:
         context = multiprocessing.get_context("spawn")  # a CUDA parent cannot fork
         self._inboxes = [context.Queue() for _ in range(n)]
         self._outboxes = [context.Queue() for _ in range(n)]
-        self._workers = [context.Process(target=_serve, args=(i, o), daemon=True)
-                         for i, o in zip(self._inboxes, self._outboxes)]
+        self._workers = [
+            context.Process(target=_serve, args=(i, o), daemon=True) for i, o in zip(self._inboxes, self._outboxes)
+        ]
         for worker in self._workers:
             worker.start()
         for index in range(n):  # started, before anything is timed: n importing PyTorch would slow it
@@ -144,8 +158,10 @@ class Processes:
             return self._outboxes[index].get(timeout=READY_SECONDS)
         except queue.Empty:
             alive = self._workers[index].is_alive()
-            raise RuntimeError(f"bench fuse: fractional member {index} gave no answer in {READY_SECONDS:.0f} s"
-                               f" (its process {'still runs' if alive else 'died'})") from None
+            raise RuntimeError(
+                f"bench fuse: fractional member {index} gave no answer in {READY_SECONDS:.0f} s"
+                f" (its process {'still runs' if alive else 'died'})"
+            ) from None
 
     def train(self, jobs: list[Job]) -> tuple[float, float | None]:
         """Each job in its own process at once: (seconds from their common start until the last
@@ -156,7 +172,7 @@ class Processes:
         for index in range(len(jobs)):
             assert self._answer(index) == "ready"
         start = time.perf_counter() + 0.05  # every worker waiting on its inbox gets the time before it
-        for inbox in self._inboxes[:len(jobs)]:
+        for inbox in self._inboxes[: len(jobs)]:
             inbox.put(start)
         done: list[Done] = [self._answer(index) for index in range(len(jobs))]
         peaks = [d.peak_gib for d in done]

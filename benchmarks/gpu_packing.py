@@ -46,7 +46,8 @@ def trials_at_once_per_gpu(runs: Iterable[Any]) -> dict[str, int]:
         if N.TRIAL in tags and N.GPU_IDS in tags and run.info.end_time:
             for gpu in tags[N.GPU_IDS].split(","):
                 spans.setdefault(f"{tags.get('ray.node_ip', '?')} GPU {gpu}", []).append(
-                    (run.info.start_time, run.info.end_time))
+                    (run.info.start_time, run.info.end_time)
+                )
     return {gpu: at_once(found) for gpu, found in sorted(spans.items())}
 
 
@@ -55,13 +56,40 @@ def run(data_path: str, packings: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict[s
     for k in packings:
         with tempfile.TemporaryDirectory() as tmp:
             workspace = Path(tmp) / "ws"
-            sets = [f"data.path={data_path}", "data.samples=first", "data.input_len=128", "model.latent_len=64",
-                    "model.d_model=256", "model.d_attn=512", "model.heads=8", "train.epochs=2",
-                    f"trials.total={k}", f"max_concurrent={k}", f"resources.gpu={1 / k:.4f}", "resources.cpu=1",
-                    "search.model.d_model={type: categorical, choices: [256]}", "scheduler.type=none"]
-            run = subprocess.run([sys.executable, "-m", "seqae", "sweep", "run", str(STUDY), "--name",
-                                  f"pack{k}", "--workspace", str(workspace), *[a for s in sets for a in ("--set", s)]],
-                                 capture_output=True, text=True, env=os.environ.copy())
+            sets = [
+                f"data.path={data_path}",
+                "data.samples=first",
+                "data.input_len=128",
+                "model.latent_len=64",
+                "model.d_model=256",
+                "model.d_attn=512",
+                "model.heads=8",
+                "train.epochs=2",
+                f"trials.total={k}",
+                f"max_concurrent={k}",
+                f"resources.gpu={1 / k:.4f}",
+                "resources.cpu=1",
+                "search.model.d_model={type: categorical, choices: [256]}",
+                "scheduler.type=none",
+            ]
+            run = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "seqae",
+                    "sweep",
+                    "run",
+                    str(STUDY),
+                    "--name",
+                    f"pack{k}",
+                    "--workspace",
+                    str(workspace),
+                    *[a for s in sets for a in ("--set", s)],
+                ],
+                capture_output=True,
+                text=True,
+                env=os.environ.copy(),
+            )
             if run.returncode != 0:
                 rows.append({"trials_per_gpu": k, "status": "failed (out of memory?)", "tail": run.stdout[-300:]})
                 break
@@ -71,10 +99,15 @@ def run(data_path: str, packings: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict[s
             runs = [r for r in client.search_runs([experiment.experiment_id]) if N.TRIAL in r.data.tags]
             total = sum(r.data.metrics[M.TOKENS_PER_S] for r in runs)
             alone = alone or total
-            rows.append({"trials_per_gpu": k, "gpu_per_trial": round(1 / k, 4),
-                         "measured_at_once": max(trials_at_once_per_gpu(runs).values(), default=0),
-                         "aggregate_tokens_per_s": round(total),
-                         "vs_one_trial": round(total / alone, 2),
-                         # each trial's own peak (torch's max_memory_allocated), summed: the packed GPU's need
-                         "peak_gpu_mem_gib": round(sum(r.data.metrics.get(M.GPU_MEMORY_GIB, 0.0) for r in runs), 1)})
+            rows.append(
+                {
+                    "trials_per_gpu": k,
+                    "gpu_per_trial": round(1 / k, 4),
+                    "measured_at_once": max(trials_at_once_per_gpu(runs).values(), default=0),
+                    "aggregate_tokens_per_s": round(total),
+                    "vs_one_trial": round(total / alone, 2),
+                    # each trial's own peak (torch's max_memory_allocated), summed: the packed GPU's need
+                    "peak_gpu_mem_gib": round(sum(r.data.metrics.get(M.GPU_MEMORY_GIB, 0.0) for r in runs), 1),
+                }
+            )
     return rows

@@ -3,8 +3,9 @@
 Made for `.ci/run` (``seqae bench processes --command .ci/run``): its two cores are busy nearly
 all the time, so only doing less work shortens it, and this says which work. Every process that
 starts while CMD runs is sampled every ``interval`` seconds (psutil: its user and system CPU, its
-name and command line) and counted, as last seen (by the command line it was last seen with), in the first category of :data:`CATEGORIES`
-whose rule matches it. Ray's daemons count too, though they leave the command's process tree.
+name and command line) and counted, as last seen (by the command line it was last seen with), in
+the first category of :data:`CATEGORIES` whose rule matches it. Ray's daemons count too, though
+they leave the command's process tree.
 
 A process's CPU after its last sample is not seen (at most one interval of it), nor is a process
 that lived less than one interval: the table's last rows set the sampled total beside the
@@ -50,13 +51,18 @@ def _seqae_is(verbs: tuple[str, ...] | None) -> Callable[[Seen], bool]:
     def rule(p: Seen) -> bool:
         verb = seqae_verb(p.cmdline)
         return verb is not None and (verbs is None or verb in verbs)
+
     return rule
 
 
 def _ray_service(p: Seen) -> bool:
     """Ray's daemons, its dashboard's modules (``ray-dashboard-JobHead-0``, ...) and ``ray start``."""
-    return (p.name in ("raylet", "gcs_server", "ray") or p.name in RAY_SERVICE_ACTORS
-            or p.name.startswith("ray-dashboard") or "/ray/" in p.cmdline)
+    return (
+        p.name in ("raylet", "gcs_server", "ray")
+        or p.name in RAY_SERVICE_ACTORS
+        or p.name.startswith("ray-dashboard")
+        or "/ray/" in p.cmdline
+    )
 
 
 def _has(*words: str) -> Callable[[Seen], bool]:
@@ -71,9 +77,15 @@ CATEGORIES: list[tuple[str, Callable[[Seen], bool]]] = [
     ("seqae drivers (sweep run, resume, extend, fork)", _seqae_is(DRIVER_VERBS)),
     ("other seqae commands (status, logs, ui, cluster, ...)", _seqae_is(None)),
     # pytest-xdist's workers start through execnet's bootstrap, which names neither
-    ("pytest and its workers (in-process tests)", _has("pytest", "xdist", "execnet", "exec(eval(sys.stdin.readline()))")),
+    (
+        "pytest and its workers (in-process tests)",
+        _has("pytest", "xdist", "execnet", "exec(eval(sys.stdin.readline()))"),
+    ),
     ("PostgreSQL", _has("postgres")),
-    ("MLflow and optuna-dashboard servers", _has("mlflow", "gunicorn", "uvicorn", "optuna-dashboard", "optuna_dashboard")),
+    (
+        "MLflow and optuna-dashboard servers",
+        _has("mlflow", "gunicorn", "uvicorn", "optuna-dashboard", "optuna_dashboard"),
+    ),
     ("Chromium", _has("chrom")),
     ("pip", _has("pip")),
     ("mypy", _has("mypy")),
@@ -131,13 +143,27 @@ def run(command: str, interval: float = 1.0) -> list[dict[str, Any]]:
         cpu[kind] += process.cpu
         count[kind] += 1
     sampled = sum(cpu.values())
-    rows = [{"category": name, "cpu_seconds": round(seconds, 1), "share": f"{100 * seconds / max(sampled, 1e-9):.1f}%",
-             "processes": count[name]} for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])]
+    rows = [
+        {
+            "category": name,
+            "cpu_seconds": round(seconds, 1),
+            "share": f"{100 * seconds / max(sampled, 1e-9):.1f}%",
+            "processes": count[name],
+        }
+        for name, seconds in sorted(cpu.items(), key=lambda kv: -kv[1])
+    ]
     return rows + [
-        {"category": "all sampled processes", "cpu_seconds": round(sampled, 1), "share": "100.0%",
-         "processes": len(seen)},
+        {
+            "category": "all sampled processes",
+            "cpu_seconds": round(sampled, 1),
+            "share": "100.0%",
+            "processes": len(seen),
+        },
         {"category": "this sampler", "cpu_seconds": round(mine, 1)},
-        {"category": "the machine's busy CPU-seconds (/proc/stat)", "cpu_seconds": round(machine, 1),
-         "share": f"{100 * machine / (wall * (psutil.cpu_count() or 1)):.0f}% of {psutil.cpu_count()} cores"},
+        {
+            "category": "the machine's busy CPU-seconds (/proc/stat)",
+            "cpu_seconds": round(machine, 1),
+            "share": f"{100 * machine / (wall * (psutil.cpu_count() or 1)):.0f}% of {psutil.cpu_count()} cores",
+        },
         {"category": "the command", "exit_code": code, "wall_seconds": round(wall, 1)},
     ]

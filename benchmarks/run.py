@@ -38,26 +38,32 @@ def _throughput(options: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _on_a_gpu(suite: Suite) -> Suite:
     """A suite that measures GPUs: one row saying so where there is none."""
+
     def guarded(options: dict[str, Any]) -> list[dict[str, Any]]:
         return suite(options) if torch.cuda.is_available() else [{"status": "skipped: no GPU on this machine"}]
+
     return guarded
 
 
 SUITES: dict[str, Suite] = {
     "throughput": _throughput,
     "overhead": lambda o: _module("sweep_overhead").run(o["data"]),
-    "data": lambda o: (_module("data_prep").prefix_vs_whole(o["data"]) + _module("data_prep").cache_hit(o["data"])
-                       + _module("data_prep").parallel(o["data"])),
-    "data-scale": lambda o: _module("data_scale").run(o["data"], o["pages"], o["interrupt"],
-                                                      Path(o["workspace"]) if o["workspace"] else None),
+    "data": lambda o: (
+        _module("data_prep").prefix_vs_whole(o["data"])
+        + _module("data_prep").cache_hit(o["data"])
+        + _module("data_prep").parallel(o["data"])
+    ),
+    "data-scale": lambda o: _module("data_scale").run(
+        o["data"], o["pages"], o["interrupt"], Path(o["workspace"]) if o["workspace"] else None
+    ),
     "gpu": _on_a_gpu(lambda o: _module("gpu_packing").run(o["data"])),
     "step": lambda o: _module("step_check").suite(),
     "fuse": lambda o: _module("fuse").run(),
     "scale": lambda o: _module("scale").run(o["data"]),
     "processes": lambda o: _module("process_cpu").run(o["command"]),
-    "control-plane": lambda o: _module("control_plane").run([int(n) for n in o["sizes"].split(",")],
-                                                            o["optuna"].split(","),
-                                                            Path(o["before"]) if o["before"] else None),
+    "control-plane": lambda o: _module("control_plane").run(
+        [int(n) for n in o["sizes"].split(",")], o["optuna"].split(","), Path(o["before"]) if o["before"] else None
+    ),
 }
 
 
@@ -108,19 +114,37 @@ def command(args: argparse.Namespace) -> dict[str, Any]:
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown:
         raise ConfigError(f"unknown benchmark suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
-    if args.before and not any((Path(args.before) / cli).is_file() for cli in ("seqae/__main__.py", "seqae_cli/main.py")):
+    if args.before and not any(
+        (Path(args.before) / cli).is_file() for cli in ("seqae/__main__.py", "seqae_cli/main.py")
+    ):
         raise ConfigError(f"--before {args.before!r} is not a checkout of seqae (no seqae/__main__.py there)")
     if "processes" in args.suites and not args.command:
-        raise ConfigError("bench processes needs --command CMD: the command whose CPU-seconds it counts (for example .ci/run)")
+        raise ConfigError(
+            "bench processes needs --command CMD: the command whose CPU-seconds it counts (for example .ci/run)"
+        )
     data = args.data or os.environ.get("SEQAE_BENCH_DATA") or "wikimedia/wikipedia"
     if "data-scale" in args.suites and not Path(data).expanduser().is_dir():
-        raise ConfigError(f"bench data-scale cuts its pages from a local folder in the wikimedia/wikipedia layout; "
-                          f"--data {data!r} is not one (for example --data ../shared/data/wikipedia-mini)")
+        raise ConfigError(
+            f"bench data-scale cuts its pages from a local folder in the wikimedia/wikipedia layout; "
+            f"--data {data!r} is not one (for example --data ../shared/data/wikipedia-mini)"
+        )
     if args.pages < 2:
         raise ConfigError(f"--pages {args.pages} is too few: a split needs at least 2 pages")
     if args.interrupt is not None and not 0 < args.interrupt < 1:
         raise ConfigError(f"--interrupt {args.interrupt} is not a fraction of the pages between 0 and 1")
-    return main(args.suites, Path(args.out),
-                {"shapes": args.shapes, "steps": args.steps, "workspace": args.workspace, "data": data,
-                 "sizes": args.sizes, "optuna": args.optuna, "before": args.before, "command": args.command, "pages": args.pages,
-                 "interrupt": args.interrupt})
+    return main(
+        args.suites,
+        Path(args.out),
+        {
+            "shapes": args.shapes,
+            "steps": args.steps,
+            "workspace": args.workspace,
+            "data": data,
+            "sizes": args.sizes,
+            "optuna": args.optuna,
+            "before": args.before,
+            "command": args.command,
+            "pages": args.pages,
+            "interrupt": args.interrupt,
+        },
+    )

@@ -56,8 +56,16 @@ class Row:
 
 
 def _config(block: str, batch: int, input_len: int, latent_len: int) -> Config:
-    return from_flat({"data.input_len": input_len, "model.latent_len": latent_len, "model.block": block,
-                      "model.heads": 1 if block == "paper" else 4, "train.batch_size": batch, "train.lr_schedule": "constant"})
+    return from_flat(
+        {
+            "data.input_len": input_len,
+            "model.latent_len": latent_len,
+            "model.block": block,
+            "model.heads": 1 if block == "paper" else 4,
+            "train.batch_size": batch,
+            "train.lr_schedule": "constant",
+        }
+    )
 
 
 def _batches(batch: int, length: int, device: torch.device, count: int = 4) -> list[torch.Tensor]:
@@ -72,8 +80,12 @@ def _batches(batch: int, length: int, device: torch.device, count: int = 4) -> l
     return batches
 
 
-def _before_step(model: ReducingAutoencoder, optimizer: torch.optim.Optimizer, pad_id: int,
-                 autocast: Callable[[], AbstractContextManager[Any]]) -> Callable[[torch.Tensor], None]:
+def _before_step(
+    model: ReducingAutoencoder,
+    optimizer: torch.optim.Optimizer,
+    pad_id: int,
+    autocast: Callable[[], AbstractContextManager[Any]],
+) -> Callable[[torch.Tensor], None]:
     """The step as seqae ran it before: pads indexed out by a boolean mask, the chunked head on
     the rows left, the loss read back before backward, the batch's counts read back as well."""
     plan = plan_head("chunked", next(model.parameters()).device)
@@ -99,8 +111,9 @@ def _before_step(model: ReducingAutoencoder, optimizer: torch.optim.Optimizer, p
     return step
 
 
-def _variant(name: str, config: Config, device: torch.device, autocast: Callable[[], AbstractContextManager[Any]]
-             ) -> tuple[Callable[[torch.Tensor], None], str, torch.nn.Module]:
+def _variant(
+    name: str, config: Config, device: torch.device, autocast: Callable[[], AbstractContextManager[Any]]
+) -> tuple[Callable[[torch.Tensor], None], str, torch.nn.Module]:
     """A fresh model of ``config`` and the step of variant ``name`` on it, with a note."""
     torch.manual_seed(0)
     seqae = ReducingAutoencoder(config, VOCAB).to(device)
@@ -117,20 +130,33 @@ def _variant(name: str, config: Config, device: torch.device, autocast: Callable
         if device.type == "cuda" and liger_available():
             plan = HeadPlan("fused", GPU_CHUNK_ROWS)
         else:
-            plan, note = HeadPlan("dense", 0), "dense: " + ("no Liger-Kernel" if device.type == "cuda" else "fused is CUDA-only")
+            plan, note = (
+                HeadPlan("dense", 0),
+                "dense: " + ("no Liger-Kernel" if device.type == "cuda" else "fused is CUDA-only"),
+            )
     compiled = name in ("+ compiled", "+ CUDA graphs")
     if compiled:
         plan, note = HeadPlan("dense", 0), "dense head, inductor"
     graphs = name == "+ CUDA graphs" and device.type == "cuda"
     if graphs:
         note += ", reduce-overhead"
-    step = TrainStep(seqae, optimizer, scheduler, plan=plan, autocast=autocast, pad_id=0, device=device,
-                     backend="inductor" if compiled else None, mode="reduce-overhead" if graphs else None)
+    step = TrainStep(
+        seqae,
+        optimizer,
+        scheduler,
+        plan=plan,
+        autocast=autocast,
+        pad_id=0,
+        device=device,
+        backend="inductor" if compiled else None,
+        mode="reduce-overhead" if graphs else None,
+    )
     return step, note, seqae
 
 
-def measure(block: str, batch: int, input_len: int, latent_len: int, device: torch.device, bf16: bool,
-            warmup: int, steps: int) -> list[Row]:
+def measure(
+    block: str, batch: int, input_len: int, latent_len: int, device: torch.device, bf16: bool, warmup: int, steps: int
+) -> list[Row]:
     config = _config(block, batch, input_len, latent_len)
     batches = _batches(batch, input_len, device)
 
@@ -138,8 +164,11 @@ def measure(block: str, batch: int, input_len: int, latent_len: int, device: tor
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
 
     head, body = forward_flops(config, VOCAB)
-    peak = next((v for k, v in PEAK_BF16.items() if k in torch.cuda.get_device_name(0)), None) \
-        if device.type == "cuda" else None
+    peak = (
+        next((v for k, v in PEAK_BF16.items() if k in torch.cuda.get_device_name(0)), None)
+        if device.type == "cuda"
+        else None
+    )
     rows, plain_ms = [], None
     for name in VARIANTS:
         if name == "+ CUDA graphs" and device.type != "cuda":
@@ -162,13 +191,24 @@ def measure(block: str, batch: int, input_len: int, latent_len: int, device: tor
         ms = median_seconds(one, device, warmup, steps) * 1000
         plain_ms = ms if name == "plain loop" else plain_ms
         tokens_per_s = batch * input_len / (ms / 1000)
-        rows.append(Row(
-            block, batch, name, round(ms, 3), round(tokens_per_s), None if peak is None else
-            round(3 * (head + body) * batch / (ms / 1000) / peak, 4), round(plain_ms / ms, 3) if plain_ms else None,
-            round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
-            round(first_s, 1) if name in ("+ compiled", "+ CUDA graphs") else None, note))
-        print(f"  measured {block} {batch} {name}: {rows[-1].ms} ms a step, {rows[-1].vs_plain}x the plain loop",
-              flush=True)  # a run cut short by its time limit still shows what it measured
+        rows.append(
+            Row(
+                block,
+                batch,
+                name,
+                round(ms, 3),
+                round(tokens_per_s),
+                None if peak is None else round(3 * (head + body) * batch / (ms / 1000) / peak, 4),
+                round(plain_ms / ms, 3) if plain_ms else None,
+                round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
+                round(first_s, 1) if name in ("+ compiled", "+ CUDA graphs") else None,
+                note,
+            )
+        )
+        print(
+            f"  measured {block} {batch} {name}: {rows[-1].ms} ms a step, {rows[-1].vs_plain}x the plain loop",
+            flush=True,
+        )  # a run cut short by its time limit still shows what it measured
         del step, one  # the variant's model freed before the next one's is built
     return rows
 
@@ -200,14 +240,19 @@ def parity(device: torch.device) -> list[str]:
             results.append((plan, [loss.detach(), *grads]))
         reference = results[0][1]
         for plan, got in results[1:]:
-            errors = [float((g.float() - r.float()).norm() / r.float().norm().clamp(min=1e-30))
-                      for g, r in zip(got, reference) if g is not None and r is not None]
+            errors = [
+                float((g.float() - r.float()).norm() / r.float().norm().clamp(min=1e-30))
+                for g, r in zip(got, reference)
+                if g is not None and r is not None
+            ]
             bound = 2e-2 if bf16 else 1e-5
             verdict = "ok" if all(e <= bound for e in errors) else "OFF"
             assert plan is not None
-            lines.append(f"{'bf16' if bf16 else 'fp32'} {plan.kind}/{plan.chunk_rows}: loss {errors[0]:.1e}, "
-                         f"d hidden {errors[1]:.1e}, d weight {errors[2]:.1e}, d bias {errors[3]:.1e} "
-                         f"(bound {bound:g}): {verdict}")
+            lines.append(
+                f"{'bf16' if bf16 else 'fp32'} {plan.kind}/{plan.chunk_rows}: loss {errors[0]:.1e}, "
+                f"d hidden {errors[1]:.1e}, d weight {errors[2]:.1e}, d bias {errors[3]:.1e} "
+                f"(bound {bound:g}): {verdict}"
+            )
     return lines
 
 
@@ -218,8 +263,9 @@ def sync_counts(device: torch.device, bf16: bool) -> list[str]:
     batches = _batches(16, 64, device, count=1)
     lines = []
     for name in VARIANTS[1:4]:
-        step, note, _ = _variant(name, config, device,
-                                 lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16))
+        step, note, _ = _variant(
+            name, config, device, lambda: torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
+        )
         syncs, ops, by_name = count_per_step(partial(step, batches[0]), steps=3)
         line = f"{name}{f' ({note})' if note else ''}: {syncs:g} syncs a step {dict(by_name)}, {ops:g} operators a step"
         if device.type == "cuda":
@@ -246,11 +292,18 @@ def run(warmup: int, steps: int) -> tuple[list[Row], list[str], list[str]]:
         shapes, batches, bf16 = (512, 256), [16, 64], True
     else:
         device, shapes, batches, bf16 = torch.device("cpu"), (64, 32), [16], False
-    rows = [row for block in ("paper", "transformer") for batch in batches
-            for row in measure(block, batch, *shapes, device, bf16, warmup, steps)]
+    rows = [
+        row
+        for block in ("paper", "transformer")
+        for batch in batches
+        for row in measure(block, batch, *shapes, device, bf16, warmup, steps)
+    ]
     if device.type == "cpu":
-        rows += [Row(block, batch, "(GPU rows)", None, None, None, None, None, None, "no GPU on this machine")
-                 for block in ("paper", "transformer") for batch in (16, 64)]
+        rows += [
+            Row(block, batch, "(GPU rows)", None, None, None, None, None, None, "no GPU on this machine")
+            for block in ("paper", "transformer")
+            for batch in (16, 64)
+        ]
     return rows, parity(device), sync_counts(device, bf16)
 
 
@@ -263,12 +316,15 @@ def machine() -> str:
         driver = pynvml.nvmlSystemGetDriverVersion()
     except Exception:  # NVML is optional here: the driver is then shown as ?
         pass
-    return (f"{torch.cuda.get_device_name(0)}, driver {driver}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
-            f"Liger-Kernel {'yes' if liger_available() else 'no'}")
+    return (
+        f"{torch.cuda.get_device_name(0)}, driver {driver}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
+        f"Liger-Kernel {'yes' if liger_available() else 'no'}"
+    )
 
 
 def format_table(rows: list[dict[str, object]]) -> str:
     """The rows as a plain table: a share of peak as a percentage, a missing figure as -."""
+
     def cell(key: str, value: object) -> str:
         if value is None:
             return "-"
@@ -283,16 +339,25 @@ def suite(warmup: int | None = None, steps: int | None = None) -> list[dict[str,
     returned. Warm-up and timed steps: 5 and 20 on a GPU, 1 and 3 on a CPU unless given."""
     gpu = torch.cuda.is_available()
     print(f"machine: {machine()}", flush=True)
-    rows, parity_lines, sync_lines = run(warmup if warmup is not None else 5 if gpu else 1,
-                                         steps if steps is not None else 20 if gpu else 3)
-    print("\nparity at the BERT vocabulary (relative error against F.cross_entropy):", *parity_lines,
-          "\nhost syncs a step (paper block, 64 -> 32, batch 16):", *sync_lines, sep="\n", flush=True)
+    rows, parity_lines, sync_lines = run(
+        warmup if warmup is not None else 5 if gpu else 1, steps if steps is not None else 20 if gpu else 3
+    )
+    print(
+        "\nparity at the BERT vocabulary (relative error against F.cross_entropy):",
+        *parity_lines,
+        "\nhost syncs a step (paper block, 64 -> 32, batch 16):",
+        *sync_lines,
+        sep="\n",
+        flush=True,
+    )
     return [asdict(row) for row in rows]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--warmup", type=int, default=None, help="steps before timing (default: 5 on a GPU, 1 on a CPU)")
+    parser.add_argument(
+        "--warmup", type=int, default=None, help="steps before timing (default: 5 on a GPU, 1 on a CPU)"
+    )
     parser.add_argument("--steps", type=int, default=None, help="timed steps (default: 20 on a GPU, 3 on a CPU)")
     args = parser.parse_args(argv)
     print("\n" + format_table(suite(args.warmup, args.steps)), flush=True)

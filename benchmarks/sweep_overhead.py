@@ -28,14 +28,41 @@ STUDY = Path(__file__).resolve().parents[1] / "sweeps" / "studies" / "quickstart
 def run(data_path: str, trials: int = 8, parallel: int = 2, epochs: int = 3) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp) / "ws"
-        sets = [f"data.path={data_path}", "data.samples=windows", "data.max_pages=30", "data.input_len=32",
-                "model.latent_len=16", "model.d_model=64", "model.d_attn=64", "model.d_ffn=128",
-                f"train.epochs={epochs}", "train.batch_size=32", f"trials.total={trials}",
-                f"max_concurrent={parallel}", "resources.cpu=1", "scheduler.type=none"]  # every trial its epochs
+        sets = [
+            f"data.path={data_path}",
+            "data.samples=windows",
+            "data.max_pages=30",
+            "data.input_len=32",
+            "model.latent_len=16",
+            "model.d_model=64",
+            "model.d_attn=64",
+            "model.d_ffn=128",
+            f"train.epochs={epochs}",
+            "train.batch_size=32",
+            f"trials.total={trials}",
+            f"max_concurrent={parallel}",
+            "resources.cpu=1",
+            "scheduler.type=none",
+        ]  # every trial its epochs
         start = time.time()
-        run = subprocess.run([sys.executable, "-m", "seqae", "sweep", "run", str(STUDY), "--name", "overhead",
-                              "--workspace", str(workspace), *[a for s in sets for a in ("--set", s)]],
-                             capture_output=True, text=True, env=os.environ.copy())
+        run = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "seqae",
+                "sweep",
+                "run",
+                str(STUDY),
+                "--name",
+                "overhead",
+                "--workspace",
+                str(workspace),
+                *[a for s in sets for a in ("--set", s)],
+            ],
+            capture_output=True,
+            text=True,
+            env=os.environ.copy(),
+        )
         wall = time.time() - start
         if run.returncode != 0:
             raise RuntimeError(f"the benchmark sweep failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")
@@ -51,10 +78,17 @@ def run(data_path: str, trials: int = 8, parallel: int = 2, epochs: int = 3) -> 
     startup, wind_down = first_open - start, start + wall - last_close
     ideal = sum(own) / parallel
     overhead = (wall - startup - wind_down - ideal) / ideal
-    return [{
-        "trials": len(children), "parallel": parallel, "wall_s": round(wall, 1),
-        "fixed_startup_s": round(startup, 1), "fixed_wind_down_s": round(wind_down, 1),
-        "trial_own_s": round(sum(own), 1), "ideal_s": round(ideal, 1),
-        "overhead_pct": round(100 * overhead, 1),
-        "trial_data_start_s_max": round(max(data_seconds), 3), "cache_entries": len(entries),
-    }]
+    return [
+        {
+            "trials": len(children),
+            "parallel": parallel,
+            "wall_s": round(wall, 1),
+            "fixed_startup_s": round(startup, 1),
+            "fixed_wind_down_s": round(wind_down, 1),
+            "trial_own_s": round(sum(own), 1),
+            "ideal_s": round(ideal, 1),
+            "overhead_pct": round(100 * overhead, 1),
+            "trial_data_start_s_max": round(max(data_seconds), 3),
+            "cache_entries": len(entries),
+        }
+    ]

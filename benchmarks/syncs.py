@@ -21,8 +21,19 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # Reads of a tensor's values by the host, seen where Python calls them: on a CPU some of them
 # (tolist, numpy) reach no operator a dispatch mode would see.
 _READS = {"tolist", "item", "numpy", "cpu", "__bool__", "__int__", "__float__", "__index__"}
-_ALWAYS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "unique_consecutive",
-           "unique_dim", "repeat_interleave", "bincount", "masked_scatter", "argwhere"}
+_ALWAYS = {
+    "_local_scalar_dense",
+    "nonzero",
+    "masked_select",
+    "unique",
+    "_unique2",
+    "unique_consecutive",
+    "unique_dim",
+    "repeat_interleave",
+    "bincount",
+    "masked_scatter",
+    "argwhere",
+}
 _WITH_A_MASK = {"index", "index_put", "index_put_", "_index_put_impl_"}  # syncs when an index is boolean
 
 

@@ -36,10 +36,15 @@ class Case:
 
 
 def _config(case: Case, batch_size: int) -> Config:
-    return from_flat({
-        "data.input_len": case.input_len, "model.latent_len": case.latent_len, "model.block": case.block,
-        "model.heads": 1 if case.block == "paper" else 4, "train.batch_size": batch_size,
-    })
+    return from_flat(
+        {
+            "data.input_len": case.input_len,
+            "model.latent_len": case.latent_len,
+            "model.block": case.block,
+            "model.heads": 1 if case.block == "paper" else 4,
+            "train.batch_size": batch_size,
+        }
+    )
 
 
 def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, steps: int) -> dict[str, Any]:
@@ -53,8 +58,15 @@ def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, ste
     baseline = BaselineAutoencoder(config, vocab_size).to(device)
     baseline.model.load_state_dict(seqae.state_dict())
     opt_seqae = torch.optim.AdamW(seqae.parameters(), lr=1e-4, fused=True)
-    train_step = TrainStep(seqae, opt_seqae, torch.optim.lr_scheduler.LambdaLR(opt_seqae, lambda s: 1.0),
-                           plan=plan_head("auto", device), autocast=lambda: autocast, pad_id=pad_id, device=device)
+    train_step = TrainStep(
+        seqae,
+        opt_seqae,
+        torch.optim.lr_scheduler.LambdaLR(opt_seqae, lambda s: 1.0),
+        plan=plan_head("auto", device),
+        autocast=lambda: autocast,
+        pad_id=pad_id,
+        device=device,
+    )
     opt_base = torch.optim.AdamW(baseline.parameters(), lr=1e-4)
     state = {"i": 0}
 
@@ -92,16 +104,18 @@ def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, ste
 
 def real_batches(path: str, input_len: int, batch_size: int, count: int) -> tuple[torch.Tensor, int, int]:
     """``count`` batches of real Wikipedia windows."""
-    config = from_flat({"data.path": path, "data.samples": "windows", "data.input_len": input_len,
-                        "data.max_pages": 200})
+    config = from_flat(
+        {"data.path": path, "data.samples": "windows", "data.input_len": input_len, "data.max_pages": 200}
+    )
     splits = data_lib.load(config.data)
     rows = splits.train[: count * batch_size]
     tokens = splits.batch(rows).view(count, batch_size, input_len)
     return tokens, splits.pad_id, splits.vocab_size
 
 
-def run(path: str, shapes: list[tuple[int, int]], blocks: list[str], precisions: list[str],
-        steps: int) -> list[dict[str, Any]]:
+def run(
+    path: str, shapes: list[tuple[int, int]], blocks: list[str], precisions: list[str], steps: int
+) -> list[dict[str, Any]]:
     rows = []
     for input_len, latent_len in shapes:
         batches, pad_id, vocab_size = real_batches(path, input_len, 16, 8)
@@ -109,7 +123,6 @@ def run(path: str, shapes: list[tuple[int, int]], blocks: list[str], precisions:
             for precision in precisions:
                 rows.append(measure(Case(input_len, latent_len, block, precision), batches, pad_id, vocab_size, steps))
     return rows
-
 
 
 QUICKSTART = Path(__file__).resolve().parents[1] / "sweeps" / "studies" / "quickstart.yaml"
@@ -131,11 +144,17 @@ def quickstart_paths(path: str, cache_dir: Path | None = None) -> list[dict[str,
             spec = spec_lib.load(QUICKSTART, [f"data.path={path}", *PINNED, *levers])
             config = from_flat(spec.base)
             result = train(config, cache_dir=cache_dir, device="cpu")
-            rows.append({"config": "64->32 quickstart", "path": label,
-                         "precision": describe_precision(config, torch.device("cpu")),
-                         "vocab": len(data_lib.load(config.data, cache_dir).token_ids), "d_ffn": config.model.d_ffn,
-                         "tokens_per_s": round(result["tokens_per_s"], 1),
-                         "val_token_accuracy_3_epochs": round(result["val_token_accuracy"], 4)})
+            rows.append(
+                {
+                    "config": "64->32 quickstart",
+                    "path": label,
+                    "precision": describe_precision(config, torch.device("cpu")),
+                    "vocab": len(data_lib.load(config.data, cache_dir).token_ids),
+                    "d_ffn": config.model.d_ffn,
+                    "tokens_per_s": round(result["tokens_per_s"], 1),
+                    "val_token_accuracy_3_epochs": round(result["val_token_accuracy"], 4),
+                }
+            )
     finally:
         torch.set_num_threads(threads)
     before = rows[0]["tokens_per_s"]

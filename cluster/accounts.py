@@ -45,9 +45,12 @@ TUNNELS = (
     ("SEQAE_TUNNEL_POSTGRES_PORT", "SEQAE_OPTUNA_STORAGE", ("postgres", "port")),
 )
 # the head's own values a submitted job gets in place of the laptop's (sweeps.running.submit.CLUSTER_SIDE)
-CLUSTER_SIDE = {"SEQAE_WORKSPACE": "SEQAE_CLUSTER_WORKSPACE",
-                "SEQAE_MLFLOW_TRACKING_URI": "SEQAE_CLUSTER_MLFLOW_TRACKING_URI",
-                "SEQAE_OPTUNA_STORAGE": "SEQAE_CLUSTER_OPTUNA_STORAGE", "PGPASSFILE": "SEQAE_CLUSTER_PGPASSFILE"}
+CLUSTER_SIDE = {
+    "SEQAE_WORKSPACE": "SEQAE_CLUSTER_WORKSPACE",
+    "SEQAE_MLFLOW_TRACKING_URI": "SEQAE_CLUSTER_MLFLOW_TRACKING_URI",
+    "SEQAE_OPTUNA_STORAGE": "SEQAE_CLUSTER_OPTUNA_STORAGE",
+    "PGPASSFILE": "SEQAE_CLUSTER_PGPASSFILE",
+}
 
 
 def accounts_dir(state: dict[str, Any]) -> Path:
@@ -71,7 +74,9 @@ def add_user(state: dict[str, Any], name: str, environment: dict[str, str]) -> P
     """Create MLflow user ``name`` on the cluster's server; returns the folder to hand to them,
     whose ``env.sh`` exports ``environment`` (the cluster's) as that user."""
     if not NAME.fullmatch(name):
-        raise ConfigError(f"user name {name!r}: use lower-case letters, digits, '.', '_' or '-', starting with a letter")
+        raise ConfigError(
+            f"user name {name!r}: use lower-case letters, digits, '.', '_' or '-', starting with a letter"
+        )
     if name == mlflow_server.ADMIN:
         raise ConfigError(f"user name {name!r} is MLflow's admin, which `seqae cluster up` made")
     token = ray_token(state)  # refused before the account is made
@@ -98,14 +103,17 @@ def ray_token(state: dict[str, Any]) -> str:
         return os.environ["RAY_AUTH_TOKEN"]
     path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").expanduser()
     if not path.is_file():
-        raise ConfigError(f"no Ray token at {path} on this head: start Ray with token authentication first "
-                          "(`ray get-auth-token --generate`, then `ray start --head` with RAY_AUTH_MODE=token), "
-                          "then add users")
+        raise ConfigError(
+            f"no Ray token at {path} on this head: start Ray with token authentication first "
+            "(`ray get-auth-token --generate`, then `ray start --head` with RAY_AUTH_MODE=token), "
+            "then add users"
+        )
     return path.read_text()
 
 
 def tunnels(state: dict[str, Any], environment: dict[str, str]) -> list[tuple[str, str, int]]:
     """(the variable, the address it names, the head's port) for each server this cluster runs."""
+
     def port(where: tuple[str, ...]) -> int:
         value: Any = state
         for part in where:
@@ -127,16 +135,23 @@ def _create(state: dict[str, Any], name: str, password: str) -> None:
     uri = f"http://127.0.0.1:{state['mlflow']['port']}"
     admin = f"{mlflow_server.ADMIN}:{Path(state['mlflow']['password_file']).read_text().strip()}"
     request = urllib.request.Request(
-        f"{uri}/api/2.0/mlflow/users/create", method="POST",
+        f"{uri}/api/2.0/mlflow/users/create",
+        method="POST",
         data=json.dumps({"username": name, "password": password}).encode(),
-        headers={"Content-Type": "application/json", "Authorization": "Basic " + base64.b64encode(admin.encode()).decode()})
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": "Basic " + base64.b64encode(admin.encode()).decode(),
+        },
+    )
     try:
         urllib.request.urlopen(request, timeout=30).close()
     except urllib.error.HTTPError as exc:
         answer = exc.read().decode(errors="replace")
         if "RESOURCE_ALREADY_EXISTS" in answer or "already exists" in answer:
             raise ConfigError(f"user {name!r} already has an MLflow account on this cluster") from None
-        raise ConfigError(f"the MLflow server at {uri} did not create user {name!r}: {exc.code} {answer[:200]}") from None
+        raise ConfigError(
+            f"the MLflow server at {uri} did not create user {name!r}: {exc.code} {answer[:200]}"
+        ) from None
     except OSError as exc:
         raise ConfigError(f"the MLflow server at {uri} is not answering ({exc}): `seqae cluster up` first") from None
 
@@ -151,14 +166,19 @@ def _env_sh(state: dict[str, Any], environment: dict[str, str], name: str) -> st
     cluster's own workspace, stores and pgpass file for the jobs it submits."""
     files = {"PGPASSFILE": "pgpass"}
     cluster = {CLUSTER_SIDE[k]: environment[k] for k in CLUSTER_SIDE if k in environment}
-    values = {k: v for k, v in environment.items()
-              if k not in {"SEQAE_WORKSPACE", "RAY_AUTH_TOKEN_PATH", *CLUSTER_SIDE.values()}}
+    values = {
+        k: v
+        for k, v in environment.items()
+        if k not in {"SEQAE_WORKSPACE", "RAY_AUTH_TOKEN_PATH", *CLUSTER_SIDE.values()}
+    }
     values |= {"MLFLOW_TRACKING_USERNAME": name, **cluster}
     forwarded = {key: (variable, port) for variable, key, port in tunnels(state, environment)}
-    lines = [f"# from your machine, first: {tunnel_command(state, environment)}\n",
-             f"# (other local ports: set {', '.join(forwarded[k][0] for k in forwarded)} to them before sourcing)\n",
-             'here="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"\n',
-             'export RAY_AUTH_TOKEN_PATH="$here/ray_token"\n']
+    lines = [
+        f"# from your machine, first: {tunnel_command(state, environment)}\n",
+        f"# (other local ports: set {', '.join(forwarded[k][0] for k in forwarded)} to them before sourcing)\n",
+        'here="$(cd "$(dirname "${BASH_SOURCE[0]:-$0}")" && pwd)"\n',
+        'export RAY_AUTH_TOKEN_PATH="$here/ray_token"\n',
+    ]
     for key, value in values.items():
         if key in files:
             lines.append(f'export {key}="$here/{files[key]}"\n')

@@ -33,15 +33,22 @@ def check(storage: str) -> None:
         from botocore.config import Config
         from botocore.exceptions import BotoCoreError, ClientError
     except ImportError:
-        raise ConfigError(f"--storage {storage}: MLflow keeps its artifacts in S3 through boto3, which is not "
-                          'installed; install seqae\'s s3 extra (pip install -e ".[s3]")') from None
+        raise ConfigError(
+            f"--storage {storage}: MLflow keeps its artifacts in S3 through boto3, which is not "
+            'installed; install seqae\'s s3 extra (pip install -e ".[s3]")'
+        ) from None
     bucket = storage.removeprefix("s3://").split("/", 1)[0]
     # MLflow's S3 client takes its endpoint from MLFLOW_S3_ENDPOINT_URL, else boto3's own settings
-    client = boto3.client("s3", endpoint_url=os.environ.get("MLFLOW_S3_ENDPOINT_URL") or None,
-                          config=Config(connect_timeout=10, read_timeout=30, retries={"max_attempts": 2}))
+    client = boto3.client(
+        "s3",
+        endpoint_url=os.environ.get("MLFLOW_S3_ENDPOINT_URL") or None,
+        config=Config(connect_timeout=10, read_timeout=30, retries={"max_attempts": 2}),
+    )
     try:
         client.list_objects_v2(Bucket=bucket, Prefix=artifact_root(storage).removeprefix(f"s3://{bucket}/"), MaxKeys=1)
     except (BotoCoreError, ClientError) as exc:
-        raise ConfigError(f"--storage {storage}: MLflow's artifacts cannot go there: listing it with this machine's "
-                          f"AWS credentials failed ({one_line(exc)}); check the bucket's name and the credentials "
-                          "(AWS_PROFILE, AWS_ACCESS_KEY_ID, an instance profile), which must list and write it") from None
+        raise ConfigError(
+            f"--storage {storage}: MLflow's artifacts cannot go there: listing it with this machine's "
+            f"AWS credentials failed ({one_line(exc)}); check the bucket's name and the credentials "
+            "(AWS_PROFILE, AWS_ACCESS_KEY_ID, an instance profile), which must list and write it"
+        ) from None

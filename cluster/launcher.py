@@ -38,10 +38,13 @@ def check(path: Path) -> None:
     try:
         json.loads(text) if path.suffix == ".json" else list(yaml.safe_load_all(text))
     except (ValueError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
-                          f"{str(exc).splitlines()[0]}") from None
+        raise ConfigError(
+            f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {str(exc).splitlines()[0]}"
+        ) from None
     found = placeholders(text)
     if found:
-        where = ", ".join(f"{name} (line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))})"
-                          for name, lines in found.items())
+        where = ", ".join(
+            f"{name} (line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))})"
+            for name, lines in found.items()
+        )
         raise ConfigError(f"{path} still holds placeholders: {where}; replace each with your own value")

@@ -59,14 +59,31 @@ NODE_PORTS = 50  # ports reserved per Ray node: its servers and its worker proce
 # them. Set on the head, the setting reaches every node's Ray through the GCS.
 HEAD_ARGS = ['--system-config={"enable_metrics_collection": false}']
 # A lost node is noticed in about 3 s instead of about 15 s (what the tests and users wait for).
-FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "1000",
-                      "RAY_health_check_failure_threshold": "3"}
+FAST_HEALTH_CHECKS = {
+    "RAY_health_check_period_ms": "1000",
+    "RAY_health_check_timeout_ms": "1000",
+    "RAY_health_check_failure_threshold": "3",
+}
 # What any process of a node needs from the starter's shell, none of it a secret: where programs
 # and libraries are, whose home, the locale and time zone, the temporary folder, which certificate
 # authorities TLS trusts, and which GPUs the operator gave the node. Everything else reaches a node
 # only by name (``up --pass-env``).
-SYSTEM_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
-              "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CUDA_VISIBLE_DEVICES")
+SYSTEM_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CUDA_VISIBLE_DEVICES",
+)
 SYSTEM_PREFIXES = ("LC_",)
 
 
@@ -111,11 +128,17 @@ def node_args(ip: str, base: int, cpus: int | None, gpus: int | None = None) -> 
     servers ask for the cluster's token. No metrics export port is given: the head turns the
     nodes' metrics export off (``HEAD_ARGS``)."""
     return [
-        f"--node-ip-address={ip}", *([f"--num-cpus={cpus}"] if cpus is not None else []), *([f"--num-gpus={gpus}"] if gpus is not None else []),
+        f"--node-ip-address={ip}",
+        *([f"--num-cpus={cpus}"] if cpus is not None else []),
+        *([f"--num-gpus={gpus}"] if gpus is not None else []),
         f"--node-manager-port={base}",
-        f"--object-manager-port={base + 1}", f"--dashboard-agent-listen-port={base + 2}",
-        f"--dashboard-agent-grpc-port={base + 3}", f"--runtime-env-agent-port={base + 4}",
-        f"--min-worker-port={base + 10}", f"--max-worker-port={base + NODE_PORTS - 2}", "--disable-usage-stats",
+        f"--object-manager-port={base + 1}",
+        f"--dashboard-agent-listen-port={base + 2}",
+        f"--dashboard-agent-grpc-port={base + 3}",
+        f"--runtime-env-agent-port={base + 4}",
+        f"--min-worker-port={base + 10}",
+        f"--max-worker-port={base + NODE_PORTS - 2}",
+        "--disable-usage-stats",
     ]
 
 
@@ -133,11 +156,15 @@ def _write_state(root: Path, state: dict[str, Any]) -> None:
 def environment(state: dict[str, Any]) -> dict[str, str]:
     """What a user exports to submit sweeps to this cluster: secrets only by their files' names
     (the MLflow password is in :func:`mlflow_credentials`)."""
-    ray = {
-        "SEQAE_RAY_ADDRESS": f"http://127.0.0.1:{state['dashboard_port']}",
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN_PATH": state["token_file"],
-    } if state["ray"] else {}
+    ray = (
+        {
+            "SEQAE_RAY_ADDRESS": f"http://127.0.0.1:{state['dashboard_port']}",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": state["token_file"],
+        }
+        if state["ray"]
+        else {}
+    )
     return {
         **ray,
         "SEQAE_MLFLOW_TRACKING_URI": f"http://127.0.0.1:{state['mlflow']['port']}",
@@ -152,8 +179,10 @@ def environment(state: dict[str, Any]) -> dict[str, str]:
 
 def mlflow_credentials(state: dict[str, Any]) -> dict[str, str]:
     """The MLflow admin's name and password, as MLflow's client reads them from the environment."""
-    return {"MLFLOW_TRACKING_USERNAME": mlflow_server.ADMIN,
-            "MLFLOW_TRACKING_PASSWORD": Path(state["mlflow"]["password_file"]).read_text().strip()}
+    return {
+        "MLFLOW_TRACKING_USERNAME": mlflow_server.ADMIN,
+        "MLFLOW_TRACKING_PASSWORD": Path(state["mlflow"]["password_file"]).read_text().strip(),
+    }
 
 
 def _env_sh(state: dict[str, Any]) -> str:
@@ -163,9 +192,16 @@ def _env_sh(state: dict[str, Any]) -> str:
     return "".join(lines) + f'export MLFLOW_TRACKING_PASSWORD="$(cat {password_file})"\n'
 
 
-def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 0, ray: bool = True,
-       storage: str | None = None, gpus_per_worker: int | None = None, pass_env: tuple[str, ...] = ()
-       ) -> dict[str, Any]:
+def up(
+    root: Path,
+    workers: int = 2,
+    cpus_per_worker: int = 1,
+    head_cpus: int = 0,
+    ray: bool = True,
+    storage: str | None = None,
+    gpus_per_worker: int | None = None,
+    pass_env: tuple[str, ...] = (),
+) -> dict[str, Any]:
     """Start the cluster in ``root`` (reusing its database and ports if it ran there before).
 
     Without ``ray``, only PostgreSQL and the MLflow server start: for a head node whose Ray is
@@ -184,12 +220,16 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
     if storage is not None and "://" not in storage:
         storage = str(Path(storage).expanduser().resolve())  # the server and the nodes start elsewhere
     if previous and storage is not None and storage != previous["storage"]:
-        raise ConfigError(f"--storage {storage}: the services in {root} keep their checkpoints and MLflow's artifacts in "
-                          f"{previous['storage']}; start them without --storage, or in another --dir")
+        raise ConfigError(
+            f"--storage {storage}: the services in {root} keep their checkpoints and MLflow's artifacts in "
+            f"{previous['storage']}; start them without --storage, or in another --dir"
+        )
     artifact_store.check(storage or (previous or {}).get("storage", ""))
     for name in pass_env:
         if name not in os.environ:
-            raise ConfigError(f"--pass-env {name}: {name} is not set in this shell (each node gets its value from here)")
+            raise ConfigError(
+                f"--pass-env {name}: {name} is not set in this shell (each node gets its value from here)"
+            )
     secrets_dir = root / "secrets"
     secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(secrets_dir, 0o700)
@@ -200,19 +240,33 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
 
     if previous:
         state = previous
-        state.update(workers=workers, cpus_per_worker=cpus_per_worker, head_cpus=head_cpus,
-                     gpus_per_worker=gpus_per_worker, pass_env=list(pass_env), pids={}, ray_sessions=[])
+        state.update(
+            workers=workers,
+            cpus_per_worker=cpus_per_worker,
+            head_cpus=head_cpus,
+            gpus_per_worker=gpus_per_worker,
+            pass_env=list(pass_env),
+            pids={},
+            ray_sessions=[],
+        )
     else:
         pg_port = free_port()
         state = {
-            "root": str(root), "token_file": str(token_file), "workers": workers,
-            "cpus_per_worker": cpus_per_worker, "head_cpus": head_cpus, "gpus_per_worker": gpus_per_worker,
+            "root": str(root),
+            "token_file": str(token_file),
+            "workers": workers,
+            "cpus_per_worker": cpus_per_worker,
+            "head_cpus": head_cpus,
+            "gpus_per_worker": gpus_per_worker,
             "pass_env": list(pass_env),
-            "gcs_port": free_port(), "dashboard_port": free_port(),
+            "gcs_port": free_port(),
+            "dashboard_port": free_port(),
             "node_ports": free_port_block(NODE_PORTS * (workers + 1)),
             "mlflow": {"port": free_port()},
             "postgres": postgres.create(secrets_dir, pg_port).to_dict(),
-            "storage": storage or str(root / "storage"), "workspace": str(root / "workspace"), "pids": {},
+            "storage": storage or str(root / "storage"),
+            "workspace": str(root / "workspace"),
+            "pids": {},
         }
     state["ray"] = ray
     state["ray_temp_dir"] = tempfile.mkdtemp(prefix="seqae-ray-")  # short: Ray's socket paths are limited
@@ -230,8 +284,9 @@ def up(root: Path, workers: int = 2, cpus_per_worker: int = 1, head_cpus: int = 
     # access to, in one server that is backed up and restarted together (a SQLite file would be a
     # second store to keep, and locks under several server workers).
     state["mlflow"]["password_file"] = str(secrets_dir / "mlflow_password")
-    mlflow_server.write_auth_config(secrets_dir / AUTH_CONFIG, Path(state["mlflow"]["password_file"]),
-                                    pg.url("mlflow_auth"))
+    mlflow_server.write_auth_config(
+        secrets_dir / AUTH_CONFIG, Path(state["mlflow"]["password_file"]), pg.url("mlflow_auth")
+    )
     start_mlflow(state)
     accounts.admin_account(state)
 
@@ -249,8 +304,12 @@ def start_mlflow(state: dict[str, Any]) -> None:
     root = Path(state["root"])
     pg = postgres.Postgres(**state["postgres"])
     state["pids"]["mlflow"] = mlflow_server.start(
-        pg.url("mlflow"), artifact_store.artifact_root(state["storage"]), state["mlflow"]["port"],
-        root / "logs" / "mlflow.log", env={"PGPASSFILE": pg.pgpass_of("mlflow")}, auth=root / "secrets" / AUTH_CONFIG,
+        pg.url("mlflow"),
+        artifact_store.artifact_root(state["storage"]),
+        state["mlflow"]["port"],
+        root / "logs" / "mlflow.log",
+        env={"PGPASSFILE": pg.pgpass_of("mlflow")},
+        auth=root / "secrets" / AUTH_CONFIG,
     )
     _write_state(root, state)
 
@@ -262,23 +321,39 @@ def _start_ray(state: dict[str, Any], logs: Path) -> None:
     # the folder of the users' MLflow passwords, where a driver signs in as the user who submitted
     # its sweep; no password is in the environment, and none enters a job's runtime environment.
     env = {**_ray_env(state, "127.0.0.2"), accounts.ACCOUNTS_ENV: str(accounts.accounts_dir(state))}
-    head = [_ray_bin(), "start", "--head", f"--port={state['gcs_port']}", "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={state['dashboard_port']}", f"--temp-dir={state['ray_temp_dir']}",
-            f"--ray-client-server-port={state['node_ports'] + NODE_PORTS - 1}", *HEAD_ARGS,
-            *node_args("127.0.0.2", state["node_ports"], head_cpus)]
+    head = [
+        _ray_bin(),
+        "start",
+        "--head",
+        f"--port={state['gcs_port']}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={state['dashboard_port']}",
+        f"--temp-dir={state['ray_temp_dir']}",
+        f"--ray-client-server-port={state['node_ports'] + NODE_PORTS - 1}",
+        *HEAD_ARGS,
+        *node_args("127.0.0.2", state["node_ports"], head_cpus),
+    ]
     _ray_start(state, head, env, logs / "ray-head.log")
     for i in range(1, workers + 1):
         start_worker(state, i)
-    wait_until(lambda: http_ok(f"http://127.0.0.1:{state['dashboard_port']}/api/gcs_healthz"), 60,
-               "the Ray dashboard", logs / "ray-head.log")
+    wait_until(
+        lambda: http_ok(f"http://127.0.0.1:{state['dashboard_port']}/api/gcs_healthz"),
+        60,
+        "the Ray dashboard",
+        logs / "ray-head.log",
+    )
 
 
 def start_worker(state: dict[str, Any], i: int) -> None:
     """Start worker node ``i`` (1-based) on 127.0.0.<2 + i>: again, after it was lost."""
     ip = f"127.0.0.{2 + i}"
-    worker = [_ray_bin(), "start", f"--address=127.0.0.2:{state['gcs_port']}", f"--temp-dir={state['ray_temp_dir']}",
-              *node_args(ip, state["node_ports"] + NODE_PORTS * i, state["cpus_per_worker"],
-                          state.get("gpus_per_worker"))]  # a state written before GPUs were an option has none
+    worker = [
+        _ray_bin(),
+        "start",
+        f"--address=127.0.0.2:{state['gcs_port']}",
+        f"--temp-dir={state['ray_temp_dir']}",
+        *node_args(ip, state["node_ports"] + NODE_PORTS * i, state["cpus_per_worker"], state.get("gpus_per_worker")),
+    ]  # a state written before GPUs were an option has none
     log = Path(state["root"]) / "logs" / f"ray-worker-{i}.log"
     _ray_start(state, worker, _ray_env(state, ip), log)
 
@@ -300,9 +375,17 @@ def ray_processes(state: dict[str, Any]) -> list[psutil.Process]:
     Ray started under them (a ray.util.client.server, agents that renamed themselves), and those
     that name its own temporary folder."""
     marker, sessions = state.get("ray_temp_dir"), set(state.get("ray_sessions", []))
-    return [p for p in psutil.process_iter(["cmdline", "environ"]) if marker and p.pid != os.getpid() and (
-        _session(p.pid) in sessions or marker in " ".join(p.info["cmdline"] or ())
-        or any(marker in v for v in (p.info["environ"] or {}).values()))]
+    return [
+        p
+        for p in psutil.process_iter(["cmdline", "environ"])
+        if marker
+        and p.pid != os.getpid()
+        and (
+            _session(p.pid) in sessions
+            or marker in " ".join(p.info["cmdline"] or ())
+            or any(marker in v for v in (p.info["environ"] or {}).values())
+        )
+    ]
 
 
 def _session(pid: int) -> int | None:
@@ -389,11 +472,16 @@ def mlflow_store(root: Path) -> MlflowStore:
     if state is None:
         raise ConfigError(f"no cluster was started from {root.resolve()}")
     if not _liveness(state)["mlflow"]:
-        raise ConfigError(f"the MLflow server of {root.resolve()} is not running: `seqae cluster up --dir {root}` "
-                          "(or `services`) first")
+        raise ConfigError(
+            f"the MLflow server of {root.resolve()} is not running: `seqae cluster up --dir {root}` "
+            "(or `services`) first"
+        )
     pg = postgres.Postgres(**state["postgres"])
-    return MlflowStore(pg.url("mlflow"), f"http://127.0.0.1:{state['mlflow']['port']}",
-                       {"PGPASSFILE": pg.pgpass_of("mlflow"), **mlflow_credentials(state)})
+    return MlflowStore(
+        pg.url("mlflow"),
+        f"http://127.0.0.1:{state['mlflow']['port']}",
+        {"PGPASSFILE": pg.pgpass_of("mlflow"), **mlflow_credentials(state)},
+    )
 
 
 def status(root: Path) -> dict[str, Any]:
@@ -413,12 +501,15 @@ def status(root: Path) -> dict[str, Any]:
 def alive_nodes(state: dict[str, Any]) -> list[dict[str, Any]]:
     """Alive nodes, through the dashboard's API (with the token)."""
     token = Path(state["token_file"]).read_text().strip()
-    request = urllib.request.Request(f"http://127.0.0.1:{state['dashboard_port']}/nodes?view=summary",
-                                     headers={"Authorization": f"Bearer {token}"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{state['dashboard_port']}/nodes?view=summary", headers={"Authorization": f"Bearer {token}"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             summary = json.loads(response.read())["data"]["summary"]
     except (OSError, ValueError, KeyError):
         return []
-    return [{"ip": n.get("ip"), "state": n.get("raylet", {}).get("state"), "node_id": n.get("raylet", {}).get("nodeId")}
-            for n in summary]
+    return [
+        {"ip": n.get("ip"), "state": n.get("raylet", {}).get("state"), "node_id": n.get("raylet", {}).get("nodeId")}
+        for n in summary
+    ]

@@ -29,9 +29,24 @@ LOOPBACK_HOSTS = "127.0.0.1,localhost,127.0.0.1:*,localhost:*"
 
 def argv(backend_uri: str, artifacts: str, port: int, host: str = "127.0.0.1", auth: bool = False) -> list[str]:
     return [
-        sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
-        "--artifacts-destination", artifacts, "--serve-artifacts", "--host", host, "--port", str(port),
-        "--workers", "1", "--allowed-hosts", LOOPBACK_HOSTS, *(["--app-name", "basic-auth"] if auth else []),
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        backend_uri,
+        "--artifacts-destination",
+        artifacts,
+        "--serve-artifacts",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--allowed-hosts",
+        LOOPBACK_HOSTS,
+        *(["--app-name", "basic-auth"] if auth else []),
     ]
 
 
@@ -44,7 +59,9 @@ def write_auth_config(path: Path, password_file: Path, database_uri: str) -> Non
         write_private(password_file, secrets.token_urlsafe(24))
     config = configparser.ConfigParser()
     config["mlflow"] = {
-        "default_permission": "NO_PERMISSIONS", "database_uri": database_uri, "admin_username": ADMIN,
+        "default_permission": "NO_PERMISSIONS",
+        "database_uri": database_uri,
+        "admin_username": ADMIN,
         "admin_password": password_file.read_text().strip(),
         "authorization_function": "mlflow.server.auth:authenticate_request_basic_auth",
         # Every request carries its user's password, which MLflow checks with a deliberately slow
@@ -66,16 +83,31 @@ def write_private(path: Path, text: str) -> Path:
     return path
 
 
-def start(backend_uri: str, artifacts: str, port: int, log: Path, env: dict[str, str] | None = None,
-          host: str = "127.0.0.1", timeout: float = 120, auth: Path | None = None) -> int:
+def start(
+    backend_uri: str,
+    artifacts: str,
+    port: int,
+    log: Path,
+    env: dict[str, str] | None = None,
+    host: str = "127.0.0.1",
+    timeout: float = 120,
+    auth: Path | None = None,
+) -> int:
     """Start the server in its own session and wait until it answers; returns its pid. ``auth``:
     the basic-auth app's config file, to require users and passwords."""
     if "://" not in artifacts:  # a bucket's root is the bucket's business
         Path(artifacts).mkdir(parents=True, exist_ok=True)
     # The basic-auth app signs its sign-up form with this key; one worker, so a key per start will do.
     auth_env = {"MLFLOW_AUTH_CONFIG_PATH": str(auth), "MLFLOW_FLASK_SERVER_SECRET_KEY": secrets.token_hex(32)}
-    pid = spawn(argv(backend_uri, artifacts, port, host, auth is not None), log,
-                env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", "MLFLOW_DISABLE_TELEMETRY": "true",
-                     **(auth_env if auth else {}), **(env or {})})
+    pid = spawn(
+        argv(backend_uri, artifacts, port, host, auth is not None),
+        log,
+        env={
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            **(auth_env if auth else {}),
+            **(env or {}),
+        },
+    )
     wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), timeout, f"the MLflow server on port {port}", log)
     return pid

@@ -97,8 +97,22 @@ def create(secrets_dir: Path, port: int) -> Postgres:
     if run_as:
         shutil.chown(pwfile, run_as)
     try:
-        _run([str(bindir() / "initdb"), "-D", str(base / "data"), "-U", ROLE, "-A", "scram-sha-256",
-              f"--pwfile={pwfile}", "-E", "UTF8", "--no-locale"], run_as)
+        _run(
+            [
+                str(bindir() / "initdb"),
+                "-D",
+                str(base / "data"),
+                "-U",
+                ROLE,
+                "-A",
+                "scram-sha-256",
+                f"--pwfile={pwfile}",
+                "-E",
+                "UTF8",
+                "--no-locale",
+            ],
+            run_as,
+        )
     finally:
         pwfile.unlink(missing_ok=True)
     pgpass = secrets_dir / "pgpass"
@@ -113,8 +127,22 @@ def start(pg: Postgres, log: Path) -> None:
     socket_dir = Path(pg.data_dir).parent
     if pg.run_as:
         log = socket_dir / "postgres.log"  # a file its own user may write
-    _run([str(bindir() / "pg_ctl"), "-D", pg.data_dir, "-l", str(log), "-w", "-t", "60", "-o",
-          f"-c listen_addresses=127.0.0.1 -p {pg.port} -k {socket_dir}", "start"], pg.run_as)
+    _run(
+        [
+            str(bindir() / "pg_ctl"),
+            "-D",
+            pg.data_dir,
+            "-l",
+            str(log),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-c listen_addresses=127.0.0.1 -p {pg.port} -k {socket_dir}",
+            "start",
+        ],
+        pg.run_as,
+    )
     existing = _psql(pg, "SELECT datname FROM pg_database").split()
     for database in DATABASES:
         if database not in existing:
@@ -143,8 +171,9 @@ def ensure_roles(pg: Postgres) -> None:
             password = secrets.token_urlsafe(24)
             verb = "ALTER" if role in roles else "CREATE"
             # no SUPERUSER, CREATEDB, CREATEROLE or REPLICATION: a role that only logs in
-            _psql(pg, f"{verb} ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION "
-                      f"PASSWORD '{password}'")
+            _psql(
+                pg, f"{verb} ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION PASSWORD '{password}'"
+            )
             fd = os.open(pgpass, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as out:
                 out.write(f"127.0.0.1:{pg.port}:*:{role}:{password}\n")  # the role reaches only its own
@@ -196,9 +225,23 @@ def _psql(pg: Postgres, sql: str, database: str = "postgres") -> str:
     """``sql`` as the superuser."""
     # on standard input, not the command line, where `ps` would show a role's new password
     result = subprocess.run(
-        [str(bindir() / "psql"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", ROLE, "-d", database, "-At",
-         "-v", "ON_ERROR_STOP=1"],
-        input=sql, capture_output=True, text=True,
+        [
+            str(bindir() / "psql"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(pg.port),
+            "-U",
+            ROLE,
+            "-d",
+            database,
+            "-At",
+            "-v",
+            "ON_ERROR_STOP=1",
+        ],
+        input=sql,
+        capture_output=True,
+        text=True,
         env={**os.environ, "PGPASSFILE": pg.pgpass, "PGCONNECT_TIMEOUT": "3"},
     )
     if result.returncode != 0:

@@ -57,8 +57,14 @@ def spawn(argv: list[str], log: Path, env: dict[str, str] | None = None, user: s
     if user is not None:
         argv = ["runuser", "-u", user, "--", *argv]
     with open(log, "ab") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env={**os.environ, **(env or {})}, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
     return process.pid
 
 

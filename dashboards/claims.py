@@ -33,8 +33,11 @@ NEAR_PERFECT = 0.97
 TOLERANCE = 0.005
 
 # The paper's published values (its text and Fig. 3, 512 input tokens), drawn as reference markers.
-PAPER_512 = [(50.0, 1.0, "512 to 256: about 1.0"), (30.0, 0.9, "30%: still above 0.9"),
-             (25.0, 0.9, "512 to 128: about 0.9")]
+PAPER_512 = [
+    (50.0, 1.0, "512 to 256: about 1.0"),
+    (30.0, 0.9, "30%: still above 0.9"),
+    (25.0, 0.9, "512 to 128: about 0.9"),
+]
 
 Points = dict[int, list[tuple[float, float]]]
 Spreads = dict[tuple[int, int, str], list[float]]
@@ -63,12 +66,17 @@ def monotone_in_fraction(points: Points, tolerance: float = TOLERANCE) -> Verdic
     series = {n: sorted(s, reverse=True) for n, s in points.items() if len(s) >= 3}
     if not series:
         return Verdict("C2", text, "no input length has 3 or more latent fractions", NO_DATA)
-    rises = [f"{n}: {a:.4f} at {pa:g}% -> {b:.4f} at {pb:g}%"
-             for n, s in sorted(series.items()) for (pa, a), (pb, b) in zip(s, s[1:]) if b > a + tolerance]
+    rises = [
+        f"{n}: {a:.4f} at {pa:g}% -> {b:.4f} at {pb:g}%"
+        for n, s in sorted(series.items())
+        for (pa, a), (pb, b) in zip(s, s[1:])
+        if b > a + tolerance
+    ]
     if rises:
         return Verdict("C2", text, "rises where it should fall: " + "; ".join(rises), NOT_REPRODUCED)
-    return Verdict("C2", text, f"monotone (within {tolerance}) for input lengths "
-                               f"{', '.join(map(str, sorted(series)))}", REPRODUCED)
+    return Verdict(
+        "C2", text, f"monotone (within {tolerance}) for input lengths {', '.join(map(str, sorted(series)))}", REPRODUCED
+    )
 
 
 def short_inputs_lose_more(points: Points, tolerance: float = TOLERANCE, at_most: float = 25.0) -> Verdict:
@@ -86,26 +94,34 @@ def short_inputs_lose_more(points: Points, tolerance: float = TOLERANCE, at_most
         lengths = sorted(accs)
         holds = all(accs[b] >= accs[a] - tolerance for a, b in zip(lengths, lengths[1:]))
         ok &= holds
-        parts.append(f"{pct:g}%: " + ", ".join(f"{n}: {accs[n]:.4f}" for n in lengths)
-                     + (" (rises with length)" if holds else " (does not rise with length)"))
+        parts.append(
+            f"{pct:g}%: "
+            + ", ".join(f"{n}: {accs[n]:.4f}" for n in lengths)
+            + (" (rises with length)" if holds else " (does not rise with length)")
+        )
     return Verdict("C3", text, "; ".join(parts), REPRODUCED if ok else NOT_REPRODUCED)
 
 
 def seed_spread(spreads: Spreads) -> Verdict:
-    text = ("With a static lr of 1e-4 the seed spread is larger for short inputs than long ones, "
-            "and the 1e-3 -> 1e-4 warm start narrows it")
+    text = (
+        "With a static lr of 1e-4 the seed spread is larger for short inputs than long ones, "
+        "and the 1e-3 -> 1e-4 warm start narrows it"
+    )
     sd = {key: statistics.stdev(values) for key, values in spreads.items() if len(values) >= 2}
     static = sorted((n, s, v) for (n, s, schedule), v in sd.items() if schedule == "static")
     pairs = [(n, s, v, sd[(n, s, "warm")]) for n, s, v in static if (n, s, "warm") in sd]
     if len(static) < 2 or not pairs:
-        return Verdict("C4", text, "needs 2+ seeds at two settings with a static lr, and the warm start at one",
-                       NO_DATA)
+        return Verdict(
+            "C4", text, "needs 2+ seeds at two settings with a static lr, and the warm start at one", NO_DATA
+        )
     wider_when_short = all(a >= b for (_, _, a), (_, _, b) in zip(static, static[1:]))
     narrowed = all(warm < cold for _, _, cold, warm in pairs)
     measured = "; ".join(f"{n}->{s}: sd {cold:.4f} static, {warm:.4f} warm" for n, s, cold, warm in pairs)
     measured += "".join(f"; {n}->{s}: sd {v:.4f} static" for n, s, v in static if (n, s, "warm") not in sd)
-    measured += (f". The static spread {'shrinks' if wider_when_short else 'does not shrink'} with the input length; "
-                 f"the warm start {'narrows it at every setting' if narrowed else 'does not narrow it everywhere'}")
+    measured += (
+        f". The static spread {'shrinks' if wider_when_short else 'does not shrink'} with the input length; "
+        f"the warm start {'narrows it at every setting' if narrowed else 'does not narrow it everywhere'}"
+    )
     return Verdict("C4", text, measured, REPRODUCED if wider_when_short and narrowed else NOT_REPRODUCED)
 
 
@@ -125,18 +141,28 @@ def not_studied(spec: SweepSpec) -> dict[str, str]:
         return None
 
     fig3 = held_fixed({*LATENT_KEYS, "data.input_len", "train.seed"}) or (
-        None if grid & set(LATENT_KEYS) else "its grid does not vary the latent length")
-    reasons = {"C1": fig3, "C2": fig3,
-               "C3": fig3 or (None if "data.input_len" in grid else "its grid does not vary the input length"),
-               "C4": held_fixed({*LATENT_KEYS, "data.input_len", "train.seed", *SCHEDULE_KEYS})
-               or (None if "train.seed" in grid else "its grid does not vary train.seed")}
+        None if grid & set(LATENT_KEYS) else "its grid does not vary the latent length"
+    )
+    reasons = {
+        "C1": fig3,
+        "C2": fig3,
+        "C3": fig3 or (None if "data.input_len" in grid else "its grid does not vary the input length"),
+        "C4": held_fixed({*LATENT_KEYS, "data.input_len", "train.seed", *SCHEDULE_KEYS})
+        or (None if "train.seed" in grid else "its grid does not vary train.seed"),
+    }
     return {claim: reason for claim, reason in reasons.items() if reason}
 
 
 def check(points: Points, spreads: Spreads, skip: dict[str, str] | None = None) -> list[Verdict]:
     """Every claim, in order; a claim in ``skip`` (:func:`not_studied`) says why it is not tested."""
-    verdicts = [near_perfect_at_half(points), monotone_in_fraction(points), short_inputs_lose_more(points),
-                seed_spread(spreads)]
+    verdicts = [
+        near_perfect_at_half(points),
+        monotone_in_fraction(points),
+        short_inputs_lose_more(points),
+        seed_spread(spreads),
+    ]
     skip = skip or {}
-    return [Verdict(v.claim, v.text, f"this sweep does not test it: {skip[v.claim]}", NOT_TESTED)
-            if v.claim in skip else v for v in verdicts]
+    return [
+        Verdict(v.claim, v.text, f"this sweep does not test it: {skip[v.claim]}", NOT_TESTED) if v.claim in skip else v
+        for v in verdicts
+    ]

@@ -47,7 +47,8 @@ def _compared(workspace: Workspace, name: str, metric: str, sign: float) -> Comp
     counts = Counter(t.state for t in records)
     test = _value(top, M.TEST_TOKEN_ACCURACY) if top is not None else None
     cells = {
-        "sweep": name, "trials": f"{len(records)}: " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())),
+        "sweep": name,
+        "trials": f"{len(records)}: " + ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())),
         "best trial": "-" if top is None else f"{top.number}" + (f" ({top.start})" if top.start else ""),
         f"best {metric} (val)": "-" if top_value is None else f"{top_value:.4f}",
         "its test token accuracy": "-" if test is None else f"{test:.4f}",
@@ -68,14 +69,18 @@ def compare(workspace: Workspace, names: list[str], out: str | None = None) -> t
         objective = state.spec.objectives[0]
         objectives[name] = (objective.metric, objective.mode)
     if len(set(objectives.values())) > 1:
-        raise ConfigError("these sweeps optimize different objectives: " + ", ".join(
-            f"{n}: {m} ({mode})" for n, (m, mode) in objectives.items()))
+        raise ConfigError(
+            "these sweeps optimize different objectives: "
+            + ", ".join(f"{n}: {m} ({mode})" for n, (m, mode) in objectives.items())
+        )
     metric, mode = objectives[names[0]]
     sweeps = [_compared(workspace, name, metric, 1.0 if mode == "max" else -1.0) for name in names]
     units = {s.unit for s in sweeps}
     if len(units) > 1:
-        raise ConfigError(f"these sweeps pay in different currencies ({', '.join(sorted(units))}-hours); compare "
-                          "sweeps whose trials hold the same kind of resource")
+        raise ConfigError(
+            f"these sweeps pay in different currencies ({', '.join(sorted(units))}-hours); compare "
+            "sweeps whose trials hold the same kind of resource"
+        )
     head = list(sweeps[0].cells)
     text = text_table(head, [[s.cells[c] for c in head] for s in sweeps])
     page = build(sweeps, metric, Path(out) if out else workspace.root / "compare" / "-vs-".join(names))

@@ -28,9 +28,14 @@ def _best_so_far(sweeps: list[Compared], metric: str, out: Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for sweep in sweeps:
         if sweep.spent:
-            ax.step([s for s, _ in sweep.spent], [v for _, v in sweep.spent], where="post", marker="o", label=sweep.name)
-    ax.set(xlabel=f"{sweeps[0].unit}-seconds spent", ylabel=f"best {metric} so far",
-           title="What each sweep found for what it spent")
+            ax.step(
+                [s for s, _ in sweep.spent], [v for _, v in sweep.spent], where="post", marker="o", label=sweep.name
+            )
+    ax.set(
+        xlabel=f"{sweeps[0].unit}-seconds spent",
+        ylabel=f"best {metric} so far",
+        title="What each sweep found for what it spent",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return save_figure(fig, out / "best_so_far.png")
@@ -51,12 +56,18 @@ def _curves(sweeps: list[Compared], out: Path) -> Path:
 def build(sweeps: list[Compared], metric: str, out: Path) -> Path:
     """Write the comparison page and its figures to ``out``; returns the page."""
     out.mkdir(parents=True, exist_ok=True)
-    figures = [(_best_so_far(sweeps, metric, out), f"best {metric} so far against resource-seconds spent"),
-               (_curves(sweeps, out), "the best trial's validation accuracy per epoch")]
+    figures = [
+        (_best_so_far(sweeps, metric, out), f"best {metric} so far against resource-seconds spent"),
+        (_curves(sweeps, out), "the best trial's validation accuracy per epoch"),
+    ]
     head = list(sweeps[0].cells)
     page = TEMPLATES.get_template("compare.html").render(
-        names=", ".join(s.name for s in sweeps), built=time.strftime("%Y-%m-%d %H:%M:%S"), head=head,
-        rows=[[s.cells[c] for c in head] for s in sweeps], figures=[embedded(p, c) for p, c in figures])
+        names=", ".join(s.name for s in sweeps),
+        built=time.strftime("%Y-%m-%d %H:%M:%S"),
+        head=head,
+        rows=[[s.cells[c] for c in head] for s in sweeps],
+        figures=[embedded(p, c) for p, c in figures],
+    )
     index = out / "index.html"
     index.write_text(page)
     return index

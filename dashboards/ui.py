@@ -33,8 +33,16 @@ from seqae_errors import ConfigError
 STOP_GRACE = 4.0
 
 
-def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflow_port: int, optuna_port: int,
-          logs: Path, until: float | None = None) -> None:
+def serve(
+    mlflow_uri: str,
+    artifacts: str,
+    optuna_storage: str,
+    host: str,
+    mlflow_port: int,
+    optuna_port: int,
+    logs: Path,
+    until: float | None = None,
+) -> None:
     """Start both UIs, print their URLs, and stop both on Ctrl-C, SIGTERM or SIGHUP (or after
     ``until`` seconds)."""
     server = mlflow_uri.startswith(("http://", "https://"))
@@ -50,20 +58,36 @@ def serve(mlflow_uri: str, artifacts: str, optuna_storage: str, host: str, mlflo
         if not server:
             pids.append(mlflow_server.start(mlflow_uri, artifacts, mlflow_port, logs / "mlflow-ui.log", host=host))
         dashboard = str(Path(sys.executable).parent / "optuna-dashboard")
-        pids.append(spawn([dashboard, optuna_storage, "--host", host, "--port", str(optuna_port)],
-                          logs / "optuna-dashboard.log"))
-        wait_until(lambda: http_ok(f"http://127.0.0.1:{optuna_port}/api/studies"), 60, "optuna-dashboard",
-                   logs / "optuna-dashboard.log")
+        pids.append(
+            spawn(
+                [dashboard, optuna_storage, "--host", host, "--port", str(optuna_port)], logs / "optuna-dashboard.log"
+            )
+        )
+        wait_until(
+            lambda: http_ok(f"http://127.0.0.1:{optuna_port}/api/studies"),
+            60,
+            "optuna-dashboard",
+            logs / "optuna-dashboard.log",
+        )
         base = mlflow_uri if server else f"http://{host}:{mlflow_port}"
-        note = ("  (the tracking server's own; if it asks, log in as MLFLOW_TRACKING_USERNAME with "
-                "MLFLOW_TRACKING_PASSWORD)") if server else ""
+        note = (
+            (
+                "  (the tracking server's own; if it asks, log in as MLFLOW_TRACKING_USERNAME with "
+                "MLFLOW_TRACKING_PASSWORD)"
+            )
+            if server
+            else ""
+        )
         print(f"MLflow UI         {base}{note}", flush=True)
         for name, experiment_id in sweeps(mlflow_uri):
             print(f"  sweep {name}: {runs_url(base, experiment_id)}", flush=True)
         print(f"optuna-dashboard  http://{host}:{optuna_port}", flush=True)
         if not loopback(host):
-            print(f"{'optuna-dashboard has' if server else 'optuna-dashboard and the MLflow UI have'} no login of "
-                  f"their own: only the authenticating proxy in front of {host} keeps others out", flush=True)
+            print(
+                f"{'optuna-dashboard has' if server else 'optuna-dashboard and the MLflow UI have'} no login of "
+                f"their own: only the authenticating proxy in front of {host} keeps others out",
+                flush=True,
+            )
         print("Ctrl-C stops optuna-dashboard." if server else "Ctrl-C stops both.", flush=True)
         deadline = None if until is None else time.time() + until
         while deadline is None or time.time() < deadline:
@@ -80,10 +104,12 @@ def check_host(host: str, behind_auth_proxy: bool) -> None:
     whoever reaches optuna-dashboard can change or delete any study."""
     if behind_auth_proxy or loopback(host):
         return
-    raise ConfigError(f"--host {host}: optuna-dashboard has no login (whoever reaches it can delete a study), nor "
-                      "has the MLflow UI `seqae ui` starts on a workspace's own store; serve on 127.0.0.1 and reach "
-                      "it through an SSH tunnel (ssh -L 8080:127.0.0.1:8080 HOST) or kubectl port-forward, or put an "
-                      "authenticating proxy in front and pass --behind-auth-proxy")
+    raise ConfigError(
+        f"--host {host}: optuna-dashboard has no login (whoever reaches it can delete a study), nor "
+        "has the MLflow UI `seqae ui` starts on a workspace's own store; serve on 127.0.0.1 and reach "
+        "it through an SSH tunnel (ssh -L 8080:127.0.0.1:8080 HOST) or kubectl port-forward, or put an "
+        "authenticating proxy in front and pass --behind-auth-proxy"
+    )
 
 
 def loopback(host: str) -> bool:
@@ -105,9 +131,11 @@ def check_ports(host: str, ports: dict[str, int]) -> None:
     by the other program."""
     for option, port in ports.items():
         if port_in_use(host, port):
-            raise ConfigError(f"{option}={port}: {host}:{port} is already in use (another `seqae ui`, or another "
-                              f"program); pass another port ({option} {free_port(host)} is free now), or stop "
-                              "what listens there")
+            raise ConfigError(
+                f"{option}={port}: {host}:{port} is already in use (another `seqae ui`, or another "
+                f"program); pass another port ({option} {free_port(host)} is free now), or stop "
+                "what listens there"
+            )
 
 
 def runs_url(base: str, experiment_id: str) -> str:

@@ -69,10 +69,15 @@ def config_keys() -> str:
     parts = []
     for section, cls in config_lib.SECTIONS.items():
         hints, comments = typing.get_type_hints(cls), _comments(cls)
-        rows = [f"| `{section}.{f.name}` | `{_type(hints[f.name])}` | `{f.default!r}` | {comments.get(f.name, '')} |"
-                for f in dataclasses.fields(cls)]
-        parts.append(f"## `{section}`\n\n| key | type | default | meaning |\n| --- | --- | --- | --- |\n"
-                     + "\n".join(rows) + "\n")
+        rows = [
+            f"| `{section}.{f.name}` | `{_type(hints[f.name])}` | `{f.default!r}` | {comments.get(f.name, '')} |"
+            for f in dataclasses.fields(cls)
+        ]
+        parts.append(
+            f"## `{section}`\n\n| key | type | default | meaning |\n| --- | --- | --- | --- |\n"
+            + "\n".join(rows)
+            + "\n"
+        )
     return "\n".join(parts)
 
 
@@ -107,8 +112,12 @@ def _kind(info: FieldInfo) -> str:
         text = re.sub(r"\b[\w.]+\.", "", _type(annotation)).replace(" | ", " or ")
         kind = "`" + re.sub(r"tuple\[(.*?), \.\.\.\]", r"list[\1]", text) + "`"  # YAML has lists
     bounds = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "min_length": "at least"}
-    limits = [f"{sign} {getattr(m, name)}" for m in info.metadata for name, sign in bounds.items()
-              if getattr(m, name, None) is not None]
+    limits = [
+        f"{sign} {getattr(m, name)}"
+        for m in info.metadata
+        for name, sign in bounds.items()
+        if getattr(m, name, None) is not None
+    ]
     return ", ".join([kind] + limits)
 
 
@@ -146,17 +155,23 @@ def sweep_keys() -> str:
 
 PARTS: dict[str, Callable[[], str]] = {"cli": cli, "config-keys": config_keys, "sweep-keys": sweep_keys}
 REFERENCE = Path(__file__).resolve().parent / "reference"
-PAGES = {name: REFERENCE / page for name, page in
-         (("cli", "cli.md"), ("config-keys", "config-keys.md"), ("sweep-keys", "sweep-schema.md"))}
-_PART = re.compile(r"<!-- generated: ([\w-]+) -->\n.*?<!-- end generated: \1 -->\n|<!-- generated: ([\w-]+) -->\n?", re.S)
+PAGES = {
+    name: REFERENCE / page
+    for name, page in (("cli", "cli.md"), ("config-keys", "config-keys.md"), ("sweep-keys", "sweep-schema.md"))
+}
+_PART = re.compile(
+    r"<!-- generated: ([\w-]+) -->\n.*?<!-- end generated: \1 -->\n|<!-- generated: ([\w-]+) -->\n?", re.S
+)
 
 
 def render(markdown: str) -> str:
     """``markdown`` with each generated part made anew from the code (a bare start marker gets its
     part and an end marker)."""
+
     def part(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2)
         return f"<!-- generated: {name} -->\n{PARTS[name]()}<!-- end generated: {name} -->\n"
+
     return _PART.sub(part, markdown)
 
 

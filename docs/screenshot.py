@@ -39,12 +39,15 @@ def picture(page: Path, out: Path, height: int = 1100) -> Path:
 def readme(out: Path) -> Path:
     """README.md rendered as GitHub shows it: its markdown as HTML, its pictures from docs/."""
     body = markdown.markdown((DOCS.parent / "README.md").read_text(), extensions=["tables", "fenced_code"])
-    style = "body{font-family:sans-serif;max-width:900px;margin:2em auto;line-height:1.5} img{max-width:100%} " \
-            "pre{background:#f6f8fa;padding:1em;overflow:auto} code{background:#f6f8fa}"
+    style = (
+        "body{font-family:sans-serif;max-width:900px;margin:2em auto;line-height:1.5} img{max-width:100%} "
+        "pre{background:#f6f8fa;padding:1em;overflow:auto} code{background:#f6f8fa}"
+    )
     with tempfile.TemporaryDirectory(dir=DOCS.parent) as tmp:  # beside README.md, so its relative links resolve
         page = Path(tmp) / "README.html"
-        page.write_text(f"<!doctype html><meta charset='utf-8'><base href='{DOCS.parent.as_uri()}/'>"
-                        f"<style>{style}</style>{body}")
+        page.write_text(
+            f"<!doctype html><meta charset='utf-8'><base href='{DOCS.parent.as_uri()}/'><style>{style}</style>{body}"
+        )
         return picture(page, out, height=2400)
 
 
@@ -66,6 +69,6 @@ if __name__ == "__main__":
     elif what == "watch":
         print(notebook(Path(rest[0] if rest else DOCS.parent / "test-screenshots" / "watch.ipynb"), WATCH_PICTURE))
     else:
-        workspace, name = (rest + ["seqae-runs", "quickstart"][len(rest):])[:2]
+        workspace, name = (rest + ["seqae-runs", "quickstart"][len(rest) :])[:2]
         print(picture(Path(workspace) / "sweeps" / name / "report" / "index.html", REPORT_PICTURE))
         REPORT_DIGEST.write_text(template_digest() + "\n")  # the templates this picture shows

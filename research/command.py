@@ -21,7 +21,7 @@ Rows = list[dict[str, Any]]
 HELP = {
     "data": "dataset path (default: $SEQAE_BENCH_DATA, else wikimedia/wikipedia from the Hugging Face Hub)",
     "workspace": "where its sweeps and trainings run and stay, so that a rerun continues them (default: a "
-                 "temporary folder, removed after)",
+    "temporary folder, removed after)",
     "seeds": "the replay seeds, a range FIRST-LAST (default: 0-999, 1,000 replays of each method)",
 }
 

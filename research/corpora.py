@@ -27,10 +27,18 @@ def package_descriptions(folder: Path, min_chars: int = 2000) -> Path:
     if len(pages) < 2:
         raise RuntimeError(f"only {len(pages)} installed packages have a description of {min_chars}+ characters")
     names = sorted(pages)
-    table = pa.table({"id": [str(i) for i in range(len(names))], "url": [f"pypi:{n}" for n in names],
-                      "title": names, "text": [pages[n] for n in names]})
+    table = pa.table(
+        {
+            "id": [str(i) for i in range(len(names))],
+            "url": [f"pypi:{n}" for n in names],
+            "title": names,
+            "text": [pages[n] for n in names],
+        }
+    )
     (folder / NAME).mkdir(parents=True, exist_ok=True)
     pq.write_table(table, folder / NAME / "train-00000-of-00001.parquet")
-    (folder / "README.md").write_text(f"---\nconfigs:\n- config_name: {NAME}\n  data_files:\n  - split: train\n"
-                                      f"    path: {NAME}/train-*\n---\n# {len(names)} installed packages' descriptions\n")
+    (folder / "README.md").write_text(
+        f"---\nconfigs:\n- config_name: {NAME}\n  data_files:\n  - split: train\n"
+        f"    path: {NAME}/train-*\n---\n# {len(names)} installed packages' descriptions\n"
+    )
     return folder

@@ -69,12 +69,22 @@ GRID: dict[str, tuple[Any, ...]] = {
 }
 KEYS = tuple(GRID)
 FIXED: dict[str, Any] = {  # every training's other settings
-    "data.samples": "windows", "data.input_len": INPUT_LEN, "data.max_pages": PAGES,
-    "data.vocab": "corpus", "data.test_fraction": 0.1,
-    "model.d_ffn": 256, "model.residual": True,
-    "train.epochs": EPOCHS, "train.patience": EPOCHS, "train.batch_size": 16, "train.lr_final": 1.0e-4,
-    "train.lr_schedule": "linear", "train.lr_decay_epochs": EPOCHS, "train.precision": "auto",
+    "data.samples": "windows",
+    "data.input_len": INPUT_LEN,
+    "data.max_pages": PAGES,
+    "data.vocab": "corpus",
+    "data.test_fraction": 0.1,
+    "model.d_ffn": 256,
+    "model.residual": True,
+    "train.epochs": EPOCHS,
+    "train.patience": EPOCHS,
+    "train.batch_size": 16,
+    "train.lr_final": 1.0e-4,
+    "train.lr_schedule": "linear",
+    "train.lr_decay_epochs": EPOCHS,
+    "train.precision": "auto",
 }
+
 
 @dataclass(frozen=True)
 class Recording:
@@ -89,32 +99,38 @@ class Recording:
 EPOCHS_RECORDING = Recording(TABLE, FRACTIONS, None, "evidence-table")
 QUARTERS = Recording(TABLES / "evidence-quarters.parquet", (0.25,), 0.25, "evidence-table-quarters")
 
-SCHEMA = pa.schema([
-    ("config_id", pa.int64()),  # 0 .. SIZE-1, the same configuration at every fraction
-    *((k, pa.string() if k == "model.block" else pa.float64() if isinstance(GRID[k][0], float) else pa.int64())
-      for k in KEYS),
-    ("input_len", pa.int64()),
-    ("latent_len", pa.int64()),
-    ("latent_dim", pa.int64()),  # each latent token's width (d_model: no narrowing in this table)
-    ("latent_fraction", pa.float64()),  # latent_len / input_len
-    ("float_share", pa.float64()),  # (latent_len x latent_dim) / (input_len x d_model)
-    ("seed", pa.int64()),
-    ("epoch", pa.int64()),
-    ("kept_epoch", pa.int64()),  # the epoch early stopping keeps, by validation accuracy, up to this one
-    ("val_token_accuracy", pa.float64()),
-    ("val_loss", pa.float64()),
-    ("test_token_accuracy", pa.float64()),  # of the kept checkpoint, on the test pages
-    ("test_loss", pa.float64()),
-    ("wall_seconds", pa.float64()),  # the epoch's
-    ("cpu_seconds", pa.float64()),  # the epoch's process CPU time (one thread: one CPU)
-])
+SCHEMA = pa.schema(
+    [
+        ("config_id", pa.int64()),  # 0 .. SIZE-1, the same configuration at every fraction
+        *(
+            (k, pa.string() if k == "model.block" else pa.float64() if isinstance(GRID[k][0], float) else pa.int64())
+            for k in KEYS
+        ),
+        ("input_len", pa.int64()),
+        ("latent_len", pa.int64()),
+        ("latent_dim", pa.int64()),  # each latent token's width (d_model: no narrowing in this table)
+        ("latent_fraction", pa.float64()),  # latent_len / input_len
+        ("float_share", pa.float64()),  # (latent_len x latent_dim) / (input_len x d_model)
+        ("seed", pa.int64()),
+        ("epoch", pa.int64()),
+        ("kept_epoch", pa.int64()),  # the epoch early stopping keeps, by validation accuracy, up to this one
+        ("val_token_accuracy", pa.float64()),
+        ("val_loss", pa.float64()),
+        ("test_token_accuracy", pa.float64()),  # of the kept checkpoint, on the test pages
+        ("test_loss", pa.float64()),
+        ("wall_seconds", pa.float64()),  # the epoch's
+        ("cpu_seconds", pa.float64()),  # the epoch's process CPU time (one thread: one CPU)
+    ]
+)
 # QUARTERS' rows: one per validation, ``epoch`` the epochs trained (0.25, 0.5, ...), ``kept_epoch``
 # likewise, ``cpu_seconds`` the quarter's (its steps and its validation), ``validation_cpu_seconds``
 # the validation's share of it (the validation pages and, at a new best, the test pages).
-QUARTERS_SCHEMA = pa.schema([
-    *(pa.field(f.name, pa.float64()) if f.name in ("epoch", "kept_epoch") else f for f in SCHEMA),
-    ("validation_cpu_seconds", pa.float64()),
-])
+QUARTERS_SCHEMA = pa.schema(
+    [
+        *(pa.field(f.name, pa.float64()) if f.name in ("epoch", "kept_epoch") else f for f in SCHEMA),
+        ("validation_cpu_seconds", pa.float64()),
+    ]
+)
 
 
 def schema(recording: Recording) -> pa.Schema:
@@ -200,8 +216,14 @@ def jobs(recording: Recording = EPOCHS_RECORDING) -> list[Job]:
 def settings(job: Job, data_path: str, recording: Recording = EPOCHS_RECORDING) -> dict[str, Any]:
     """The config keys of ``job``'s training (patience stays in epochs: no early stop either way)."""
     every = {} if recording.validate_every is None else {"train.validate_every": recording.validate_every}
-    return {**FIXED, **CONFIGURATIONS[job.config_id], "data.path": data_path, "model.latent_len": job.latent_len,
-            "train.seed": job.seed, **every}
+    return {
+        **FIXED,
+        **CONFIGURATIONS[job.config_id],
+        "data.path": data_path,
+        "model.latent_len": job.latent_len,
+        "train.seed": job.seed,
+        **every,
+    }
 
 
 def _train(job: Job, data_path: str, out: Path, recording: Recording = EPOCHS_RECORDING) -> Path:
@@ -221,13 +243,21 @@ def row(job: Job, d_model: int, epoch: dict[str, Any], recording: Recording = EP
     """One validation (an epoch's, by default) of one training, in :func:`schema`'s columns."""
     whole = recording.validate_every is None
     return {
-        "config_id": job.config_id, **CONFIGURATIONS[job.config_id], "input_len": INPUT_LEN,
-        "latent_len": job.latent_len, "latent_dim": d_model, "latent_fraction": job.latent_len / INPUT_LEN,
-        "float_share": job.latent_len / INPUT_LEN, "seed": job.seed,
+        "config_id": job.config_id,
+        **CONFIGURATIONS[job.config_id],
+        "input_len": INPUT_LEN,
+        "latent_len": job.latent_len,
+        "latent_dim": d_model,
+        "latent_fraction": job.latent_len / INPUT_LEN,
+        "float_share": job.latent_len / INPUT_LEN,
+        "seed": job.seed,
         "epoch": int(epoch[M.EPOCH]) if whole else float(epoch[M.EPOCH]),
-        "kept_epoch": int(epoch[M.BEST_EPOCH]) if whole else float(epoch[M.BEST_EPOCH]), "val_token_accuracy": epoch[M.VAL_TOKEN_ACCURACY],
-        "val_loss": epoch[M.VAL_LOSS], "test_token_accuracy": epoch[M.TEST_TOKEN_ACCURACY],
-        "test_loss": epoch[M.TEST_LOSS], "wall_seconds": epoch[M.EPOCH_SECONDS],
+        "kept_epoch": int(epoch[M.BEST_EPOCH]) if whole else float(epoch[M.BEST_EPOCH]),
+        "val_token_accuracy": epoch[M.VAL_TOKEN_ACCURACY],
+        "val_loss": epoch[M.VAL_LOSS],
+        "test_token_accuracy": epoch[M.TEST_TOKEN_ACCURACY],
+        "test_loss": epoch[M.TEST_LOSS],
+        "wall_seconds": epoch[M.EPOCH_SECONDS],
         "cpu_seconds": epoch[M.EPOCH_CPU_SECONDS],
         **({} if whole else {"validation_cpu_seconds": epoch[M.VALIDATION_CPU_SECONDS]}),
     }
@@ -244,13 +274,20 @@ def collect(parts: Path, published: Path = TABLE, recording: Recording = EPOCHS_
     if published.exists():
         old = pd.read_parquet(published)
         have = {p.stem for p in parts.glob("*.parquet")}
-        frames.append(old[[Job(int(c), float(f), int(s)).name not in have for c, f, s in
-                           old[["config_id", "latent_fraction", "seed"]].itertuples(index=False)]])
+        frames.append(
+            old[
+                [
+                    Job(int(c), float(f), int(s)).name not in have
+                    for c, f, s in old[["config_id", "latent_fraction", "seed"]].itertuples(index=False)
+                ]
+            ]
+        )
     if not frames:
         return schema(recording).empty_table().to_pandas()
     table = pd.concat(frames, ignore_index=True)
-    return table.sort_values(["latent_fraction", "seed", "config_id", "epoch"], ascending=[False, True, True, True],
-                             ignore_index=True)
+    return table.sort_values(
+        ["latent_fraction", "seed", "config_id", "epoch"], ascending=[False, True, True, True], ignore_index=True
+    )
 
 
 def publish(table: pd.DataFrame, out: Path = TABLE, recording: Recording = EPOCHS_RECORDING) -> None:
@@ -268,14 +305,22 @@ def noise(table: pd.DataFrame) -> pd.DataFrame:
     if both.shape[1] < 2 or both.empty:
         return pd.DataFrame(columns=["latent_fraction", "configurations", "median_abs_diff", "p90_abs_diff"])
     diff = (both.iloc[:, 0] - both.iloc[:, 1]).abs().groupby("latent_fraction")
-    return pd.DataFrame({"configurations": diff.size(), "median_abs_diff": diff.median().round(4),
-                         "p90_abs_diff": diff.quantile(0.9).round(4)}).reset_index()
+    return pd.DataFrame(
+        {
+            "configurations": diff.size(),
+            "median_abs_diff": diff.median().round(4),
+            "p90_abs_diff": diff.quantile(0.9).round(4),
+        }
+    ).reset_index()
 
 
 def _markdown(frame: pd.DataFrame) -> list[str]:
     columns = list(frame.columns)
-    return ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns),
-            *("| " + " | ".join(str(v) for v in values) + " |" for values in frame.itertuples(index=False))]
+    return [
+        "| " + " | ".join(columns) + " |",
+        "|" + " --- |" * len(columns),
+        *("| " + " | ".join(str(v) for v in values) + " |" for values in frame.itertuples(index=False)),
+    ]
 
 
 def card(table: pd.DataFrame, recording: Recording = EPOCHS_RECORDING) -> str:
@@ -305,14 +350,22 @@ def card(table: pd.DataFrame, recording: Recording = EPOCHS_RECORDING) -> str:
         f"vocabulary), d_ffn 256, residual on, batch 16, lr decaying linearly to 1e-4 over the {EPOCHS} epochs, "
         "no early stop, `train.precision` auto (bf16 autocast only on a CPU with native bf16, else fp32; the "
         "machines are in the tables' README)"
-        + (", `train.validate_every` 0.25. `cpu_seconds` is the quarter's process CPU time (its steps and its "
-           "validation), `validation_cpu_seconds` the validation's share of it, "
-           if quarters else ". `cpu_seconds` is the epoch's process CPU time, ")
+        + (
+            ", `train.validate_every` 0.25. `cpu_seconds` is the quarter's process CPU time (its steps and its "
+            "validation), `validation_cpu_seconds` the validation's share of it, "
+            if quarters
+            else ". `cpu_seconds` is the epoch's process CPU time, "
+        )
         + "`wall_seconds` its wall time; `test_*` score the checkpoint early stopping keeps by then.",
-        *([f"- **{'Quarter' if quarters else 'Epoch'} CPU-seconds:** median {epochs['50%']:.2f}, "
-           f"range {epochs['min']:.2f}-{epochs['max']:.2f}"
-           + (f"; of them validating, median {table.validation_cpu_seconds.median():.2f}." if quarters else ".")]
-          if epochs is not None else []),
+        *(
+            [
+                f"- **{'Quarter' if quarters else 'Epoch'} CPU-seconds:** median {epochs['50%']:.2f}, "
+                f"range {epochs['min']:.2f}-{epochs['max']:.2f}"
+                + (f"; of them validating, median {table.validation_cpu_seconds.median():.2f}." if quarters else ".")
+            ]
+            if epochs is not None
+            else []
+        ),
         "- **License:** the measurements are seqae's; the text they were trained on is Wikipedia's "
         "(CC BY-SA 4.0), and none of it is in the table.",
         "",
@@ -324,30 +377,50 @@ def card(table: pd.DataFrame, recording: Recording = EPOCHS_RECORDING) -> str:
     return "\n".join(lines)
 
 
-def build(data_path: str, workspace: Path, workers: int = WORKERS, limit: int | None = None,
-          recording: Recording = EPOCHS_RECORDING) -> pd.DataFrame:
+def build(
+    data_path: str,
+    workspace: Path,
+    workers: int = WORKERS,
+    limit: int | None = None,
+    recording: Recording = EPOCHS_RECORDING,
+) -> pd.DataFrame:
     """Train every training of ``recording`` not done yet (in its folder of ``workspace`` or its
     published table), at most ``limit`` of them, and publish; the table."""
     published = recording.path
     parts = workspace / recording.parts
     parts.mkdir(parents=True, exist_ok=True)
-    (parts / "settings.json").write_text(json.dumps({"grid": {k: list(v) for k, v in GRID.items()}, "fixed": FIXED,
-                                                       "validate_every": recording.validate_every,
-                                                       "configurations": list(CONFIGURATIONS)}, indent=1))
-    done = {p.stem for p in parts.glob("*.parquet")} | (_published_done(pd.read_parquet(published))
-                                                        if published.exists() else set())
+    (parts / "settings.json").write_text(
+        json.dumps(
+            {
+                "grid": {k: list(v) for k, v in GRID.items()},
+                "fixed": FIXED,
+                "validate_every": recording.validate_every,
+                "configurations": list(CONFIGURATIONS),
+            },
+            indent=1,
+        )
+    )
+    done = {p.stem for p in parts.glob("*.parquet")} | (
+        _published_done(pd.read_parquet(published)) if published.exists() else set()
+    )
     every = jobs(recording)
     todo = [j for j in every if j.name not in done][:limit]
-    print(f"evidence table: {len(every) - len([j for j in every if j.name not in done])} of {len(every)} "
-          f"trainings done, {len(todo)} to train now", flush=True)
+    print(
+        f"evidence table: {len(every) - len([j for j in every if j.name not in done])} of {len(every)} "
+        f"trainings done, {len(todo)} to train now",
+        flush=True,
+    )
     started = time.perf_counter()
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {pool.submit(_train, job, data_path, parts / f"{job.name}.parquet", recording): job for job in todo}
         for n, future in enumerate(as_completed(futures), 1):
             future.result()
             elapsed = time.perf_counter() - started
-            print(f"  {futures[future].name} ({n}/{len(todo)}, {elapsed:.0f} s, "
-                  f"~{elapsed / n * (len(todo) - n):.0f} s left)", flush=True)
+            print(
+                f"  {futures[future].name} ({n}/{len(todo)}, {elapsed:.0f} s, "
+                f"~{elapsed / n * (len(todo) - n):.0f} s left)",
+                flush=True,
+            )
             if n % 24 == 0:
                 publish(collect(parts, published, recording), published, recording)
     table = collect(parts, published, recording)
@@ -360,24 +433,42 @@ def summary(table: pd.DataFrame) -> list[dict[str, Any]]:
     rows = []
     for (fraction, seed), group in table.groupby(["latent_fraction", "seed"]):
         best = group.groupby("config_id").val_token_accuracy.max()
-        rows.append({"latent": f"{INPUT_LEN}->{round(fraction * INPUT_LEN)}", "seed": seed, "trainings": len(best),
-                     "best_val_max": round(float(best.max()), 4), "best_val_median": round(float(best.median()), 4),
-                     "cpu_s": round(float(group.cpu_seconds.sum())), "wall_s": round(float(group.wall_seconds.sum())),
-                     "cpu_s_per_epoch_median": round(float(group.cpu_seconds.median()), 2)})
+        rows.append(
+            {
+                "latent": f"{INPUT_LEN}->{round(fraction * INPUT_LEN)}",
+                "seed": seed,
+                "trainings": len(best),
+                "best_val_max": round(float(best.max()), 4),
+                "best_val_median": round(float(best.median()), 4),
+                "cpu_s": round(float(group.cpu_seconds.sum())),
+                "wall_s": round(float(group.wall_seconds.sum())),
+                "cpu_s_per_epoch_median": round(float(group.cpu_seconds.median()), 2),
+            }
+        )
     return rows
 
 
 def run(data_path: str, workspace: Path, recording: Recording = EPOCHS_RECORDING) -> list[dict[str, Any]]:
     table = build(data_path, workspace, recording=recording)
-    return summary(table) + [{"latent": f"{INPUT_LEN}->{round(r.latent_fraction * INPUT_LEN)}", "seed": "|1-2|",
-                              "trainings": r.configurations, "noise_median": r.median_abs_diff,
-                              "noise_p90": r.p90_abs_diff} for r in noise(table).itertuples()]
+    return summary(table) + [
+        {
+            "latent": f"{INPUT_LEN}->{round(r.latent_fraction * INPUT_LEN)}",
+            "seed": "|1-2|",
+            "trainings": r.configurations,
+            "noise_median": r.median_abs_diff,
+            "noise_p90": r.p90_abs_diff,
+        }
+        for r in noise(table).itertuples()
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = command.parser("evidence_table", __doc__, "data", "workspace")
-    parser.add_argument("--quarters", action="store_true",
-                        help="the 25%% fraction validated at each quarter of an epoch (evidence-quarters.parquet)")
+    parser.add_argument(
+        "--quarters",
+        action="store_true",
+        help="the 25%% fraction validated at each quarter of an epoch (evidence-quarters.parquet)",
+    )
     args = parser.parse_args(argv)
     recording = QUARTERS if args.quarters else EPOCHS_RECORDING
     command.show(command.in_workspace(args, lambda workspace: run(command.data(args), workspace, recording)), args.out)

@@ -26,7 +26,8 @@ the cost of reaching one is the CPU-seconds spent when a returned front first sc
 
 **Statistics** (:mod:`research.intervals`): per method and target, the median cost with its
 order-statistic 95% interval (an unreached target counts as infinitely costly), its ratio to the
-shuffled grid's and random search's with bootstrap intervals, the share reached with Wilson's interval; per method and budget, the mean
+shuffled grid's and random search's with bootstrap intervals, the share reached with Wilson's
+interval; per method and budget, the mean
 share of the grid front's test hypervolume with its t interval (hundreds of replays).
 """
 
@@ -74,9 +75,15 @@ class Method:
 # Registered before measuring: the grid, random search, and the service's two multi-objective
 # samplers as a user gets them (NSGA-II's population from trials.total; TPE with frontier.yaml's
 # settings), each also with multi-objective ASHA.
-METHODS = (Method("grid", "grid"), Method("random", "random"), Method("nsga2", "nsga2"), Method("tpe", "tpe"),
-           Method("asha+random", "random", "asha"), Method("asha+nsga2", "nsga2", "asha"),
-           Method("asha+tpe", "tpe", "asha"))
+METHODS = (
+    Method("grid", "grid"),
+    Method("random", "random"),
+    Method("nsga2", "nsga2"),
+    Method("tpe", "tpe"),
+    Method("asha+random", "random", "asha"),
+    Method("asha+nsga2", "nsga2", "asha"),
+    Method("asha+tpe", "tpe", "asha"),
+)
 OBJECTIVES = ({"metric": M.VAL_TOKEN_ACCURACY, "mode": "max"}, {"metric": M.LATENT_SHARE, "mode": "min"})
 
 
@@ -96,7 +103,9 @@ class Point:
 class Trace:
     """One replay."""
 
-    costs: tuple[float, ...]  # per target, in units of the grid's cost when first reached; inf: not within the last budget
+    costs: tuple[
+        float, ...
+    ]  # per target, in units of the grid's cost when first reached; inf: not within the last budget
     trials_to: tuple[float, ...]  # trials started by then; inf likewise
     shares: tuple[float, ...]  # the returned front's share of the grid front's test hypervolume at each budget
     trials: int  # trials started in all
@@ -107,22 +116,31 @@ def front_hypervolume(points: list[Point], reference: float) -> float:
     if not points:
         return 0.0
     on_front = ranks([[max(p.curve.val), p.share] for p in points], MODES) == 1
-    return hypervolume([[p.curve.test[-1], p.share] for p, top in zip(points, on_front) if top], MODES,
-                       [reference, 0.0])
+    return hypervolume(
+        [[p.curve.test[-1], p.share] for p, top in zip(points, on_front) if top], MODES, [reference, 0.0]
+    )
 
 
 def simulation(method: Method, seed: int) -> Simulation:
     """A two-objective sweep over the table's grid and its fractions, as a user would write it."""
-    search: dict[str, dict[str, Any]] = {k: {"type": "categorical", "choices": list(v)}
-                                         for k, v in E.GRID.items() if k != "model.heads"}
-    search["model.heads"] = {"type": "categorical", "choices": list(E.GRID["model.heads"]),
-                             "when": {"model.block": "transformer"}}
+    search: dict[str, dict[str, Any]] = {
+        k: {"type": "categorical", "choices": list(v)} for k, v in E.GRID.items() if k != "model.heads"
+    }
+    search["model.heads"] = {
+        "type": "categorical",
+        "choices": list(E.GRID["model.heads"]),
+        "when": {"model.block": "transformer"},
+    }
     search["model.latent_fraction"] = {"type": "categorical", "choices": sorted(E.FRACTIONS)}
     tpe = {**TPE, "n_startup_trials": 2} if method.sampler == "tpe" else {}
-    doc = {"config": {"train": {"epochs": E.EPOCHS}}, "search": search, "trials": {"total": TOTAL},
-           "objective": list(OBJECTIVES),
-           "sampler": {"type": method.sampler, "seed": seed, **tpe},
-           "scheduler": {"type": method.scheduler, "grace_period": GRACE_PERIOD, "reduction_factor": REDUCTION_FACTOR}}
+    doc = {
+        "config": {"train": {"epochs": E.EPOCHS}},
+        "search": search,
+        "trials": {"total": TOTAL},
+        "objective": list(OBJECTIVES),
+        "sampler": {"type": method.sampler, "seed": seed, **tpe},
+        "scheduler": {"type": method.scheduler, "grace_period": GRACE_PERIOD, "reduction_factor": REDUCTION_FACTOR},
+    }
     return simulate(doc, f"front replay of {method.name}")
 
 
@@ -230,8 +248,12 @@ def replays(tables: dict[int, dict[float, list[Curve]]], method: Method, seeds: 
     jobs = [(tables, method, s) for s in seeds]
     if workers <= 1:
         return [_one(*job) for job in jobs]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=optuna.logging.set_verbosity, initargs=(optuna.logging.WARNING,)) as pool:
+    with ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=optuna.logging.set_verbosity,
+        initargs=(optuna.logging.WARNING,),
+    ) as pool:
         return list(pool.map(_one, *zip(*jobs), chunksize=max(1, len(jobs) // (8 * workers))))
 
 
@@ -246,15 +268,28 @@ def summarize(runs: list[Run]) -> list[dict[str, Any]]:
             costs = [r.trace.costs[i] for r in mine]
             median = median_interval(costs)
             reached = wilson(sum(c < math.inf for c in costs), len(costs))
-            verdict = ("met" if median.high <= TARGET_COST else
-                       "met at the estimate only" if median.estimate <= TARGET_COST else "missed")
-            rows.append({"target": f"{target:.0%} of the grid's hypervolume", "method": method, "replays": len(mine),
-                         "cost_vs_grid": f"{median.estimate:.3f} [{median.low:.3f}, {median.high:.3f}]",
-                         f"at_most_{TARGET_COST:g}x": verdict,
-                         **{f"vs_{m}": ratio_interval(costs, other).ratio() if other and m != method else ""
-                            for m, other in versus.items()},
-                         "reached": f"{reached.estimate:.1%} [{reached.low:.1%}, {reached.high:.1%}]",
-                         "trials_median": f"{np.median([r.trace.trials_to[i] for r in mine]):.0f}"})
+            verdict = (
+                "met"
+                if median.high <= TARGET_COST
+                else "met at the estimate only"
+                if median.estimate <= TARGET_COST
+                else "missed"
+            )
+            rows.append(
+                {
+                    "target": f"{target:.0%} of the grid's hypervolume",
+                    "method": method,
+                    "replays": len(mine),
+                    "cost_vs_grid": f"{median.estimate:.3f} [{median.low:.3f}, {median.high:.3f}]",
+                    f"at_most_{TARGET_COST:g}x": verdict,
+                    **{
+                        f"vs_{m}": ratio_interval(costs, other).ratio() if other and m != method else ""
+                        for m, other in versus.items()
+                    },
+                    "reached": f"{reached.estimate:.1%} [{reached.low:.1%}, {reached.high:.1%}]",
+                    "trials_median": f"{np.median([r.trace.trials_to[i] for r in mine]):.0f}",
+                }
+            )
     for j, budget in enumerate(BUDGETS):
         row: dict[str, Any] = {"target": f"hypervolume share at {budget:g}x grid"}
         for method, mine in by_method.items():
@@ -264,16 +299,23 @@ def summarize(runs: list[Run]) -> list[dict[str, Any]]:
     return rows
 
 
-def run(seeds: range, table_path: Path = E.TABLE, workers: int = WORKERS, methods: tuple[Method, ...] = METHODS,
-        folder: Path = TABLES) -> list[dict[str, Any]]:
+def run(
+    seeds: range,
+    table_path: Path = E.TABLE,
+    workers: int = WORKERS,
+    methods: tuple[Method, ...] = METHODS,
+    folder: Path = TABLES,
+) -> list[dict[str, Any]]:
     """Replay ``methods`` from ``seeds``; writes every replay to ``folder/front-replay-<seeds>.parquet``,
     one method at a time; a method the file already holds for every seed is read back."""
     table = pd.read_parquet(table_path)
     tables = {s: {f: curves(table, f, s) for f in E.FRACTIONS} for s in E.SEEDS}
     sizes = sorted({len(t) for by_fraction in tables.values() for t in by_fraction.values()})
     if sizes != [E.SIZE]:
-        raise ConfigError(f"the evidence table has {', '.join(map(str, sizes))} configurations per fraction and "
-                          f"seed, not {E.SIZE}: build it first (python -m research.evidence_table)")
+        raise ConfigError(
+            f"the evidence table has {', '.join(map(str, sizes))} configurations per fraction and "
+            f"seed, not {E.SIZE}: build it first (python -m research.evidence_table)"
+        )
     out = folder / f"front-replay-seeds-{seeds.start}-{seeds.stop - 1}.parquet"
     done = _read_runs(out, seeds) if out.exists() else []
     for method in methods:
@@ -285,18 +327,38 @@ def run(seeds: range, table_path: Path = E.TABLE, workers: int = WORKERS, method
 
 
 def _write_runs(path: Path, runs: list[Run]) -> None:
-    write_rows(path, [{"method": r.method, "seed": r.seed, "cost_seed": r.cost_seed, "trials": r.trace.trials,
-                   **{f"cost_vs_grid_{t:g}": c for t, c in zip(TARGETS, r.trace.costs)},
-                   **{f"trials_to_{t:g}": n for t, n in zip(TARGETS, r.trace.trials_to)},
-                   **{f"hv_share_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.shares)}} for r in runs])
+    write_rows(
+        path,
+        [
+            {
+                "method": r.method,
+                "seed": r.seed,
+                "cost_seed": r.cost_seed,
+                "trials": r.trace.trials,
+                **{f"cost_vs_grid_{t:g}": c for t, c in zip(TARGETS, r.trace.costs)},
+                **{f"trials_to_{t:g}": n for t, n in zip(TARGETS, r.trace.trials_to)},
+                **{f"hv_share_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.shares)},
+            }
+            for r in runs
+        ],
+    )
 
 
 def _read_runs(path: Path, seeds: range) -> list[Run]:
-    return [Run(row["method"], int(row["seed"]), int(row["cost_seed"]),
-                Trace(tuple(float(row[f"cost_vs_grid_{t:g}"]) for t in TARGETS),
-                      tuple(float(row[f"trials_to_{t:g}"]) for t in TARGETS),
-                      tuple(float(row[f"hv_share_at_{b:g}x"]) for b in BUDGETS), int(row["trials"])))
-            for row in complete_rows(path, seeds)]
+    return [
+        Run(
+            row["method"],
+            int(row["seed"]),
+            int(row["cost_seed"]),
+            Trace(
+                tuple(float(row[f"cost_vs_grid_{t:g}"]) for t in TARGETS),
+                tuple(float(row[f"trials_to_{t:g}"]) for t in TARGETS),
+                tuple(float(row[f"hv_share_at_{b:g}x"]) for b in BUDGETS),
+                int(row["trials"]),
+            ),
+        )
+        for row in complete_rows(path, seeds)
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -75,8 +75,14 @@ REPORT_GRID = Path(__file__).resolve().parent.parent / "dashboards" / "report" /
 # accuracy of any search at 25% latent (0.9014, trial 2 of random and of tpe+asha with sampler
 # seed 12); the test pages took no part in choosing it.
 TUNED: dict[str, Any] = {
-    "model.block": "transformer", "model.d_model": 256, "model.d_attn": 128, "model.heads": 8, "model.layers": 1,
-    "model.reduction": "gradual", "model.dropout": 0.13429052904240055, "train.lr": 0.003922683093146944,
+    "model.block": "transformer",
+    "model.d_model": 256,
+    "model.d_attn": 128,
+    "model.heads": 8,
+    "model.layers": 1,
+    "model.reduction": "gradual",
+    "model.dropout": 0.13429052904240055,
+    "train.lr": 0.003922683093146944,
 }
 CONFIGURATIONS = {"recipe": RECIPE, "tuned": TUNED}
 
@@ -87,8 +93,10 @@ CONFIGURATIONS = {"recipe": RECIPE, "tuned": TUNED}
 # accuracy at that share or below (the sweep's among its complete trials), scored on test; the sweep
 # matches the grid where it trails by at most MATCH, the spread of the grid's own cells between
 # two seeds (0.0-1.8 points at 32 tokens), and the target is SWEEP_TARGET of the shares.
-SWEEP_SPACE = {"model.latent_fraction": {"type": "uniform", "low": 0.05, "high": 1.0},
-               "model.latent_dim": {"type": "categorical", "choices": [16, 32, 64, 128, 256]}}
+SWEEP_SPACE = {
+    "model.latent_fraction": {"type": "uniform", "low": 0.05, "high": 1.0},
+    "model.latent_dim": {"type": "categorical", "choices": [16, 32, 64, 128, 256]},
+}
 SWEEP_COST, MATCH, SWEEP_TARGET = 0.5, 0.01, 3
 # The grid's CPU-seconds were measured on another machine: the sweep's budget is scaled by how much
 # longer this machine takes to train one of the grid's cells again (its width cell 32 x 64, seed 1).
@@ -97,29 +105,31 @@ SHARE_TOLERANCE = 0.002  # the even splits' whole lengths and widths miss their 
 WIKI, PACKAGES = "wikipedia-mini", "packages"
 CPUS = document("", "", {})["resources"]["cpu"]  # each training's
 
-SCHEMA = pa.schema([
-    ("part", pa.string()),  # fig3, width, offcorpus, sweep, or calibration (a width cell again, for the sweep)
-    ("configuration", pa.string()),  # recipe or tuned
-    ("shape", pa.string()),  # sequence (latent_len < input_len), width (latent_dim < d_model), both, or full
-    ("input_len", pa.int64()),
-    ("latent_len", pa.int64()),
-    ("latent_dim", pa.int64()),  # the width of a latent token (d_model unless narrowed)
-    ("d_model", pa.int64()),
-    ("latent_fraction", pa.float64()),  # latent_len / input_len
-    ("float_share", pa.float64()),  # (latent_len x latent_dim) / (input_len x d_model)
-    ("seed", pa.int64()),
-    ("epoch", pa.int64()),
-    ("kept_epoch", pa.int64()),  # the epoch early stopping keeps, by validation accuracy, over the run
-    ("trained_on", pa.string()),
-    ("scored_on", pa.string()),
-    ("val_token_accuracy", pa.float64()),
-    ("val_loss", pa.float64()),
-    ("test_token_accuracy", pa.float64()),  # of the checkpoint kept up to this epoch, on the test pages
-    ("test_loss", pa.float64()),
-    ("wall_seconds", pa.float64()),  # the epoch's
-    ("cpu_seconds", pa.float64()),  # the epoch's wall time x the CPUs the trial held
-    ("outcome", pa.string()),  # complete, or pruned: stopped by the sweep's ASHA
-])
+SCHEMA = pa.schema(
+    [
+        ("part", pa.string()),  # fig3, width, offcorpus, sweep, or calibration (a width cell again, for the sweep)
+        ("configuration", pa.string()),  # recipe or tuned
+        ("shape", pa.string()),  # sequence (latent_len < input_len), width (latent_dim < d_model), both, or full
+        ("input_len", pa.int64()),
+        ("latent_len", pa.int64()),
+        ("latent_dim", pa.int64()),  # the width of a latent token (d_model unless narrowed)
+        ("d_model", pa.int64()),
+        ("latent_fraction", pa.float64()),  # latent_len / input_len
+        ("float_share", pa.float64()),  # (latent_len x latent_dim) / (input_len x d_model)
+        ("seed", pa.int64()),
+        ("epoch", pa.int64()),
+        ("kept_epoch", pa.int64()),  # the epoch early stopping keeps, by validation accuracy, over the run
+        ("trained_on", pa.string()),
+        ("scored_on", pa.string()),
+        ("val_token_accuracy", pa.float64()),
+        ("val_loss", pa.float64()),
+        ("test_token_accuracy", pa.float64()),  # of the checkpoint kept up to this epoch, on the test pages
+        ("test_loss", pa.float64()),
+        ("wall_seconds", pa.float64()),  # the epoch's
+        ("cpu_seconds", pa.float64()),  # the epoch's wall time x the CPUs the trial held
+        ("outcome", pa.string()),  # complete, or pruned: stopped by the sweep's ASHA
+    ]
+)
 
 
 def _fixed(configuration: str) -> dict[str, Any]:
@@ -151,13 +161,14 @@ def width_cells(d_model: int) -> list[list[Any]]:
     for n in WIDTH_INPUT_LENS:
         for share in FLOAT_SHARES:
             length = max(1, round(math.sqrt(share) * n))
-            cells += [[n, n, max(1, round(share * d_model))],
-                      [n, length, max(1, round(share * n * d_model / length))]]
+            cells += [[n, n, max(1, round(share * d_model))], [n, length, max(1, round(share * n * d_model / length))]]
     return cells
 
 
 def _width_doc(data_path: str) -> dict[str, Any]:
-    doc = document(data_path, "tokens against width at equal latent floats, tuned", {**_fixed("tuned"), "train.seed": 1})
+    doc = document(
+        data_path, "tokens against width at equal latent floats, tuned", {**_fixed("tuned"), "train.seed": 1}
+    )
     return _grid(doc, "data.input_len,model.latent_len,model.latent_dim", width_cells(int(TUNED["model.d_model"])))
 
 
@@ -168,40 +179,73 @@ def _off_corpus_doc(data_path: str) -> dict[str, Any]:
 
 
 def _sweep_doc(data_path: str, budget_seconds: float) -> dict[str, Any]:
-    doc = document(data_path, "the compression frontier in one sweep: TPE and ASHA, two objectives",
-                   {**_fixed("tuned"), "train.seed": SEEDS[0]})
-    doc.update(search=SWEEP_SPACE, trials={"total": 40}, budget={"cpu_hours": budget_seconds / 3600},
-               objective=[{"metric": M.VAL_TOKEN_ACCURACY, "mode": "max"}, {"metric": M.LATENT_SHARE, "mode": "min"}],
-               sampler={"type": "tpe", "seed": 0, "n_startup_trials": 2, **TPE},
-               scheduler={"type": "asha", "grace_period": GRACE_PERIOD, "reduction_factor": REDUCTION_FACTOR})
+    doc = document(
+        data_path,
+        "the compression frontier in one sweep: TPE and ASHA, two objectives",
+        {**_fixed("tuned"), "train.seed": SEEDS[0]},
+    )
+    doc.update(
+        search=SWEEP_SPACE,
+        trials={"total": 40},
+        budget={"cpu_hours": budget_seconds / 3600},
+        objective=[{"metric": M.VAL_TOKEN_ACCURACY, "mode": "max"}, {"metric": M.LATENT_SHARE, "mode": "min"}],
+        sampler={"type": "tpe", "seed": 0, "n_startup_trials": 2, **TPE},
+        scheduler={"type": "asha", "grace_period": GRACE_PERIOD, "reduction_factor": REDUCTION_FACTOR},
+    )
     return doc
 
 
-def _rows(client: MlflowClient, runs: list[Any], part: str, configuration: str, trained_on: str) -> list[dict[str, Any]]:
+def _rows(
+    client: MlflowClient, runs: list[Any], part: str, configuration: str, trained_on: str
+) -> list[dict[str, Any]]:
     """A row per epoch of each trial run, in :data:`SCHEMA`."""
     rows = []
     for run in runs:
         params = {k: parse_scalar(v) for k, v in run.data.params.items()}
         n, d, latent_len = int(params["data.input_len"]), int(params["model.d_model"]), int(params["model.latent_len"])
         latent_dim = int(params["model.latent_dim"] or d)
-        history = {key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
-                   for key in (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.TEST_TOKEN_ACCURACY, M.TEST_LOSS, M.EPOCH_SECONDS)}
+        history = {
+            key: {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
+            for key in (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.TEST_TOKEN_ACCURACY, M.TEST_LOSS, M.EPOCH_SECONDS)
+        }
         val = history[M.VAL_TOKEN_ACCURACY]
         kept = max(val, key=lambda e: (val[e], -e))
-        shape = ("both" if latent_len < n and latent_dim < d else "sequence" if latent_len < n
-                 else "width" if latent_dim < d else "full")
+        shape = (
+            "both"
+            if latent_len < n and latent_dim < d
+            else "sequence"
+            if latent_len < n
+            else "width"
+            if latent_dim < d
+            else "full"
+        )
         for epoch in sorted(val):
             wall = history[M.EPOCH_SECONDS][epoch]
-            rows.append({
-                "part": part, "configuration": configuration, "shape": shape, "input_len": n, "latent_len": latent_len,
-                "latent_dim": latent_dim, "d_model": d, "latent_fraction": latent_len / n,
-                "float_share": latent_len * latent_dim / (n * d), "seed": int(params["train.seed"]), "epoch": epoch,
-                "kept_epoch": kept, "trained_on": trained_on, "scored_on": trained_on,
-                "val_token_accuracy": val[epoch], "val_loss": history[M.VAL_LOSS][epoch],
-                "test_token_accuracy": history[M.TEST_TOKEN_ACCURACY][epoch],
-                "test_loss": history[M.TEST_LOSS][epoch], "wall_seconds": wall, "cpu_seconds": wall * CPUS,
-                "outcome": run.data.tags[N.OUTCOME],
-            })
+            rows.append(
+                {
+                    "part": part,
+                    "configuration": configuration,
+                    "shape": shape,
+                    "input_len": n,
+                    "latent_len": latent_len,
+                    "latent_dim": latent_dim,
+                    "d_model": d,
+                    "latent_fraction": latent_len / n,
+                    "float_share": latent_len * latent_dim / (n * d),
+                    "seed": int(params["train.seed"]),
+                    "epoch": epoch,
+                    "kept_epoch": kept,
+                    "trained_on": trained_on,
+                    "scored_on": trained_on,
+                    "val_token_accuracy": val[epoch],
+                    "val_loss": history[M.VAL_LOSS][epoch],
+                    "test_token_accuracy": history[M.TEST_TOKEN_ACCURACY][epoch],
+                    "test_loss": history[M.TEST_LOSS][epoch],
+                    "wall_seconds": wall,
+                    "cpu_seconds": wall * CPUS,
+                    "outcome": run.data.tags[N.OUTCOME],
+                }
+            )
     return rows
 
 
@@ -223,8 +267,9 @@ def width(data_path: str, workspace: Path) -> list[dict[str, Any]]:
 def grid_cells(table: pd.DataFrame) -> pd.DataFrame:
     """Every epoch of the grid's tuned trainings at the sweep's input length whose latent is one of
     :data:`FLOAT_SHARES` of the input's floats (Fig. 3's and the width part's, every seed)."""
-    cells = table[table["part"].isin(["fig3", "width"]) & (table["configuration"] == "tuned")
-                  & (table["input_len"] == INPUT_LEN)]
+    cells = table[
+        table["part"].isin(["fig3", "width"]) & (table["configuration"] == "tuned") & (table["input_len"] == INPUT_LEN)
+    ]
     near = cells["float_share"].map(lambda share: min(abs(share - s) for s in FLOAT_SHARES) <= SHARE_TOLERANCE)
     return cells[near]
 
@@ -233,10 +278,15 @@ def sweep(data_path: str, workspace: Path) -> list[dict[str, Any]]:
     saved = workspace / "frontier-rows.parquet"
     table = pd.read_parquet(saved) if saved.exists() else pd.DataFrame(columns=SCHEMA.names)
     if grid_cells(table).empty:
-        raise RuntimeError(f"run frontier-fig3 and frontier-width in {workspace} first: the sweep's budget is a share "
-                           "of their cells' compute")
-    doc = document(data_path, "a cell of the grid trained again: this machine's speed",
-                   {**_fixed("tuned"), **CALIBRATION, "train.seed": SEEDS[0]})
+        raise RuntimeError(
+            f"run frontier-fig3 and frontier-width in {workspace} first: the sweep's budget is a share "
+            "of their cells' compute"
+        )
+    doc = document(
+        data_path,
+        "a cell of the grid trained again: this machine's speed",
+        {**_fixed("tuned"), **CALIBRATION, "train.seed": SEEDS[0]},
+    )
     client, runs = run_sweep(workspace, "frontier-calibration", _grid(doc, "train.seed", [SEEDS[0]]))
     calibration = _rows(client, runs, "calibration", "tuned", WIKI)
     budget = SWEEP_COST * speed(pd.DataFrame(calibration), table) * float(grid_cells(table)["cpu_seconds"].sum())
@@ -246,9 +296,13 @@ def sweep(data_path: str, workspace: Path) -> list[dict[str, Any]]:
 
 def speed(calibration: pd.DataFrame, table: pd.DataFrame) -> float:
     """This machine's CPU-seconds for the calibration cell over the grid's for the same cell."""
-    cell = table[(table["part"] == "width") & (table["input_len"] == INPUT_LEN) & (table["seed"] == SEEDS[0])
-                 & (table["latent_len"] == CALIBRATION["model.latent_len"])
-                 & (table["latent_dim"] == CALIBRATION["model.latent_dim"])]
+    cell = table[
+        (table["part"] == "width")
+        & (table["input_len"] == INPUT_LEN)
+        & (table["seed"] == SEEDS[0])
+        & (table["latent_len"] == CALIBRATION["model.latent_len"])
+        & (table["latent_dim"] == CALIBRATION["model.latent_dim"])
+    ]
     return float(calibration["cpu_seconds"].sum() / cell["cpu_seconds"].sum())
 
 
@@ -276,8 +330,12 @@ def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
         row: dict[str, Any] = {"float_share": share}
         for side, cells in (("grid", grid_kept), ("sweep", swept_kept)):
             chosen = _chosen(cells, share)
-            row.update({f"{side}_{key}": None if chosen is None else chosen[key]
-                        for key in ("shape", "latent_len", "latent_dim", "val_token_accuracy", "test_token_accuracy")})
+            row.update(
+                {
+                    f"{side}_{key}": None if chosen is None else chosen[key]
+                    for key in ("shape", "latent_len", "latent_dim", "val_token_accuracy", "test_token_accuracy")
+                }
+            )
         test = row["sweep_test_token_accuracy"]
         row["test_difference"] = None if test is None else test - row["grid_test_token_accuracy"]
         row["matches"] = test is not None and row["test_difference"] >= -MATCH
@@ -285,11 +343,20 @@ def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
     ratio = speed(calibration, table)
     grid_cost, sweep_cost = ratio * float(grid["cpu_seconds"].sum()), float(swept["cpu_seconds"].sum())
     matched = sum(row["matches"] for row in rows)
-    rows.append({"speed": ratio, "grid_cpu_seconds": grid_cost, "sweep_cpu_seconds": sweep_cost,
-                 "cost_ratio": sweep_cost / grid_cost, "grid_epochs": len(grid), "sweep_epochs": len(swept),
-                 "trials": int((swept["epoch"] == 1).sum()),
-                 "complete": swept_kept.shape[0], "matched": matched,
-                 "target": "met" if matched >= SWEEP_TARGET and sweep_cost <= SWEEP_COST * grid_cost else "missed"})
+    rows.append(
+        {
+            "speed": ratio,
+            "grid_cpu_seconds": grid_cost,
+            "sweep_cpu_seconds": sweep_cost,
+            "cost_ratio": sweep_cost / grid_cost,
+            "grid_epochs": len(grid),
+            "sweep_epochs": len(swept),
+            "trials": int((swept["epoch"] == 1).sum()),
+            "complete": swept_kept.shape[0],
+            "matched": matched,
+            "target": "met" if matched >= SWEEP_TARGET and sweep_cost <= SWEEP_COST * grid_cost else "missed",
+        }
+    )
     return pd.DataFrame(rows)
 
 
@@ -309,7 +376,9 @@ def _score(model: Any, texts: list[str]) -> float:
 
 def off_corpus(data_path: str, workspace: Path) -> list[dict[str, Any]]:
     corpora = {WIKI: data_path, PACKAGES: str(package_descriptions(workspace / "packages-corpus"))}
-    tests = {corpus: _test_texts(DataConfig(**document(path, "", {})["config"]["data"])) for corpus, path in corpora.items()}
+    tests = {
+        corpus: _test_texts(DataConfig(**document(path, "", {})["config"]["data"])) for corpus, path in corpora.items()
+    }
     rows = []
     for trained_on, path in corpora.items():
         name = f"frontier-offcorpus-{trained_on}"
@@ -318,7 +387,9 @@ def off_corpus(data_path: str, workspace: Path) -> list[dict[str, Any]]:
         kept = next(r for r in trained if r["epoch"] == r["kept_epoch"])
         model = api.Sweep.open(name, workspace=workspace / "ws").best_model()  # the sweep's best: its one trial
         for scored_on, texts in tests.items():
-            rows.append({**kept, "scored_on": scored_on, "test_token_accuracy": _score(model, texts), "test_loss": None})
+            rows.append(
+                {**kept, "scored_on": scored_on, "test_token_accuracy": _score(model, texts), "test_loss": None}
+            )
     return rows
 
 
@@ -343,8 +414,11 @@ def fig3_summary(table: pd.DataFrame) -> pd.DataFrame:
     cells = kept(table[table["part"] == "fig3"])
     if cells.empty:  # frontier-offcorpus may run first
         return pd.DataFrame()
-    summary = (cells.groupby(["input_len", "latent_fraction", "configuration"])["test_token_accuracy"]
-               .agg(mean="mean", sd="std", seeds="count").unstack("configuration"))
+    summary = (
+        cells.groupby(["input_len", "latent_fraction", "configuration"])["test_token_accuracy"]
+        .agg(mean="mean", sd="std", seeds="count")
+        .unstack("configuration")
+    )
     summary.columns = [f"{config}_{stat}" for stat, config in summary.columns]
     summary["dividend"] = summary["tuned_mean"] - summary["recipe_mean"]
     return summary.reset_index().sort_values(["input_len", "latent_fraction"], ascending=[True, False])
@@ -355,8 +429,10 @@ def verdicts(table: pd.DataFrame) -> dict[str, list[claims.Verdict]]:
     out = {}
     summary = fig3_summary(table)
     for configuration in CONFIGURATIONS:
-        points = {int(n): [(100 * f, a) for f, a in zip(group["latent_fraction"], group[f"{configuration}_mean"])]
-                  for n, group in summary.groupby("input_len")}
+        points = {
+            int(n): [(100 * f, a) for f, a in zip(group["latent_fraction"], group[f"{configuration}_mean"])]
+            for n, group in summary.groupby("input_len")
+        }
         out[configuration] = claims.check(points, {}, {"C4": "the frontier trains no static-lr seeds"})
     return out
 
@@ -365,10 +441,15 @@ def width_summary(table: pd.DataFrame) -> pd.DataFrame:
     """Test accuracy against the latent floats' share at each input length, for shortening the
     sequence (the tuned Fig. 3 cells from seed 1), narrowing each token, and both."""
     cells = kept(table[(table["configuration"] == "tuned") & (table["seed"] == SEEDS[0])])
-    cells = cells[(cells["part"] == "width") | ((cells["part"] == "fig3") & cells["latent_fraction"].isin(FLOAT_SHARES))]
+    cells = cells[
+        (cells["part"] == "width") | ((cells["part"] == "fig3") & cells["latent_fraction"].isin(FLOAT_SHARES))
+    ]
     cells = cells[cells["input_len"].isin(WIDTH_INPUT_LENS)]
-    return cells[["input_len", "shape", "latent_len", "latent_dim", "float_share", "test_token_accuracy"]] \
-        .sort_values(["input_len", "float_share", "shape"], ascending=[True, False, True]).reset_index(drop=True)
+    return (
+        cells[["input_len", "shape", "latent_len", "latent_dim", "float_share", "test_token_accuracy"]]
+        .sort_values(["input_len", "float_share", "shape"], ascending=[True, False, True])
+        .reset_index(drop=True)
+    )
 
 
 def off_corpus_summary(table: pd.DataFrame) -> pd.DataFrame:
@@ -383,20 +464,37 @@ def figures(table: pd.DataFrame, out: Path) -> list[Path]:
         fig, (ax, dividend) = plt.subplots(1, 2, figsize=(12, 4.5))
         for i, (n, group) in enumerate(summary.groupby("input_len")):
             for configuration, style in (("recipe", "--"), ("tuned", "-")):
-                ax.errorbar(100 * group["latent_fraction"], group[f"{configuration}_mean"],
-                            yerr=group[f"{configuration}_sd"].fillna(0), linestyle=style, marker="o", color=f"C{i}",
-                            capsize=3, label=f"{n} tokens, {configuration}")
-            dividend.plot(100 * group["latent_fraction"], 100 * group["dividend"], marker="o", color=f"C{i}",
-                          label=f"{n} tokens")
+                ax.errorbar(
+                    100 * group["latent_fraction"],
+                    group[f"{configuration}_mean"],
+                    yerr=group[f"{configuration}_sd"].fillna(0),
+                    linestyle=style,
+                    marker="o",
+                    color=f"C{i}",
+                    capsize=3,
+                    label=f"{n} tokens, {configuration}",
+                )
+            dividend.plot(
+                100 * group["latent_fraction"], 100 * group["dividend"], marker="o", color=f"C{i}", label=f"{n} tokens"
+            )
         for k, (pct, acc, text) in enumerate(claims.PAPER_512):  # labels on alternate sides: two points share 0.9
             ax.plot(pct, acc, marker="*", markersize=12, color="black", linestyle="none")
-            ax.annotate(f"paper, 512: {text}", (pct, acc), xytext=(6, -12 if k % 2 else 8), textcoords="offset points",
-                        fontsize=7)
-        ax.set(xlabel="latent length, % of input length", ylabel="test token accuracy",
-               title="Fig. 3 on test: the recipe (dashed) and tuned (solid), mean and sd over seeds")
+            ax.annotate(
+                f"paper, 512: {text}",
+                (pct, acc),
+                xytext=(6, -12 if k % 2 else 8),
+                textcoords="offset points",
+                fontsize=7,
+            )
+        ax.set(
+            xlabel="latent length, % of input length",
+            ylabel="test token accuracy",
+            title="Fig. 3 on test: the recipe (dashed) and tuned (solid), mean and sd over seeds",
+        )
         dividend.axhline(0, color="black", linewidth=0.8)
-        dividend.set(xlabel="latent length, % of input length", ylabel="tuned minus recipe, points",
-                     title="The tuning dividend")
+        dividend.set(
+            xlabel="latent length, % of input length", ylabel="tuned minus recipe, points", title="The tuning dividend"
+        )
         for a in (ax, dividend):
             a.grid(alpha=0.3)
             a.legend(fontsize=7)
@@ -407,8 +505,12 @@ def figures(table: pd.DataFrame, out: Path) -> list[Path]:
         for ax, (n, group) in zip(axes[0], widths.groupby("input_len")):
             for shape, cells in group.groupby("shape"):
                 ax.plot(100 * cells["float_share"], cells["test_token_accuracy"], marker="o", label=shape)
-            ax.set(xscale="log", xlabel="latent floats, % of the input's", ylabel="test token accuracy",
-                   title=f"{n} input tokens: shorten, narrow or both")
+            ax.set(
+                xscale="log",
+                xlabel="latent floats, % of the input's",
+                ylabel="test token accuracy",
+                title=f"{n} input tokens: shorten, narrow or both",
+            )
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         paths.append(save_figure(fig, out / "frontier-width.png"))
@@ -418,8 +520,11 @@ def figures(table: pd.DataFrame, out: Path) -> list[Path]:
 def grid_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The grid's trainings (fig3, width) at their kept epoch, scored on their own corpus: the rows
     a two-objective sweep's report draws its front from (``dashboards/report/front.py``)."""
-    kept = table[table["part"].isin(["fig3", "width"]) & (table["epoch"] == table["kept_epoch"])
-                 & (table["trained_on"] == table["scored_on"])]
+    kept = table[
+        table["part"].isin(["fig3", "width"])
+        & (table["epoch"] == table["kept_epoch"])
+        & (table["trained_on"] == table["scored_on"])
+    ]
     return kept.reset_index(drop=True)
 
 
@@ -435,8 +540,13 @@ def publish(table: pd.DataFrame, workspace: Path, out: Path = TABLES, report: Pa
     paths = figures(table, out)
     client = MlflowClient(f"sqlite:///{workspace / 'ws' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("frontier")
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment(
-        "frontier", artifact_location=(workspace / "ws" / "mlartifacts" / "frontier").as_uri())
+    experiment_id = (
+        experiment.experiment_id
+        if experiment
+        else client.create_experiment(
+            "frontier", artifact_location=(workspace / "ws" / "mlartifacts" / "frontier").as_uri()
+        )
+    )
     run = client.create_run(experiment_id, run_name="frontier", tags={N.ROLE: "benchmark"})
     for path in [out / "frontier.parquet", out / "frontier.csv", out / "frontier.md", *paths]:
         if path.exists():
@@ -444,8 +554,12 @@ def publish(table: pd.DataFrame, workspace: Path, out: Path = TABLES, report: Pa
     client.set_terminated(run.info.run_id)
 
 
-PARTS = {"frontier-fig3": ("fig3", fig3), "frontier-width": ("width", width),
-         "frontier-offcorpus": ("offcorpus", off_corpus), "frontier-sweep": ("sweep", sweep)}
+PARTS = {
+    "frontier-fig3": ("fig3", fig3),
+    "frontier-width": ("width", width),
+    "frontier-offcorpus": ("offcorpus", off_corpus),
+    "frontier-sweep": ("sweep", sweep),
+}
 
 
 def run(suite: str, data_path: str, workspace: Path) -> list[dict[str, Any]]:
@@ -459,7 +573,9 @@ def run(suite: str, data_path: str, workspace: Path) -> list[dict[str, Any]]:
         summary = fig3_summary(table).round(4)
         return summary.to_dict("records") + [
             {"configuration": c, "claim": v.claim, "verdict": v.verdict, "measured": v.measured}
-            for c, vs in verdicts(table).items() for v in vs]
+            for c, vs in verdicts(table).items()
+            for v in vs
+        ]
     if part == "width":
         return width_summary(table).round(4).to_dict("records")
     if part == "sweep":
@@ -469,11 +585,16 @@ def run(suite: str, data_path: str, workspace: Path) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = command.parser("frontier", __doc__, "data", "workspace")
-    parser.add_argument("part", choices=[name.removeprefix("frontier-") for name in PARTS],
-                        help="which part to train and add to the table")
+    parser.add_argument(
+        "part",
+        choices=[name.removeprefix("frontier-") for name in PARTS],
+        help="which part to train and add to the table",
+    )
     args = parser.parse_args(argv)
-    command.show(command.in_workspace(args, lambda workspace: run(f"frontier-{args.part}", command.data(args),
-                                                                  workspace)), args.out)
+    command.show(
+        command.in_workspace(args, lambda workspace: run(f"frontier-{args.part}", command.data(args), workspace)),
+        args.out,
+    )
 
 
 if __name__ == "__main__":

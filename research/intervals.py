@@ -85,15 +85,21 @@ def median_interval(values: np.ndarray | list[float], level: float = 0.95) -> In
     return Interval(float(np.median(values)), float(low), float(high))
 
 
-def ratio_interval(numerator: np.ndarray | list[float], denominator: np.ndarray | list[float], level: float = 0.95,
-                   draws: int = 2000, seed: int = 0) -> Interval:
+def ratio_interval(
+    numerator: np.ndarray | list[float],
+    denominator: np.ndarray | list[float],
+    level: float = 0.95,
+    draws: int = 2000,
+    seed: int = 0,
+) -> Interval:
     """median(numerator) / median(denominator), two independent samples (``inf`` allowed), and a
     percentile bootstrap interval resampling each."""
     a, b = np.asarray(numerator, dtype=float), np.asarray(denominator, dtype=float)
     rng = np.random.default_rng(seed)
     with np.errstate(invalid="ignore", divide="ignore"):
-        ratios = (np.median(a[rng.integers(0, len(a), (draws, len(a)))], axis=1)
-                  / np.median(b[rng.integers(0, len(b), (draws, len(b)))], axis=1))
+        ratios = np.median(a[rng.integers(0, len(a), (draws, len(a)))], axis=1) / np.median(
+            b[rng.integers(0, len(b), (draws, len(b)))], axis=1
+        )
         estimate = float(np.median(a) / np.median(b))
     ratios = np.nan_to_num(ratios, nan=math.inf)
     tail = (1 - level) / 2
@@ -101,8 +107,13 @@ def ratio_interval(numerator: np.ndarray | list[float], denominator: np.ndarray 
     return Interval(estimate, float(low), float(high))
 
 
-def paired_ratio_interval(numerator: np.ndarray | list[float], denominator: np.ndarray | list[float],
-                          level: float = 0.95, draws: int = 2000, seed: int = 0) -> Interval:
+def paired_ratio_interval(
+    numerator: np.ndarray | list[float],
+    denominator: np.ndarray | list[float],
+    level: float = 0.95,
+    draws: int = 2000,
+    seed: int = 0,
+) -> Interval:
     """median(numerator) / median(denominator) of paired samples (``numerator[i]`` and
     ``denominator[i]`` measured on one unit: a replay seed's cost table and targets; ``inf``
     allowed), and a percentile bootstrap interval resampling the pairs together, which keeps what
@@ -130,8 +141,7 @@ def wilson(successes: int, n: int, level: float = 0.95) -> Interval:
     return Interval(share, max(0.0, centre - half), min(1.0, centre + half))
 
 
-def bootstrap_mean(values: np.ndarray | list[float], level: float = 0.95, draws: int = 2000,
-                   seed: int = 0) -> Interval:
+def bootstrap_mean(values: np.ndarray | list[float], level: float = 0.95, draws: int = 2000, seed: int = 0) -> Interval:
     """The mean of many values (``inf`` not allowed) and its percentile bootstrap interval: for
     hundreds of replays, where the t interval's normality is not needed either way."""
     values = np.asarray(values, dtype=float)

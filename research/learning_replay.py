@@ -76,8 +76,13 @@ GP_METHODS = (
 )
 
 
-def run(seeds: range, fraction: float = R.FRACTION, methods: tuple[R.Method, ...] = METHODS,
-        folder: Path = TABLES, workers: int = R.WORKERS) -> list[dict[str, Any]]:
+def run(
+    seeds: range,
+    fraction: float = R.FRACTION,
+    methods: tuple[R.Method, ...] = METHODS,
+    folder: Path = TABLES,
+    workers: int = R.WORKERS,
+) -> list[dict[str, Any]]:
     """Replay ``methods`` from ``seeds`` at ``fraction`` (resumably, a method at a time, into
     ``folder/learning-replay-<fraction>-seeds-<first>-<last>.parquet``) and summarize every replay
     of that fraction and seed set that ``folder`` holds."""
@@ -110,12 +115,21 @@ def summarize(runs: list[R.Run]) -> list[dict[str, Any]]:
         costs = [r.trace.costs[P90] for r in mine.values()]
         # against the grid's replays of the same seeds: the same cost tables and targets
         ratio = ratio_interval(costs, [grid[s].trace.costs[P90] for s in mine if s in grid]) if grid else None
-        row: dict[str, Any] = {"method": method, "replays": len(mine), "seeds": f"{min(mine)}-{max(mine)}",
-                               "p90_cpu_s_median": R.number_text(float(np.median(costs))),
-                               "p90_vs_grid": ratio.ratio() if ratio else "",
-                               "p90_target": ("met" if ratio and ratio.estimate <= RATIO_TARGET and ratio.high < UPPER_TARGET
-                                              else "missed" if ratio else ""),
-                               "reached_p90": f"{np.mean([c < math.inf for c in costs]):.1%}"}
+        row: dict[str, Any] = {
+            "method": method,
+            "replays": len(mine),
+            "seeds": f"{min(mine)}-{max(mine)}",
+            "p90_cpu_s_median": R.number_text(float(np.median(costs))),
+            "p90_vs_grid": ratio.ratio() if ratio else "",
+            "p90_target": (
+                "met"
+                if ratio and ratio.estimate <= RATIO_TARGET and ratio.high < UPPER_TARGET
+                else "missed"
+                if ratio
+                else ""
+            ),
+            "reached_p90": f"{np.mean([c < math.inf for c in costs]):.1%}",
+        }
         for j, budget in enumerate(R.BUDGETS):
             regret = bootstrap_mean([cross_regret(r, j) for r in mine.values()])
             row[f"regret_{budget:g}x"] = f"{regret.estimate:.2f} [{regret.low:.2f}, {regret.high:.2f}]"
@@ -138,8 +152,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", required=True, help="A-B, replay seeds (0-999 or 1000-1999, or a part of one)")
     parser.add_argument("--fraction", type=float, default=R.FRACTION, help="the latent fraction (0.125, 0.25, 0.5)")
     parser.add_argument("--gp", action="store_true", help="replay the GP arms (slow) instead of the others")
-    parser.add_argument("--only", help="name,name: replay only these arms, an underscore for each space in a name "
-                                       "(race+tpe_first-rung)")
+    parser.add_argument(
+        "--only", help="name,name: replay only these arms, an underscore for each space in a name (race+tpe_first-rung)"
+    )
     parser.add_argument("--workers", type=int, default=R.WORKERS, help="processes replaying at once")
     parser.add_argument("--folder", type=Path, default=TABLES, help="where the replay files are written and read")
     args = parser.parse_args(argv)

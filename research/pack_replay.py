@@ -73,23 +73,33 @@ def read_alone(folder: Path, fraction: float, seeds: range, method: R.Method) ->
 def summarize(runs: list[R.Run], pairs: list[tuple[R.Method, R.Method]]) -> list[dict[str, Any]]:
     """Per target, each one-at-a-time method's row and its packed method's, with the packed
     method's ratio of median costs to it (by replay seed); then the regret at each budget."""
-    by_method = {m: sorted((r for r in runs if r.method == m), key=lambda r: r.seed)
-                 for m in dict.fromkeys(r.method for r in runs)}
+    by_method = {
+        m: sorted((r for r in runs if r.method == m), key=lambda r: r.seed)
+        for m in dict.fromkeys(r.method for r in runs)
+    }
     rows: list[dict[str, Any]] = []
     for i in range(len(R.TARGET_PERCENTILES)):
         for alone, pack in pairs:
             mine, theirs = by_method[pack.name], by_method[alone.name]
             assert [r.seed for r in mine] == [r.seed for r in theirs], "paired by replay seed"
             ratio = paired_ratio_interval([r.trace.costs[i] for r in mine], [r.trace.costs[i] for r in theirs])
-            rows += [R.cost_row(theirs, i, {"vs_one_at_a_time": ""}),
-                     R.cost_row(mine, i, {"vs_one_at_a_time": ratio.ratio()})]
+            rows += [
+                R.cost_row(theirs, i, {"vs_one_at_a_time": ""}),
+                R.cost_row(mine, i, {"vs_one_at_a_time": ratio.ratio()}),
+            ]
     rows += [R.regret_row(by_method[m.name], j) for j in range(len(R.BUDGETS)) for pair in pairs for m in pair]
     return rows
 
 
-def run(seeds: range, pack: int = PACK, fraction: float = R.FRACTION, table_path: Path = E.TABLE,
-        workers: int = R.WORKERS, methods: tuple[R.Method, ...] = ONE_AT_A_TIME,
-        folder: Path = TABLES) -> list[dict[str, Any]]:
+def run(
+    seeds: range,
+    pack: int = PACK,
+    fraction: float = R.FRACTION,
+    table_path: Path = E.TABLE,
+    workers: int = R.WORKERS,
+    methods: tuple[R.Method, ...] = ONE_AT_A_TIME,
+    folder: Path = TABLES,
+) -> list[dict[str, Any]]:
     """Replay each of ``methods`` in packs of ``pack`` from ``seeds`` (in a pool of ``workers``
     processes) on the evidence table at ``fraction``, beside the same method one at a time; every
     replay made here is written to ``folder/pack-replay-<fraction>-<seeds>.parquet``, a method at
@@ -100,8 +110,9 @@ def run(seeds: range, pack: int = PACK, fraction: float = R.FRACTION, table_path
     pairs = [(m, packed(m, pack)) for m in methods]
     runs: list[R.Run] = []
     for method in (m for pair in pairs for m in pair):
-        mine = [r for r in done if r.method == method.name] or (read_alone(folder, fraction, seeds, method)
-                                                                 if method.pack == 1 else [])
+        mine = [r for r in done if r.method == method.name] or (
+            read_alone(folder, fraction, seeds, method) if method.pack == 1 else []
+        )
         if not mine:
             mine = R.replays(tables, (method,), seeds, workers)
             done += mine
@@ -112,13 +123,24 @@ def run(seeds: range, pack: int = PACK, fraction: float = R.FRACTION, table_path
 
 def main(argv: list[str] | None = None) -> None:
     parser = command.parser("pack_replay", __doc__, "seeds")
-    parser.add_argument("--pack", type=int, default=PACK, metavar="K",
-                        help="the trials a fused pack proposes and trains together (default 4)")
-    parser.add_argument("--fraction", type=float, default=R.FRACTION,
-                        help="the evidence table's latent fraction to replay on (0.5, 0.25 or 0.125; default 0.25)")
+    parser.add_argument(
+        "--pack",
+        type=int,
+        default=PACK,
+        metavar="K",
+        help="the trials a fused pack proposes and trains together (default 4)",
+    )
+    parser.add_argument(
+        "--fraction",
+        type=float,
+        default=R.FRACTION,
+        help="the evidence table's latent fraction to replay on (0.5, 0.25 or 0.125; default 0.25)",
+    )
     args = parser.parse_args(argv)
     if args.pack < 2:
-        raise ConfigError(f"--pack {args.pack} is not a pack: pack_replay compares packs of 2 or more trials with one at a time")
+        raise ConfigError(
+            f"--pack {args.pack} is not a pack: pack_replay compares packs of 2 or more trials with one at a time"
+        )
     command.show(run(command.seeds(args.seeds), args.pack, args.fraction), args.out)
 
 

@@ -111,12 +111,18 @@ class Method:
 # and 10 random trials (Optuna's default is 10; the quickstart then had 2), and Hyperband with random
 # search and with TPE (Optuna's recommended approximation of BOHB: TPE learns from every rung's
 # results, the pruned trials ranked by how far they got, then by their value there).
-METHODS = (Method("grid", "grid"), Method("random", "random"), Method("tpe", "tpe"),
-           Method("asha+random", "random", "asha"), Method("asha+tpe", "tpe", "asha"),
-           Method("asha+tpe startup 1", "tpe", "asha", startup=1),
-           Method("asha+tpe startup 5", "tpe", "asha", startup=5),
-           Method("asha+tpe startup 10", "tpe", "asha", startup=10),
-           Method("hyperband+random", "random", "hyperband"), Method("hyperband+tpe", "tpe", "hyperband"))
+METHODS = (
+    Method("grid", "grid"),
+    Method("random", "random"),
+    Method("tpe", "tpe"),
+    Method("asha+random", "random", "asha"),
+    Method("asha+tpe", "tpe", "asha"),
+    Method("asha+tpe startup 1", "tpe", "asha", startup=1),
+    Method("asha+tpe startup 5", "tpe", "asha", startup=5),
+    Method("asha+tpe startup 10", "tpe", "asha", startup=10),
+    Method("hyperband+random", "random", "hyperband"),
+    Method("hyperband+tpe", "tpe", "hyperband"),
+)
 # Transfer, registered likewise: a search at one fraction that starts from the best configurations
 # of a search at another (a user's earlier sweep of the same model family), run first as starting
 # points (to the end, as the service's warm_start runs them), against a cold start.
@@ -150,9 +156,16 @@ class Trace:
 def curves(table: pd.DataFrame, fraction: float, seed: int) -> list[Curve]:
     """The configurations of ``table`` at ``fraction`` trained from ``seed``, by configuration."""
     rows = table[(table.latent_fraction == fraction) & (table.seed == seed)].sort_values(["config_id", "epoch"])
-    return [Curve(int(config_id), E.CONFIGURATIONS[int(config_id)], tuple(group.val_token_accuracy),
-                  tuple(group.test_token_accuracy), tuple(group.cpu_seconds))
-            for config_id, group in rows.groupby("config_id", sort=True)]
+    return [
+        Curve(
+            int(config_id),
+            E.CONFIGURATIONS[int(config_id)],
+            tuple(group.val_token_accuracy),
+            tuple(group.test_token_accuracy),
+            tuple(group.cpu_seconds),
+        )
+        for config_id, group in rows.groupby("config_id", sort=True)
+    ]
 
 
 def targets_for(target_table: list[Curve]) -> tuple[float, ...]:
@@ -168,9 +181,13 @@ def _document(method: Method, seed: int, epochs: int) -> dict[str, Any]:
     search["model.heads"]["when"] = {"model.block": "transformer"}
     tpe = {**TPE, "n_startup_trials": method.startup} if method.sampler == "tpe" else {}
     scheduler = {"type": method.scheduler, "grace_period": GRACE_PERIOD, "reduction_factor": REDUCTION_FACTOR}
-    return {"config": {"train": {"epochs": epochs}}, "search": search, "trials": {"total": 10_000},
-            "sampler": {"type": "random" if method.sampler == "gp" else method.sampler, "seed": seed, **tpe},
-            "scheduler": scheduler if method.scheduler != "none" else {"type": "none"}}
+    return {
+        "config": {"train": {"epochs": epochs}},
+        "search": search,
+        "trials": {"total": 10_000},
+        "sampler": {"type": "random" if method.sampler == "gp" else method.sampler, "seed": seed, **tpe},
+        "scheduler": scheduler if method.scheduler != "none" else {"type": "none"},
+    }
 
 
 def simulation(method: Method, seed: int, epochs: int) -> Simulation:
@@ -193,8 +210,9 @@ class Proposals:
     learns where the value was measured: the proposal's Optuna trial is failed (every sampler here
     ignores a failed trial) and the configuration is enqueued and asked in its place."""
 
-    def __init__(self, table: list[Curve], simulation: Simulation, first: tuple[dict[str, Any], ...] = (),
-                 fresh: bool = False) -> None:
+    def __init__(
+        self, table: list[Curve], simulation: Simulation, first: tuple[dict[str, Any], ...] = (), fresh: bool = False
+    ) -> None:
         self.simulation = simulation
         self.study = simulation.study
         for params in first:
@@ -237,7 +255,9 @@ def choices(method: Method, levels: tuple[Any, ...]) -> dict[str, Any]:
     """A grid key's distribution in ``method``'s space: its levels as an ordered choice where the
     space is ordered and they are numbers, else as a categorical one."""
     ordered = method.space == "ordered" and not any(isinstance(v, str) for v in levels)
-    return {"type": "ordered", "choices": sorted(levels)} if ordered else {"type": "categorical", "choices": list(levels)}
+    return (
+        {"type": "ordered", "choices": sorted(levels)} if ordered else {"type": "categorical", "choices": list(levels)}
+    )
 
 
 def declared(params: dict[str, Any]) -> dict[str, Any]:
@@ -259,9 +279,18 @@ def warm_start(source: list[Curve], top: int = WARM_TOP) -> tuple[dict[str, Any]
     return tuple(c.params for c in sorted(source, key=lambda c: max(c.val), reverse=True)[:top])
 
 
-def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, ...], *,
-           workers: int = WORKERS, budgets: tuple[float, ...] = BUDGETS, first: tuple[dict[str, Any], ...] = (),
-           grid_cost: float | None = None, score: list[Curve] | None = None) -> Trace:
+def replay(
+    table: list[Curve],
+    method: Method,
+    seed: int,
+    targets: tuple[float, ...],
+    *,
+    workers: int = WORKERS,
+    budgets: tuple[float, ...] = BUDGETS,
+    first: tuple[dict[str, Any], ...] = (),
+    grid_cost: float | None = None,
+    score: list[Curve] | None = None,
+) -> Trace:
     """Run ``method`` against ``table`` until ``budgets[-1]`` x the grid's cost is spent (a grid:
     until every configuration is trained; a fresh method: or until it has none left to propose);
     ``first``: a warm start's configurations. ``grid_cost``: every configuration of ``table``
@@ -314,7 +343,7 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
         if method.sampler == "grid":
             if started >= len(order):
                 return False
-            asked: list[tuple[Curve, Any]] = [(c, None) for c in order[started:started + method.pack]]
+            asked: list[tuple[Curve, Any]] = [(c, None) for c in order[started : started + method.pack]]
         else:
             assert proposals is not None
             asked = list(proposals.ask(method.pack))
@@ -371,8 +400,13 @@ def replay(table: list[Curve], method: Method, seed: int, targets: tuple[float, 
         elif spent(now) < horizon:
             start(now)
     returned += [returns()] * (len(budgets) - len(returned))  # a grid ends at its cost exactly
-    return Trace(tuple(costs), tuple(trials_to), tuple(r[0] for r in returned), started,
-                 tuple(r[1] for r in returned) if by_id else ())
+    return Trace(
+        tuple(costs),
+        tuple(trials_to),
+        tuple(r[0] for r in returned),
+        started,
+        tuple(r[1] for r in returned) if by_id else (),
+    )
 
 
 def first_rung_tau(table: list[Curve], rung: int = GRACE_PERIOD) -> float:
@@ -401,21 +435,36 @@ def _one(tables: dict[int, list[Curve]], method: Method, seed: int, sources: dic
     # a warm start's earlier search ran on the other seed's table too: it never sees the cost table's noise
     first = warm_start(sources[target_seed]) if method.warm_from is not None else ()
     # cross-seed scoring: what the replay returns, chosen on the cost table, is scored on the other
-    return Run(method.name, seed, cost_seed, targets, max(c.test[-1] for c in table),
-               replay(table, method, seed, targets, first=first, score=tables[target_seed]),
-               max(c.test[-1] for c in tables[target_seed]))
+    return Run(
+        method.name,
+        seed,
+        cost_seed,
+        targets,
+        max(c.test[-1] for c in table),
+        replay(table, method, seed, targets, first=first, score=tables[target_seed]),
+        max(c.test[-1] for c in tables[target_seed]),
+    )
 
 
-def replays(tables: dict[int, list[Curve]], methods: tuple[Method, ...], seeds: range, workers: int = 1,
-            sources: dict[int, list[Curve]] | None = None) -> list[Run]:
+def replays(
+    tables: dict[int, list[Curve]],
+    methods: tuple[Method, ...],
+    seeds: range,
+    workers: int = 1,
+    sources: dict[int, list[Curve]] | None = None,
+) -> list[Run]:
     """Every method replayed from every seed (in a pool of ``workers`` processes); ``sources``: the
     table, by seed, that warm-started methods take their first configurations from."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     jobs = [(tables, m, s, sources or {}) for m in methods for s in seeds]
     if workers <= 1:
         return [_one(*job) for job in jobs]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=optuna.logging.set_verbosity, initargs=(optuna.logging.WARNING,)) as pool:
+    with ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=optuna.logging.set_verbosity,
+        initargs=(optuna.logging.WARNING,),
+    ) as pool:
         return list(pool.map(_one, *zip(*jobs), chunksize=max(1, len(jobs) // (8 * workers))))
 
 
@@ -426,10 +475,21 @@ def summarize(runs: list[Run], taus: dict[int, float]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for i in range(len(TARGET_PERCENTILES)):
         for method, mine in by_method.items():
-            vs_grid = ratio_interval([r.trace.costs[i] for r in mine], [r.trace.costs[i] for r in grid]).ratio() if grid else ""
-            rows.append({**cost_row(mine, i, {"vs_grid": vs_grid}),
-                         **({"first_rung_tau": f"{np.mean(list(taus.values())):.3f}"}
-                            if method.startswith(("asha", "hyperband")) else {})})
+            vs_grid = (
+                ratio_interval([r.trace.costs[i] for r in mine], [r.trace.costs[i] for r in grid]).ratio()
+                if grid
+                else ""
+            )
+            rows.append(
+                {
+                    **cost_row(mine, i, {"vs_grid": vs_grid}),
+                    **(
+                        {"first_rung_tau": f"{np.mean(list(taus.values())):.3f}"}
+                        if method.startswith(("asha", "hyperband"))
+                        else {}
+                    ),
+                }
+            )
     rows += [regret_row(mine, j) for j in range(len(BUDGETS)) for mine in by_method.values()]
     return rows
 
@@ -439,28 +499,44 @@ def cost_row(mine: list[Run], i: int, versus: dict[str, str]) -> dict[str, Any]:
     ratio to another method's), the share reached, the median trials."""
     costs = [r.trace.costs[i] for r in mine]
     median, share = median_interval(costs), wilson(sum(c < math.inf for c in costs), len(costs))
-    return {"target": f"p{TARGET_PERCENTILES[i]}", "method": mine[0].method, "replays": len(mine),
-            "target_value": f"{np.mean([r.targets[i] for r in mine]):.4f}",
-            "cpu_s_median": number_text(median.estimate),
-            "cpu_s_95ci": f"[{number_text(median.low)}, {number_text(median.high)}]", **versus,
-            "reached": f"{share.estimate:.1%} [{share.low:.1%}, {share.high:.1%}]",
-            "trials_median": number_text(float(np.median([r.trace.trials_to[i] for r in mine])))}
+    return {
+        "target": f"p{TARGET_PERCENTILES[i]}",
+        "method": mine[0].method,
+        "replays": len(mine),
+        "target_value": f"{np.mean([r.targets[i] for r in mine]):.4f}",
+        "cpu_s_median": number_text(median.estimate),
+        "cpu_s_95ci": f"[{number_text(median.low)}, {number_text(median.high)}]",
+        **versus,
+        "reached": f"{share.estimate:.1%} [{share.low:.1%}, {share.high:.1%}]",
+        "trials_median": number_text(float(np.median([r.trace.trials_to[i] for r in mine]))),
+    }
 
 
 def regret_row(mine: list[Run], j: int) -> dict[str, Any]:
     """One method's replays' test regret, in points, at budget ``j``."""
     regret = bootstrap_mean([100 * (r.best_test - r.trace.returned_test[j]) for r in mine])
-    return {"target": f"regret at {BUDGETS[j]:g}x grid", "method": mine[0].method, "replays": len(mine),
-            "regret_points": f"{regret.estimate:.2f} [{regret.low:.2f}, {regret.high:.2f}]",
-            "trials_median": number_text(float(np.median([r.trace.trials for r in mine])))}
+    return {
+        "target": f"regret at {BUDGETS[j]:g}x grid",
+        "method": mine[0].method,
+        "replays": len(mine),
+        "regret_points": f"{regret.estimate:.2f} [{regret.low:.2f}, {regret.high:.2f}]",
+        "trials_median": number_text(float(np.median([r.trace.trials for r in mine]))),
+    }
 
 
 def number_text(value: float) -> str:
     return "inf" if value == math.inf else f"{value:.0f}"
 
 
-def run(seeds: range, fraction: float = FRACTION, table_path: Path = E.TABLE, workers: int = WORKERS,
-        methods: tuple[Method, ...] | None = None, folder: Path = TABLES, kind: str = "replay") -> list[dict[str, Any]]:
+def run(
+    seeds: range,
+    fraction: float = FRACTION,
+    table_path: Path = E.TABLE,
+    workers: int = WORKERS,
+    methods: tuple[Method, ...] | None = None,
+    folder: Path = TABLES,
+    kind: str = "replay",
+) -> list[dict[str, Any]]:
     """Replay ``methods`` (:func:`methods_at` the fraction) from ``seeds`` on the evidence table at
     ``fraction``; writes every replay to ``folder/<kind>-<fraction>-<seeds>.parquet``. A method
     that file already holds for every seed is read back, not replayed again: the methods are
@@ -476,8 +552,10 @@ def run(seeds: range, fraction: float = FRACTION, table_path: Path = E.TABLE, wo
             done += replays(tables, (method,), seeds, workers, sources)
             write_runs(out, done)
     order = [m.name for m in methods]
-    return summarize(sorted((r for r in done if r.method in order), key=lambda r: (order.index(r.method), r.seed)),
-                     {s: first_rung_tau(t) for s, t in tables.items()})
+    return summarize(
+        sorted((r for r in done if r.method in order), key=lambda r: (order.index(r.method), r.seed)),
+        {s: first_rung_tau(t) for s, t in tables.items()},
+    )
 
 
 def tables_at(fractions: set[float], table_path: Path = E.TABLE) -> dict[float, dict[int, list[Curve]]]:
@@ -487,20 +565,27 @@ def tables_at(fractions: set[float], table_path: Path = E.TABLE) -> dict[float, 
         known(fraction)
     table = pd.read_parquet(table_path)
     by_fraction = {f: {s: curves(table, f, s) for s in E.SEEDS} for f in fractions}
-    short = {f: [len(t) for t in tables.values()] for f, tables in by_fraction.items()
-             if any(len(t) != E.SIZE for t in tables.values())}
+    short = {
+        f: [len(t) for t in tables.values()]
+        for f, tables in by_fraction.items()
+        if any(len(t) != E.SIZE for t in tables.values())
+    }
     if short:
         f, sizes = next(iter(short.items()))
-        raise ConfigError(f"the evidence table at {f:.1%} has {', '.join(map(str, sizes))} configurations per seed, "
-                          f"not {E.SIZE}: build it first (python -m research.evidence_table)")
+        raise ConfigError(
+            f"the evidence table at {f:.1%} has {', '.join(map(str, sizes))} configurations per seed, "
+            f"not {E.SIZE}: build it first (python -m research.evidence_table)"
+        )
     return by_fraction
 
 
 def known(fraction: float) -> float:
     """``fraction``, refused unless the evidence table has it."""
     if fraction not in E.FRACTIONS:
-        raise ConfigError(f"--fraction {fraction} is not a fraction of the evidence table "
-                          f"({', '.join(str(f) for f in sorted(E.FRACTIONS))})")
+        raise ConfigError(
+            f"--fraction {fraction} is not a fraction of the evidence table "
+            f"({', '.join(str(f) for f in sorted(E.FRACTIONS))})"
+        )
     return fraction
 
 
@@ -526,32 +611,57 @@ def complete_rows(path: Path, seeds: range) -> list[dict[str, Any]]:
 
 def write_runs(path: Path, runs: list[Run]) -> None:
     """Every replay of ``runs``, a row each."""
-    write_rows(path, [{"method": r.method, "seed": r.seed, "cost_seed": r.cost_seed, "best_test": r.best_test,
-                   "trials": r.trace.trials,
-                   **{f"target_p{p}": t for p, t in zip(TARGET_PERCENTILES, r.targets)},
-                   **{f"cpu_s_p{p}": c for p, c in zip(TARGET_PERCENTILES, r.trace.costs)},
-                   **{f"trials_p{p}": c for p, c in zip(TARGET_PERCENTILES, r.trace.trials_to)},
-                   **{f"test_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.returned_test)},
-                   "best_cross": r.best_cross,
-                   **{f"cross_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.returned_cross)}} for r in runs])
+    write_rows(
+        path,
+        [
+            {
+                "method": r.method,
+                "seed": r.seed,
+                "cost_seed": r.cost_seed,
+                "best_test": r.best_test,
+                "trials": r.trace.trials,
+                **{f"target_p{p}": t for p, t in zip(TARGET_PERCENTILES, r.targets)},
+                **{f"cpu_s_p{p}": c for p, c in zip(TARGET_PERCENTILES, r.trace.costs)},
+                **{f"trials_p{p}": c for p, c in zip(TARGET_PERCENTILES, r.trace.trials_to)},
+                **{f"test_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.returned_test)},
+                "best_cross": r.best_cross,
+                **{f"cross_at_{b:g}x": v for b, v in zip(BUDGETS, r.trace.returned_cross)},
+            }
+            for r in runs
+        ],
+    )
 
 
 def read_runs(path: Path, seeds: range) -> list[Run]:
     """The replays of ``seeds`` a file holds (:func:`write_runs`), of the methods it has every one of."""
-    return [Run(row["method"], int(row["seed"]), int(row["cost_seed"]),
-                tuple(float(row[f"target_p{p}"]) for p in TARGET_PERCENTILES), float(row["best_test"]),
-                Trace(tuple(float(row[f"cpu_s_p{p}"]) for p in TARGET_PERCENTILES),
-                      tuple(float(row[f"trials_p{p}"]) for p in TARGET_PERCENTILES),
-                      tuple(float(row[f"test_at_{b:g}x"]) for b in BUDGETS), int(row["trials"]),
-                      tuple(float(row[f"cross_at_{b:g}x"]) for b in BUDGETS) if f"cross_at_{BUDGETS[0]:g}x" in row else ()),
-                float(row.get("best_cross", math.nan)))  # files written before cross-seed scoring lack it
-            for row in complete_rows(path, seeds)]
+    return [
+        Run(
+            row["method"],
+            int(row["seed"]),
+            int(row["cost_seed"]),
+            tuple(float(row[f"target_p{p}"]) for p in TARGET_PERCENTILES),
+            float(row["best_test"]),
+            Trace(
+                tuple(float(row[f"cpu_s_p{p}"]) for p in TARGET_PERCENTILES),
+                tuple(float(row[f"trials_p{p}"]) for p in TARGET_PERCENTILES),
+                tuple(float(row[f"test_at_{b:g}x"]) for b in BUDGETS),
+                int(row["trials"]),
+                tuple(float(row[f"cross_at_{b:g}x"]) for b in BUDGETS) if f"cross_at_{BUDGETS[0]:g}x" in row else (),
+            ),
+            float(row.get("best_cross", math.nan)),
+        )  # files written before cross-seed scoring lack it
+        for row in complete_rows(path, seeds)
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = command.parser("replay", __doc__, "seeds")
-    parser.add_argument("--fraction", type=float, default=FRACTION,
-                        help="the evidence table's latent fraction to replay on (0.5, 0.25 or 0.125; default 0.25)")
+    parser.add_argument(
+        "--fraction",
+        type=float,
+        default=FRACTION,
+        help="the evidence table's latent fraction to replay on (0.5, 0.25 or 0.125; default 0.25)",
+    )
     args = parser.parse_args(argv)
     command.show(run(command.seeds(args.seeds), args.fraction), args.out)
 

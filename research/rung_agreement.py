@@ -27,8 +27,13 @@ def _document(data_path: str, epochs: int, trials: int, seed: int) -> dict[str, 
     doc = yaml.safe_load(QUICKSTART.read_text())
     doc["config"]["data"]["path"] = data_path
     doc["config"]["train"].update(epochs=epochs, patience=epochs)
-    doc.update(trials={"total": trials}, sampler={"type": "random", "seed": seed}, start={},
-               scheduler={"type": "none"}, description="rung-agreement benchmark: every trial to the end")
+    doc.update(
+        trials={"total": trials},
+        sampler={"type": "random", "seed": seed},
+        start={},
+        scheduler={"type": "none"},
+        description="rung-agreement benchmark: every trial to the end",
+    )
     return doc
 
 
@@ -44,11 +49,16 @@ def agreement(curves: dict[int, list[float]], reduction_factor: int = 3) -> list
         at = [curves[t][epoch - 1] for t in trials]
         tau, p = kendalltau(at, final)
         kept = sorted(range(len(trials)), key=lambda i: at[i], reverse=True)[:keep]
-        rows.append({
-            "epoch": epoch, "trials": len(trials), "kendall_tau": round(float(tau), 3), "p_value": float(f"{p:.2g}"),
-            f"best_in_top_1/{reduction_factor}": any(final[i] == best for i in kept),
-            "regret_of_leader": round(best - final[kept[0]], 4),
-        })
+        rows.append(
+            {
+                "epoch": epoch,
+                "trials": len(trials),
+                "kendall_tau": round(float(tau), 3),
+                "p_value": float(f"{p:.2g}"),
+                f"best_in_top_1/{reduction_factor}": any(final[i] == best for i in kept),
+                "regret_of_leader": round(best - final[kept[0]], 4),
+            }
+        )
     return rows
 
 

@@ -69,8 +69,13 @@ ARMS = ("random", "tpe+asha", "random+asha")
 CONTRASTS = (("tpe+asha", "random"), ("tpe+asha", "random+asha"), ("random+asha", "random"))
 
 RECIPE = {  # the paper's Table I at the laptop profiles' halved widths, with the residual they need
-    "model.block": "paper", "model.d_model": 128, "model.d_attn": 256, "model.layers": 1,
-    "model.reduction": "gradual", "model.dropout": 0.0, "train.lr": 1.0e-3,
+    "model.block": "paper",
+    "model.d_model": 128,
+    "model.d_attn": 256,
+    "model.layers": 1,
+    "model.reduction": "gradual",
+    "model.dropout": 0.0,
+    "train.lr": 1.0e-3,
 }
 SPACE = {
     "model.block": {"type": "categorical", "choices": ["paper", "transformer"]},
@@ -82,9 +87,16 @@ SPACE = {
     "model.dropout": {"type": "uniform", "low": 0.0, "high": 0.2},
     "model.heads": {"type": "categorical", "choices": [1, 2, 4, 8], "when": {"model.block": "transformer"}},
 }
-PAPER_RECIPE = {**RECIPE, "model.d_model": 256, "model.d_attn": 512}  # the paper's Table I: embedding 256, attention 512
-PAPER_SPACE = {**SPACE, "model.d_model": {"type": "categorical", "choices": [128, 256, 512]},
-               "model.d_attn": {"type": "categorical", "choices": [256, 512, 1024]}}
+PAPER_RECIPE = {
+    **RECIPE,
+    "model.d_model": 256,
+    "model.d_attn": 512,
+}  # the paper's Table I: embedding 256, attention 512
+PAPER_SPACE = {
+    **SPACE,
+    "model.d_model": {"type": "categorical", "choices": [128, 256, 512]},
+    "model.d_attn": {"type": "categorical", "choices": [256, 512, 1024]},
+}
 
 
 @dataclass(frozen=True)
@@ -118,8 +130,10 @@ GPU = Profile("search-gpu", 512, None, PAPER_RECIPE, PAPER_SPACE, 0.125, 8, {0.2
 ASHA = {"type": "asha", "grace_period": 1, "reduction_factor": 2}  # the quickstart's
 SAMPLERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # as registered; TPE's as frontier.yaml pins it
     "random": ({"type": "random"}, {"type": "none"}),
-    "tpe+asha": ({"type": "tpe", "n_startup_trials": 2, "multivariate": True, "group": True, "constant_liar": True},
-                 ASHA),
+    "tpe+asha": (
+        {"type": "tpe", "n_startup_trials": 2, "multivariate": True, "group": True, "constant_liar": True},
+        ASHA,
+    ),
     "random+asha": ({"type": "random"}, ASHA),
 }
 
@@ -127,17 +141,35 @@ SAMPLERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # as registered;
 def document(data_path: str, description: str, fixed: dict[str, Any], profile: Profile = LAPTOP) -> dict[str, Any]:
     """A sweep of the benchmark's data, split and schedule, with ``fixed`` config keys set."""
     config: dict[str, dict[str, Any]] = {
-        "data": {"path": data_path, "samples": "windows", "input_len": profile.input_len, "max_pages": profile.max_pages,
-                 "vocab": "corpus", "test_fraction": 0.1},
+        "data": {
+            "path": data_path,
+            "samples": "windows",
+            "input_len": profile.input_len,
+            "max_pages": profile.max_pages,
+            "vocab": "corpus",
+            "test_fraction": 0.1,
+        },
         "model": {"residual": True, "d_ffn": 512},
-        "train": {"epochs": EPOCHS, "patience": 5, "batch_size": 16, "lr_final": 1.0e-4, "lr_schedule": "linear",
-                  "lr_decay_epochs": 5, "precision": "auto"},
+        "train": {
+            "epochs": EPOCHS,
+            "patience": 5,
+            "batch_size": 16,
+            "lr_final": 1.0e-4,
+            "lr_schedule": "linear",
+            "lr_decay_epochs": 5,
+            "precision": "auto",
+        },
     }
     for key, value in fixed.items():
         section, name = key.split(".", 1)
         config[section][name] = value
-    return {"description": description, "config": config, "objective": {"metric": M.VAL_TOKEN_ACCURACY, "mode": "max"},
-            "resources": {"cpu": 1, "gpu": profile.gpu}, "max_concurrent": profile.max_concurrent}
+    return {
+        "description": description,
+        "config": config,
+        "objective": {"metric": M.VAL_TOKEN_ACCURACY, "mode": "max"},
+        "resources": {"cpu": 1, "gpu": profile.gpu},
+        "max_concurrent": profile.max_concurrent,
+    }
 
 
 def _trained(data_path: str, fixed: dict[str, Any], cells: list[tuple[float, int]], profile: Profile) -> dict[str, Any]:
@@ -148,13 +180,24 @@ def _trained(data_path: str, fixed: dict[str, Any], cells: list[tuple[float, int
     return doc
 
 
-def _search(data_path: str, arm: str, fraction: float, seed: int, budget_seconds: float, profile: Profile) -> dict[str, Any]:
-    doc = document(data_path, f"{arm} at {fraction:.1%} latent, sampler seed {seed}",
-                    {"model.latent_fraction": fraction, "train.seed": 0}, profile)
+def _search(
+    data_path: str, arm: str, fraction: float, seed: int, budget_seconds: float, profile: Profile
+) -> dict[str, Any]:
+    doc = document(
+        data_path,
+        f"{arm} at {fraction:.1%} latent, sampler seed {seed}",
+        {"model.latent_fraction": fraction, "train.seed": 0},
+        profile,
+    )
     sampler, scheduler = SAMPLERS[arm]
-    doc.update(search=profile.space, start={"recipe": profile.recipe}, trials={"total": 60},
-               sampler={**sampler, "seed": seed}, scheduler=scheduler,
-               budget={f"{profile.unit}_hours": budget_seconds / 3600})
+    doc.update(
+        search=profile.space,
+        start={"recipe": profile.recipe},
+        trials={"total": 60},
+        sampler={**sampler, "seed": seed},
+        scheduler=scheduler,
+        budget={f"{profile.unit}_hours": budget_seconds / 3600},
+    )
     return doc
 
 
@@ -177,15 +220,25 @@ class Scores:
 
 
 def _scores(workspace: Path, name: str, fraction: float, runs: list[Any], seeds: tuple[int, ...]) -> Scores:
-    trials = sorted((t for t in _study(workspace, name).trials
-                     if t.params.get("model.latent_fraction", fraction) == fraction and t.value is not None
-                     and t.params["train.seed"] in seeds), key=lambda t: t.params["train.seed"])
+    trials = sorted(
+        (
+            t
+            for t in _study(workspace, name).trials
+            if t.params.get("model.latent_fraction", fraction) == fraction
+            and t.value is not None
+            and t.params["train.seed"] in seeds
+        ),
+        key=lambda t: t.params["train.seed"],
+    )
     assert tuple(t.params["train.seed"] for t in trials) == seeds, [t.params for t in trials]
     numbers = {str(t.number) for t in trials}
     cost = [r.data.metrics[M.RESOURCE_SECONDS] for r in runs if r.data.tags[N.TRIAL] in numbers]
-    return Scores(tuple(float(t.value) for t in trials),  # type: ignore[arg-type]
-                  tuple(float(t.user_attrs[N.TEST][M.TEST_TOKEN_ACCURACY]) for t in trials), statistics.fmean(cost),
-                  seeds)
+    return Scores(
+        tuple(float(t.value) for t in trials),  # type: ignore[arg-type]
+        tuple(float(t.user_attrs[N.TEST][M.TEST_TOKEN_ACCURACY]) for t in trials),
+        statistics.fmean(cost),
+        seeds,
+    )
 
 
 def equal_compute_seeds(replicate: int) -> tuple[int, ...]:
@@ -209,8 +262,9 @@ class Search:
     scores: Scores  # the best configuration trained again from the training seeds
 
 
-def _searched(folder: Path, data_path: str, arm: str, fraction: float, seed: int, recipe: Scores,
-              profile: Profile) -> Search:
+def _searched(
+    folder: Path, data_path: str, arm: str, fraction: float, seed: int, recipe: Scores, profile: Profile
+) -> Search:
     name = f"{arm.replace('+', '-')}-{int(fraction * 1000)}-s{seed}"
     budget = BUDGET_TRAININGS * recipe.cost_seconds
     _, runs = run_sweep(folder, name, _search(data_path, arm, fraction, seed, budget, profile))
@@ -221,19 +275,34 @@ def _searched(folder: Path, data_path: str, arm: str, fraction: float, seed: int
         scores = recipe
     else:
         retrain = f"{name}-best"
-        _, reruns = run_sweep(folder, retrain, _trained(data_path, config, [(fraction, t) for t in TRAINING_SEEDS],
-                                                         profile))
+        _, reruns = run_sweep(
+            folder, retrain, _trained(data_path, config, [(fraction, t) for t in TRAINING_SEEDS], profile)
+        )
         scores = _scores(folder / "ws", retrain, fraction, reruns, TRAINING_SEEDS)
     spent = sum(r.data.metrics.get(M.RESOURCE_SECONDS, 0.0) for r in runs)
-    return Search(arm, fraction, seed, float(best.value), float(best.user_attrs[N.TEST][M.TEST_TOKEN_ACCURACY]),  # type: ignore[arg-type]
-                  config, is_recipe, len(runs), spent, budget, scores)
+    return Search(
+        arm,
+        fraction,
+        seed,
+        float(best.value),  # type: ignore[arg-type]
+        float(best.user_attrs[N.TEST][M.TEST_TOKEN_ACCURACY]),  # type: ignore[arg-type]
+        config,
+        is_recipe,
+        len(runs),
+        spent,
+        budget,
+        scores,
+    )
 
 
 def _short(config: dict[str, Any]) -> str:
     """``{"model.d_model": 128, "train.lr": 0.00123}`` -> ``d_model=128 lr=1.2e-03``."""
-    return " ".join(f"{k.split('.', 1)[1]}={v:.1e}" if isinstance(v, float) and k == "train.lr"
-                    else f"{k.split('.', 1)[1]}={round(v, 3) if isinstance(v, float) else v}"
-                    for k, v in sorted(config.items()))
+    return " ".join(
+        f"{k.split('.', 1)[1]}={v:.1e}"
+        if isinstance(v, float) and k == "train.lr"
+        else f"{k.split('.', 1)[1]}={round(v, 3) if isinstance(v, float) else v}"
+        for k, v in sorted(config.items())
+    )
 
 
 def _claims(rows: list[tuple[dict[str, Any], np.ndarray]]) -> None:
@@ -243,9 +312,16 @@ def _claims(rows: list[tuple[dict[str, Any], np.ndarray]]) -> None:
     level = simultaneous_level(len(rows))
     for (row, differences), p in zip(rows, adjusted):
         t, joint = t_interval(differences), t_interval(differences, level)
-        row.update({"gain_points": round(100 * t.estimate, 2), "gain_95ci_t": _bracket(t),
-                    "p_sign_flip": round(sign_flip_p(differences), 4), "p_holm": round(p, 4),
-                    f"gain_ci_{len(rows)}_claims": _bracket(joint), "search_seeds": len(differences)})
+        row.update(
+            {
+                "gain_points": round(100 * t.estimate, 2),
+                "gain_95ci_t": _bracket(t),
+                "p_sign_flip": round(sign_flip_p(differences), 4),
+                "p_holm": round(p, 4),
+                f"gain_ci_{len(rows)}_claims": _bracket(joint),
+                "search_seeds": len(differences),
+            }
+        )
 
 
 def _bracket(interval: Interval) -> str:
@@ -257,8 +333,9 @@ def _of(searches: list[Search], arm: str, fraction: float) -> list[Search]:
     return sorted((s for s in searches if s.arm == arm and s.fraction == fraction), key=lambda s: s.seed)
 
 
-def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], searches: list[Search],
-              profile: Profile = LAPTOP) -> list[dict[str, Any]]:
+def summarize(
+    recipe: dict[float, Scores], equal: dict[float, list[Scores]], searches: list[Search], profile: Profile = LAPTOP
+) -> list[dict[str, Any]]:
     """A row per fraction and arm: test accuracy over every search seed and training seed, and
     per search arm the gain over the recipe, paired by training seed and averaged per search seed,
     with its t interval over search seeds, exact sign-flip p, Holm-adjusted p over the fractions
@@ -272,17 +349,29 @@ def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], sea
     fractions = sorted(recipe, reverse=True)
     for fraction in fractions:
         r = recipe[fraction]
-        rows.append({"latent": profile.latent(fraction), "arm": "recipe", "test_mean": round(statistics.fmean(r.test), 4),
-                     "test_sd": round(statistics.stdev(r.test), 4),
-                     "val_to_test_drop": round(statistics.fmean(r.val) - statistics.fmean(r.test), 4),
-                     f"{unit}_s": round(len(r.test) * r.cost_seconds), "chosen": "recipe"})
+        rows.append(
+            {
+                "latent": profile.latent(fraction),
+                "arm": "recipe",
+                "test_mean": round(statistics.fmean(r.test), 4),
+                "test_sd": round(statistics.stdev(r.test), 4),
+                "val_to_test_drop": round(statistics.fmean(r.val) - statistics.fmean(r.test), 4),
+                f"{unit}_s": round(len(r.test) * r.cost_seconds),
+                "chosen": "recipe",
+            }
+        )
         if equal.get(fraction):
             kept = [e.kept() for e in equal[fraction]]
-            rows.append({"latent": profile.latent(fraction), "arm": f"recipe@{BUDGET_TRAININGS}",
-                         "test_mean": round(statistics.fmean(kept), 4),
-                         "test_sd": round(statistics.stdev(kept), 4) if len(kept) > 1 else None,
-                         f"{unit}_s": round(statistics.fmean(BUDGET_TRAININGS * e.cost_seconds for e in equal[fraction])),
-                         "chosen": f"the best of {BUDGET_TRAININGS} recipe trainings by validation"})
+            rows.append(
+                {
+                    "latent": profile.latent(fraction),
+                    "arm": f"recipe@{BUDGET_TRAININGS}",
+                    "test_mean": round(statistics.fmean(kept), 4),
+                    "test_sd": round(statistics.stdev(kept), 4) if len(kept) > 1 else None,
+                    f"{unit}_s": round(statistics.fmean(BUDGET_TRAININGS * e.cost_seconds for e in equal[fraction])),
+                    "chosen": f"the best of {BUDGET_TRAININGS} recipe trainings by validation",
+                }
+            )
     for arm in ARMS:
         family = []
         for fraction in fractions:
@@ -292,10 +381,14 @@ def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], sea
             tests = np.array([s.scores.test for s in mine])
             recipe_mean = statistics.fmean(recipe[fraction].test)
             row = {
-                "latent": profile.latent(fraction), "arm": arm,
-                "test_mean": round(float(tests.mean()), 4), "test_sd": round(float(tests.std(ddof=1)), 4),
+                "latent": profile.latent(fraction),
+                "arm": arm,
+                "test_mean": round(float(tests.mean()), 4),
+                "test_sd": round(float(tests.std(ddof=1)), 4),
                 "wins": f"{sum(float(np.mean(s.scores.test)) > recipe_mean for s in mine)}/{len(mine)}",
-                "val_to_test_drop": round(statistics.fmean(s.best_val - float(np.mean(s.scores.test)) for s in mine), 4),
+                "val_to_test_drop": round(
+                    statistics.fmean(s.best_val - float(np.mean(s.scores.test)) for s in mine), 4
+                ),
                 f"{unit}_s": round(statistics.fmean(s.cost_seconds for s in mine)),
                 f"budget_{unit}_s": round(statistics.fmean(s.budget_seconds for s in mine)),
                 f"overshoot_{unit}_s_max": round(max(s.cost_seconds - s.budget_seconds for s in mine), 1),
@@ -310,9 +403,14 @@ def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], sea
         for fraction in fractions:
             mine, theirs = _of(searches, first, fraction), _of(searches, second, fraction)
             if mine and [s.seed for s in mine] == [s.seed for s in theirs]:
-                contrasts.append(({"latent": profile.latent(fraction), "arm": f"{first} - {second}"},
-                                  (np.array([s.scores.test for s in mine])
-                                   - np.array([s.scores.test for s in theirs])).mean(axis=1)))
+                contrasts.append(
+                    (
+                        {"latent": profile.latent(fraction), "arm": f"{first} - {second}"},
+                        (np.array([s.scores.test for s in mine]) - np.array([s.scores.test for s in theirs])).mean(
+                            axis=1
+                        ),
+                    )
+                )
         _claims(contrasts)
         rows += [row for row, _ in contrasts]
     for arm in ARMS:
@@ -321,8 +419,15 @@ def summarize(recipe: dict[float, Scores], equal: dict[float, list[Scores]], sea
             mine = _of(searches, arm, fraction)
             kept = [e.kept() for e in equal.get(fraction, [])]
             if mine and len(kept) == len(mine):
-                returned.append(({"latent": profile.latent(fraction), "arm": f"{arm} - recipe@{BUDGET_TRAININGS} (returned model)"},
-                                 np.array([s.returned_test for s in mine]) - np.array(kept)))
+                returned.append(
+                    (
+                        {
+                            "latent": profile.latent(fraction),
+                            "arm": f"{arm} - recipe@{BUDGET_TRAININGS} (returned model)",
+                        },
+                        np.array([s.returned_test for s in mine]) - np.array(kept),
+                    )
+                )
         _claims(returned)
         rows += [row for row, _ in returned]
     return rows
@@ -351,8 +456,11 @@ def figure(recipe: dict[float, Scores], searches: list[Search], path: Path, prof
                 means.append(statistics.fmean(values))
         ax.plot(xs, means, marker="o", color=f"C{n}", label=arm)
     ax.set_xticks(range(len(fractions)), [profile.latent(f) for f in fractions])
-    ax.set(xlabel="input to latent tokens", ylabel="test token accuracy",
-           title=f"The recipe against searches of {BUDGET_TRAININGS} recipe trainings' {profile.unit.upper()}-seconds")
+    ax.set(
+        xlabel="input to latent tokens",
+        ylabel="test token accuracy",
+        title=f"The recipe against searches of {BUDGET_TRAININGS} recipe trainings' {profile.unit.upper()}-seconds",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return save_figure(fig, path)
@@ -371,18 +479,28 @@ def outputs(fractions: tuple[float, ...], profile: Profile = LAPTOP) -> dict[str
     the fraction in the name (``-0250``), so that measuring one fraction keeps the others' files;
     the GPU profile's are ``search-vs-recipe-gpu*``."""
     tag = "" if set(fractions) == set(FRACTIONS) else "-" + "-".join(f"{round(f * 1000):04d}" for f in fractions)
-    return {part: TABLES / f"{profile.tables}{tag}{suffix}" for part, suffix in
-            (("table", ".csv"), ("searches", "-searches.csv"), ("recipe", "-recipe.csv"), ("figure", ".png"))}
+    return {
+        part: TABLES / f"{profile.tables}{tag}{suffix}"
+        for part, suffix in (
+            ("table", ".csv"),
+            ("searches", "-searches.csv"),
+            ("recipe", "-recipe.csv"),
+            ("figure", ".png"),
+        )
+    }
 
 
-def run(data_path: str, workspace: Path, fractions: tuple[float, ...] = FRACTIONS,
-        profile: Profile = LAPTOP) -> list[dict[str, Any]]:
+def run(
+    data_path: str, workspace: Path, fractions: tuple[float, ...] = FRACTIONS, profile: Profile = LAPTOP
+) -> list[dict[str, Any]]:
     """Every arm at each of ``fractions``, in ``workspace`` (a rerun continues there; each fraction's
     sweeps are its own, so fractions can be measured one at a time); writes the table, each search's
     outcome, every recipe training and the figure to research/tables/ (:func:`outputs`)."""
     if not set(fractions) <= set(profile.search_seeds):
-        raise ConfigError(f"--fraction {fractions[0]} is not one of {profile.name}'s latent fractions "
-                          f"({', '.join(str(f) for f in sorted(profile.search_seeds))})")
+        raise ConfigError(
+            f"--fraction {fractions[0]} is not one of {profile.name}'s latent fractions "
+            f"({', '.join(str(f) for f in sorted(profile.search_seeds))})"
+        )
     workspace.mkdir(parents=True, exist_ok=True)
     recipe: dict[float, Scores] = {}
     equal: dict[float, list[Scores]] = {}
@@ -396,33 +514,63 @@ def run(data_path: str, workspace: Path, fractions: tuple[float, ...] = FRACTION
         _, runs = run_sweep(workspace, name, _trained(data_path, profile.recipe, cells, profile))
         recipe[fraction] = _scores(workspace / "ws", name, fraction, runs, TRAINING_SEEDS)
         equal[fraction] = [_scores(workspace / "ws", name, fraction, runs, seeds) for seeds in replicates]
-        searches += [_searched(workspace, data_path, arm, fraction, 10 * i + s, recipe[fraction], profile)
-                     for s in range(profile.search_seeds[fraction]) for arm in ARMS]
+        searches += [
+            _searched(workspace, data_path, arm, fraction, 10 * i + s, recipe[fraction], profile)
+            for s in range(profile.search_seeds[fraction])
+            for arm in ARMS
+        ]
     rows = summarize(recipe, equal, searches, profile)
     out = outputs(fractions, profile)
     TABLES.mkdir(exist_ok=True)
     pd.DataFrame(rows).to_csv(out["table"], index=False)
-    pd.DataFrame([{"arm": s.arm, "fraction": s.fraction, "sampler_seed": s.seed, "best_val": s.best_val,
-                   "returned_test": s.returned_test, "is_recipe": s.is_recipe, "trials": s.trials,
-                   f"{profile.unit}_seconds": s.cost_seconds, "budget_seconds": s.budget_seconds,
-                   "overshoot_seconds": s.cost_seconds - s.budget_seconds, "config": _short(s.config),
-                   **{f"test_seed_{t}": v for t, v in zip(TRAINING_SEEDS, s.scores.test)}} for s in searches]
-                 ).to_csv(out["searches"], index=False)
-    pd.DataFrame([{"arm": arm, "fraction": f, "replicate": r, "seed": seed, "val": val, "test": test,
-                   f"{profile.unit}_seconds": scores.cost_seconds}
-                  for f in recipe
-                  for arm, r, scores in [("recipe", None, recipe[f])] + [(f"recipe@{BUDGET_TRAININGS}", r, e)
-                                                                         for r, e in enumerate(equal[f])]
-                  for seed, val, test in zip(scores.seeds, scores.val, scores.test)]
-                 ).to_csv(out["recipe"], index=False)
+    pd.DataFrame(
+        [
+            {
+                "arm": s.arm,
+                "fraction": s.fraction,
+                "sampler_seed": s.seed,
+                "best_val": s.best_val,
+                "returned_test": s.returned_test,
+                "is_recipe": s.is_recipe,
+                "trials": s.trials,
+                f"{profile.unit}_seconds": s.cost_seconds,
+                "budget_seconds": s.budget_seconds,
+                "overshoot_seconds": s.cost_seconds - s.budget_seconds,
+                "config": _short(s.config),
+                **{f"test_seed_{t}": v for t, v in zip(TRAINING_SEEDS, s.scores.test)},
+            }
+            for s in searches
+        ]
+    ).to_csv(out["searches"], index=False)
+    pd.DataFrame(
+        [
+            {
+                "arm": arm,
+                "fraction": f,
+                "replicate": r,
+                "seed": seed,
+                "val": val,
+                "test": test,
+                f"{profile.unit}_seconds": scores.cost_seconds,
+            }
+            for f in recipe
+            for arm, r, scores in [("recipe", None, recipe[f])]
+            + [(f"recipe@{BUDGET_TRAININGS}", r, e) for r, e in enumerate(equal[f])]
+            for seed, val, test in zip(scores.seeds, scores.val, scores.test)
+        ]
+    ).to_csv(out["recipe"], index=False)
     figure(recipe, searches, out["figure"], profile)
     return rows
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = command.parser("search_vs_recipe", __doc__, "data", "workspace")
-    parser.add_argument("--fraction", type=float, default=None,
-                        help="measure only this fraction (default: 0.5, 0.25 and 0.125; --gpu: 0.25)")
+    parser.add_argument(
+        "--fraction",
+        type=float,
+        default=None,
+        help="measure only this fraction (default: 0.5, 0.25 and 0.125; --gpu: 0.25)",
+    )
     parser.add_argument("--gpu", action="store_true", help="the paper's scale on a GPU: 512 -> 128 tokens, its widths")
     args = parser.parse_args(argv)
     profile = GPU if args.gpu else LAPTOP
@@ -430,8 +578,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.gpu and not torch.cuda.is_available():
         command.show([{"status": "skipped: no GPU on this machine"}], args.out)
         return
-    command.show(command.in_workspace(args, lambda workspace: run(command.data(args), workspace, fractions, profile)),
-                 args.out)
+    command.show(
+        command.in_workspace(args, lambda workspace: run(command.data(args), workspace, fractions, profile)), args.out
+    )
 
 
 if __name__ == "__main__":

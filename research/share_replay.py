@@ -47,7 +47,8 @@ share's: the 95% bootstrap interval's upper bound of the mean difference (value 
 replay; ``intervals.bootstrap_mean``) at most +0.25 points.
 
 **Deviation, added after the first replays** (the three registered policies' replays 0-249 had
-run, and 1000-1249's were running; the registered target and its verdict are unchanged): ``fair`` as registered breaks its ties to the earliest
+run, and 1000-1249's were running; the registered target and its verdict are unchanged): ``fair``
+as registered breaks its ties to the earliest
 submitted, and with fewer slots than sweeps a freed slot's sweep, holding none again, ties with the
 sweeps still waiting and wins whenever it was submitted before them: the last two submitted
 wait until the others' budgets run out (in a third of the replays a sweep had no trial at the
@@ -160,9 +161,17 @@ def sweeps_for(tables: dict[float, dict[int, list[R.Curve]]], seed: int) -> list
             table = tables[fraction][cost_seed]
             sampler_seed = 6 * seed + len(out)  # each user's own: no two sweeps propose alike
             simulation = R.simulation(METHOD, sampler_seed, len(table[0].val))
-            out.append(Sweep(f"{fraction:g}/{k}", table, R.targets_for(tables[fraction][target_seed])[TARGET],
-                             SWEEP_BUDGET * sum(sum(c.cpu) for c in table), R.Proposals(table, simulation),
-                             max(c.test[-1] for c in table), float(np.mean([c.test[-1] for c in table]))))
+            out.append(
+                Sweep(
+                    f"{fraction:g}/{k}",
+                    table,
+                    R.targets_for(tables[fraction][target_seed])[TARGET],
+                    SWEEP_BUDGET * sum(sum(c.cpu) for c in table),
+                    R.Proposals(table, simulation),
+                    max(c.test[-1] for c in table),
+                    float(np.mean([c.test[-1] for c in table])),
+                )
+            )
     return out
 
 
@@ -229,8 +238,13 @@ def share(tables: dict[float, dict[int, list[R.Curve]]], policy: str, seed: int,
         hand_out(now)
     if regrets is None:  # every budget was spent before the regret's cluster-hours
         regrets = [100 * (s.best_test - s.returns()) for s in sweeps]
-    return Outcome(policy, seed, tuple(s.reached if s.reached < math.inf else s.last_end for s in sweeps),
-                   tuple(s.reached < math.inf for s in sweeps), tuple(regrets))
+    return Outcome(
+        policy,
+        seed,
+        tuple(s.reached if s.reached < math.inf else s.last_end for s in sweeps),
+        tuple(s.reached < math.inf for s in sweeps),
+        tuple(regrets),
+    )
 
 
 def summarize(outcomes: list[Outcome]) -> list[dict[str, Any]]:
@@ -244,10 +258,14 @@ def summarize(outcomes: list[Outcome]) -> list[dict[str, Any]]:
         times = [float(np.mean(o.times)) for o in mine]
         reached = wilson(sum(sum(o.reached) for o in mine), sum(len(o.reached) for o in mine))
         regret = bootstrap_mean([sum(o.regrets) for o in mine])
-        row: dict[str, Any] = {"policy": policy, "replays": len(mine), "slots": SLOTS,
-                               "mean_s_to_p90_median": f"{np.median(times):.0f}",
-                               "p90_reached": f"{reached.estimate:.1%} [{reached.low:.1%}, {reached.high:.1%}]",
-                               "summed_regret_points": f"{regret.estimate:.2f} [{regret.low:.2f}, {regret.high:.2f}]"}
+        row: dict[str, Any] = {
+            "policy": policy,
+            "replays": len(mine),
+            "slots": SLOTS,
+            "mean_s_to_p90_median": f"{np.median(times):.0f}",
+            "p90_reached": f"{reached.estimate:.1%} [{reached.low:.1%}, {reached.high:.1%}]",
+            "summed_regret_points": f"{regret.estimate:.2f} [{regret.low:.2f}, {regret.high:.2f}]",
+        }
         for versus, label in (("fair", "fair"), ("fair-least-used", "least_used")):
             theirs = by_policy.get(versus)
             if theirs is None:
@@ -265,9 +283,19 @@ def summarize(outcomes: list[Outcome]) -> list[dict[str, Any]]:
 
 
 def write_outcomes(path: Path, outcomes: list[Outcome]) -> None:
-    R.write_rows(path, [{"method": o.policy, "seed": o.seed, **{f"time_{k}": t for k, t in enumerate(o.times)},
-                         **{f"reached_{k}": r for k, r in enumerate(o.reached)},
-                         **{f"regret_{k}": g for k, g in enumerate(o.regrets)}} for o in outcomes])
+    R.write_rows(
+        path,
+        [
+            {
+                "method": o.policy,
+                "seed": o.seed,
+                **{f"time_{k}": t for k, t in enumerate(o.times)},
+                **{f"reached_{k}": r for k, r in enumerate(o.reached)},
+                **{f"regret_{k}": g for k, g in enumerate(o.regrets)},
+            }
+            for o in outcomes
+        ],
+    )
 
 
 def read_outcomes(path: Path, seeds: range) -> list[Outcome]:
@@ -275,9 +303,16 @@ def read_outcomes(path: Path, seeds: range) -> list[Outcome]:
     rows = pd.read_parquet(path)
     rows = rows[rows.seed.isin(seeds)].to_dict("records")
     n = sum(1 for key in (rows[0] if rows else {}) if str(key).startswith("time_"))
-    return [Outcome(row["method"], int(row["seed"]), tuple(float(row[f"time_{k}"]) for k in range(n)),
-                    tuple(bool(row[f"reached_{k}"]) for k in range(n)), tuple(float(row[f"regret_{k}"]) for k in range(n)))
-            for row in rows]
+    return [
+        Outcome(
+            row["method"],
+            int(row["seed"]),
+            tuple(float(row[f"time_{k}"]) for k in range(n)),
+            tuple(bool(row[f"reached_{k}"]) for k in range(n)),
+            tuple(float(row[f"regret_{k}"]) for k in range(n)),
+        )
+        for row in rows
+    ]
 
 
 def run(seeds: range, table_path: Path = E.TABLE, folder: Path = TABLES, part: int = 50) -> list[dict[str, Any]]:
@@ -292,7 +327,7 @@ def run(seeds: range, table_path: Path = E.TABLE, folder: Path = TABLES, part: i
         have = {o.seed for o in done if o.policy == policy}
         missing = [s for s in seeds if s not in have]
         for first in range(0, len(missing), part):
-            done += [share(tables, policy, seed) for seed in missing[first:first + part]]
+            done += [share(tables, policy, seed) for seed in missing[first : first + part]]
             write_outcomes(out, done)
     return summarize(done)
 

@@ -66,8 +66,10 @@ class Rungs:
 # random search (the studies' default) with its first rung at 1, 0.5 and 0.25 epochs. (ASHA with
 # TPE would take about three times random search's CPU per replay, more than the session had.)
 METHODS = (
-    Rungs(R.Method("grid", "grid"), 1.0), Rungs(R.Method("random", "random"), 1.0),
-    Rungs(R.Method("asha+random", "random", "asha"), 1.0), Rungs(R.Method("asha+random", "random", "asha"), 0.5),
+    Rungs(R.Method("grid", "grid"), 1.0),
+    Rungs(R.Method("random", "random"), 1.0),
+    Rungs(R.Method("asha+random", "random", "asha"), 1.0),
+    Rungs(R.Method("asha+random", "random", "asha"), 0.5),
     Rungs(R.Method("asha+random", "random", "asha"), 0.25),
 )
 
@@ -84,9 +86,15 @@ def curves(table: pd.DataFrame, seed: int, every: float) -> list[R.Curve]:
         scoring = group.validation_cpu_seconds.to_numpy()
         ends = np.arange(step - 1, len(group), step)  # the quarters it validates at
         cost = np.add.reduceat(train, ends - step + 1) + scoring[ends]
-        out.append(R.Curve(int(config_id), E.CONFIGURATIONS[int(config_id)],
-                           tuple(group.val_token_accuracy.to_numpy()[ends]),
-                           tuple(group.test_token_accuracy.to_numpy()[ends]), tuple(float(c) for c in cost)))
+        out.append(
+            R.Curve(
+                int(config_id),
+                E.CONFIGURATIONS[int(config_id)],
+                tuple(group.val_token_accuracy.to_numpy()[ends]),
+                tuple(group.test_token_accuracy.to_numpy()[ends]),
+                tuple(float(c) for c in cost),
+            )
+        )
     return out
 
 
@@ -115,8 +123,12 @@ def replays(views: dict[int, Views], methods: tuple[Rungs, ...], seeds: range, w
     jobs = [(views, m, s) for m in methods for s in seeds]
     if workers <= 1:
         return [_one(*job) for job in jobs]
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=optuna.logging.set_verbosity, initargs=(optuna.logging.WARNING,)) as pool:
+    with ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=optuna.logging.set_verbosity,
+        initargs=(optuna.logging.WARNING,),
+    ) as pool:
         return list(pool.map(_one, *zip(*jobs), chunksize=max(1, len(jobs) // (8 * workers))))
 
 
@@ -148,16 +160,23 @@ def summarize(runs: list[R.Run], methods: tuple[Rungs, ...], taus: dict[float, f
     return rows
 
 
-def run(seeds: range, table_path: Path = E.QUARTERS.path, workers: int = R.WORKERS,
-        methods: tuple[Rungs, ...] = METHODS, folder: Path = TABLES) -> list[dict[str, Any]]:
+def run(
+    seeds: range,
+    table_path: Path = E.QUARTERS.path,
+    workers: int = R.WORKERS,
+    methods: tuple[Rungs, ...] = METHODS,
+    folder: Path = TABLES,
+) -> list[dict[str, Any]]:
     """Replay ``methods`` from ``seeds`` on the quarter table; every replay is written to
     ``folder/quarter-rungs-seeds-<seeds>.parquet``, one method at a time, and a rerun replays only
     the methods that file lacks."""
     table = pd.read_parquet(table_path)
     sizes = table.groupby("seed").config_id.nunique().reindex(list(E.SEEDS), fill_value=0)
     if (sizes != E.SIZE).any():
-        raise ConfigError(f"the quarter-epoch evidence table has {', '.join(map(str, sizes))} configurations per seed, "
-                          f"not {E.SIZE}: build it first (python -m research.evidence_table --quarters)")
+        raise ConfigError(
+            f"the quarter-epoch evidence table has {', '.join(map(str, sizes))} configurations per seed, "
+            f"not {E.SIZE}: build it first (python -m research.evidence_table --quarters)"
+        )
     everies = sorted({m.every for m in methods} | {1.0})
     views = {s: Views({e: curves(table, s, e) for e in everies}) for s in E.SEEDS}
     out = folder / f"quarter-rungs-seeds-{seeds.start}-{seeds.stop - 1}.parquet"
@@ -168,8 +187,9 @@ def run(seeds: range, table_path: Path = E.QUARTERS.path, workers: int = R.WORKE
             R.write_runs(out, done)
     taus = {e: float(np.mean([first_rung_tau(v, e) for v in views.values()])) for e in everies}
     order = [m.name for m in methods]
-    return summarize(sorted((r for r in done if r.method in order), key=lambda r: (order.index(r.method), r.seed)),
-                     methods, taus)
+    return summarize(
+        sorted((r for r in done if r.method in order), key=lambda r: (order.index(r.method), r.seed)), methods, taus
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

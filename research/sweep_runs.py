@@ -36,9 +36,13 @@ def run_sweep(folder: Path, name: str, doc: dict[str, Any]) -> tuple[MlflowClien
     workspace = folder / "ws"
     if not ended(workspace, name):
         file.write_text(yaml.safe_dump(doc))
-        run = subprocess.run([sys.executable, "-m", "seqae", "sweep", "run", str(file), "--workspace",
-                              str(workspace), "--or-resume"],
-                             capture_output=True, text=True, env=os.environ.copy(), check=False)
+        run = subprocess.run(
+            [sys.executable, "-m", "seqae", "sweep", "run", str(file), "--workspace", str(workspace), "--or-resume"],
+            capture_output=True,
+            text=True,
+            env=os.environ.copy(),
+            check=False,
+        )
         (folder / f"{name}.log").write_text(run.stdout + run.stderr)
         if run.returncode != 0:
             raise RuntimeError(f"sweep {name} failed:\n{run.stdout[-2000:]}\n{run.stderr[-2000:]}")

@@ -30,15 +30,24 @@ PAPER = [getattr(ModelConfig if k.startswith("model.") else TrainConfig, k.split
 
 def _document(data_path: str, packages: str, epochs: int) -> dict[str, Any]:
     defaults = [BLOCK_DEFAULTS["transformer"][k] for k in CHANGED]
-    cells = [[*defaults, data_path, 1, 8], [*defaults, packages, 0, 8], [*PAPER, packages, 0, 8],
-             [*defaults, packages, 0, 16]]
+    cells = [
+        [*defaults, data_path, 1, 8],
+        [*defaults, packages, 0, 8],
+        [*PAPER, packages, 0, 8],
+        [*defaults, packages, 0, 16],
+    ]
     return {
         "description": "transformer defaults benchmark",
-        "config": {"data": {"samples": "windows", "input_len": 32, "vocab": "corpus"}, "model": {"block": "transformer"},
-                   "train": {"epochs": epochs, "patience": epochs, "lr_decay_epochs": epochs, "precision": "auto"}},
+        "config": {
+            "data": {"samples": "windows", "input_len": 32, "vocab": "corpus"},
+            "model": {"block": "transformer"},
+            "train": {"epochs": epochs, "patience": epochs, "lr_decay_epochs": epochs, "precision": "auto"},
+        },
         "grid": {",".join([*CHANGED, "data.path", "data.split_seed", "model.latent_len"]): cells},
-        "trials": {"per_cell": 1}, "objective": {"metric": M.VAL_TOKEN_ACCURACY, "mode": "max"},
-        "resources": {"cpu": 1, "gpu": 0}, "max_concurrent": 2,
+        "trials": {"per_cell": 1},
+        "objective": {"metric": M.VAL_TOKEN_ACCURACY, "mode": "max"},
+        "resources": {"cpu": 1, "gpu": 0},
+        "max_concurrent": 2,
     }
 
 
@@ -51,13 +60,17 @@ def run(data_path: str, epochs: int = 6) -> list[dict[str, Any]]:
         study = optuna.load_study(study_name="defaults", storage=f"sqlite:///{folder / 'ws' / 'optuna.db'}")
         for trial in sorted(study.trials, key=lambda t: t.number):
             values = [trial.params[k] for k in CHANGED]
-            rows.append({
-                "arm": "defaults" if values != PAPER else "paper values",
-                **{k.split(".", 1)[1]: v for k, v in zip(CHANGED, values)},
-                "corpus": "packages" if trial.params["data.path"] == packages else "offline corpus",
-                "split_seed": trial.params["data.split_seed"], "latent": f"32->{trial.params['model.latent_len']}",
-                "epochs": epochs, M.VAL_TOKEN_ACCURACY: None if trial.value is None else round(trial.value, 4),
-            })
+            rows.append(
+                {
+                    "arm": "defaults" if values != PAPER else "paper values",
+                    **{k.split(".", 1)[1]: v for k, v in zip(CHANGED, values)},
+                    "corpus": "packages" if trial.params["data.path"] == packages else "offline corpus",
+                    "split_seed": trial.params["data.split_seed"],
+                    "latent": f"32->{trial.params['model.latent_len']}",
+                    "epochs": epochs,
+                    M.VAL_TOKEN_ACCURACY: None if trial.value is None else round(trial.value, 4),
+                }
+            )
     return rows
 
 

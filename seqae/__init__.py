@@ -21,5 +21,18 @@ from seqae.api import (
     ui,
 )
 
-__all__ = ["Encoded", "Encoding", "Pending", "Sweep", "check_changes", "encode", "plan", "queue", "set_priority",
-           "set_quota", "show_progress", "sweeps", "ui"]
+__all__ = [
+    "Encoded",
+    "Encoding",
+    "Pending",
+    "Sweep",
+    "check_changes",
+    "encode",
+    "plan",
+    "queue",
+    "set_priority",
+    "set_quota",
+    "show_progress",
+    "sweeps",
+    "ui",
+]

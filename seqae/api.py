@@ -126,9 +126,17 @@ class Sweep:
         return cls(name, workspace)
 
     @classmethod
-    def create(cls, file: str | Path, *, set: Sequence[str] = (), profile: str | None = None,
-               name: str | None = None, workspace: str | Path | Workspace | None = None, or_resume: bool = False,
-               backends: dict[str, str | None] | None = None) -> Sweep:
+    def create(
+        cls,
+        file: str | Path,
+        *,
+        set: Sequence[str] = (),
+        profile: str | None = None,
+        name: str | None = None,
+        workspace: str | Path | Workspace | None = None,
+        or_resume: bool = False,
+        backends: dict[str, str | None] | None = None,
+    ) -> Sweep:
         """Check sweep ``file`` with its ``profile`` and ``set`` overrides (``"key=value"``, as
         ``--set``) and record it, without running it; ``backends`` may name ``storage``,
         ``mlflow_tracking_uri`` and ``optuna_storage`` (else the workspace's own). With ``or_resume``
@@ -136,9 +144,16 @@ class Sweep:
         return cls._create(file, set, profile, name, workspace, or_resume, backends)[0]
 
     @classmethod
-    def _create(cls, file: str | Path, set: Sequence[str], profile: str | None, name: str | None,
-                workspace: str | Path | Workspace | None, or_resume: bool,
-                backends: dict[str, str | None] | None) -> tuple[Sweep, Checked]:
+    def _create(
+        cls,
+        file: str | Path,
+        set: Sequence[str],
+        profile: str | None,
+        name: str | None,
+        workspace: str | Path | Workspace | None,
+        or_resume: bool,
+        backends: dict[str, str | None] | None,
+    ) -> tuple[Sweep, Checked]:
         """:meth:`create`'s sweep, with what creating it checked, which its first session here need not check again."""
         from sweeps.running import lifecycle
 
@@ -152,10 +167,19 @@ class Sweep:
         return cls(checked.name, place), checked
 
     @classmethod
-    def run(cls, file: str | Path, *, set: Sequence[str] = (), profile: str | None = None,
-            name: str | None = None, workspace: str | Path | Workspace | None = None, or_resume: bool = False,
-            backends: dict[str, str | None] | None = None, allow_code_change: bool = False,
-            verbose: bool = False) -> Sweep:
+    def run(
+        cls,
+        file: str | Path,
+        *,
+        set: Sequence[str] = (),
+        profile: str | None = None,
+        name: str | None = None,
+        workspace: str | Path | Workspace | None = None,
+        or_resume: bool = False,
+        backends: dict[str, str | None] | None = None,
+        allow_code_change: bool = False,
+        verbose: bool = False,
+    ) -> Sweep:
         """:meth:`create` the sweep, then run its trials here (on the Ray that ``RAY_ADDRESS``
         names, else a local one) until it ends; ``allow_code_change``: as for :meth:`resume`, for
         an existing sweep that ``or_resume`` takes."""
@@ -163,9 +187,17 @@ class Sweep:
         return sweep._drive(check_file=False, verbose=verbose, allow_code_change=allow_code_change, checked=checked)
 
     @classmethod
-    def fork(cls, origin: str, file: str | Path, *, set: Sequence[str] = (),
-             profile: str | None = None, name: str | None = None, workspace: str | Path | Workspace | None = None,
-             verbose: bool = False) -> Sweep:
+    def fork(
+        cls,
+        origin: str,
+        file: str | Path,
+        *,
+        set: Sequence[str] = (),
+        profile: str | None = None,
+        name: str | None = None,
+        workspace: str | Path | Workspace | None = None,
+        verbose: bool = False,
+    ) -> Sweep:
         """A new sweep from ``file`` whose study starts with sweep ``origin``'s finished trials that
         fit its space, run until it ends. The fork is its maker's; ``origin`` is only read, as
         its status is, so it may be anyone's."""
@@ -176,13 +208,20 @@ class Sweep:
         return sweep._drive(check_file=False, verbose=verbose)
 
     @classmethod
-    def submit(cls, file: str | Path, *, set: Sequence[str] = (), profile: str | None = None,
-               name: str | None = None, address: str | None = None,
-               workspace: str | Path | Workspace | None = None) -> Sweep:
+    def submit(
+        cls,
+        file: str | Path,
+        *,
+        set: Sequence[str] = (),
+        profile: str | None = None,
+        name: str | None = None,
+        address: str | None = None,
+        workspace: str | Path | Workspace | None = None,
+    ) -> Sweep:
         """Run the sweep on the Ray cluster whose dashboard ``address`` names (unset:
         ``$SEQAE_RAY_ADDRESS``) as a Ray Job, packaging the files git tracks in the current
-        directory, the root of a seqae checkout, which must hold ``file``; checked here first. The sweep returned follows it: :meth:`job`, :meth:`logs`,
-        :meth:`status`, :meth:`cancel`, :meth:`resume`."""
+        directory, the root of a seqae checkout, which must hold ``file``; checked here first. The
+        sweep returned follows it: :meth:`job`, :meth:`logs`, :meth:`status`, :meth:`cancel`, :meth:`resume`."""
         from sweeps.running import submit
 
         place = _workspace(workspace)
@@ -225,8 +264,15 @@ class Sweep:
             return self
         return self._drive(verbose=verbose, allow_code_change=allow_code_change)
 
-    def extend(self, *, trials: int | str | None = None, epochs: int | None = None, which: str | None = None,
-               allow_code_change: bool = False, verbose: bool = False) -> Sweep:
+    def extend(
+        self,
+        *,
+        trials: int | str | None = None,
+        epochs: int | None = None,
+        which: str | None = None,
+        allow_code_change: bool = False,
+        verbose: bool = False,
+    ) -> Sweep:
         """``trials`` more trials, or (with ``epochs``) the finished trials ``which`` names
         (``best:K`` or ``3,5``; unset: ``best:1``) trained on to ``epochs``; then run them."""
         from sweeps.running import driver, lifecycle, progress
@@ -237,14 +283,17 @@ class Sweep:
         if (trials is None) == (epochs is None):
             raise ConfigError("extend: give trials=N (more trials) or epochs=N (train finished trials on), not both")
         if trials is not None and not str(trials).isdigit():
-            raise ConfigError(f"--trials={trials!r}: give how many trials to add (or --epochs N to train finished "
-                              "trials on)")
+            raise ConfigError(
+                f"--trials={trials!r}: give how many trials to add (or --epochs N to train finished trials on)"
+            )
         if self.submission is not None:
             # extend drives the sweep in this process: it would run the trials on a Ray of its own,
             # or find no sweep where the laptop's workspace is not the cluster's
-            raise ConfigError(f"sweep {self.name!r} runs on a cluster as Ray jobs, and `extend` runs its driver here, not "
-                              f"as a job: extend it on the head, in its workspace {self.submission.workspace}, with "
-                              "RAY_ADDRESS set to the cluster's GCS address (HEAD:PORT, `ray start --head --port`)")
+            raise ConfigError(
+                f"sweep {self.name!r} runs on a cluster as Ray jobs, and `extend` runs its driver here, not "
+                f"as a job: extend it on the head, in its workspace {self.submission.workspace}, with "
+                "RAY_ADDRESS set to the cluster's GCS address (HEAD:PORT, `ray start --head --port`)"
+            )
         driver.check_code(self.workspace.read(self.name), allow_code_change)  # before the sweep is changed
         if epochs is not None:
             for note in lifecycle.extend_epochs(self.workspace, self.name, epochs, which or "best:1"):
@@ -273,8 +322,14 @@ class Sweep:
 
         return lifecycle.stop_trial(self.workspace, self.name, number, now)
 
-    def retry(self, trials: str | Sequence[int] | None = None, *, failed: bool = False,
-              allow_code_change: bool = False, verbose: bool = False) -> Sweep:
+    def retry(
+        self,
+        trials: str | Sequence[int] | None = None,
+        *,
+        failed: bool = False,
+        allow_code_change: bool = False,
+        verbose: bool = False,
+    ) -> Sweep:
         """Train failed trials again with their parameters, then run them here (a finished sweep is
         resumed for them alone): ``trials`` (``"3,5"`` or ``[3, 5]``), or with ``failed`` every
         failed one. Each gets a new attempt under its number, from the failed attempt's last good
@@ -285,12 +340,15 @@ class Sweep:
 
         self._may("retry")
         if (trials is None) != failed:
-            raise ConfigError("retry: give trials=N,M (those failed trials) or failed=True (every failed trial), "
-                              "one of the two")
+            raise ConfigError(
+                "retry: give trials=N,M (those failed trials) or failed=True (every failed trial), one of the two"
+            )
         if self.submission is not None:  # as extend: the driver would run here, not as the cluster's job
-            raise ConfigError(f"sweep {self.name!r} runs on a cluster as Ray jobs, and `retry` runs its driver here: "
-                              f"retry it on the head, in its workspace {self.submission.workspace}, with RAY_ADDRESS "
-                              "set to the cluster's GCS address")
+            raise ConfigError(
+                f"sweep {self.name!r} runs on a cluster as Ray jobs, and `retry` runs its driver here: "
+                f"retry it on the head, in its workspace {self.submission.workspace}, with RAY_ADDRESS "
+                "set to the cluster's GCS address"
+            )
         which = None if trials is None else trials if isinstance(trials, str) else ",".join(map(str, trials))
         driver.check_code(self.workspace.read(self.name), allow_code_change)  # before the sweep is changed
         for note in lifecycle.retry(self.workspace, self.name, which):
@@ -442,8 +500,14 @@ def check_changes(**changes: int | str) -> dict[str, int]:
     return lifecycle.running_changes(**changes)
 
 
-def plan(file: str | Path, *, set: Sequence[str] = (), profile: str | None = None,
-         workspace: str | Path | Workspace | None = None, slots: int | None = None) -> Forecast:
+def plan(
+    file: str | Path,
+    *,
+    set: Sequence[str] = (),
+    profile: str | None = None,
+    workspace: str | Path | Workspace | None = None,
+    slots: int | None = None,
+) -> Forecast:
     """What sweep ``file`` (with ``profile`` and ``set``, as :meth:`Sweep.run` takes them) will
     take, measured on this machine before anything runs (:func:`sweeps.results.plan.forecast`):
     trials, expected epochs, resource-hours, wall time at ``slots`` (else the share the cluster's
@@ -484,8 +548,9 @@ def set_priority(name: str, priority: int, workspace: str | Path | Workspace | N
     return next(p for p in Queue(url).view() if p.sweep == name)
 
 
-def set_quota(user: str, cpus: float | None = None, gpus: float | None = None,
-              workspace: str | Path | Workspace | None = None) -> Quota:
+def set_quota(
+    user: str, cpus: float | None = None, gpus: float | None = None, workspace: str | Path | Workspace | None = None
+) -> Quota:
     """``user``'s quota on the cluster: their sweeps together hold at most ``cpus`` CPUs and
     ``gpus`` GPUs at once (None: no limit); a sweep over it waits in the queue. For MLflow's admin."""
     from sweeps.stores.queue import Queue
@@ -518,8 +583,9 @@ def _queue_url(workspace: Workspace, name: str | None = None) -> str:
     return os.environ.get("SEQAE_OPTUNA_STORAGE") or workspace.default_backends("queue").optuna_storage
 
 
-def encode(model: str, texts: Sequence[str], *, at: float | None = None,
-           workspace: str | Path | Workspace | None = None) -> Encoded:
+def encode(
+    model: str, texts: Sequence[str], *, at: float | None = None, workspace: str | Path | Workspace | None = None
+) -> Encoded:
     """``texts`` through registered ``model`` (``NAME``, ``NAME/VERSION`` or ``NAME@ALIAS``; with
     ``at``, the front's model of the largest latent share at most ``at``), from the registry of
     ``$SEQAE_MLFLOW_TRACKING_URI``, else of ``workspace``."""
@@ -532,12 +598,23 @@ def encode(model: str, texts: Sequence[str], *, at: float | None = None,
             raise ConfigError(f"text {n} is empty: there is nothing to encode")
     uri, loaded = load_registered(_tracking_uri(_workspace(workspace), f"model {model!r}: "), model, at)
     rows = loaded.predict(list(texts))
-    return Encoded(uri, [Encoding(list(r.tokens), list(r.reconstructed_tokens), float(r.token_accuracy),
-                                  tuple(r.latents.shape)) for r in rows.itertuples()])
+    return Encoded(
+        uri,
+        [
+            Encoding(list(r.tokens), list(r.reconstructed_tokens), float(r.token_accuracy), tuple(r.latents.shape))
+            for r in rows.itertuples()
+        ],
+    )
 
 
-def ui(*, host: str, mlflow_port: int, optuna_port: int, workspace: str | Path | Workspace | None = None,
-       behind_auth_proxy: bool = False) -> None:
+def ui(
+    *,
+    host: str,
+    mlflow_port: int,
+    optuna_port: int,
+    workspace: str | Path | Workspace | None = None,
+    behind_auth_proxy: bool = False,
+) -> None:
     """Serve the MLflow UI (unless ``$SEQAE_MLFLOW_TRACKING_URI`` names a server, which serves its
     own) and optuna-dashboard on ``workspace``'s stores until Ctrl-C, SIGTERM or SIGHUP; on a
     ``host`` other than loopback only ``behind_auth_proxy`` (neither UI has a login)."""
@@ -548,9 +625,15 @@ def ui(*, host: str, mlflow_port: int, optuna_port: int, workspace: str | Path |
     place = _workspace(workspace)
     tracking_uri = _tracking_uri(place, "")
     check_credentials(tracking_uri)  # the user's own, which the browser will ask for
-    dashboards_ui.serve(tracking_uri, str(place.artifact_root),
-                        os.environ.get("SEQAE_OPTUNA_STORAGE", f"sqlite:///{place.root / 'optuna.db'}"),
-                        host, mlflow_port, optuna_port, place.root / "logs")
+    dashboards_ui.serve(
+        tracking_uri,
+        str(place.artifact_root),
+        os.environ.get("SEQAE_OPTUNA_STORAGE", f"sqlite:///{place.root / 'optuna.db'}"),
+        host,
+        mlflow_port,
+        optuna_port,
+        place.root / "logs",
+    )
 
 
 def _tracking_uri(workspace: Workspace, what: str) -> str:
@@ -560,8 +643,10 @@ def _tracking_uri(workspace: Workspace, what: str) -> str:
     if uri is not None:
         return uri
     if not (workspace.root / "mlflow.db").exists():
-        raise ConfigError(f"{what}no sweeps have run in {workspace.root} yet (no mlflow.db); pass --workspace, or "
-                          "set SEQAE_MLFLOW_TRACKING_URI")
+        raise ConfigError(
+            f"{what}no sweeps have run in {workspace.root} yet (no mlflow.db); pass --workspace, or "
+            "set SEQAE_MLFLOW_TRACKING_URI"
+        )
     return f"sqlite:///{workspace.root / 'mlflow.db'}"
 
 

@@ -34,9 +34,17 @@ class StackedAdamW:
     """AdamW on stacked weights (k, ...): member i steps with ``lr[i] * schedule[i](step)`` and
     ``weight_decay[i]``; the members share betas, eps and the step count (a pack's stand at one place)."""
 
-    def __init__(self, params: list[torch.Tensor], *, lr: list[float], weight_decay: list[float],
-                 schedule: list[Schedule], device: torch.device, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8) -> None:
+    def __init__(
+        self,
+        params: list[torch.Tensor],
+        *,
+        lr: list[float],
+        weight_decay: list[float],
+        schedule: list[Schedule],
+        device: torch.device,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
         assert len(lr) == len(weight_decay) == len(schedule) == params[0].shape[0], "one setting per member"
         self.params, self.betas, self.eps = params, betas, eps
         self.schedules = list(schedule)
@@ -58,8 +66,9 @@ class StackedAdamW:
 
     def current_lr(self) -> torch.Tensor:
         """(k,) float64: each member's learning rate for the next step, as its ``LambdaLR`` sets it."""
-        done = torch.where(self._decay_steps > 0, torch.clamp(self.steps / self._decay_steps.clamp(min=1.0), max=1.0),
-                           1.0)
+        done = torch.where(
+            self._decay_steps > 0, torch.clamp(self.steps / self._decay_steps.clamp(min=1.0), max=1.0), 1.0
+        )
         return self.lr * torch.where(self._linear, 1.0 + (self._end - 1.0) * done, self._end)
 
     def zero_grad(self) -> None:
@@ -80,14 +89,27 @@ class StackedAdamW:
         weights, exp_avgs, exp_avg_sqs = ([[member[j] for j in live] for member in rows] for rows in self._rows)
         for i, (w, g, m, v) in enumerate(zip(weights, grads, exp_avgs, exp_avg_sqs)):
             torch._fused_adamw_(  # type: ignore[attr-defined]
-                w, g, m, v, [], [self._steps32] * len(live), lr=lr[i], beta1=beta1, beta2=beta2,
-                weight_decay=self.weight_decay[i], eps=self.eps, amsgrad=False, maximize=False)
+                w,
+                g,
+                m,
+                v,
+                [],
+                [self._steps32] * len(live),
+                lr=lr[i],
+                beta1=beta1,
+                beta2=beta2,
+                weight_decay=self.weight_decay[i],
+                eps=self.eps,
+                amsgrad=False,
+                maximize=False,
+            )
 
     # --- to and from each member's own torch.optim.AdamW and LambdaLR ---
 
     @torch.no_grad()
-    def load(self, optimizers: list[torch.optim.Optimizer],
-             schedulers: list[torch.optim.lr_scheduler.LRScheduler]) -> None:
+    def load(
+        self, optimizers: list[torch.optim.Optimizer], schedulers: list[torch.optim.lr_scheduler.LRScheduler]
+    ) -> None:
         """Take the members' moments and step count: a fresh run's (none yet) or a resumed one's.
         Their optimizers index the state as :attr:`params` list the stacked weights."""
         states = [o.state_dict()["state"] for o in optimizers]
@@ -103,8 +125,9 @@ class StackedAdamW:
                 exp_avg_sq.zero_()
 
     @torch.no_grad()
-    def store(self, optimizers: list[torch.optim.Optimizer],
-              schedulers: list[torch.optim.lr_scheduler.LRScheduler]) -> None:
+    def store(
+        self, optimizers: list[torch.optim.Optimizer], schedulers: list[torch.optim.lr_scheduler.LRScheduler]
+    ) -> None:
         """Write member i's moments, step count and learning rate into its own optimizer and
         schedule, as if it had taken the steps alone (the host reads the step count: once a part)."""
         steps = int(self.steps.item())
@@ -113,11 +136,25 @@ class StackedAdamW:
             groups = copy.deepcopy(optimizer.state_dict()["param_groups"])
             for group in groups:
                 group["lr"] = lr
-            state: dict[int, dict[str, Any]] = {} if steps == 0 else {
-                index: {"step": torch.tensor(float(steps), dtype=torch.float32), "exp_avg": exp_avg[i].clone(),
-                        "exp_avg_sq": exp_avg_sq[i].clone()}
-                for index, (exp_avg, exp_avg_sq) in enumerate(zip(self.exp_avg, self.exp_avg_sq))}
+            state: dict[int, dict[str, Any]] = (
+                {}
+                if steps == 0
+                else {
+                    index: {
+                        "step": torch.tensor(float(steps), dtype=torch.float32),
+                        "exp_avg": exp_avg[i].clone(),
+                        "exp_avg_sq": exp_avg_sq[i].clone(),
+                    }
+                    for index, (exp_avg, exp_avg_sq) in enumerate(zip(self.exp_avg, self.exp_avg_sq))
+                }
+            )
             optimizer.load_state_dict({"state": state, "param_groups": groups})
             saved = scheduler.state_dict()
-            scheduler.load_state_dict({**saved, "last_epoch": steps, "_last_lr": [lr],
-                                       "_step_count": saved["_step_count"] + steps - saved["last_epoch"]})
+            scheduler.load_state_dict(
+                {
+                    **saved,
+                    "last_epoch": steps,
+                    "_last_lr": [lr],
+                    "_step_count": saved["_step_count"] + steps - saved["last_epoch"],
+                }
+            )

@@ -51,20 +51,41 @@ class Checkpoint:
 
     def state(self) -> dict[str, Any]:
         """The saved layout: the first seed's state beside the rest, the other seeds' as ``repeats``."""
-        return {"format": STATE_FORMAT, "config": self.config, "epoch": self.epoch, **self.seeds[0],
-                "repeats": self.seeds[1:], "early_stopping": self.early_stopping, "history": self.history,
-                "finished": self.finished, "patience_spent": self.patience_spent, "token_ids": self.token_ids,
-                "samples": self.samples, "step": self.step}
+        return {
+            "format": STATE_FORMAT,
+            "config": self.config,
+            "epoch": self.epoch,
+            **self.seeds[0],
+            "repeats": self.seeds[1:],
+            "early_stopping": self.early_stopping,
+            "history": self.history,
+            "finished": self.finished,
+            "patience_spent": self.patience_spent,
+            "token_ids": self.token_ids,
+            "samples": self.samples,
+            "step": self.step,
+        }
 
     @classmethod
     def of_state(cls, state: dict[str, Any]) -> Checkpoint:
         if state.get("format") != STATE_FORMAT:
-            raise ConfigError(f"the checkpoint is of format {state.get('format')!r}, not {STATE_FORMAT!r}: start a "
-                              "new run in another folder")
+            raise ConfigError(
+                f"the checkpoint is of format {state.get('format')!r}, not {STATE_FORMAT!r}: start a "
+                "new run in another folder"
+            )
         first = {key: state[key] for key in ("model", "optimizer", "scheduler", "rng")}
-        return cls(state["config"], state["epoch"], [first, *state.get("repeats", [])], state["early_stopping"],
-                   state["history"], state["finished"], state["patience_spent"], state["token_ids"], state.get("samples"),
-                   state.get("step", 0))
+        return cls(
+            state["config"],
+            state["epoch"],
+            [first, *state.get("repeats", [])],
+            state["early_stopping"],
+            state["history"],
+            state["finished"],
+            state["patience_spent"],
+            state["token_ids"],
+            state.get("samples"),
+            state.get("step", 0),
+        )
 
 
 class CheckpointStore(RecordStore):
@@ -74,25 +95,42 @@ class CheckpointStore(RecordStore):
         """A validation's checkpoint (``seqae_core.train``'s report), and the best-model record when
         it is a new best (its checkpoint then carries sample reconstructions, and ``record``, in
         its serialized form); named by the result's number, the epoch's by default."""
-        self.save_epoch(checkpoint.number, checkpoint.state(), {"history": checkpoint.history,
-                                                               "finished": checkpoint.finished,
-                                                               "patience_spent": checkpoint.patience_spent})
+        self.save_epoch(
+            checkpoint.number,
+            checkpoint.state(),
+            {
+                "history": checkpoint.history,
+                "finished": checkpoint.finished,
+                "patience_spent": checkpoint.patience_spent,
+            },
+        )
         if checkpoint.samples is not None:
             metrics = record.as_dict()
-            self.save_best(checkpoint.number, {
-                MODEL: tensor_bytes({"config": checkpoint.config, "model": checkpoint.seeds[0]["model"],
-                                     "token_ids": checkpoint.token_ids}),
-                SAMPLES_JSON: json.dumps(checkpoint.samples).encode(),
-                SAMPLES_TXT: samples_text(checkpoint.samples).encode(),
-                METRICS: json.dumps(metrics, indent=1).encode(),
-            }, {"metrics": metrics, "config": checkpoint.config})  # the config outlives model.pt (release)
+            self.save_best(
+                checkpoint.number,
+                {
+                    MODEL: tensor_bytes(
+                        {
+                            "config": checkpoint.config,
+                            "model": checkpoint.seeds[0]["model"],
+                            "token_ids": checkpoint.token_ids,
+                        }
+                    ),
+                    SAMPLES_JSON: json.dumps(checkpoint.samples).encode(),
+                    SAMPLES_TXT: samples_text(checkpoint.samples).encode(),
+                    METRICS: json.dumps(metrics, indent=1).encode(),
+                },
+                {"metrics": metrics, "config": checkpoint.config},
+            )  # the config outlives model.pt (release)
 
     def resume(self) -> tuple[Checkpoint | None, list[str]]:
         """The newest valid checkpoint (or None) and notes on the records skipped for it."""
         loaded = self.latest("epoch")
         if loaded.meta.get("released"):
-            raise ConfigError(f"{self.uri}: its checkpoints were released when it ended outside the trials a sweep "
-                              "keeps (checkpoints.keep_best): it cannot train on")
+            raise ConfigError(
+                f"{self.uri}: its checkpoints were released when it ended outside the trials a sweep "
+                "keeps (checkpoints.keep_best): it cannot train on"
+            )
         return (None if loaded.epoch is None else Checkpoint.of_state(tensors(loaded.files[STATE]))), loaded.skipped
 
     def save_epoch(self, epoch: int, state: dict[str, Any], meta: dict[str, Any] | None = None) -> None:

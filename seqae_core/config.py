@@ -145,7 +145,14 @@ class Config:
 
 # The keys that set no tensor's shape nor anything a batched step shares: trials that differ only in
 # them train as one pack (a sweep's resources.fuse, seqae_core.fused), each member with its own values.
-FREE_KEYS = ("train.lr", "train.lr_final", "train.lr_decay_epochs", "train.weight_decay", "train.seed", "train.patience")
+FREE_KEYS = (
+    "train.lr",
+    "train.lr_final",
+    "train.lr_decay_epochs",
+    "train.weight_decay",
+    "train.seed",
+    "train.patience",
+)
 
 
 def fusion_key(config: Config) -> tuple[tuple[str, Any], ...]:
@@ -209,8 +216,9 @@ class YamlLoader(yaml.SafeLoader):
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         for key, _ in node.value:
             if isinstance(key.value, str) and not key.value.isprintable():
-                raise ConstructorError(None, None, f"key {key.value!r} holds a character that does not print",
-                                       key.start_mark)
+                raise ConstructorError(
+                    None, None, f"key {key.value!r} holds a character that does not print", key.start_mark
+                )
         return super().construct_mapping(node, deep)
 
     def construct_object(self, node: Any, deep: bool = False) -> Any:
@@ -218,8 +226,9 @@ class YamlLoader(yaml.SafeLoader):
             return super().construct_object(node, deep)
         except (AttributeError, LookupError, ValueError):  # int(), datetime(), a bool's lookup, a timestamp's match
             kind = node.tag.rsplit(":", 1)[-1]
-            raise ConstructorError(None, None, f"not a valid {kind}: {str(node.value)[:50]!r}",
-                                   node.start_mark) from None
+            raise ConstructorError(
+                None, None, f"not a valid {kind}: {str(node.value)[:50]!r}", node.start_mark
+            ) from None
 
 
 def load_yaml(text: str, what: str) -> Any:
@@ -395,16 +404,35 @@ def validate(config: Config, origin: dict[str, str] | None = None) -> None:
         raise ConfigError(f"{where}: {message}")
 
     flat = config.flat()
-    for key in ("data.input_len", "model.d_model", "model.d_attn", "model.heads", "model.d_ffn", "model.layers",
-                "train.epochs", "train.patience", "train.batch_size", "train.lr", "train.lr_final",
-                "train.log_every_steps", "train.repeats"):
+    for key in (
+        "data.input_len",
+        "model.d_model",
+        "model.d_attn",
+        "model.heads",
+        "model.d_ffn",
+        "model.layers",
+        "train.epochs",
+        "train.patience",
+        "train.batch_size",
+        "train.lr",
+        "train.lr_final",
+        "train.log_every_steps",
+        "train.repeats",
+    ):
         if flat[key] <= 0:
             fail(key, f"{key}={flat[key]} must be positive")
     every = config.train.validate_every
-    if isinstance(every, int) and every < 1 or isinstance(every, float) and not (
-            0.0 < every < 1.0 and abs(1 / every - round(1 / every)) <= FRACTION_SLACK):
-        fail("train.validate_every", f"train.validate_every={every} must be a whole number of steps (1 or more) or "
-             "a fraction of an epoch of the form 1/k (0.5, 0.25, 0.1, ...)")
+    if (
+        isinstance(every, int)
+        and every < 1
+        or isinstance(every, float)
+        and not (0.0 < every < 1.0 and abs(1 / every - round(1 / every)) <= FRACTION_SLACK)
+    ):
+        fail(
+            "train.validate_every",
+            f"train.validate_every={every} must be a whole number of steps (1 or more) or "
+            "a fraction of an epoch of the form 1/k (0.5, 0.25, 0.1, ...)",
+        )
     if config.train.lr_decay_epochs < 0:
         fail("train.lr_decay_epochs", f"train.lr_decay_epochs={config.train.lr_decay_epochs} must be >= 0")
     if config.train.weight_decay < 0:
@@ -414,14 +442,19 @@ def validate(config: Config, origin: dict[str, str] | None = None) -> None:
     if not 0.0 < config.data.val_fraction < 1.0:
         fail("data.val_fraction", f"data.val_fraction={config.data.val_fraction} must be in (0, 1)")
     if not 0.0 <= config.data.test_fraction < 1.0 - config.data.val_fraction:
-        fail("data.test_fraction", f"data.test_fraction={config.data.test_fraction} must be in [0, 1 - "
-             f"data.val_fraction={config.data.val_fraction}), to leave pages to train on")
+        fail(
+            "data.test_fraction",
+            f"data.test_fraction={config.data.test_fraction} must be in [0, 1 - "
+            f"data.val_fraction={config.data.val_fraction}), to leave pages to train on",
+        )
     if not 0.0 <= config.model.dropout < 1.0:
         fail("model.dropout", f"model.dropout={config.model.dropout} must be in [0, 1)")
     m, t = config.model, config.data.input_len
     if m.latent_len is not None and m.latent_fraction is not None:
-        fail("model.latent_fraction", f"set model.latent_len={m.latent_len} or model.latent_fraction="
-             f"{m.latent_fraction}, not both")
+        fail(
+            "model.latent_fraction",
+            f"set model.latent_len={m.latent_len} or model.latent_fraction={m.latent_fraction}, not both",
+        )
     if m.latent_len is not None and not 1 <= m.latent_len <= t:
         fail("model.latent_len", f"model.latent_len={m.latent_len} must be in 1..data.input_len={t}")
     if m.latent_fraction is not None and not 0.0 < m.latent_fraction <= 1.0:
@@ -429,8 +462,11 @@ def validate(config: Config, origin: dict[str, str] | None = None) -> None:
     if m.latent_dim is not None and not 1 <= m.latent_dim <= m.d_model:
         fail("model.latent_dim", f"model.latent_dim={m.latent_dim} must be in 1..model.d_model={m.d_model}")
     if config.train.fuse_repeats == "on" and config.train.compile == "on":
-        fail("train.fuse_repeats", "train.fuse_repeats=on cannot be used with train.compile=on (the fused step runs "
-             "eagerly): set one of them to off or auto")
+        fail(
+            "train.fuse_repeats",
+            "train.fuse_repeats=on cannot be used with train.compile=on (the fused step runs "
+            "eagerly): set one of them to off or auto",
+        )
     if m.d_attn % m.heads:
         fail("model.heads", f"model.d_attn={m.d_attn} must be divisible by model.heads={m.heads}")
 

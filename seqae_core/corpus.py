@@ -58,8 +58,9 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
         return None
     url = urlparse(constants.ENDPOINT)
     try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
-                                 timeout=timeout).close()
+        socket.create_connection(
+            (url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=timeout
+        ).close()
     except OSError as exc:
         return f"the Hugging Face Hub ({constants.ENDPOINT}) is unreachable: {one_line(exc)}"
     return None
@@ -70,8 +71,10 @@ def load_tokenizer(name: str) -> Any:
     try:  # with the Hub unreachable, a tokenizer in the hub cache still loads
         tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=unreachable is not None)
     except OSError as exc:
-        raise ConfigError(f"data.tokenizer={name!r} cannot be loaded: {unreachable or one_line(exc).rstrip('.')}. "
-                          "Offline? Point HF_HUB_CACHE at a hub cache that holds it and set HF_HUB_OFFLINE=1") from None
+        raise ConfigError(
+            f"data.tokenizer={name!r} cannot be loaded: {unreachable or one_line(exc).rstrip('.')}. "
+            "Offline? Point HF_HUB_CACHE at a hub cache that holds it and set HF_HUB_OFFLINE=1"
+        ) from None
     tokenizer.model_max_length = 1 << 30  # pages are long on purpose; silence the length warning
     return tokenizer
 
@@ -94,8 +97,7 @@ def iter_texts(config: DataConfig) -> Iterator[str]:
             return
         if config.text_column not in page:
             raise ConfigError(
-                f"data.text_column={config.text_column!r} is not a column of {config.path}; "
-                f"columns: {', '.join(page)}"
+                f"data.text_column={config.text_column!r} is not a column of {config.path}; columns: {', '.join(page)}"
             )
         yield page[config.text_column]
 
@@ -105,13 +107,17 @@ def cannot_load(config: DataConfig, exc: BaseException) -> str:
     reason = one_line(exc)
     local = Path(config.path).expanduser()
     if local.is_absolute() or config.path.startswith((".", "~")) or local.exists():
-        hint = ("set data.path to a folder in the wikimedia/wikipedia layout (e.g. "
-                "--set data.path=../shared/data/wikipedia-mini)")
+        hint = (
+            "set data.path to a folder in the wikimedia/wikipedia layout (e.g. "
+            "--set data.path=../shared/data/wikipedia-mini)"
+        )
         where = "is not a loadable dataset folder" if local.exists() else f"does not exist ({local.resolve()})"
         return f"data.path={config.path!r} {where}: {reason}; {hint}"
-    return (f"data.path={config.path!r} (data.name={config.name!r}) cannot be loaded from the Hugging Face Hub: "
-            f"{reason.rstrip('.')}. Offline? Set data.path to a local folder in the wikimedia/wikipedia layout (e.g. "
-            "--set data.path=../shared/data/wikipedia-mini), or go online")
+    return (
+        f"data.path={config.path!r} (data.name={config.name!r}) cannot be loaded from the Hugging Face Hub: "
+        f"{reason.rstrip('.')}. Offline? Set data.path to a local folder in the wikimedia/wikipedia layout (e.g. "
+        "--set data.path=../shared/data/wikipedia-mini), or go online"
+    )
 
 
 def check_source(config: DataConfig) -> None:
@@ -273,20 +279,21 @@ def _npy(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def _write_rows(raw: Path, target: Path, shape: tuple[int, int], dtype: np.dtype,
-                renumber: np.ndarray | None) -> None:
+def _write_rows(raw: Path, target: Path, shape: tuple[int, int], dtype: np.dtype, renumber: np.ndarray | None) -> None:
     """The rows in ``raw`` as the ``.npy`` file ``target``, 65,536 rows (64 MiB at N=512) at a
     time, renumbered on the way when ``renumber`` is given."""
     block = (1 << 16) * shape[1]
     with open(raw, "rb") as source, open(target, "wb") as sink:
-        np.lib.format.write_array_header_1_0(sink, {"descr": np.lib.format.dtype_to_descr(dtype),
-                                                    "fortran_order": False, "shape": shape})
+        np.lib.format.write_array_header_1_0(
+            sink, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+        )
         while (ids := np.fromfile(source, dtype=dtype, count=block)).size:
             sink.write((ids if renumber is None else renumber[ids]).tobytes())
 
 
-def _tokenized(config: DataConfig, tokenizer: Any, workers: int, pad_id: int, dtype: Any,
-               skip: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+def _tokenized(
+    config: DataConfig, tokenizer: Any, workers: int, pad_id: int, dtype: Any, skip: int
+) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
     """``(source pages read, rows, page of each row within the batch)`` per batch of pages, in
     dataset order, after the first ``skip`` source pages."""
     batches = _batches(itertools.islice(iter_texts(config), skip, None), PAGE_BATCH)
@@ -320,8 +327,9 @@ def _rows_in_worker(texts: list[str], *settings: Any) -> tuple[np.ndarray, np.nd
     return _rows(_WORKER_TOKENIZER, texts, *settings)
 
 
-def _rows(tokenizer: Any, texts: list[str], samples: str, n: int, pad_id: int,
-          dtype: str) -> tuple[np.ndarray, np.ndarray]:
+def _rows(
+    tokenizer: Any, texts: list[str], samples: str, n: int, pad_id: int, dtype: str
+) -> tuple[np.ndarray, np.ndarray]:
     """One batch of pages as padded rows, and the page (0, 1, ... within the batch, empty pages
     skipped) each row belongs to."""
     if samples == "first":
@@ -332,8 +340,9 @@ def _rows(tokenizer: Any, texts: list[str], samples: str, n: int, pad_id: int,
     return pad_rows(per_page, n, pad_id, dtype)
 
 
-def pad_rows(per_text: list[list[list[int]]], n: int, pad_id: int,
-             dtype: Any = np.int64) -> tuple[np.ndarray, np.ndarray]:
+def pad_rows(
+    per_text: list[list[list[int]]], n: int, pad_id: int, dtype: Any = np.int64
+) -> tuple[np.ndarray, np.ndarray]:
     """Each text's windows of at most ``n`` ids as rows of ``n`` ids, short ones padded with
     ``pad_id``: ``(rows (r, n), the index in per_text of each row's text (r,))``. A text without
     windows has no row."""

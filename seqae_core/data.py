@@ -158,12 +158,17 @@ def describe(entry: Path, config: DataConfig) -> dict[str, Any]:
     checksums its manifest holds, not hashed again) and of the split settings, so that runs on
     different data, or on other splits of the same entry, are told apart; and the size of each split."""
     manifest = json.loads((entry / "manifest.json").read_text())
-    contents = {"files": {name: f["sha256"] for name, f in manifest["files"].items()},
-                **{name: getattr(config, name) for name in SPLIT_SETTINGS}}
+    contents = {
+        "files": {name: f["sha256"] for name, f in manifest["files"].items()},
+        **{name: getattr(config, name) for name in SPLIT_SETTINGS},
+    }
     splits = open_splits(entry, config)
-    return {"digest": hashlib.sha256(json.dumps(contents, sort_keys=True).encode()).hexdigest()[:10],
-            "entry": entry.name, "pages": manifest["pages"],
-            "samples": {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)}}
+    return {
+        "digest": hashlib.sha256(json.dumps(contents, sort_keys=True).encode()).hexdigest()[:10],
+        "entry": entry.name,
+        "pages": manifest["pages"],
+        "samples": {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)},
+    }
 
 
 def prepare(config: DataConfig, cache_dir: Path | None = None, published: str | None = None) -> Path:
@@ -295,9 +300,17 @@ def fetch(uri: str, out: Path) -> None:
     _copy_files(fs, root, pafs.LocalFileSystem(), str(out))
     (out / "manifest.json").write_bytes(manifest)
     moved = _entry_bytes(out, manifest)
-    (out / "fetched.json").write_text(json.dumps({
-        "from": uri, "bytes": moved, "seconds": round(time.perf_counter() - started, 3),
-        "host": socket.gethostname(), "pid": os.getpid()}))
+    (out / "fetched.json").write_text(
+        json.dumps(
+            {
+                "from": uri,
+                "bytes": moved,
+                "seconds": round(time.perf_counter() - started, 3),
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+            }
+        )
+    )
     log.info("fetched data entry %s (%d bytes)", uri, moved)
 
 

@@ -79,6 +79,7 @@ class EpochRecord:
     def as_dict(self) -> dict[str, Any]:
         """The serialized form: every metric by its name, in the order training has always
         reported them (a checkpoint's history and ``metrics.json`` hold it)."""
+
         def scores(names: tuple[str, ...]) -> dict[str, Any]:
             out: dict[str, Any] = {}
             for name in names:
@@ -89,13 +90,23 @@ class EpochRecord:
 
         optional = {name: getattr(self, name) for name in (M.COMPILE_SECONDS,) if getattr(self, name) is not None}
         return {
-            M.EPOCH: self.epoch, M.VALIDATION: self.validation, M.TRAIN_LOSS: self.train_loss, **scores(M.VAL_METRICS),
-            M.LEARNING_RATE: self.lr, M.TOKENS_PER_S: self.tokens_per_s, M.EPOCH_SECONDS: self.epoch_seconds,
-            M.EPOCH_CPU_SECONDS: self.epoch_cpu_seconds, M.VALIDATION_CPU_SECONDS: self.validation_cpu_seconds,
-            M.LATENT_FRACTION: self.latent_fraction, M.LATENT_FLOATS: self.latent_floats,
-            M.LATENT_SHARE: self.latent_share, M.BEST_EPOCH: self.best_epoch,
-            M.BEST_VAL_TOKEN_ACCURACY: self.best_val_token_accuracy, M.DATA_SECONDS: self.data_seconds,
-            **optional, M.GLOBAL_STEP: self.global_step,
+            M.EPOCH: self.epoch,
+            M.VALIDATION: self.validation,
+            M.TRAIN_LOSS: self.train_loss,
+            **scores(M.VAL_METRICS),
+            M.LEARNING_RATE: self.lr,
+            M.TOKENS_PER_S: self.tokens_per_s,
+            M.EPOCH_SECONDS: self.epoch_seconds,
+            M.EPOCH_CPU_SECONDS: self.epoch_cpu_seconds,
+            M.VALIDATION_CPU_SECONDS: self.validation_cpu_seconds,
+            M.LATENT_FRACTION: self.latent_fraction,
+            M.LATENT_FLOATS: self.latent_floats,
+            M.LATENT_SHARE: self.latent_share,
+            M.BEST_EPOCH: self.best_epoch,
+            M.BEST_VAL_TOKEN_ACCURACY: self.best_val_token_accuracy,
+            M.DATA_SECONDS: self.data_seconds,
+            **optional,
+            M.GLOBAL_STEP: self.global_step,
             M.TRAIN_LOSS_STEPS: [[step, loss] for step, loss in self.train_loss_steps],
             **scores(M.TEST_METRICS),
             **({M.GPU_MEMORY_GIB: self.gpu_memory_gib} if self.gpu_memory_gib is not None else {}),
@@ -110,12 +121,29 @@ class EpochRecord:
         missing is a ``KeyError`` naming it."""
         fields = {name: record[name] for name in _REQUIRED}
         fields.update({name: record[name] for name in _OPTIONAL if name in record})
-        return cls(**fields, epoch=record[M.EPOCH], validation=M.result_number(record),
-                   train_loss_steps=tuple((int(step), float(loss)) for step, loss in record[M.TRAIN_LOSS_STEPS]),
-                   spread={k: v for k, v in record.items() if M.is_spread(k)},
-                   system={k: v for k, v in record.items() if k.startswith(M.SYSTEM_PREFIX)})
+        return cls(
+            **fields,
+            epoch=record[M.EPOCH],
+            validation=M.result_number(record),
+            train_loss_steps=tuple((int(step), float(loss)) for step, loss in record[M.TRAIN_LOSS_STEPS]),
+            spread={k: v for k, v in record.items() if M.is_spread(k)},
+            system={k: v for k, v in record.items() if k.startswith(M.SYSTEM_PREFIX)},
+        )
 
 
-_REQUIRED = (M.TRAIN_LOSS, *M.VAL_METRICS, M.LEARNING_RATE, M.TOKENS_PER_S, M.EPOCH_SECONDS, M.EPOCH_CPU_SECONDS,
-             M.VALIDATION_CPU_SECONDS, M.LATENT_FRACTION, M.LATENT_FLOATS, M.LATENT_SHARE, M.BEST_EPOCH,
-             M.BEST_VAL_TOKEN_ACCURACY, M.DATA_SECONDS, M.GLOBAL_STEP)
+_REQUIRED = (
+    M.TRAIN_LOSS,
+    *M.VAL_METRICS,
+    M.LEARNING_RATE,
+    M.TOKENS_PER_S,
+    M.EPOCH_SECONDS,
+    M.EPOCH_CPU_SECONDS,
+    M.VALIDATION_CPU_SECONDS,
+    M.LATENT_FRACTION,
+    M.LATENT_FLOATS,
+    M.LATENT_SHARE,
+    M.BEST_EPOCH,
+    M.BEST_VAL_TOKEN_ACCURACY,
+    M.DATA_SECONDS,
+    M.GLOBAL_STEP,
+)

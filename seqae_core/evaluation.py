@@ -15,8 +15,9 @@ from seqae_core.model import ReducingAutoencoder
 SAMPLES = 8  # validation samples shown beside their reconstructions
 
 
-def batch_scores(model: ReducingAutoencoder, tokens: torch.Tensor, pad_id: int,
-                 plan: HeadPlan | None = None) -> tuple[torch.Tensor, Tally]:
+def batch_scores(
+    model: ReducingAutoencoder, tokens: torch.Tensor, pad_id: int, plan: HeadPlan | None = None
+) -> tuple[torch.Tensor, Tally]:
     """Mean loss over the non-pad tokens of a (b, t) batch, and its scores on the device.
 
     Pad positions are never scored: their targets are IGNORE (see ``seqae_core.loss`` for the
@@ -27,8 +28,14 @@ def batch_scores(model: ReducingAutoencoder, tokens: torch.Tensor, pad_id: int,
 
 
 @torch.no_grad()
-def evaluate(model: ReducingAutoencoder, splits: data_lib.Splits, rows: np.ndarray, config: Config,
-             device: torch.device, plan: HeadPlan | None = None) -> M.Scores:
+def evaluate(
+    model: ReducingAutoencoder,
+    splits: data_lib.Splits,
+    rows: np.ndarray,
+    config: Config,
+    device: torch.device,
+    plan: HeadPlan | None = None,
+) -> M.Scores:
     """The model's scores on ``rows`` of the samples (a split's: ``splits.val``, ``splits.test``),
     summed on the device and read once. ``plan``: the head's, else ``train.head``'s on ``device``."""
     plan = plan or plan_head(config.train.head, device)
@@ -49,7 +56,9 @@ def named(scores: M.Scores, names: tuple[str, ...]) -> dict[str, float]:
 
 
 @torch.no_grad()
-def reconstruct(model: ReducingAutoencoder, splits: data_lib.Splits, device: torch.device) -> list[dict[str, list[str]]]:
+def reconstruct(
+    model: ReducingAutoencoder, splits: data_lib.Splits, device: torch.device
+) -> list[dict[str, list[str]]]:
     """The first validation samples beside their reconstructions, as token strings."""
     model.eval()
     tokens = splits.batch(splits.val[:SAMPLES]).to(device)
@@ -58,6 +67,7 @@ def reconstruct(model: ReducingAutoencoder, splits: data_lib.Splits, device: tor
     samples = []
     for original, output in zip(tokens.tolist(), predicted.tolist()):
         length = len(data_lib.decode(vocab, original, splits.pad_id))
-        samples.append({"original": [vocab[i] for i in original[:length]],
-                        "reconstruction": [vocab[i] for i in output[:length]]})
+        samples.append(
+            {"original": [vocab[i] for i in original[:length]], "reconstruction": [vocab[i] for i in output[:length]]}
+        )
     return samples

@@ -84,9 +84,18 @@ class Pack:
     Built from the members' own models, optimizers and schedules (:meth:`stack`), and written back
     into them at a validation (:meth:`unstack`); in between, the pack's are the ones that train."""
 
-    def __init__(self, models: list[ReducingAutoencoder], *, lr: list[float], weight_decay: list[float],
-                 schedule: list[Schedule], plan: HeadPlan, autocast: Callable[[], Any], pad_id: int,
-                 device: torch.device) -> None:
+    def __init__(
+        self,
+        models: list[ReducingAutoencoder],
+        *,
+        lr: list[float],
+        weight_decay: list[float],
+        schedule: list[Schedule],
+        plan: HeadPlan,
+        autocast: Callable[[], Any],
+        pad_id: int,
+        device: torch.device,
+    ) -> None:
         wrapped = [_Hidden(model) for model in models]
         # named_parameters lists a tied weight once (the embedding, registered before the head), the
         # order each member's optimizer indexes its state by: the pack's optimizer keeps that order.
@@ -96,8 +105,9 @@ class Pack:
         self.head_bias = ids[id(models[0].head.bias)]
         self.base = copy.deepcopy(wrapped[0]).to("meta")  # the structure only: functional_call brings the weights
         self.k = len(models)
-        self.optimizer = StackedAdamW(list(self.params.values()), lr=lr, weight_decay=weight_decay, schedule=schedule,
-                                      device=device)
+        self.optimizer = StackedAdamW(
+            list(self.params.values()), lr=lr, weight_decay=weight_decay, schedule=schedule, device=device
+        )
         self.plan, self.autocast, self.pad_id = plan, autocast, pad_id
         self._hidden = vmap(self._one_hidden, randomness="different")  # each member its own dropout masks
         self._loss_sum = torch.zeros(self.k, dtype=torch.float32, device=device)
@@ -105,8 +115,9 @@ class Pack:
         self._step = torch.zeros((), dtype=torch.int64, device=device)
         self._bad_step = torch.zeros(self.k, dtype=torch.int64, device=device)
 
-    def _one_hidden(self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor],
-                    tokens: torch.Tensor) -> torch.Tensor:
+    def _one_hidden(
+        self, params: dict[str, torch.Tensor], buffers: dict[str, torch.Tensor], tokens: torch.Tensor
+    ) -> torch.Tensor:
         return functional_call(self.base, (params, buffers), (tokens,))  # type: ignore[no-any-return]
 
     def train(self, mode: bool = True) -> None:
@@ -127,8 +138,10 @@ class Pack:
         weights, biases = self.params[self.head_weight], self.params[self.head_bias]  # (k, v, d), (k, v)
         # The head per member: the unfused run's kernels on each member's slice (unbind's gradient
         # is one stack back into the (k, ...) weights).
-        sums = [head_cross_entropy(h.reshape(b * t, -1), w, bias, target, self.plan, predict=False)[0]
-                for h, w, bias, target in zip(hidden.unbind(0), weights.unbind(0), biases.unbind(0), targets.unbind(0))]
+        sums = [
+            head_cross_entropy(h.reshape(b * t, -1), w, bias, target, self.plan, predict=False)[0]
+            for h, w, bias, target in zip(hidden.unbind(0), weights.unbind(0), biases.unbind(0), targets.unbind(0))
+        ]
         return torch.stack(sums), (targets != IGNORE).sum(dim=1)
 
     def __call__(self, tokens: torch.Tensor) -> None:
@@ -150,7 +163,10 @@ class Pack:
         rows = torch.stack([self._loss_sum.double(), self._tokens.double(), self._bad_step.double()]).tolist()
         self._loss_sum.zero_()
         self._tokens.zero_()
-        return [Window(loss=loss / max(tokens, 1), tokens=int(tokens), bad_step=int(bad)) for loss, tokens, bad in zip(*rows)]
+        return [
+            Window(loss=loss / max(tokens, 1), tokens=int(tokens), bad_step=int(bad))
+            for loss, tokens, bad in zip(*rows)
+        ]
 
     def count_from(self, done: int) -> None:
         """As :meth:`seqae_core.step.TrainStep.count_from`."""
@@ -160,8 +176,12 @@ class Pack:
     # --- to and from each member's own state ---
 
     @torch.no_grad()
-    def stack(self, models: list[ReducingAutoencoder], optimizers: list[torch.optim.Optimizer],
-              schedulers: list[torch.optim.lr_scheduler.LRScheduler]) -> None:
+    def stack(
+        self,
+        models: list[ReducingAutoencoder],
+        optimizers: list[torch.optim.Optimizer],
+        schedulers: list[torch.optim.lr_scheduler.LRScheduler],
+    ) -> None:
         """Take the members' weights, optimizer states and schedules: a fresh run's or a resumed
         one's, whether its checkpoint was written fused or not."""
         for name, stacked in self.params.items():
@@ -171,8 +191,12 @@ class Pack:
         self.optimizer.load(optimizers, schedulers)
 
     @torch.no_grad()
-    def unstack(self, models: list[ReducingAutoencoder], optimizers: list[torch.optim.Optimizer],
-                schedulers: list[torch.optim.lr_scheduler.LRScheduler]) -> None:
+    def unstack(
+        self,
+        models: list[ReducingAutoencoder],
+        optimizers: list[torch.optim.Optimizer],
+        schedulers: list[torch.optim.lr_scheduler.LRScheduler],
+    ) -> None:
         """Write member i's weights, optimizer state and schedule into its own, as if it had
         trained alone: what evaluation, the metrics and the checkpoint then read."""
         for name, stacked in self.params.items():

@@ -50,23 +50,43 @@ class Replicate:
     step: TrainStep
 
     @classmethod
-    def create(cls, config: Config, seed: int, vocab_size: int, dev: torch.device, steps_per_epoch: int,
-               plan: HeadPlan, pad_id: int) -> Replicate:
+    def create(
+        cls,
+        config: Config,
+        seed: int,
+        vocab_size: int,
+        dev: torch.device,
+        steps_per_epoch: int,
+        plan: HeadPlan,
+        pad_id: int,
+    ) -> Replicate:
         torch.manual_seed(seed)
         model = ReducingAutoencoder(config, vocab_size).to(dev)
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay, fused=True
         )
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(config.train, steps_per_epoch,
-                                                                           config.data.input_len))
-        step = TrainStep(model, optimizer, scheduler, plan=plan, autocast=lambda: autocast(config, dev),
-                         pad_id=pad_id, device=dev,
-                         backend="inductor" if compiles(config.train.compile, dev) else None)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lr_factor(config.train, steps_per_epoch, config.data.input_len)
+        )
+        step = TrainStep(
+            model,
+            optimizer,
+            scheduler,
+            plan=plan,
+            autocast=lambda: autocast(config, dev),
+            pad_id=pad_id,
+            device=dev,
+            backend="inductor" if compiles(config.train.compile, dev) else None,
+        )
         return cls(seed, model, optimizer, scheduler, _rng_state(dev), step)
 
     def state(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "rng": self.rng}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": self.rng,
+        }
 
     def load(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
@@ -88,9 +108,17 @@ def _rng_state(dev: torch.device) -> dict[str, Any]:
     return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if dev.type == "cuda" else []}
 
 
-def train_steps(replicate: Replicate, splits: data_lib.Splits, config: Config, dev: torch.device, epoch: int,
-                 steps: range, steps_per_epoch: int, progress: bool,
-                 interrupt: Interrupt | None = None) -> tuple[float, list[list[float]]]:
+def train_steps(
+    replicate: Replicate,
+    splits: data_lib.Splits,
+    config: Config,
+    dev: torch.device,
+    epoch: int,
+    steps: range,
+    steps_per_epoch: int,
+    progress: bool,
+    interrupt: Interrupt | None = None,
+) -> tuple[float, list[list[float]]]:
     """The ``steps`` of an epoch (0-based: a whole epoch, or the part between two validations)
     of one seed, in the epoch's order drawn from ``(seed, epoch)``: their mean training loss, and
     their points of the training-loss curve. The host reads the device once a log window (and at
@@ -102,8 +130,12 @@ def train_steps(replicate: Replicate, splits: data_lib.Splits, config: Config, d
     loss_sum, tokens = 0.0, 0
     curve: list[list[float]] = []  # [global step, mean loss since the previous point]
     which = f" seed {replicate.seed}" if config.train.repeats > 1 else ""
-    bar = tqdm(range(steps.start * bs, min(steps.stop * bs, len(order)), bs), desc=f"epoch {epoch}/{config.train.epochs}{which}",
-               disable=not progress, leave=False)
+    bar = tqdm(
+        range(steps.start * bs, min(steps.stop * bs, len(order)), bs),
+        desc=f"epoch {epoch}/{config.train.epochs}{which}",
+        disable=not progress,
+        leave=False,
+    )
 
     def read() -> float:
         nonlocal loss_sum, tokens
@@ -138,10 +170,20 @@ def _order(seed: int, epoch: int, n: int) -> np.ndarray:
     return torch.randperm(n, generator=torch.Generator().manual_seed(seed * 100_003 + epoch)).numpy()
 
 
-def train_pack_steps(pack: Pack, replicates: list[Replicate], labels: list[str], splits: data_lib.Splits,
-                      config: Config, dev: torch.device, epoch: int, steps: range, steps_per_epoch: int,
-                      progress: bool, fail_fast: bool,
-                      interrupt: Interrupt | None = None) -> tuple[list[float], list[list[list[float]]], list[str | None]]:
+def train_pack_steps(
+    pack: Pack,
+    replicates: list[Replicate],
+    labels: list[str],
+    splits: data_lib.Splits,
+    config: Config,
+    dev: torch.device,
+    epoch: int,
+    steps: range,
+    steps_per_epoch: int,
+    progress: bool,
+    fail_fast: bool,
+    interrupt: Interrupt | None = None,
+) -> tuple[list[float], list[list[list[float]]], list[str | None]]:
     """The ``steps`` of an epoch of every member of a pack, each in its own order drawn from
     ``(seed, epoch)``: what :func:`_train_steps` returns for each member, in the members' order, and
     each member's non-finite loss (None where there was none), named by its step and ``labels[i]``.
@@ -151,10 +193,16 @@ def train_pack_steps(pack: Pack, replicates: list[Replicate], labels: list[str],
     pack.count_from(steps.start)
     orders = [_order(r.seed, epoch, len(splits.train)) for r in replicates]
     loss_sums, tokens = [0.0] * len(replicates), [0] * len(replicates)
-    curves: list[list[list[float]]] = [[] for _ in replicates]  # each member's [global step, mean loss since its previous point]
+    curves: list[list[list[float]]] = [
+        [] for _ in replicates
+    ]  # each member's [global step, mean loss since its previous point]
     errors: list[str | None] = [None] * len(replicates)
-    bar = tqdm(range(steps.start * bs, min(steps.stop * bs, len(splits.train)), bs),
-               desc=f"epoch {epoch}/{config.train.epochs} {len(replicates)} fused", disable=not progress, leave=False)
+    bar = tqdm(
+        range(steps.start * bs, min(steps.stop * bs, len(splits.train)), bs),
+        desc=f"epoch {epoch}/{config.train.epochs} {len(replicates)} fused",
+        disable=not progress,
+        leave=False,
+    )
 
     def read() -> list[float]:
         windows = pack.read()
@@ -178,4 +226,3 @@ def train_pack_steps(pack: Pack, replicates: list[Replicate], labels: list[str],
                 break
     read()  # the part's last steps, and their check, before anything is reported or checkpointed
     return [total / max(count, 1) for total, count in zip(loss_sums, tokens)], curves, errors
-

@@ -68,8 +68,10 @@ def plan_head(name: str, device: torch.device) -> HeadPlan:
         return HeadPlan("fused" if device.type == "cuda" and liger_available() else "dense", chunk_rows)
     if name == "fused":
         if device.type != "cuda":
-            raise ConfigError(f"train.head=fused runs on CUDA only (this run's device is {device.type}): "
-                              "use train.head=auto, chunked or dense")
+            raise ConfigError(
+                f"train.head=fused runs on CUDA only (this run's device is {device.type}): "
+                "use train.head=auto, chunked or dense"
+            )
         if not liger_available():
             raise ConfigError('train.head=fused needs Liger-Kernel: pip install -e ".[gpu]" (or train.head=dense)')
     return HeadPlan(name, chunk_rows)  # type: ignore[arg-type]
@@ -89,8 +91,15 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, targets: torch.Tensor,
-        dtype: torch.dtype, with_grad: bool, chunk_rows: int, predict: bool,
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        targets: torch.Tensor,
+        dtype: torch.dtype,
+        with_grad: bool,
+        chunk_rows: int,
+        predict: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         n = hidden.shape[0]  # hidden (n, d), weight (v, d), bias (v,), targets (n,)
         h, w, b = hidden.to(dtype), weight.to(dtype), bias.to(dtype)
@@ -139,7 +148,12 @@ class _ChunkedCrossEntropy(torch.autograd.Function):
 
 
 def linear_cross_entropy(
-    hidden: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor, plan: HeadPlan, *, predict: bool = True,
+    hidden: torch.Tensor,
+    head: torch.nn.Linear,
+    targets: torch.Tensor,
+    plan: HeadPlan,
+    *,
+    predict: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(sum of cross-entropy, argmax)`` of ``head(hidden)`` against ``targets``, as ``plan`` says.
 
@@ -152,7 +166,12 @@ def linear_cross_entropy(
 
 
 def head_cross_entropy(
-    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, targets: torch.Tensor, plan: HeadPlan, *,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    targets: torch.Tensor,
+    plan: HeadPlan,
+    *,
     predict: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`linear_cross_entropy` of a head given as its weight (v, d) and bias (v,): one member's
@@ -160,8 +179,9 @@ def head_cross_entropy(
     dtype = _compute_dtype(hidden.device, weight.dtype)
     if plan.kind == "chunked":
         with_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
-        loss, predicted = _ChunkedCrossEntropy.apply(hidden, weight, bias, targets, dtype, with_grad, plan.chunk_rows,
-                                                     predict)
+        loss, predicted = _ChunkedCrossEntropy.apply(
+            hidden, weight, bias, targets, dtype, with_grad, plan.chunk_rows, predict
+        )
         return loss, predicted if predict else None
     if plan.kind == "dense":
         logits = F.linear(hidden.to(dtype), weight.to(dtype), bias.to(dtype))  # (n, v)
@@ -169,8 +189,9 @@ def head_cross_entropy(
         return loss, logits.argmax(dim=-1) if predict else None
     assert not predict, "the fused head returns no argmax: score with plan.scoring"
     assert liger_fused_linear_cross_entropy is not None, "plan_head plans fused only where Liger-Kernel is installed"
-    loss = liger_fused_linear_cross_entropy(hidden.to(dtype), weight.to(dtype), targets, bias.to(dtype),
-                                            ignore_index=IGNORE, reduction="sum")
+    loss = liger_fused_linear_cross_entropy(
+        hidden.to(dtype), weight.to(dtype), targets, bias.to(dtype), ignore_index=IGNORE, reduction="sum"
+    )
     return loss.float(), None
 
 
@@ -187,8 +208,9 @@ class Tally:
     @classmethod
     def zeros(cls, device: torch.device) -> Tally:
         zero = torch.zeros((), dtype=torch.int64, device=device)
-        return cls(torch.zeros((), dtype=torch.float32, device=device), zero.clone(), zero.clone(), zero.clone(),
-                   zero.clone())
+        return cls(
+            torch.zeros((), dtype=torch.float32, device=device), zero.clone(), zero.clone(), zero.clone(), zero.clone()
+        )
 
     def add_(self, other: Tally) -> None:
         for name in ("loss_sum", "tokens", "correct", "sequences", "exact"):
@@ -197,7 +219,9 @@ class Tally:
     def read(self) -> Scores:
         """The host's copy: one transfer, the only point where the host waits for the device."""
         loss_sum = float(self.loss_sum)
-        tokens, correct, sequences, exact = torch.stack([self.tokens, self.correct, self.sequences, self.exact]).tolist()
+        tokens, correct, sequences, exact = torch.stack(
+            [self.tokens, self.correct, self.sequences, self.exact]
+        ).tolist()
         return Scores(loss_sum=loss_sum, tokens=tokens, correct=correct, sequences=sequences, exact=exact)
 
 
@@ -206,7 +230,9 @@ def targets_of(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     return tokens.masked_fill(tokens == pad_id, IGNORE)
 
 
-def score(hidden: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor, plan: HeadPlan) -> tuple[torch.Tensor, Tally]:
+def score(
+    hidden: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor, plan: HeadPlan
+) -> tuple[torch.Tensor, Tally]:
     """Mean cross-entropy over the scored tokens of a batch, and its scores, on the device.
 
     hidden: (b, t, d); targets: (b, t) from :func:`targets_of`. Pad positions are never scored; a
@@ -217,6 +243,11 @@ def score(hidden: torch.Tensor, head: torch.nn.Linear, targets: torch.Tensor, pl
     scored = targets != IGNORE  # (b, t)
     right = (predicted.view(b, t) == targets) & scored  # (b, t)
     real = scored.any(dim=1)  # (b,)
-    tally = Tally(loss_sum=loss_sum.detach(), tokens=scored.sum(), correct=right.sum(), sequences=real.sum(),
-                  exact=((right | ~scored).all(dim=1) & real).sum())
+    tally = Tally(
+        loss_sum=loss_sum.detach(),
+        tokens=scored.sum(),
+        correct=right.sum(),
+        sequences=real.sum(),
+        exact=((right | ~scored).all(dim=1) & real).sum(),
+    )
     return loss_sum / tally.tokens.clamp(min=1), tally

@@ -26,11 +26,18 @@ from seqae_errors import ConfigError
 __all__ = ["MemberResult", "PackReport", "train_members"]
 
 
-def train_members(configs: list[Config], report: PackReport | None = None, *,
-                  resumes: list[Checkpoint | None] | None = None, device: str | None = None, cache_dir: Any = None,
-                  published: str | None = None, progress: bool = False,
-                  measure: Callable[[], dict[str, float]] | None = None,
-                  interrupt: Interrupt | None = None) -> list[dict[str, Any] | None]:
+def train_members(
+    configs: list[Config],
+    report: PackReport | None = None,
+    *,
+    resumes: list[Checkpoint | None] | None = None,
+    device: str | None = None,
+    cache_dir: Any = None,
+    published: str | None = None,
+    progress: bool = False,
+    measure: Callable[[], dict[str, float]] | None = None,
+    interrupt: Interrupt | None = None,
+) -> list[dict[str, Any] | None]:
     """Train ``configs`` as one pack; return each member's final metrics (as :func:`seqae_core.train.train`
     returns them), None for one that failed or never validated.
 
@@ -44,23 +51,42 @@ def train_members(configs: list[Config], report: PackReport | None = None, *,
     _check_members(configs)
     resumes = resumes if resumes is not None else [None] * len(configs)
     if len(resumes) != len(configs):
-        raise ConfigError(f"train_members: {len(resumes)} resumes for {len(configs)} configs: give one per config "
-                          "(None for a fresh start)")
+        raise ConfigError(
+            f"train_members: {len(resumes)} resumes for {len(configs)} configs: give one per config "
+            "(None for a fresh start)"
+        )
     shared = configs[0]
     dev = pick_device(device)
     plan = plan_head(shared.train.head, dev)  # a head this machine cannot run is refused before the data loads
     splits, data_seconds = load_data(shared, dev, cache_dir, published)
     steps_per_epoch = math.ceil(len(splits.train) / shared.train.batch_size)
     checks = validation_steps(shared.train, steps_per_epoch)
-    runs = [Run.start(config, resume, splits, dev, plan, steps_per_epoch, checks)
-            for config, resume in zip(configs, resumes)]
+    runs = [
+        Run.start(config, resume, splits, dev, plan, steps_per_epoch, checks)
+        for config, resume in zip(configs, resumes)
+    ]
     places = {i: run.place for i, run in enumerate(runs) if not run.done}
     if len(set(places.values())) > 1:
         where = ", ".join(f"member {i} {_place(epoch, step)}" for i, (epoch, step) in places.items())
-        raise ConfigError(f"train_members: the members to train stand at different places ({where}): a pack's "
-                          "members take each step together; resume them in packs of one place")
-    train_runs(runs, splits, dev, plan, steps_per_epoch, checks, report or (lambda results: set()), fused=True,
-               members=True, data_seconds=data_seconds, progress=progress, measure=measure, interrupt=interrupt)
+        raise ConfigError(
+            f"train_members: the members to train stand at different places ({where}): a pack's "
+            "members take each step together; resume them in packs of one place"
+        )
+    train_runs(
+        runs,
+        splits,
+        dev,
+        plan,
+        steps_per_epoch,
+        checks,
+        report or (lambda results: set()),
+        fused=True,
+        members=True,
+        data_seconds=data_seconds,
+        progress=progress,
+        measure=measure,
+        interrupt=interrupt,
+    )
     return [run.summary(data_seconds) if run.history and run.error is None else None for run in runs]
 
 
@@ -78,11 +104,15 @@ def _check_members(configs: list[Config]) -> None:
     for key, allowed in (("train.repeats", lambda v: v == 1), ("train.compile", lambda v: v != "on")):
         values = [config.flat()[key] for config in configs]
         if not all(allowed(v) for v in values):
-            raise ConfigError(f"train_members: {key}={values!r}: a pack's members train one seed each, eagerly "
-                              "(train.repeats=1, train.compile off or auto)")
+            raise ConfigError(
+                f"train_members: {key}={values!r}: a pack's members train one seed each, eagerly "
+                "(train.repeats=1, train.compile off or auto)"
+            )
     keys = [dict(fusion_key(config)) for config in configs]
     for key in keys[0]:
         values = [k[key] for k in keys]
         if len({repr(v) for v in values}) > 1:
-            raise ConfigError(f"train_members: the configs differ in {key} ({', '.join(map(repr, values))}): a pack's "
-                              f"members may differ only in {', '.join(FREE_KEYS)}")
+            raise ConfigError(
+                f"train_members: the configs differ in {key} ({', '.join(map(repr, values))}): a pack's "
+                f"members may differ only in {', '.join(FREE_KEYS)}"
+            )

@@ -60,9 +60,24 @@ STOPPED_EARLY = "stopped_early"
 TRAIN_SECONDS = "train_seconds"
 
 PER_EPOCH: tuple[str, ...] = (
-    EPOCH, VALIDATION, TRAIN_LOSS, VAL_LOSS, VAL_TOKEN_ACCURACY, VAL_SEQUENCE_ACCURACY, LEARNING_RATE, TOKENS_PER_S,
-    EPOCH_SECONDS, EPOCH_CPU_SECONDS, VALIDATION_CPU_SECONDS, LATENT_FRACTION, LATENT_FLOATS, LATENT_SHARE, BEST_EPOCH, BEST_VAL_TOKEN_ACCURACY,
-    DATA_SECONDS, GLOBAL_STEP,
+    EPOCH,
+    VALIDATION,
+    TRAIN_LOSS,
+    VAL_LOSS,
+    VAL_TOKEN_ACCURACY,
+    VAL_SEQUENCE_ACCURACY,
+    LEARNING_RATE,
+    TOKENS_PER_S,
+    EPOCH_SECONDS,
+    EPOCH_CPU_SECONDS,
+    VALIDATION_CPU_SECONDS,
+    LATENT_FRACTION,
+    LATENT_FLOATS,
+    LATENT_SHARE,
+    BEST_EPOCH,
+    BEST_VAL_TOKEN_ACCURACY,
+    DATA_SECONDS,
+    GLOBAL_STEP,
 )
 CUDA_PER_EPOCH: tuple[str, ...] = (GPU_MEMORY_GIB,)  # reported besides those on CUDA only
 PACK_PER_EPOCH: tuple[str, ...] = (PACK_MEMBERS,)  # reported besides those by a sweep's pack's members
@@ -108,8 +123,11 @@ def across_seeds(per_seed: dict[int, dict[str, float]]) -> dict[str, float]:
 def seed_values(record: Mapping[str, Any], metric: str) -> dict[int, float]:
     """Each seed's value of ``metric`` in a record of a repeated trial ({} for one seed)."""
     suffix = f"/{metric}"
-    return {int(key[len("seed_"):-len(suffix)]): value for key, value in record.items()
-            if key.startswith("seed_") and key.endswith(suffix)}
+    return {
+        int(key[len("seed_") : -len(suffix)]): value
+        for key, value in record.items()
+        if key.startswith("seed_") and key.endswith(suffix)
+    }
 
 
 def is_spread(key: str) -> bool:

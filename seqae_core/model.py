@@ -57,8 +57,16 @@ def init_scaling(n_out: int, n_in: int, kind: str = "interpolate") -> torch.Tens
 class ReducingAttention(nn.Module):
     """Multi-head reducing attention: ``n_in`` tokens in, ``n_out`` tokens out."""
 
-    def __init__(self, n_in: int, n_out: int, d_model: int, d_attn: int, heads: int, dropout: float,
-                 w_s_init: str = "interpolate") -> None:
+    def __init__(
+        self,
+        n_in: int,
+        n_out: int,
+        d_model: int,
+        d_attn: int,
+        heads: int,
+        dropout: float,
+        w_s_init: str = "interpolate",
+    ) -> None:
         super().__init__()
         assert d_attn % heads == 0, "checked by the config"
         self.heads, self.dropout = heads, dropout

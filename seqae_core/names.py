@@ -9,7 +9,9 @@ from __future__ import annotations
 SWEEP = "seqae.sweep"  # experiment and runs: the sweep's name
 OWNER = "seqae.owner"  # experiment, runs, registered model and study (a user attribute): the user the sweep belongs to
 FINGERPRINT = "seqae.fingerprint"  # experiment and study: the sweep file's fingerprint (one sweep per experiment)
-DELETED = "seqae.deleted"  # experiment: `seqae sweep delete` deleted its sweep through a tracking server, whose rows wait for `seqae cluster gc`
+# experiment: `seqae sweep delete` deleted its sweep through a tracking server, whose rows wait for
+# `seqae cluster gc`
+DELETED = "seqae.deleted"
 ROLE = "seqae.role"  # the sweep's parent run: "sweep"
 ROLE_SWEEP = "sweep"
 TRIAL = "seqae.trial"  # a trial's run: the Optuna trial number
@@ -61,8 +63,12 @@ TEST = "seqae.test"  # a trial's: the test metrics of the checkpoint it kept (wi
 SEEDS = "seqae.seeds"  # a trial's of several seeds (train.repeats): each seed's value and the standard error at the kept epoch
 # a finished trial's (with constraints): how far the kept checkpoint is outside each bound, 0 or less inside
 CONSTRAINTS = "seqae.constraints"
-CREATED = "seqae.created"  # every trial's (a system attribute): the token its creation is found by, should the answer be lost
+CREATED = (
+    "seqae.created"  # every trial's (a system attribute): the token its creation is found by, should the answer be lost
+)
 TUNE_TRIAL_IDS = "seqae.tune_trial_ids"  # a trial's: the Ray Tune trial ids that ran it, one per session
 STOP = "seqae.stop"  # a running trial's: `seqae sweep stop --trial` asked it to stop (by whom, when, whether --now)
-ATTEMPT = "seqae.attempt"  # a retried trial's (Optuna attribute and MLflow tag): which attempt at its configuration, from 2
+ATTEMPT = (
+    "seqae.attempt"  # a retried trial's (Optuna attribute and MLflow tag): which attempt at its configuration, from 2
+)
 RETRY_OF = "seqae.retry_of"  # ... the Optuna trial number of the failed attempt it retries

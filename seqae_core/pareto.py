@@ -49,9 +49,9 @@ def behind(others: Sequence[Sequence[float]], mine: Sequence[float], keep: float
     return bool(rank[-1] > bar)
 
 
-
-def hypervolume(values: np.ndarray | Sequence[Sequence[float]], modes: Sequence[str],
-                reference: Sequence[float]) -> float:
+def hypervolume(
+    values: np.ndarray | Sequence[Sequence[float]], modes: Sequence[str], reference: Sequence[float]
+) -> float:
     """The area that the points of two objectives dominate up to ``reference`` (a point every
     useful one beats): the sum of horizontal strips, one per point that lowers the second
     objective, the points taken by their first. A point not better than ``reference`` in both

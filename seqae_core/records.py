@@ -119,8 +119,11 @@ class RecordStore:
         fs, root = filesystem(f"{storage.rstrip('/')}/trials")
         if fs.get_file_info(root).type == pafs.FileType.NotFound:
             return []
-        return sorted(int(info.base_name) for info in fs.get_file_info(pafs.FileSelector(root))
-                      if info.type == pafs.FileType.Directory and info.base_name.isdigit())
+        return sorted(
+            int(info.base_name)
+            for info in fs.get_file_info(pafs.FileSelector(root))
+            if info.type == pafs.FileType.Directory and info.base_name.isdigit()
+        )
 
     # -- what the sweep reads ------------------------------------------------------------------
     def progress(self) -> TrialProgress | None:
@@ -131,8 +134,9 @@ class RecordStore:
         history = list(meta.get("history", []))
         # the record is named by its result number (train.validate_every); its history says the epochs trained
         trained = history[-1][M.EPOCH] if history else int(meta["epoch"])
-        return TrialProgress(trained, history, bool(meta.get("finished")), bool(meta.get("patience_spent")),
-                             bool(meta.get("released")))
+        return TrialProgress(
+            trained, history, bool(meta.get("finished")), bool(meta.get("patience_spent")), bool(meta.get("released"))
+        )
 
     def best_epoch(self) -> int | None:
         """The epoch of the newest best-model record, without reading its files."""
@@ -169,8 +173,11 @@ class RecordStore:
             self.lease = uuid.uuid4().hex
             self.fs.create_dir(self.root, recursive=True)
             with self.fs.open_output_stream(f"{self.root}/{LEASE}") as out:
-                out.write(json.dumps({"holder": self.lease, "host": socket.gethostname(), "pid": os.getpid(),
-                                      "at": time.time()}).encode())
+                out.write(
+                    json.dumps(
+                        {"holder": self.lease, "host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
+                    ).encode()
+                )
             try:
                 yield
             finally:
@@ -312,8 +319,10 @@ class RecordStore:
         except (OSError, ValueError) as exc:
             raise LeaseLost(f"{self.uri}: the lease is gone ({exc})") from exc
         if holder.get("holder") != self.lease:
-            raise LeaseLost(f"{self.uri}: a newer writer ({holder.get('host')}, pid {holder.get('pid')}) took the "
-                            "lease; this one stops without writing")
+            raise LeaseLost(
+                f"{self.uri}: a newer writer ({holder.get('host')}, pid {holder.get('pid')}) took the "
+                "lease; this one stops without writing"
+            )
 
     def _write(self, name: str, files: dict[str, bytes], meta: dict[str, Any]) -> None:
         self._check_lease()
@@ -335,7 +344,9 @@ class RecordStore:
             out.write(json.dumps(manifest, indent=1).encode())
         self.fs.move(f"{folder}/manifest.json.tmp", f"{folder}/manifest.json")
 
-    def _read(self, name: str, only: tuple[str, ...] | None = None) -> tuple[str | None, dict[str, bytes], dict[str, Any]]:
+    def _read(
+        self, name: str, only: tuple[str, ...] | None = None
+    ) -> tuple[str | None, dict[str, bytes], dict[str, Any]]:
         folder = f"{self.root}/{name}"
         try:
             with self.fs.open_input_stream(f"{folder}/manifest.json") as f:

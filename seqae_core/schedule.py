@@ -42,4 +42,3 @@ def lr_factor(train: TrainConfig, steps_per_epoch: int, input_len: int) -> Calla
     function: ``LambdaLR`` saves a callable object's fields in its state, a function's not."""
     schedule = lr_schedule(train, steps_per_epoch, input_len)
     return lambda step: schedule(step)
-

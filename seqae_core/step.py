@@ -38,10 +38,19 @@ class Window:
 class TrainStep:
     """Forward, head loss, backward and the optimizer's step for one (b, t) batch of ``model``."""
 
-    def __init__(self, model: ReducingAutoencoder, optimizer: torch.optim.Optimizer,
-                 scheduler: torch.optim.lr_scheduler.LRScheduler, *, plan: HeadPlan, autocast: Callable[[], Any],
-                 pad_id: int, device: torch.device, backend: str | Callable[..., Any] | None = None,
-                 mode: str | None = None) -> None:
+    def __init__(
+        self,
+        model: ReducingAutoencoder,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler,
+        *,
+        plan: HeadPlan,
+        autocast: Callable[[], Any],
+        pad_id: int,
+        device: torch.device,
+        backend: str | Callable[..., Any] | None = None,
+        mode: str | None = None,
+    ) -> None:
         """``backend``: torch.compile's (``"inductor"``), or None to run eagerly; ``mode``:
         inductor's (``"reduce-overhead"`` replays CUDA graphs). The graph must be whole
         (``fullgraph``: a graph break is an error, not a slowdown) and is traced for one shape
@@ -52,7 +61,9 @@ class TrainStep:
         self.compile_seconds: float | None = None  # the first call's, where compiled
         self.loss_of: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] = (
             torch.compile(self._loss, backend=backend, mode=mode, fullgraph=True, dynamic=False)
-            if backend is not None else self._loss)
+            if backend is not None
+            else self._loss
+        )
         self._loss_sum = torch.zeros((), dtype=torch.float32, device=device)
         self._tokens = torch.zeros((), dtype=torch.int64, device=device)
         self._step = torch.zeros((), dtype=torch.int64, device=device)
@@ -63,8 +74,9 @@ class TrainStep:
         b, t = tokens.shape
         targets = targets_of(tokens, self.pad_id).reshape(b * t)  # (b t,)
         hidden = self.model.decode(self.model.encode(tokens))  # (b, t, d)
-        loss_sum, _ = linear_cross_entropy(hidden.reshape(b * t, -1), self.model.head, targets, self.plan,
-                                           predict=False)
+        loss_sum, _ = linear_cross_entropy(
+            hidden.reshape(b * t, -1), self.model.head, targets, self.plan, predict=False
+        )
         return loss_sum, (targets != IGNORE).sum()
 
     def __call__(self, tokens: torch.Tensor) -> None:
@@ -86,8 +98,9 @@ class TrainStep:
 
     def read(self) -> Window:
         """The window's scores, and zeroed sums for the next: the host's one wait per window."""
-        loss_sum, tokens, bad = torch.stack([self._loss_sum.double(), self._tokens.double(),
-                                             self._bad_step.double()]).tolist()
+        loss_sum, tokens, bad = torch.stack(
+            [self._loss_sum.double(), self._tokens.double(), self._bad_step.double()]
+        ).tolist()
         self._loss_sum.zero_()
         self._tokens.zero_()
         return Window(loss=loss_sum / max(tokens, 1), tokens=int(tokens), bad_step=int(bad))
@@ -105,4 +118,3 @@ def fill_batch(tokens: torch.Tensor, batch_size: int, pad_id: int) -> torch.Tens
     if missing == 0:
         return tokens
     return torch.cat([tokens, tokens.new_full((missing, tokens.shape[1]), pad_id)])
-

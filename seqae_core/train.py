@@ -74,26 +74,32 @@ def validation_steps(train: TrainConfig, steps_per_epoch: int) -> list[int]:
         return [steps]
     if isinstance(every, int):
         if every > steps:
-            raise ConfigError(f"train.validate_every={every} steps is more than an epoch's {steps} steps: set it to "
-                              f"at most {steps}, or leave it unset to validate once an epoch")
+            raise ConfigError(
+                f"train.validate_every={every} steps is more than an epoch's {steps} steps: set it to "
+                f"at most {steps}, or leave it unset to validate once an epoch"
+            )
         return [*range(every, steps, every), steps]
     count = round(1 / every)
     if count > steps:
-        raise ConfigError(f"train.validate_every={every} asks for {count} validations an epoch, which has {steps} "
-                          "steps: validate less often")
+        raise ConfigError(
+            f"train.validate_every={every} asks for {count} validations an epoch, which has {steps} "
+            "steps: validate less often"
+        )
     return [-(-i * steps // count) for i in range(1, count + 1)]  # ceil(i * steps / count)
-
 
 
 def _check_resume(config: Config, resume: Checkpoint) -> None:
     """Refuse a checkpoint of another config (but for :data:`RESUMABLE_CHANGES`)."""
     saved = from_flat(resume.config).flat()
-    changed = [f"{k}={saved[k]!r} -> {v!r}" for k, v in config.flat().items() if k not in RESUMABLE_CHANGES
-               and saved[k] != v]
+    changed = [
+        f"{k}={saved[k]!r} -> {v!r}" for k, v in config.flat().items() if k not in RESUMABLE_CHANGES and saved[k] != v
+    ]
     if changed:
-        raise ConfigError(f"the checkpoint was written with another config ({', '.join(changed)}); only "
-                          "train.epochs (to train on) and train.fuse_repeats may change: start a new run in "
-                          "another folder")
+        raise ConfigError(
+            f"the checkpoint was written with another config ({', '.join(changed)}); only "
+            "train.epochs (to train on) and train.fuse_repeats may change: start a new run in "
+            "another folder"
+        )
 
 
 @dataclass
@@ -112,13 +118,25 @@ class Run:
     error: str | None = None  # why it failed, where its loss was not finite (train_members)
 
     @classmethod
-    def start(cls, config: Config, resume: Checkpoint | None, splits: data_lib.Splits, dev: torch.device,
-              plan: HeadPlan, steps_per_epoch: int, checks: list[int]) -> Run:
+    def start(
+        cls,
+        config: Config,
+        resume: Checkpoint | None,
+        splits: data_lib.Splits,
+        dev: torch.device,
+        plan: HeadPlan,
+        steps_per_epoch: int,
+        checks: list[int],
+    ) -> Run:
         """A fresh run of ``config``, or ``resume``'s (refused where its config is another)."""
         if resume is not None:
             _check_resume(config, resume)
-        replicates = [Replicate.create(config, config.train.seed + i, splits.vocab_size, dev, steps_per_epoch, plan,
-                                       splits.pad_id) for i in range(config.train.repeats)]
+        replicates = [
+            Replicate.create(
+                config, config.train.seed + i, splits.vocab_size, dev, steps_per_epoch, plan, splits.pad_id
+            )
+            for i in range(config.train.repeats)
+        ]
         if resume is None:  # train.patience epochs, in validations
             return cls(config, replicates, EarlyStopping(config.train.patience * len(checks)), [], {}, (1, 0), False)
         for replicate, state in zip(replicates, resume.seeds):
@@ -135,24 +153,42 @@ class Run:
     def score(self, splits: data_lib.Splits, dev: torch.device, plan: HeadPlan) -> tuple[dict[str, float], bool]:
         """The validation scores of its seeds (their mean, and each seed's), and whether early
         stopping keeps them as a new best (then the test pages are scored too)."""
-        val = M.across_seeds({r.seed: named(evaluate(r.model, splits, splits.val, self.config, dev, plan),
-                                             M.VAL_METRICS) for r in self.replicates})
+        val = M.across_seeds(
+            {
+                r.seed: named(evaluate(r.model, splits, splits.val, self.config, dev, plan), M.VAL_METRICS)
+                for r in self.replicates
+            }
+        )
         improved = self.stopper.update(val[M.VAL_TOKEN_ACCURACY], len(self.history) + 1)
         if improved and len(splits.test):  # the checkpoint early stopping keeps, on pages nothing selects on
-            self.kept_test = M.across_seeds({r.seed: named(evaluate(r.model, splits, splits.test, self.config, dev,
-                                                                     plan), M.TEST_METRICS) for r in self.replicates})
+            self.kept_test = M.across_seeds(
+                {
+                    r.seed: named(evaluate(r.model, splits, splits.test, self.config, dev, plan), M.TEST_METRICS)
+                    for r in self.replicates
+                }
+            )
         return val, improved
 
-    def record(self, part: Part, losses: list[float], curves: list[list[list[float]]], val: dict[str, float],
-               improved: bool, scoring_cpu: float, splits: data_lib.Splits,
-               dev: torch.device) -> tuple[EpochRecord, Checkpoint]:
+    def record(
+        self,
+        part: Part,
+        losses: list[float],
+        curves: list[list[list[float]]],
+        val: dict[str, float],
+        improved: bool,
+        scoring_cpu: float,
+        splits: data_lib.Splits,
+        dev: torch.device,
+    ) -> tuple[EpochRecord, Checkpoint]:
         """The part's record, appended to the history in its serialized form, and its checkpoint."""
         epoch, steps, config, first = part.epoch, part.steps, self.config, self.replicates[0]
         number = len(self.history) + 1  # this result's: the epoch's by default
         ends_epoch = steps.stop == part.steps_per_epoch
         bs = config.train.batch_size
         part_samples = min(steps.stop * bs, len(splits.train)) - steps.start * bs
-        trained = epoch if ends_epoch else epoch - 1 + steps.stop / part.steps_per_epoch  # a fraction between epochs' ends
+        trained = (
+            epoch if ends_epoch else epoch - 1 + steps.stop / part.steps_per_epoch
+        )  # a fraction between epochs' ends
         scores = {**val, **self.kept_test}
         record = EpochRecord(
             epoch=trained,
@@ -169,8 +205,9 @@ class Run:
             latent_fraction=config.latent_fraction,
             latent_floats=config.latent_floats,
             latent_share=config.latent_share,
-            best_epoch=(self.history[self.stopper.best_epoch - 1][M.EPOCH] if self.stopper.best_epoch < number
-                        else trained),
+            best_epoch=(
+                self.history[self.stopper.best_epoch - 1][M.EPOCH] if self.stopper.best_epoch < number else trained
+            ),
             best_val_token_accuracy=self.stopper.best,
             data_seconds=part.data_seconds,
             compile_seconds=first.step.compile_seconds if number == 1 and first.step.compiled else None,
@@ -187,11 +224,17 @@ class Run:
         self.history.append(record.as_dict())
         stop = self.stopper.should_stop or (ends_epoch and epoch == config.train.epochs)
         checkpoint = Checkpoint(
-            config=config.flat(), epoch=epoch if ends_epoch else epoch - 1, step=0 if ends_epoch else steps.stop,
+            config=config.flat(),
+            epoch=epoch if ends_epoch else epoch - 1,
+            step=0 if ends_epoch else steps.stop,
             seeds=[r.state() for r in self.replicates],
-            early_stopping=asdict(self.stopper), history=self.history, finished=stop,
-            patience_spent=self.stopper.should_stop, token_ids=torch.from_numpy(splits.token_ids),
-            samples=reconstruct(first.model, splits, dev) if improved else None)
+            early_stopping=asdict(self.stopper),
+            history=self.history,
+            finished=stop,
+            patience_spent=self.stopper.should_stop,
+            token_ids=torch.from_numpy(splits.token_ids),
+            samples=reconstruct(first.model, splits, dev) if improved else None,
+        )
         return record, checkpoint
 
 
@@ -223,10 +266,22 @@ class MemberResult:
 PackReport = Callable[[list[MemberResult]], set[int]]  # returns the indices of the members that must leave now
 
 
-def train_runs(runs: list[Run], splits: data_lib.Splits, dev: torch.device, plan: HeadPlan, steps_per_epoch: int,
-               checks: list[int], report: PackReport, *, fused: bool, members: bool, data_seconds: float,
-               progress: bool, measure: Callable[[], dict[str, float]] | None,
-               interrupt: Interrupt | None = None) -> None:
+def train_runs(
+    runs: list[Run],
+    splits: data_lib.Splits,
+    dev: torch.device,
+    plan: HeadPlan,
+    steps_per_epoch: int,
+    checks: list[int],
+    report: PackReport,
+    *,
+    fused: bool,
+    members: bool,
+    data_seconds: float,
+    progress: bool,
+    measure: Callable[[], dict[str, float]] | None,
+    interrupt: Interrupt | None = None,
+) -> None:
     """The epoch loop: train the runs that are not ``done`` (all at one place, of one shape) part by
     part, and give ``report`` each part's results, one per run that trained it, indexed by its place
     in ``runs``; a run leaves when it finishes, runs out of patience, fails, or ``report`` names it.
@@ -250,21 +305,35 @@ def train_runs(runs: list[Run], splits: data_lib.Splits, dev: torch.device, plan
         if fused:
             if pack is None:  # the runs' own states, a fresh start's, a checkpoint's or a bigger pack's
                 pack = _pack(trained, splits, dev, plan, steps_per_epoch)
-            labels = [f" seed {r.seed}" if run.config.train.repeats > 1 else ""
-                      for run in trained for r in run.replicates]
+            labels = [
+                f" seed {r.seed}" if run.config.train.repeats > 1 else "" for run in trained for r in run.replicates
+            ]
             with replicates[0].drawing(dev):  # the pack's dropout masks, all members' from the first's stream
-                losses, curves, errors = train_pack_steps(pack, replicates, labels, splits, shared, dev, epoch, steps,
-                                                           steps_per_epoch, progress, fail_fast=not members,
-                                                           interrupt=interrupt)
-            pack.unstack([r.model for r in replicates], [r.optimizer for r in replicates],
-                         [r.scheduler for r in replicates])
+                losses, curves, errors = train_pack_steps(
+                    pack,
+                    replicates,
+                    labels,
+                    splits,
+                    shared,
+                    dev,
+                    epoch,
+                    steps,
+                    steps_per_epoch,
+                    progress,
+                    fail_fast=not members,
+                    interrupt=interrupt,
+                )
+            pack.unstack(
+                [r.model for r in replicates], [r.optimizer for r in replicates], [r.scheduler for r in replicates]
+            )
         else:
             losses, curves = [], []
             for run in trained:
                 for replicate in run.replicates:
                     with replicate.drawing(dev):
-                        loss, curve = train_steps(replicate, splits, run.config, dev, epoch, steps, steps_per_epoch,
-                                                   progress, interrupt)
+                        loss, curve = train_steps(
+                            replicate, splits, run.config, dev, epoch, steps, steps_per_epoch, progress, interrupt
+                        )
                     losses.append(loss)
                     curves.append(curve)
         if not members and any(errors):
@@ -281,17 +350,26 @@ def train_runs(runs: list[Run], splits: data_lib.Splits, dev: torch.device, plan
             scoring_cpu_start = time.process_time()
             scored.append(None if error else (*run.score(splits, dev, plan), time.process_time() - scoring_cpu_start))
         n = len(trained)
-        part = Part(epoch, steps, steps_per_epoch, train_seconds, (time.perf_counter() - part_start) / n,
-                    (time.process_time() - part_cpu_start) / n, data_seconds, n if members else None,
-                    measure() if measure is not None else {})
+        part = Part(
+            epoch,
+            steps,
+            steps_per_epoch,
+            train_seconds,
+            (time.perf_counter() - part_start) / n,
+            (time.process_time() - part_cpu_start) / n,
+            data_seconds,
+            n if members else None,
+            measure() if measure is not None else {},
+        )
         results = []
         for (index, run, where, error), scores in zip(outcomes, scored):
             if scores is None:
                 run.error = error
                 results.append(MemberResult(index, None, None, f"{NonFiniteLossError.__name__}: {error}"))
                 continue
-            record, checkpoint = run.record(part, losses[where], curves[where], scores[0], scores[1], scores[2],
-                                            splits, dev)
+            record, checkpoint = run.record(
+                part, losses[where], curves[where], scores[0], scores[1], scores[2], splits, dev
+            )
             results.append(MemberResult(index, record, checkpoint))
         leaving = report(results)
         leaving |= {r.index for r in results if r.checkpoint is None or r.checkpoint.finished}
@@ -305,12 +383,19 @@ def train_runs(runs: list[Run], splits: data_lib.Splits, dev: torch.device, plan
 def _pack(runs: list[Run], splits: data_lib.Splits, dev: torch.device, plan: HeadPlan, steps_per_epoch: int) -> Pack:
     """The runs' seeds as one pack, from their own states; each with its run's lr, schedule and weight decay."""
     replicates = [(run.config, r) for run in runs for r in run.replicates]
-    pack = Pack([r.model for _, r in replicates], lr=[c.train.lr for c, _ in replicates],
-                weight_decay=[c.train.weight_decay for c, _ in replicates],
-                schedule=[lr_schedule(c.train, steps_per_epoch, c.data.input_len) for c, _ in replicates], plan=plan,
-                autocast=lambda: autocast(runs[0].config, dev), pad_id=splits.pad_id, device=dev)
-    pack.stack([r.model for _, r in replicates], [r.optimizer for _, r in replicates],
-               [r.scheduler for _, r in replicates])
+    pack = Pack(
+        [r.model for _, r in replicates],
+        lr=[c.train.lr for c, _ in replicates],
+        weight_decay=[c.train.weight_decay for c, _ in replicates],
+        schedule=[lr_schedule(c.train, steps_per_epoch, c.data.input_len) for c, _ in replicates],
+        plan=plan,
+        autocast=lambda: autocast(runs[0].config, dev),
+        pad_id=splits.pad_id,
+        device=dev,
+    )
+    pack.stack(
+        [r.model for _, r in replicates], [r.optimizer for _, r in replicates], [r.scheduler for _, r in replicates]
+    )
     return pack
 
 
@@ -365,12 +450,27 @@ def train(
                 report(result.record, result.checkpoint)
         return set()
 
-    train_runs([run], splits, dev, plan, steps_per_epoch, checks, forward, fused=fuses(config, dev), members=False,
-               data_seconds=data_seconds, progress=progress, measure=measure, interrupt=interrupt)
+    train_runs(
+        [run],
+        splits,
+        dev,
+        plan,
+        steps_per_epoch,
+        checks,
+        forward,
+        fused=fuses(config, dev),
+        members=False,
+        data_seconds=data_seconds,
+        progress=progress,
+        measure=measure,
+        interrupt=interrupt,
+    )
     return run.summary(data_seconds)
 
 
-def load_data(config: Config, dev: torch.device, cache_dir: Any, published: str | None) -> tuple[data_lib.Splits, float]:
+def load_data(
+    config: Config, dev: torch.device, cache_dir: Any, published: str | None
+) -> tuple[data_lib.Splits, float]:
     """The run's data (``seqae_core.data.load``) and the seconds it took, with ``dev`` set up to train."""
     set_up(dev)
     started = time.perf_counter()
@@ -394,8 +494,20 @@ def summary(history: list[dict[str, Any]], stopper: EarlyStopping, epochs: int, 
     best = history[stopper.best_epoch - 1]
     train_seconds = sum(h[M.EPOCH_SECONDS] for h in history)
     return {
-        **{k: best[k] for k in (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.VAL_SEQUENCE_ACCURACY, M.TRAIN_LOSS, M.LATENT_FRACTION,
-                                M.LATENT_FLOATS, M.LATENT_SHARE, *M.TEST_METRICS) if k in best},
+        **{
+            k: best[k]
+            for k in (
+                M.VAL_TOKEN_ACCURACY,
+                M.VAL_LOSS,
+                M.VAL_SEQUENCE_ACCURACY,
+                M.TRAIN_LOSS,
+                M.LATENT_FRACTION,
+                M.LATENT_FLOATS,
+                M.LATENT_SHARE,
+                *M.TEST_METRICS,
+            )
+            if k in best
+        },
         **{k: v for k, v in best.items() if M.is_spread(k)},
         M.BEST_EPOCH: best[M.EPOCH],
         M.EPOCHS_RUN: history[-1][M.EPOCH],  # whole unless patience stopped it between epochs' ends

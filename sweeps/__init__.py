@@ -16,7 +16,12 @@ the sweep's progress lines."""
 
 import os
 
-for _key, _value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"), ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
-                     ("MLFLOW_HTTP_REQUEST_TIMEOUT", "20"), ("MLFLOW_DISABLE_TELEMETRY", "true"),
-                     ("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"), ("MLFLOW_LOGGING_LEVEL", "WARNING")):
+for _key, _value in (
+    ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"),
+    ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+    ("MLFLOW_HTTP_REQUEST_TIMEOUT", "20"),
+    ("MLFLOW_DISABLE_TELEMETRY", "true"),
+    ("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false"),
+    ("MLFLOW_LOGGING_LEVEL", "WARNING"),
+):
     os.environ.setdefault(_key, _value)

@@ -48,9 +48,22 @@ TINY = {
 LOCAL_CLUSTER = ["test_chaos.py", "test_cluster.py", "test_logical_gpus.py", "test_sharing.py", "test_eviction.py"]
 # The other files that take longest in .ci/run (its --durations, on 2 cores), longest first; the
 # rest follow in name order.
-LONGEST_FIRST = ["test_own_machines.py", "test_resilience.py", "test_control.py", "test_dashboards.py", "test_sweeps.py", "test_provenance.py",
-                 "test_move.py", "test_scale.py", "test_mlflow_auth.py", "test_s3_artifacts.py", "test_ownership.py",
-                 "test_notify.py", "test_api.py", "test_textmodel.py"]
+LONGEST_FIRST = [
+    "test_own_machines.py",
+    "test_resilience.py",
+    "test_control.py",
+    "test_dashboards.py",
+    "test_sweeps.py",
+    "test_provenance.py",
+    "test_move.py",
+    "test_scale.py",
+    "test_mlflow_auth.py",
+    "test_s3_artifacts.py",
+    "test_ownership.py",
+    "test_notify.py",
+    "test_api.py",
+    "test_textmodel.py",
+]
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -86,12 +99,30 @@ def sets(overrides: dict) -> list[str]:
 
 def epoch_record(**fields: Any) -> EpochRecord:
     """A validation's record as training makes it, with plausible values but for ``fields``."""
-    return EpochRecord(**{"epoch": 1, "validation": int(math.ceil(fields.get("epoch", 1))), "train_loss": 2.5,
-                          "val_loss": 2.0, "val_token_accuracy": 0.5, "val_sequence_accuracy": 0.0, "lr": 1e-3,
-                          "tokens_per_s": 1000.0, "epoch_seconds": 3.0, "epoch_cpu_seconds": 5.0,
-                          "validation_cpu_seconds": 0.5, "latent_fraction": 0.5, "latent_floats": 256,
-                          "latent_share": 0.5, "best_epoch": 1, "best_val_token_accuracy": 0.5, "data_seconds": 0.1,
-                          "global_step": 9, "train_loss_steps": ((9, 2.5),), **fields})
+    return EpochRecord(
+        **{
+            "epoch": 1,
+            "validation": int(math.ceil(fields.get("epoch", 1))),
+            "train_loss": 2.5,
+            "val_loss": 2.0,
+            "val_token_accuracy": 0.5,
+            "val_sequence_accuracy": 0.0,
+            "lr": 1e-3,
+            "tokens_per_s": 1000.0,
+            "epoch_seconds": 3.0,
+            "epoch_cpu_seconds": 5.0,
+            "validation_cpu_seconds": 0.5,
+            "latent_fraction": 0.5,
+            "latent_floats": 256,
+            "latent_share": 0.5,
+            "best_epoch": 1,
+            "best_val_token_accuracy": 0.5,
+            "data_seconds": 0.1,
+            "global_step": 9,
+            "train_loss_steps": ((9, 2.5),),
+            **fields,
+        }
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -183,12 +214,21 @@ def s3():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "seqae-test",
-           "AWS_SECRET_ACCESS_KEY": "seqae-test", "AWS_DEFAULT_REGION": "us-east-1"}
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ACCESS_KEY_ID": "seqae-test",
+        "AWS_SECRET_ACCESS_KEY": "seqae-test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     import boto3
 
-    boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], aws_access_key_id="seqae-test",
-                 aws_secret_access_key="seqae-test", region_name="us-east-1").create_bucket(Bucket="seqae")
+    boto3.client(
+        "s3",
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        aws_access_key_id="seqae-test",
+        aws_secret_access_key="seqae-test",
+        region_name="us-east-1",
+    ).create_bucket(Bucket="seqae")
     try:
         yield env
     finally:

@@ -8,6 +8,7 @@ repository's root:
 
     flock /tmp/seqae-heavy.lock python -m tests.eta_scenario OUT
 """
+
 import json
 import os
 import sys
@@ -20,9 +21,17 @@ from tests.conftest import REPO, WIKI_MINI
 from tests.sweep_helpers import STUDIES, local_cluster, seqae, sets
 from tests.test_sharing import held, jobs_ended
 
-ISSUE = [f"data.path={WIKI_MINI}", "data.max_pages=12", "data.input_len=16", "model.latent_len=8", "train.epochs=3",
-         "max_concurrent=4"]
+ISSUE = [
+    f"data.path={WIKI_MINI}",
+    "data.max_pages=12",
+    "data.input_len=16",
+    "model.latent_len=8",
+    "train.epochs=3",
+    "max_concurrent=4",
+]
 A, B = [*ISSUE, "trials.total=8"], [*ISSUE, "trials.total=4"]
+
+
 def main(out: Path) -> None:
     root = out / "cluster"
     gen = local_cluster(root, workers=2, cpus_per_worker=2)
@@ -31,11 +40,23 @@ def main(out: Path) -> None:
         env = cluster["env"]
         os.environ.update(env)
         from seqae import Sweep, queue  # after the cluster's settings are in the environment
+
         def submit(name, overrides, ws):
-            run = seqae("sweep", "submit", str(STUDIES / "quickstart.yaml"), "--name", name, "--workspace", str(ws),
-                        *sets(*overrides), env=env, cwd=REPO)
+            run = seqae(
+                "sweep",
+                "submit",
+                str(STUDIES / "quickstart.yaml"),
+                "--name",
+                name,
+                "--workspace",
+                str(ws),
+                *sets(*overrides),
+                env=env,
+                cwd=REPO,
+            )
             assert run.returncode == 0, run.stdout + run.stderr
             return time.time()
+
         t0 = submit("usera", A, out / "ws-a")
         tb = None
         rows, quoted = [], {}
@@ -47,7 +68,12 @@ def main(out: Path) -> None:
             for name in ("usera", "userb"):
                 try:
                     e = Sweep(name, env["SEQAE_WORKSPACE"]).eta()
-                    row[name] = {"seconds_left": e.seconds_left, "slots": e.slots, "from": e.slots_from, "line": e.line()}
+                    row[name] = {
+                        "seconds_left": e.seconds_left,
+                        "slots": e.slots,
+                        "from": e.slots_from,
+                        "line": e.line(),
+                    }
                 except Exception as exc:  # noqa: BLE001 - its driver has not written its state yet
                     row[name] = {"error": type(exc).__name__}
             row["queue"] = {p.sweep: [p.state, p.held, p.share, p.eta_seconds] for p in queue(out / "ws-a")}
@@ -63,7 +89,9 @@ def main(out: Path) -> None:
         for name in ("usera", "userb"):
             study = load_study(study_name=name, storage=env["SEQAE_OPTUNA_STORAGE"])
             ends[name] = max(t.datetime_complete.timestamp() for t in study.trials if t.datetime_complete) - t0
-            ends[name + "_first_start"] = min(t.datetime_start.timestamp() for t in study.trials if t.datetime_start) - t0
+            ends[name + "_first_start"] = (
+                min(t.datetime_start.timestamp() for t in study.trials if t.datetime_start) - t0
+            )
         result = {"t0": t0, "b_submitted": round(tb - t0, 1), "ends": ends, "rows": rows, "quoted": quoted}
         (out / "result.json").write_text(json.dumps(result, indent=1))
         print(json.dumps({"ends": ends, "b_submitted": result["b_submitted"]}))

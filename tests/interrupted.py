@@ -18,8 +18,9 @@ class Stop(Exception):
     """Raised from the report: the run ends there, after its checkpoint was saved."""
 
 
-def train_until(config: Config, folder: Path, last: Callable[[EpochRecord], bool],
-                cache_dir: Any) -> tuple[Checkpoint, CheckpointStore]:
+def train_until(
+    config: Config, folder: Path, last: Callable[[EpochRecord], bool], cache_dir: Any
+) -> tuple[Checkpoint, CheckpointStore]:
     """Train ``config``, saving each report's checkpoint in a store in ``folder``, and stop right
     after the first report ``last`` holds for; return the checkpoint the store resumes from, and
     the store (a store that skipped a damaged record fails here)."""

@@ -30,16 +30,19 @@ def reference_training(config, splits, epochs: int) -> list[dict[str, float]]:
 
     torch.manual_seed(config.train.seed)
     model = ReducingAutoencoder(config, splits.vocab_size)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay,
-                                  fused=True)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.train.lr, weight_decay=config.train.weight_decay, fused=True
+    )
     steps_per_epoch = math.ceil(len(splits.train) / config.train.batch_size)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(config.train, steps_per_epoch,
-                                                                       config.data.input_len))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_factor(config.train, steps_per_epoch, config.data.input_len)
+    )
     history = []
     for epoch in range(1, epochs + 1):
         model.train()
-        order = torch.randperm(len(splits.train),
-                               generator=torch.Generator().manual_seed(config.train.seed * 100_003 + epoch)).numpy()
+        order = torch.randperm(
+            len(splits.train), generator=torch.Generator().manual_seed(config.train.seed * 100_003 + epoch)
+        ).numpy()
         for i in range(0, len(order), config.train.batch_size):
             tokens = splits.batch(splits.train[order[i : i + config.train.batch_size]])
             keep = tokens != splits.pad_id
@@ -53,6 +56,10 @@ def reference_training(config, splits, epochs: int) -> list[dict[str, float]]:
             tokens = splits.batch(splits.val)
             keep = tokens != splits.pad_id
             logits = model(tokens)[keep]
-            history.append({"val_loss": float(F.cross_entropy(logits, tokens[keep])),
-                            "val_token_accuracy": float((logits.argmax(-1) == tokens[keep]).float().mean())})
+            history.append(
+                {
+                    "val_loss": float(F.cross_entropy(logits, tokens[keep])),
+                    "val_token_accuracy": float((logits.argmax(-1) == tokens[keep]).float().mean()),
+                }
+            )
     return history

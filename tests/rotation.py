@@ -25,8 +25,13 @@ def commit_seed() -> int:
     """A seed from the product code of the commit checked out (the trees of its packages): each
     landing that changes the code gets another; one that changes only the tests or the
     documentation keeps its seed."""
-    trees = subprocess.run(["git", "ls-tree", "HEAD", "--", *CODE], capture_output=True, text=True, check=True,
-                           cwd=Path(__file__).resolve().parents[1])
+    trees = subprocess.run(
+        ["git", "ls-tree", "HEAD", "--", *CODE],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     return int(hashlib.sha256(trees.stdout.encode()).hexdigest()[:8], 16) % 10_000
 
 
@@ -40,7 +45,9 @@ def _turn(names: list[str], salt: int) -> tuple[int, str] | None:
 
 
 def _reason(seed: int, chosen: str, what: str) -> str:
-    return f"rotated out: commit seed {seed} runs {what} {chosen} (SEQAE_ROTATION=all runs every one; tests/rotation.py)"
+    return (
+        f"rotated out: commit seed {seed} runs {what} {chosen} (SEQAE_ROTATION=all runs every one; tests/rotation.py)"
+    )
 
 
 def rotated(variants: list[tuple[str, tuple]], salt: int = 0) -> list:

@@ -34,9 +34,16 @@ STUDIES = REPO / "sweeps" / "studies"
 # second trial's worker costs a sweep about 11 CPU-seconds of imports: the tests that need trials
 # side by side ask for them).
 SMOKE = [
-    f"data.path={WIKI_MINI}", "data.max_pages=6", "data.samples=windows",
-    "model.d_model=16", "model.d_attn=16", "model.d_ffn=32", "train.epochs=2", "train.batch_size=64",
-    "resources.cpu=1", "max_concurrent=1",
+    f"data.path={WIKI_MINI}",
+    "data.max_pages=6",
+    "data.samples=windows",
+    "model.d_model=16",
+    "model.d_attn=16",
+    "model.d_ffn=32",
+    "train.epochs=2",
+    "train.batch_size=64",
+    "resources.cpu=1",
+    "max_concurrent=1",
     "scheduler.type=none",  # every trial runs all its epochs: the tests count, compare and interrupt them
 ]
 
@@ -73,21 +80,37 @@ DRIVERS = {("sweep", "run"), ("sweep", "resume"), ("sweep", "extend"), ("sweep",
 IN_PROCESS = DRIVERS | {("sweep", "status")}
 
 
-def seqae(*args: str, timeout: float = 600, env: dict[str, str] | None = None, cwd: Path = REPO,
-          unset: tuple[str, ...] = (), fresh: bool = False) -> subprocess.CompletedProcess:
+def seqae(
+    *args: str,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+    cwd: Path = REPO,
+    unset: tuple[str, ...] = (),
+    fresh: bool = False,
+) -> subprocess.CompletedProcess:
     """A `seqae` command run to its end, from ``cwd``, with ``env`` added to this process's
     environment and the variables ``unset`` names taken out of it. It runs in a process of its
     own where it is not one of the verbs above, where it changes the environment (libraries read
     theirs when imported) or runs from another folder than this process, where RAY_ADDRESS names
     a cluster, or where ``fresh`` asks for one
     (to see everything a new process prints: Python's warnings, libraries' lines on stderr)."""
-    if (tuple(args[:2]) in IN_PROCESS and not (env or unset or fresh) and Path.cwd() == cwd
-            and "RAY_ADDRESS" not in os.environ):
+    if (
+        tuple(args[:2]) in IN_PROCESS
+        and not (env or unset or fresh)
+        and Path.cwd() == cwd
+        and "RAY_ADDRESS" not in os.environ
+    ):
         return in_process(list(args), timeout)
     _ray_of_its_own(args, env)
     environment = {k: v for k, v in {**os.environ, **(env or {})}.items() if k not in unset}
-    return subprocess.run([sys.executable, "-m", "seqae", *args], capture_output=True, text=True,
-                          timeout=timeout, env=environment, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "seqae", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        cwd=cwd,
+    )
 
 
 def _ray_of_its_own(args: tuple[str, ...], env: dict[str, str] | None) -> None:
@@ -142,9 +165,14 @@ def in_process(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
 def start(*args: str, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A `seqae` command in the background, in its own process group, output to ``log``."""
     _ray_of_its_own(args, env)
-    return subprocess.Popen([sys.executable, "-m", "seqae", *args], stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
-                            env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        [sys.executable, "-m", "seqae", *args],
+        stdout=open(log, "w"),
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def trial_metas(storage: Path) -> dict[int, dict[str, Any]]:
@@ -195,6 +223,7 @@ def held(driver: subprocess.Popen | psutil.Process, ready: Callable[[], Any]) ->
 
 def job_driver(name: str) -> psutil.Process:
     """The driver of submitted sweep ``name``: the Ray job's entrypoint (its cluster runs on this machine)."""
+
     def found() -> psutil.Process | None:
         for process in psutil.process_iter(["cmdline"]):
             line = process.info["cmdline"] or []
@@ -272,12 +301,23 @@ def tune_trials(workspace: Path, name: str) -> dict[int, Any]:
 # What the tests' nodes need from this environment, passed by name (`cluster up --pass-env`) as an
 # operator would: the S3 server's address and keys (conftest's `s3`), and the Hugging Face Hub
 # offline on the shared cache (the driver's data preparation reads the tokenizer there).
-NODE_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION",
-            "HF_HUB_OFFLINE", "HF_HUB_CACHE")
+NODE_ENV = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_DEFAULT_REGION",
+    "HF_HUB_OFFLINE",
+    "HF_HUB_CACHE",
+)
 
 
-def local_cluster(root: Path, workers: int = 2, cpus_per_worker: int = 1,
-                  gpus_per_worker: int | None = None, pass_env: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+def local_cluster(
+    root: Path,
+    workers: int = 2,
+    cpus_per_worker: int = 1,
+    gpus_per_worker: int | None = None,
+    pass_env: tuple[str, ...] = (),
+) -> Iterator[dict[str, Any]]:
     """`seqae cluster up` in ``root`` (a head and ``workers`` worker nodes, PostgreSQL, MLflow),
     yielded as {root, state, env, up: the arguments of `up` after the verb}; after the caller is
     done, `down`, and a check that no process or listening port of it is left. ``gpus_per_worker``:
@@ -289,8 +329,16 @@ def local_cluster(root: Path, workers: int = 2, cpus_per_worker: int = 1,
         stop_local_ray()
         gpus = [] if gpus_per_worker is None else ["--gpus-per-worker", str(gpus_per_worker)]
         passed = [n for n in NODE_ENV if n in os.environ and n not in pass_env] + list(pass_env)
-        args = ["--dir", str(root), "--workers", str(workers), "--cpus-per-worker", str(cpus_per_worker), *gpus,
-                *[a for name in passed for a in ("--pass-env", name)]]
+        args = [
+            "--dir",
+            str(root),
+            "--workers",
+            str(workers),
+            "--cpus-per-worker",
+            str(cpus_per_worker),
+            *gpus,
+            *[a for name in passed for a in ("--pass-env", name)],
+        ]
         yield from _local_cluster(root, args)
 
 
@@ -310,8 +358,13 @@ def _local_cluster(root: Path, args: list[str]) -> Iterator[dict[str, Any]]:
         assert down.returncode == 0, down.stderr
         state = local.read_state(root)
         assert local.ray_processes(state) == []
-        ports = {state["gcs_port"], state["dashboard_port"], state["mlflow"]["port"], state["postgres"]["port"],
-                 *range(state["node_ports"], state["node_ports"] + local.NODE_PORTS * (state["workers"] + 1))}
+        ports = {
+            state["gcs_port"],
+            state["dashboard_port"],
+            state["mlflow"]["port"],
+            state["postgres"]["port"],
+            *range(state["node_ports"], state["node_ports"] + local.NODE_PORTS * (state["workers"] + 1)),
+        }
         import psutil
 
         listening = [c for c in psutil.net_connections("inet") if c.status == "LISTEN" and c.laddr.port in ports]
@@ -321,8 +374,16 @@ def _local_cluster(root: Path, args: list[str]) -> Iterator[dict[str, Any]]:
 def start_ui(workspace, log):
     """`seqae ui` on two free ports, once it says both serve: (process, mlflow_port, optuna_port)."""
     mlflow_port, optuna_port = free_port(), free_port()
-    ui = start("ui", "--workspace", str(workspace), "--mlflow-port", str(mlflow_port),
-               "--optuna-port", str(optuna_port), log=log)
+    ui = start(
+        "ui",
+        "--workspace",
+        str(workspace),
+        "--mlflow-port",
+        str(mlflow_port),
+        "--optuna-port",
+        str(optuna_port),
+        log=log,
+    )
     try:
         wait_for(lambda: "Ctrl-C stops both" in log.read_text(), 120, "seqae ui")
     except BaseException:

@@ -21,7 +21,9 @@ def workspace(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_the_python_page_runs_as_written(workspace, capsys):
     page: dict[str, object] = {}
-    exec(compile(python_page(False, [*TINY, "trials.total=3"]), str(PYTHON_PAGE), "exec"), page)  # the page's own code, as a user runs it
+    exec(
+        compile(python_page(False, [*TINY, "trials.total=3"]), str(PYTHON_PAGE), "exec"), page
+    )  # the page's own code, as a user runs it
     sweep = page["sweep"]
     assert isinstance(sweep, Sweep) and sweep.exit_code == 0 and sweep.workspace.root == workspace.resolve()
     assert page["info"].trials_by_state == {"COMPLETE": 3}

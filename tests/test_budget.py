@@ -12,8 +12,9 @@ from sweeps.running.tune_result import TrialResult, to_tune
 from tests.conftest import epoch_record
 
 
-def spend_until_stopped(budget: float, epoch_costs: dict[int, float], workers: int = 2,
-                        epochs: int = 50, before: Spend | None = None) -> float:
+def spend_until_stopped(
+    budget: float, epoch_costs: dict[int, float], workers: int = 2, epochs: int = 50, before: Spend | None = None
+) -> float:
     """Trials of the given epoch costs (trial number: seconds) start one per free worker while
     the budget can pay a new trial's first epoch; each epoch's result goes to the stopper, as Tune
     hands it over. ``before``: what earlier sessions spent. What the sweep spent in all."""
@@ -33,8 +34,7 @@ def spend_until_stopped(budget: float, epoch_costs: dict[int, float], workers: i
     while events:
         now, number, epoch = heapq.heappop(events)
         result = TrialResult(number, epoch_record(epoch=epoch, epoch_seconds=epoch_costs[number]), False, {}, {})
-        if stopper(str(number), to_tune(result)) \
-                or epoch == epochs:
+        if stopper(str(number), to_tune(result)) or epoch == epochs:
             spend.ended(number)
             start(now)
         else:
@@ -43,8 +43,9 @@ def spend_until_stopped(budget: float, epoch_costs: dict[int, float], workers: i
 
 
 @pytest.mark.parametrize("budget", [10.3, 25.0, 40.9])
-@pytest.mark.parametrize("costs", [{0: 1.0, 1: 1.0, 2: 1.0}, {0: 0.7, 1: 1.9, 2: 1.3, 3: 0.4}],
-                         ids=["equal epochs", "unequal epochs"])
+@pytest.mark.parametrize(
+    "costs", [{0: 1.0, 1: 1.0, 2: 1.0}, {0: 0.7, 1: 1.9, 2: 1.3, 3: 0.4}], ids=["equal epochs", "unequal epochs"]
+)
 def test_a_budget_is_kept_to_within_one_epoch_with_two_trials_running(budget, costs):
     spent = spend_until_stopped(budget, costs)
     longest = max(costs.values())

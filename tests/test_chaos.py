@@ -75,8 +75,13 @@ def soaks() -> list[tuple[int, str]]:
 
 
 SOAKS = soaks()  # once: with "commit" each call asks git
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SOAKS, reason="the chaos soak runs with SEQAE_CHAOS_SEEDS=commit "
-                                                                      "(the commit's seed) or SEQAE_CHAOS_SEEDS=1,2,3")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not SOAKS,
+        reason="the chaos soak runs with SEQAE_CHAOS_SEEDS=commit (the commit's seed) or SEQAE_CHAOS_SEEDS=1,2,3",
+    ),
+]
 # 8 epochs a trial, not 4: an epoch of these trials trains in a third of a second, and the faults
 # are drawn from the first half of the sweep's epochs, so a fault whose trials train on while it is
 # ridden out (an MLflow outage: 11 epochs for seed 46) leaves training for the later ones to meet
@@ -84,15 +89,40 @@ EPOCHS, CELLS = 8, 8
 TRAINING = CELLS * EPOCHS  # the epochs the sweep trains, all trials together
 # two trials at once: a fault meets one trial while another trains
 BASE = [*TINY, f"train.epochs={EPOCHS}", f"train.patience={EPOCHS}", "retries=20", "max_concurrent=2"]
-GRID = [*BASE, "search={}", "start={}", "trials={per_cell: 1}", "grid.train.seed=[0, 1, 2, 3]", "grid.train.lr=[0.003, 0.01]"]
-TPE = [*BASE, "search={train.lr: {type: loguniform, low: 0.001, high: 0.03}}", f"trials={{total: {CELLS}}}",
-       "sampler={type: tpe, seed: 0, n_startup_trials: 2}"]  # TPE proposes 6 of the 8: its proposals follow the finishing order
+GRID = [
+    *BASE,
+    "search={}",
+    "start={}",
+    "trials={per_cell: 1}",
+    "grid.train.seed=[0, 1, 2, 3]",
+    "grid.train.lr=[0.003, 0.01]",
+]
+TPE = [
+    *BASE,
+    "search={train.lr: {type: loguniform, low: 0.001, high: 0.03}}",
+    f"trials={{total: {CELLS}}}",
+    "sampler={type: tpe, seed: 0, n_startup_trials: 2}",
+]  # TPE proposes 6 of the 8: its proposals follow the finishing order
 # the sweep that arrives beside the grid (``preempted``): two of the grid's cells, at a higher priority
 URGENT_CELLS = 2
-URGENT = [*BASE, "search={}", "start={}", "trials={per_cell: 1}", "grid.train.seed=[0, 1]", "grid.train.lr=[0.003]",
-          "priority=5"]
-FAULTS = ("driver_sigkill", "driver_sigterm", "worker_sigkill", "mlflow_restart", "postgres_restart",
-          "second_driver", "cut_checkpoint")
+URGENT = [
+    *BASE,
+    "search={}",
+    "start={}",
+    "trials={per_cell: 1}",
+    "grid.train.seed=[0, 1]",
+    "grid.train.lr=[0.003]",
+    "priority=5",
+]
+FAULTS = (
+    "driver_sigkill",
+    "driver_sigterm",
+    "worker_sigkill",
+    "mlflow_restart",
+    "postgres_restart",
+    "second_driver",
+    "cut_checkpoint",
+)
 METRICS = (M.VAL_TOKEN_ACCURACY, M.VAL_LOSS, M.TRAIN_LOSS, M.VAL_SEQUENCE_ACCURACY, M.LEARNING_RATE)
 
 
@@ -126,8 +156,12 @@ class Sweep:
         self.workspace = cluster["env"]["SEQAE_WORKSPACE"]
         self.storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
         state = cluster["state"]
-        self.env = {**cluster["env"], "RAY_ADDRESS": f"127.0.0.2:{state['gcs_port']}", "RAY_AUTH_MODE": "token",
-                    "RAY_AUTH_TOKEN_PATH": state["token_file"]}
+        self.env = {
+            **cluster["env"],
+            "RAY_ADDRESS": f"127.0.0.2:{state['gcs_port']}",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": state["token_file"],
+        }
         self.drivers, self.began = 0, time.time()
         self.beside: list[Sweep] = []  # the sweeps beside it on the cluster, which its faults meet too
         self.numbers: dict[int, int] = {}  # each driver process's number, which names its log
@@ -207,8 +241,9 @@ class Sweep:
                 cell = (run.data.params["train.seed"], run.data.params["train.lr"])
                 assert cell not in out, f"two runs of the cell {cell}"
                 cells[int(run.data.tags["seqae.trial"])] = cell
-                out[cell] = {m: sorted((x.step, x.value) for x in client.get_metric_history(run.info.run_id, m))
-                             for m in METRICS}
+                out[cell] = {
+                    m: sorted((x.step, x.value) for x in client.get_metric_history(run.info.run_id, m)) for m in METRICS
+                }
         for trial in self.trials():
             assert cells[trial.number][1] == str(trial.params["train.lr"]), (trial.number, trial.params)
             out[cells[trial.number]]["optuna"] = sorted(trial.intermediate_values.items())
@@ -227,32 +262,43 @@ def calm(cluster, tmp_path_factory):
 
 
 @pytest.mark.parametrize("seed, search", SOAKS, ids=[f"seed-{seed}-{search}" for seed, search in SOAKS])
-def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request, record_property, tmp_path, seed,
-                                                                search):
+def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(
+    cluster, request, record_property, tmp_path, seed, search
+):
     preempted = search == "preempted"
     training = TRAINING + URGENT_CELLS * EPOCHS if preempted else TRAINING  # both sweeps' epochs
     faults = schedule(seed, training)
-    print(f"\nchaos seed {seed} ({search}): " + ", ".join(f"{kind} at epoch {at}" for at, kind in faults)
-          + (f"; the urgent sweep arrives at the grid's epoch {arrival(seed)}" if preempted else ""), flush=True)
+    print(
+        f"\nchaos seed {seed} ({search}): "
+        + ", ".join(f"{kind} at epoch {at}" for at, kind in faults)
+        + (f"; the urgent sweep arrives at the grid's epoch {arrival(seed)}" if preempted else ""),
+        flush=True,
+    )
     sweep = Sweep(cluster, f"{search}-{seed}", tmp_path, [*TPE, f"sampler.seed={seed}"] if search == "tpe" else GRID)
     injected: list[tuple[int, str]] = []  # (the sweeps' epochs when it was injected, the fault)
     # the urgent sweep arrives among the faults, at the grid's epochs (the same as both sweeps' before it arrives)
     events = sorted([*faults, *([(arrival(seed), ARRIVES)] if preempted else [])])
     try:
         for at, kind in events:
-            wait_for(lambda at=at: sweep.trained() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep")
+            wait_for(
+                lambda at=at: sweep.trained() >= at or sweep.driver.poll() is not None, 900, f"epoch {at} of the sweep"
+            )
             if kind == ARRIVES:
                 arrive(sweep, seed, tmp_path)
                 continue
             for each in [sweep, *sweep.beside]:
-                wait_for(lambda each=each: each.settled() or each.driver.poll() is not None, 300,
-                         "the drivers to find the services of the fault before back")
+                wait_for(
+                    lambda each=each: each.settled() or each.driver.poll() is not None,
+                    300,
+                    "the drivers to find the services of the fault before back",
+                )
                 each.alive(after="the fault before")
             # a fault that comes after the last epoch meets no trial: the soak would pass without testing it
             trained = sweep.trained()
             assert sweep.driver.poll() is None and trained < training, (
                 f"the sweep trained {trained} of its {training} epochs before {kind} (due at epoch {at}): "
-                f"{len(injected)} of {len(faults)} faults injected")
+                f"{len(injected)} of {len(faults)} faults injected"
+            )
             injected.append((trained, kind))
             resumed = sweep.drivers
             print(f"  epoch {trained}: {kind}", flush=True)
@@ -283,16 +329,28 @@ def test_a_sweep_under_random_faults_ends_as_the_fault_free_one(cluster, request
         urgent = sweep.beside[0]
         urgent_results = ended_whole(cluster, urgent, URGENT_CELLS)
         identical(urgent_results, {cell: calm["results"][cell] for cell in urgent_results})
-        paused_trials = sorted({int(n) for n in re.findall(r"seqae: trial (\d+) gives its slot up", "\n".join(
-            sweep.log(k).read_text() for k in range(1, sweep.drivers + 1)))})
+        paused_trials = sorted(
+            {
+                int(n)
+                for n in re.findall(
+                    r"seqae: trial (\d+) gives its slot up",
+                    "\n".join(sweep.log(k).read_text() for k in range(1, sweep.drivers + 1)),
+                )
+            }
+        )
         assert paused_trials, "the urgent sweep took no slot from the grid: no trial of it was paused"
-        beside = (f", beside {urgent.name} (priority 5, arrived at the grid's epoch {arrival(seed)}), which "
-                  f"preempted its trials {paused_trials}; both identical to their fault-free runs")
+        beside = (
+            f", beside {urgent.name} (priority 5, arrived at the grid's epoch {arrival(seed)}), which "
+            f"preempted its trials {paused_trials}; both identical to their fault-free runs"
+        )
     # in the suite's summary (tests/conftest.py), also from a pytest-xdist worker
-    record_property("chaos", f"chaos seed {seed} ({search}): {len(injected)} of {len(faults)} faults (at epochs "
-                             f"{', '.join(str(trained) for trained, _ in injected)} of {training}), {sweep.drivers} drivers, "
-                             f"{seconds:.0f} s against {calm['seconds']:.0f} s without faults "
-                             f"(+{seconds / calm['seconds'] - 1:.0%}); identical to the fault-free run{beside}")
+    record_property(
+        "chaos",
+        f"chaos seed {seed} ({search}): {len(injected)} of {len(faults)} faults (at epochs "
+        f"{', '.join(str(trained) for trained, _ in injected)} of {training}), {sweep.drivers} drivers, "
+        f"{seconds:.0f} s against {calm['seconds']:.0f} s without faults "
+        f"(+{seconds / calm['seconds'] - 1:.0%}); identical to the fault-free run{beside}",
+    )
 
 
 ARRIVES = "the urgent sweep arrives"
@@ -308,22 +366,35 @@ def arrive(sweep: Sweep, seed: int, logs: Path) -> None:
         mp.setenv("PGPASSFILE", sweep.cluster["env"]["PGPASSFILE"])
         queue = Queue(sweep.cluster["env"]["SEQAE_OPTUNA_STORAGE"], create=False)
         # a driver that a fault just restarted has no trial to give up yet: its trials train first
-        wait_for(lambda: sweep.driver.poll() is not None or any(
-            e.sweep == sweep.name and e.pid == sweep.driver.pid and e.training for e in queue.entries()),
-                 300, "the grid's trials to train", every=0.5)
+        wait_for(
+            lambda: (
+                sweep.driver.poll() is not None
+                or any(e.sweep == sweep.name and e.pid == sweep.driver.pid and e.training for e in queue.entries())
+            ),
+            300,
+            "the grid's trials to train",
+            every=0.5,
+        )
         sweep.alive(after="the fault before")
         print(f"  epoch {sweep.epochs()}: the urgent sweep arrives", flush=True)
         with paused(sweep):
             urgent = Sweep(sweep.cluster, f"urgent-{seed}", logs, URGENT)
             sweep.beside.append(urgent)
-            wait_for(lambda: urgent.driver.poll() is not None or any(e.sweep == urgent.name for e in queue.entries()),
-                     300, "the urgent sweep to join the cluster's queue", every=1)
+            wait_for(
+                lambda: urgent.driver.poll() is not None or any(e.sweep == urgent.name for e in queue.entries()),
+                300,
+                "the urgent sweep to join the cluster's queue",
+                every=1,
+            )
             urgent.alive(after="its start")
             log, pausing = sweep.running()[1], r"gives its slot up"
             before = said(log, pausing)
         # the next fault only once the grid has given a slot up: a driver a fault ends first has none to give
-        wait_for(lambda: said(log, pausing) > before or sweep.driver.poll() is not None, 300,
-                 "a trial of the grid to give its slot up")
+        wait_for(
+            lambda: said(log, pausing) > before or sweep.driver.poll() is not None,
+            300,
+            "a trial of the grid to give its slot up",
+        )
 
 
 def ended_whole(cluster, sweep: Sweep, cells: int) -> dict:
@@ -450,8 +521,16 @@ def mlflow_restart(sweep: Sweep, rng: random.Random) -> None:
     at, training = sweep.trained(), (CELLS + URGENT_CELLS * len(sweep.beside)) * EPOCHS
     try:
         # once every epoch is trained, the outage covers the driver's closing writes, which it keeps until MLflow is back
-        wait_for(lambda: sweep.trained() > at or sweep.trained() >= training or said(log, MLFLOW_AWAY) > waiting
-                 or driver.poll() is not None, 300, "an epoch without MLflow, or the driver waiting for it")
+        wait_for(
+            lambda: (
+                sweep.trained() > at
+                or sweep.trained() >= training
+                or said(log, MLFLOW_AWAY) > waiting
+                or driver.poll() is not None
+            ),
+            300,
+            "an epoch without MLflow, or the driver waiting for it",
+        )
     finally:
         with paused(sweep):
             local.start_mlflow(state)
@@ -469,18 +548,24 @@ def postgres_restart(sweep: Sweep, rng: random.Random) -> None:
     # the study's storage meets the outage, or MLflow (whose database it is): a starting driver waits for
     # it, and a closing one, its trials all trained, keeps its last writes and reads no study until
     # MLflow takes them
-    away_said, back_said = rf"the Optuna storage \S+ did not answer while|{MLFLOW_AWAY}|MLflow unreachable while", \
-        "the Optuna storage answers again|MLflow answers again after"
+    away_said, back_said = (
+        rf"the Optuna storage \S+ did not answer while|{MLFLOW_AWAY}|MLflow unreachable while",
+        "the Optuna storage answers again|MLflow answers again after",
+    )
     away, back = said(log, away_said), said(log, back_said)
     postgres.stop(pg)
     try:
-        wait_for(lambda: said(log, away_said) > away or driver.poll() is not None, 300,
-                 "the driver to meet PostgreSQL's outage")
+        wait_for(
+            lambda: said(log, away_said) > away or driver.poll() is not None,
+            300,
+            "the driver to meet PostgreSQL's outage",
+        )
     finally:
         with paused(sweep):
             postgres.start(pg, Path(state["root"]) / "logs" / "postgres.log")
-    wait_for(lambda: said(log, back_said) > back or driver.poll() is not None, 300,
-             "the driver to find PostgreSQL back")
+    wait_for(
+        lambda: said(log, back_said) > back or driver.poll() is not None, 300, "the driver to find PostgreSQL back"
+    )
     assert driver.poll() in (None, 0), f"driver {number} exited {driver.returncode} in a PostgreSQL restart; see {log}"
 
 

@@ -50,8 +50,10 @@ def test_claims_without_their_data_say_so():
 
 def test_seed_spread_wider_for_short_inputs_and_narrowed_by_warm_start():
     spreads = {
-        (32, 16, "static"): [0.50, 0.70, 0.90], (32, 16, "warm"): [0.88, 0.90, 0.92],
-        (128, 64, "static"): [0.80, 0.85, 0.90], (128, 64, "warm"): [0.89, 0.90, 0.91],
+        (32, 16, "static"): [0.50, 0.70, 0.90],
+        (32, 16, "warm"): [0.88, 0.90, 0.92],
+        (128, 64, "static"): [0.80, 0.85, 0.90],
+        (128, 64, "warm"): [0.89, 0.90, 0.91],
     }
     verdict = claims.seed_spread(spreads)
     assert verdict.verdict == claims.REPRODUCED, verdict
@@ -66,35 +68,54 @@ def test_the_grid_table_labels_each_variant_by_what_it_changes():
 
     grid = {"model.latent_len": [16, 8], "train.lr,model.residual": [[1e-3, False], [1e-3, True]]}
     trials = []
-    for number, (latent, residual, acc) in enumerate([(16, False, 0.16), (16, True, 0.97), (8, False, 0.12),
-                                                      (8, True, 0.90)]):
-        trial = Trial(number, f"run{number}", "FINISHED", "COMPLETE",
-                      {"model.latent_len": latent, "train.lr": 1e-3, "model.residual": residual})
+    for number, (latent, residual, acc) in enumerate(
+        [(16, False, 0.16), (16, True, 0.97), (8, False, 0.12), (8, True, 0.90)]
+    ):
+        trial = Trial(
+            number,
+            f"run{number}",
+            "FINISHED",
+            "COMPLETE",
+            {"model.latent_len": latent, "train.lr": 1e-3, "model.residual": residual},
+        )
         trial.curves["val_token_accuracy"] = [(1, acc / 2), (2, acc)]
         trials.append(trial)
     table = grid_data(trials, grid)
-    assert table == {"caption": "best val_token_accuracy; columns: model.latent_len", "cols": ["16", "8"],
-                     "rows": [{"label": "lr=0.001, residual=False", "cells": ["0.1600", "0.1200"]},
-                              {"label": "residual=True", "cells": ["0.9700", "0.9000"]}]}
+    assert table == {
+        "caption": "best val_token_accuracy; columns: model.latent_len",
+        "cols": ["16", "8"],
+        "rows": [
+            {"label": "lr=0.001, residual=False", "cells": ["0.1600", "0.1200"]},
+            {"label": "residual=True", "cells": ["0.9700", "0.9000"]},
+        ],
+    }
     assert grid_data(trials, {"model.latent_len": [16, 8]}) is None  # one axis: no table
 
 
 def test_seed_spread_says_which_half_of_the_claim_fails():
-    spreads = {(16, 8, "static"): [0.91, 0.92], (16, 8, "warm"): [0.97, 0.971],
-               (128, 72, "static"): [0.85, 0.87], (128, 72, "warm"): [0.95, 0.955]}
+    spreads = {
+        (16, 8, "static"): [0.91, 0.92],
+        (16, 8, "warm"): [0.97, 0.971],
+        (128, 72, "static"): [0.85, 0.87],
+        (128, 72, "warm"): [0.95, 0.955],
+    }
     verdict = claims.seed_spread(spreads)
     assert verdict.verdict == claims.NOT_REPRODUCED
-    assert verdict.measured.endswith("The static spread does not shrink with the input length; "
-                                     "the warm start narrows it at every setting")
+    assert verdict.measured.endswith(
+        "The static spread does not shrink with the input length; the warm start narrows it at every setting"
+    )
 
 
-@pytest.mark.parametrize("study, profile, untested", [
-    pytest.param("quickstart.yaml", None, {"C1", "C2", "C3", "C4"}, id="a-search-tests-none"),
-    pytest.param("paper_fig3.yaml", "laptop", {"C4"}, id="fig3-tests-c1-to-c3"),
-    pytest.param("paper_fig2.yaml", None, {"C3", "C4"}, id="fig2-has-one-input-length"),
-    pytest.param("paper_seeds.yaml", None, {"C1", "C2", "C3"}, id="seeds-vary-the-schedule"),
-    pytest.param("ablation_paper_block.yaml", None, {"C1", "C2", "C3", "C4"}, id="the-ablation-varies-the-block"),
-])
+@pytest.mark.parametrize(
+    "study, profile, untested",
+    [
+        pytest.param("quickstart.yaml", None, {"C1", "C2", "C3", "C4"}, id="a-search-tests-none"),
+        pytest.param("paper_fig3.yaml", "laptop", {"C4"}, id="fig3-tests-c1-to-c3"),
+        pytest.param("paper_fig2.yaml", None, {"C3", "C4"}, id="fig2-has-one-input-length"),
+        pytest.param("paper_seeds.yaml", None, {"C1", "C2", "C3"}, id="seeds-vary-the-schedule"),
+        pytest.param("ablation_paper_block.yaml", None, {"C1", "C2", "C3", "C4"}, id="the-ablation-varies-the-block"),
+    ],
+)
 def test_a_claim_is_checked_only_on_a_sweep_that_studies_it(study, profile, untested):
     reasons = claims.not_studied(spec_lib.load(STUDIES / study, [f"profile={profile}"] if profile else []))
     assert set(reasons) == untested
@@ -107,7 +128,10 @@ def test_a_claim_is_checked_only_on_a_sweep_that_studies_it(study, profile, unte
 
 def test_the_quickstart_says_why_it_tests_no_claim():
     reasons = claims.not_studied(spec_lib.load(STUDIES / "quickstart.yaml"))
-    assert reasons["C1"] == "it searches model.d_attn, model.d_model, train.lr, so the configuration differs between trials"
+    assert (
+        reasons["C1"]
+        == "it searches model.d_attn, model.d_model, train.lr, so the configuration differs between trials"
+    )
 
 
 def test_claims_are_checked_on_the_test_scores_of_complete_grid_cells():
@@ -117,15 +141,45 @@ def test_claims_are_checked_on_the_test_scores_of_complete_grid_cells():
 
     def trial(number, latent, seed, val, test, state="complete", start=""):
         # the stores' record holds the kept checkpoint's test score; its run's last epoch scored another
-        record = Stored(number, start, state.upper(), state, "grid", "", {}, {"val_token_accuracy": val}, 1, 2,
-                        {"val_token_accuracy": val, "test_token_accuracy": test}, None, None, None, None, 1.0, "", "", 1)
-        t = Trial(number, f"run{number}", "FINISHED", state, {"data.input_len": 32, "model.latent_len": latent,
-                                                               "train.seed": seed, "train.lr": 1e-3}, record=record)
+        record = Stored(
+            number,
+            start,
+            state.upper(),
+            state,
+            "grid",
+            "",
+            {},
+            {"val_token_accuracy": val},
+            1,
+            2,
+            {"val_token_accuracy": val, "test_token_accuracy": test},
+            None,
+            None,
+            None,
+            None,
+            1.0,
+            "",
+            "",
+            1,
+        )
+        t = Trial(
+            number,
+            f"run{number}",
+            "FINISHED",
+            state,
+            {"data.input_len": 32, "model.latent_len": latent, "train.seed": seed, "train.lr": 1e-3},
+            record=record,
+        )
         t.curves["val_token_accuracy"] = [(1, val), (2, val / 2)]
         t.curves["test_token_accuracy"] = [(1, test), (2, test / 2)]
         return t
 
-    trials = [trial(0, 16, 0, 0.99, 0.95), trial(1, 16, 1, 0.99, 0.93), trial(2, 8, 0, 0.90, 0.80),
-              trial(3, 8, 1, 0.95, 0.10, state="pruned"), trial(4, 8, 2, 0.97, 0.20, start="recipe")]
+    trials = [
+        trial(0, 16, 0, 0.99, 0.95),
+        trial(1, 16, 1, 0.99, 0.93),
+        trial(2, 8, 0, 0.90, 0.80),
+        trial(3, 8, 1, 0.95, 0.10, state="pruned"),
+        trial(4, 8, 2, 0.97, 0.20, start="recipe"),
+    ]
     assert test_points(trials) == {32: [(25.0, 0.80), (50.0, 0.94)]}
     assert seed_spreads(trials) == {(32, 16, "warm"): [0.95, 0.93]}

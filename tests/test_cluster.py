@@ -50,7 +50,10 @@ SWEEP = [*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=4", "r
 
 
 # Secrets of the shell that starts the cluster, which no job may see, and a name it passes on purpose.
-SHELL_SECRETS = {"HF_TOKEN": "hf_marker-of-the-starting-shell", "SSH_AUTH_SOCK": "/tmp/marker-of-the-starting-shell/agent"}
+SHELL_SECRETS = {
+    "HF_TOKEN": "hf_marker-of-the-starting-shell",
+    "SSH_AUTH_SOCK": "/tmp/marker-of-the-starting-shell/agent",
+}
 PASSED = ("SITE_NOTE", "passed-on-purpose")
 
 
@@ -67,18 +70,32 @@ def cluster(tmp_path_factory, s3):
         yield from local_cluster(root, pass_env=(PASSED[0],))
 
 
-def submit(cluster, name: str, *extra: str, env: dict[str, str] | None = None,
-           workspace: str | None = None) -> str:
-    run = seqae("sweep", "submit", str(STUDIES / "quickstart.yaml"), "--name", name,
-                "--workspace", workspace or cluster["env"]["SEQAE_WORKSPACE"], *sets(*SWEEP, *extra),
-                env={**cluster["env"], **(env or {})})
+def submit(cluster, name: str, *extra: str, env: dict[str, str] | None = None, workspace: str | None = None) -> str:
+    run = seqae(
+        "sweep",
+        "submit",
+        str(STUDIES / "quickstart.yaml"),
+        "--name",
+        name,
+        "--workspace",
+        workspace or cluster["env"]["SEQAE_WORKSPACE"],
+        *sets(*SWEEP, *extra),
+        env={**cluster["env"], **(env or {})},
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     return re.search(r"as job (\S+)", run.stdout).group(1)
 
 
 def job_status(cluster, name: str, workspace: str | None = None) -> dict:
-    run = seqae("sweep", "status", name, "--json", "--workspace", workspace or cluster["env"]["SEQAE_WORKSPACE"],
-                env=cluster["env"])
+    run = seqae(
+        "sweep",
+        "status",
+        name,
+        "--json",
+        "--workspace",
+        workspace or cluster["env"]["SEQAE_WORKSPACE"],
+        env=cluster["env"],
+    )
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
 
@@ -133,13 +150,15 @@ def test_a_job_sees_none_of_the_starting_shell_but_what_up_passed(cluster):
 
     from ray.job_submission import JobSubmissionClient
 
-    script = ("import json, os, ray\n"
-              f"markers, shown = {list(SHELL_SECRETS.values())!r}, {[PASSED[0], 'AWS_ACCESS_KEY_ID']!r}\n"
-              "def seen():\n"
-              "    return {'names': sorted(os.environ), 'values': {k: os.environ.get(k) for k in shown},\n"
-              "            'marked': sorted(k for k, v in os.environ.items() if any(m in v for m in markers))}\n"
-              "ray.init()\n"
-              "print(json.dumps({'head': seen(), 'worker': ray.get(ray.remote(num_cpus=1)(seen).remote())}))\n")
+    script = (
+        "import json, os, ray\n"
+        f"markers, shown = {list(SHELL_SECRETS.values())!r}, {[PASSED[0], 'AWS_ACCESS_KEY_ID']!r}\n"
+        "def seen():\n"
+        "    return {'names': sorted(os.environ), 'values': {k: os.environ.get(k) for k in shown},\n"
+        "            'marked': sorted(k for k, v in os.environ.items() if any(m in v for m in markers))}\n"
+        "ray.init()\n"
+        "print(json.dumps({'head': seen(), 'worker': ray.get(ray.remote(num_cpus=1)(seen).remote())}))\n"
+    )
     token = Path(cluster["state"]["token_file"]).read_text().strip()
     jobs = JobSubmissionClient(dashboard(cluster), headers={"Authorization": f"Bearer {token}"})
     job = jobs.submit_job(entrypoint=shlex.join(["python", "-c", script]))
@@ -162,9 +181,11 @@ def test_a_pass_env_name_the_shell_does_not_set_is_refused_before_anything_start
 
 def secrets_of(cluster) -> list[str]:
     """The Ray token, the database password and the MLflow admin's password."""
-    return [Path(cluster["state"]["token_file"]).read_text().strip(),
-            Path(cluster["env"]["PGPASSFILE"]).read_text().split(":")[-1].strip(),
-            Path(cluster["state"]["mlflow"]["password_file"]).read_text().strip()]
+    return [
+        Path(cluster["state"]["token_file"]).read_text().strip(),
+        Path(cluster["env"]["PGPASSFILE"]).read_text().split(":")[-1].strip(),
+        Path(cluster["state"]["mlflow"]["password_file"]).read_text().strip(),
+    ]
 
 
 def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
@@ -173,8 +194,9 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
     laptop = str(cluster["root"] / "laptop")
     job = submit(cluster, "spread", workspace=laptop)
     info = wait_job(cluster, "spread", workspace=laptop)
-    assert info["job"]["status"] == "SUCCEEDED", seqae("sweep", "logs", "spread", "--workspace", laptop,
-                                                       env=cluster["env"]).stdout[-4000:]
+    assert info["job"]["status"] == "SUCCEEDED", seqae(
+        "sweep", "logs", "spread", "--workspace", laptop, env=cluster["env"]
+    ).stdout[-4000:]
     assert info["trials_by_state"] == {"COMPLETE": 4} and info["outcome"] == "complete"
     assert info["best"]["trial"] in range(4) and info["mlflow_experiment_id"] is not None
     assert set(info["cost"]["per_trial_seconds"]) == {"0", "1", "2", "3"}
@@ -186,10 +208,12 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
     owner = cluster["env"].get("MLFLOW_TRACKING_USERNAME") or getpass.getuser()
     assert info["owner"] == owner and f"owner: {owner}" in text, text
     for verb in ("stop", "cancel"):
-        run = seqae("sweep", verb, "spread", "--workspace", laptop,
-                    env={**cluster["env"], "MLFLOW_TRACKING_USERNAME": "bob"})
-        assert run.returncode == 2 and f"sweep 'spread' belongs to {owner}; bob may not {verb} it" in run.stderr, \
+        run = seqae(
+            "sweep", verb, "spread", "--workspace", laptop, env={**cluster["env"], "MLFLOW_TRACKING_USERNAME": "bob"}
+        )
+        assert run.returncode == 2 and f"sweep 'spread' belongs to {owner}; bob may not {verb} it" in run.stderr, (
             run.stderr
+        )
 
     runs = mlflow_runs(None, "spread", tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
     parents = [r for r in runs if r.data.tags.get("seqae.role") == "sweep"]
@@ -202,8 +226,9 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
     elsewhere = cluster["root"] / "elsewhere"
     elsewhere.mkdir()
     for verb in (["set", "spread", "max_concurrent=3"], ["stop", "spread"]):
-        run = seqae("sweep", *verb, "--workspace", laptop, env=cluster["env"], cwd=elsewhere,
-                    unset=("SEQAE_OPTUNA_STORAGE",))
+        run = seqae(
+            "sweep", *verb, "--workspace", laptop, env=cluster["env"], cwd=elsewhere, unset=("SEQAE_OPTUNA_STORAGE",)
+        )
         assert run.returncode == 0, run.stdout + run.stderr
     control = job_status(cluster, "spread", workspace=laptop)["control"]
     assert control["max_concurrent"] == 3 and "with `seqae sweep stop`" in control["drain"], control
@@ -231,7 +256,9 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
     # no secret reached the runs' params, the job's output or its runtime environment
     logs = seqae("sweep", "logs", "spread", "--workspace", laptop, env=cluster["env"]).stdout
     token = Path(cluster["state"]["token_file"]).read_text().strip()
-    request = urllib.request.Request(f"{dashboard(cluster)}/api/jobs/{job}", headers={"Authorization": f"Bearer {token}"})
+    request = urllib.request.Request(
+        f"{dashboard(cluster)}/api/jobs/{job}", headers={"Authorization": f"Bearer {token}"}
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         job_info = json.loads(response.read())
     job_env = job_info["runtime_env"]["env_vars"]
@@ -252,10 +279,18 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
 
 # MLflow's tables that hold a sweep's rows, and the columns that name its experiment, runs, logged
 # models and dataset links
-MLFLOW_TABLES = {"experiments": ("experiment_id",), "experiment_tags": ("experiment_id",), "runs": ("run_uuid",),
-                 "metrics": ("run_uuid",), "latest_metrics": ("run_uuid",), "params": ("run_uuid",),
-                 "tags": ("run_uuid",), "inputs": ("source_id", "destination_id"), "input_tags": ("input_uuid",),
-                 "logged_models": ("model_id", "experiment_id")}
+MLFLOW_TABLES = {
+    "experiments": ("experiment_id",),
+    "experiment_tags": ("experiment_id",),
+    "runs": ("run_uuid",),
+    "metrics": ("run_uuid",),
+    "latest_metrics": ("run_uuid",),
+    "params": ("run_uuid",),
+    "tags": ("run_uuid",),
+    "inputs": ("source_id", "destination_id"),
+    "input_tags": ("input_uuid",),
+    "logged_models": ("model_id", "experiment_id"),
+}
 
 
 def delete_then_gc(cluster, name: str, workspace: str, experiment_id: str, optuna_storage: str) -> None:
@@ -272,18 +307,33 @@ def delete_then_gc(cluster, name: str, workspace: str, experiment_id: str, optun
 
     def rows(ids: set[str]) -> dict[str, int]:
         with engine.connect() as db:
-            return {table: db.execute(sa.text(f"SELECT count(*) FROM {table} WHERE "  # noqa: S608 - names are ours
-                                              + " OR ".join(f"{c}::text = ANY(:ids)" for c in columns)),
-                                      {"ids": sorted(ids)}).scalar_one()
-                    for table, columns in MLFLOW_TABLES.items()}
+            return {
+                table: db.execute(
+                    sa.text(
+                        f"SELECT count(*) FROM {table} WHERE "  # noqa: S608 - names are ours
+                        + " OR ".join(f"{c}::text = ANY(:ids)" for c in columns)
+                    ),
+                    {"ids": sorted(ids)},
+                ).scalar_one()
+                for table, columns in MLFLOW_TABLES.items()
+            }
 
     with engine.connect() as db:
-        ids = {experiment_id, *db.execute(sa.text("SELECT run_uuid FROM runs WHERE experiment_id = :e"),
-                                          {"e": int(experiment_id)}).scalars(),
-               *db.execute(sa.text("SELECT model_id FROM logged_models WHERE experiment_id = :e"),
-                           {"e": int(experiment_id)}).scalars()}
-        ids |= set(db.execute(sa.text("SELECT input_uuid FROM inputs WHERE destination_id = ANY(:ids) "
-                                      "OR source_id = ANY(:ids)"), {"ids": sorted(ids)}).scalars())
+        ids = {
+            experiment_id,
+            *db.execute(
+                sa.text("SELECT run_uuid FROM runs WHERE experiment_id = :e"), {"e": int(experiment_id)}
+            ).scalars(),
+            *db.execute(
+                sa.text("SELECT model_id FROM logged_models WHERE experiment_id = :e"), {"e": int(experiment_id)}
+            ).scalars(),
+        }
+        ids |= set(
+            db.execute(
+                sa.text("SELECT input_uuid FROM inputs WHERE destination_id = ANY(:ids) OR source_id = ANY(:ids)"),
+                {"ids": sorted(ids)},
+            ).scalars()
+        )
     before = rows(ids)
     artifacts = Path(artifact_store.artifact_root(cluster["env"]["SEQAE_STORAGE"])) / experiment_id
     assert all(before[t] for t in ("runs", "metrics", "params", "tags", "experiments", "logged_models")), before
@@ -316,8 +366,18 @@ def test_a_submitted_sweep_goes_on_after_its_code_changed_only_with_consent(clus
     clone, name, n = tmp_path / "clone", "upgrade", 2
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     workspace = cluster["env"]["SEQAE_WORKSPACE"]
-    run = seqae("sweep", "submit", "sweeps/studies/quickstart.yaml", "--name", name, "--workspace", workspace,
-                *sets(*SWEEP, f"trials.total={n}", "max_concurrent=1"), env=cluster["env"], cwd=clone)
+    run = seqae(
+        "sweep",
+        "submit",
+        "sweeps/studies/quickstart.yaml",
+        "--name",
+        name,
+        "--workspace",
+        workspace,
+        *sets(*SWEEP, f"trials.total={n}", "max_concurrent=1"),
+        env=cluster["env"],
+        cwd=clone,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     storage, driver = Path(cluster["env"]["SEQAE_STORAGE"]) / name, job_driver(name)
     # held while the stop is written: no trial ends or starts meanwhile, so one is left to run
@@ -333,8 +393,9 @@ def test_a_submitted_sweep_goes_on_after_its_code_changed_only_with_consent(clus
 
     runner = clone / "sweeps" / "running" / "runner.py"
     runner.write_text(runner.read_text() + "\n# a change between sessions\n")
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "an upgrade"], cwd=clone,
-                   check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "an upgrade"], cwd=clone, check=True
+    )
     for consent in ([], ["--allow-code-change"]):
         resumed = seqae("sweep", "resume", name, "--workspace", workspace, *consent, env=cluster["env"], cwd=clone)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr  # submitted; its driver decides
@@ -347,7 +408,8 @@ def test_a_submitted_sweep_goes_on_after_its_code_changed_only_with_consent(clus
     assert info["job"]["status"] == "SUCCEEDED" and len(info["job"]["jobs"]) == 3, logs[-4000:]
     assert info["trials_by_state"] == {"COMPLETE": n} and info["outcome"] == "complete"
     assert [e["code_change"] for e in info["control"]["log"] if "code_change" in e] == [
-        "1 file: sweeps/running/runner.py"]
+        "1 file: sweeps/running/runner.py"
+    ]
     assert_each_trial_once(cluster, name, n, 2)
 
     extended = seqae("sweep", "extend", name, "--trials", "1", "--workspace", workspace, env=cluster["env"])
@@ -382,8 +444,9 @@ def test_jobs_api_refuses_requests_without_the_token(cluster):
     body = json.dumps({"entrypoint": "echo pwned", "submission_id": "intruder"}).encode()
     codes = {}
     for label, headers in (("none", {}), ("wrong", {"Authorization": "Bearer not-the-token"})):
-        request = urllib.request.Request(url, data=body, method="POST",
-                                         headers={"Content-Type": "application/json", **headers})
+        request = urllib.request.Request(
+            url, data=body, method="POST", headers={"Content-Type": "application/json", **headers}
+        )
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=10)
         codes[label] = refused.value.code
@@ -395,9 +458,11 @@ def test_jobs_api_refuses_requests_without_the_token(cluster):
 def test_dashboard_and_mlflow_listen_on_loopback_only(cluster):
     addresses = _non_loopback_addresses()
     assert addresses, "this machine should have a non-loopback address to test against"
-    ports = {"dashboard": int(dashboard(cluster).rsplit(":", 1)[1]),
-             "mlflow": int(cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"].rsplit(":", 1)[1]),
-             "postgres": cluster["state"]["postgres"]["port"]}
+    ports = {
+        "dashboard": int(dashboard(cluster).rsplit(":", 1)[1]),
+        "mlflow": int(cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"].rsplit(":", 1)[1]),
+        "postgres": cluster["state"]["postgres"]["port"],
+    }
     import socket
 
     for port in ports.values():
@@ -437,8 +502,14 @@ def test_every_port_of_the_cluster_listens_on_loopback_only(cluster):
                     listening[(conn.laddr.ip, conn.laddr.port)] = name
     ports = {port for _, port in listening}
     # the ports the cluster's own addresses name are among them: the search found its processes
-    assert {state["gcs_port"], state["dashboard_port"], state["mlflow"]["port"], state["postgres"]["port"],
-            state["node_ports"], state["node_ports"] + local.NODE_PORTS} <= ports, listening
+    assert {
+        state["gcs_port"],
+        state["dashboard_port"],
+        state["mlflow"]["port"],
+        state["postgres"]["port"],
+        state["node_ports"],
+        state["node_ports"] + local.NODE_PORTS,
+    } <= ports, listening
     # the GCS; each node's raylet, object manager, agent's gRPC port and workers; the head's metrics
     unbindable = {state["gcs_port"], DASHBOARD_METRIC_PORT, AUTOSCALER_METRIC_PORT}
     for node in range(state["workers"] + 1):
@@ -446,7 +517,8 @@ def test_every_port_of_the_cluster_listens_on_loopback_only(cluster):
         unbindable |= {base, base + 1, base + 3, *range(base + 10, base + local.NODE_PORTS - 1)}
     wide = {(ip, port): name for (ip, port), name in listening.items() if not _loopback(ip)}
     assert not {port for _, port in wide} - unbindable, "\n".join(
-        f"{ip}:{port} {name}" for (ip, port), name in sorted(wide.items()) if port not in unbindable)
+        f"{ip}:{port} {name}" for (ip, port), name in sorted(wide.items()) if port not in unbindable
+    )
     import socket
 
     addresses = _non_loopback_addresses()
@@ -469,22 +541,45 @@ def _non_loopback_addresses() -> list[str]:
 
 def test_sqlite_backends_are_refused_for_multi_node_sweeps(cluster, tmp_path):
     env = {**cluster["env"], "SEQAE_MLFLOW_TRACKING_URI": "", "SEQAE_OPTUNA_STORAGE": ""}
-    run = seqae("sweep", "submit", str(STUDIES / "quickstart.yaml"), "--name", "lite",
-                "--workspace", str(tmp_path / "ws"), *sets(*SWEEP), env=env)
+    run = seqae(
+        "sweep",
+        "submit",
+        str(STUDIES / "quickstart.yaml"),
+        "--name",
+        "lite",
+        "--workspace",
+        str(tmp_path / "ws"),
+        *sets(*SWEEP),
+        env=env,
+    )
     assert run.returncode == 2 and "SQLite" in run.stderr
     assert not (tmp_path / "ws").exists()
     # A driver that joins the cluster itself refuses too, before creating anything.
     gcs = f"127.0.0.2:{cluster['state']['gcs_port']}"
-    run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "lite", "--workspace",
-                str(tmp_path / "ws2"), *sets(*SWEEP),
-                env={"RAY_ADDRESS": gcs, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": cluster["state"]["token_file"],
-                     "SEQAE_MLFLOW_TRACKING_URI": "", "SEQAE_OPTUNA_STORAGE": ""})
+    run = seqae(
+        "sweep",
+        "run",
+        str(STUDIES / "quickstart.yaml"),
+        "--name",
+        "lite",
+        "--workspace",
+        str(tmp_path / "ws2"),
+        *sets(*SWEEP),
+        env={
+            "RAY_ADDRESS": gcs,
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": cluster["state"]["token_file"],
+            "SEQAE_MLFLOW_TRACKING_URI": "",
+            "SEQAE_OPTUNA_STORAGE": "",
+        },
+    )
     assert run.returncode == 2 and "3 nodes" in run.stderr and "SQLite" in run.stderr, run.stderr[-2000:]
     assert not (tmp_path / "ws2" / "sweeps").exists()
 
 
 def test_a_job_gets_only_the_projects_tracked_files_and_no_secret_reaches_its_command_line_env_logs_or_records(
-        cluster, tmp_path, receiver):
+    cluster, tmp_path, receiver
+):
     """Submitted from a clone with an untracked `.env` and key file beside the code, a `--set`
     value, and a notification URL holding a secret both in SEQAE_NOTIFY_URLS and in a private file
     the sweep names (`file:/PATH`): the files never reach the cluster (Ray unpacks a job's package
@@ -495,8 +590,10 @@ def test_a_job_gets_only_the_projects_tracked_files_and_no_secret_reaches_its_co
     from ray.job_submission import JobSubmissionClient
 
     # made here, so that no tracked file (this one is packaged too) holds them
-    clone, planted, setting, secret = tmp_path / "clone", *(f"{kind}-{uuid.uuid4().hex}" for kind in
-                                                              ("planted", "setting", "secret"))
+    clone, planted, setting, secret = (
+        tmp_path / "clone",
+        *(f"{kind}-{uuid.uuid4().hex}" for kind in ("planted", "setting", "secret")),
+    )
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     (clone / ".env").write_text(f"API_KEY={planted}\n")
     (clone / "id_rsa.pem").write_text(f"-----BEGIN KEY-----\n{planted}\n")
@@ -504,9 +601,18 @@ def test_a_job_gets_only_the_projects_tracked_files_and_no_secret_reaches_its_co
     url_file.write_text(f"{receiver.url}-{secret}")  # the receiver takes any path
     url_file.chmod(0o600)
     workspace = str(tmp_path / "ws")
-    run = seqae("sweep", "submit", "sweeps/studies/quickstart.yaml", "--name", "packaged", "--workspace", workspace,
-                *sets(*SWEEP, "trials.total=2", f"description={setting}", f"notify={{urls: ['file:{url_file}']}}"),
-                cwd=clone, env={**cluster["env"], "SEQAE_NOTIFY_URLS": f"json://127.0.0.1:9/{secret}"})
+    run = seqae(
+        "sweep",
+        "submit",
+        "sweeps/studies/quickstart.yaml",
+        "--name",
+        "packaged",
+        "--workspace",
+        workspace,
+        *sets(*SWEEP, "trials.total=2", f"description={setting}", f"notify={{urls: ['file:{url_file}']}}"),
+        cwd=clone,
+        env={**cluster["env"], "SEQAE_NOTIFY_URLS": f"json://127.0.0.1:9/{secret}"},
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert re.search(r"package: \d+ files, [\d.]+ [KM]iB", run.stdout), run.stdout
     assert "SEQAE_NOTIFY_URLS is not passed to the job" in run.stderr
@@ -566,7 +672,9 @@ def kill_worker_mid_trial(cluster, name: str, epochs: Callable[[], dict[int, int
         return bool(picked)
 
     def ready() -> bool:
-        if (number := midway()) is not None and number not in ips:  # its node from MLflow, while the driver's writer runs
+        if (
+            number := midway()
+        ) is not None and number not in ips:  # its node from MLflow, while the driver's writer runs
             ips[number] = _trial_node_ip(cluster, name, number)
         return held(driver, known_midway)
 
@@ -586,7 +694,8 @@ def test_lost_worker_with_no_retries_left_fails_its_trial_everywhere(cluster):
     submit(cluster, name, "train.epochs=6", "trials.total=3", "retries=0")
     storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
     number, node_ip = kill_worker_mid_trial(
-        cluster, name, lambda: {n: m["epoch"] for n, m in trial_metas(storage).items()}, 6)
+        cluster, name, lambda: {n: m["epoch"] for n, m in trial_metas(storage).items()}, 6
+    )
     try:
         info = wait_job(cluster, name)
         logs = seqae("sweep", "logs", name, "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"]).stdout
@@ -643,14 +752,20 @@ def test_killed_worker_trials_continue_on_the_survivor_through_an_object_store(c
     built = [json.loads(m.read_text()) for m in cache.glob("*/manifest.json")]
     entry = next(m for m in built if m["key"]["max_pages"] == 7)
     assert f"published to {storage}/{name}/data" in logs
-    fetched = {ip: [json.loads(f.read_text()) for f in (cluster["root"] / "nodes" / ip / "cache").glob("*/fetched.json")
-                    if json.loads((f.parent / "manifest.json").read_text())["key"] == entry["key"]]
-               for ip in ("127.0.0.3", "127.0.0.4")}
+    fetched = {
+        ip: [
+            json.loads(f.read_text())
+            for f in (cluster["root"] / "nodes" / ip / "cache").glob("*/fetched.json")
+            if json.loads((f.parent / "manifest.json").read_text())["key"] == entry["key"]
+        ]
+        for ip in ("127.0.0.3", "127.0.0.4")
+    }
     assert all(len(records) == 1 for records in fetched.values()), fetched  # both nodes ran it; one fetch each
     for ip, (record,) in fetched.items():
         assert record["from"].startswith(f"{storage}/{name}/data/") and record["bytes"] > 0
-        manifest = json.loads((cluster["root"] / "nodes" / ip / "cache" / record["from"].rsplit("/", 1)[1]
-                               / "manifest.json").read_text())
+        manifest = json.loads(
+            (cluster["root"] / "nodes" / ip / "cache" / record["from"].rsplit("/", 1)[1] / "manifest.json").read_text()
+        )
         assert manifest["built_by"] == entry["built_by"]  # the driver's tokenization, not the node's
 
 
@@ -666,9 +781,17 @@ def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster):
     driver = job_driver(name)
     # held (sweep_helpers.held) with a trial under way and two epochs from its end, so that it stays
     # unfinished; then killed, as `down` would, which cannot end a stopped process gracefully
-    wait_for(lambda: held(driver, lambda: finished(storage) and any(
-        not m["finished"] and m["epoch"] <= 2 for m in trial_metas(storage).values())), 400,
-             "one trial finished and another under way", every=0.1)
+    wait_for(
+        lambda: held(
+            driver,
+            lambda: (
+                finished(storage) and any(not m["finished"] and m["epoch"] <= 2 for m in trial_metas(storage).values())
+            ),
+        ),
+        400,
+        "one trial finished and another under way",
+        every=0.1,
+    )
     driver.kill()
     down = seqae("cluster", "down", "--dir", str(cluster["root"]), timeout=120)
     assert down.returncode == 0 and "Ray" in down.stdout, down.stderr
@@ -676,7 +799,9 @@ def test_whole_cluster_torn_down_mid_sweep_then_resumed_on_a_fresh_one(cluster):
     assert up.returncode == 0, up.stdout + up.stderr
     cluster["state"] = local.read_state(cluster["root"])
     assert local.environment(cluster["state"]) == cluster["env"]  # the same addresses, database and storage
-    assert local.mlflow_credentials(cluster["state"])["MLFLOW_TRACKING_PASSWORD"] == os.environ["MLFLOW_TRACKING_PASSWORD"]
+    assert (
+        local.mlflow_credentials(cluster["state"])["MLFLOW_TRACKING_PASSWORD"] == os.environ["MLFLOW_TRACKING_PASSWORD"]
+    )
 
     resumed = seqae("sweep", "resume", name, "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"])
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -695,8 +820,13 @@ class Driver:
 
     def __init__(self, cluster, name: str, log: Path, *args: str, env: dict[str, str] | None = None) -> None:
         state = cluster["state"]
-        self.env = {**cluster["env"], "RAY_ADDRESS": f"127.0.0.2:{state['gcs_port']}", "RAY_AUTH_MODE": "token",
-                    "RAY_AUTH_TOKEN_PATH": state["token_file"], **(env or {})}
+        self.env = {
+            **cluster["env"],
+            "RAY_ADDRESS": f"127.0.0.2:{state['gcs_port']}",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": state["token_file"],
+            **(env or {}),
+        }
         self.log = log
         self.process = start(*args, "--workspace", cluster["env"]["SEQAE_WORKSPACE"], log=log, env=self.env)
 
@@ -730,8 +860,9 @@ def assert_each_trial_once(cluster, name: str, n: int, epochs: int) -> None:
         trials = optuna_trials(None, name, cluster["env"]["SEQAE_OPTUNA_STORAGE"])
     assert [(t.number, t.state.name) for t in trials] == [(k, "COMPLETE") for k in range(n)]
     assert duplicates(trials) == set()
-    assert all(sorted(t.intermediate_values) == list(range(1, epochs + 1)) for t in trials), \
-        [sorted(t.intermediate_values) for t in trials]
+    assert all(sorted(t.intermediate_values) == list(range(1, epochs + 1)) for t in trials), [
+        sorted(t.intermediate_values) for t in trials
+    ]
     uri = cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"]
     runs = mlflow_runs(None, name, tracking_uri=uri)
     assert {r.info.status for r in runs} == {"FINISHED"}, [(r.info.run_name, r.info.status) for r in runs]
@@ -750,16 +881,30 @@ def test_a_postgresql_restart_mid_sweep_is_ridden_out_by_the_same_driver(cluster
     from cluster import postgres
 
     name, epochs, n = "pgrestart", 6, 4
-    args = ["sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", name,
-            *sets(*SWEEP, "data.max_pages=20", f"train.epochs={epochs}", f"train.patience={epochs}", f"trials.total={n}")]
+    args = [
+        "sweep",
+        "run",
+        str(STUDIES / "quickstart.yaml"),
+        "--name",
+        name,
+        *sets(*SWEEP, "data.max_pages=20", f"train.epochs={epochs}", f"train.patience={epochs}", f"trials.total={n}"),
+    ]
     driver = Driver(cluster, name, tmp_path / "driver.log", *args)
     try:
-        wait_for(lambda: driver.said(r"^trial \d+  epoch 1/") or driver.process.poll() is not None, 600,
-                 "the sweep's first result")
+        wait_for(
+            lambda: driver.said(r"^trial \d+  epoch 1/") or driver.process.poll() is not None,
+            600,
+            "the sweep's first result",
+        )
         postgres.stop(postgres_of(cluster))
         try:
-            wait_for(lambda: driver.said(r"the Optuna storage \S+ did not answer while") or driver.process.poll()
-                     is not None, 300, "the driver to meet the outage")
+            wait_for(
+                lambda: (
+                    driver.said(r"the Optuna storage \S+ did not answer while") or driver.process.poll() is not None
+                ),
+                300,
+                "the driver to meet the outage",
+            )
         finally:
             start_postgres(cluster)
         assert driver.wait() == 0, driver.log.read_text()[-4000:]
@@ -768,7 +913,9 @@ def test_a_postgresql_restart_mid_sweep_is_ridden_out_by_the_same_driver(cluster
         start_postgres(cluster)
     text = driver.log.read_text()
     assert "the Optuna storage answers again after" in text and "did not answer for" not in text, text[-4000:]
-    sessions = json.loads((Path(cluster["env"]["SEQAE_WORKSPACE"]) / "sweeps" / name / "sweep.json").read_text())["sessions"]
+    sessions = json.loads((Path(cluster["env"]["SEQAE_WORKSPACE"]) / "sweeps" / name / "sweep.json").read_text())[
+        "sessions"
+    ]
     assert len(sessions) == 1 and sessions[0]["outcome"] == "complete" and sessions[0]["pid"] == driver.process.pid
     assert sessions[0]["optuna_outage_seconds"] > 0
     assert_each_trial_once(cluster, name, n, epochs)
@@ -782,13 +929,28 @@ def test_a_database_away_past_the_limit_stops_the_driver_in_one_line_and_resume_
     from cluster import postgres
 
     name, epochs, n = "pgaway", 4, 4
-    args = ["sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", name,
-            *sets(*SWEEP, "data.max_pages=20", f"train.epochs={epochs}", f"train.patience={epochs}", f"trials.total={n}",
-                  receiver.notify())]
+    args = [
+        "sweep",
+        "run",
+        str(STUDIES / "quickstart.yaml"),
+        "--name",
+        name,
+        *sets(
+            *SWEEP,
+            "data.max_pages=20",
+            f"train.epochs={epochs}",
+            f"train.patience={epochs}",
+            f"trials.total={n}",
+            receiver.notify(),
+        ),
+    ]
     driver = Driver(cluster, name, tmp_path / "driver.log", *args, env={"SEQAE_STORAGE_RETRY_SECONDS": "5"})
     try:
-        wait_for(lambda: driver.said(r"^trial \d+  epoch 1/") or driver.process.poll() is not None, 600,
-                 "the sweep's first result")
+        wait_for(
+            lambda: driver.said(r"^trial \d+  epoch 1/") or driver.process.poll() is not None,
+            600,
+            "the sweep's first result",
+        )
         postgres.stop(postgres_of(cluster))
         try:
             assert driver.wait(timeout=300) == 75, driver.log.read_text()[-4000:]
@@ -804,7 +966,9 @@ def test_a_database_away_past_the_limit_stops_the_driver_in_one_line_and_resume_
     assert len(errors) == 1, text[-4000:]
     assert errors[0].startswith(f"seqae: error: the Optuna storage {storage} did not answer for ")
     assert errors[0].endswith(f"once it answers, continue the sweep with `seqae sweep resume {name}`")
-    sessions = json.loads((Path(cluster["env"]["SEQAE_WORKSPACE"]) / "sweeps" / name / "sweep.json").read_text())["sessions"]
+    sessions = json.loads((Path(cluster["env"]["SEQAE_WORKSPACE"]) / "sweeps" / name / "sweep.json").read_text())[
+        "sessions"
+    ]
     assert sessions[-1]["outcome"] == "storage unreachable"
     end = receiver.received[-1]
     assert end["title"] == f"seqae {name}: the sweep stopped: its Optuna storage does not answer", receiver.titles()
@@ -821,8 +985,9 @@ def test_a_database_away_past_the_limit_stops_the_driver_in_one_line_and_resume_
 def _trial_node_ip(cluster, name: str, number: int) -> str:
     def tagged():
         runs = mlflow_runs(None, name, tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
-        return next((r.data.tags.get("ray.node_ip") for r in runs if r.data.tags.get("seqae.trial") == str(number)),
-                    None)
+        return next(
+            (r.data.tags.get("ray.node_ip") for r in runs if r.data.tags.get("seqae.trial") == str(number)), None
+        )
 
     wait_for(lambda: tagged() is not None, 60, f"the node of trial {number}")
     return tagged()

@@ -38,7 +38,7 @@ def test_cluster_launcher_yaml_matches_rays_schema():
     # the versions the pages name: Python 3.11 (its venv runs every command), PostgreSQL 15, the GPU extra
     setup = config["setup_commands"]
     assert any("python3.11 -m venv ~/seqae-venv" in c for c in setup)
-    assert any(c.startswith("~/seqae-venv/bin/pip install") and '/home/ubuntu/seqae[gpu' in c for c in setup)
+    assert any(c.startswith("~/seqae-venv/bin/pip install") and "/home/ubuntu/seqae[gpu" in c for c in setup)
     assert any("apt-get install -y -q postgresql-15" in c for c in config["head_setup_commands"])
     # every node's instance profile is one the IAM files describe, in the account to fill in
     profiles = {t["node_config"]["IamInstanceProfile"]["Arn"].rsplit("/", 1)[1] for t in types.values()}
@@ -52,10 +52,16 @@ def test_check_launcher_refuses_the_shipped_files_until_every_placeholder_is_rep
     import jsonschema
     import ray.autoscaler
 
-    files = [REPO / "cluster" / "aws.yaml", *sorted((REPO / "cluster" / "aws-iam").glob("*.json")),
-             *sorted((REPO / "cluster" / "kuberay").glob("*.yaml"))]
-    values = {"REPLACE_ME_AMI": "ami-0123456789abcdef0", "REPLACE_ME_ACCOUNT": "123456789012",
-              "REPLACE_ME_BUCKET": "my-team-seqae"}
+    files = [
+        REPO / "cluster" / "aws.yaml",
+        *sorted((REPO / "cluster" / "aws-iam").glob("*.json")),
+        *sorted((REPO / "cluster" / "kuberay").glob("*.yaml")),
+    ]
+    values = {
+        "REPLACE_ME_AMI": "ami-0123456789abcdef0",
+        "REPLACE_ME_ACCOUNT": "123456789012",
+        "REPLACE_ME_BUCKET": "my-team-seqae",
+    }
     held = set()
     for path in files:
         found = launcher.placeholders(path.read_text())
@@ -99,14 +105,22 @@ def test_the_gpu_profiles_fill_the_shipped_gpu_nodes():
 
     config = yaml.safe_load((REPO / "cluster" / "aws.yaml").read_text())
     (aws_worker,) = [t for t in config["available_node_types"].values() if t.get("max_workers")]
-    cluster = [d for d in yaml.safe_load_all((REPO / "cluster" / "kuberay" / "raycluster.yaml").read_text())
-               if d["kind"] == "RayCluster"][0]
+    cluster = [
+        d
+        for d in yaml.safe_load_all((REPO / "cluster" / "kuberay" / "raycluster.yaml").read_text())
+        if d["kind"] == "RayCluster"
+    ][0]
     (group,) = cluster["spec"]["workerGroupSpecs"]
     limits = group["template"]["spec"]["containers"][0]["resources"]["limits"]
-    nodes = {"aws.yaml": (*INSTANCE_TYPES[aws_worker["node_config"]["InstanceType"]], aws_worker["max_workers"]),
-             "raycluster.yaml": (int(limits["cpu"]), int(limits["nvidia.com/gpu"]), group["maxReplicas"])}
-    studies = [p for p in sorted((REPO / "sweeps" / "studies").glob("*.yaml"))
-               if "gpu" in (yaml.safe_load(p.read_text()).get("profiles") or {})]
+    nodes = {
+        "aws.yaml": (*INSTANCE_TYPES[aws_worker["node_config"]["InstanceType"]], aws_worker["max_workers"]),
+        "raycluster.yaml": (int(limits["cpu"]), int(limits["nvidia.com/gpu"]), group["maxReplicas"]),
+    }
+    studies = [
+        p
+        for p in sorted((REPO / "sweeps" / "studies").glob("*.yaml"))
+        if "gpu" in (yaml.safe_load(p.read_text()).get("profiles") or {})
+    ]
     assert studies
     for study in studies:
         resources = spec_lib.load(study, ["profile=gpu"]).resources
@@ -128,8 +142,11 @@ def test_the_heads_that_keep_mlflow_artifacts_in_s3_install_boto3_through_the_s3
     assert "boto3" in {Requirement(r).name for r in extras["s3"]}
     config = yaml.safe_load((REPO / "cluster" / "aws.yaml").read_text())
     assert "--storage s3://" in " ".join(config["head_start_ray_commands"])
-    installed = [set(extra.split(",")) for command in config["setup_commands"] + config["head_setup_commands"]
-                 for extra in re.findall(r'pip install .*seqae\[([\w,]+)\]', command)]
+    installed = [
+        set(extra.split(","))
+        for command in config["setup_commands"] + config["head_setup_commands"]
+        for extra in re.findall(r"pip install .*seqae\[([\w,]+)\]", command)
+    ]
     assert any("s3" in extra for extra in installed), installed
     (image,) = re.findall(r'pip install .*"\.\[([\w,]+)\]"', (REPO / "cluster" / "kuberay" / "Dockerfile").read_text())
     assert "s3" in image.split(",")
@@ -143,7 +160,8 @@ def test_a_laptops_env_sh_and_submit_agree_on_the_cluster_side_names():
 
 
 def test_add_user_beside_a_ray_started_by_hand_hands_out_that_rays_token_or_refuses_before_it_runs(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     """`services` starts no Ray: the token a user gets is the one the head's Ray keeps, where Ray
     itself looks; before `ray get-auth-token --generate` there is none, and add-user says so."""
     from seqae_errors import ConfigError

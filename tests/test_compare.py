@@ -27,7 +27,9 @@ def test_two_sweeps_side_by_side_in_the_terminal_and_on_a_page(workspace, tmp_pa
 
     lines = text.splitlines()
     assert lines[0].split()[:3] == ["sweep", "trials", "best"]
-    assert re.search(r"^origin\s+2: 1 complete, 1 pruned\s+0 \(paper_lr\)\s+0\.7000\s+-\s+0\.050\s+-$", lines[1], re.M), text
+    assert re.search(
+        r"^origin\s+2: 1 complete, 1 pruned\s+0 \(paper_lr\)\s+0\.7000\s+-\s+0\.050\s+-$", lines[1], re.M
+    ), text
     assert re.search(r"^fork\s+2: 2 complete\s+0 \(paper_lr\)\s+0\.8000\s+-\s+0\.017\s+origin$", lines[2], re.M), text
     html = page.read_text()
     assert page.parent == tmp_path / "page" and html.count("data:image/png;base64,") == 2
@@ -37,8 +39,11 @@ def test_two_sweeps_side_by_side_in_the_terminal_and_on_a_page(workspace, tmp_pa
 def test_what_cannot_be_compared_is_refused_by_name(workspace):  # noqa: F811
     sweep(workspace, "a", [([10.0], 0.5, True)])
     sweep(workspace, "b", [], "objective={metric: val_loss, mode: min}")
-    for names, says in ((["a"], "two sweeps or more, got 1"), (["a", "nope"], "no sweep named 'nope'"),
-                        (["a", "b"], "different objectives: a: val_token_accuracy \\(max\\), b: val_loss \\(min\\)")):
+    for names, says in (
+        (["a"], "two sweeps or more, got 1"),
+        (["a", "nope"], "no sweep named 'nope'"),
+        (["a", "b"], "different objectives: a: val_token_accuracy \\(max\\), b: val_loss \\(min\\)"),
+    ):
         with pytest.raises(ConfigError, match=says):
             compare(workspace, names)
     assert not (workspace.root / "compare").exists()

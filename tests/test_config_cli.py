@@ -61,30 +61,56 @@ def test_set_values_are_typed():
         pytest.param(["train.epochs=2.5"], "train.epochs=2.5 must be an integer", id="float-for-int"),
         pytest.param(["model.block=lstm"], "model.block='lstm' must be one of 'paper', 'transformer'", id="bad-choice"),
         pytest.param(["train.lr=nan"], "train.lr=nan must be a finite number", id="nan"),
-        pytest.param(["data.input_len=32", "model.latent_len=33"], "model.latent_len=33 must be in 1..data.input_len=32",
-                     id="latent-longer-than-input"),
+        pytest.param(
+            ["data.input_len=32", "model.latent_len=33"],
+            "model.latent_len=33 must be in 1..data.input_len=32",
+            id="latent-longer-than-input",
+        ),
         pytest.param(["model.d_model=0"], "model.d_model=0 must be positive", id="zero-size"),
         pytest.param(["train.batch_size=-4"], "train.batch_size=-4 must be positive", id="negative-size"),
         pytest.param(["train.log_every_steps=0"], "train.log_every_steps=0 must be positive", id="zero-log-steps"),
-        pytest.param(["model.d_attn=100", "model.heads=3"], "model.d_attn=100 must be divisible by model.heads=3",
-                     id="heads"),
+        pytest.param(
+            ["model.d_attn=100", "model.heads=3"], "model.d_attn=100 must be divisible by model.heads=3", id="heads"
+        ),
         pytest.param(["model.latent_len=8", "model.latent_fraction=0.5"], "not both", id="latent-twice"),
-        pytest.param(["model.d_model=64", "model.latent_dim=65"], "model.latent_dim=65 must be in 1..model.d_model=64",
-                     id="latent-wider-than-the-model"),
+        pytest.param(
+            ["model.d_model=64", "model.latent_dim=65"],
+            "model.latent_dim=65 must be in 1..model.d_model=64",
+            id="latent-wider-than-the-model",
+        ),
         pytest.param(["train.lr"], "expected key=value", id="no-equals"),
-        *[pytest.param([f"train.validate_every={v}"], f"train.validate_every={v} must be a whole number of steps "
-                       "(1 or more) or a fraction of an epoch of the form 1/k", id=f"validate-every-{v}")
-          for v in ("0", "-3", "1.5", "0.3", "-0.25")],
-        pytest.param(["train.validate_every=often"], "train.validate_every='often' must be an integer or a finite "
-                     "number or null", id="validate-every-a-word"),
+        *[
+            pytest.param(
+                [f"train.validate_every={v}"],
+                f"train.validate_every={v} must be a whole number of steps "
+                "(1 or more) or a fraction of an epoch of the form 1/k",
+                id=f"validate-every-{v}",
+            )
+            for v in ("0", "-3", "1.5", "0.3", "-0.25")
+        ],
+        pytest.param(
+            ["train.validate_every=often"],
+            "train.validate_every='often' must be an integer or a finite number or null",
+            id="validate-every-a-word",
+        ),
     ],
 )
 def test_cli_rejects_bad_input_before_loading_data(bad, message, capsys, tmp_path):
     # data.path points nowhere: the error must come from the config, before any data loads or any
     # checkpoint folder is made.
     made = (tmp_path / "ckpt", tmp_path / "cache")
-    code = main(["train", "--checkpoint-dir", str(made[0]), "--cache-dir", str(made[1]), "--set", "data.path=/nonexistent",
-                 *[a for s in bad for a in ("--set", s)]])
+    code = main(
+        [
+            "train",
+            "--checkpoint-dir",
+            str(made[0]),
+            "--cache-dir",
+            str(made[1]),
+            "--set",
+            "data.path=/nonexistent",
+            *[a for s in bad for a in ("--set", s)],
+        ]
+    )
     assert_refused(code, capsys.readouterr().err, message, created=made)
 
 
@@ -113,10 +139,12 @@ SMALL = {**TINY, "data.max_pages": 3}  # whole runs in a subprocess: what they c
 def test_the_cli_shows_its_own_info_lines_and_other_libraries_only_from_warning(tmp_path):
     """matplotlib's "generated new fontManager" and datasets' "JAX version ... available" are INFO
     lines of theirs, which a user who ran `seqae` did not ask for; seqae's own INFO lines stay."""
-    code = ("import logging, sys; from seqae.cli.main import main; main(['sweep', 'list', '--workspace', sys.argv[1]]); "
-            "logging.getLogger('matplotlib.font_manager').info('generated new fontManager'); "
-            "logging.getLogger('datasets.config').warning('a warning of theirs'); "
-            "logging.getLogger('sweeps.running.driver').info('a line of seqae')")
+    code = (
+        "import logging, sys; from seqae.cli.main import main; main(['sweep', 'list', '--workspace', sys.argv[1]]); "
+        "logging.getLogger('matplotlib.font_manager').info('generated new fontManager'); "
+        "logging.getLogger('datasets.config').warning('a warning of theirs'); "
+        "logging.getLogger('sweeps.running.driver').info('a line of seqae')"
+    )
     err = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True).stderr
     assert err.splitlines() == ["a warning of theirs", "a line of seqae"]
 
@@ -125,14 +153,35 @@ def test_train_command_prints_json_last(data_cache, tmp_path, capsys):
     """The real console script, end to end on the tiny config; then its refusals of that folder,
     through the same entry point in this process."""
     run = subprocess.run(
-        [sys.executable, "-m", "seqae", "train", "--json", "--cache-dir", str(data_cache),
-         "--checkpoint-dir", str(tmp_path / "ckpt"), *[a for s in sets(SMALL) for a in ("--set", s)]],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "seqae",
+            "train",
+            "--json",
+            "--cache-dir",
+            str(data_cache),
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            *[a for s in sets(SMALL) for a in ("--set", s)],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 0, run.stderr
     final = json.loads(run.stdout.strip().splitlines()[-1])
-    for key in ("val_token_accuracy", "val_loss", "val_sequence_accuracy", "best_epoch", "epochs_run",
-                "stopped_early", "tokens_per_s", "train_seconds", "data_seconds"):
+    for key in (
+        "val_token_accuracy",
+        "val_loss",
+        "val_sequence_accuracy",
+        "best_epoch",
+        "epochs_run",
+        "stopped_early",
+        "tokens_per_s",
+        "train_seconds",
+        "data_seconds",
+    ):
         assert key in final
     assert final["epochs_run"] == 2
     store = CheckpointStore(str(tmp_path / "ckpt"))
@@ -142,15 +191,36 @@ def test_train_command_prints_json_last(data_cache, tmp_path, capsys):
     records = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
     # the folder now holds a run: reusing it without --resume is refused, nothing overwritten, and
     # no data prepared (a cache folder of its own shows it)
-    code = main(["train", "--cache-dir", str(tmp_path / "refused-cache"), "--checkpoint-dir", str(tmp_path / "ckpt"),
-                 *[a for s in sets(SMALL) for a in ("--set", s)]])
+    code = main(
+        [
+            "train",
+            "--cache-dir",
+            str(tmp_path / "refused-cache"),
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            *[a for s in sets(SMALL) for a in ("--set", s)],
+        ]
+    )
     assert_refused(code, capsys.readouterr().err, "pass --resume", created=(tmp_path / "refused-cache",))
     # resuming it with another config is one line naming what changed, not a traceback
     changed = {**SMALL, "model.d_model": SMALL["model.d_model"] * 2}
-    code = main(["train", "--resume", "--cache-dir", str(data_cache), "--checkpoint-dir", str(tmp_path / "ckpt"),
-                 *[a for s in sets(changed) for a in ("--set", s)]])
-    assert_refused(code, capsys.readouterr().err, f"model.d_model={SMALL['model.d_model']} -> {changed['model.d_model']}",
-                   created=(tmp_path / "ckpt" / "epoch-000003",))  # the epoch a resume would train
+    code = main(
+        [
+            "train",
+            "--resume",
+            "--cache-dir",
+            str(data_cache),
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            *[a for s in sets(changed) for a in ("--set", s)],
+        ]
+    )
+    assert_refused(
+        code,
+        capsys.readouterr().err,
+        f"model.d_model={SMALL['model.d_model']} -> {changed['model.d_model']}",
+        created=(tmp_path / "ckpt" / "epoch-000003",),
+    )  # the epoch a resume would train
     assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == records
     assert CheckpointStore(str(tmp_path / "ckpt")).progress().epoch == 2
 

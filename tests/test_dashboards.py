@@ -43,9 +43,21 @@ def browser():
 @pytest.fixture(scope="module")
 def finished_sweep(tmp_path_factory):
     workspace = tmp_path_factory.mktemp("dash") / "ws"
-    run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace),
-                *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=3", f"train.epochs={EPOCHS}",
-                      "train.log_every_steps=2"))
+    run = seqae(
+        "sweep",
+        "run",
+        str(STUDIES / "quickstart.yaml"),
+        "--workspace",
+        str(workspace),
+        *sets(
+            *SMOKE,
+            "data.input_len=16",
+            "model.latent_len=8",
+            "trials.total=3",
+            f"train.epochs={EPOCHS}",
+            "train.log_every_steps=2",
+        ),
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "seqae: report:" in run.stdout  # rebuilt at the end of the sweep
     return workspace
@@ -61,8 +73,11 @@ def test_report_renders_every_figure_without_console_errors(finished_sweep, scre
     index = finished_sweep / "sweeps" / "quickstart" / "report" / "index.html"
     # the story first: what it found, on validation and on test, against its starting point, and at what cost
     story = re.sub(r"<[^>]+>", " ", index.read_text().split('<div id="story">')[1].split("</div>")[0])
-    assert re.search(r"The best trial is \d \(proposed by [a-z -]+\): val_token_accuracy 0\.\d{4} \(validation, "
-                     r"selected on\); test_token_accuracy 0\.\d{4} \(test pages, never selected on\)\.", story), story
+    assert re.search(
+        r"The best trial is \d \(proposed by [a-z -]+\): val_token_accuracy 0\.\d{4} \(validation, "
+        r"selected on\); test_token_accuracy 0\.\d{4} \(test pages, never selected on\)\.",
+        story,
+    ), story
     assert re.search(r"Starting point paper_lr: trial 0, val_token_accuracy 0\.\d{4}", story), story
     # the file's starting point, then random search
     assert re.search(r"Trials proposed by: start 1, random 2.*Spent 0\.\d{4} cpu-hours\.", story), story
@@ -76,10 +91,12 @@ def test_report_renders_every_figure_without_console_errors(finished_sweep, scre
         driver.get(index.as_uri())
         wait_for(lambda: driver.execute_script("return document.readyState") == "complete", 30, "the report")
         images = driver.execute_script(
-            "return Array.from(document.images).map(i => [i.alt, i.complete && i.naturalWidth > 0])")
+            "return Array.from(document.images).map(i => [i.alt, i.complete && i.naturalWidth > 0])"
+        )
         assert len(images) == len(pngs) and all(ok for _, ok in images), images
         errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == []
+
         # the trials table sorts by a clicked column
         def rows() -> list[str]:
             cells = "return Array.from(document.querySelectorAll('#trials tbody tr')).map(r => r.innerText)"
@@ -111,12 +128,24 @@ def test_the_loss_curve_is_drawn_against_epochs_with_whole_epoch_ticks(tmp_path)
     from dashboards.report.data import Trial
     from seqae_core import metrics as M
 
-    trial = Trial(0, "run", "FINISHED", "complete", {}, curves={
-        M.TRAIN_LOSS: [(1, 3.0), (2, 2.0)], M.VAL_LOSS: [(1, 2.9), (2, 2.1)], M.GLOBAL_STEP: [(1, 10), (2, 20)],
-        M.TRAIN_LOSS_STEPS: [(5, 4.0), (10, 3.0), (15, 2.5), (20, 2.0)]})
+    trial = Trial(
+        0,
+        "run",
+        "FINISHED",
+        "complete",
+        {},
+        curves={
+            M.TRAIN_LOSS: [(1, 3.0), (2, 2.0)],
+            M.VAL_LOSS: [(1, 2.9), (2, 2.1)],
+            M.GLOBAL_STEP: [(1, 10), (2, 20)],
+            M.TRAIN_LOSS_STEPS: [(5, 4.0), (10, 3.0), (15, 2.5), (20, 2.0)],
+        },
+    )
     assert figures.step_curve(trial) == [(0.5, 4.0), (1.0, 3.0), (1.5, 2.5), (2.0, 2.0)]
-    assert figures.step_curve(Trial(1, "run", "FINISHED", "complete", {}, curves=trial.curves | {
-        M.TRAIN_LOSS_STEPS: []})) == []  # then the report draws the epochs' means
+    assert (
+        figures.step_curve(Trial(1, "run", "FINISHED", "complete", {}, curves=trial.curves | {M.TRAIN_LOSS_STEPS: []}))
+        == []
+    )  # then the report draws the epochs' means
     fig, ax = plt.subplots()
     ax.plot([0.5, 1.0, 1.5, 2.0], [4.0, 3.0, 2.5, 2.0])
     figures.epoch_axis(ax)
@@ -156,6 +185,7 @@ def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, s
             save(driver, screenshot_dir, "mlflow-experiments.png")
 
             driver.get(link)
+
             def row(run_id: str) -> str:
                 return MLFLOW_UI["row"].format(run_id=run_id)
 
@@ -166,7 +196,9 @@ def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, s
             for kid in kids.values():  # each trial's row, its dataset named with the digest of its data
                 named = "{0.name} ({0.digest})".format(kid.inputs.dataset_inputs[0].dataset)
                 cells = f"{row(kid.info.run_id)} {MLFLOW_UI['dataset']}"
-                wait.until(lambda d, named=named, cells=cells: any(named in c.text for c in css(By.CSS_SELECTOR, cells)))
+                wait.until(
+                    lambda d, named=named, cells=cells: any(named in c.text for c in css(By.CSS_SELECTOR, cells))
+                )
             save(driver, screenshot_dir, "mlflow-runs.png")
 
             kid = kids["0"]
@@ -174,8 +206,11 @@ def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, s
             page = f"http://127.0.0.1:{mlflow_port}/#/experiments/{experiment}/runs/{kid.info.run_id}"
             driver.get(f"{page}?{MLFLOW_UI['model training']}")
             body = lambda: driver.find_element(By.TAG_NAME, "body").text  # noqa: E731
-            wait.until(lambda d: all(m in body() for m in ("val_token_accuracy", "train_loss_steps",
-                                                            "system/cpu_utilization_percentage")))
+            wait.until(
+                lambda d: all(
+                    m in body() for m in ("val_token_accuracy", "train_loss_steps", "system/cpu_utilization_percentage")
+                )
+            )
             assert f"{dataset.name} ({dataset.digest})" in body()
             save(driver, screenshot_dir, "mlflow-trial.png")
 
@@ -188,7 +223,10 @@ def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, s
                     d.execute_script("arguments[0].scrollIntoView()", css(By.CSS_SELECTOR, MLFLOW_UI["chart card"])[-1])
                 return found and d.execute_script(
                     "const plot = arguments[0].querySelector('.js-plotly-plot');"
-                    "return plot && plot.data && plot.data.map(trace => trace.x)", found[0])
+                    "return plot && plot.data && plot.data.map(trace => trace.x)",
+                    found[0],
+                )
+
             traces = wait.until(accuracy_chart)
             assert traces and all(list(x) == list(range(1, EPOCHS + 1)) for x in traces), traces  # a point per epoch
             driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", css(By.CSS_SELECTOR, card)[0])
@@ -206,14 +244,34 @@ def test_seqae_ui_serves_mlflow_and_optuna_and_stops_on_ctrl_c(finished_sweep, s
 def test_report_shows_failed_and_running_trials(tmp_path):
     workspace, name = tmp_path / "ws", "mixed"
     # lr 1e30 makes the first trial's loss NaN at once; the second trains until the test stops it
-    sweep = start("sweep", "run", str(STUDIES / "paper_fig3.yaml"), "--name", name, "--workspace", str(workspace),
-                  *sets(*SMOKE, "grid.data.input_len=[16]", "grid.model.latent_fraction=[0.5]",
-                        "grid.train.lr=[1e30, 0.001]", "train.lr_schedule=constant", "model.block=transformer",
-                        "train.epochs=1000", "train.patience=1000", "max_concurrent=1"), log=tmp_path / "sweep.log")
+    sweep = start(
+        "sweep",
+        "run",
+        str(STUDIES / "paper_fig3.yaml"),
+        "--name",
+        name,
+        "--workspace",
+        str(workspace),
+        *sets(
+            *SMOKE,
+            "grid.data.input_len=[16]",
+            "grid.model.latent_fraction=[0.5]",
+            "grid.train.lr=[1e30, 0.001]",
+            "train.lr_schedule=constant",
+            "model.block=transformer",
+            "train.epochs=1000",
+            "train.patience=1000",
+            "max_concurrent=1",
+        ),
+        log=tmp_path / "sweep.log",
+    )
     try:
         storage = str(workspace / "sweeps" / name)
-        wait_for(lambda: any(CheckpointStore.of_trial(storage, n).records() for n in CheckpointStore.trials(storage)),
-                 300, "the second trial to train")
+        wait_for(
+            lambda: any(CheckpointStore.of_trial(storage, n).records() for n in CheckpointStore.trials(storage)),
+            300,
+            "the second trial to train",
+        )
         built = seqae("report", name, "--workspace", str(workspace))
         assert built.returncode == 0, built.stderr[-3000:]
         page = (workspace / "sweeps" / name / "report" / "index.html").read_text()
@@ -249,28 +307,46 @@ def test_the_ui_beside_a_running_sweep_never_fails_it(tmp_path):
     from tests.sweep_helpers import optuna_trials
 
     workspace, log = tmp_path / "ws", tmp_path / "sweep.log"
-    sweep = start("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "busy", "--workspace", str(workspace),
-                  *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", "trials.total=2", "train.epochs=1000",
-                        "train.patience=1000"),
-                  log=log)
+    sweep = start(
+        "sweep",
+        "run",
+        str(STUDIES / "quickstart.yaml"),
+        "--name",
+        "busy",
+        "--workspace",
+        str(workspace),
+        *sets(
+            *SMOKE,
+            "data.input_len=16",
+            "model.latent_len=8",
+            "trials.total=2",
+            "train.epochs=1000",
+            "train.patience=1000",
+        ),
+        log=log,
+    )
     try:
-        wait_for(lambda: "trial 0  epoch 1/" in log.read_text() or "trial 1  epoch 1/" in log.read_text(), 300,
-                 "the sweep's first result")
+        wait_for(
+            lambda: "trial 0  epoch 1/" in log.read_text() or "trial 1  epoch 1/" in log.read_text(),
+            300,
+            "the sweep's first result",
+        )
         ui, mlflow_port, optuna_port = start_ui(workspace, tmp_path / "ui.log")
         try:
             driver = browser()
             loads, stopped = 0, False
             try:
                 while sweep.poll() is None:
-                    for url in (f"http://127.0.0.1:{mlflow_port}/#/experiments",
-                                f"http://127.0.0.1:{optuna_port}/dashboard"):
+                    for url in (
+                        f"http://127.0.0.1:{mlflow_port}/#/experiments",
+                        f"http://127.0.0.1:{optuna_port}/dashboard",
+                    ):
                         driver.get(url)
                         wait_for(lambda: "busy" in driver.find_element(By.TAG_NAME, "body").text, 60, url)
                         loads += 1
                     if loads >= 8 and not stopped:
                         assert sweep.poll() is None, "the sweep ended before the pages were read beside it"
-                        stopped = seqae("sweep", "stop", "busy", "--now", "--workspace",
-                                        str(workspace)).returncode == 0
+                        stopped = seqae("sweep", "stop", "busy", "--now", "--workspace", str(workspace)).returncode == 0
                         assert stopped
             finally:
                 driver.quit()

@@ -98,8 +98,9 @@ def _pages_of(splits: data.Splits) -> list[set[int]]:
 @pytest.mark.parametrize("split_seed, val_fraction", [(0, 0.2), (1, 0.2), (5, 0.1), (2, 0.5)])
 def test_test_pages_never_reach_training_or_validation(tiny_config, data_cache, split_seed, val_fraction):
     settings = {"data.max_pages": SPLIT_PAGES, "data.test_fraction": 0.2}
-    splits = data.load(tiny_config(**settings, **{"data.split_seed": split_seed, "data.val_fraction": val_fraction}).data,
-                       data_cache)
+    splits = data.load(
+        tiny_config(**settings, **{"data.split_seed": split_seed, "data.val_fraction": val_fraction}).data, data_cache
+    )
     train, val, test = _pages_of(splits)
     assert train and val and test
     assert train.isdisjoint(val) and train.isdisjoint(test) and val.isdisjoint(test)
@@ -116,7 +117,9 @@ def test_test_pages_stay_out_whatever_the_page_count_and_move_only_with_their_se
     few, many = test_pages(**{"data.max_pages": SPLIT_PAGES}), test_pages(**{"data.max_pages": 2 * SPLIT_PAGES})
     assert few == {page for page in many if page < SPLIT_PAGES}
     assert test_pages(**{"data.max_pages": SPLIT_PAGES, "data.test_seed": 1}) != few
-    assert test_pages(**{"data.max_pages": 3, "data.test_fraction": 0.01}) != set()  # a fraction above 0: one page at least
+    assert (
+        test_pages(**{"data.max_pages": 3, "data.test_fraction": 0.01}) != set()
+    )  # a fraction above 0: one page at least
 
 
 def test_no_test_fraction_keeps_the_paper_split(tiny_config, data_cache):
@@ -124,7 +127,7 @@ def test_no_test_fraction_keeps_the_paper_split(tiny_config, data_cache):
     splits = data.load(tiny_config(**{"data.max_pages": SPLIT_PAGES, "data.split_seed": 3}).data, data_cache)
     _, val, test = _pages_of(splits)
     assert test == set() and len(splits.test) == 0
-    assert val == set(np.random.default_rng(3).permutation(SPLIT_PAGES)[:round(0.2 * SPLIT_PAGES)].tolist())
+    assert val == set(np.random.default_rng(3).permutation(SPLIT_PAGES)[: round(0.2 * SPLIT_PAGES)].tolist())
 
 
 def test_padding_is_never_scored():
@@ -214,7 +217,6 @@ def test_bad_dataset_settings_name_the_key(tiny_config, tmp_path):
         data.prepare(tiny_config(**{"data.path": str(tmp_path / "nowhere")}).data, tmp_path)
 
 
-
 def test_package_readmes_load_as_a_second_corpus(tmp_path):
     from research.corpora import package_descriptions
     from seqae_core.config import DataConfig
@@ -226,8 +228,9 @@ def test_package_readmes_load_as_a_second_corpus(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["folder", "s3"])
-def test_published_entry_is_fetched_once_per_node_and_never_tokenized_there(where, tiny_config, tmp_path,
-                                                                           monkeypatch, request):
+def test_published_entry_is_fetched_once_per_node_and_never_tokenized_there(
+    where, tiny_config, tmp_path, monkeypatch, request
+):
     """A driver publishes its entry to a shared folder or a real S3 server; a node with an empty
     cache fetches it (checksums verified), a second trial on that node reuses the node's copy, and
     neither touches the source or the tokenizer. A damaged published file is refused."""
@@ -252,7 +255,10 @@ def test_published_entry_is_fetched_once_per_node_and_never_tokenized_there(wher
     assert fetched.name == entry.name and record["bytes"] == moved and record["from"] == f"{uri}/{entry.name}"
     assert all((fetched / f).read_bytes() == (entry / f).read_bytes() for f in (*data.FILES, "manifest.json"))
     stamp = (fetched / "fetched.json").stat().st_mtime_ns
-    assert data.load(config, node, published=f"{uri}/{entry.name}").tokens.shape == data.load(config, tmp_path / "driver").tokens.shape
+    assert (
+        data.load(config, node, published=f"{uri}/{entry.name}").tokens.shape
+        == data.load(config, tmp_path / "driver").tokens.shape
+    )
     assert (fetched / "fetched.json").stat().st_mtime_ns == stamp  # the second trial reused the node's copy
 
     from seqae_core.storage import filesystem

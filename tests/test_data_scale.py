@@ -45,12 +45,17 @@ def test_the_preparation_killed_part_way_resumes_to_the_same_entry(tmp_path, mon
     assert whole["entry_bytes"] > 4_000 * 512 * 2 and 0 < whole["peak_pss_mib"] <= whole["peak_rss_mib"]
 
 
-@pytest.mark.parametrize("args,says", [
-    (["--data", "wikimedia/wikipedia"], "bench data-scale cuts its pages from a local folder"),
-    (["--pages", "1"], "--pages 1 is too few"),
-    (["--interrupt", "1.5"], "--interrupt 1.5 is not a fraction"),
-])
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--data", "wikimedia/wikipedia"], "bench data-scale cuts its pages from a local folder"),
+        (["--pages", "1"], "--pages 1 is too few"),
+        (["--interrupt", "1.5"], "--interrupt 1.5 is not a fraction"),
+    ],
+)
 def test_bad_arguments_are_refused_in_one_line(args, says, capsys, tmp_path):
     out = tmp_path / "bench.json"
-    code = main(["bench", "data-scale", "--out", str(out), *(["--data", str(WIKI_MINI)] if "--data" not in args else []), *args])
+    code = main(
+        ["bench", "data-scale", "--out", str(out), *(["--data", str(WIKI_MINI)] if "--data" not in args else []), *args]
+    )
     assert_refused(code, capsys.readouterr().err, says, created=(out,))

@@ -20,8 +20,11 @@ OPTUNA_KEYS = ("study_id", "trial_id", "sweep")
 
 def files(workspace: Path) -> dict[str, int]:
     """Every file of the workspace (its databases' own aside), with its size."""
-    return {str(p.relative_to(workspace)): p.stat().st_size for p in workspace.rglob("*")
-            if p.is_file() and not p.name.startswith(("mlflow.db", "optuna.db"))}
+    return {
+        str(p.relative_to(workspace)): p.stat().st_size
+        for p in workspace.rglob("*")
+        if p.is_file() and not p.name.startswith(("mlflow.db", "optuna.db"))
+    }
 
 
 def rows(database: Path) -> dict[str, list[dict]]:
@@ -53,8 +56,12 @@ def ids_of(workspace: Path, name: str) -> set[str]:
     optuna_rows = rows(workspace / "optuna.db")
     study = next(r["study_id"] for r in optuna_rows["studies"] if r["study_name"] == name)
     trials = {str(r["trial_id"]) for r in optuna_rows["trials"] if r["study_id"] == study}
-    return ({experiment.experiment_id, name, str(study)} | {r.info.run_id for r in runs}
-            | {m.model_id for m in models} | trials)
+    return (
+        {experiment.experiment_id, name, str(study)}
+        | {r.info.run_id for r in runs}
+        | {m.model_id for m in models}
+        | trials
+    )
 
 
 def test_deleting_a_sweep_never_run_removes_its_folder_and_creates_no_store(tmp_path):
@@ -90,8 +97,15 @@ def test_delete_removes_every_file_and_row_of_the_sweep_and_nothing_of_another(t
     ws = ["--workspace", str(workspace)]
     first_ids, second_ids = ids_of(workspace, "first"), ids_of(workspace, "second")
     before = files(workspace), rows(workspace / "mlflow.db"), rows(workspace / "optuna.db")
-    print("before:", len(before[0]), "files;", "mlflow", counts(workspace / "mlflow.db"), "optuna",
-          counts(workspace / "optuna.db"))
+    print(
+        "before:",
+        len(before[0]),
+        "files;",
+        "mlflow",
+        counts(workspace / "mlflow.db"),
+        "optuna",
+        counts(workspace / "optuna.db"),
+    )
 
     with DriverLock(workspace / "sweeps" / "first" / "driver.lock"):  # as a running driver holds it
         refused = in_process(["sweep", "delete", "first", *ws], 60)
@@ -113,16 +127,26 @@ def test_delete_removes_every_file_and_row_of_the_sweep_and_nothing_of_another(t
     assert done.returncode == 0, done.stderr
     print(done.stdout)
     after = files(workspace), rows(workspace / "mlflow.db"), rows(workspace / "optuna.db")
-    print("after first:", len(after[0]), "files;", "mlflow", counts(workspace / "mlflow.db"), "optuna",
-          counts(workspace / "optuna.db"))
+    print(
+        "after first:",
+        len(after[0]),
+        "files;",
+        "mlflow",
+        counts(workspace / "mlflow.db"),
+        "optuna",
+        counts(workspace / "optuna.db"),
+    )
     gone = before[0].keys() - after[0].keys()
     assert not after[0].keys() - before[0].keys() and all(after[0][f] == before[0][f] for f in after[0])
     assert len(gone) == planned.files and sum(before[0][f] for f in gone) == planned.bytes
     assert {f.split("/")[0] for f in gone} == {"sweeps", "mlartifacts"}  # the cache entry is the second's too
     assert not any(f.startswith("sweeps/first/") for f in after[0])
     kept = [p for p in planned.kept if p.what == "registered model versions"]
-    assert kept and kept[0].files and all(f.startswith("mlartifacts/first/models/") for f in after[0]
-                                          if f.startswith("mlartifacts/first/"))
+    assert (
+        kept
+        and kept[0].files
+        and all(f.startswith("mlartifacts/first/models/") for f in after[0] if f.startswith("mlartifacts/first/"))
+    )
     for database, before_rows in (("mlflow.db", before[1]), ("optuna.db", before[2])):
         now = rows(workspace / database)
         for table, old in before_rows.items():
@@ -130,9 +154,16 @@ def test_delete_removes_every_file_and_row_of_the_sweep_and_nothing_of_another(t
             assert [r for r in now[table] if belongs(r, second_ids)] == mine, (database, table)
             left = [r for r in now[table] if belongs(r, first_ids)]
             # what stays of the first: its registered version, its logged model and their experiment
-            if database == "optuna.db" or table not in ("experiments", "experiment_tags", "datasets", "logged_models",
-                                                          "logged_model_tags", "logged_model_params",
-                                                          "logged_model_metrics", "model_versions"):
+            if database == "optuna.db" or table not in (
+                "experiments",
+                "experiment_tags",
+                "datasets",
+                "logged_models",
+                "logged_model_tags",
+                "logged_model_params",
+                "logged_model_metrics",
+                "model_versions",
+            ):
                 assert not left, (database, table, left[:2])
     assert Sweep("second", workspace).status().best
     with pytest.raises(Exception, match="no sweep named 'first'"):
@@ -141,9 +172,18 @@ def test_delete_removes_every_file_and_row_of_the_sweep_and_nothing_of_another(t
     done = in_process(["sweep", "delete", "second", "--models", *ws], 120)
     assert done.returncode == 0, done.stderr
     print(done.stdout)
-    print("after second --models:", len(files(workspace)), "files;", "mlflow", counts(workspace / "mlflow.db"),
-          "optuna", counts(workspace / "optuna.db"))
-    left = files(workspace)  # the first's kept model, and the workspace's own lock (`sweep run` takes it to create any sweep)
+    print(
+        "after second --models:",
+        len(files(workspace)),
+        "files;",
+        "mlflow",
+        counts(workspace / "mlflow.db"),
+        "optuna",
+        counts(workspace / "optuna.db"),
+    )
+    left = files(
+        workspace
+    )  # the first's kept model, and the workspace's own lock (`sweep run` takes it to create any sweep)
     assert all(f.startswith(("mlartifacts/first/models/", ".create.lock")) for f in left), sorted(left)[:5]
     for database in ("mlflow.db", "optuna.db"):
         for table, now in rows(workspace / database).items():

@@ -58,8 +58,9 @@ def undeclared(found: dict[str, set[str]], declared: set[str]) -> dict[str, list
 
 
 def test_every_imported_module_is_declared():
-    declared = names(PROJECT["dependencies"]) | {n for name, extra in PROJECT["optional-dependencies"].items()
-                                                 if name != RESEARCH for n in names(extra)}
+    declared = names(PROJECT["dependencies"]) | {
+        n for name, extra in PROJECT["optional-dependencies"].items() if name != RESEARCH for n in names(extra)
+    }
     missing = undeclared(imported(), declared)
     assert missing == {}, f"imported but not declared in pyproject.toml: {missing}"
 

@@ -22,12 +22,14 @@ def torch_range() -> SpecifierSet:
 
 def test_every_torch_the_documents_install_is_in_pyprojects_range():
     allowed = torch_range()
-    pins = {(name, pin) for name in INSTALLERS
-            for pin in re.findall(r"torch==([\w.*+]+)", (REPO / name).read_text())}
+    pins = {(name, pin) for name in INSTALLERS for pin in re.findall(r"torch==([\w.*+]+)", (REPO / name).read_text())}
     assert {(name, pin) for name, pin in pins if "*" in pin or Version(pin) not in allowed} == set()
     # and no other range is written beside it (a wildcard pin above is one too)
-    ranges = {(name, spec) for name in INSTALLERS
-              for spec in re.findall(r"torch\s*(>=|<=|~=|<|>)[\d.]+", (REPO / name).read_text())}
+    ranges = {
+        (name, spec)
+        for name in INSTALLERS
+        for spec in re.findall(r"torch\s*(>=|<=|~=|<|>)[\d.]+", (REPO / name).read_text())
+    }
     assert ranges == set()
 
 

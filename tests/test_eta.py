@@ -31,14 +31,17 @@ from tests.sweep_helpers import TINY
 from tests.test_status import QUICKSTART, quickstart, run_trials, start_sweep, template, workspace, write_sweep  # noqa: F401
 
 
-@pytest.mark.parametrize("max_t, grace, factor, done, expected", [
-    pytest.param(3, 1, 2, 0, 1 + 1 / 2 + 1 / 4, id="quickstart"),
-    pytest.param(3, 1, 2, 1, 1 + 1 / 2, id="past-the-first-rung"),
-    pytest.param(3, 1, 2, 2, 1, id="past-every-rung"),
-    pytest.param(20, 1, 3, 0, 1 + 2 / 3 + 6 / 9 + 11 / 27, id="rungs-1-3-9"),
-    pytest.param(4, 0.25, 4, 0, 0.25 + 0.75 / 4 + 3 / 16, id="sub-epoch-rungs"),
-    pytest.param(2, 1, 2, 0.5, 0.5 + 1 / 2, id="between-rungs"),
-])
+@pytest.mark.parametrize(
+    "max_t, grace, factor, done, expected",
+    [
+        pytest.param(3, 1, 2, 0, 1 + 1 / 2 + 1 / 4, id="quickstart"),
+        pytest.param(3, 1, 2, 1, 1 + 1 / 2, id="past-the-first-rung"),
+        pytest.param(3, 1, 2, 2, 1, id="past-every-rung"),
+        pytest.param(20, 1, 3, 0, 1 + 2 / 3 + 6 / 9 + 11 / 27, id="rungs-1-3-9"),
+        pytest.param(4, 0.25, 4, 0, 0.25 + 0.75 / 4 + 3 / 16, id="sub-epoch-rungs"),
+        pytest.param(2, 1, 2, 0.5, 0.5 + 1 / 2, id="between-rungs"),
+    ],
+)
 def test_asha_epochs_sums_each_rungs_share(max_t, grace, factor, done, expected):
     assert asha_epochs(max_t, grace, factor, done) == pytest.approx(expected)
 
@@ -50,8 +53,17 @@ def test_expected_epochs_match_the_services_own_scheduler_fed_random_results(sch
     arithmetic's premise): the mean epochs they train come within 3% of the arithmetic."""
     spec = spec_lib.load(QUICKSTART, ["train.epochs=9", f"scheduler.type={scheduler}", "scheduler.reduction_factor=2"])
     max_t = 9
-    asha = ResumableASHA({}, spec.objectives, time_attr=M.EPOCH, metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=max_t,
-                         grace_period=1, reduction_factor=2, brackets=spec.scheduler.brackets(max_t))
+    asha = ResumableASHA(
+        {},
+        spec.objectives,
+        time_attr=M.EPOCH,
+        metric=M.VAL_TOKEN_ACCURACY,
+        mode="max",
+        max_t=max_t,
+        grace_period=1,
+        reduction_factor=2,
+        brackets=spec.scheduler.brackets(max_t),
+    )
     rng = np.random.default_rng(0)
     trained = []
     for number in range(2000):
@@ -80,9 +92,18 @@ def test_wall_time_shares_the_trials_evenly_but_never_beats_the_longest():
 def test_the_shapes_timed_are_the_searched_non_free_keys_choices():
     spec = spec_lib.load(QUICKSTART)  # lr is free: not timed; two widths of two values each (int, step 64)
     assert shapes_of(spec) == [{"model.d_model": d, "model.d_attn": a} for d in (64, 128) for a in (64, 128)]
-    grid = spec_lib.load(QUICKSTART, ["start={}", "model.latent_len=8", "grid.data.input_len=[16,32]", "search.model.d_attn={type: int, low: 16, high: 64}"])
-    assert shapes_of(grid) == [{"data.input_len": n, "model.d_model": d, "model.d_attn": 40}
-                               for n in (16, 32) for d in (64, 128)]
+    grid = spec_lib.load(
+        QUICKSTART,
+        [
+            "start={}",
+            "model.latent_len=8",
+            "grid.data.input_len=[16,32]",
+            "search.model.d_attn={type: int, low: 16, high: 64}",
+        ],
+    )
+    assert shapes_of(grid) == [
+        {"data.input_len": n, "model.d_model": d, "model.d_attn": 40} for n in (16, 32) for d in (64, 128)
+    ]
 
 
 # (F811: `workspace` is the fixture imported from tests/test_status.py, which pytest passes by that name)
@@ -91,16 +112,29 @@ def test_a_running_sweeps_eta_comes_from_its_own_epochs_at_the_queues_share(work
     1, one runs past its first epoch; each epoch took 10 s."""
     state = write_sweep(workspace, "going", quickstart(), [SessionRecord(0.0, 1, None, "h", "running")])
     assert eta(state).line() == "ETA: after the first epoch ends (5 trials left)"
-    run_trials(start_sweep(workspace, state), state.backends.storage,
-               [([10.0] * 3, 0.9, True), ([10.0], 0.5, False), ([10.0], 0.7, None)])
+    run_trials(
+        start_sweep(workspace, state),
+        state.backends.storage,
+        [([10.0] * 3, 0.9, True), ([10.0], 0.5, False), ([10.0], 0.7, None)],
+    )
     left = 1.5 + 2 * 1.75  # the running trial's rungs from epoch 1, and two trials to come
     found = eta(state)
-    assert found == Eta(seconds_per_epoch=10.0, overhead_per_trial=0.0, epochs_done=5.0, epochs_left=pytest.approx(left),
-                        trials_left=3, running=1, slots=2, seconds_left=pytest.approx(left * 10 / 2),
-                        slots_from="max_concurrent")
+    assert found == Eta(
+        seconds_per_epoch=10.0,
+        overhead_per_trial=0.0,
+        epochs_done=5.0,
+        epochs_left=pytest.approx(left),
+        trials_left=3,
+        running=1,
+        slots=2,
+        seconds_left=pytest.approx(left * 10 / 2),
+        slots_from="max_concurrent",
+    )
     assert main(["sweep", "status", "going", "--workspace", str(workspace.root)]) == 0
-    assert ("  ETA: 25s left: 3 trials (1 running), 5.0 epochs expected at 10.0 s each, 2 at once (max_concurrent)"
-            in capsys.readouterr().out)
+    assert (
+        "  ETA: 25s left: 3 trials (1 running), 5.0 epochs expected at 10.0 s each, 2 at once (max_concurrent)"
+        in capsys.readouterr().out
+    )
 
     # its driver in the cluster's queue beside another sweep of its priority: its fair share is 1 slot
     queue = Queue(state.backends.optuna_storage)
@@ -109,15 +143,19 @@ def test_a_running_sweeps_eta_comes_from_its_own_epochs_at_the_queues_share(work
     queue.join(Entry("going", "ann", 0, 2, 2, 1.0, 0.0, 1, 0, 0, 2, 5, now, now, None, 2.0, 0.0, **here))
     queue.join(Entry("other", "bob", 0, 2, 2, 1.0, 0.0, 1, 0, 0, 0, 4, now - 10, now, None, 2.0, 0.0, **here))
     shared = eta(state)
-    assert (shared.slots, shared.slots_from, shared.seconds_left) == (1, "the queue's share: fair share",
-                                                                      pytest.approx(left * 10))
+    assert (shared.slots, shared.slots_from, shared.seconds_left) == (
+        1,
+        "the queue's share: fair share",
+        pytest.approx(left * 10),
+    )
     assert "2 at once" not in shared.line() and "1 at once (the queue's share: fair share)" in shared.line()
     monkeypatch.setenv(USER, "bob")
     queue.set_priority("other", 1)  # the other sweep takes both slots: this one waits
     waiting = eta(state)
     assert (waiting.slots, waiting.seconds_left) == (0, None)
-    assert waiting.line() == ("ETA: none while the cluster's queue gives it no slot (3 trials left, the queue's "
-                              "share: higher priority)")
+    assert waiting.line() == (
+        "ETA: none while the cluster's queue gives it no slot (3 trials left, the queue's share: higher priority)"
+    )
 
     # its driver writes the same ETA into the queue, where `seqae cluster queue` shows it
     queue.leave("other", "complete", 4)
@@ -133,14 +171,17 @@ def test_a_running_sweeps_eta_comes_from_its_own_epochs_at_the_queues_share(work
     assert row[-1] in {M.duration_text(expected - s) for s in range(6)}  # counted down since it was written
 
 
-@pytest.mark.parametrize("share, ceiling, left, expected", [
-    pytest.param(None, 4, 10, (4, "max_concurrent"), id="not-in-the-queue"),
-    pytest.param(None, 4, 0, (1, "max_concurrent"), id="not-in-the-queue-nothing-left"),
-    pytest.param(Share(2, FAIR), 4, 10, (2, "the queue's share: fair share"), id="fair-share"),
-    pytest.param(Share(4), 2, 10, (2, "the queue's share"), id="capped-by-its-ceiling"),
-    pytest.param(Share(2, FAIR), 4, 1, (1, "the queue's share"), id="fewer-trials-left"),
-    pytest.param(Share(0, PRIORITY), 4, 3, (0, "the queue's share: higher priority"), id="waits"),
-])
+@pytest.mark.parametrize(
+    "share, ceiling, left, expected",
+    [
+        pytest.param(None, 4, 10, (4, "max_concurrent"), id="not-in-the-queue"),
+        pytest.param(None, 4, 0, (1, "max_concurrent"), id="not-in-the-queue-nothing-left"),
+        pytest.param(Share(2, FAIR), 4, 10, (2, "the queue's share: fair share"), id="fair-share"),
+        pytest.param(Share(4), 2, 10, (2, "the queue's share"), id="capped-by-its-ceiling"),
+        pytest.param(Share(2, FAIR), 4, 1, (1, "the queue's share"), id="fewer-trials-left"),
+        pytest.param(Share(0, PRIORITY), 4, 3, (0, "the queue's share: higher priority"), id="waits"),
+    ],
+)
 def test_the_eta_runs_at_the_queues_share_capped_by_its_ceiling(share, ceiling, left, expected):
     assert granted(share, ceiling, left) == expected
 
@@ -154,8 +195,20 @@ def test_time_left_shares_the_work_among_the_slots_never_below_the_longest_trial
 
 def test_plan_forecasts_from_the_steps_it_measures(tmp_path, capsys):
     folder = tmp_path / "ws"
-    args = ["sweep", "plan", str(QUICKSTART), *[a for s in TINY for a in ("--set", s)], "--set", "scheduler.type=asha",
-            "--set", "max_concurrent=2", "--set", "trials.total=5", "--workspace", str(folder)]
+    args = [
+        "sweep",
+        "plan",
+        str(QUICKSTART),
+        *[a for s in TINY for a in ("--set", s)],
+        "--set",
+        "scheduler.type=asha",
+        "--set",
+        "max_concurrent=2",
+        "--set",
+        "trials.total=5",
+        "--workspace",
+        str(folder),
+    ]
     assert main([*args, "--slots", "1", "--json"]) == 0
     one = json.loads(capsys.readouterr().out)
     assert (one["trials"], one["starts"], one["max_epochs"], one["slots"]) == (5, 1, 2, 1)
@@ -176,17 +229,25 @@ def test_plan_forecasts_from_the_steps_it_measures(tmp_path, capsys):
     assert "wall time at 2 slots (max_concurrent 2, " in out
 
 
-@pytest.mark.parametrize("extra, says", [
-    pytest.param(["--set", "scheduler.reduction_factr=2"], "reduction_factr", id="unknown-key"),
-    pytest.param(["--set", "scheduler.reduction_factor=1"], "reduction_factor", id="bad-value"),
-    pytest.param(["--slots", "0"], "--slots 0", id="no-slots"),
-    pytest.param(["--set", "resources.gpu=0.5"], "resources.gpu=0.5: this machine has no GPU", id="gpu-trials-here",
-                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="refused only where there is no GPU")),
-])
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        pytest.param(["--set", "scheduler.reduction_factr=2"], "reduction_factr", id="unknown-key"),
+        pytest.param(["--set", "scheduler.reduction_factor=1"], "reduction_factor", id="bad-value"),
+        pytest.param(["--slots", "0"], "--slots 0", id="no-slots"),
+        pytest.param(
+            ["--set", "resources.gpu=0.5"],
+            "resources.gpu=0.5: this machine has no GPU",
+            id="gpu-trials-here",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="refused only where there is no GPU"),
+        ),
+    ],
+)
 def test_plan_refuses_bad_input_in_one_line_before_preparing_data(tmp_path, capsys, extra, says):
     folder = tmp_path / "ws"
-    code = main(["sweep", "plan", str(QUICKSTART), *[a for s in TINY for a in ("--set", s)], *extra,
-                 "--workspace", str(folder)])
+    code = main(
+        ["sweep", "plan", str(QUICKSTART), *[a for s in TINY for a in ("--set", s)], *extra, "--workspace", str(folder)]
+    )
     assert_refused(code, capsys.readouterr().err, says, created=(Workspace(folder).cache_dir,))
 
 
@@ -201,17 +262,52 @@ def test_plan_times_the_sweep_at_the_share_the_queue_would_give_it_now(tmp_path,
     spec = spec_lib.load(QUICKSTART, [*TINY, "max_concurrent=4", "trials.total=8"])
     assert queue_slots(spec, url) is None  # no queue here yet
     now = time.time()
-    Queue(url).join(Entry("running", "ann", 0, 4, 4, 1.0, 0.0, 4, 0, 0, 0, 8, now, now, None, 4.0, 0.0,
-                          socket.gethostname(), os.getpid()))
+    Queue(url).join(
+        Entry(
+            "running",
+            "ann",
+            0,
+            4,
+            4,
+            1.0,
+            0.0,
+            4,
+            0,
+            0,
+            0,
+            8,
+            now,
+            now,
+            None,
+            4.0,
+            0.0,
+            socket.gethostname(),
+            os.getpid(),
+        )
+    )
     assert queue_slots(spec, url) == (2, "the cluster's queue now: 2 of 4 CPUs at priority 0, fair share")
     assert queue_slots(spec.model_copy(update={"priority": 1}), url) == (
-        4, "the cluster's queue now: 4 of 4 CPUs at priority 1")
+        4,
+        "the cluster's queue now: 4 of 4 CPUs at priority 1",
+    )
     assert queue_slots(spec.model_copy(update={"weight": 3.0}), url)[0] == 3
 
-    args = ["sweep", "plan", str(QUICKSTART), *[a for s in TINY for a in ("--set", s)], "--set", "max_concurrent=4",
-            "--set", "trials.total=8", "--workspace", str(folder)]
+    args = [
+        "sweep",
+        "plan",
+        str(QUICKSTART),
+        *[a for s in TINY for a in ("--set", s)],
+        "--set",
+        "max_concurrent=4",
+        "--set",
+        "trials.total=8",
+        "--workspace",
+        str(folder),
+    ]
     assert main(args) == 0
-    assert ("wall time at 2 slots (max_concurrent 4, the cluster's queue now: 2 of 4 CPUs at priority 0, fair share)"
-            in capsys.readouterr().out)
+    assert (
+        "wall time at 2 slots (max_concurrent 4, the cluster's queue now: 2 of 4 CPUs at priority 0, fair share)"
+        in capsys.readouterr().out
+    )
     assert main([*args, "--slots", "3"]) == 0
     assert "wall time at 3 slots (max_concurrent 4, --slots 3)" in capsys.readouterr().out

@@ -41,16 +41,37 @@ from tests.test_cluster import assert_each_trial_once, restore_worker, wait_job
 EPOCHS, VALIDATIONS = 3, 6
 # Two validations an epoch, so that a checkpoint stands mid-epoch; no retries: an eviction that
 # counted as a failure would fail its trial.
-SWEEP = [*SMOKE, "data.max_pages=12", "data.input_len=16", "model.latent_len=8", f"train.epochs={EPOCHS}",
-         "train.validate_every=0.5", "train.precision=fp32", "trials.total=2", "max_concurrent=2", "retries=0"]
+SWEEP = [
+    *SMOKE,
+    "data.max_pages=12",
+    "data.input_len=16",
+    "model.latent_len=8",
+    f"train.epochs={EPOCHS}",
+    "train.validate_every=0.5",
+    "train.precision=fp32",
+    "trials.total=2",
+    "max_concurrent=2",
+    "retries=0",
+]
 # what an uninterrupted run gives again to the last digit (the timings and the machine's use vary)
-SAME = (M.EPOCH, M.VALIDATION, M.TRAIN_LOSS, *M.VAL_METRICS, *M.TEST_METRICS, M.LEARNING_RATE, M.GLOBAL_STEP,
-        M.TRAIN_LOSS_STEPS, M.BEST_EPOCH, M.BEST_VAL_TOKEN_ACCURACY)
+SAME = (
+    M.EPOCH,
+    M.VALIDATION,
+    M.TRAIN_LOSS,
+    *M.VAL_METRICS,
+    *M.TEST_METRICS,
+    M.LEARNING_RATE,
+    M.GLOBAL_STEP,
+    M.TRAIN_LOSS_STEPS,
+    M.BEST_EPOCH,
+    M.BEST_VAL_TOKEN_ACCURACY,
+)
 
 
 @pytest.mark.parametrize("repeats", [1, 2], ids=["one-seed", "two-seeds-fused"])
-def test_a_run_interrupted_between_two_steps_goes_on_from_its_last_validation_unchanged(tiny_config, data_cache,
-                                                                                       tmp_path, repeats):
+def test_a_run_interrupted_between_two_steps_goes_on_from_its_last_validation_unchanged(
+    tiny_config, data_cache, tmp_path, repeats
+):
     """What a leaving trial's worker does (sweeps.running.trial.Leaving): asked before every step,
     ``interrupt`` stops the run two steps past its first validation (mid-epoch, mid-way to the next);
     the steps since are dropped, and the run resumed from that validation's checkpoint ends with an
@@ -58,8 +79,17 @@ def test_a_run_interrupted_between_two_steps_goes_on_from_its_last_validation_un
     from seqae_core.epoch import EpochRecord
     from seqae_core.loops import Interrupted
 
-    config = tiny_config(**{"data.max_pages": 3, "train.epochs": 1, "train.validate_every": 0.5, "model.dropout": 0.1,
-                            "train.log_every_steps": 1, "train.repeats": repeats, "train.fuse_repeats": "on"})
+    config = tiny_config(
+        **{
+            "data.max_pages": 3,
+            "train.epochs": 1,
+            "train.validate_every": 0.5,
+            "model.dropout": 0.1,
+            "train.log_every_steps": 1,
+            "train.repeats": repeats,
+            "train.fuse_repeats": "on",
+        }
+    )
     full: list[dict[str, Any]] = []
     train(config, lambda m, c: full.append(m.as_dict()), cache_dir=data_cache)
     store = CheckpointStore(str(tmp_path / "ckpt"))
@@ -94,8 +124,17 @@ def cluster(tmp_path_factory):
 
 
 def submit(cluster, name: str) -> None:
-    run = seqae("sweep", "submit", str(STUDIES / "quickstart.yaml"), "--name", name,
-                "--workspace", cluster["env"]["SEQAE_WORKSPACE"], *sets(*SWEEP), env=cluster["env"])
+    run = seqae(
+        "sweep",
+        "submit",
+        str(STUDIES / "quickstart.yaml"),
+        "--name",
+        name,
+        "--workspace",
+        cluster["env"]["SEQAE_WORKSPACE"],
+        *sets(*SWEEP),
+        env=cluster["env"],
+    )
     assert run.returncode == 0, run.stdout + run.stderr
 
 
@@ -104,7 +143,9 @@ def worker_of(storage: Path, number: int) -> psutil.Process | None:
     lock = os.path.realpath(CheckpointStore.of_trial(str(storage), number).writer_lock)
     for process in psutil.process_iter(["cmdline"]):
         try:
-            if (process.info["cmdline"] or [""])[0].startswith("ray::") and any(f.path == lock for f in process.open_files()):
+            if (process.info["cmdline"] or [""])[0].startswith("ray::") and any(
+                f.path == lock for f in process.open_files()
+            ):
                 return process
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
@@ -126,8 +167,12 @@ def uninterrupted(storage: Path, number: int, cache: Path) -> list[dict[str, Any
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        train(from_flat(saved.config), lambda metrics, checkpoint: history.append(metrics.as_dict()), device="cpu",
-              cache_dir=cache)
+        train(
+            from_flat(saved.config),
+            lambda metrics, checkpoint: history.append(metrics.as_dict()),
+            device="cpu",
+            cache_dir=cache,
+        )
     finally:
         torch.set_num_threads(threads)
     return history
@@ -151,13 +196,17 @@ def assert_moved_and_the_same(cluster, name: str, number: int, node_ip: str, tmp
     assert len(saved.history) == len(expected) == VALIDATIONS
     for got, want in zip(saved.history, expected):
         assert {k: got.get(k) for k in SAME} == {k: want.get(k) for k in SAME}
-    run = next(r for r in mlflow_runs(None, name, tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
-               if r.data.tags.get("seqae.trial") == str(number))
+    run = next(
+        r
+        for r in mlflow_runs(None, name, tracking_uri=cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"])
+        if r.data.tags.get("seqae.trial") == str(number)
+    )
     assert run.info.status == "FINISHED"
     from mlflow.tracking import MlflowClient
 
-    logged = MlflowClient(cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"]).get_metric_history(run.info.run_id,
-                                                                                          M.VAL_TOKEN_ACCURACY)
+    logged = MlflowClient(cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"]).get_metric_history(
+        run.info.run_id, M.VAL_TOKEN_ACCURACY
+    )
     assert [(m.step, m.value) for m in logged] == [(i, h[M.VAL_TOKEN_ACCURACY]) for i, h in enumerate(expected, 1)]
     return logs
 
@@ -223,11 +272,19 @@ def lines_of(logs: str, number: int) -> str:
 def test_a_trial_whose_worker_gets_sigterm_mid_epoch_continues_on_another_node_unchanged(cluster, tmp_path):
     name = "sigterm"
     midway = held_midway(cluster, name)
-    storage, driver, number, worker, node_ip = midway.storage, midway.driver, midway.number, midway.worker, midway.node_ip
+    storage, driver, number, worker, node_ip = (
+        midway.storage,
+        midway.driver,
+        midway.number,
+        midway.worker,
+        midway.node_ip,
+    )
     try:
         worker.send_signal(signal.SIGTERM)
-        print(f"SIGTERM sent to trial {number}'s worker {worker.pid} on {node_ip}, its checkpoint at validation "
-              f"{trial_metas(storage)[number]['epoch']}")
+        print(
+            f"SIGTERM sent to trial {number}'s worker {worker.pid} on {node_ip}, its checkpoint at validation "
+            f"{trial_metas(storage)[number]['epoch']}"
+        )
     finally:
         driver.send_signal(signal.SIGCONT)
     try:
@@ -242,29 +299,54 @@ def test_a_trial_whose_worker_gets_sigterm_mid_epoch_continues_on_another_node_u
 def test_a_trial_whose_node_is_drained_continues_on_another_node_unchanged(cluster, tmp_path):
     name = "drained"
     midway = held_midway(cluster, name)
-    storage, driver, number, worker, node_ip = midway.storage, midway.driver, midway.number, midway.worker, midway.node_ip
+    storage, driver, number, worker, node_ip = (
+        midway.storage,
+        midway.driver,
+        midway.number,
+        midway.worker,
+        midway.node_ip,
+    )
     node_id = node_id_of(cluster, node_ip)
     state = cluster["state"]
     try:
         drain = subprocess.run(
-            ["ray", "drain-node", f"--address=127.0.0.2:{state['gcs_port']}", f"--node-id={node_id}",
-             "--reason=DRAIN_NODE_REASON_PREEMPTION", "--reason-message=spot instance reclaimed in 120 s",
-             "--deadline-remaining-seconds=120"],
-            capture_output=True, text=True, timeout=60,
-            env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": state["token_file"]})
+            [
+                "ray",
+                "drain-node",
+                f"--address=127.0.0.2:{state['gcs_port']}",
+                f"--node-id={node_id}",
+                "--reason=DRAIN_NODE_REASON_PREEMPTION",
+                "--reason-message=spot instance reclaimed in 120 s",
+                "--deadline-remaining-seconds=120",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": state["token_file"]},
+        )
         assert drain.returncode == 0, drain.stdout + drain.stderr
-        print(f"drained node {node_ip} ({node_id}) with trial {number} on it, its checkpoint at validation "
-              f"{trial_metas(storage)[number]['epoch']}")
+        print(
+            f"drained node {node_ip} ({node_id}) with trial {number} on it, its checkpoint at validation "
+            f"{trial_metas(storage)[number]['epoch']}"
+        )
         said = f"seqae: trial {number}: its node is being drained"  # its worker's watcher, in the node's worker logs
         workers_logs = Path(state["ray_temp_dir"])
-        wait_for(lambda: any(said in p.read_text(errors="replace") for p in workers_logs.glob("session_*/logs/worker-*.out")),
-                 60, "the trial's worker to see its node drained")
+        wait_for(
+            lambda: any(
+                said in p.read_text(errors="replace") for p in workers_logs.glob("session_*/logs/worker-*.out")
+            ),
+            60,
+            "the trial's worker to see its node drained",
+        )
     finally:
         driver.send_signal(signal.SIGCONT)
     stopped = []
     try:  # the deadline comes once the trial trains on another node (or, not leaving, has ended on this one)
-        wait_for(lambda: trial_metas(storage)[number]["finished"] or worker_of(storage, number) not in (None, worker),
-                 240, f"trial {number} to leave {node_ip}")
+        wait_for(
+            lambda: trial_metas(storage)[number]["finished"] or worker_of(storage, number) not in (None, worker),
+            240,
+            f"trial {number} to leave {node_ip}",
+        )
         stopped.append(undrain(cluster, node_ip))
         logs = assert_moved_and_the_same(cluster, name, number, node_ip, tmp_path)
     finally:

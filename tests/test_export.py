@@ -56,9 +56,11 @@ def test_bad_input_is_one_line_and_writes_nothing(workspace, tmp_path):  # noqa:
     write_sweep(workspace, "qs", quickstart())
     taken = tmp_path / "mine.csv"
     taken.write_text("a user's file")
-    for name, fmt, out, says in (("qs", "xlsx", None, "--format='xlsx': choose from csv, parquet, jsonl"),
-                                 ("qs", "csv", str(taken), "the file exists"),
-                                 ("nope", "csv", str(tmp_path / "n.csv"), "no sweep named 'nope'")):
+    for name, fmt, out, says in (
+        ("qs", "xlsx", None, "--format='xlsx': choose from csv, parquet, jsonl"),
+        ("qs", "csv", str(taken), "the file exists"),
+        ("nope", "csv", str(tmp_path / "n.csv"), "no sweep named 'nope'"),
+    ):
         with pytest.raises(ConfigError, match=says):
             export(workspace, name, fmt, out)
     with pytest.raises(ConfigError, match="--format=parquet but --out=.*x.csv names csv"):
@@ -74,12 +76,14 @@ def test_bad_input_is_one_line_and_writes_nothing(workspace, tmp_path):  # noqa:
 def test_a_trial_outside_a_constraint_is_never_the_best_and_export_says_which(workspace):  # noqa: F811
     """A bound on the objective's own metric, so the epoch records need nothing else: the most
     accurate trial breaks ``val_token_accuracy <= 0.55`` and the best is the next one."""
-    spec = quickstart("constraints=[{metric: val_token_accuracy, at_most: 0.55}]",
-                      "sampler={type: tpe, seed: 0}")  # the quickstart's random search models no constraint
+    spec = quickstart(
+        "constraints=[{metric: val_token_accuracy, at_most: 0.55}]", "sampler={type: tpe, seed: 0}"
+    )  # the quickstart's random search models no constraint
     state = write_sweep(workspace, "qs", spec)
     study = start_sweep(workspace, state)
-    numbers = run_trials(study, state.backends.storage, [([10.0], 0.6, True), ([10.0], 0.5, True),
-                                                            ([10.0], 0.4, True), ([], 0.0, None)])
+    numbers = run_trials(
+        study, state.backends.storage, [([10.0], 0.6, True), ([10.0], 0.5, True), ([10.0], 0.4, True), ([], 0.0, None)]
+    )
     assert [t.number for t in study.best()] == [numbers[1]]
     assert [t.number for t in study.ranked()] == numbers[1:3]
     assert list(trial_table(workspace, "qs").feasible) == [False, True, True, None]
@@ -102,12 +106,17 @@ def test_the_report_scores_each_trial_on_its_kept_checkpoints_test_pages_as_expo
     study = start_sweep(workspace, state)
     storage = state.backends.storage
     number = new_trial(study)
-    history = [{M.EPOCH: 1, M.VAL_TOKEN_ACCURACY: 0.7, M.TEST_TOKEN_ACCURACY: 0.68, M.EPOCH_SECONDS: 10.0},
-               {M.EPOCH: 2, M.VAL_TOKEN_ACCURACY: 0.6, M.TEST_TOKEN_ACCURACY: 0.5, M.EPOCH_SECONDS: 10.0}]
+    history = [
+        {M.EPOCH: 1, M.VAL_TOKEN_ACCURACY: 0.7, M.TEST_TOKEN_ACCURACY: 0.68, M.EPOCH_SECONDS: 10.0},
+        {M.EPOCH: 2, M.VAL_TOKEN_ACCURACY: 0.6, M.TEST_TOKEN_ACCURACY: 0.5, M.EPOCH_SECONDS: 10.0},
+    ]
     store = CheckpointStore.of_trial(storage, number)
     for epoch in (1, 2):
-        store.save_epoch(epoch, {"epoch": epoch, "weight": torch.zeros(2)},
-                         {"history": history[:epoch], "finished": epoch == 2, "patience_spent": False})
+        store.save_epoch(
+            epoch,
+            {"epoch": epoch, "weight": torch.zeros(2)},
+            {"history": history[:epoch], "finished": epoch == 2, "patience_spent": False},
+        )
     progress = store.progress()
     outcome = decide(progress, error=False)
     settle(study, number, outcome, progress)

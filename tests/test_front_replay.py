@@ -22,8 +22,11 @@ def tables(epochs: int = 3) -> dict[float, list[Curve]]:
     for fraction in E.FRACTIONS:
         curves = []
         for i, params in enumerate(E.CONFIGURATIONS):
-            quality = (E.GRID["train.lr"].index(params["train.lr"])
-                       + E.GRID["model.d_model"].index(params["model.d_model"]) + 0.01 * i) / 7
+            quality = (
+                E.GRID["train.lr"].index(params["train.lr"])
+                + E.GRID["model.d_model"].index(params["model.d_model"])
+                + 0.01 * i
+            ) / 7
             final = 0.3 + 0.6 * quality + 0.1 * math.log2(fraction / 0.5)
             val = tuple(final - 0.05 * (epochs - e) for e in range(1, epochs + 1))
             curves.append(Curve(i, params, val, tuple(v - 0.01 for v in val), (1.0,) * epochs))
@@ -36,8 +39,10 @@ def test_the_front_is_chosen_on_validation_and_scored_on_test():
     (the other would add 0.25); at 25% and 12.5% one trial each. Reference: accuracy 0.5 at the
     whole input. In log2 share: 0.6 over [-3, -2), 0.8 over [-2, -1) and, the 50% trial's 0.7
     being below it, over [-1, 0): 0.1 + 0.3 + 0.3."""
+
     def point(fraction: float, val: float, test: float) -> Point:
         return Point(fraction, Curve(0, {}, (val,), (test,), (1.0,)))
+
     points = [point(0.5, 0.9, 0.7), point(0.5, 0.85, 0.95), point(0.25, 0.8, 0.8), point(0.125, 0.7, 0.6)]
     assert front_hypervolume(points, 0.5) == pytest.approx(0.7)
     assert front_hypervolume([], 0.5) == 0.0
@@ -56,15 +61,29 @@ def test_each_search_spends_the_last_budget_and_its_share_never_exceeds_what_the
     trace = replay(tables(), method, seed=1)
     assert len(trace.shares) == len(BUDGETS)
     assert all(0.0 <= s <= 1.0 + 1e-9 for s in trace.shares)
-    assert trace.trials >= len(E.FRACTIONS) * E.SIZE * BUDGETS[-1] - WORKERS  # the grid's cost, in 3-epoch trainings at least
+    assert (
+        trace.trials >= len(E.FRACTIONS) * E.SIZE * BUDGETS[-1] - WORKERS
+    )  # the grid's cost, in 3-epoch trainings at least
 
 
 def test_the_summary_rows_and_a_rerun_reads_the_file_back(tmp_path, monkeypatch):
     """``run`` on a table built from :func:`tables`; a second call replays nothing (its file holds
     every method) and summarizes the same numbers."""
-    rows = [{"config_id": c.config_id, "latent_fraction": f, "seed": s, "epoch": e + 1, "val_token_accuracy": v,
-             "test_token_accuracy": c.test[e], "cpu_seconds": c.cpu[e]}
-            for s in E.SEEDS for f, curves in tables().items() for c in curves for e, v in enumerate(c.val)]
+    rows = [
+        {
+            "config_id": c.config_id,
+            "latent_fraction": f,
+            "seed": s,
+            "epoch": e + 1,
+            "val_token_accuracy": v,
+            "test_token_accuracy": c.test[e],
+            "cpu_seconds": c.cpu[e],
+        }
+        for s in E.SEEDS
+        for f, curves in tables().items()
+        for c in curves
+        for e, v in enumerate(c.val)
+    ]
     path = tmp_path / "table.parquet"
     pd.DataFrame(rows).to_parquet(path)
     first = run(range(0, 4), path, workers=1, methods=(GRID, RANDOM), folder=tmp_path)

@@ -27,8 +27,9 @@ def test_fig3_trains_every_cell_from_one_seed_and_the_spread_cells_from_two():
 def test_width_cells_reach_each_share_of_the_input_floats(d_model):
     cells = F.width_cells(d_model)
     assert len(cells) == 2 * len(F.WIDTH_INPUT_LENS) * len(F.FLOAT_SHARES)
-    for (n, narrow_len, narrow_dim), (m, both_len, both_dim), share in zip(cells[::2], cells[1::2],
-                                                                          F.FLOAT_SHARES * len(F.WIDTH_INPUT_LENS)):
+    for (n, narrow_len, narrow_dim), (m, both_len, both_dim), share in zip(
+        cells[::2], cells[1::2], F.FLOAT_SHARES * len(F.WIDTH_INPUT_LENS)
+    ):
         assert n == m and narrow_len == n  # narrowing keeps every position
         assert 1 < both_len < n and 1 < both_dim < d_model  # an even split shortens and narrows
         for length, dim in ((narrow_len, narrow_dim), (both_len, both_dim)):
@@ -37,11 +38,21 @@ def test_width_cells_reach_each_share_of_the_input_floats(d_model):
 
 def _run(client: MlflowClient, experiment: str, params: dict, val: list[float], test: list[float]) -> None:
     run = client.create_run(experiment, tags={N.OUTCOME: "complete"})
-    client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in params.items()], metrics=[
-        Metric(key, value, 0, epoch)
-        for epoch, (v, t) in enumerate(zip(val, test), 1)
-        for key, value in ((M.VAL_TOKEN_ACCURACY, v), (M.VAL_LOSS, 1 - v), (M.TEST_TOKEN_ACCURACY, t),
-                           (M.TEST_LOSS, 1 - t), (M.EPOCH_SECONDS, 10.0 * epoch))])
+    client.log_batch(
+        run.info.run_id,
+        params=[Param(k, str(v)) for k, v in params.items()],
+        metrics=[
+            Metric(key, value, 0, epoch)
+            for epoch, (v, t) in enumerate(zip(val, test), 1)
+            for key, value in (
+                (M.VAL_TOKEN_ACCURACY, v),
+                (M.VAL_LOSS, 1 - v),
+                (M.TEST_TOKEN_ACCURACY, t),
+                (M.TEST_LOSS, 1 - t),
+                (M.EPOCH_SECONDS, 10.0 * epoch),
+            )
+        ],
+    )
 
 
 def test_the_table_has_its_schema_one_row_per_epoch_and_the_kept_epochs_test(tmp_path):
@@ -49,10 +60,20 @@ def test_the_table_has_its_schema_one_row_per_epoch_and_the_kept_epochs_test(tmp
     experiment = client.create_experiment("fig3")
     base = {"data.input_len": 32, "model.d_model": 128, "model.latent_dim": "null", "train.seed": 1}
     for configuration, (half, quarter) in {"recipe": (0.90, 0.70), "tuned": (0.99, 0.95)}.items():
-        _run(client, experiment, {**base, "model.latent_len": 16, "model.block": configuration},
-             [half - 0.1, half, half - 0.01], [half - 0.2, half - 0.02, half - 0.02])
-        _run(client, experiment, {**base, "model.latent_len": 8, "model.block": configuration},
-             [quarter, quarter - 0.05], [quarter - 0.03, quarter - 0.03])
+        _run(
+            client,
+            experiment,
+            {**base, "model.latent_len": 16, "model.block": configuration},
+            [half - 0.1, half, half - 0.01],
+            [half - 0.2, half - 0.02, half - 0.02],
+        )
+        _run(
+            client,
+            experiment,
+            {**base, "model.latent_len": 8, "model.block": configuration},
+            [quarter, quarter - 0.05],
+            [quarter - 0.03, quarter - 0.03],
+        )
     runs = client.search_runs([experiment])
     rows = []
     for configuration in ("recipe", "tuned"):
@@ -63,12 +84,19 @@ def test_the_table_has_its_schema_one_row_per_epoch_and_the_kept_epochs_test(tmp
     assert pa.Schema.from_pandas(table, preserve_index=False).names == F.SCHEMA.names
     assert len(table) == 10 and not table.duplicated(["configuration", "latent_len", "seed", "epoch"]).any()
     row = table[(table["configuration"] == "tuned") & (table["latent_len"] == 16) & (table["epoch"] == 3)].iloc[0]
-    assert (row["kept_epoch"], row["shape"], row["latent_dim"], row["float_share"], row["cpu_seconds"]) == \
-        (2, "sequence", 128, 0.5, 30.0 * F.CPUS)
+    assert (row["kept_epoch"], row["shape"], row["latent_dim"], row["float_share"], row["cpu_seconds"]) == (
+        2,
+        "sequence",
+        128,
+        0.5,
+        30.0 * F.CPUS,
+    )
 
     summary = F.fig3_summary(table)
-    assert summary[["latent_fraction", "recipe_mean", "tuned_mean"]].round(4).values.tolist() == \
-        [[0.5, 0.88, 0.97], [0.25, 0.67, 0.92]]
+    assert summary[["latent_fraction", "recipe_mean", "tuned_mean"]].round(4).values.tolist() == [
+        [0.5, 0.88, 0.97],
+        [0.25, 0.67, 0.92],
+    ]
     assert summary["dividend"].round(4).tolist() == [0.09, 0.25]
     verdicts = {v.claim: v for v in F.verdicts(table)["tuned"]}
     assert verdicts["C1"].measured == "32: 0.9700" and verdicts["C4"].verdict == F.claims.NOT_TESTED
@@ -95,33 +123,64 @@ def test_publishing_writes_the_table_and_logs_it_in_the_workspace_not_where_it_r
     assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
     for run in runs:
         assert run.info.artifact_uri.startswith((tmp_path / "ws" / "mlartifacts" / "frontier").as_uri())
-        assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == \
-            ["frontier.csv", "frontier.md", "frontier.parquet"]
+        assert sorted(a.path for a in client.list_artifacts(run.info.run_id)) == [
+            "frontier.csv",
+            "frontier.md",
+            "frontier.parquet",
+        ]
 
 
-def _cell(part: str, latent_len: int, latent_dim: int, val: float, test: float, cpu: float = 10.0,
-          outcome: str = "complete", seed: int = 1) -> dict:
+def _cell(
+    part: str,
+    latent_len: int,
+    latent_dim: int,
+    val: float,
+    test: float,
+    cpu: float = 10.0,
+    outcome: str = "complete",
+    seed: int = 1,
+) -> dict:
     """One training of one epoch at 32 tokens, d_model 256, as the table holds it."""
     shape = "both" if latent_len < 32 and latent_dim < 256 else "sequence" if latent_len < 32 else "width"
-    return {"part": part, "configuration": "tuned", "shape": shape, "input_len": 32, "latent_len": latent_len, "latent_dim": latent_dim,
-            "d_model": 256, "float_share": latent_len * latent_dim / (32 * 256), "seed": seed, "epoch": 1,
-            "kept_epoch": 1, "trained_on": F.WIKI, "scored_on": F.WIKI, "val_token_accuracy": val,
-            "test_token_accuracy": test, "cpu_seconds": cpu, "outcome": outcome}
+    return {
+        "part": part,
+        "configuration": "tuned",
+        "shape": shape,
+        "input_len": 32,
+        "latent_len": latent_len,
+        "latent_dim": latent_dim,
+        "d_model": 256,
+        "float_share": latent_len * latent_dim / (32 * 256),
+        "seed": seed,
+        "epoch": 1,
+        "kept_epoch": 1,
+        "trained_on": F.WIKI,
+        "scored_on": F.WIKI,
+        "val_token_accuracy": val,
+        "test_token_accuracy": test,
+        "cpu_seconds": cpu,
+        "outcome": outcome,
+    }
 
 
 def test_the_sweep_is_judged_share_by_share_on_test_against_the_grid_at_this_machines_speed():
     """Each side's model at a share is its best by validation at that share or below; the sweep
     matches where it trails on test by at most MATCH; its compute is measured against the grid's
     at this machine's speed (the calibration cell took twice the grid's CPU-seconds here)."""
-    table = pd.DataFrame([
-        _cell("width", 32, 128, 0.99, 0.99), _cell("width", 32, 64, 0.98, 0.97), _cell("width", 32, 32, 0.90, 0.93),
-        _cell("width", 32, 16, 0.80, 0.80), _cell("fig3", 12, 256, 0.99, 0.99),  # 0.375: not one of the four shares
-        _cell("calibration", 32, 64, 0.98, 0.97, cpu=20.0),
-        _cell("sweep", 32, 100, 0.985, 0.975),  # share 0.39: chosen at 0.5, trailing by 1.5 points
-        _cell("sweep", 30, 64, 0.97, 0.965),  # share 0.23: chosen at 0.25, within a point
-        _cell("sweep", 28, 32, 0.99, 0.50, outcome="pruned"),  # stopped: not on the sweep's front
-        _cell("sweep", 32, 30, 0.91, 0.94),  # share 0.117: beats the grid at 0.125
-    ])
+    table = pd.DataFrame(
+        [
+            _cell("width", 32, 128, 0.99, 0.99),
+            _cell("width", 32, 64, 0.98, 0.97),
+            _cell("width", 32, 32, 0.90, 0.93),
+            _cell("width", 32, 16, 0.80, 0.80),
+            _cell("fig3", 12, 256, 0.99, 0.99),  # 0.375: not one of the four shares
+            _cell("calibration", 32, 64, 0.98, 0.97, cpu=20.0),
+            _cell("sweep", 32, 100, 0.985, 0.975),  # share 0.39: chosen at 0.5, trailing by 1.5 points
+            _cell("sweep", 30, 64, 0.97, 0.965),  # share 0.23: chosen at 0.25, within a point
+            _cell("sweep", 28, 32, 0.99, 0.50, outcome="pruned"),  # stopped: not on the sweep's front
+            _cell("sweep", 32, 30, 0.91, 0.94),  # share 0.117: beats the grid at 0.125
+        ]
+    )
     summary = F.sweep_summary(table)
     shares, cost = summary.iloc[:4], summary.iloc[4]
     assert shares["float_share"].tolist() == list(F.FLOAT_SHARES)

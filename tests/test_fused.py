@@ -27,8 +27,14 @@ SEEDS = 3
 # 1e-5 in some runs (docs/explanation/performance.md, "Repeats side by side"); the metrics, averages
 # over every token, stay within 1e-5.
 WEIGHTS_ATOL = 1e-4
-EXACT = {"train.repeats": SEEDS, "train.seed": 7, "train.precision": "fp32", "model.dropout": 0.0, "train.epochs": 3,
-         "train.log_every_steps": 3}  # fp32 without dropout: the promise of equality; a few curve points an epoch
+EXACT = {
+    "train.repeats": SEEDS,
+    "train.seed": 7,
+    "train.precision": "fp32",
+    "model.dropout": 0.0,
+    "train.epochs": 3,
+    "train.log_every_steps": 3,
+}  # fp32 without dropout: the promise of equality; a few curve points an epoch
 
 
 @pytest.fixture
@@ -80,11 +86,23 @@ def assert_histories_match(fused, alone, atol=1e-5):
                 assert mine[key] == pytest.approx(theirs[key], abs=atol), key
 
 
-@pytest.mark.parametrize("model", [
-    pytest.param({}, id="transformer-tied-head"),
-    pytest.param({"model.block": "paper", "model.heads": 1, "model.residual": True, "model.tie_embeddings": False,
-                  "model.latent_dim": 8, "model.pos_encoding": "sinusoidal"}, id="paper-own-head-narrow-latent"),
-])
+@pytest.mark.parametrize(
+    "model",
+    [
+        pytest.param({}, id="transformer-tied-head"),
+        pytest.param(
+            {
+                "model.block": "paper",
+                "model.heads": 1,
+                "model.residual": True,
+                "model.tie_embeddings": False,
+                "model.latent_dim": 8,
+                "model.pos_encoding": "sinusoidal",
+            },
+            id="paper-own-head-narrow-latent",
+        ),
+    ],
+)
 def test_fused_repeats_match_each_seed_trained_alone(tiny_config, data_cache, pack_steps, model):
     """fp32, no dropout: the pack of 3 seeds reports every metric of every epoch, each seed's
     among them, within 1e-5 of the seeds trained one after another; the checkpoints' weights within
@@ -92,8 +110,11 @@ def test_fused_repeats_match_each_seed_trained_alone(tiny_config, data_cache, pa
     runs = {}
     for fuse in ("off", "on"):
         reports = []
-        train(tiny_config(**{"train.fuse_repeats": fuse, "train.epochs": 2, **model}),
-              lambda m, c, r=reports: r.append((m.as_dict(), c)), cache_dir=data_cache)
+        train(
+            tiny_config(**{"train.fuse_repeats": fuse, "train.epochs": 2, **model}),
+            lambda m, c, r=reports: r.append((m.as_dict(), c)),
+            cache_dir=data_cache,
+        )
         runs[fuse] = reports
         if fuse == "off":
             assert pack_steps["count"] == 0
@@ -111,20 +132,26 @@ def test_fused_repeats_match_each_seed_trained_alone(tiny_config, data_cache, pa
 
 
 @pytest.mark.parametrize("before, after", [("on", "off"), ("off", "on")], ids=["fused-then-alone", "alone-then-fused"])
-def test_a_run_resumes_fused_or_not_from_either_checkpoint(tiny_config, data_cache, tmp_path, pack_steps, before,
-                                                           after):
+def test_a_run_resumes_fused_or_not_from_either_checkpoint(
+    tiny_config, data_cache, tmp_path, pack_steps, before, after
+):
     """One epoch one way, checkpointed, then two more the other way: the last two epochs' metrics
     are those of an uninterrupted run (within 1e-5)."""
     full = uninterrupted(tiny_config(**{"train.fuse_repeats": "off"}), data_cache)
 
-    state, _ = train_until(tiny_config(**{"train.fuse_repeats": before}), tmp_path / "ckpt", lambda m: m.epoch == 1,
-                           data_cache)
+    state, _ = train_until(
+        tiny_config(**{"train.fuse_repeats": before}), tmp_path / "ckpt", lambda m: m.epoch == 1, data_cache
+    )
     fused_before = pack_steps["count"]
     assert (fused_before > 0) == (before == "on")
     assert state.epoch == 1 and len(state.seeds) == SEEDS
     resumed = []
-    train(tiny_config(**{"train.fuse_repeats": after}), lambda m, c: resumed.append(m.as_dict()),
-          resume=state, cache_dir=data_cache)
+    train(
+        tiny_config(**{"train.fuse_repeats": after}),
+        lambda m, c: resumed.append(m.as_dict()),
+        resume=state,
+        cache_dir=data_cache,
+    )
     assert (pack_steps["count"] > fused_before) == (after == "on")
     assert [m[M.EPOCH] for m in resumed] == [2, 3]
     assert_histories_match(resumed, full[1:])
@@ -132,8 +159,10 @@ def test_a_run_resumes_fused_or_not_from_either_checkpoint(tiny_config, data_cac
 
 def test_a_diverging_member_is_named_by_its_seed(tiny_config, data_cache):
     with pytest.raises(NonFiniteLossError, match=r"at epoch 1, step [0-9]+ seed (7|8|9)"):
-        train(tiny_config(**{"train.lr": 1e30, "train.lr_schedule": "constant", "train.fuse_repeats": "on"}),
-              cache_dir=data_cache)
+        train(
+            tiny_config(**{"train.lr": 1e30, "train.lr_schedule": "constant", "train.fuse_repeats": "on"}),
+            cache_dir=data_cache,
+        )
 
 
 def test_fused_dropout_trains_each_member_on_masks_of_its_own(tiny_config, data_cache):
@@ -152,8 +181,12 @@ def test_a_cuda_run_packs_its_repeats_when_asked(tiny_config, data_cache, pack_s
     runs = {}
     for fuse in ("off", "on"):
         reports: list[dict] = []
-        train(tiny_config(**{"train.fuse_repeats": fuse, "train.epochs": 2}), lambda m, c, reports=reports: reports.append(m.as_dict()),
-              cache_dir=data_cache, device="cuda")
+        train(
+            tiny_config(**{"train.fuse_repeats": fuse, "train.epochs": 2}),
+            lambda m, c, reports=reports: reports.append(m.as_dict()),
+            cache_dir=data_cache,
+            device="cuda",
+        )
         runs[fuse] = reports
     assert pack_steps["count"] == runs["on"][-1][M.GLOBAL_STEP]
     for fused, alone in zip(runs["on"], runs["off"]):
@@ -163,6 +196,7 @@ def test_a_cuda_run_packs_its_repeats_when_asked(tiny_config, data_cache, pack_s
 def test_fuse_repeats_auto_fuses_only_where_measured_faster(monkeypatch):
     """auto packs no device's seeds until seqae bench fuse measures a pack faster there (none yet:
     a CPU measured slower, a GPU not yet measured); a device added to MEASURED_FASTER packs."""
+
     def config(**overrides):
         return from_flat({**TINY, "train.repeats": 4, **overrides})
 
@@ -177,13 +211,22 @@ def test_fuse_repeats_auto_fuses_only_where_measured_faster(monkeypatch):
     assert not fuses(config(**{"train.compile": "on"}), cuda)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    pytest.param({"train.fuse_repeats": "sometimes"},
-                 "train.fuse_repeats='sometimes' must be one of 'auto', 'on', 'off'", id="not-a-choice"),
-    pytest.param({"train.fuse_repeats": True}, "train.fuse_repeats=True must be one of", id="a-boolean"),
-    pytest.param({"train.fuse_repeats": "on", "train.compile": "on"},
-                 "train.fuse_repeats=on cannot be used with train.compile=on", id="with-compile"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        pytest.param(
+            {"train.fuse_repeats": "sometimes"},
+            "train.fuse_repeats='sometimes' must be one of 'auto', 'on', 'off'",
+            id="not-a-choice",
+        ),
+        pytest.param({"train.fuse_repeats": True}, "train.fuse_repeats=True must be one of", id="a-boolean"),
+        pytest.param(
+            {"train.fuse_repeats": "on", "train.compile": "on"},
+            "train.fuse_repeats=on cannot be used with train.compile=on",
+            id="with-compile",
+        ),
+    ],
+)
 def test_a_bad_fuse_repeats_is_refused_in_one_line_naming_key_and_value(overrides, message):
     with pytest.raises(ConfigError) as refused:
         from_flat({**TINY, **overrides}, "--set")
@@ -199,10 +242,12 @@ def test_bench_fuse_measures_the_three_ways_side_by_side():
     assert bench.run(sizes=bench.SIZES[:1], packs=(2,), on_row=rows.append) == rows
     (row,) = rows
     assert row["K"] == 2 and all(row[f"{way}_tokens_per_s"] > 0 for way in bench.WAYS)
-    assert row["fused_vs_fractional"] == pytest.approx(row["fused_tokens_per_s"] / row["fractional_tokens_per_s"],
-                                                       abs=0.01)
+    assert row["fused_vs_fractional"] == pytest.approx(
+        row["fused_tokens_per_s"] / row["fractional_tokens_per_s"], abs=0.01
+    )
     assert row["fused_vs_one_after_another"] == pytest.approx(
-        row["fused_tokens_per_s"] / row["one_after_another_tokens_per_s"], abs=0.01)
+        row["fused_tokens_per_s"] / row["one_after_another_tokens_per_s"], abs=0.01
+    )
     on_gpu = torch.cuda.is_available()
     assert all((row[f"peak_gib_{way}"] is None) == (not on_gpu) for way in bench.WAYS)
     assert (row["fused_peak_share"] is None) == (not on_gpu)
@@ -222,8 +267,10 @@ def test_the_packs_adamw_steps_each_member_bit_for_bit_as_its_own_adamw():
     alone = [[torch.randn(shape, generator=generator) for shape in shapes] for _ in lrs]
     stacked = [torch.stack([member[j] for member in alone]).requires_grad_() for j in range(len(shapes))]
     pack = StackedAdamW(stacked, lr=lrs, weight_decay=decays, schedule=schedules, device=torch.device("cpu"))
-    optimizers = [torch.optim.AdamW([p.requires_grad_() for p in member], lr=lr, weight_decay=wd, fused=True)
-                  for member, lr, wd in zip(alone, lrs, decays)]
+    optimizers = [
+        torch.optim.AdamW([p.requires_grad_() for p in member], lr=lr, weight_decay=wd, fused=True)
+        for member, lr, wd in zip(alone, lrs, decays)
+    ]
     schedulers = [torch.optim.lr_scheduler.LambdaLR(o, s) for o, s in zip(optimizers, schedules)]
     for _ in range(6):
         for j, weight in enumerate(stacked):
@@ -244,12 +291,30 @@ def test_the_packs_adamw_steps_each_member_bit_for_bit_as_its_own_adamw():
 # --- a sweep's trials of one shape as one pack (seqae_core.members) ---
 
 MEMBERS = [  # differing in every free key: each its own lr, schedule, weight decay, batches, patience
-    {"train.lr": 2e-3, "train.lr_final": 1e-4, "train.lr_decay_epochs": 2, "train.weight_decay": 0.01,
-     "train.seed": 7, "train.patience": 5},
-    {"train.lr": 3e-3, "train.lr_final": 3e-3, "train.lr_decay_epochs": 5, "train.weight_decay": 0.0,
-     "train.seed": 8, "train.patience": 2},
-    {"train.lr": 1e-6, "train.lr_final": 1e-7, "train.lr_decay_epochs": 1, "train.weight_decay": 0.1,
-     "train.seed": 9, "train.patience": 1},  # barely learns: out of patience after epoch 2
+    {
+        "train.lr": 2e-3,
+        "train.lr_final": 1e-4,
+        "train.lr_decay_epochs": 2,
+        "train.weight_decay": 0.01,
+        "train.seed": 7,
+        "train.patience": 5,
+    },
+    {
+        "train.lr": 3e-3,
+        "train.lr_final": 3e-3,
+        "train.lr_decay_epochs": 5,
+        "train.weight_decay": 0.0,
+        "train.seed": 8,
+        "train.patience": 2,
+    },
+    {
+        "train.lr": 1e-6,
+        "train.lr_final": 1e-7,
+        "train.lr_decay_epochs": 1,
+        "train.weight_decay": 0.1,
+        "train.seed": 9,
+        "train.patience": 1,
+    },  # barely learns: out of patience after epoch 2
 ]
 
 
@@ -325,11 +390,15 @@ def test_members_differing_in_every_free_key_each_train_as_alone(member_config, 
         torch.testing.assert_close(mine.seeds[0]["model"], checkpoint.seeds[0]["model"], atol=WEIGHTS_ATOL, rtol=0)
         assert mine.seeds[0]["scheduler"] == checkpoint.seeds[0]["scheduler"]
         assert mine.seeds[0]["optimizer"]["param_groups"] == checkpoint.seeds[0]["optimizer"]["param_groups"]
-        torch.testing.assert_close(mine.seeds[0]["optimizer"]["state"], checkpoint.seeds[0]["optimizer"]["state"],
-                                   atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(
+            mine.seeds[0]["optimizer"]["state"], checkpoint.seeds[0]["optimizer"]["state"], atol=1e-5, rtol=1e-4
+        )
     # Member 2 left when its patience ran out: the third epoch's pack had two.
     assert [[(r.index, r.record.pack_members) for r in call] for call in reports.calls] == [
-        [(0, 3), (1, 3), (2, 3)], [(0, 3), (1, 3), (2, 3)], [(0, 2), (1, 2)]]
+        [(0, 3), (1, 3), (2, 3)],
+        [(0, 3), (1, 3), (2, 3)],
+        [(0, 2), (1, 2)],
+    ]
     assert len({r.record.lr for r in reports.calls[0]}) == 3  # each member on its own schedule
 
 
@@ -347,7 +416,10 @@ def test_a_member_the_report_drops_leaves_with_its_record_of_that_epoch(member_c
     for i in (0, 2):
         assert_member_matches(reports.metrics(i), alone[i])
     assert [[(r.index, r.record.pack_members) for r in call] for call in reports.calls] == [
-        [(0, 3), (1, 3), (2, 3)], [(0, 2), (2, 2)], [(0, 1)]]
+        [(0, 3), (1, 3), (2, 3)],
+        [(0, 2), (2, 2)],
+        [(0, 1)],
+    ]
 
 
 def test_a_diverging_member_fails_alone_and_the_others_train_as_alone(member_config, data_cache):
@@ -373,8 +445,10 @@ def test_when_every_member_fails_the_report_still_gets_their_errors(member_confi
     reports = PackReports()
     assert train_members(configs, reports, cache_dir=data_cache) == [None, None]
     assert len(reports.calls) == 1 and [r.index for r in reports.calls[0]] == [0, 1]
-    assert all(r.record is None and r.error.startswith("NonFiniteLossError: training loss is not finite at epoch 1")
-               for r in reports.calls[0])
+    assert all(
+        r.record is None and r.error.startswith("NonFiniteLossError: training loss is not finite at epoch 1")
+        for r in reports.calls[0]
+    )
 
 
 def test_members_resume_from_their_own_checkpoints_in_a_pack_or_alone(member_config, data_cache):
@@ -406,11 +480,13 @@ def test_a_finished_member_is_not_trained_and_returns_its_summary(member_config,
     reports: list = []
     final = train(done, lambda m, c: reports.append(c), cache_dir=data_cache)
     pack = PackReports()
-    finals = train_members([done, member_config(1, **{"train.epochs": 1})], pack, resumes=[reports[-1], None],
-                           cache_dir=data_cache)
+    finals = train_members(
+        [done, member_config(1, **{"train.epochs": 1})], pack, resumes=[reports[-1], None], cache_dir=data_cache
+    )
     assert [[r.index for r in call] for call in pack.calls] == [[1]]
     assert {k: v for k, v in finals[0].items() if k != M.DATA_SECONDS} == {  # this call's start-up
-        k: v for k, v in final.items() if k != M.DATA_SECONDS}
+        k: v for k, v in final.items() if k != M.DATA_SECONDS
+    }
     assert finals[1] is not None and finals[1][M.EPOCHS_RUN] == 1
 
 
@@ -423,13 +499,17 @@ def test_fused_members_draw_dropout_masks_of_their_own(member_config, data_cache
     assert finals[0][M.VAL_LOSS] != finals[1][M.VAL_LOSS]
 
 
-@pytest.mark.parametrize("overrides, message", [
-    pytest.param([{}, {"model.d_model": 48}], "the configs differ in model.d_model (32, 48)", id="another-shape"),
-    pytest.param([{}, {"train.epochs": 2}], "the configs differ in train.epochs (3, 2)", id="other-epochs"),
-    pytest.param([{"train.repeats": 2}, {}], "train.repeats=[2, 1]", id="repeats"),
-    pytest.param([{"train.compile": "on", "train.fuse_repeats": "off"}] * 2, "train.compile=['on', 'on']",
-                 id="compiled"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        pytest.param([{}, {"model.d_model": 48}], "the configs differ in model.d_model (32, 48)", id="another-shape"),
+        pytest.param([{}, {"train.epochs": 2}], "the configs differ in train.epochs (3, 2)", id="other-epochs"),
+        pytest.param([{"train.repeats": 2}, {}], "train.repeats=[2, 1]", id="repeats"),
+        pytest.param(
+            [{"train.compile": "on", "train.fuse_repeats": "off"}] * 2, "train.compile=['on', 'on']", id="compiled"
+        ),
+    ],
+)
 def test_configs_that_cannot_share_a_pack_are_refused_in_one_line(member_config, overrides, message):
     configs = [member_config(i, **o) for i, o in enumerate(overrides)]
     with pytest.raises(ConfigError) as refused:

@@ -43,16 +43,26 @@ FIELDS = {name for part in SCHEMA["$defs"].values() for name in part.get("proper
 NAMES = sorted(set(SCHEMA["properties"]) | FIELDS | set(KEYS) | {key.split(".", 1)[1] for key in KEYS})
 # What `--set` addresses besides config keys: `trials.total`, `scheduler.type`, ..., and the sections.
 SETTINGS = sorted(
-    {f"{top}.{name}" for top, prop in SCHEMA["properties"].items()
-     for ref in re.findall(r"#/\$defs/(\w+)", json.dumps(prop)) for name in SCHEMA["$defs"][ref].get("properties", {})}
-    | set(SCHEMA["properties"]) | {"profile"}
+    {
+        f"{top}.{name}"
+        for top, prop in SCHEMA["properties"].items()
+        for ref in re.findall(r"#/\$defs/(\w+)", json.dumps(prop))
+        for name in SCHEMA["$defs"][ref].get("properties", {})
+    }
+    | set(SCHEMA["properties"])
+    | {"profile"}
 )
 
 
 def fuzz(examples: int) -> settings:
     """Hypothesis settings of this file: ``examples`` drawn from a fixed seed, no example database."""
-    return settings(max_examples=examples, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
 
 
 @st.composite
@@ -62,13 +72,13 @@ def near_miss(draw: st.DrawFn) -> str:
     i = draw(st.integers(0, len(name) - 1))
     slip = draw(st.sampled_from(["drop", "double", "swap", "letter", "upper", "separator"]))
     if slip == "drop":
-        return name[:i] + name[i + 1:]
+        return name[:i] + name[i + 1 :]
     if slip == "double":
         return name[:i] + name[i] + name[i:]
     if slip == "swap":
-        return name[:i] + name[i + 1:i + 2] + name[i] + name[i + 2:]
+        return name[:i] + name[i + 1 : i + 2] + name[i] + name[i + 2 :]
     if slip == "letter":
-        return name[:i] + draw(st.sampled_from("aeiouxz_.")) + name[i + 1:]
+        return name[:i] + draw(st.sampled_from("aeiouxz_.")) + name[i + 1 :]
     if slip == "upper":
         return name.upper()
     return name.replace("_", "-").replace(".", "_")
@@ -77,8 +87,33 @@ def near_miss(draw: st.DrawFn) -> str:
 KEY_TEXT = st.text(min_size=1, max_size=12)
 A_KEY = near_miss() | st.sampled_from(NAMES) | KEY_TEXT
 
-NUMBERS = st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -1e308, 5e-324, 0.0, -0.0, -1.5, 0.5, 1.0,
-                           0, 1, -1, 2, 2**31, 2**63, 10**30, -(10**30)]) | st.integers() | st.floats()
+NUMBERS = (
+    st.sampled_from(
+        [
+            math.nan,
+            math.inf,
+            -math.inf,
+            1e308,
+            -1e308,
+            5e-324,
+            0.0,
+            -0.0,
+            -1.5,
+            0.5,
+            1.0,
+            0,
+            1,
+            -1,
+            2,
+            2**31,
+            2**63,
+            10**30,
+            -(10**30),
+        ]
+    )
+    | st.integers()
+    | st.floats()
+)
 SCALARS = st.none() | st.booleans() | NUMBERS | st.text(max_size=20) | st.dates()
 HUGE_TEXT = st.builds(lambda n, c: c * n, st.integers(1_000, 40_000), st.sampled_from(["x", "\n", "é", " #", "'"]))
 
@@ -90,8 +125,13 @@ def _nest(value: Any, depth: int, in_mapping: bool) -> Any:
 
 
 DEEP = st.builds(_nest, SCALARS, st.integers(5, 60), st.booleans())
-VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(A_KEY, inner, max_size=3),
-                      max_leaves=6) | HUGE_TEXT | DEEP
+VALUES = (
+    st.recursive(
+        SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(A_KEY, inner, max_size=3), max_leaves=6
+    )
+    | HUGE_TEXT
+    | DEEP
+)
 
 
 def _places(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], Any]]:
@@ -111,8 +151,11 @@ def _names(path: tuple[Any, ...], key: Any) -> set[str]:
     of search.model.d_model is named by choices or model.d_model); a zipped grid axis, each key in
     it; a profile's ``grid.model.d_model``, model.d_model."""
     names = [k for k in (*path, key) if isinstance(k, str)]
-    return {part for name in (names[-1:] if isinstance(key, str) else names[-2:])
-            for part in (name, name.partition(".")[2], *name.split(","))}
+    return {
+        part
+        for name in (names[-1:] if isinstance(key, str) else names[-2:])
+        for part in (name, name.partition(".")[2], *name.split(","))
+    }
 
 
 def _shown(value: Any) -> set[str]:
@@ -177,11 +220,32 @@ def garbled_texts(draw: st.DrawFn) -> str:
         elif edit == "swap":
             lines[i], lines[-1 - i] = lines[-1 - i], lines[i]
         elif edit == "cut":
-            lines[i] = lines[i][:draw(st.integers(0, len(lines[i])))]
+            lines[i] = lines[i][: draw(st.integers(0, len(lines[i])))]
         elif edit == "insert":
-            lines.insert(i, draw(st.text(max_size=40) | st.sampled_from(
-                ["- x", "? [a]", "a: &x 1", "b: *x", "{", "[", ": :", "\t", "!!python/object:os.system x",
-                 "!!int x", "!!bool maybe", "when: 2024-13-45", "n: " + "9" * 5000, "x: " + "[" * 40])))
+            lines.insert(
+                i,
+                draw(
+                    st.text(max_size=40)
+                    | st.sampled_from(
+                        [
+                            "- x",
+                            "? [a]",
+                            "a: &x 1",
+                            "b: *x",
+                            "{",
+                            "[",
+                            ": :",
+                            "\t",
+                            "!!python/object:os.system x",
+                            "!!int x",
+                            "!!bool maybe",
+                            "when: 2024-13-45",
+                            "n: " + "9" * 5000,
+                            "x: " + "[" * 40,
+                        ]
+                    )
+                ),
+            )
         else:
             lines[i] = "  " + lines[i]
     return "\n".join(lines)
@@ -190,17 +254,48 @@ def garbled_texts(draw: st.DrawFn) -> str:
 FITTING = st.sampled_from(["1", "2", "16", "64", "0.5", "1e-3", "paper", "transformer", "laptop", "null", "true"])
 SET_VALUES = (
     FITTING
-    | st.sampled_from(["nan", "-inf", "inf", "1e999", "-1e999", "0", "-1", "1e-400", "0x10", "1_000", "2.5", "",
-                       " ", "9" * 5000, "[" * 40 + "]" * 40, "{a", "[1, 2", "{a: [}", "[&a 1, *a]", "[!!int x]",
-                       "{type: asha}", "{type: [tpe]}", "[0.5, .nan]"])
+    | st.sampled_from(
+        [
+            "nan",
+            "-inf",
+            "inf",
+            "1e999",
+            "-1e999",
+            "0",
+            "-1",
+            "1e-400",
+            "0x10",
+            "1_000",
+            "2.5",
+            "",
+            " ",
+            "9" * 5000,
+            "[" * 40 + "]" * 40,
+            "{a",
+            "[1, 2",
+            "{a: [}",
+            "[&a 1, *a]",
+            "[!!int x]",
+            "{type: asha}",
+            "{type: [tpe]}",
+            "[0.5, .nan]",
+        ]
+    )
     | st.builds(lambda v: yaml.safe_dump(v, default_flow_style=True, width=math.inf).strip(), VALUES)
     | st.text(max_size=30)
 )
-SET_KEYS = (st.sampled_from(KEYS) | st.sampled_from(SETTINGS) | near_miss()
-            | st.builds("{}.{}".format, st.sampled_from(["grid", "search"]), st.sampled_from(KEYS) | near_miss())
-            | KEY_TEXT)
-SET_ITEMS = (st.builds("{}={}".format, st.sampled_from([*KEYS, *SETTINGS]), FITTING)  # a value that may fit
-             | st.builds("{}={}".format, SET_KEYS, SET_VALUES) | st.text(max_size=20))
+SET_KEYS = (
+    st.sampled_from(KEYS)
+    | st.sampled_from(SETTINGS)
+    | near_miss()
+    | st.builds("{}.{}".format, st.sampled_from(["grid", "search"]), st.sampled_from(KEYS) | near_miss())
+    | KEY_TEXT
+)
+SET_ITEMS = (
+    st.builds("{}={}".format, st.sampled_from([*KEYS, *SETTINGS]), FITTING)  # a value that may fit
+    | st.builds("{}={}".format, SET_KEYS, SET_VALUES)
+    | st.text(max_size=20)
+)
 
 
 def check_refusal(error: ConfigError, names: set[str] | None = None) -> None:
@@ -209,8 +304,10 @@ def check_refusal(error: ConfigError, names: set[str] | None = None) -> None:
     event("refused")
     assert message and "\n" not in message and "\r" not in message, f"not one line: {message!r}"
     if names is not None:
-        named = ([n for n in names if n and (n in message or repr(n)[1:-1] in message)]  # as is, or quoted
-                 or re.findall(r"line \d+, column \d+", message))
+        named = (
+            [n for n in names if n and (n in message or repr(n)[1:-1] in message)]  # as is, or quoted
+            or re.findall(r"line \d+, column \d+", message)
+        )
         assert named, f"names none of {sorted(names)}: {message}"
 
 
@@ -242,9 +339,11 @@ def may_be_valid(fault: tuple[str, tuple[Any, ...]]) -> bool:
     key added that the schema knows. A misspelled or unknown key elsewhere, a condition or a
     starting point naming what nothing searches, can never be."""
     kind, place = fault
-    return (kind in ("value", "number", "drop")
-            or kind in ("misspell", "unknown") and (place[:1] in (("start",), ("profiles",)) and len(place) == 2
-                                                    or place[-1] in NAMES))
+    return (
+        kind in ("value", "number", "drop")
+        or kind in ("misspell", "unknown")
+        and (place[:1] in (("start",), ("profiles",)) and len(place) == 2 or place[-1] in NAMES)
+    )
 
 
 def test_a_sweep_file_with_a_fault_gives_a_spec_or_one_line_naming_it(folder):
@@ -275,8 +374,10 @@ def test_a_sweep_file_with_a_fault_gives_a_spec_or_one_line_naming_it(folder):
 # Crashes found so far, each tried on every run:
 @example(text="grid: {1: [16, 32]}")  # AttributeError: a key that is not text
 @example(text="sampler: {type: [tpe]}")  # TypeError: a list looked up in a dict
-@example(text="search: {train.seed: {type: int, low: 0, high: 1}, train.lr: {type: uniform, low: 0.1, high: 1, "
-              "when: {train.seed: []}}}")  # IndexError
+@example(
+    text="search: {train.seed: {type: int, low: 0, high: 1}, train.lr: {type: uniform, low: 0.1, high: 1, "
+    "when: {train.seed: []}}}"
+)  # IndexError
 @example(text="profiles: {laptop: {1: 2}}")  # AttributeError
 @example(text="config: {data: {path: ~nosuchuser/x}}")  # RuntimeError from Path.expanduser
 @example(text=f"config: {{data: {{path: {'x' * 5000}}}}}")  # OSError: a name too long for a path
@@ -322,8 +423,7 @@ def test_the_command_line_refuses_a_bad_file_with_one_line_and_exit_2(folder, fa
     workspace = folder / "workspace"
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = main(["sweep", "run", str(path), "--workspace", str(workspace),
-                     *[f"--set={item}" for item in items]])
+        code = main(["sweep", "run", str(path), "--workspace", str(workspace), *[f"--set={item}" for item in items]])
     lines = err.getvalue().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("seqae: error: "), err.getvalue()
     assert not workspace.exists()

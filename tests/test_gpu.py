@@ -28,8 +28,17 @@ VOCAB = 500
 
 
 def _model_and_batches(device: str, block: str = "paper", seed: int = 0):
-    config = from_flat({"data.input_len": 32, "model.block": block, "model.heads": 1 if block == "paper" else 2,
-                        "model.d_model": 32, "model.d_attn": 32, "model.d_ffn": 64, "train.batch_size": 8})
+    config = from_flat(
+        {
+            "data.input_len": 32,
+            "model.block": block,
+            "model.heads": 1 if block == "paper" else 2,
+            "model.d_model": 32,
+            "model.d_attn": 32,
+            "model.d_ffn": 64,
+            "train.batch_size": 8,
+        }
+    )
     torch.manual_seed(seed)
     model = ReducingAutoencoder(config, VOCAB).to(device)
     generator = torch.Generator().manual_seed(seed + 1)
@@ -42,9 +51,15 @@ def _model_and_batches(device: str, block: str = "paper", seed: int = 0):
 def _losses(device: str, plan: HeadPlan, bf16: bool, steps: int = 8) -> list[float]:
     model, batches = _model_and_batches(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, fused=True)
-    step = TrainStep(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0), plan=plan,
-                     autocast=lambda: torch.autocast(device, dtype=torch.bfloat16, enabled=bf16), pad_id=0,
-                     device=torch.device(device))
+    step = TrainStep(
+        model,
+        optimizer,
+        torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
+        plan=plan,
+        autocast=lambda: torch.autocast(device, dtype=torch.bfloat16, enabled=bf16),
+        pad_id=0,
+        device=torch.device(device),
+    )
     losses = []
     for i in range(steps):
         step(batches[i % len(batches)])
@@ -94,7 +109,9 @@ def _plans(device: str) -> list[HeadPlan]:
     return plans + ([HeadPlan("fused", GPU_CHUNK_ROWS)] if device == "cuda" and liger_available() else [])
 
 
-def _syncs_a_step(device: str, step: Callable[[torch.Tensor], None], batches: list[torch.Tensor]) -> tuple[float, object]:
+def _syncs_a_step(
+    device: str, step: Callable[[torch.Tensor], None], batches: list[torch.Tensor]
+) -> tuple[float, object]:
     """(the host syncs a step makes, what they were) after a first step, which allocates the
     optimizer's state: on CUDA torch's own check warns at every sync; on the CPU the dispatch
     counter finds what a GPU would sync on."""
@@ -121,21 +138,31 @@ def test_the_step_makes_no_host_sync(device):
     for plan in _plans(device):
         model, batches = _model_and_batches(device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
-        step = TrainStep(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0), plan=plan,
-                         autocast=lambda: torch.autocast(device, dtype=torch.bfloat16), pad_id=0,
-                         device=torch.device(device))
+        step = TrainStep(
+            model,
+            optimizer,
+            torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0),
+            plan=plan,
+            autocast=lambda: torch.autocast(device, dtype=torch.bfloat16),
+            pad_id=0,
+            device=torch.device(device),
+        )
         syncs, seen = _syncs_a_step(device, step, batches)
         assert syncs == (1 if plan.kind == "fused" else 0), (plan, seen)
 
 
 # A pack's members as a sweep's would be: each its own lr, weight decay and schedule (lr, decay, schedule).
-MEMBERS = [(3e-3, 0.01, Schedule(0.1, 6, linear=True)), (1e-3, 0.0, Schedule(1.0, 0, linear=False)),
-           (2e-3, 0.1, Schedule(0.5, 3, linear=True))]
+MEMBERS = [
+    (3e-3, 0.01, Schedule(0.1, 6, linear=True)),
+    (1e-3, 0.0, Schedule(1.0, 0, linear=False)),
+    (2e-3, 0.1, Schedule(0.5, 3, linear=True)),
+]
 PACK_PLAN = HeadPlan("chunked", GPU_CHUNK_ROWS)
 
 
-def _members(device: str) -> list[tuple[ReducingAutoencoder, list[torch.Tensor], torch.optim.Optimizer,
-                                         torch.optim.lr_scheduler.LambdaLR]]:
+def _members(
+    device: str,
+) -> list[tuple[ReducingAutoencoder, list[torch.Tensor], torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]]:
     """Each member's model (its own seed), batches, optimizer and schedule, as it trains alone."""
     members = []
     for seed, (lr, decay, schedule) in enumerate(MEMBERS):
@@ -149,9 +176,16 @@ def _pack(device: str, members: list, bf16: bool) -> tuple[Pack, list[torch.Tens
     """The members as one pack (their weights and fresh optimizer states stacked), and its batches
     (k, b, t): member i's batch at i."""
     models = [model for model, *_ in members]
-    pack = Pack(models, lr=[m[0] for m in MEMBERS], weight_decay=[m[1] for m in MEMBERS],
-                schedule=[m[2] for m in MEMBERS], plan=PACK_PLAN, pad_id=0, device=torch.device(device),
-                autocast=lambda: torch.autocast(device, dtype=torch.bfloat16, enabled=bf16))
+    pack = Pack(
+        models,
+        lr=[m[0] for m in MEMBERS],
+        weight_decay=[m[1] for m in MEMBERS],
+        schedule=[m[2] for m in MEMBERS],
+        plan=PACK_PLAN,
+        pad_id=0,
+        device=torch.device(device),
+        autocast=lambda: torch.autocast(device, dtype=torch.bfloat16, enabled=bf16),
+    )
     pack.stack(models, [optimizer for *_, optimizer, _ in members], [scheduler for *_, scheduler in members])
     pack.train()
     return pack, [torch.stack(batches) for batches in zip(*(b for _, b, *_ in members))]
@@ -177,8 +211,15 @@ def test_a_pack_trains_each_member_as_it_trains_alone(device, exact_fp32):
     pack.unstack(*(list(column) for column in zip(*unstacked)))
     alone = []
     for model, member_batches, optimizer, scheduler in members:
-        step = TrainStep(model, optimizer, scheduler, plan=PACK_PLAN, autocast=lambda: torch.autocast(device, enabled=False),
-                         pad_id=0, device=torch.device(device))
+        step = TrainStep(
+            model,
+            optimizer,
+            scheduler,
+            plan=PACK_PLAN,
+            autocast=lambda: torch.autocast(device, enabled=False),
+            pad_id=0,
+            device=torch.device(device),
+        )
         losses = []
         for i in range(steps):
             step(member_batches[i % len(member_batches)])
@@ -191,8 +232,9 @@ def test_a_pack_trains_each_member_as_it_trains_alone(device, exact_fp32):
     assert len({round(losses[-1], 4) for losses in alone}) == len(MEMBERS)  # and each its own way
     for (model, _, optimizer, scheduler), (written, written_optimizer, written_scheduler) in zip(members, unstacked):
         torch.testing.assert_close(written.state_dict(), model.state_dict(), atol=weights_atol, rtol=0)
-        torch.testing.assert_close(written_optimizer.state_dict()["state"], optimizer.state_dict()["state"],
-                                   atol=1e-5, rtol=moments_rtol)
+        torch.testing.assert_close(
+            written_optimizer.state_dict()["state"], optimizer.state_dict()["state"], atol=1e-5, rtol=moments_rtol
+        )
         assert written_scheduler.get_last_lr() == pytest.approx(scheduler.get_last_lr(), rel=1e-12)
 
 

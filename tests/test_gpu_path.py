@@ -24,8 +24,14 @@ from tests.sweep_helpers import SMOKE, STUDIES
     [
         pytest.param("auto", "cuda", [], torch.bfloat16, "bf16 autocast (CUDA)", id="auto-on-cuda-is-bf16"),
         pytest.param("auto", "cpu", [], None, "fp32 (this CPU has no native bf16)", id="auto-on-plain-cpu-is-fp32"),
-        pytest.param("auto", "cpu", ["avx512_bf16"], torch.bfloat16, "bf16 autocast (this CPU has avx512_bf16)",
-                     id="auto-on-bf16-cpu-is-bf16"),
+        pytest.param(
+            "auto",
+            "cpu",
+            ["avx512_bf16"],
+            torch.bfloat16,
+            "bf16 autocast (this CPU has avx512_bf16)",
+            id="auto-on-bf16-cpu-is-bf16",
+        ),
         pytest.param("bf16", "cpu", [], torch.bfloat16, "bf16 autocast", id="bf16-asked-on-cpu"),
         pytest.param("fp32", "cuda", [], None, "fp32", id="fp32-asked-on-cuda"),
         pytest.param("fp32", "cpu", ["amx_bf16"], None, "fp32", id="fp32-asked-on-bf16-cpu"),
@@ -56,8 +62,11 @@ def test_bf16_training_tracks_fp32_of_the_same_seed_on_cpu(tiny_config, data_cac
     runs = {}
     for precision in ("bf16", "fp32"):
         reports = []
-        train(tiny_config(**{"train.precision": precision, "train.epochs": 2, "train.lr": 0.003}),
-              lambda m, c, reports=reports: reports.append(m.as_dict()), cache_dir=data_cache)
+        train(
+            tiny_config(**{"train.precision": precision, "train.epochs": 2, "train.lr": 0.003}),
+            lambda m, c, reports=reports: reports.append(m.as_dict()),
+            cache_dir=data_cache,
+        )
         runs[precision] = reports
     bf16, fp32 = runs["bf16"], runs["fp32"]
     assert bf16[-1]["train_loss"] < bf16[0]["train_loss"]
@@ -76,8 +85,16 @@ def test_fused_attention_in_bf16_matches_fp32_reference():
 
 
 def test_flop_count_behind_mfu(tiny_config):
-    config = tiny_config(**{"model.block": "paper", "model.layers": 1, "data.input_len": 16,
-                            "model.latent_len": 8, "model.d_model": 32, "model.d_attn": 32})
+    config = tiny_config(
+        **{
+            "model.block": "paper",
+            "model.layers": 1,
+            "data.input_len": 16,
+            "model.latent_len": 8,
+            "model.d_model": 32,
+            "model.d_attn": 32,
+        }
+    )
     head, body = forward_flops(config, 100)
     assert head == 2 * 16 * 32 * 100
     # encoder 16 -> 8 and decoder 8 -> 16: W_S x, Q, K and V, scores, weighted values, W_O
@@ -95,18 +112,39 @@ def test_fractional_gpus_are_valid_and_a_gpu_sweep_without_gpus_is_refused(tmp_p
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the refusal is for machines without one")
     workspace = tmp_path / "ws"
-    code = main(["sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace),
-                 *[a for s in [*SMOKE, "resources.gpu=0.25"] for a in ("--set", s)]])
-    assert_refused(code, capsys.readouterr().err, "resources.gpu=0.25 per trial, but no GPU is available",
-                   created=(workspace,))
+    code = main(
+        [
+            "sweep",
+            "run",
+            str(STUDIES / "quickstart.yaml"),
+            "--workspace",
+            str(workspace),
+            *[a for s in [*SMOKE, "resources.gpu=0.25"] for a in ("--set", s)],
+        ]
+    )
+    assert_refused(
+        code, capsys.readouterr().err, "resources.gpu=0.25 per trial, but no GPU is available", created=(workspace,)
+    )
 
 
 def test_a_sweep_asking_for_the_fused_head_without_gpus_is_refused_before_it_starts(tmp_path, capsys):
     """train.head=fused runs on CUDA only: a sweep whose trials get no GPU says so once, exit 2,
     rather than failing each trial on its worker."""
     workspace = tmp_path / "ws"
-    code = main(["sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace),
-                 *[a for s in [*SMOKE, "train.head=fused"] for a in ("--set", s)]])
-    assert_refused(code, capsys.readouterr().err, "train.head=fused runs on CUDA only, and the trials get no GPU",
-                   created=(workspace,))
+    code = main(
+        [
+            "sweep",
+            "run",
+            str(STUDIES / "quickstart.yaml"),
+            "--workspace",
+            str(workspace),
+            *[a for s in [*SMOKE, "train.head=fused"] for a in ("--set", s)],
+        ]
+    )
+    assert_refused(
+        code,
+        capsys.readouterr().err,
+        "train.head=fused runs on CUDA only, and the trials get no GPU",
+        created=(workspace,),
+    )
     assert spec_lib.load(STUDIES / "quickstart.yaml", ["train.head=fused", "resources.gpu=0.25"]).resources.gpu == 0.25

@@ -46,7 +46,9 @@ def _loss_and_grads(fn, head, hidden, targets):
 @pytest.mark.parametrize("pads", [0, 37, "all"], ids=["no-pads", "37-pads", "all-pad"])
 def test_every_head_matches_the_reference_in_fp32(plan, pads):
     head, hidden, targets = _inputs(300, pads)
-    loss, predicted, *grads = _loss_and_grads(lambda h, w, t: linear_cross_entropy(h, w, t, plan), head, hidden, targets)
+    loss, predicted, *grads = _loss_and_grads(
+        lambda h, w, t: linear_cross_entropy(h, w, t, plan), head, hidden, targets
+    )
     ref_loss, ref_predicted, *ref_grads = _loss_and_grads(reference_cross_entropy, head, hidden, targets)
     torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-5)
     assert torch.equal(predicted, ref_predicted)
@@ -78,21 +80,41 @@ def test_the_head_is_planned_once_from_the_config_and_the_device():
 
 
 def _step(plan: HeadPlan, backend=None, block: str = "transformer", batch: int = 8, length: int = 16):
-    config = from_flat({"data.input_len": length, "model.block": block, "model.d_model": 32, "model.d_attn": 32,
-                        "model.heads": 2, "model.d_ffn": 64, "train.batch_size": batch})
+    config = from_flat(
+        {
+            "data.input_len": length,
+            "model.block": block,
+            "model.d_model": 32,
+            "model.d_attn": 32,
+            "model.heads": 2,
+            "model.d_ffn": 64,
+            "train.batch_size": batch,
+        }
+    )
     torch.manual_seed(0)
     model = ReducingAutoencoder(config, 300)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-    step = TrainStep(model, optimizer, scheduler, plan=plan, autocast=lambda: torch.autocast("cpu", enabled=False),
-                     pad_id=0, device=torch.device("cpu"), backend=backend)
+    step = TrainStep(
+        model,
+        optimizer,
+        scheduler,
+        plan=plan,
+        autocast=lambda: torch.autocast("cpu", enabled=False),
+        pad_id=0,
+        device=torch.device("cpu"),
+        backend=backend,
+    )
     tokens = torch.randint(1, 300, (batch, length))
     tokens[0, 9:] = 0  # a padded window
     return step, tokens
 
 
-@pytest.mark.parametrize("plan", [HeadPlan("chunked", CPU_CHUNK_ROWS), HeadPlan("chunked", GPU_CHUNK_ROWS),
-                                  HeadPlan("dense", 0)], ids=["chunked-cpu-rows", "chunked-gpu-rows", "dense"])
+@pytest.mark.parametrize(
+    "plan",
+    [HeadPlan("chunked", CPU_CHUNK_ROWS), HeadPlan("chunked", GPU_CHUNK_ROWS), HeadPlan("dense", 0)],
+    ids=["chunked-cpu-rows", "chunked-gpu-rows", "dense"],
+)
 def test_a_training_step_makes_no_host_sync(plan):
     """Between two reads of a window, no operator makes the host wait: counted as a GPU would
     sync (scalar reads, nonzero, boolean-mask indexing), on the CPU. The read itself is one."""
@@ -138,8 +160,9 @@ def test_two_epochs_agree_with_the_trainer_as_it_was(tiny_config, data_cache):
     from seqae_core.train import train
     from tests.oracles import reference_training
 
-    config = tiny_config(**{"model.block": "paper", "model.heads": 1, "train.precision": "fp32", "train.epochs": 2,
-                            "train.lr": 3e-3})
+    config = tiny_config(
+        **{"model.block": "paper", "model.heads": 1, "train.precision": "fp32", "train.epochs": 2, "train.lr": 3e-3}
+    )
     reports = []
     train(config, lambda m, c: reports.append(m.as_dict()), cache_dir=data_cache, device="cpu")
     want = reference_training(config, data.load(config.data, data_cache), epochs=2)
@@ -164,8 +187,11 @@ def test_a_compiled_run_reports_its_compile_time_once(tiny_config, data_cache, m
 
     monkeypatch.setattr(step_lib.TrainStep, "__init__", with_counter)
     reports = []
-    final = train(tiny_config(**{"train.compile": "on", "train.epochs": 2}), lambda m, c: reports.append(m.as_dict()),
-                  cache_dir=data_cache)
+    final = train(
+        tiny_config(**{"train.compile": "on", "train.epochs": 2}),
+        lambda m, c: reports.append(m.as_dict()),
+        cache_dir=data_cache,
+    )
     assert counter.frame_count == 1  # one graph for every batch, the short last one filled
     assert reports[0]["compile_seconds"] > 0 and "compile_seconds" not in reports[1]
     assert final["compile_seconds"] == reports[0]["compile_seconds"]

@@ -47,7 +47,7 @@ def test_the_t_interval_of_three_seeds_is_wider_than_their_range_and_the_bootstr
 
 def test_the_sign_flip_test_is_exact_and_holds_its_level():
     assert sign_flip_p([0.083, 0.087, 0.01]) == pytest.approx(1 / 8)  # 3 positive seeds: 2^-3 at best
-    assert sign_flip_p([0.1] * 10) == pytest.approx(2 ** -10)
+    assert sign_flip_p([0.1] * 10) == pytest.approx(2**-10)
     assert sign_flip_p([-0.1, -0.2, -0.05]) == 1.0
     rng = np.random.default_rng(0)
     null = [sign_flip_p(rng.normal(0, 1, 10)) for _ in range(REPETITIONS)]
@@ -70,8 +70,10 @@ def test_the_order_statistic_interval_covers_the_median_of_replay_costs():
 def test_the_ratio_interval_covers_the_ratio_of_medians():
     rng = np.random.default_rng(2)
     truth = 0.5  # a method whose costs are half the grid's, in distribution
-    intervals = [ratio_interval(rng.exponential(150.0, 200), rng.exponential(300.0, 200), draws=300, seed=r)
-                 for r in range(REPETITIONS)]
+    intervals = [
+        ratio_interval(rng.exponential(150.0, 200), rng.exponential(300.0, 200), draws=300, seed=r)
+        for r in range(REPETITIONS)
+    ]
     share = covered(intervals, truth)
     assert COVERAGE[0] <= share <= COVERAGE[1], share
 

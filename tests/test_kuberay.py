@@ -41,8 +41,13 @@ CREDENTIAL = re.compile(r"PASSWORD|TOKEN|SECRET")  # environment variables whose
 
 def documents() -> list[tuple[str, dict[str, Any]]]:
     """``(file name, document)`` for every YAML document of every manifest (not the kustomization)."""
-    return [(p.name, doc) for p in sorted(KUBERAY.glob("*.yaml")) if p.name != KUSTOMIZATION
-            for doc in yaml.safe_load_all(p.read_text()) if doc]
+    return [
+        (p.name, doc)
+        for p in sorted(KUBERAY.glob("*.yaml"))
+        if p.name != KUSTOMIZATION
+        for doc in yaml.safe_load_all(p.read_text())
+        if doc
+    ]
 
 
 def by_kind(kind: str, name: str | None = None) -> dict[str, Any]:
@@ -54,8 +59,10 @@ def pod_templates(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The pod templates inside an object, by where they sit."""
     spec = doc["spec"]
     if doc["kind"] == "RayCluster":
-        return {"head": spec["headGroupSpec"]["template"],
-                **{f"worker-{g['groupName']}": g["template"] for g in spec["workerGroupSpecs"]}}
+        return {
+            "head": spec["headGroupSpec"]["template"],
+            **{f"worker-{g['groupName']}": g["template"] for g in spec["workerGroupSpecs"]},
+        }
     if doc["kind"] == "RayJob":
         return {"submitter": spec["submitterPodTemplate"]}
     if doc["kind"] == "StatefulSet":
@@ -67,10 +74,13 @@ def prune_crd(node: Any, parent: str | None = None) -> Any:
     """A CRD's schema less its descriptions and its pod templates (which kubernetes-validate checks
     as core PodTemplates): how tests/kuberay-crds.json was made from KubeRay's Helm chart's CRDs."""
     if isinstance(node, dict):
-        return {k: {"type": "object"} if parent == "properties" and k in ("template", "submitterPodTemplate",
-                                                                           "rayClusterSpec")
-                else prune_crd(v, k) for k, v in node.items()
-                if k != "description" or isinstance(v, dict)}  # a field named description is kept
+        return {
+            k: {"type": "object"}
+            if parent == "properties" and k in ("template", "submitterPodTemplate", "rayClusterSpec")
+            else prune_crd(v, k)
+            for k, v in node.items()
+            if k != "description" or isinstance(v, dict)
+        }  # a field named description is kept
     if isinstance(node, list):
         return [prune_crd(v) for v in node]
     return node
@@ -99,8 +109,12 @@ def validate(doc: dict[str, Any], version: str) -> None:
         return
     jsonschema.validate(doc, strict(json.loads(CRDS.read_text())[doc["kind"]]))
     for where, template in pod_templates(doc).items():
-        pod_template = {"apiVersion": "v1", "kind": "PodTemplate",
-                        "metadata": {"name": f"{doc['metadata']['name']}-{where}"}, "template": template}
+        pod_template = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": f"{doc['metadata']['name']}-{where}"},
+            "template": template,
+        }
         kubernetes_validate.validate(pod_template, version, strict=True)
 
 
@@ -136,8 +150,16 @@ def test_manifests_are_valid_kubernetes_objects(version):
     for _, doc in documents():
         validate(doc, version)
         kinds.append(doc["kind"])
-    assert sorted(kinds) == ["ConfigMap", "ConfigMap", "PersistentVolumeClaim", "RayCluster", "RayJob", "Service",
-                             "ServiceAccount", "StatefulSet"]
+    assert sorted(kinds) == [
+        "ConfigMap",
+        "ConfigMap",
+        "PersistentVolumeClaim",
+        "RayCluster",
+        "RayJob",
+        "Service",
+        "ServiceAccount",
+        "StatefulSet",
+    ]
 
 
 def test_the_schemas_catch_a_mistake_inside_a_pod_template_and_in_kuberays_own_keys():
@@ -149,8 +171,10 @@ def test_the_schemas_catch_a_mistake_inside_a_pod_template_and_in_kuberays_own_k
     ref["kee"] = ref.pop("key")
     with pytest.raises(kubernetes_validate.ValidationError, match="kee"):
         validate(cluster, KUBERNETES[-1])
-    for doc, path, key in [(by_kind("RayCluster"), ("spec", "authOptions"), "secretNam"),
-                           (by_kind("RayJob"), ("spec",), "shutdownAfterJobFinish")]:
+    for doc, path, key in [
+        (by_kind("RayCluster"), ("spec", "authOptions"), "secretNam"),
+        (by_kind("RayJob"), ("spec",), "shutdownAfterJobFinish"),
+    ]:
         wrong = copy.deepcopy(doc)
         node = wrong
         for step in path:
@@ -176,7 +200,8 @@ def test_every_credential_comes_from_a_secret_the_docs_create():
     env = [e for _, doc in docs for key, value in walk(doc) if key == "env" for e in value]
     credentials = [e for e in env if CREDENTIAL.search(e["name"])]
     assert {"MLFLOW_AUTH_ADMIN_PASSWORD", "MLFLOW_FLASK_SERVER_SECRET_KEY", "POSTGRES_PASSWORD"} <= {
-        e["name"] for e in credentials}
+        e["name"] for e in credentials
+    }
     assert not [e for e in env if e["name"].startswith("RAY_AUTH")]  # KubeRay's authOptions sets the token
     for e in credentials:
         assert "value" not in e and e["valueFrom"]["secretKeyRef"]["name"] in SECRETS, e
@@ -235,7 +260,9 @@ def test_each_container_holds_its_own_credentials_and_no_others():
     job = by_kind("RayJob")["spec"]
     owner = yaml.safe_load(job["runtimeEnvYAML"])["env_vars"][ownership.USER]
     assert accounts.NAME.fullmatch(owner)
-    for where, doc in [(w, cluster) for w in pod_templates(cluster) if w != "head"] + [("submitter", by_kind("RayJob"))]:
+    for where, doc in [(w, cluster) for w in pod_templates(cluster) if w != "head"] + [
+        ("submitter", by_kind("RayJob"))
+    ]:
         for container in containers(doc, where, init=True).values():
             env = env_of(container)
             assert not [n for n in env if n.startswith("MLFLOW_") or n in ("PGPASSFILE", accounts.ACCOUNTS_ENV)], where
@@ -248,13 +275,15 @@ def test_mlflow_runs_with_authentication_as_seqae_cluster_up_runs_it():
     command = server["command"]
     flag = {command[i]: command[i + 1] for i in range(len(command) - 1) if command[i].startswith("--")}
     # the command of `seqae cluster up`'s server (python -m mlflow ...), with this cluster's stores
-    expected = mlflow_server.argv(flag["--backend-store-uri"], flag["--artifacts-destination"],
-                                  int(flag["--port"]), auth=True)
+    expected = mlflow_server.argv(
+        flag["--backend-store-uri"], flag["--artifacts-destination"], int(flag["--port"]), auth=True
+    )
     assert command == expected[2:]
     env = env_of(server)
     config_path = Path(env["MLFLOW_AUTH_CONFIG_PATH"]["value"])
-    config_map = by_kind("ConfigMap", volumes_of(by_kind("RayCluster"), "head", server)[str(config_path.parent)]
-                         ["configMap"]["name"])
+    config_map = by_kind(
+        "ConfigMap", volumes_of(by_kind("RayCluster"), "head", server)[str(config_path.parent)]["configMap"]["name"]
+    )
     auth = configparser.ConfigParser()
     auth.read_string(config_map["data"][config_path.name])
     assert dict(auth["mlflow"]) == {
@@ -270,7 +299,9 @@ def test_postgres_is_made_as_cluster_postgres_makes_it():
     database its purpose's role's and no other role's, no role a superuser; the Service is the host
     every URL names; the server is PostgreSQL 15."""
     script = by_kind("ConfigMap", "seqae-postgres-init")["data"]["seqae-init.sh"]
-    roles = dict(re.findall(r"CREATE ROLE (\w+) (LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION) PASSWORD", script))
+    roles = dict(
+        re.findall(r"CREATE ROLE (\w+) (LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION) PASSWORD", script)
+    )
     assert set(roles) == {role for role, _ in postgres.ROLES.values()}
     owners = dict(re.findall(r"CREATE DATABASE (\w+) OWNER (\w+);", script))
     assert owners == {db: postgres.ROLES[postgres.purpose_of(db)][0] for db in postgres.DATABASES}
@@ -280,8 +311,14 @@ def test_postgres_is_made_as_cluster_postgres_makes_it():
     assert server["image"] == "postgres:15"
     service = by_kind("Service", "seqae-postgres")
     assert service["spec"]["selector"] == statefulset["spec"]["template"]["metadata"]["labels"]
-    hosts = {m.group(1) for _, doc in documents() if doc["kind"] in ("RayCluster", "ConfigMap") for _, s in walk(doc)
-             if isinstance(s, str) for m in re.finditer(r"postgresql\+psycopg://\w+@([\w.-]+:\d+)/", s)}
+    hosts = {
+        m.group(1)
+        for _, doc in documents()
+        if doc["kind"] in ("RayCluster", "ConfigMap")
+        for _, s in walk(doc)
+        if isinstance(s, str)
+        for m in re.finditer(r"postgresql\+psycopg://\w+@([\w.-]+:\d+)/", s)
+    }
     assert hosts == {f"{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"}
 
 
@@ -302,7 +339,9 @@ def test_kuberay_manifests_set_what_the_code_reads():
         assert "SEQAE_STORAGE" in env
         assert {n for n in env if n.startswith("SEQAE_")} <= read_by_code
     head_env = {n: e.get("value") for n, e in head.items()}
-    assert head_env["SEQAE_OPTUNA_STORAGE"].startswith("postgresql+psycopg://") and "@" in head_env["SEQAE_OPTUNA_STORAGE"]
+    assert (
+        head_env["SEQAE_OPTUNA_STORAGE"].startswith("postgresql+psycopg://") and "@" in head_env["SEQAE_OPTUNA_STORAGE"]
+    )
     assert head_env["SEQAE_STORAGE"].startswith("s3://")
     # the RayJob's entrypoint is a valid seqae command on a sweep file that exists
     job = by_kind("RayJob")["spec"]
@@ -365,9 +404,13 @@ def test_the_dockerfile_builds_the_image_the_manifests_name_at_the_versions_the_
     assert copied == {p.rstrip(".*") for p in packages}, "the image installs every package pyproject.toml names"
     (built,) = re.findall(r"docker build -f cluster/kuberay/Dockerfile -t (\S+) \.", dockerfile)
     assert built.endswith(f":{project['version']}")
-    images = {c["image"] for _, doc in documents() if doc["apiVersion"].startswith("ray.io/")
-              for template in pod_templates(doc).values()
-              for c in template["spec"]["containers"] + template["spec"].get("initContainers", [])}
+    images = {
+        c["image"]
+        for _, doc in documents()
+        if doc["apiVersion"].startswith("ray.io/")
+        for template in pod_templates(doc).values()
+        for c in template["spec"]["containers"] + template["spec"].get("initContainers", [])
+    }
     assert images == {built}
 
 
@@ -386,28 +429,56 @@ def test_the_postgres_init_script_makes_the_roles_on_a_real_postgresql(tmp_path)
 
     pg = postgres.create(tmp_path / "secrets", free_port())
     socket_dir = Path(pg.data_dir).parent
-    postgres._run([str(postgres.bindir() / "pg_ctl"), "-D", pg.data_dir, "-l", str(socket_dir / "postgres.log"),
-                   "-w", "-t", "60", "-o", f"-c listen_addresses=127.0.0.1 -p {pg.port} -k {socket_dir}", "start"],
-                  pg.run_as)
+    postgres._run(
+        [
+            str(postgres.bindir() / "pg_ctl"),
+            "-D",
+            pg.data_dir,
+            "-l",
+            str(socket_dir / "postgres.log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            f"-c listen_addresses=127.0.0.1 -p {pg.port} -k {socket_dir}",
+            "start",
+        ],
+        pg.run_as,
+    )
     try:
         passwords = {purpose: secrets.token_urlsafe(24) for purpose in postgres.ROLES}
         script = by_kind("ConfigMap", "seqae-postgres-init")["data"]["seqae-init.sh"]
-        env = {**os.environ, "PATH": f"{postgres.bindir()}:{os.environ['PATH']}", "POSTGRES_USER": postgres.ROLE,
-               "PGHOST": "127.0.0.1", "PGPORT": str(pg.port), "PGPASSFILE": pg.pgpass,
-               "SEQAE_OPTUNA_PASSWORD": passwords["optuna"], "SEQAE_MLFLOW_PASSWORD": passwords["mlflow"]}
+        env = {
+            **os.environ,
+            "PATH": f"{postgres.bindir()}:{os.environ['PATH']}",
+            "POSTGRES_USER": postgres.ROLE,
+            "PGHOST": "127.0.0.1",
+            "PGPORT": str(pg.port),
+            "PGPASSFILE": pg.pgpass,
+            "SEQAE_OPTUNA_PASSWORD": passwords["optuna"],
+            "SEQAE_MLFLOW_PASSWORD": passwords["mlflow"],
+        }
         ran = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
         assert ran.returncode == 0, ran.stderr
 
         def connect(purpose: str, database: str) -> psycopg.Connection:
-            return psycopg.connect(host="127.0.0.1", port=pg.port, user=postgres.ROLES[purpose][0], dbname=database,
-                                   password=passwords[purpose], connect_timeout=5, autocommit=True)
+            return psycopg.connect(
+                host="127.0.0.1",
+                port=pg.port,
+                user=postgres.ROLES[purpose][0],
+                dbname=database,
+                password=passwords[purpose],
+                connect_timeout=5,
+                autocommit=True,
+            )
 
         for purpose, (_, databases) in postgres.ROLES.items():
             for database in postgres.DATABASES + ("postgres",):
                 if database in databases:
                     with connect(purpose, database) as db:
-                        assert db.execute("SELECT rolsuper, rolcreaterole, rolcreatedb FROM pg_roles "
-                                          "WHERE rolname = current_user").fetchone() == (False, False, False)
+                        assert db.execute(
+                            "SELECT rolsuper, rolcreaterole, rolcreatedb FROM pg_roles WHERE rolname = current_user"
+                        ).fetchone() == (False, False, False)
                         db.execute("CREATE TABLE mine (x int)")  # its database's public schema is its own
                 else:
                     with pytest.raises(psycopg.OperationalError, match="permission denied|not have CONNECT"):
@@ -432,8 +503,13 @@ def kueue_overlay() -> list[dict[str, Any]]:
             docs += render(path) if path.is_dir() else [d for d in yaml.safe_load_all(path.read_text()) if d]
         for patch in kustomization.get("patches", []):
             target = patch["target"]
-            hits = [i for i, d in enumerate(docs) if d["kind"] == target["kind"] and d["metadata"]["name"] ==
-                    target["name"] and d["apiVersion"] == f"{target['group']}/{target['version']}"]
+            hits = [
+                i
+                for i, d in enumerate(docs)
+                if d["kind"] == target["kind"]
+                and d["metadata"]["name"] == target["name"]
+                and d["apiVersion"] == f"{target['group']}/{target['version']}"
+            ]
             assert len(hits) == 1, target
             docs[hits[0]] = jsonpatch.apply_patch(docs[hits[0]], yaml.safe_load(patch["patch"]))
         return docs
@@ -456,7 +532,8 @@ def test_the_kueue_overlay_renders_to_valid_objects(version):
         validate(doc, version)
     assert sorted(d["kind"] for d in docs) == sorted(
         [d["kind"] for n, d in documents() if n != "rayjob.yaml"]
-        + ["ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass", "WorkloadPriorityClass"])
+        + ["ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass", "WorkloadPriorityClass"]
+    )
     typo = copy.deepcopy(next(d for d in docs if d["kind"] == "ClusterQueue"))
     typo["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuta"] = 1  # the check has teeth
     with pytest.raises(jsonschema.ValidationError, match="nominalQuta"):

@@ -49,32 +49,87 @@ CLI = "seqae/cli/"  # the command line, which only `python -m seqae` imports
 CLI_STARTER = "seqae/__main__.py"
 # ... and one function outside the top, for a trial worker's start-up: building a data entry loads the tokenizer
 # ... and boto3 where an s3:// storage is checked: the s3 extra's, absent from an install without it
-LAZY_ELSEWHERE = {("seqae_core/data.py", "seqae_core.corpus"), ("cluster/artifact_store.py", "boto3"),
-                  ("cluster/artifact_store.py", "botocore.config.Config"),
-                  *(("cluster/artifact_store.py", f"botocore.exceptions.{name}") for name in ("BotoCoreError", "ClientError")),
-                  # ... and IPython where a notebook's live view is shown: a Jupyter kernel's, absent from a plain Python
-                  *(("sweeps/results/watch.py", f"IPython.{name}") for name in ("get_ipython", "display.HTML", "display.display")),
-                  # ... and Tune's classes where Ray's private reads need them: `seqae sweep submit` reads Ray's limits there
-                  # without Tune
-                  ("sweeps/running/ray_private.py", "ray.tune.execution.tune_controller.TuneController"),
-                  ("sweeps/running/ray_private.py", "ray.tune.search.Searcher")}
+LAZY_ELSEWHERE = {
+    ("seqae_core/data.py", "seqae_core.corpus"),
+    ("cluster/artifact_store.py", "boto3"),
+    ("cluster/artifact_store.py", "botocore.config.Config"),
+    *(("cluster/artifact_store.py", f"botocore.exceptions.{name}") for name in ("BotoCoreError", "ClientError")),
+    # ... and IPython where a notebook's live view is shown: a Jupyter kernel's, absent from a plain Python
+    *(("sweeps/results/watch.py", f"IPython.{name}") for name in ("get_ipython", "display.HTML", "display.display")),
+    # ... and Tune's classes where Ray's private reads need them: `seqae sweep submit` reads Ray's limits there
+    # without Tune
+    ("sweeps/running/ray_private.py", "ray.tune.execution.tune_controller.TuneController"),
+    ("sweeps/running/ray_private.py", "ray.tune.search.Searcher"),
+}
 NOT_IN_THE_CORE = ("ray", "mlflow", "optuna")
-RAY_TUNE_HOMES = ("sweeps/running/ray_private.py", "sweeps/running/trial.py", "sweeps/running/stoppers.py",
-                  "sweeps/running/schedulers.py", "sweeps/running/callbacks.py", "sweeps/running/packs.py",
-                  "sweeps/running/runner.py")
+RAY_TUNE_HOMES = (
+    "sweeps/running/ray_private.py",
+    "sweeps/running/trial.py",
+    "sweeps/running/stoppers.py",
+    "sweeps/running/schedulers.py",
+    "sweeps/running/callbacks.py",
+    "sweeps/running/packs.py",
+    "sweeps/running/runner.py",
+)
 # (a trial in its worker; the driver's side of Tune: its stoppers, schedulers, callbacks and the Tuner)
 # The sweep service bottom to top, room by room (sweeps/__init__.py): the sweep file, its stores, running it,
 # reading its results, then the API over them.
 SWEEP_ORDER = [
-    "spec.overrides", "spec.messages", "spec.sections", "spec.space", "spec.sweep", "spec.trial",
-    "stores.ownership", "stores.workspace", "stores.outages", "stores.study_storage", "stores.shares", "stores.queue", "stores.narrowing",
-    "stores.study_trials", "stores.control_channel", "stores.continuations", "stores.proposals", "stores.forks", "stores.search", "stores.retention", "stores.ledger",
-    "stores.writer", "stores.mlflow_access", "stores.mlflow_runs", "stores.textmodel", "stores.tracking",
+    "spec.overrides",
+    "spec.messages",
+    "spec.sections",
+    "spec.space",
+    "spec.sweep",
+    "spec.trial",
+    "stores.ownership",
+    "stores.workspace",
+    "stores.outages",
+    "stores.study_storage",
+    "stores.shares",
+    "stores.queue",
+    "stores.narrowing",
+    "stores.study_trials",
+    "stores.control_channel",
+    "stores.continuations",
+    "stores.proposals",
+    "stores.forks",
+    "stores.search",
+    "stores.retention",
+    "stores.ledger",
+    "stores.writer",
+    "stores.mlflow_access",
+    "stores.mlflow_runs",
+    "stores.textmodel",
+    "stores.tracking",
     "stores.deletion",
-    "running.provenance", "running.notify", "running.progress", "running.system_metrics", "running.ray_private", "running.ray_connection", "running.slots",
-    "running.package", "running.submit", "running.sweep_data", "running.tune_result", "running.trial", "running.stoppers", "running.schedulers",
-    "running.simulation", "running.callbacks", "running.packs", "running.runner", "running.lifecycle", "running.driver",
-    "results.trials", "results.eta", "results.plan", "results.status", "results.watch", "results.remote_status", "results.export", "results.registry",
+    "running.provenance",
+    "running.notify",
+    "running.progress",
+    "running.system_metrics",
+    "running.ray_private",
+    "running.ray_connection",
+    "running.slots",
+    "running.package",
+    "running.submit",
+    "running.sweep_data",
+    "running.tune_result",
+    "running.trial",
+    "running.stoppers",
+    "running.schedulers",
+    "running.simulation",
+    "running.callbacks",
+    "running.packs",
+    "running.runner",
+    "running.lifecycle",
+    "running.driver",
+    "results.trials",
+    "results.eta",
+    "results.plan",
+    "results.status",
+    "results.watch",
+    "results.remote_status",
+    "results.export",
+    "results.registry",
 ]
 ROOMS = ["spec", "stores", "running", "results"]
 
@@ -133,12 +188,23 @@ def violations(found: list[Import]) -> list[str]:
         if imp.top in MAY_IMPORT and imp.top != own and imp.top not in MAY_IMPORT[own]:
             bad.append(f"{where}: {own} may import only {sorted(MAY_IMPORT[own]) or 'no other package'}")
         if imp.lazy and own != TOP and (imp.file, imp.module) not in LAZY_ELSEWHERE:
-            bad.append(f"{where} inside a function: only seqae (the API's methods, the command line's verbs) imports lazily")
+            bad.append(
+                f"{where} inside a function: only seqae (the API's methods, the command line's verbs) imports lazily"
+            )
         if own == TOP and imp.top == "sweeps" and imp.file != API:
             bad.append(f"{where}: the command line reaches the sweep service through seqae.api alone")
-        if own == TOP and imp.module.startswith("seqae.cli") and not imp.file.startswith(CLI) and imp.file != CLI_STARTER:
+        if (
+            own == TOP
+            and imp.module.startswith("seqae.cli")
+            and not imp.file.startswith(CLI)
+            and imp.file != CLI_STARTER
+        ):
             bad.append(f"{where}: nothing imports the command line but {CLI_STARTER}")
-        if own == "research" and imp.top in ("sweeps", "dashboards", "seqae") and not imp.module.startswith(RESEARCH_REACHES):
+        if (
+            own == "research"
+            and imp.top in ("sweeps", "dashboards", "seqae")
+            and not imp.module.startswith(RESEARCH_REACHES)
+        ):
             bad.append(f"{where}: the research reaches seqae through {', '.join(RESEARCH_REACHES)} alone")
         if own == "seqae_core" and imp.top in NOT_IN_THE_CORE:
             bad.append(f"{where}: the ML core runs without {', '.join(NOT_IN_THE_CORE)}")
@@ -169,7 +235,7 @@ def cycles(found: list[Import], files: set[str]) -> list[list[str]]:
         on_stack.add(node)
         for nxt in sorted(graph[node]):
             if nxt in on_stack:
-                loops.append(stack[stack.index(nxt):] + [nxt])
+                loops.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in seen:
                 visit(nxt)
         stack.pop()
@@ -191,8 +257,11 @@ def the_tree() -> tuple[list[Import], set[str]]:
 def test_the_tree_keeps_its_layers():
     tree, files = the_tree()
     assert {imp.file for imp in tree if imp.module.startswith("ray.tune")} == set(RAY_TUNE_HOMES)
-    modules = [f.removeprefix("sweeps/").removesuffix(".py").replace("/", ".") for f in sorted(files)
-               if f.startswith("sweeps/") and not f.endswith("__init__.py")]
+    modules = [
+        f.removeprefix("sweeps/").removesuffix(".py").replace("/", ".")
+        for f in sorted(files)
+        if f.startswith("sweeps/") and not f.endswith("__init__.py")
+    ]
     assert set(modules) == set(SWEEP_ORDER)  # every module of the sweep service has its place
     rooms = [module.split(".")[0] for module in SWEEP_ORDER]
     assert sorted(rooms, key=ROOMS.index) == rooms  # ... and SWEEP_ORDER keeps each room together, in order
@@ -210,32 +279,55 @@ def test_no_file_imports_itself_through_others():
     assert cycles(tree, files) == []
 
 
-@pytest.mark.parametrize("file, source, complaint", [
-    ("sweeps/running/driver.py", "from dashboards import report", "sweeps may import only"),
-    ("sweeps/running/driver.py", "from seqae.api import Sweep", "sweeps may import only"),  # the top hands down
-    ("dashboards/report/page.py", "from seqae.cli.main import main", "dashboards may import only"),
-    ("dashboards/report/page.py", "from seqae import Sweep", "dashboards may import only"),
-    ("cluster/local.py", "from seqae_core.config import Config", "cluster may import only ['seqae_errors']"),
-    ("seqae_core/train.py", "import mlflow", "the ML core runs without"),
-    ("sweeps/running/driver.py", "from ray.tune import Tuner", "talk to Ray Tune"),
-    ("sweeps/running/driver.py", "from seqae.cli.main import main", "sweeps may import only"),
-    ("benchmarks/run.py", "from seqae.cli import commands", "benchmarks may import only"),
-    ("sweeps/stores/tracking.py", "def f():\n    import torch", "only seqae (the API's methods, the command line's verbs) imports lazily"),
-    ("seqae_core/train.py", "def f():\n    from seqae_core import corpus", "only seqae (the API's methods"),
-    ("dashboards/report/page.py", "def f():\n    from sweeps.results import export", "only seqae (the API's methods"),
-    ("seqae/cli/commands.py", "from sweeps.stores.workspace import Workspace", "through seqae.api alone"),
-    ("seqae/cli/commands.py", "def f():\n    from sweeps import status", "through seqae.api alone"),
-    ("seqae/__init__.py", "from sweeps.running.driver import drive", "through seqae.api alone"),
-    ("seqae/api.py", "def f():\n    from seqae.cli import commands", "nothing imports the command line"),
-    ("research/replay.py", "from sweeps.running.schedulers import ResumableASHA", "the research reaches"),
-    ("research/frontier.py", "from dashboards.report.figures import save_figure", "the research reaches"),
-    ("research/replay.py", "from seqae.cli import commands", "the research reaches"),
-    ("research/replay.py", "from cluster import local", "research may import only"),
-    ("sweeps/stores/search.py", "from sweeps.running.driver import drive", "stores.search may import only the modules"),
-    ("sweeps/stores/workspace.py", "from sweeps.stores import search", "stores.workspace may import only the modules"),
-    ("sweeps/spec/sections.py", "from sweeps.running import notify", "spec.sections may import only the modules"),
-    ("sweeps/results/status.py", "from sweeps.results.export import trials", "results.status may import only the modules"),
-])
+@pytest.mark.parametrize(
+    "file, source, complaint",
+    [
+        ("sweeps/running/driver.py", "from dashboards import report", "sweeps may import only"),
+        ("sweeps/running/driver.py", "from seqae.api import Sweep", "sweeps may import only"),  # the top hands down
+        ("dashboards/report/page.py", "from seqae.cli.main import main", "dashboards may import only"),
+        ("dashboards/report/page.py", "from seqae import Sweep", "dashboards may import only"),
+        ("cluster/local.py", "from seqae_core.config import Config", "cluster may import only ['seqae_errors']"),
+        ("seqae_core/train.py", "import mlflow", "the ML core runs without"),
+        ("sweeps/running/driver.py", "from ray.tune import Tuner", "talk to Ray Tune"),
+        ("sweeps/running/driver.py", "from seqae.cli.main import main", "sweeps may import only"),
+        ("benchmarks/run.py", "from seqae.cli import commands", "benchmarks may import only"),
+        (
+            "sweeps/stores/tracking.py",
+            "def f():\n    import torch",
+            "only seqae (the API's methods, the command line's verbs) imports lazily",
+        ),
+        ("seqae_core/train.py", "def f():\n    from seqae_core import corpus", "only seqae (the API's methods"),
+        (
+            "dashboards/report/page.py",
+            "def f():\n    from sweeps.results import export",
+            "only seqae (the API's methods",
+        ),
+        ("seqae/cli/commands.py", "from sweeps.stores.workspace import Workspace", "through seqae.api alone"),
+        ("seqae/cli/commands.py", "def f():\n    from sweeps import status", "through seqae.api alone"),
+        ("seqae/__init__.py", "from sweeps.running.driver import drive", "through seqae.api alone"),
+        ("seqae/api.py", "def f():\n    from seqae.cli import commands", "nothing imports the command line"),
+        ("research/replay.py", "from sweeps.running.schedulers import ResumableASHA", "the research reaches"),
+        ("research/frontier.py", "from dashboards.report.figures import save_figure", "the research reaches"),
+        ("research/replay.py", "from seqae.cli import commands", "the research reaches"),
+        ("research/replay.py", "from cluster import local", "research may import only"),
+        (
+            "sweeps/stores/search.py",
+            "from sweeps.running.driver import drive",
+            "stores.search may import only the modules",
+        ),
+        (
+            "sweeps/stores/workspace.py",
+            "from sweeps.stores import search",
+            "stores.workspace may import only the modules",
+        ),
+        ("sweeps/spec/sections.py", "from sweeps.running import notify", "spec.sections may import only the modules"),
+        (
+            "sweeps/results/status.py",
+            "from sweeps.results.export import trials",
+            "results.status may import only the modules",
+        ),
+    ],
+)
 def test_each_forbidden_edge_is_caught(file, source, complaint):
     found = violations(imports(source, file))
     assert len(found) == 1 and complaint in found[0], found
@@ -243,21 +335,38 @@ def test_each_forbidden_edge_is_caught(file, source, complaint):
 
 def test_a_cycle_between_files_is_caught():
     files = {"sweeps/a.py", "sweeps/b.py", "sweeps/c.py"}
-    found = imports("from sweeps import b", "sweeps/a.py") + imports("from sweeps.c import x", "sweeps/b.py") \
+    found = (
+        imports("from sweeps import b", "sweeps/a.py")
+        + imports("from sweeps.c import x", "sweeps/b.py")
         + imports("import sweeps.a", "sweeps/c.py")
+    )
     assert cycles(found, files) == [["sweeps/a.py", "sweeps/b.py", "sweeps/c.py", "sweeps/a.py"]]
 
 
-@pytest.mark.parametrize("file, source", [
-    pytest.param("seqae/cli/commands.py", "def bench():\n    from benchmarks.run import SUITES", id="a-verb-lazily"),
-    pytest.param("seqae/api.py", "def report():\n    from dashboards.report import page", id="the-api-hands-down-the-report"),
-    pytest.param("dashboards/compare.py", "from sweeps.results.export import trials", id="dashboards-read-sweeps"),
-    pytest.param("seqae/cli/main.py", "from seqae.api import Sweep\nfrom seqae import api", id="the-cli-uses-the-api"),
-    pytest.param("seqae/api.py", "def status():\n    from sweeps.results import status", id="the-api-imports-lazily"),
-    pytest.param("seqae/__main__.py", "from seqae.cli.main import main", id="python-m-seqae"),
-    pytest.param("research/replay.py", "from sweeps.running.simulation import simulate\nfrom seqae import api",
-                 id="the-research-uses-the-api-and-the-seam"),
-])
+@pytest.mark.parametrize(
+    "file, source",
+    [
+        pytest.param(
+            "seqae/cli/commands.py", "def bench():\n    from benchmarks.run import SUITES", id="a-verb-lazily"
+        ),
+        pytest.param(
+            "seqae/api.py", "def report():\n    from dashboards.report import page", id="the-api-hands-down-the-report"
+        ),
+        pytest.param("dashboards/compare.py", "from sweeps.results.export import trials", id="dashboards-read-sweeps"),
+        pytest.param(
+            "seqae/cli/main.py", "from seqae.api import Sweep\nfrom seqae import api", id="the-cli-uses-the-api"
+        ),
+        pytest.param(
+            "seqae/api.py", "def status():\n    from sweeps.results import status", id="the-api-imports-lazily"
+        ),
+        pytest.param("seqae/__main__.py", "from seqae.cli.main import main", id="python-m-seqae"),
+        pytest.param(
+            "research/replay.py",
+            "from sweeps.running.simulation import simulate\nfrom seqae import api",
+            id="the-research-uses-the-api-and-the-seam",
+        ),
+    ],
+)
 def test_an_allowed_edge_passes(file, source):
     assert violations(imports(source, file)) == []
 
@@ -273,8 +382,13 @@ def test_the_module_map_names_every_module_of_the_product():
     cannot find there. A module of a subpackage is named by its path in its package
     (`report/figures`)."""
     page = (ROOT / "docs" / "reference" / "modules.md").read_text()
-    modules = [path.relative_to(ROOT / package).with_suffix("") for package in MAY_IMPORT if package not in ("benchmarks", "research")
-               for path in sorted((ROOT / package).rglob("*.py")) if path.stem not in ("__init__", "__main__")]
+    modules = [
+        path.relative_to(ROOT / package).with_suffix("")
+        for package in MAY_IMPORT
+        if package not in ("benchmarks", "research")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if path.stem not in ("__init__", "__main__")
+    ]
     assert any(len(module.parts) > 1 for module in modules)  # the subpackages were read
     assert [module.as_posix() for module in modules if f"`{module.as_posix()}`" not in page] == []
 
@@ -284,8 +398,8 @@ def test_the_architecture_page_is_one_screen_whose_picture_is_the_layer_order():
     picture lists the packages top to bottom in the order the rules above enforce."""
     lines = (ROOT / "docs" / "explanation" / "architecture.md").read_text().splitlines()
     assert len(lines) <= 40 and max(map(len, lines)) <= 100, (len(lines), max(map(len, lines)))
-    picture = lines[lines.index("```text") + 1:]
-    picture = [line.split()[0] for line in picture[:picture.index("```")]]
+    picture = lines[lines.index("```text") + 1 :]
+    picture = [line.split()[0] for line in picture[: picture.index("```")]]
     assert picture == list(reversed(MAY_IMPORT)), picture
 
 
@@ -295,9 +409,17 @@ def test_a_trials_worker_imports_neither_mlflow_nor_optuna_nor_the_tokenizer():
     loads training and Ray Tune, and nothing of the driver's; it reads the data entry its driver
     built, and only a missing entry loads the tokenizer (seqae_core.data.build)."""
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, sweeps.running.trial; print(sorted({m.split('.')[0] for m in sys.modules} & "
-         "{'mlflow', 'optuna', 'torch', 'ray', 'transformers', 'datasets'}))"],
-        capture_output=True, text=True, check=True, cwd=ROOT)
+        [
+            sys.executable,
+            "-c",
+            "import sys, sweeps.running.trial; print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'mlflow', 'optuna', 'torch', 'ray', 'transformers', 'datasets'}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     assert loaded.stdout.splitlines()[-1] == "['ray', 'torch']", loaded.stdout + loaded.stderr
 
 
@@ -306,7 +428,15 @@ def test_import_seqae_loads_no_pytorch_ray_mlflow_optuna_or_report():
     method imports the rest when it runs (PyTorch, Ray, MLflow and Optuna for a sweep, the report's
     dashboards at its end)."""
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, seqae; seqae.Sweep, seqae.plan; print(sorted({m.split('.')[0] for m in sys.modules} & "
-         "{'mlflow', 'optuna', 'torch', 'ray', 'transformers', 'datasets', 'matplotlib', 'dashboards'}))"],
-        capture_output=True, text=True, check=True, cwd=ROOT)
+        [
+            sys.executable,
+            "-c",
+            "import sys, seqae; seqae.Sweep, seqae.plan; print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'mlflow', 'optuna', 'torch', 'ray', 'transformers', 'datasets', 'matplotlib', 'dashboards'}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     assert loaded.stdout.splitlines()[-1] == "[]", loaded.stdout + loaded.stderr

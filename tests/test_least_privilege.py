@@ -22,8 +22,11 @@ from tests.conftest import REPO
 from tests.sweep_helpers import STUDIES, seqae
 
 PLANTED = f"planted-{uuid.uuid4().hex}"  # made here: the tracked files (this one too) never hold it
-NOT_THE_CLUSTER = {"SEQAE_RAY_ADDRESS": "http://127.0.0.1:9", "SEQAE_MLFLOW_TRACKING_URI": "http://127.0.0.1:9",
-                   "SEQAE_OPTUNA_STORAGE": "postgresql+psycopg://seqae@127.0.0.1:9/optuna"}
+NOT_THE_CLUSTER = {
+    "SEQAE_RAY_ADDRESS": "http://127.0.0.1:9",
+    "SEQAE_MLFLOW_TRACKING_URI": "http://127.0.0.1:9",
+    "SEQAE_OPTUNA_STORAGE": "postgresql+psycopg://seqae@127.0.0.1:9/optuna",
+}
 
 
 @pytest.fixture
@@ -41,8 +44,9 @@ def clone(tmp_path):
 
 
 def test_a_package_holds_the_tracked_files_and_the_sweep_file_and_nothing_planted_beside_them(clone):
-    tracked = set(subprocess.run(["git", "ls-files"], cwd=clone, capture_output=True, text=True,
-                                 check=True).stdout.split())
+    tracked = set(
+        subprocess.run(["git", "ls-files"], cwd=clone, capture_output=True, text=True, check=True).stdout.split()
+    )
     with package.build(package.project_root(clone), "mine.yaml", ["description=x", "trials.total=2"]) as packed:
         assert oct(packed.path.parent.stat().st_mode)[-3:] == "700"  # a private temporary folder
         with zipfile.ZipFile(packed.path) as zipped:
@@ -91,7 +95,9 @@ def test_ui_refuses_a_host_other_than_loopback_before_anything_starts(tmp_path, 
     run = seqae("ui", "--host", host, "--workspace", str(tmp_path / "ws"), "--optuna-port", "9")
     assert run.returncode == 2, run.stdout + run.stderr
     line = run.stderr.strip()
-    assert len(line.splitlines()) == 1 and line.startswith(f"seqae: error: --host {host}: optuna-dashboard has no login"), line
+    assert len(line.splitlines()) == 1 and line.startswith(
+        f"seqae: error: --host {host}: optuna-dashboard has no login"
+    ), line
     assert "SSH tunnel" in line and "--behind-auth-proxy" in line and not (tmp_path / "ws").exists()
 
 

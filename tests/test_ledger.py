@@ -30,20 +30,25 @@ SPEC = spec_lib.load(STUDIES / "quickstart.yaml", [f"data.path={WIKI_MINI}", "tr
 
 def history(accuracies: list[float], seconds: float = 10.0) -> list[dict]:
     """Epoch metrics as ``seqae_core.train`` reports them (the keys the ledger and tracker read)."""
-    return [{M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: acc, M.VAL_LOSS: 1.0 - acc, M.EPOCH_SECONDS: seconds}
-            for epoch, acc in enumerate(accuracies, 1)]
+    return [
+        {M.EPOCH: epoch, M.VAL_TOKEN_ACCURACY: acc, M.VAL_LOSS: 1.0 - acc, M.EPOCH_SECONDS: seconds}
+        for epoch, acc in enumerate(accuracies, 1)
+    ]
 
 
-def write_records(storage: str, number: int, epochs: list[dict], finished: bool,
-                  patience_spent: bool = False) -> CheckpointStore:
+def write_records(
+    storage: str, number: int, epochs: list[dict], finished: bool, patience_spent: bool = False
+) -> CheckpointStore:
     """Trial ``number``'s epoch records, one per epoch, as training saves them; the last one says
     whether the run finished."""
     store = CheckpointStore.of_trial(storage, number)
     for record in epochs:
         epoch, last = record[M.EPOCH], record is epochs[-1]
-        store.save_epoch(epoch, {"epoch": epoch, "weight": torch.full((2,), float(epoch))},
-                         {"history": epochs[:epoch], "finished": finished and last,
-                          "patience_spent": patience_spent and last})
+        store.save_epoch(
+            epoch,
+            {"epoch": epoch, "weight": torch.full((2,), float(epoch))},
+            {"history": epochs[:epoch], "finished": finished and last, "patience_spent": patience_spent and last},
+        )
     return store
 
 
@@ -89,30 +94,37 @@ def storage(tmp_path: Path, templates: Path) -> str:
 
 
 # -- Outcome ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("outcome, optuna_state, mlflow_status", [
-    pytest.param(Outcome.COMPLETE, TrialState.COMPLETE, "FINISHED", id="complete"),
-    pytest.param(Outcome.PRUNED, TrialState.PRUNED, "FINISHED", id="pruned"),
-    pytest.param(Outcome.FAIL, TrialState.FAIL, "FAILED", id="fail"),
-    pytest.param(Outcome.RUNNING, TrialState.RUNNING, "KILLED", id="running"),
-])
+@pytest.mark.parametrize(
+    "outcome, optuna_state, mlflow_status",
+    [
+        pytest.param(Outcome.COMPLETE, TrialState.COMPLETE, "FINISHED", id="complete"),
+        pytest.param(Outcome.PRUNED, TrialState.PRUNED, "FINISHED", id="pruned"),
+        pytest.param(Outcome.FAIL, TrialState.FAIL, "FAILED", id="fail"),
+        pytest.param(Outcome.RUNNING, TrialState.RUNNING, "KILLED", id="running"),
+    ],
+)
 def test_each_outcome_maps_to_an_optuna_state_and_an_mlflow_status(outcome, optuna_state, mlflow_status):
     assert outcome.optuna_state is optuna_state
     assert outcome.mlflow_status == mlflow_status
 
 
 # -- decide -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("epochs_run, finished, patience_spent, error, limit, expected", [
-    pytest.param(2, True, False, True, None, Outcome.FAIL, id="error-beats-finished-records"),
-    pytest.param(3, True, False, False, None, Outcome.COMPLETE, id="finished"),
-    pytest.param(2, True, True, False, None, Outcome.COMPLETE, id="patience-spent"),
-    pytest.param(1, False, False, False, None, Outcome.PRUNED, id="stopped-by-the-scheduler"),
-    pytest.param(3, True, False, False, 5, Outcome.PRUNED, id="extended-limit-not-reached"),
-    pytest.param(5, True, False, False, 5, Outcome.COMPLETE, id="extended-limit-reached"),
-    pytest.param(3, True, True, False, 5, Outcome.COMPLETE, id="extended-patience-spent"),
-    pytest.param(4, False, False, False, 5, Outcome.PRUNED, id="extended-stopped-by-the-scheduler"),
-])
-def test_decide_reads_the_outcome_from_the_records(tmp_path, epochs_run, finished, patience_spent, error, limit,
-                                                   expected):
+@pytest.mark.parametrize(
+    "epochs_run, finished, patience_spent, error, limit, expected",
+    [
+        pytest.param(2, True, False, True, None, Outcome.FAIL, id="error-beats-finished-records"),
+        pytest.param(3, True, False, False, None, Outcome.COMPLETE, id="finished"),
+        pytest.param(2, True, True, False, None, Outcome.COMPLETE, id="patience-spent"),
+        pytest.param(1, False, False, False, None, Outcome.PRUNED, id="stopped-by-the-scheduler"),
+        pytest.param(3, True, False, False, 5, Outcome.PRUNED, id="extended-limit-not-reached"),
+        pytest.param(5, True, False, False, 5, Outcome.COMPLETE, id="extended-limit-reached"),
+        pytest.param(3, True, True, False, 5, Outcome.COMPLETE, id="extended-patience-spent"),
+        pytest.param(4, False, False, False, 5, Outcome.PRUNED, id="extended-stopped-by-the-scheduler"),
+    ],
+)
+def test_decide_reads_the_outcome_from_the_records(
+    tmp_path, epochs_run, finished, patience_spent, error, limit, expected
+):
     epochs = history([0.1 * e for e in range(1, epochs_run + 1)])
     progress = write_records(str(tmp_path), 0, epochs, finished, patience_spent).progress()
     assert progress is not None and progress.epoch == epochs_run and progress.history == epochs
@@ -158,11 +170,14 @@ def test_settle_complete_records_the_best_epochs_value_and_every_epochs_value(tm
     assert trial.intermediate_values == {1: 0.4, 2: 0.7, 3: 0.6}
 
 
-@pytest.mark.parametrize("outcome, state", [
-    pytest.param(Outcome.PRUNED, TrialState.PRUNED, id="pruned"),
-    pytest.param(Outcome.FAIL, TrialState.FAIL, id="fail"),
-    pytest.param(Outcome.RUNNING, TrialState.RUNNING, id="running-changes-nothing"),
-])
+@pytest.mark.parametrize(
+    "outcome, state",
+    [
+        pytest.param(Outcome.PRUNED, TrialState.PRUNED, id="pruned"),
+        pytest.param(Outcome.FAIL, TrialState.FAIL, id="fail"),
+        pytest.param(Outcome.RUNNING, TrialState.RUNNING, id="running-changes-nothing"),
+    ],
+)
 def test_settle_without_values_sets_the_state(tmp_path, storage, outcome, state):
     study = new_study(tmp_path)
     number = new_trial(study)
@@ -183,8 +198,11 @@ def test_a_second_settle_of_a_finished_trial_changes_nothing(tmp_path, storage, 
     for outcome in Outcome:
         settle(study, number, outcome, later)
     [after] = new_study(tmp_path).trials()
-    assert (after.state, after.values, after.intermediate_values) == (before.state, before.values,
-                                                                      before.intermediate_values)
+    assert (after.state, after.values, after.intermediate_values) == (
+        before.state,
+        before.values,
+        before.intermediate_values,
+    )
     assert after.values == ([0.5] if first is Outcome.COMPLETE else None)
 
 
@@ -224,24 +242,32 @@ def test_reconcile_after_a_driver_died_mid_sweep(tmp_path, storage):
 
     notes = reconcile(new_study(tmp_path), storage, new_tracker(tmp_path, storage))
 
-    assert sorted(notes) == sorted([
-        "trial 0: had finished training; recorded as complete",
-        "trial 1: was interrupted; it will continue from its checkpoint",
-        "MLflow run of trial 1 closed as KILLED (interrupted, until the trial continues)",
-        "MLflow run of trial 2 closed as FAILED (failed)",
-        "MLflow run of trial 3 closed as FINISHED (pruned)",
-        "MLflow run of trial 0 rebuilt from its records, as FINISHED (complete)",
-        "MLflow run of trial 4 rebuilt from its records, as FINISHED (pruned)",
-    ])
+    assert sorted(notes) == sorted(
+        [
+            "trial 0: had finished training; recorded as complete",
+            "trial 1: was interrupted; it will continue from its checkpoint",
+            "MLflow run of trial 1 closed as KILLED (interrupted, until the trial continues)",
+            "MLflow run of trial 2 closed as FAILED (failed)",
+            "MLflow run of trial 3 closed as FINISHED (pruned)",
+            "MLflow run of trial 0 rebuilt from its records, as FINISHED (complete)",
+            "MLflow run of trial 4 rebuilt from its records, as FINISHED (pruned)",
+        ]
+    )
     study = new_study(tmp_path)
     assert states(study) == {0: "COMPLETE", 1: "RUNNING", 2: "FAIL", 3: "PRUNED", 4: "PRUNED"}
     assert study.trials()[0].values == [0.8]
     runs = new_tracker(tmp_path, storage).trial_runs()
     assert {n: (r.info.status, r.data.tags["seqae.outcome"]) for n, r in runs.items()} == {
-        0: ("FINISHED", "complete"), 1: ("KILLED", "interrupted"), 2: ("FAILED", "failed"), 3: ("FINISHED", "pruned"),
-        4: ("FINISHED", "pruned")}
+        0: ("FINISHED", "complete"),
+        1: ("KILLED", "interrupted"),
+        2: ("FAILED", "failed"),
+        3: ("FINISHED", "pruned"),
+        4: ("FINISHED", "pruned"),
+    }
     assert {n: r.info.run_name for n, r in runs.items() if r.info.run_name.endswith("-pruned")} == {
-        3: "trial-0003-pruned", 4: "trial-0004-pruned"}  # told apart at a glance
+        3: "trial-0003-pruned",
+        4: "trial-0004-pruned",
+    }  # told apart at a glance
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     for n, accuracies, cost in ((0, [0.5, 0.8, 0.7], 30.0), (4, [0.2], 30.0)):  # rebuilt from the records
         run = runs[n]
@@ -263,11 +289,13 @@ def test_reconcile_logs_the_parameters_of_a_run_created_without_them(tmp_path, s
 
     notes = reconcile(new_study(tmp_path), storage, new_tracker(tmp_path, storage))
 
-    assert sorted(notes) == sorted([
-        f"trial {number}: was interrupted; it will continue from its checkpoint",
-        f"MLflow run of trial {number}: its parameters logged",
-        f"MLflow run of trial {number} closed as KILLED (interrupted, until the trial continues)",
-    ])
+    assert sorted(notes) == sorted(
+        [
+            f"trial {number}: was interrupted; it will continue from its checkpoint",
+            f"MLflow run of trial {number}: its parameters logged",
+            f"MLflow run of trial {number} closed as KILLED (interrupted, until the trial continues)",
+        ]
+    )
     [run] = new_tracker(tmp_path, storage).trial_runs().values()
     logged = study.trial_spec(number).logged_params
     assert "train.lr" in logged and "model.latent_len" in logged
@@ -283,8 +311,10 @@ def test_reconcile_starts_the_trials_a_dead_driver_enqueued(tmp_path, storage):
 
     notes = reconcile(new_study(tmp_path), storage, new_tracker(tmp_path, storage))
 
-    assert notes == ["trial 0: enqueued before the driver stopped; it will run now",
-                     "trial 0: was interrupted; it will continue from its checkpoint"]
+    assert notes == [
+        "trial 0: enqueued before the driver stopped; it will run now",
+        "trial 0: was interrupted; it will continue from its checkpoint",
+    ]
     [trial] = new_study(tmp_path).trials()
     assert trial.state == TrialState.RUNNING and trial.params == cell
 
@@ -311,8 +341,10 @@ def test_reconcile_completes_an_extended_trial_only_once_it_reached_its_new_limi
     new_tracker(tmp_path, storage).open_run(number, params)
     write_records(storage, number, history([0.5, 0.6, 0.7, 0.9]), finished=True)
     notes = reconcile(new_study(tmp_path), storage, new_tracker(tmp_path, storage), lift_drain=False)
-    assert notes == [f"trial {number}: had finished training; recorded as complete",
-                     f"MLflow run of trial {number} closed as FINISHED (complete)"]
+    assert notes == [
+        f"trial {number}: had finished training; recorded as complete",
+        f"MLflow run of trial {number} closed as FINISHED (complete)",
+    ]
     [trial] = new_study(tmp_path).trials()
     assert trial.state == TrialState.COMPLETE and trial.values == [0.9]
     assert trial.intermediate_values == {1: 0.5, 2: 0.6, 3: 0.7, 4: 0.9}
@@ -332,8 +364,9 @@ def test_reconcile_lifts_a_drain_only_when_asked_and_a_stop_now_always(tmp_path,
     control = new_study(tmp_path).control()
     assert control.max_concurrent == 3 and control.now is False  # only the drain, and the stop now, lifted
     if lift_drain:
-        assert notes == ["the sweep had stopped starting trials (stopped by `seqae sweep stop --now`); resuming "
-                         "lifts that"]
+        assert notes == [
+            "the sweep had stopped starting trials (stopped by `seqae sweep stop --now`); resuming lifts that"
+        ]
         assert control.drain is None
         assert [entry.get("drain", "-") for entry in control.log] == ["stopped by `seqae sweep stop --now`", None]
     else:
@@ -371,7 +404,9 @@ def test_an_epoch_written_again_after_its_answer_was_lost_is_logged_once(tmp_pat
     run_id = tracker.child_run(number)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     assert lost and [(m.step, m.value) for m in client.get_metric_history(run_id, M.VAL_TOKEN_ACCURACY)] == [
-        (1, 0.5), (2, 0.6)]
+        (1, 0.5),
+        (2, 0.6),
+    ]
     assert client.get_run(run_id).data.tags["ray.node_ip"] == "127.0.0.1"
 
 

@@ -40,10 +40,21 @@ def test_worker_raylets_get_the_gpus_asked_for_and_otherwise_those_ray_detects(t
     # a worker started again after it was lost gets the GPUs the cluster's state records
     started = []
     monkeypatch.setattr(local, "_ray_start", lambda state, argv, env, log: started.append(argv))
-    state = {"root": str(tmp_path), "token_file": str(tmp_path / "token"), "gcs_port": 6379,
-             "ray_temp_dir": str(tmp_path / "ray"), "node_ports": 20000, "cpus_per_worker": 8,
-             "gpus_per_worker": 2,
-             "postgres": {"pgpass": str(tmp_path / "pgpass"), "data_dir": str(tmp_path / "pg"), "port": 5432, "run_as": None}}
+    state = {
+        "root": str(tmp_path),
+        "token_file": str(tmp_path / "token"),
+        "gcs_port": 6379,
+        "ray_temp_dir": str(tmp_path / "ray"),
+        "node_ports": 20000,
+        "cpus_per_worker": 8,
+        "gpus_per_worker": 2,
+        "postgres": {
+            "pgpass": str(tmp_path / "pgpass"),
+            "data_dir": str(tmp_path / "pg"),
+            "port": 5432,
+            "run_as": None,
+        },
+    }
     local.start_worker(state, 1)
     assert "--num-gpus=2" in started[0] and "--num-cpus=8" in started[0] and "--node-ip-address=127.0.0.3" in started[0]
     with pytest.raises(ConfigError, match=r"--gpus-per-worker=-1 must be 0 or more"):
@@ -65,23 +76,25 @@ def ray_gave(monkeypatch):
     return give
 
 
-def test_with_cuda_faked_a_trial_without_gpus_trains_on_the_cpu_and_one_given_a_gpu_on_cuda(ray_gave, tiny_config,
-                                                                                           capsys):
+def test_with_cuda_faked_a_trial_without_gpus_trains_on_the_cpu_and_one_given_a_gpu_on_cuda(
+    ray_gave, tiny_config, capsys
+):
     """torch.cuda.is_available and Ray's GPU ids are faked here (no GPU needed): this checks the
     choice of device, not CUDA; tests/test_gpu.py trains on a real one."""
     ray_gave([], cuda=True)
     assert trial_device(0, tiny_config()) == ("cpu", {})
     ray_gave([1], cuda=True)
-    assert trial_device(0, tiny_config()) == ("cuda", {"gpu": "cuda", "gpu_ids": "1",
-                                                              "cuda_visible_devices": "1"})
+    assert trial_device(0, tiny_config()) == ("cuda", {"gpu": "cuda", "gpu_ids": "1", "cuda_visible_devices": "1"})
     assert capsys.readouterr().out == ""
 
 
 def test_a_trial_given_a_logical_gpu_fails_without_the_opt_in(ray_gave, tiny_config, tmp_path):
     """Never a silent CPU fallback: the trial fails before it trains, naming the GPU and the setting."""
     ray_gave([1], cuda=False)
-    expected = (r"trial 3: Ray assigned it GPU 1 \(CUDA_VISIBLE_DEVICES=1\), but torch finds no CUDA device on "
-                r"this node: the GPU is logical .* set SEQAE_LOGICAL_GPUS=1 to rehearse GPU scheduling")
+    expected = (
+        r"trial 3: Ray assigned it GPU 1 \(CUDA_VISIBLE_DEVICES=1\), but torch finds no CUDA device on "
+        r"this node: the GPU is logical .* set SEQAE_LOGICAL_GPUS=1 to rehearse GPU scheduling"
+    )
     with pytest.raises(ConfigError, match=expected):
         trial_device(3, tiny_config())
     # the trial function itself refuses, before anything is trained or saved
@@ -91,16 +104,18 @@ def test_a_trial_given_a_logical_gpu_fails_without_the_opt_in(ray_gave, tiny_con
     assert store.progress() is None
 
 
-def test_with_the_opt_in_a_trial_given_a_logical_gpu_trains_on_the_cpu_and_says_so(ray_gave, tiny_config,
-                                                                                      monkeypatch, capsys):
+def test_with_the_opt_in_a_trial_given_a_logical_gpu_trains_on_the_cpu_and_says_so(
+    ray_gave, tiny_config, monkeypatch, capsys
+):
     ray_gave([1], cuda=False)
     monkeypatch.setenv(LOGICAL_GPUS, "1")
-    assert trial_device(3, tiny_config()) == ("cpu", {"gpu": "logical", "gpu_ids": "1",
-                                                             "cuda_visible_devices": "1"})
+    assert trial_device(3, tiny_config()) == ("cpu", {"gpu": "logical", "gpu_ids": "1", "cuda_visible_devices": "1"})
     said = capsys.readouterr().out
-    assert said == ("seqae: trial 3: Ray assigned it GPU 1 (CUDA_VISIBLE_DEVICES=1), a logical GPU: this node has "
-                    "no CUDA device, so it trains on the CPU instead, in fp32 (this CPU has no native bf16); "
-                    "SEQAE_LOGICAL_GPUS=1 makes it a rehearsal of GPU scheduling, its cost counted in GPU-hours\n")
+    assert said == (
+        "seqae: trial 3: Ray assigned it GPU 1 (CUDA_VISIBLE_DEVICES=1), a logical GPU: this node has "
+        "no CUDA device, so it trains on the CPU instead, in fp32 (this CPU has no native bf16); "
+        "SEQAE_LOGICAL_GPUS=1 makes it a rehearsal of GPU scheduling, its cost counted in GPU-hours\n"
+    )
     # a real GPU is used where there is one, opt-in or not
     ray_gave([1], cuda=True)
     assert trial_device(3, tiny_config())[0] == "cuda"
@@ -109,8 +124,11 @@ def test_with_the_opt_in_a_trial_given_a_logical_gpu_trains_on_the_cpu_and_says_
 def test_a_gpu_sweep_is_still_refused_where_ray_counts_no_gpus_even_with_the_opt_in(monkeypatch):
     monkeypatch.setenv(LOGICAL_GPUS, "1")
     spec = spec_lib.load(STUDIES / "quickstart.yaml", ["resources.gpu=0.25"])
-    with pytest.raises(ConfigError, match=r"resources.gpu=0.25 per trial, but no GPU is available.*"
-                                          r"`seqae cluster up --gpus-per-worker N`"):
+    with pytest.raises(
+        ConfigError,
+        match=r"resources.gpu=0.25 per trial, but no GPU is available.*"
+        r"`seqae cluster up --gpus-per-worker N`",
+    ):
         check_resources(spec, 2.0, 0.0)
     check_resources(spec, 2.0, 2.0)  # logical GPUs count as Ray counts them
 
@@ -122,20 +140,37 @@ def _run(trial: int, node: str, gpus: str, start: float, end: float | None) -> S
 
 def test_trials_at_once_are_counted_per_node_and_gpu_from_their_runs():
     assert at_once([]) == 0 and at_once([(0, 2), (1, 3), (2, 4)]) == 2  # one ending as another starts: apart
-    runs = [_run(0, "127.0.0.3", "0", 0, 10), _run(1, "127.0.0.3", "0", 1, 5), _run(2, "127.0.0.3", "0", 5, 9),
-            _run(3, "127.0.0.3", "1", 0, 10), _run(4, "127.0.0.4", "0", 2, 3), _run(5, "127.0.0.3", "0,1", 9.5, 11),
-            _run(6, "127.0.0.3", "1", 3, None)]  # still open: left out
-    sweep_run = SimpleNamespace(data=SimpleNamespace(tags={N.ROLE: N.ROLE_SWEEP}),
-                                info=SimpleNamespace(start_time=0, end_time=20))
-    assert trials_at_once_per_gpu([*runs, sweep_run]) == {"127.0.0.3 GPU 0": 2, "127.0.0.3 GPU 1": 2,
-                                                          "127.0.0.4 GPU 0": 1}
+    runs = [
+        _run(0, "127.0.0.3", "0", 0, 10),
+        _run(1, "127.0.0.3", "0", 1, 5),
+        _run(2, "127.0.0.3", "0", 5, 9),
+        _run(3, "127.0.0.3", "1", 0, 10),
+        _run(4, "127.0.0.4", "0", 2, 3),
+        _run(5, "127.0.0.3", "0,1", 9.5, 11),
+        _run(6, "127.0.0.3", "1", 3, None),
+    ]  # still open: left out
+    sweep_run = SimpleNamespace(
+        data=SimpleNamespace(tags={N.ROLE: N.ROLE_SWEEP}), info=SimpleNamespace(start_time=0, end_time=20)
+    )
+    assert trials_at_once_per_gpu([*runs, sweep_run]) == {
+        "127.0.0.3 GPU 0": 2,
+        "127.0.0.3 GPU 1": 2,
+        "127.0.0.4 GPU 0": 1,
+    }
 
 
 # -- the rehearsal on a real local cluster, slow -------------------------------------------------
 
 # Eight trials of 1 CPU and a quarter GPU at once: all the worker's 2 logical GPUs hold.
-SWEEP = ["data.input_len=16", "model.latent_len=8", "trials.total=8",
-         "max_concurrent=8", "resources.cpu=1", "resources.gpu=0.25", "retries=0"]
+SWEEP = [
+    "data.input_len=16",
+    "model.latent_len=8",
+    "trials.total=8",
+    "max_concurrent=8",
+    "resources.cpu=1",
+    "resources.gpu=0.25",
+    "retries=0",
+]
 # Trials of 1,000 epochs: none ends before the eighth has started, on any machine; the packing
 # test then ends them all at their epoch with `seqae sweep stop --now`.
 PACKED = ["train.epochs=1000", "train.patience=1000"]
@@ -151,8 +186,9 @@ def gpu_cluster(tmp_path_factory):
         pytest.skip("this machine has a GPU: the rehearsal is for machines without one")
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv(LOGICAL_GPUS, raising=False)
-        yield from local_cluster(tmp_path_factory.mktemp("gpu-cluster"), workers=1, cpus_per_worker=8,
-                                 gpus_per_worker=2)
+        yield from local_cluster(
+            tmp_path_factory.mktemp("gpu-cluster"), workers=1, cpus_per_worker=8, gpus_per_worker=2
+        )
 
 
 def _submit(cluster, name: str, *extra: str, opt_in: bool = True) -> None:
@@ -172,9 +208,14 @@ def _stopped_once_all_an_epoch_in(cluster, name: str, trials: int) -> dict[str, 
     """Wait until each of the sweep's ``trials`` trials of 1,000 epochs is an epoch in, end them
     all at their epoch with `seqae sweep stop --now`, and return the ended job's info."""
     storage = Path(cluster["env"]["SEQAE_STORAGE"]) / name
-    wait_for(lambda: len([m for m in trial_metas(storage).values() if m["epoch"] >= 1]) == trials, 600,
-             f"all {trials} trials an epoch in")
-    stopped = seqae("sweep", "stop", name, "--now", "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"])
+    wait_for(
+        lambda: len([m for m in trial_metas(storage).values() if m["epoch"] >= 1]) == trials,
+        600,
+        f"all {trials} trials an epoch in",
+    )
+    stopped = seqae(
+        "sweep", "stop", name, "--now", "--workspace", cluster["env"]["SEQAE_WORKSPACE"], env=cluster["env"]
+    )
     assert stopped.returncode == 0, stopped.stderr
     return wait_job(cluster, name)
 
@@ -251,6 +292,7 @@ def test_a_gpu_hours_budget_stops_a_sweep_on_logical_gpus(gpu_cluster):
 
 # -- the same packing on a real GPU (the marker gpu: skipped where torch sees none) ---------------
 
+
 @pytest.fixture(scope="module")
 def real_gpu_cluster(tmp_path_factory):
     """A head and one worker raylet with the GPUs Ray detects: this machine's real ones."""
@@ -265,8 +307,18 @@ def test_two_half_gpu_trials_train_on_the_real_gpu_at_once(real_gpu_cluster):
     """The rehearsal's twin on a GPU: two 0.5-GPU trials of 1,000 epochs both train on CUDA, on the
     one GPU at the same time, until `seqae sweep stop --now` ends them at their epoch."""
     name = "realgpu"
-    submit(real_gpu_cluster, name, "data.input_len=16", "model.latent_len=8", "trials.total=2", "max_concurrent=2",
-           "resources.cpu=1", "resources.gpu=0.5", "retries=0", *PACKED)
+    submit(
+        real_gpu_cluster,
+        name,
+        "data.input_len=16",
+        "model.latent_len=8",
+        "trials.total=2",
+        "max_concurrent=2",
+        "resources.cpu=1",
+        "resources.gpu=0.5",
+        "retries=0",
+        *PACKED,
+    )
     info = _stopped_once_all_an_epoch_in(real_gpu_cluster, name, 2)
     assert info["trials_by_state"] == {"RUNNING": 2}, _logs(real_gpu_cluster, name)[-4000:]
     runs = _trial_runs(real_gpu_cluster, name)

@@ -34,22 +34,35 @@ def services(tmp_path_factory):
     assert up.returncode == 0, up.stdout + up.stderr
     state = local.read_state(root)
     try:
-        yield {"root": root, "state": state, "env": local.environment(state), "output": up.stdout + up.stderr,
-               "admin": local.mlflow_credentials(state)}
+        yield {
+            "root": root,
+            "state": state,
+            "env": local.environment(state),
+            "output": up.stdout + up.stderr,
+            "admin": local.mlflow_credentials(state),
+        }
     finally:
         down = seqae("cluster", "down", "--dir", str(root), timeout=120)
         assert down.returncode == 0, down.stderr
 
 
-def api(services, path: str, body: dict | None = None, user: tuple[str, str] | None = None,
-        headers: dict[str, str] | None = None) -> dict:
+def api(
+    services,
+    path: str,
+    body: dict | None = None,
+    user: tuple[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+) -> dict:
     """One call of MLflow's REST API, as ``user`` (name, password) or without credentials."""
     headers = {"Content-Type": "application/json", **(headers or {})}
     if user is not None:
         headers["Authorization"] = "Basic " + base64.b64encode(":".join(user).encode()).decode()
-    request = urllib.request.Request(f"{services['env']['SEQAE_MLFLOW_TRACKING_URI']}/api/2.0/mlflow/{path}",
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     method="GET" if body is None else "POST", headers=headers)
+    request = urllib.request.Request(
+        f"{services['env']['SEQAE_MLFLOW_TRACKING_URI']}/api/2.0/mlflow/{path}",
+        data=None if body is None else json.dumps(body).encode(),
+        method="GET" if body is None else "POST",
+        headers=headers,
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())
 
@@ -80,8 +93,11 @@ def test_requests_without_valid_credentials_get_401_and_create_nothing(services,
     # the admin's credentials pass, and the Host check still holds with them
     api(services, "experiments/create", {"name": "admins"}, user=admin(services))
     assert "admins" in experiment_names(services)
-    foreign = refused(lambda: api(services, "experiments/search?max_results=1", user=admin(services),
-                                  headers={"Host": "evil.example:80"}))
+    foreign = refused(
+        lambda: api(
+            services, "experiments/search?max_results=1", user=admin(services), headers={"Host": "evil.example:80"}
+        )
+    )
     assert foreign.code == 403
 
     # the driver's writer does not take a refusal for an outage to wait out
@@ -98,18 +114,34 @@ def test_requests_without_valid_credentials_get_401_and_create_nothing(services,
     assert "intruder" not in experiment_names(services)
 
 
-@pytest.mark.parametrize("credentials, who", [
-    pytest.param({"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": "not-the-password"},
-                 "user 'admin' (MLFLOW_TRACKING_USERNAME)", id="wrong"),
-    pytest.param(NOBODY, "requests without credentials", id="none"),
-])
+@pytest.mark.parametrize(
+    "credentials, who",
+    [
+        pytest.param(
+            {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": "not-the-password"},
+            "user 'admin' (MLFLOW_TRACKING_USERNAME)",
+            id="wrong",
+        ),
+        pytest.param(NOBODY, "requests without credentials", id="none"),
+    ],
+)
 def test_a_sweep_without_valid_credentials_stops_at_once_and_creates_nothing(services, tmp_path, credentials, who):
     """Exit code 2 and what to set, before the data is prepared or anything is created."""
     from sweeps.stores.search import study_exists
 
     workspace = tmp_path / "ws"
-    run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "locked", "--workspace", str(workspace),
-                *sets(*SMOKE), env={**services["env"], **credentials}, timeout=120)
+    run = seqae(
+        "sweep",
+        "run",
+        str(STUDIES / "quickstart.yaml"),
+        "--name",
+        "locked",
+        "--workspace",
+        str(workspace),
+        *sets(*SMOKE),
+        env={**services["env"], **credentials},
+        timeout=120,
+    )
     assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
     assert f"refuses {who} with 401" in run.stderr and "MLFLOW_TRACKING_PASSWORD" in run.stderr, run.stderr
     assert not (workspace / "sweeps").exists()
@@ -125,18 +157,30 @@ def test_env_sh_gives_the_shell_the_credentials_and_no_secret_is_written_out(ser
     env_sh = (root / "env.sh").read_text()
     sourced = subprocess.run(["bash", "-c", f"source {root / 'env.sh'} && env -0"], capture_output=True, text=True)
     exported = dict(line.split("=", 1) for line in sourced.stdout.split("\0") if "=" in line)
-    assert {k: exported[k] for k in {**services["env"], **services["admin"]}} == {**services["env"], **services["admin"]}
+    assert {k: exported[k] for k in {**services["env"], **services["admin"]}} == {
+        **services["env"],
+        **services["admin"],
+    }
     assert "MLFLOW_TRACKING_PASSWORD" in env_sh and password not in env_sh  # read from its file when sourced
 
     secrets_dir = root / "secrets"
     assert oct(secrets_dir.stat().st_mode)[-3:] == "700"
     assert {p.name: oct(p.stat().st_mode)[-3:] for p in secrets_dir.iterdir()} == {
-        "pgpass": "600", "pgpass-optuna": "600", "pgpass-mlflow": "600", "mlflow_password": "600",
-        "mlflow_auth.ini": "600", "mlflow_accounts": "700"}
+        "pgpass": "600",
+        "pgpass-optuna": "600",
+        "pgpass-mlflow": "600",
+        "mlflow_password": "600",
+        "mlflow_auth.ini": "600",
+        "mlflow_accounts": "700",
+    }
     assert Path(state["mlflow"]["password_file"]).parent == secrets_dir
     status = seqae("cluster", "status", "--dir", str(root))
     assert status.returncode == 0 and json.loads(status.stdout)["services"] == {"mlflow": True, "postgres": True}
-    for text in (status.stdout, services["output"], *(p.read_text(errors="replace") for p in (root / "logs").iterdir())):
+    for text in (
+        status.stdout,
+        services["output"],
+        *(p.read_text(errors="replace") for p in (root / "logs").iterdir()),
+    ):
         assert password not in text
     assert "admin" in services["output"] and state["mlflow"]["password_file"] in services["output"]
 
@@ -155,8 +199,10 @@ def test_seqae_ui_opens_the_servers_own_ui_where_the_browser_asks_for_the_user(s
         assert f"MLflow UI         {uri}  " in log.read_text()  # the server's own UI; no second server
         page = refused(lambda: urllib.request.urlopen(f"{uri}/", timeout=10))
         assert page.code == 401 and page.headers["WWW-Authenticate"].startswith("Basic")
-        request = urllib.request.Request(f"{uri}/", headers={
-            "Authorization": "Basic " + base64.b64encode(":".join(admin(services)).encode()).decode()})
+        request = urllib.request.Request(
+            f"{uri}/",
+            headers={"Authorization": "Basic " + base64.b64encode(":".join(admin(services)).encode()).decode()},
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             assert response.status == 200 and b"<html" in response.read().lower()
         with urllib.request.urlopen(f"http://127.0.0.1:{optuna_port}/api/studies", timeout=10) as response:
@@ -207,8 +253,9 @@ def connect(services, role: str, database: str, passfile: str):
     import psycopg
 
     port = services["state"]["postgres"]["port"]
-    return psycopg.connect(host="127.0.0.1", port=port, user=role, dbname=database, passfile=passfile,
-                           connect_timeout=5, autocommit=True)
+    return psycopg.connect(
+        host="127.0.0.1", port=port, user=role, dbname=database, passfile=passfile, connect_timeout=5, autocommit=True
+    )
 
 
 def test_a_users_database_role_reaches_the_studies_only_and_is_no_superuser(services, tmp_path):
@@ -226,8 +273,12 @@ def test_a_users_database_role_reaches_the_studies_only_and_is_no_superuser(serv
         flags = db.execute("SELECT rolsuper, rolcreaterole, rolcreatedb FROM pg_roles WHERE rolname = current_user")
         assert flags.fetchone() == (False, False, False)
         marker = tmp_path / "ran"
-        for sql in (f"COPY (SELECT 1) TO PROGRAM 'touch {marker}'", "CREATE ROLE mallory LOGIN SUPERUSER",
-                    "ALTER ROLE seqae_optuna SUPERUSER", "CREATE DATABASE mine"):
+        for sql in (
+            f"COPY (SELECT 1) TO PROGRAM 'touch {marker}'",
+            "CREATE ROLE mallory LOGIN SUPERUSER",
+            "ALTER ROLE seqae_optuna SUPERUSER",
+            "CREATE DATABASE mine",
+        ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 db.execute(sql)
         assert not marker.exists()
@@ -247,7 +298,8 @@ def test_a_users_database_role_reaches_the_studies_only_and_is_no_superuser(serv
         import optuna
 
         optuna.create_study(study_name="roles", storage=services["env"]["SEQAE_OPTUNA_STORAGE"]).optimize(
-            lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
+            lambda trial: trial.suggest_float("x", 0, 1), n_trials=1
+        )
         assert study_exists(services["env"]["SEQAE_OPTUNA_STORAGE"], "roles")
 
 
@@ -277,7 +329,8 @@ def test_a_cluster_made_before_the_roles_hands_its_tables_to_them_on_its_next_st
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PGPASSFILE", pg.pgpass_of("optuna"))
         optuna.create_study(study_name="after-hand-over", storage=pg.url("optuna")).optimize(
-            lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
+            lambda trial: trial.suggest_float("x", 0, 1), n_trials=1
+        )
 
 
 def permission_of(services, experiment_id: str, user: str) -> str:
@@ -313,18 +366,26 @@ def test_each_user_gets_an_mlflow_account_and_a_driver_on_the_head_writes_as_the
     password = (folder / "mlflow_password").read_text()
     assert password not in added.stdout + added.stderr and str(folder) in added.stdout
     assert {p.name: oct(p.stat().st_mode)[-3:] for p in folder.iterdir()} == {
-        "env.sh": "600", "mlflow_password": "600", "ray_token": "600", "pgpass": "600"}
+        "env.sh": "600",
+        "mlflow_password": "600",
+        "ray_token": "600",
+        "pgpass": "600",
+    }
     assert (folder / "ray_token").read_text() == "the-heads-ray-token"  # the head's Ray's own
     assert (root / "secrets" / "mlflow_accounts" / "alice").read_text() == password
-    for again, why in (("alice", "already has an MLflow account"), ("Alice!", "use lower-case letters"),
-                       ("admin", "MLflow's admin")):
+    for again, why in (
+        ("alice", "already has an MLflow account"),
+        ("Alice!", "use lower-case letters"),
+        ("admin", "MLflow's admin"),
+    ):
         refused_user = seqae("cluster", "add-user", again, "--dir", str(root), env=ray)
         assert refused_user.returncode == 2 and why in refused_user.stderr, refused_user.stderr
 
     laptop = tmp_path / "laptop"  # the folder copied elsewhere still finds its files
     shutil.copytree(folder, laptop)
-    sourced = subprocess.run(["bash", "-c", f"source {laptop / 'env.sh'} && env -0"], capture_output=True, text=True,
-                             cwd="/")
+    sourced = subprocess.run(
+        ["bash", "-c", f"source {laptop / 'env.sh'} && env -0"], capture_output=True, text=True, cwd="/"
+    )
     exported = dict(line.split("=", 1) for line in sourced.stdout.split("\0") if "=" in line)
     assert exported["MLFLOW_TRACKING_USERNAME"] == "alice" and exported["MLFLOW_TRACKING_PASSWORD"] == password
     assert exported["PGPASSFILE"] == str(laptop / "pgpass") and exported["SEQAE_MLFLOW_TRACKING_URI"] == uri
@@ -336,16 +397,38 @@ def test_each_user_gets_an_mlflow_account_and_a_driver_on_the_head_writes_as_the
     assert permission_of(services, mine, "alice") == "MANAGE"
 
     head = {**services["env"], **NOBODY, mlflow_access.ACCOUNTS_ENV: str(accounts.accounts_dir(local.read_state(root)))}
-    run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "alices-sweep", "--workspace",
-                str(tmp_path / "ws"), *sets(*SMOKE, "trials.total=1"), env={**head, ownership.USER: "alice"},
-                timeout=600)
+    run = seqae(
+        "sweep",
+        "run",
+        str(STUDIES / "quickstart.yaml"),
+        "--name",
+        "alices-sweep",
+        "--workspace",
+        str(tmp_path / "ws"),
+        *sets(*SMOKE, "trials.total=1"),
+        env={**head, ownership.USER: "alice"},
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    sweep = next(e for e in api(services, "experiments/search?max_results=1000", user=alice)["experiments"]
-                 if e["name"] == "alices-sweep")
+    sweep = next(
+        e
+        for e in api(services, "experiments/search?max_results=1000", user=alice)["experiments"]
+        if e["name"] == "alices-sweep"
+    )
     assert permission_of(services, sweep["experiment_id"], "alice") == "MANAGE"  # alice created it: the driver was
     assert "alices-sweep" not in experiment_names(services, dave)
-    nobody = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "carols", "--workspace",
-                   str(tmp_path / "ws2"), *sets(*SMOKE), env={**head, ownership.USER: "carol"}, timeout=120)
+    nobody = seqae(
+        "sweep",
+        "run",
+        str(STUDIES / "quickstart.yaml"),
+        "--name",
+        "carols",
+        "--workspace",
+        str(tmp_path / "ws2"),
+        *sets(*SMOKE),
+        env={**head, ownership.USER: "carol"},
+        timeout=120,
+    )
     assert nobody.returncode == 2 and "no MLflow account for 'carol'" in nobody.stderr, nobody.stderr
     assert "carols" not in experiment_names(services)
 
@@ -366,10 +449,18 @@ def test_mlflow_answers_through_a_tunnel_on_any_local_port_and_still_refuses_a_f
         assert client.get_experiment(tunnelled).name == "through-a-tunnel"
 
         def through(path: str, host: str, origin: str | None = None, body: dict | None = None) -> int:
-            headers = {"Host": host, "Authorization": "Basic " + base64.b64encode(":".join(admin(services)).encode()).decode(),
-                       **({"Origin": origin} if origin else {}), **({"Content-Type": "application/json"} if body else {})}
-            request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers, method="POST" if body else "GET",
-                                             data=json.dumps(body).encode() if body else None)
+            headers = {
+                "Host": host,
+                "Authorization": "Basic " + base64.b64encode(":".join(admin(services)).encode()).decode(),
+                **({"Origin": origin} if origin else {}),
+                **({"Content-Type": "application/json"} if body else {}),
+            }
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{port}{path}",
+                headers=headers,
+                method="POST" if body else "GET",
+                data=json.dumps(body).encode() if body else None,
+            )
             try:
                 with urllib.request.urlopen(request, timeout=10) as response:
                     return response.status
@@ -393,9 +484,18 @@ def test_a_sweep_reaching_mlflow_by_a_name_it_does_not_allow_is_told_to_use_loop
     server_port = int(services["env"]["SEQAE_MLFLOW_TRACKING_URI"].rsplit(":", 1)[1])
     with forwarded(server_port, listen="127.0.0.2") as port:
         uri = f"http://127.0.0.2:{port}"
-        run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--name", "by-name", "--workspace",
-                    str(services["root"] / "by-name"), *sets(*SMOKE),
-                    env={**services["env"], **services["admin"], "SEQAE_MLFLOW_TRACKING_URI": uri}, timeout=120)
+        run = seqae(
+            "sweep",
+            "run",
+            str(STUDIES / "quickstart.yaml"),
+            "--name",
+            "by-name",
+            "--workspace",
+            str(services["root"] / "by-name"),
+            *sets(*SMOKE),
+            env={**services["env"], **services["admin"], "SEQAE_MLFLOW_TRACKING_URI": uri},
+            timeout=120,
+        )
     assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
     line = next(line for line in run.stderr.splitlines() if line.startswith("seqae: error: "))
     assert f"refuses the Host '127.0.0.2:{port}' with 403" in line and "127.0.0.1" in line, line

@@ -18,8 +18,16 @@ VOCAB = 101
         pytest.param({"model.block": "paper", "model.layers": 2, "model.reduction": "once"}, id="paper-2-once"),
         pytest.param({"model.pos_encoding": "sinusoidal"}, id="sinusoidal"),
         pytest.param({"model.pos_encoding": "none", "model.latent_fraction": 0.25}, id="no-pos-quarter"),
-        pytest.param({"model.block": "paper", "model.residual": True, "model.norm": True, "model.heads": 2,
-                      "model.w_s_init": "random"}, id="paper-with-every-option"),
+        pytest.param(
+            {
+                "model.block": "paper",
+                "model.residual": True,
+                "model.norm": True,
+                "model.heads": 2,
+                "model.w_s_init": "random",
+            },
+            id="paper-with-every-option",
+        ),
         pytest.param({"model.block": "transformer", "model.latent_dim": 8}, id="narrow-latent-tokens"),
     ],
 )
@@ -46,8 +54,9 @@ def test_paper_block_residual_adds_the_resampled_input(tiny_config, norm):
     """``model.residual``: the block's output is ``W_S X + attention(X)``, with the attention's own W_S."""
     torch.manual_seed(0)
     plain = ReducingAutoencoder(tiny_config(**{"model.block": "paper", "model.norm": norm}), VOCAB)
-    with_residual = ReducingAutoencoder(tiny_config(**{"model.block": "paper", "model.norm": norm,
-                                                       "model.residual": True}), VOCAB)
+    with_residual = ReducingAutoencoder(
+        tiny_config(**{"model.block": "paper", "model.norm": norm, "model.residual": True}), VOCAB
+    )
     with_residual.load_state_dict(plain.state_dict())
     x = torch.randn(3, 16, 32)
     block, twin = plain.encoder[0], with_residual.encoder[0]
@@ -89,5 +98,3 @@ def test_scaling_matrix_starts_as_interpolation():
     torch.testing.assert_close(init_scaling(6, 6), torch.eye(6))
     up = init_scaling(8, 4)  # expanding: each output interpolates its two nearest inputs
     assert ((up > 0).sum(dim=1) <= 2).all()
-
-

@@ -58,9 +58,15 @@ def test_a_moved_workspace_answers_from_its_new_folder_and_nothing_appears_at_th
     # Only the sweeps' records travelled, their databases did not: refused in one line, nothing created.
     half = tmp_path / "records-only" / "ws"
     shutil.copytree(new / "sweeps", half / "sweeps")
-    for verb in (["sweep", "status", "moving"], ["sweep", "export", "moving", "--out", str(tmp_path / "t.csv")],
-                 ["report", "moving"]):
+    for verb in (
+        ["sweep", "status", "moving"],
+        ["sweep", "export", "moving", "--out", str(tmp_path / "t.csv")],
+        ["report", "moving"],
+    ):
         refused = seqae(*verb, "--workspace", str(half))
-        assert_refused(refused.returncode, refused.stderr, f"its MLflow database {half / 'mlflow.db'} is missing",
-                       created=(half / "mlflow.db", half / "optuna.db", tmp_path / "t.csv"))
-
+        assert_refused(
+            refused.returncode,
+            refused.stderr,
+            f"its MLflow database {half / 'mlflow.db'} is missing",
+            created=(half / "mlflow.db", half / "optuna.db", tmp_path / "t.csv"),
+        )

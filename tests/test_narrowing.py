@@ -22,8 +22,12 @@ WIDE = {
     },
     "trials": {"total": 40},
 }
-NARROW = {"model.heads": [2, 4], "model.d_model": [32, 48], "train.lr": [1e-3, 3e-3],
-          "train.weight_decay": {"low": 0.02, "high": 0.05}}
+NARROW = {
+    "model.heads": [2, 4],
+    "model.d_model": [32, 48],
+    "train.lr": [1e-3, 3e-3],
+    "train.weight_decay": {"low": 0.02, "high": 0.05},
+}
 
 
 def _spec(tmp_path, sampler: str) -> spec_lib.SweepSpec:
@@ -39,13 +43,16 @@ def score(params: dict) -> float:
     return (params.get("model.heads") == 1) + params["model.d_model"] / 64 + params["train.lr"] * 100
 
 
-@pytest.mark.parametrize("sampler", [
-    pytest.param("{type: tpe, seed: 1, n_startup_trials: 4, multivariate: true, group: true}", id="tpe-group"),
-    pytest.param("{type: tpe, seed: 1, n_startup_trials: 4}", id="tpe"),
-    pytest.param("{type: gp, seed: 1, n_startup_trials: 4}", id="gp"),
-    pytest.param("{type: nsga2, seed: 1}", id="nsga2"),
-    pytest.param("{type: random, seed: 1}", id="random"),
-])
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        pytest.param("{type: tpe, seed: 1, n_startup_trials: 4, multivariate: true, group: true}", id="tpe-group"),
+        pytest.param("{type: tpe, seed: 1, n_startup_trials: 4}", id="tpe"),
+        pytest.param("{type: gp, seed: 1, n_startup_trials: 4}", id="gp"),
+        pytest.param("{type: nsga2, seed: 1}", id="nsga2"),
+        pytest.param("{type: random, seed: 1}", id="random"),
+    ],
+)
 def test_after_narrowing_every_proposal_is_inside_the_new_space_and_the_trials_outside_are_marked(tmp_path, sampler):
     """Ten trials in the wide space; the space narrowed by another process (as `seqae sweep set`
     from another machine writes the study) while the driver's study stays open; the next 20
@@ -77,8 +84,11 @@ def test_after_narrowing_every_proposal_is_inside_the_new_space_and_the_trials_o
     assert len(proposed) == 25 and all(inside(p) for p in proposed), [p for p in proposed if not inside(p)]
     if "model.heads" in spec.search:
         assert {p["model.heads"] for p in proposed} == {2, 4}  # both kept choices, not one
-    print(sampler, "proposals after narrowing:", [tuple(round(v, 4) if isinstance(v, float) else v for v in p.values())
-                                                  for p in proposed])
+    print(
+        sampler,
+        "proposals after narrowing:",
+        [tuple(round(v, 4) if isinstance(v, float) else v for v in p.values()) for p in proposed],
+    )
     outside = user.outside()
     first = [t for t in user.trials() if t.number < 10]
     assert set(outside) == {t.number for t in first if not inside(t.params)} and outside
@@ -92,10 +102,17 @@ def test_a_narrowing_may_only_shrink_a_range_or_drop_choices(tmp_path):
     open_study(spec, url, "s", 40, "fingerprint")
     study = read_only(spec, url, "s")
     for key, value, message in (
-        ("model.heads", [2, 3], "search.model.heads: 3 is not one of its choices [1, 2, 4, 8]: choices are removed, "
-                                "never added; a wider or different space is a new sweep: `seqae sweep fork`"),
-        ("train.lr", [1e-5, 1e-3], "search.train.lr: [1e-05, 0.001] is wider than its range [0.0001, 0.01]: a range "
-                                   "shrinks, never grows"),
+        (
+            "model.heads",
+            [2, 3],
+            "search.model.heads: 3 is not one of its choices [1, 2, 4, 8]: choices are removed, "
+            "never added; a wider or different space is a new sweep: `seqae sweep fork`",
+        ),
+        (
+            "train.lr",
+            [1e-5, 1e-3],
+            "search.train.lr: [1e-05, 0.001] is wider than its range [0.0001, 0.01]: a range shrinks, never grows",
+        ),
         ("model.d_model", {"type": "int", "low": 16, "high": 64, "step": 32}, "only its range or choices may narrow"),
         ("model.d_model", [24, 48], "search.model.d_model: low=24 is not on its step 16 from 16"),
         ("model.latent_len", [4, 8], "search.model.latent_len: the sweep does not search model.latent_len"),
@@ -130,8 +147,10 @@ def test_sweep_set_narrows_a_sweeps_space_and_status_marks_the_trials_outside(tm
     ws = ["--workspace", str(workspace)]
     done = in_process(["sweep", "set", "q", "search.train.lr=[2.0e-3, 5.0e-3]", *ws], 60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("sweep q: search.train.lr narrowed to {'type': 'loguniform', 'low': 0.002, "
-                                  "'high': 0.005} from its next proposal on"), done.stdout
+    assert done.stdout.startswith(
+        "sweep q: search.train.lr narrowed to {'type': 'loguniform', 'low': 0.002, "
+        "'high': 0.005} from its next proposal on"
+    ), done.stdout
     print(done.stdout)
     wider = in_process(["sweep", "set", "q", "search.train.lr=[1.0e-3, 5.0e-3]", *ws], 60)
     assert wider.returncode == 2 and wider.stderr.count("\n") == 1 and "seqae sweep fork" in wider.stderr, wider.stderr

@@ -28,7 +28,8 @@ def test_the_chosen_events_reach_the_receiver(receiver):
     notifier.close()
     assert [(m["title"], m["message"]) for m in receiver.received] == [
         ("seqae demo: a new best, trial 3", "val_token_accuracy 0.9100"),
-        ("seqae demo: the sweep is complete", "best: trial 3")]
+        ("seqae demo: the sweep is complete", "best: trial 3"),
+    ]
     assert (notifier.sent, notifier.failed) == (2, 0)
 
 
@@ -47,22 +48,35 @@ def test_urls_come_from_the_environment_private_files_or_both(monkeypatch, caplo
     for path, mode in ((private, 0o600), (shared, 0o644)):
         path.write_text("json://example.invalid/d\n")
         path.chmod(mode)
-    assert resolve(["env:MY_HOOK", "env:UNSET_HOOK", f"file:{private}", f"file:{shared}",
-                    f"file:{tmp_path / 'absent'}"]) == [
-        "json://example.invalid/a", "json://example.invalid/d", "json://example.invalid/b", "json://example.invalid/c"]
+    assert resolve(
+        ["env:MY_HOOK", "env:UNSET_HOOK", f"file:{private}", f"file:{shared}", f"file:{tmp_path / 'absent'}"]
+    ) == [
+        "json://example.invalid/a",
+        "json://example.invalid/d",
+        "json://example.invalid/b",
+        "json://example.invalid/c",
+    ]
     assert "notify.urls[1]: $UNSET_HOOK is not set" in caplog.text
     assert f"notify.urls[3]: {shared} may be read by others (mode 644); `chmod 600` it" in caplog.text
     assert f"notify.urls[4]: {tmp_path / 'absent'} cannot be read" in caplog.text
 
 
-@pytest.mark.parametrize("notify, says", [
-    ("{urls: ['json://h/secret-token']}", "notify: urls\\[0\\] is a URL itself; give where the driver reads it "
-                                          "instead: env:NAME .* or file:/PATH"),
-    ("{urls: ['slack://secret-token/B/C']}", "env:NAME .* or file:/PATH"),
-    ("{urls: ['env:not a name']}", "env:NAME needs an environment variable's name"),
-    ("{urls: ['file:relative/path']}", "file:/PATH needs an absolute path on the cluster"),
-    ("{urls: ['env:HOOK'], events: [best, sometimes]}", "notify.events\\[1\\]='sometimes' must be 'best', 'failed', 'stopped' or 'end'"),
-])
+@pytest.mark.parametrize(
+    "notify, says",
+    [
+        (
+            "{urls: ['json://h/secret-token']}",
+            "notify: urls\\[0\\] is a URL itself; give where the driver reads it instead: env:NAME .* or file:/PATH",
+        ),
+        ("{urls: ['slack://secret-token/B/C']}", "env:NAME .* or file:/PATH"),
+        ("{urls: ['env:not a name']}", "env:NAME needs an environment variable's name"),
+        ("{urls: ['file:relative/path']}", "file:/PATH needs an absolute path on the cluster"),
+        (
+            "{urls: ['env:HOOK'], events: [best, sometimes]}",
+            "notify.events\\[1\\]='sometimes' must be 'best', 'failed', 'stopped' or 'end'",
+        ),
+    ],
+)
 def test_a_url_or_a_bad_reference_in_the_notify_section_is_refused_by_key_without_repeating_it(notify, says):
     with pytest.raises(ConfigError, match=says) as refused:
         spec_lib.load(STUDIES / "quickstart.yaml", [f"notify={notify}"])

@@ -51,23 +51,32 @@ NOT_RUN = {
 
 # The sweep: Fig. 3's two cells at 16 tokens on a few offline pages, two epochs of a small model,
 # instead of 60 cells of up to 512 tokens over 1.9 M pages for 20 epochs (GPU-days).
-TINY = [f"data.path={WIKI_MINI}", "data.samples=windows", "data.max_pages=6", "grid.data.input_len=[16]",
-        "grid.model.latent_fraction=[1.0,0.5]", "model.d_model=16", "model.d_attn=16", "model.d_ffn=32",
-        "train.epochs=2", "train.batch_size=64"]
+TINY = [
+    f"data.path={WIKI_MINI}",
+    "data.samples=windows",
+    "data.max_pages=6",
+    "grid.data.input_len=[16]",
+    "grid.model.latent_fraction=[1.0,0.5]",
+    "model.d_model=16",
+    "model.d_attn=16",
+    "model.d_ffn=32",
+    "train.epochs=2",
+    "train.batch_size=64",
+]
 
 # What one machine needs that the page's machines do not, each with its reason (the page's own
 # words where it gives them).
 REWRITES = {
     "the bucket": "the S3-compatible server's bucket for the page's placeholder",
     "node environment": "the page: add the bucket's credentials to each `env -i` line; and this machine's offline "
-                        "tokenizer (HF_HUB_*), as no node here reaches the Hub",
+    "tokenizer (HF_HUB_*), as no node here reaches the Hub",
     "node addresses": "several nodes on one machine: each its own loopback address, ports and Ray folder; the "
-                      "page's ports (6379, 8265) may be another test's here",
+    "page's ports (6379, 8265) may be another test's here",
     "logical GPUs": "no GPU here: each worker announces one logical GPU, and the sweep opts in with "
-                    "SEQAE_LOGICAL_GPUS=1 (the page's rehearsal setting)",
+    "SEQAE_LOGICAL_GPUS=1 (the page's rehearsal setting)",
     "copies": "scp from the head: the head's HOME is on this machine",
     "tunnel": "ssh -N -L: forwards from other local ports, as the page's SEQAE_TUNNEL_* paragraph describes, "
-              "the head's own ports being taken here",
+    "the head's own ports being taken here",
     "the sweep": "Fig. 3 at tiny sizes (TINY)",
 }
 
@@ -99,15 +108,22 @@ def rewrite(text: str, old: str, new: str, why: str) -> str:
 class Machine:
     """A shell on one of the page's machines: its own HOME; each script runs in a session of its own,
     where everything it starts (Ray's daemons) stays, for the clean-up to find."""
+
     name: str
     home: Path
     env: dict[str, str]
     sessions: list[int]
 
     def run(self, script: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        process = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=cwd or self.home,
-                                   env={**self.env, "HOME": str(self.home)}, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+        process = subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=cwd or self.home,
+            env={**self.env, "HOME": str(self.home)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         self.sessions.append(process.pid)
         out, err = process.communicate(timeout=600)
         run = subprocess.CompletedProcess(script, process.returncode, out, err)
@@ -166,21 +182,39 @@ def test_the_own_machines_how_to_runs_as_written_from_services_to_a_resumed_swee
         # 2. Ray: the head, then each worker with the head's token
         (step2,) = of["## 2. Start Ray, or use the cluster you have"]
         passed = " ".join(f'{k}="${k}"' for k in sorted(node_env))
-        on_head = rewrite(lines_of(step2, "the head"), "RAY_AUTH_MODE=token",
-                          f"RAY_AUTH_MODE=token {passed}", "node environment")
+        on_head = rewrite(
+            lines_of(step2, "the head"), "RAY_AUTH_MODE=token", f"RAY_AUTH_MODE=token {passed}", "node environment"
+        )
         on_head = rewrite(on_head, "--port=6379 ", f"--port={gcs} ", "node addresses")
-        on_head = rewrite(on_head, "--num-cpus=0", "--num-cpus=0 " + shlex.join([
-            f"--dashboard-port={dashboard}", f"--temp-dir={ray_dir}", *local.HEAD_ARGS,
-            f"--ray-client-server-port={ports + local.NODE_PORTS - 1}", *local.node_args(NODES[0], ports, None)]),
-            "node addresses")
+        on_head = rewrite(
+            on_head,
+            "--num-cpus=0",
+            "--num-cpus=0 "
+            + shlex.join(
+                [
+                    f"--dashboard-port={dashboard}",
+                    f"--temp-dir={ray_dir}",
+                    *local.HEAD_ARGS,
+                    f"--ray-client-server-port={ports + local.NODE_PORTS - 1}",
+                    *local.node_args(NODES[0], ports, None),
+                ]
+            ),
+            "node addresses",
+        )
         head.run(on_head)
         for i, worker in enumerate(workers, 1):
             ip = NODES[i]
             script = rewrite(lines_of(step2, "each GPU worker"), "scp -p HEAD:", f"cp -p {head.home}/", "copies")
             script = rewrite(script, "RAY_AUTH_MODE=token", f"RAY_AUTH_MODE=token {passed}", "node environment")
-            script = rewrite(script, "--address=HEAD:6379", f"--address={NODES[0]}:{gcs} " + shlex.join([
-                f"--temp-dir={ray_dir}", *local.node_args(ip, ports + local.NODE_PORTS * i, None, gpus=1)]),
-                "node addresses")
+            script = rewrite(
+                script,
+                "--address=HEAD:6379",
+                f"--address={NODES[0]}:{gcs} "
+                + shlex.join(
+                    [f"--temp-dir={ray_dir}", *local.node_args(ip, ports + local.NODE_PORTS * i, None, gpus=1)]
+                ),
+                "node addresses",
+            )
             worker.env |= node_env  # `env -i` above names them from the worker's shell
             worker.run(script)
         token = (head.home / ".ray" / "auth_token").read_text().strip()
@@ -205,27 +239,45 @@ def test_the_own_machines_how_to_runs_as_written_from_services_to_a_resumed_swee
         with contextlib.ExitStack() as tunnels:
             local_port = {p: tunnels.enter_context(forwarded(p)) for p in [dashboard, *head_ports]}
             mlflow_port, postgres_port = head_ports
-            laptop.env |= {"SEQAE_TUNNEL_MLFLOW_PORT": str(local_port[mlflow_port]),
-                           "SEQAE_TUNNEL_POSTGRES_PORT": str(local_port[postgres_port])}
+            laptop.env |= {
+                "SEQAE_TUNNEL_MLFLOW_PORT": str(local_port[mlflow_port]),
+                "SEQAE_TUNNEL_POSTGRES_PORT": str(local_port[postgres_port]),
+            }
             script = rewrite(script, "http://127.0.0.1:8265", f"http://127.0.0.1:{local_port[dashboard]}", "tunnel")
             sourced = laptop.run(script + "\nenv -0\n").stdout
-            laptop.env = {k: v for k, v in (line.split("=", 1) for line in sourced.split("\0") if "=" in line)
-                          if k not in {"HOME", "PWD", "SHLVL", "_", "OLDPWD"}}
+            laptop.env = {
+                k: v
+                for k, v in (line.split("=", 1) for line in sourced.split("\0") if "=" in line)
+                if k not in {"HOME", "PWD", "SHLVL", "_", "OLDPWD"}
+            }
             # the head's paths are named for the jobs, never read here
             assert sorted(k for k, v in laptop.env.items() if str(head.home) in v) == [
-                "SEQAE_CLUSTER_PGPASSFILE", "SEQAE_CLUSTER_WORKSPACE"], laptop.env
+                "SEQAE_CLUSTER_PGPASSFILE",
+                "SEQAE_CLUSTER_WORKSPACE",
+            ], laptop.env
             info = _laptop_sweep(of, laptop, project, jobs, monkeypatch)
         for key, value in local.mlflow_credentials(state).items():  # the admin reads every user's runs
             monkeypatch.setenv(key, value)
         runs = mlflow_runs(None, "paper-fig3", tracking_uri=f"http://127.0.0.1:{mlflow_port}")
         from mlflow.server import get_app_client
 
-        manage = get_app_client("basic-auth", tracking_uri=f"http://127.0.0.1:{mlflow_port}").get_user_permission(
-            "alice", "experiment", runs[0].info.experiment_id).permission
-        bucket = boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT_URL"], region_name=s3["AWS_DEFAULT_REGION"],
-                              aws_access_key_id=s3["AWS_ACCESS_KEY_ID"], aws_secret_access_key=s3["AWS_SECRET_ACCESS_KEY"])
-        keys = [o["Key"] for page in bucket.get_paginator("list_objects_v2").paginate(
-            Bucket="seqae", Prefix="own-machines/") for o in page.get("Contents", [])]
+        manage = (
+            get_app_client("basic-auth", tracking_uri=f"http://127.0.0.1:{mlflow_port}")
+            .get_user_permission("alice", "experiment", runs[0].info.experiment_id)
+            .permission
+        )
+        bucket = boto3.client(
+            "s3",
+            endpoint_url=s3["AWS_ENDPOINT_URL"],
+            region_name=s3["AWS_DEFAULT_REGION"],
+            aws_access_key_id=s3["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=s3["AWS_SECRET_ACCESS_KEY"],
+        )
+        keys = [
+            o["Key"]
+            for page in bucket.get_paginator("list_objects_v2").paginate(Bucket="seqae", Prefix="own-machines/")
+            for o in page.get("Contents", [])
+        ]
     finally:
         down = head.run("seqae cluster down --dir ~/seqae-services", check=False)  # the page's tear-down
         for process in _started(sessions, ray_dir):  # the page's `ray stop` on each node: this cluster's Ray only
@@ -249,8 +301,15 @@ def _laptop_sweep(of: dict[str, list[Block]], laptop: Machine, project: Path, jo
     (step4,) = of["## 4. Submit the paper's Fig. 3"]
     (step6,) = of["## 6. Cancel, resume"]
     submit, status, logs = step4.text.strip().splitlines()
-    laptop.run(rewrite(submit, "--name paper-fig3", "--name paper-fig3 " + shlex.join(
-        [a for s in TINY for a in ("--set", s)]), "the sweep"), cwd=project)
+    laptop.run(
+        rewrite(
+            submit,
+            "--name paper-fig3",
+            "--name paper-fig3 " + shlex.join([a for s in TINY for a in ("--set", s)]),
+            "the sweep",
+        ),
+        cwd=project,
+    )
     assert "paper-fig3" in laptop.run(status, cwd=project).stdout
     laptop.run(logs, cwd=project)
 
@@ -270,7 +329,9 @@ def _laptop_sweep(of: dict[str, list[Block]], laptop: Machine, project: Path, jo
         return [t for t in optuna_trials(Path(), "paper-fig3", storage) if t.state.name != "WAITING"]
 
     def unfinished() -> bool:
-        return "paper-fig3" in optuna.get_all_study_names(storage) and any(t.state.name != "COMPLETE" for t in started())
+        return "paper-fig3" in optuna.get_all_study_names(storage) and any(
+            t.state.name != "COMPLETE" for t in started()
+        )
 
     # the driver held (SIGSTOP) from its first trial's start until the cancel: the sweep cannot end first
     driver = job_driver("paper-fig3")
@@ -293,7 +354,9 @@ def _laptop_sweep(of: dict[str, list[Block]], laptop: Machine, project: Path, jo
     control = json.loads(laptop.run("seqae sweep status paper-fig3 --json", cwd=project).stdout)["control"]
     assert control["max_concurrent"] == 3 and "stopped by alice" in control["drain"], control
     assert sorted(p.name for p in (project / "seqae-runs" / "sweeps").iterdir()) == ["paper-fig3"]
-    assert Workspace(laptop.env["SEQAE_CLUSTER_WORKSPACE"]).read_submission("paper-fig3") is None  # nothing written there
+    assert (
+        Workspace(laptop.env["SEQAE_CLUSTER_WORKSPACE"]).read_submission("paper-fig3") is None
+    )  # nothing written there
     return info
 
 

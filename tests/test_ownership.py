@@ -71,27 +71,34 @@ def test_who_acts_is_the_jobs_user_then_the_mlflow_user_then_the_os_user(monkeyp
     assert ownership.ADMIN == mlflow_server.ADMIN  # the sweep service's name for MLflow's admin is MLflow's
 
 
-def test_another_user_may_not_stop_set_resume_extend_or_run_over_a_users_sweep(workspace, alices, monkeypatch,
-                                                                               capsys):
+def test_another_user_may_not_stop_set_resume_extend_or_run_over_a_users_sweep(workspace, alices, monkeypatch, capsys):
     """Bob is refused in one line, through the API and the command line, before anything changes."""
     state = workspace.read(alices)
     assert state.owner == "alice"
     as_user(monkeypatch, "bob")
     refusal = "sweep 'hers' belongs to alice; bob may not {} it (an MLflow admin may)"
     sweep = Sweep(alices, workspace)
-    for verb, act in (("stop", lambda: sweep.stop()), ("set", lambda: sweep.set(max_concurrent=3)),
-                      ("resume", lambda: sweep.resume()), ("extend", lambda: sweep.extend(trials=2)),
-                      ("resume", lambda: Sweep.run(QUICKSTART, set=SETS, name=alices, workspace=workspace,
-                                                   or_resume=True))):
+    for verb, act in (
+        ("stop", lambda: sweep.stop()),
+        ("set", lambda: sweep.set(max_concurrent=3)),
+        ("resume", lambda: sweep.resume()),
+        ("extend", lambda: sweep.extend(trials=2)),
+        ("resume", lambda: Sweep.run(QUICKSTART, set=SETS, name=alices, workspace=workspace, or_resume=True)),
+    ):
         with pytest.raises(ConfigError) as refused:
             act()
         assert str(refused.value) == refusal.format(verb), verb
-    for argv, verb in ((["stop", alices], "stop"), (["stop", alices, "--now"], "stop"),
-                       (["set", alices, "max_concurrent=3"], "set"), (["resume", alices], "resume"),
-                       (["extend", alices, "--trials", "2"], "extend")):
+    for argv, verb in (
+        (["stop", alices], "stop"),
+        (["stop", alices, "--now"], "stop"),
+        (["set", alices, "max_concurrent=3"], "set"),
+        (["resume", alices], "resume"),
+        (["extend", alices, "--trials", "2"], "extend"),
+    ):
         code = main(["sweep", *argv, "--workspace", str(workspace.root)])
-        assert_refused(code, capsys.readouterr().err, refusal.format(verb),
-                       created=(workspace.sweep_dir(alices) / "driver.lock",))
+        assert_refused(
+            code, capsys.readouterr().err, refusal.format(verb), created=(workspace.sweep_dir(alices) / "driver.lock",)
+        )
     assert read_only(state.spec, state.backends.optuna_storage, alices).control().log == ()  # nothing was recorded
     assert workspace.read(alices).extra_trials == 0 and workspace.read(alices).sessions == []
 
@@ -103,7 +110,9 @@ def test_the_owner_and_the_admin_may_and_the_control_log_names_who_did(workspace
     state = workspace.read(alices)
     control = read_only(state.spec, state.backends.optuna_storage, alices).control()
     assert [(entry["by"], entry.get("drain")) for entry in control.log] == [
-        ("alice", None), ("admin (an MLflow admin, on alice's sweep)", "stopped by admin from Python")]
+        ("alice", None),
+        ("admin (an MLflow admin, on alice's sweep)", "stopped by admin from Python"),
+    ]
     assert status(alices, workspace.root)["owner"] == "alice"  # `seqae sweep status --json`
 
 
@@ -135,9 +144,18 @@ def test_the_studys_owner_is_checked_where_only_the_study_is_reached(workspace, 
     source.mkdir()
     shutil.copy(QUICKSTART, source / "quick.yaml")
     url = f"sqlite:///{workspace.root / 'optuna.db'}"
-    workspace.write_submission(Submission(name="remote", address="http://127.0.0.1:9", file="quick.yaml", sets=SETS,
-                                          workspace="/cluster/ws", working_dir=str(source), jobs=["seqae-remote-1"],
-                                          backends=workspace.default_backends("remote")))
+    workspace.write_submission(
+        Submission(
+            name="remote",
+            address="http://127.0.0.1:9",
+            file="quick.yaml",
+            sets=SETS,
+            workspace="/cluster/ws",
+            working_dir=str(source),
+            jobs=["seqae-remote-1"],
+            backends=workspace.default_backends("remote"),
+        )
+    )
     spec = spec_lib.load(source / "quick.yaml", SETS)
     open_study(spec, url, "remote", spec.planned_trials(), spec.fingerprint()).claim("alice")
     assert optuna.load_study(study_name="remote", storage=url).user_attrs[N.OWNER] == "alice"
@@ -148,14 +166,27 @@ def test_the_studys_owner_is_checked_where_only_the_study_is_reached(workspace, 
 
 def test_another_user_may_not_cancel_or_resubmit_a_submitted_sweep(workspace, tmp_path, monkeypatch, capsys):
     """Refused from the submission record, before the cluster (here: none) is asked anything."""
-    workspace.write_submission(Submission(name="remote", address="http://127.0.0.1:9", file="quickstart.yaml",
-                                          sets=SETS, workspace="/cluster/ws", working_dir=str(STUDIES),
-                                          jobs=["seqae-remote-1"], owner="alice"))
+    workspace.write_submission(
+        Submission(
+            name="remote",
+            address="http://127.0.0.1:9",
+            file="quickstart.yaml",
+            sets=SETS,
+            workspace="/cluster/ws",
+            working_dir=str(STUDIES),
+            jobs=["seqae-remote-1"],
+            owner="alice",
+        )
+    )
     as_user(monkeypatch, "bob")
     for verb in ("cancel", "resume"):
         code = main(["sweep", verb, "remote", "--workspace", str(workspace.root)])
-        assert_refused(code, capsys.readouterr().err, f"sweep 'remote' belongs to alice; bob may not {verb} it",
-                       created=(tmp_path / "nothing",))
+        assert_refused(
+            code,
+            capsys.readouterr().err,
+            f"sweep 'remote' belongs to alice; bob may not {verb} it",
+            created=(tmp_path / "nothing",),
+        )
     assert workspace.read_submission("remote").jobs == ["seqae-remote-1"]  # no job was added
 
 
@@ -179,11 +210,18 @@ def test_a_run_sweep_records_its_owner_everywhere_and_only_its_owner_and_the_adm
     assert client.get_registered_model(name).tags[N.OWNER] == "alice"
 
     as_user(monkeypatch, "bob")
-    for argv, verb in ((["stop", name], "stop"), (["set", name, "max_concurrent=2"], "set"),
-                       (["extend", name, "--trials", "1"], "extend"), (["resume", name], "resume")):
+    for argv, verb in (
+        (["stop", name], "stop"),
+        (["set", name, "max_concurrent=2"], "set"),
+        (["extend", name, "--trials", "1"], "extend"),
+        (["resume", name], "resume"),
+    ):
         refused = seqae("sweep", *argv, "--workspace", str(workspace))
-        assert refused.returncode == 2 and (f"seqae: error: sweep {name!r} belongs to alice; bob may not {verb} it "
-                                            "(an MLflow admin may)") in refused.stderr, (argv, refused.stderr)
+        assert (
+            refused.returncode == 2
+            and (f"seqae: error: sweep {name!r} belongs to alice; bob may not {verb} it (an MLflow admin may)")
+            in refused.stderr
+        ), (argv, refused.stderr)
     with pytest.raises(ConfigError, match="belongs to alice; bob may not stop it"):
         Sweep(name, workspace).stop()
     assert status(name, workspace)["trials_total"] == 1 and status(name, workspace)["control"]["log"] == []

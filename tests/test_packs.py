@@ -39,9 +39,16 @@ from tests.sweep_helpers import sets as sets_of
 # train the same configurations in the same order: lr 1e30 drives the loss to NaN; ASHA (grace 1,
 # factor 2) decides at epoch 1 on the other three, in trial order. fp32 without dropout: the
 # promise of equality within 1e-5.
-GRID = ["search={}", "start={}", "grid.train.lr=[1.0e30, 1.0e-2, 3.0e-3, 1.0e-3]", "trials={per_cell: 1}",
-        "train.lr_schedule=constant", "train.precision=fp32", "model.dropout=0.0",
-        "scheduler={type: asha, grace_period: 1, reduction_factor: 2}"]
+GRID = [
+    "search={}",
+    "start={}",
+    "grid.train.lr=[1.0e30, 1.0e-2, 3.0e-3, 1.0e-3]",
+    "trials={per_cell: 1}",
+    "train.lr_schedule=constant",
+    "train.precision=fp32",
+    "model.dropout=0.0",
+    "scheduler={type: asha, grace_period: 1, reduction_factor: 2}",
+]
 
 
 @pytest.mark.parametrize("sampler", ["random", "tpe"])
@@ -49,8 +56,9 @@ def test_a_pack_is_proposed_with_the_shape_of_its_first_member_and_free_keys_sam
     """The quickstart's space (lr; d_model and d_attn set shapes) in packs of 3: its starting point,
     then the sampler's own proposal, each followed by proposals of the same widths and their own
     learning rates; the sweep's total holds, and each member is an Optuna trial of its own."""
-    spec = spec_lib.load(STUDIES / "quickstart.yaml", [f"sampler={{type: {sampler}, seed: 0}}", "trials.total=7",
-                                                         "resources.fuse=3"])
+    spec = spec_lib.load(
+        STUDIES / "quickstart.yaml", [f"sampler={{type: {sampler}, seed: 0}}", "trials.total=7", "resources.fuse=3"]
+    )
     study = open_study(spec, f"sqlite:///{tmp_path}/s.db", "s", 7, "fingerprint")
     packs = []
     while pack := study.next_pack(3):
@@ -70,8 +78,9 @@ def test_interrupted_trials_are_packed_again_with_those_of_their_shape(tmp_path)
     """A session that ends with its packs' trials still running (a killed driver): the next
     session's packs continue them, each with the interrupted trials of its own shape, and propose
     no new trial before they are all issued."""
-    spec = spec_lib.load(STUDIES / "quickstart.yaml", ["sampler={type: random, seed: 0}", "trials.total=6",
-                                                       "resources.fuse=3"])
+    spec = spec_lib.load(
+        STUDIES / "quickstart.yaml", ["sampler={type: random, seed: 0}", "trials.total=6", "resources.fuse=3"]
+    )
     storage = f"sqlite:///{tmp_path}/s.db"
     first = open_study(spec, storage, "s", 6, "fingerprint")
     interrupted = [first.next_pack(3), first.next_pack(3)]  # asked, never told: RUNNING in Optuna
@@ -81,19 +90,27 @@ def test_interrupted_trials_are_packed_again_with_those_of_their_shape(tmp_path)
     del interrupted[0][1]
     again = open_study(spec, storage, "s", 6, "fingerprint")
     continued = [again.next_pack(3), again.next_pack(3)]
-    assert [[m.number for m in p] for p in continued] == [[m.number for m in p] for p in interrupted] == [[0, 2],
-                                                                                                        [3, 4, 5]]
+    assert (
+        [[m.number for m in p] for p in continued]
+        == [[m.number for m in p] for p in interrupted]
+        == [[0, 2], [3, 4, 5]]
+    )
     assert all(m.continued for p in continued for m in p)
     assert [[m.params for m in p] for p in continued] == [[m.params for m in p] for p in interrupted]
     assert again.next_pack(3) == []  # the total is reached: nothing new
 
 
-@pytest.mark.parametrize("sets, says", [
-    (["resources.fuse=4", "search={model.d_model: {type: categorical, choices: [64, 128]}}", "start={}"],
-     "resources.fuse=4 packs trials that differ only in train.lr"),
-    (["resources.fuse=4", "train.repeats=2"], "which train.repeats=2 cannot be"),
-    (["resources.fuse=0"], "resources.fuse"),
-])
+@pytest.mark.parametrize(
+    "sets, says",
+    [
+        (
+            ["resources.fuse=4", "search={model.d_model: {type: categorical, choices: [64, 128]}}", "start={}"],
+            "resources.fuse=4 packs trials that differ only in train.lr",
+        ),
+        (["resources.fuse=4", "train.repeats=2"], "which train.repeats=2 cannot be"),
+        (["resources.fuse=0"], "resources.fuse"),
+    ],
+)
 def test_a_sweep_that_cannot_fuse_is_refused_in_one_line_before_anything_is_made(tmp_path, sets, says):
     workspace = tmp_path / "ws"
     run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace), *sets_of(*sets))
@@ -148,12 +165,17 @@ def test_every_member_is_its_own_trial_where_a_user_looks(sweeps):
     client), the checkpoints, the progress lines, the status and the export have a trial per member,
     the diverging one named failed with its error."""
     workspace, run = sweeps["fused"]
-    tune_trials = sorted(p.name for p in (workspace / "sweeps" / "fused" / "tune").glob("session-*/*")
-                         if p.is_dir() and p.name.startswith(("pack-", "trial-")))
+    tune_trials = sorted(
+        p.name
+        for p in (workspace / "sweeps" / "fused" / "tune").glob("session-*/*")
+        if p.is_dir() and p.name.startswith(("pack-", "trial-"))
+    )
     assert tune_trials == ["pack-0000-of-4"], tune_trials
     trials = optuna_trials(workspace, "fused")
     states = {t.number: t.state.name for t in trials}
-    children = {int(r.data.tags["seqae.trial"]): r for r in mlflow_runs(workspace, "fused") if "seqae.trial" in r.data.tags}
+    children = {
+        int(r.data.tags["seqae.trial"]): r for r in mlflow_runs(workspace, "fused") if "seqae.trial" in r.data.tags
+    }
     assert sorted(children) == [0, 1, 2, 3]
     # Each member's run names the one Tune trial that trained the pack, as Optuna records it.
     (pack_id,) = {tuple(t.user_attrs["seqae.tune_trial_ids"]) for t in trials}
@@ -165,8 +187,9 @@ def test_every_member_is_its_own_trial_where_a_user_looks(sweeps):
         if epochs:
             assert child.data.metrics["pack_members"] >= 1 and child.info.status == "FINISHED"
     assert children[0].info.status == "FAILED" and "NonFiniteLossError" in children[0].data.tags["seqae.error"]
-    assert re.search(r"^trial 0  failed after 0 epochs: NonFiniteLossError: training loss is not finite", run.stdout,
-                     re.M), run.stdout[-3000:]
+    assert re.search(
+        r"^trial 0  failed after 0 epochs: NonFiniteLossError: training loss is not finite", run.stdout, re.M
+    ), run.stdout[-3000:]
     assert re.search(r"^trial \d  stopped by the scheduler after 1 epochs?$", run.stdout, re.M), run.stdout[-3000:]
     storage = workspace / "sweeps" / "fused"
     assert sorted(trial_metas(storage)) == [1, 2, 3]  # each trained member's own records; the failed one has none
@@ -189,17 +212,33 @@ def test_a_pack_killed_mid_epoch_resumes_each_member_from_its_own_checkpoint(tmp
     values the member's records hold."""
     workspace, name = tmp_path / "ws", "killed"
     storage = workspace / "sweeps" / name
-    driver = start(*run_args(workspace, name, "search={}", "start={}", "grid.train.lr=[1.0e-2, 3.0e-3]",
-                             "trials={per_cell: 1}", "train.precision=fp32", "model.dropout=0.0", "train.epochs=4",
-                             "train.validate_every=0.5", "scheduler.type=none", "resources.fuse=2", "retries=1"),
-                   log=tmp_path / "driver.log")
+    driver = start(
+        *run_args(
+            workspace,
+            name,
+            "search={}",
+            "start={}",
+            "grid.train.lr=[1.0e-2, 3.0e-3]",
+            "trials={per_cell: 1}",
+            "train.precision=fp32",
+            "model.dropout=0.0",
+            "train.epochs=4",
+            "train.validate_every=0.5",
+            "scheduler.type=none",
+            "resources.fuse=2",
+            "retries=1",
+        ),
+        log=tmp_path / "driver.log",
+    )
 
     def halfway_into_epoch_three() -> bool:  # the 5th validation: epoch 2.5
         metas = trial_metas(storage)
         return len(metas) == 2 and all(m["epoch"] == 5 for m in metas.values())
 
     wait_for(lambda: held(driver, halfway_into_epoch_three), 400, "both members halfway into epoch 3", every=0.05)
-    workers = [p for p in psutil.Process(driver.pid).children(recursive=True) if "ray::run_pack" in " ".join(p.cmdline())]
+    workers = [
+        p for p in psutil.Process(driver.pid).children(recursive=True) if "ray::run_pack" in " ".join(p.cmdline())
+    ]
     assert workers, "the pack's worker is a Tune function trainable's actor"
     for worker in workers:
         os.kill(worker.pid, signal.SIGKILL)

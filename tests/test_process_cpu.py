@@ -30,8 +30,11 @@ def test_a_commands_processes_are_counted_with_all_their_cpu():
     assert rows["all sampled processes"]["cpu_seconds"] >= rows["other"]["cpu_seconds"], rows
     assert rows["the machine's busy CPU-seconds (/proc/stat)"]["cpu_seconds"] >= 1.5, rows
     assert rows["the command"]["exit_code"] == 0, rows
-    assert run("exit 3", interval=0.1)[-1] == {"category": "the command", "exit_code": 3,
-                                               "wall_seconds": pytest.approx(0, abs=60)}
+    assert run("exit 3", interval=0.1)[-1] == {
+        "category": "the command",
+        "exit_code": 3,
+        "wall_seconds": pytest.approx(0, abs=60),
+    }
 
 
 def test_a_process_last_seen_exited_counts_as_the_command_it_ran():
@@ -56,26 +59,60 @@ def test_a_process_last_seen_exited_counts_as_the_command_it_ran():
         child.wait()
 
 
-@pytest.mark.parametrize("name, cmdline, expected", [
-    ("ray::ImplicitFunc.train", "ray::ImplicitFunc.train", "trials (Ray workers running a trial)"),
-    ("ray::IDLE", "ray::IDLE", "Ray workers never given a trial"),
-    ("python", "/venv/bin/python /venv/lib/python3.11/site-packages/ray/_private/workers/default_worker.py"
-               " --node-ip-address=127.0.0.1", "Ray workers never given a trial"),
-    ("raylet", "/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --raylet_socket_name=x", "Ray services (GCS, raylets, agents, monitors)"),
-    ("ray::DashboardAgent", "ray::DashboardAgent", "Ray services (GCS, raylets, agents, monitors)"),
-    ("python", "/venv/bin/python -m seqae sweep resume steer --workspace ws", "seqae drivers (sweep run, resume, extend, fork)"),
-    ("seqae", "/venv/bin/python /venv/bin/seqae sweep run quickstart.yaml", "seqae drivers (sweep run, resume, extend, fork)"),
-    ("python", "/venv/bin/python -m seqae sweep status steer --json", "other seqae commands (status, logs, ui, cluster, ...)"),
-    ("python", "/venv/bin/python -c from xdist.remote import main", "pytest and its workers (in-process tests)"),
-    ("postgres", "postgres: checkpointer", "PostgreSQL"),
-    ("python", "/venv/bin/python /venv/bin/mlflow server --port 5000", "MLflow and optuna-dashboard servers"),
-    ("ray-dashboard-J", "ray-dashboard-JobHead-0 (/venv/bin/python -B -c from multiprocessing.forkserver import main)",
-     "Ray services (GCS, raylets, agents, monitors)"),
-    ("ray", "/venv/bin/python /venv/bin/ray start --address=127.0.0.2:6379", "Ray services (GCS, raylets, agents, monitors)"),
-    ("python", "/venv/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))", "pytest and its workers (in-process tests)"),
-    ("kworker/1:1H-kblockd", "", "kernel threads"),
-    ("sleep", "sleep 1", "other"),
-])
+@pytest.mark.parametrize(
+    "name, cmdline, expected",
+    [
+        ("ray::ImplicitFunc.train", "ray::ImplicitFunc.train", "trials (Ray workers running a trial)"),
+        ("ray::IDLE", "ray::IDLE", "Ray workers never given a trial"),
+        (
+            "python",
+            "/venv/bin/python /venv/lib/python3.11/site-packages/ray/_private/workers/default_worker.py"
+            " --node-ip-address=127.0.0.1",
+            "Ray workers never given a trial",
+        ),
+        (
+            "raylet",
+            "/venv/lib/python3.11/site-packages/ray/core/src/ray/raylet/raylet --raylet_socket_name=x",
+            "Ray services (GCS, raylets, agents, monitors)",
+        ),
+        ("ray::DashboardAgent", "ray::DashboardAgent", "Ray services (GCS, raylets, agents, monitors)"),
+        (
+            "python",
+            "/venv/bin/python -m seqae sweep resume steer --workspace ws",
+            "seqae drivers (sweep run, resume, extend, fork)",
+        ),
+        (
+            "seqae",
+            "/venv/bin/python /venv/bin/seqae sweep run quickstart.yaml",
+            "seqae drivers (sweep run, resume, extend, fork)",
+        ),
+        (
+            "python",
+            "/venv/bin/python -m seqae sweep status steer --json",
+            "other seqae commands (status, logs, ui, cluster, ...)",
+        ),
+        ("python", "/venv/bin/python -c from xdist.remote import main", "pytest and its workers (in-process tests)"),
+        ("postgres", "postgres: checkpointer", "PostgreSQL"),
+        ("python", "/venv/bin/python /venv/bin/mlflow server --port 5000", "MLflow and optuna-dashboard servers"),
+        (
+            "ray-dashboard-J",
+            "ray-dashboard-JobHead-0 (/venv/bin/python -B -c from multiprocessing.forkserver import main)",
+            "Ray services (GCS, raylets, agents, monitors)",
+        ),
+        (
+            "ray",
+            "/venv/bin/python /venv/bin/ray start --address=127.0.0.2:6379",
+            "Ray services (GCS, raylets, agents, monitors)",
+        ),
+        (
+            "python",
+            "/venv/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))",
+            "pytest and its workers (in-process tests)",
+        ),
+        ("kworker/1:1H-kblockd", "", "kernel threads"),
+        ("sleep", "sleep 1", "other"),
+    ],
+)
 def test_each_process_counts_in_its_kind(name, cmdline, expected):
     assert category(Seen(1.0, name, cmdline)) == expected
 
@@ -89,4 +126,6 @@ def test_a_seqae_command_line_is_read_for_its_verb():
 
 def test_the_suite_without_a_command_is_refused_in_one_line(capsys, tmp_path):
     code = main(["bench", "processes", "--out", str(tmp_path / "bench.json")])
-    assert_refused(code, capsys.readouterr().err, "bench processes needs --command CMD", created=(tmp_path / "bench.json",))
+    assert_refused(
+        code, capsys.readouterr().err, "bench processes needs --command CMD", created=(tmp_path / "bench.json",)
+    )

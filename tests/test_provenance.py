@@ -34,12 +34,23 @@ def test_the_code_is_this_checkout_its_commit_and_the_versions_that_matter():
 
 def test_a_changed_file_is_refused_by_name_unless_allowed():
     code = provenance.current()
-    state = SweepState(name="s", spec=spec_lib.load(STUDIES / "quickstart.yaml"), fingerprint="f", file="f.yaml",
-                       sets=[], planned_trials=1, backends=Backends("", "", ""), study_name="s", code={"commit": "0" * 40, "files": {**code.files, "sweeps/running/runner.py": "old",
-                                                                           "sweeps/gone.py": "x"}})
-    with pytest.raises(ConfigError, match=r"its code changed since its last session \(2 files: sweeps/gone.py, "
-                                          r"sweeps/running/runner.py; commit 0000000 -> \w{7}\).*`seqae sweep resume s "
-                                          r"--allow-code-change`"):
+    state = SweepState(
+        name="s",
+        spec=spec_lib.load(STUDIES / "quickstart.yaml"),
+        fingerprint="f",
+        file="f.yaml",
+        sets=[],
+        planned_trials=1,
+        backends=Backends("", "", ""),
+        study_name="s",
+        code={"commit": "0" * 40, "files": {**code.files, "sweeps/running/runner.py": "old", "sweeps/gone.py": "x"}},
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"its code changed since its last session \(2 files: sweeps/gone.py, "
+        r"sweeps/running/runner.py; commit 0000000 -> \w{7}\).*`seqae sweep resume s "
+        r"--allow-code-change`",
+    ):
         check_code(state, allow_code_change=False)
     assert check_code(state, allow_code_change=True)[1].startswith("2 files: sweeps/gone.py, sweeps/running/runner.py")
     assert check_code(SweepState(**{**state.__dict__, "code": None}), False)[1] is None  # an older sweep: recorded now
@@ -56,8 +67,10 @@ def test_a_resume_after_a_commit_that_changes_the_code_is_refused_then_allowed_a
     git("clone", "--quiet", str(REPO), str(clone))
     first = git("rev-parse", "HEAD", cwd=clone)
     workspace, name = tmp_path / "ws", "prov"
-    ran = seqae(*run_args(workspace, name, "trials.total=3", "train.epochs=1", "max_concurrent=1",
-                          "objective.target=0.0"), cwd=clone)
+    ran = seqae(
+        *run_args(workspace, name, "trials.total=3", "train.epochs=1", "max_concurrent=1", "objective.target=0.0"),
+        cwd=clone,
+    )
     assert ran.returncode == 0 and "the target 0.0" in ran.stdout, ran.stdout[-3000:] + ran.stderr[-3000:]
     before = [t.state.name for t in optuna_trials(workspace, name)]
 
@@ -70,15 +83,18 @@ def test_a_resume_after_a_commit_that_changes_the_code_is_refused_then_allowed_a
 
     refused = seqae("sweep", "resume", name, "--workspace", str(workspace), cwd=clone)
     assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
-    assert (f"its code changed since its last session (2 files: sweeps/running/driver.py, sweeps/running/runner.py; commit "
-            f"{first[:7]} -> {second[:7]})") in refused.stderr and "--allow-code-change" in refused.stderr
+    assert (
+        f"its code changed since its last session (2 files: sweeps/running/driver.py, sweeps/running/runner.py; commit "
+        f"{first[:7]} -> {second[:7]})"
+    ) in refused.stderr and "--allow-code-change" in refused.stderr
     assert [t.state.name for t in optuna_trials(workspace, name)] == before  # nothing ran
 
     allowed = seqae("sweep", "resume", name, "--workspace", str(workspace), "--allow-code-change", cwd=clone)
     assert allowed.returncode == 0, allowed.stdout[-3000:] + allowed.stderr[-3000:]
     info = json.loads(seqae("sweep", "status", name, "--json", "--workspace", str(workspace), cwd=clone).stdout)
     assert [e["code_change"] for e in info["control"]["log"] if "code_change" in e] == [
-        f"2 files: sweeps/running/driver.py, sweeps/running/runner.py; commit {first[:7]} -> {second[:7]}"]
+        f"2 files: sweeps/running/driver.py, sweeps/running/runner.py; commit {first[:7]} -> {second[:7]}"
+    ]
 
     runs = mlflow_runs(workspace, name)
     parent = next(r for r in runs if r.data.tags.get("seqae.role") == "sweep")
@@ -86,5 +102,6 @@ def test_a_resume_after_a_commit_that_changes_the_code_is_refused_then_allowed_a
     commits = {r.data.tags["seqae.trial"]: r.data.tags["mlflow.source.git.commit"] for r in runs if r is not parent}
     assert commits["0"] == first and set(commits.values()) <= {first, second} and len(commits) > 1
     diff = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}").download_artifacts(
-        parent.info.run_id, f"provenance/code-{parent.data.tags['seqae.code']}.diff", str(tmp_path))
+        parent.info.run_id, f"provenance/code-{parent.data.tags['seqae.code']}.diff", str(tmp_path)
+    )
     assert "+# uncommitted" in open(diff).read()

@@ -47,8 +47,9 @@ def _trial(trial_id: str) -> Trial:
 def test_ashas_brackets_rungs_and_trials_are_the_ones_its_decisions_read():
     """Factor 2 to 8 epochs in two brackets: rungs at 8, 4, 2, 1 and at 8, 4, 2. A value written into
     a rung counts in Ray's next decision there; the trial placed in a bracket is decided there."""
-    asha = ASHAScheduler(time_attr="epoch", metric="acc", mode="max", max_t=8, grace_period=1, reduction_factor=2,
-                         brackets=2)
+    asha = ASHAScheduler(
+        time_attr="epoch", metric="acc", mode="max", max_t=8, grace_period=1, reduction_factor=2, brackets=2
+    )
     first, second = RP.brackets(asha)
     assert [[m for m, _ in RP.rungs(b)] for b in (first, second)] == [[8, 4, 2, 1], [8, 4, 2]]
     assert (RP.time_attr(asha), RP.max_t(asha), RP.reduction_factor(first)) == ("epoch", 8.0, 2.0)
@@ -70,8 +71,11 @@ def test_a_raced_brackets_cutoff_is_the_rule_ray_decides_by():
     asha = ASHAScheduler(time_attr="epoch", metric="acc", mode="max", max_t=4, grace_period=1, reduction_factor=2)
     (bracket,) = RP.brackets(asha)
     RP.race(bracket, lambda recorded: max(recorded.values()) if recorded else None)
-    for trial_id, acc, decision in (("a", 0.5, TrialScheduler.CONTINUE), ("b", 0.6, TrialScheduler.CONTINUE),
-                                    ("c", 0.55, TrialScheduler.STOP)):  # ASHA's median rule would let c on
+    for trial_id, acc, decision in (
+        ("a", 0.5, TrialScheduler.CONTINUE),
+        ("b", 0.6, TrialScheduler.CONTINUE),
+        ("c", 0.55, TrialScheduler.STOP),
+    ):  # ASHA's median rule would let c on
         trial = _trial(trial_id)
         asha.on_trial_add(None, trial)
         assert asha.on_trial_result(None, trial, {"epoch": 1, "acc": acc}) == decision

@@ -27,8 +27,11 @@ def test_the_objective_names_every_metric_it_may_use_and_the_page_lists_every_ke
 
 
 def test_every_config_key_has_a_description():
-    rows = {line.split("|")[1].strip(" `"): line.split("|")[4].strip()
-            for line in config_keys().splitlines() if line.startswith("| `")}
+    rows = {
+        line.split("|")[1].strip(" `"): line.split("|")[4].strip()
+        for line in config_keys().splitlines()
+        if line.startswith("| `")
+    }
     assert set(rows) == set(config_lib.KEYS)
     assert [key for key, meaning in rows.items() if not meaning] == []
 
@@ -40,7 +43,8 @@ def test_the_readmes_picture_of_a_report_shows_todays_templates():
     recorded = (REPO / "docs" / "images" / "report.png.templates-sha256").read_text().strip()
     assert recorded == template_digest(), (
         "the report's templates changed since docs/images/report.png was taken: run the quickstart, then "
-        "python docs/screenshot.py report")
+        "python docs/screenshot.py report"
+    )
 
 
 def test_the_committed_reference_pages_are_what_the_code_generates():
@@ -55,7 +59,10 @@ def test_a_stale_generated_part_is_made_anew():
     page = "# Title\n\n<!-- generated: sweep-keys -->\nan old table\n<!-- end generated: sweep-keys -->\nafter\n"
     made = render(page)
     assert "an old table" not in made and made.endswith("<!-- end generated: sweep-keys -->\nafter\n")
-    assert render(made) == made and render("<!-- generated: sweep-keys -->\n") == made[len("# Title\n\n"):-len("after\n")]
+    assert (
+        render(made) == made
+        and render("<!-- generated: sweep-keys -->\n") == made[len("# Title\n\n") : -len("after\n")]
+    )
 
 
 def test_the_readmes_table_of_verbs_names_every_verb():
@@ -65,6 +72,9 @@ def test_the_readmes_table_of_verbs_names_every_verb():
         first, *rest = re.findall(r"`([^`]+)`", row.split("|")[1])
         named.add(first)
         named.update(f"{first.rsplit(' ', 1)[0]} {verb}" for verb in rest)
-    leaves = {path for path, parser in _commands(build_parser(), "seqae")[1:]
-              if not any(other.startswith(path + " ") for other, _ in _commands(build_parser(), "seqae"))}
+    leaves = {
+        path
+        for path, parser in _commands(build_parser(), "seqae")[1:]
+        if not any(other.startswith(path + " ") for other, _ in _commands(build_parser(), "seqae"))
+    }
     assert leaves - named == set() and named - leaves == set()

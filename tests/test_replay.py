@@ -45,8 +45,11 @@ def table(shift: float = 0.0, epochs: int = 4, seconds: float = 1.0) -> list[Cur
     does); ``shift`` moves every value (another seed's table)."""
     curves = []
     for i, params in enumerate(E.CONFIGURATIONS):
-        quality = (E.GRID["train.lr"].index(params["train.lr"]) + E.GRID["model.d_model"].index(params["model.d_model"])
-                   + 0.01 * i) / 7
+        quality = (
+            E.GRID["train.lr"].index(params["train.lr"])
+            + E.GRID["model.d_model"].index(params["model.d_model"])
+            + 0.01 * i
+        ) / 7
         final = 0.3 + 0.6 * quality + shift
         val = tuple(final - 0.05 * (epochs - e) for e in range(1, epochs + 1))
         curves.append(Curve(i, params, val, tuple(v - 0.01 for v in val), (seconds,) * epochs))
@@ -94,8 +97,11 @@ def test_a_trial_a_rung_pruned_is_never_returned_as_the_service_never_returns_on
     reached = [t.returned_test[-1] for t in plain if t.costs[0] < math.inf]
     assert reached, "no replay reached the target: the spike was never returned or refused"
     assert reached == [0.98] * len(reached)
-    pruned = [t for t in (replay(curves, ASHA_RANDOM, seed, (0.99,), workers=1) for seed in range(12))
-              if 1 < t.trials_to[0] < math.inf]  # trained, and not first at the rung (the first is never pruned)
+    pruned = [
+        t
+        for t in (replay(curves, ASHA_RANDOM, seed, (0.99,), workers=1) for seed in range(12))
+        if 1 < t.trials_to[0] < math.inf
+    ]  # trained, and not first at the rung (the first is never pruned)
     assert len(pruned) >= 3, "too few replays trained the spike to tell"
     assert all(t.returned_test[-1] < 0.98 for t in pruned), [t.returned_test for t in pruned]
 
@@ -136,17 +142,30 @@ def test_hyperband_draws_each_trials_bracket_from_its_number_so_every_session_ag
     """Nine epochs, grace 1, factor 2: brackets whose first rungs are at epochs 1, 2, 4 and 8, most
     trials in the first (Ray's odds); a trial's bracket is the same in a new scheduler (a resumed
     driver's), with the rungs it passed rebuilt there."""
+
     def scheduler(history=None):
-        return ResumableASHA(history or {}, (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"),), time_attr=M.EPOCH,
-                             metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=9, grace_period=1, reduction_factor=2,
-                             brackets=4)
-    first, again = scheduler(), scheduler({7: [{M.EPOCH: 2, M.VAL_TOKEN_ACCURACY: 0.5},
-                                               {M.EPOCH: 4, M.VAL_TOKEN_ACCURACY: 0.6}]})
+        return ResumableASHA(
+            history or {},
+            (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"),),
+            time_attr=M.EPOCH,
+            metric=M.VAL_TOKEN_ACCURACY,
+            mode="max",
+            max_t=9,
+            grace_period=1,
+            reduction_factor=2,
+            brackets=4,
+        )
+
+    first, again = (
+        scheduler(),
+        scheduler({7: [{M.EPOCH: 2, M.VAL_TOKEN_ACCURACY: 0.5}, {M.EPOCH: 4, M.VAL_TOKEN_ACCURACY: 0.6}]}),
+    )
     assert [int(b._rungs[-1][0]) for b in first._brackets] == [1, 2, 4, 8]
     counts = np.bincount([first._brackets.index(first.bracket_of(n)) for n in range(1000)], minlength=4)
     assert counts[0] > counts[1] > counts[2] > counts[3] > 0
     assert [again._brackets.index(again.bracket_of(n)) for n in range(50)] == [
-        first._brackets.index(first.bracket_of(n)) for n in range(50)]
+        first._brackets.index(first.bracket_of(n)) for n in range(50)
+    ]
     # its rungs passed, in its own bracket only, each holding the first record at or past it (as
     # Tune's ASHA records a result): the epoch-2 record for rungs 1 and 2, epoch 4's for rung 4
     rungs = again.bracket_of(7)._rungs
@@ -162,8 +181,10 @@ def test_the_model_finds_the_best_configuration_for_less_than_random_search_wher
     curves = table()
     best = (max(max(c.val) for c in curves) - 0.02,)
     for model, baseline in ((ASHA_TPE, ASHA_RANDOM), (HYPERBAND_TPE, HYPERBAND_RANDOM)):
-        costs = {m.name: [replay(curves, m, seed, best, budgets=(1.0,)).costs[0] for seed in range(10)]
-                 for m in (model, baseline)}
+        costs = {
+            m.name: [replay(curves, m, seed, best, budgets=(1.0,)).costs[0] for seed in range(10)]
+            for m in (model, baseline)
+        }
         assert np.median(costs[model.name]) < np.median(costs[baseline.name]), costs
 
 
@@ -184,9 +205,20 @@ def test_a_warm_start_runs_the_earlier_searchs_best_configurations_first():
 def test_a_rerun_replays_only_the_methods_its_file_lacks(tmp_path):
     """The replays are written a method at a time; a second call with one more method reads the
     others back (here marked, so a replay again would show) and replays only the new one."""
-    rows = [{"latent_fraction": 0.25, "seed": seed, "config_id": c.config_id, "epoch": e + 1,
-             "val_token_accuracy": c.val[e], "test_token_accuracy": c.test[e], "cpu_seconds": c.cpu[e]}
-            for seed, shift in ((1, 0.01), (2, 0.0)) for c in table(shift) for e in range(len(c.val))]
+    rows = [
+        {
+            "latent_fraction": 0.25,
+            "seed": seed,
+            "config_id": c.config_id,
+            "epoch": e + 1,
+            "val_token_accuracy": c.val[e],
+            "test_token_accuracy": c.test[e],
+            "cpu_seconds": c.cpu[e],
+        }
+        for seed, shift in ((1, 0.01), (2, 0.0))
+        for c in table(shift)
+        for e in range(len(c.val))
+    ]
     path = tmp_path / "evidence.parquet"
     pd.DataFrame(rows).to_parquet(path)
     replay_all(range(3), 0.25, path, workers=1, methods=(GRID, RANDOM), folder=tmp_path)
@@ -241,9 +273,11 @@ def test_a_stopped_member_leaves_and_its_pack_goes_on_without_a_new_one(monkeypa
     alone, pack = ASHA_RANDOM, pack_replay.packed(ASHA_RANDOM, 2)
     assert replay(curves, pack, 0, (0.9,), workers=1).costs == (8.0,)
     assert replay(curves, alone, 0, (0.9,), workers=1).costs == (4.0,)
+
     def decide(self, runner, trial, result):
         odd = int(trial.trial_id) % 2 == 1 and result[M.EPOCH] == 1
         return ResumableASHA.STOP if odd else ResumableASHA.CONTINUE
+
     monkeypatch.setattr(ResumableASHA, "on_trial_result", decide)
     trace = replay(curves, pack, 0, (0.9,), workers=1)
     assert trace.costs == (5.0,) and trace.trials_to == (2,)
@@ -253,9 +287,20 @@ def test_pack_replay_reads_one_at_a_time_from_a_replay_file_and_writes_only_its_
     """The one-at-a-time replays come from a replay file holding more seeds (here marked, so a
     replay again would show); the packs are replayed and written, and a rerun reads them back. The
     summary pairs each packed method with the same sampler one at a time."""
-    rows = [{"latent_fraction": 0.25, "seed": seed, "config_id": c.config_id, "epoch": e + 1,
-             "val_token_accuracy": c.val[e], "test_token_accuracy": c.test[e], "cpu_seconds": c.cpu[e]}
-            for seed, shift in ((1, 0.01), (2, 0.0)) for c in table(shift) for e in range(len(c.val))]
+    rows = [
+        {
+            "latent_fraction": 0.25,
+            "seed": seed,
+            "config_id": c.config_id,
+            "epoch": e + 1,
+            "val_token_accuracy": c.val[e],
+            "test_token_accuracy": c.test[e],
+            "cpu_seconds": c.cpu[e],
+        }
+        for seed, shift in ((1, 0.01), (2, 0.0))
+        for c in table(shift)
+        for e in range(len(c.val))
+    ]
     path = tmp_path / "evidence.parquet"
     pd.DataFrame(rows).to_parquet(path)
     replay_all(range(4), 0.25, path, workers=1, methods=(ASHA_RANDOM,), folder=tmp_path)
@@ -292,7 +337,9 @@ def test_an_ordered_space_samples_each_numeric_choice_as_the_index_of_its_level(
         sweep.enqueue(declared(params))
         (proposal,) = sweep.ask()
         assert proposal.params == declared(params)
-        assert isinstance(proposal.trial.params["train.lr"], int) and isinstance(proposal.trial.params["model.block"], str)
+        assert isinstance(proposal.trial.params["train.lr"], int) and isinstance(
+            proposal.trial.params["model.block"], str
+        )
     drawn = [sweep.ask()[0].params["train.lr"] for _ in range(2000)]
     assert min(drawn.count(lr) for lr in E.GRID["train.lr"]) > 350  # 400 each, none half as often
     assert sweep.study.trials[-1].distributions["train.lr"] == optuna.distributions.IntDistribution(0, 4)
@@ -365,8 +412,10 @@ def test_the_first_rung_model_learns_of_every_trial_at_its_first_rung_value_prun
     assert len(told) >= 90 and all(t.state == optuna.trial.TrialState.COMPLETE for t in told)
     assert all(t.value == curve_of(t).val[0] for t in told)
     replay(curves, _fresh("p", "tpe"), 0, (2.0,), workers=1)
-    states = {t.state for t in studies[-1].get_trials(states=(optuna.trial.TrialState.COMPLETE,
-                                                              optuna.trial.TrialState.PRUNED))}
+    states = {
+        t.state
+        for t in studies[-1].get_trials(states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))
+    }
     assert states == {optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED}
 
 
@@ -374,7 +423,9 @@ def test_racing_the_incumbent_stops_more_trials_at_their_first_rung_than_asha():
     """Racing lets on only a trial as good as the best at its rung: in the same budget it starts
     more trials than ASHA, each trained less."""
     curves = table()
-    race = [replay(curves, Method("race+random", "random", "race"), seed, (2.0,), workers=1).trials for seed in range(4)]
+    race = [
+        replay(curves, Method("race+random", "random", "race"), seed, (2.0,), workers=1).trials for seed in range(4)
+    ]
     asha = [replay(curves, ASHA_RANDOM, seed, (2.0,), workers=1).trials for seed in range(4)]
     assert all(r > a for r, a in zip(race, asha)), (race, asha)
 
@@ -386,19 +437,35 @@ def test_the_learning_replay_meets_the_p90_target_only_at_half_the_grid_and_an_i
     from research.replay import Trace
 
     def runs(method, cost):
-        return [Run(method, s, 1, (0.5, 0.7, 0.8), 0.9, Trace((cost, cost, cost), (1, 1, 1), (0.8,) * 3, 10,
-                                                               (0.85, 0.87, 0.88)), 0.9) for s in range(20)]
+        return [
+            Run(
+                method,
+                s,
+                1,
+                (0.5, 0.7, 0.8),
+                0.9,
+                Trace((cost, cost, cost), (1, 1, 1), (0.8,) * 3, 10, (0.85, 0.87, 0.88)),
+                0.9,
+            )
+            for s in range(20)
+        ]
 
     rows = {r["method"]: r for r in L.summarize(runs("grid", 100.0) + runs("asha+random", 55.0) + runs("new", 45.0))}
     assert rows["new"]["p90_target"] == "met" and rows["asha+random"]["p90_target"] == "missed"
-    assert rows["new"]["regret_0.5x"] == "3.00 [3.00, 3.00]" and rows["new"]["vs_asha+random_0.5x"] == "+0.00 [+0.00, +0.00]"
+    assert (
+        rows["new"]["regret_0.5x"] == "3.00 [3.00, 3.00]"
+        and rows["new"]["vs_asha+random_0.5x"] == "+0.00 [+0.00, +0.00]"
+    )
 
 
-@pytest.mark.parametrize("module, args, refusal", [
-    ("replay", ["--seeds", "5-3"], "--seeds '5-3' is not a range FIRST-LAST"),
-    ("replay", ["--fraction", "0.3"], "--fraction 0.3 is not a fraction of the evidence table"),
-    ("pack_replay", ["--pack", "1"], "--pack 1 is not a pack"),
-])
+@pytest.mark.parametrize(
+    "module, args, refusal",
+    [
+        ("replay", ["--seeds", "5-3"], "--seeds '5-3' is not a range FIRST-LAST"),
+        ("replay", ["--fraction", "0.3"], "--fraction 0.3 is not a fraction of the evidence table"),
+        ("pack_replay", ["--pack", "1"], "--pack 1 is not a pack"),
+    ],
+)
 def test_a_research_command_refuses_a_mistake_in_one_line_before_replaying(module, args, refusal, capsys):
     """`python -m research.<module>`: a mistake is one line and exit status 2, as `seqae`'s, and
     nothing replays."""

@@ -15,21 +15,29 @@ from seqae_core import names as N
 METRICS, MODES = ["val_token_accuracy", "latent_share"], ["max", "min"]
 
 
-def _trial(number: int, minute: int, values: list[float] | None, test: float | None = None,
-           state: optuna.trial.TrialState = optuna.trial.TrialState.COMPLETE) -> optuna.trial.FrozenTrial:
-    trial = optuna.trial.create_trial(state=state, values=values,
-                                      user_attrs={N.TEST: {"test_token_accuracy": test}} if test is not None else {})
+def _trial(
+    number: int,
+    minute: int,
+    values: list[float] | None,
+    test: float | None = None,
+    state: optuna.trial.TrialState = optuna.trial.TrialState.COMPLETE,
+) -> optuna.trial.FrozenTrial:
+    trial = optuna.trial.create_trial(
+        state=state, values=values, user_attrs={N.TEST: {"test_token_accuracy": test}} if test is not None else {}
+    )
     trial.number = number
     trial.datetime_complete = datetime.datetime(2026, 1, 1, 0, minute)
     return trial
 
 
 def test_the_front_is_chosen_on_validation_scored_on_test_and_its_hypervolume_follows_the_spend():
-    trials = [_trial(3, 4, [0.4, 0.5], test=0.9),  # dominated on validation: its better test score is not the front's
-              _trial(0, 1, [0.9, 0.5], test=0.8),
-              _trial(2, 3, [0.5, 0.25], test=0.6),
-              _trial(1, 2, None, state=optuna.trial.TrialState.PRUNED),
-              _trial(4, 5, [0.95, 0.125])]  # no test score: not drawn, not scored
+    trials = [
+        _trial(3, 4, [0.4, 0.5], test=0.9),  # dominated on validation: its better test score is not the front's
+        _trial(0, 1, [0.9, 0.5], test=0.8),
+        _trial(2, 3, [0.5, 0.25], test=0.6),
+        _trial(1, 2, None, state=optuna.trial.TrialState.PRUNED),
+        _trial(4, 5, [0.95, 0.125]),
+    ]  # no test score: not drawn, not scored
     found = front(trials, METRICS, MODES, {0: 10.0, 1: 5.0, 2: 10.0, 3: 10.0, 4: 10.0})
     assert found is not None
     # the reference: a tenth of each objective's range beyond its worst value, on validation or test
@@ -49,11 +57,15 @@ def test_no_front_without_two_objectives_or_a_test_score():
 
 def test_the_grid_front_is_its_kept_checkpoints_front_on_validation_at_the_input_length(tmp_path):
     rows = [  # input_len, float_share, val, test, epoch, kept_epoch
-        (16, 0.5, 0.90, 0.88, 2, 2), (16, 0.5, 0.95, 0.93, 1, 2),  # not the kept epoch
-        (16, 0.25, 0.70, 0.72, 2, 2), (16, 0.5, 0.80, 0.99, 2, 2),  # dominated on validation
-        (32, 0.125, 0.99, 0.99, 2, 2)]  # another input length
-    table = pd.DataFrame(rows, columns=["input_len", "float_share", "val_token_accuracy", "test_token_accuracy", "epoch",
-                                        "kept_epoch"]).assign(trained_on="wiki", scored_on="wiki", part="fig3")
+        (16, 0.5, 0.90, 0.88, 2, 2),
+        (16, 0.5, 0.95, 0.93, 1, 2),  # not the kept epoch
+        (16, 0.25, 0.70, 0.72, 2, 2),
+        (16, 0.5, 0.80, 0.99, 2, 2),  # dominated on validation
+        (32, 0.125, 0.99, 0.99, 2, 2),
+    ]  # another input length
+    table = pd.DataFrame(
+        rows, columns=["input_len", "float_share", "val_token_accuracy", "test_token_accuracy", "epoch", "kept_epoch"]
+    ).assign(trained_on="wiki", scored_on="wiki", part="fig3")
     table.loc[len(table)] = [16, 0.125, 0.99, 0.99, 2, 2, "wiki", "wiki", "sweep"]  # not the grid's
     path = tmp_path / "frontier.parquet"
     table.to_parquet(path)

@@ -42,7 +42,6 @@ from tests.sweep_helpers import (
 pytestmark = pytest.mark.slow
 
 
-
 def children(runs: list) -> list:
     return [r for r in runs if "seqae.trial" in r.data.tags]
 
@@ -82,8 +81,12 @@ def test_driver_sigkill_after_three_of_eight_then_resume(tmp_path):
         done = {n for n, m in metas.items() if m["finished"]}
         return len(done) >= 3 and any(m["epoch"] == 1 and not m["finished"] for m in metas.values())
 
-    wait_for(lambda: held(driver, three_done_and_one_midway), 400, "three finished trials and one a single epoch in",
-             every=0.05)
+    wait_for(
+        lambda: held(driver, three_done_and_one_midway),
+        400,
+        "three finished trials and one a single epoch in",
+        every=0.05,
+    )
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     wait_for_writers_to_exit(storage)  # a worker may finish the epoch it was in
@@ -131,17 +134,31 @@ def test_a_starting_point_of_two_seeds_runs_first_under_its_name_to_its_last_epo
     MLflow, status and the report show each seed's value and the standard error."""
     workspace, name = tmp_path / "ws", "start"
     storage = workspace / "sweeps" / name
-    args = run_args(workspace, name, "trials.total=3", "train.epochs=4", "max_concurrent=1", "scheduler.type=asha",
-                    "scheduler.grace_period=1", "scheduler.reduction_factor=2", "start={slow: {train.lr: 1.2e-3}}",
-                    "train.repeats=2")
+    args = run_args(
+        workspace,
+        name,
+        "trials.total=3",
+        "train.epochs=4",
+        "max_concurrent=1",
+        "scheduler.type=asha",
+        "scheduler.grace_period=1",
+        "scheduler.reduction_factor=2",
+        "start={slow: {train.lr: 1.2e-3}}",
+        "train.repeats=2",
+    )
     log = tmp_path / "driver.log"
     driver = start(*args, log=log)
     # the driver prints a trial's epoch after the trial's worker has checkpointed it, so the kill
     # waits for the printed line, which shows the starting point's name and its seeds' spread
-    first_epoch = re.compile(r"^trial 0  epoch 1/4  start slow: lr=1\.2e-03 .* val_token_accuracy 0\.\d{4} ± 0\.\d{4}  best",
-                             re.M)
-    wait_for(lambda: held(driver, lambda: first_epoch.search(log.read_text()) and 0 not in finished(storage)), 300,
-             "the starting point's first epoch printed", every=0.05)
+    first_epoch = re.compile(
+        r"^trial 0  epoch 1/4  start slow: lr=1\.2e-03 .* val_token_accuracy 0\.\d{4} ± 0\.\d{4}  best", re.M
+    )
+    wait_for(
+        lambda: held(driver, lambda: first_epoch.search(log.read_text()) and 0 not in finished(storage)),
+        300,
+        "the starting point's first epoch printed",
+        every=0.05,
+    )
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     wait_for_writers_to_exit(storage)
@@ -157,8 +174,13 @@ def test_a_starting_point_of_two_seeds_runs_first_under_its_name_to_its_last_epo
     assert first.params["train.lr"] == 1.2e-3
     run = next(r for r in children(mlflow_runs(workspace, name)) if r.data.tags["seqae.trial"] == "0")
     assert (run.data.tags["seqae.start"], run.info.run_name, run.info.status) == ("slow", "trial-0000-slow", "FINISHED")
-    for metric in ("val_token_accuracy", "seed_0/val_token_accuracy", "seed_1/val_token_accuracy",
-                   "val_token_accuracy_stderr", "seed_1/test_token_accuracy"):
+    for metric in (
+        "val_token_accuracy",
+        "seed_0/val_token_accuracy",
+        "seed_1/val_token_accuracy",
+        "val_token_accuracy_stderr",
+        "seed_1/test_token_accuracy",
+    ):
         assert metric_steps(run.info.run_id, metric, workspace) == [1, 2, 3, 4], metric
     info = json.loads(seqae("sweep", "status", name, "--workspace", str(workspace), "--json").stdout)
     assert info["starts"]["slow"]["trial"] == 0 and info["starts"]["slow"]["state"] == "COMPLETE"
@@ -167,10 +189,13 @@ def test_a_starting_point_of_two_seeds_runs_first_under_its_name_to_its_last_epo
     for metric in ("val_token_accuracy", "test_token_accuracy"):
         each = [seeds[f"seed_{s}/{metric}"] for s in (0, 1)]
         assert seeds[f"{metric}_stderr"] == pytest.approx(abs(each[0] - each[1]) / 2)
-    assert info["starts"]["slow"]["values"]["val_token_accuracy"] == pytest.approx(sum(
-        seeds[f"seed_{s}/val_token_accuracy"] for s in (0, 1)) / 2)
+    assert info["starts"]["slow"]["values"]["val_token_accuracy"] == pytest.approx(
+        sum(seeds[f"seed_{s}/val_token_accuracy"] for s in (0, 1)) / 2
+    )
     text = seqae("sweep", "status", name, "--workspace", str(workspace)).stdout
-    assert re.search(r"best: trial \d.*val_token_accuracy 0\.\d{4} ± 0\.\d{4} \(s\.e\.; seeds 0: 0\.\d{4}, 1: 0\.\d{4}\)", text), text
+    assert re.search(
+        r"best: trial \d.*val_token_accuracy 0\.\d{4} ± 0\.\d{4} \(s\.e\.; seeds 0: 0\.\d{4}, 1: 0\.\d{4}\)", text
+    ), text
     built = seqae("report", name, "--workspace", str(workspace))
     assert built.returncode == 0, built.stderr[-3000:]
     page = (storage / "report" / "index.html").read_text()
@@ -183,9 +208,18 @@ def test_ctrl_c_stops_cleanly_and_resume_goes_on(tmp_path):
     storage = workspace / "sweeps" / name
     driver = start(*run_args(workspace, name, "trials.total=4", "train.epochs=4"), log=tmp_path / "driver.log")
     # a trial finished and another midway; held (below), it gets at most one epoch further
-    wait_for(lambda: held(driver, lambda: finished(storage) and any(
-        1 <= m["epoch"] <= 2 and not m["finished"] for m in trial_metas(storage).values())), 300,
-             "a trial finished and another midway", every=0.05)
+    wait_for(
+        lambda: held(
+            driver,
+            lambda: (
+                finished(storage)
+                and any(1 <= m["epoch"] <= 2 and not m["finished"] for m in trial_metas(storage).values())
+            ),
+        ),
+        300,
+        "a trial finished and another midway",
+        every=0.05,
+    )
     os.kill(driver.pid, signal.SIGINT)  # Ctrl-C, handled once the driver goes on
     os.kill(driver.pid, signal.SIGCONT)
     assert driver.wait(timeout=180) == 130
@@ -213,11 +247,19 @@ def test_ctrl_c_stops_cleanly_and_resume_goes_on(tmp_path):
 def test_damaged_newest_checkpoints_are_skipped_and_said(tmp_path):
     workspace, name = tmp_path / "ws", "damaged"
     storage = workspace / "sweeps" / name
-    driver = start(*run_args(workspace, name, "trials.total=2", "train.epochs=8", "max_concurrent=2"), log=tmp_path / "driver.log")
+    driver = start(
+        *run_args(workspace, name, "trials.total=2", "train.epochs=8", "max_concurrent=2"), log=tmp_path / "driver.log"
+    )
     # both past epoch 3 and two from their end: held (below), each gets at most one epoch further
-    wait_for(lambda: held(driver, lambda: len([m for m in trial_metas(storage).values()
-                                              if 3 <= m["epoch"] <= 6 and not m["finished"]]) == 2),
-             300, "two trials past epoch 3", every=0.05)
+    wait_for(
+        lambda: held(
+            driver,
+            lambda: len([m for m in trial_metas(storage).values() if 3 <= m["epoch"] <= 6 and not m["finished"]]) == 2,
+        ),
+        300,
+        "two trials past epoch 3",
+        every=0.05,
+    )
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     wait_for_writers_to_exit(storage)  # nothing writes the records this test damages
@@ -249,10 +291,17 @@ def test_damaged_newest_checkpoints_are_skipped_and_said(tmp_path):
 def test_a_raising_trial_and_a_nan_trial_fail_everywhere_and_the_sweep_goes_on(tmp_path, receiver):
     workspace, name = tmp_path / "ws", "failing"
     # lr 1e30 drives the loss to NaN; d_attn 24 with 16 heads is a combination no config allows
-    extra = ["train.lr=0.001", "grid.train.lr=[1e30, 0.003]", "train.lr_schedule=constant", "trials={per_cell: 2}",
-             "search.model.d_attn={type: categorical, choices: [16, 24]}",
-             "search.model.heads={type: categorical, choices: [1, 16]}", "sampler={type: random, seed: 5}", "start={}",
-             receiver.notify()]
+    extra = [
+        "train.lr=0.001",
+        "grid.train.lr=[1e30, 0.003]",
+        "train.lr_schedule=constant",
+        "trials={per_cell: 2}",
+        "search.model.d_attn={type: categorical, choices: [16, 24]}",
+        "search.model.heads={type: categorical, choices: [1, 16]}",
+        "sampler={type: random, seed: 5}",
+        "start={}",
+        receiver.notify(),
+    ]
     run = seqae(*run_args(workspace, name, *extra))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]  # the sweep completes
     trials = optuna_trials(workspace, name)
@@ -313,8 +362,11 @@ def test_mlflow_outage_delays_tracking_but_loses_nothing(tmp_path):
     env = {"SEQAE_MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"}
     storage = workspace / "sweeps" / name
     # trials of 1,000 epochs train through the outage on any machine, until the test stops them
-    driver = start(*run_args(workspace, name, "trials.total=2", "max_concurrent=2", "train.epochs=1000",
-                             "train.patience=1000"), log=tmp_path / "driver.log", env=env)
+    driver = start(
+        *run_args(workspace, name, "trials.total=2", "max_concurrent=2", "train.epochs=1000", "train.patience=1000"),
+        log=tmp_path / "driver.log",
+        env=env,
+    )
 
     def trained() -> int:  # epochs checkpointed, both trials
         return sum(m["epoch"] for m in trial_metas(storage).values())
@@ -323,16 +375,17 @@ def test_mlflow_outage_delays_tracking_but_loses_nothing(tmp_path):
         wait_for(lambda: trained() >= 1, 300, "training to start")
         epochs_at_outage = trained()
         stop_group(server)  # MLflow goes away (at once; the wait for its process group may take seconds)
-        wait_for(lambda: "MLflow unreachable while" in (tmp_path / "driver.log").read_text(), 300,
-                 "the driver to meet the outage")
+        wait_for(
+            lambda: "MLflow unreachable while" in (tmp_path / "driver.log").read_text(),
+            300,
+            "the driver to meet the outage",
+        )
         seen = time.time()  # the outage began at or before this
-        wait_for(lambda: trained() >= epochs_at_outage + 2, 300,
-                 "training to go on without MLflow")
+        wait_for(lambda: trained() >= epochs_at_outage + 2, 300, "training to go on without MLflow")
         server = mlflow_server.start(backend, artifacts, port, tmp_path / "server.log")  # back, same place
         back = time.time()  # the outage ended after this
         epochs_back = trained()
-        wait_for(lambda: trained() >= epochs_back + 2, 300,
-                 "training to go on with MLflow back")
+        wait_for(lambda: trained() >= epochs_back + 2, 300, "training to go on with MLflow back")
         Sweep.open(name, workspace).stop(now=True)
         assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
     finally:
@@ -365,8 +418,9 @@ def test_a_driver_that_starts_while_mlflow_is_away_waits_for_it_then_says_so_in_
     backend, artifacts = f"sqlite:///{tmp_path / 'server.db'}", str(tmp_path / "server-artifacts")
     uri = f"http://127.0.0.1:{port}"
     env = {"SEQAE_MLFLOW_TRACKING_URI": uri}
-    gave_up = seqae(*run_args(workspace, name, "trials.total=1", "train.epochs=2"),
-                    env={**env, "SEQAE_STORAGE_RETRY_SECONDS": "2"})
+    gave_up = seqae(
+        *run_args(workspace, name, "trials.total=1", "train.epochs=2"), env={**env, "SEQAE_STORAGE_RETRY_SECONDS": "2"}
+    )
     assert gave_up.returncode == 75, gave_up.stderr[-3000:]
     said = [line for line in gave_up.stderr.splitlines() if line.startswith("seqae: error:")]
     assert len(said) == 1 and "Traceback" not in gave_up.stderr, gave_up.stderr[-3000:]
@@ -375,8 +429,11 @@ def test_a_driver_that_starts_while_mlflow_is_away_waits_for_it_then_says_so_in_
     driver = start("sweep", "resume", name, "--workspace", str(workspace), log=log, env=env)
     server = None
     try:
-        wait_for(lambda: "did not answer while opening the sweep's experiment" in log.read_text(), 300,
-                 "the resumed driver to meet the outage")
+        wait_for(
+            lambda: "did not answer while opening the sweep's experiment" in log.read_text(),
+            300,
+            "the resumed driver to meet the outage",
+        )
         server = mlflow_server.start(backend, artifacts, port, tmp_path / "server.log")
         assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
         runs = mlflow_runs(None, name, tracking_uri=uri)
@@ -420,8 +477,9 @@ def test_mlflow_server_refuses_foreign_hosts_and_cross_origin_writes(tmp_path):
 
     def status(path: str, headers: dict[str, str], body: dict | None = None) -> int:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(f"{url}/{path}", data=data, headers={"Content-Type": "application/json",
-                                                                              **headers})
+        request = urllib.request.Request(
+            f"{url}/{path}", data=data, headers={"Content-Type": "application/json", **headers}
+        )
         try:
             with urllib.request.urlopen(request, timeout=10) as response:
                 return response.status
@@ -465,11 +523,21 @@ def test_full_or_read_only_workspace_fails_clearly_and_keeps_data_readable(small
         assert info.returncode == 0, info.stderr
         assert json.loads(info.stdout)["trials_by_state"] == {"COMPLETE": 1}
         # a separate process, as a user's next command is: this one must hold no file open there
-        read = subprocess.run([sys.executable, "-c", (
-            "import json, sys; from tests.sweep_helpers import mlflow_runs, optuna_trials; from pathlib import Path; "
-            "w = Path(sys.argv[1]); print(json.dumps([sorted(r.info.status for r in mlflow_runs(w, 'before')), "
-            "[t.state.name for t in optuna_trials(w, 'before')]]))"), str(workspace)],
-            capture_output=True, text=True, cwd=REPO)
+        read = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                (
+                    "import json, sys; from tests.sweep_helpers import mlflow_runs, optuna_trials; from pathlib import Path; "
+                    "w = Path(sys.argv[1]); print(json.dumps([sorted(r.info.status for r in mlflow_runs(w, 'before')), "
+                    "[t.state.name for t in optuna_trials(w, 'before')]]))"
+                ),
+                str(workspace),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
         assert read.returncode == 0, read.stderr[-2000:]
         assert json.loads(read.stdout.strip().splitlines()[-1]) == [["FINISHED", "FINISHED"], ["COMPLETE"]]
 

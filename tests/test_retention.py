@@ -29,11 +29,21 @@ def train_records(storage: str, number: int, epochs: int, accuracy: float, weigh
     store = CheckpointStore.of_trial(storage, number)
     history = [{M.EPOCH: e, M.VAL_TOKEN_ACCURACY: accuracy, M.EPOCH_SECONDS: 1.0} for e in range(1, epochs + 1)]
     for epoch in range(1, epochs + 1):
-        store.save_epoch(epoch, {"epoch": epoch, "state": torch.zeros(3 * weights // 4)},
-                         {"history": history[:epoch], "finished": epoch == epochs, "patience_spent": False})
-        store.save_best(epoch, {MODEL: tensor_bytes({"model": torch.zeros(weights // 4)}), SAMPLES_JSON: b"[]",
-                                SAMPLES_TXT: b"original: a", METRICS: json.dumps(history[epoch - 1]).encode()},
-                        {"metrics": history[epoch - 1], "config": {"train.lr": 0.001}})
+        store.save_epoch(
+            epoch,
+            {"epoch": epoch, "state": torch.zeros(3 * weights // 4)},
+            {"history": history[:epoch], "finished": epoch == epochs, "patience_spent": False},
+        )
+        store.save_best(
+            epoch,
+            {
+                MODEL: tensor_bytes({"model": torch.zeros(weights // 4)}),
+                SAMPLES_JSON: b"[]",
+                SAMPLES_TXT: b"original: a",
+                METRICS: json.dumps(history[epoch - 1]).encode(),
+            },
+            {"metrics": history[epoch - 1], "config": {"train.lr": 0.001}},
+        )
     return store
 
 
@@ -90,8 +100,14 @@ def test_ended_trials_outside_the_best_are_released_and_the_best_and_the_running
     retention.settle(better)  # pushes 0.7 out of the best two
     released = {n for n in (*numbers, running, better) if RecordStore.of_trial(storage, n).progress().released}
     assert released == {numbers[0], numbers[2]}
-    assert retention.summary() == ("checkpoints kept for the 2 best trials (checkpoints.keep_best=2); released for 2 "
-                                   f"ended trials, {retention.freed / 1e6:.1f} MB freed") and retention.freed > 8 * MB
+    assert (
+        retention.summary()
+        == (
+            "checkpoints kept for the 2 best trials (checkpoints.keep_best=2); released for 2 "
+            f"ended trials, {retention.freed / 1e6:.1f} MB freed"
+        )
+        and retention.freed > 8 * MB
+    )
 
 
 def test_a_trial_whose_worker_holds_its_records_is_released_once_it_lets_go(workspace, tmp_path):  # noqa: F811

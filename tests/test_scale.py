@@ -93,9 +93,14 @@ def test_a_driver_start_reads_each_trial_of_the_study_once(tmp_path, templates, 
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     first = open_study(SPEC, url, "s", 20, SPEC.fingerprint())
     dists = {k: optuna.distributions.FloatDistribution(3e-4, 3e-3, log=True) for k in ["train.lr"]}
-    first.study.add_trials([optuna.trial.create_trial(state=TrialState.COMPLETE, params={"train.lr": 1e-3},
-                                                      distributions=dists, values=[0.1 * n])
-                            for n in range(20)])
+    first.study.add_trials(
+        [
+            optuna.trial.create_trial(
+                state=TrialState.COMPLETE, params={"train.lr": 1e-3}, distributions=dists, values=[0.1 * n]
+            )
+            for n in range(20)
+        ]
+    )
     read: collections.Counter[str] = collections.Counter()
     original = optuna.storages.RDBStorage._get_trials
 
@@ -158,8 +163,12 @@ def test_a_small_sweeps_report_draws_every_trial(sweep, tmp_path):
 def test_parallel_coordinates_of_a_large_study_draw_its_best_trials(tmp_path):
     study = optuna.create_study(direction="maximize")
     dists = {"x": optuna.distributions.FloatDistribution(0, 1)}
-    study.add_trials([optuna.trial.create_trial(params={"x": n / 100}, distributions=dists, values=[n / 100])
-                      for n in range(figures.MANY + 10)])
+    study.add_trials(
+        [
+            optuna.trial.create_trial(params={"x": n / 100}, distributions=dists, values=[n / 100])
+            for n in range(figures.MANY + 10)
+        ]
+    )
     best = optuna_plots.best_of(study)
     assert sorted(t.values[0] for t in best.trials) == [n / 100 for n in range(10, figures.MANY + 10)]
     assert optuna_plots.best_of(best) is best

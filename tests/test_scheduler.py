@@ -20,8 +20,16 @@ def _trial(number: int, start: str | None = None) -> SimpleNamespace:
 
 
 def test_a_starting_point_is_never_stopped_but_counts_at_every_rung():
-    asha = ResumableASHA({}, (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"),), time_attr=M.EPOCH,
-                         metric=M.VAL_TOKEN_ACCURACY, mode="max", max_t=9, grace_period=1, reduction_factor=3)
+    asha = ResumableASHA(
+        {},
+        (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"),),
+        time_attr=M.EPOCH,
+        metric=M.VAL_TOKEN_ACCURACY,
+        mode="max",
+        max_t=9,
+        grace_period=1,
+        reduction_factor=3,
+    )
     good = [_trial(n) for n in range(3)]
     start, weak = _trial(3, "paper"), _trial(4)
     for trial in [*good, start, weak]:
@@ -58,8 +66,14 @@ def test_several_objectives_rank_a_rung_by_non_dominated_sorting_and_resume_the_
     it holds (which reached it first is not recorded, as with one objective): the fifth and the third
     are behind again, the second, behind the first alone when it arrived, is now inside the best half."""
     objectives = (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"), Objective(metric=M.LATENT_SHARE, mode="min"))
-    settings = {"time_attr": M.EPOCH, "max_t": 4, "grace_period": 1, "reduction_factor": 2,
-                "metric": M.VAL_TOKEN_ACCURACY, "mode": "max"}  # Tune sets the first objective so
+    settings = {
+        "time_attr": M.EPOCH,
+        "max_t": 4,
+        "grace_period": 1,
+        "reduction_factor": 2,
+        "metric": M.VAL_TOKEN_ACCURACY,
+        "mode": "max",
+    }  # Tune sets the first objective so
     asha = ParetoASHA({}, objectives, **settings)
     points = [(0.9, 0.5), (0.8, 0.5), (0.7, 0.5), (0.3, 0.125), (0.6, 0.5)]
     decisions, history = [], {}
@@ -69,8 +83,13 @@ def test_several_objectives_rank_a_rung_by_non_dominated_sorting_and_resume_the_
         record = {M.EPOCH: 1, M.VAL_TOKEN_ACCURACY: accuracy, M.LATENT_SHARE: share}
         decisions.append(asha.on_trial_result(None, trial, record))
         history[number] = [record]
-    assert decisions == [TrialScheduler.CONTINUE, TrialScheduler.STOP, TrialScheduler.STOP,
-                         TrialScheduler.CONTINUE, TrialScheduler.STOP]
+    assert decisions == [
+        TrialScheduler.CONTINUE,
+        TrialScheduler.STOP,
+        TrialScheduler.STOP,
+        TrialScheduler.CONTINUE,
+        TrialScheduler.STOP,
+    ]
     end = {M.EPOCH: 4, M.VAL_TOKEN_ACCURACY: 0.95, M.LATENT_SHARE: 0.5}
     assert asha.on_trial_result(None, _trial(0), end) == TrialScheduler.STOP  # its last epoch
     rebuilt = ParetoASHA(history, objectives, **settings)
@@ -83,8 +102,14 @@ def test_rungs_below_an_epoch_decide_at_the_validation_that_reaches_them_and_res
     stops there, mid-epoch. Rebuilt from the trials' records, each rung holds the first record at or
     past it, and the third is behind again."""
     objective = (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"),)
-    settings = {"time_attr": M.EPOCH, "metric": M.VAL_TOKEN_ACCURACY, "mode": "max", "max_t": 2,
-                "grace_period": 0.25, "reduction_factor": 2}
+    settings = {
+        "time_attr": M.EPOCH,
+        "metric": M.VAL_TOKEN_ACCURACY,
+        "mode": "max",
+        "max_t": 2,
+        "grace_period": 0.25,
+        "reduction_factor": 2,
+    }
     asha = ResumableASHA({}, objective, **settings)
     assert [milestone for milestone, _ in RP.rungs(asha.bracket_of(0))] == [2, 1, 0.5, 0.25]
     trials = [_trial(n) for n in range(3)]
@@ -114,8 +139,14 @@ def test_racing_the_incumbent_lets_on_only_a_trial_as_good_as_the_best_at_its_ru
     from sweeps.running.schedulers import RacingASHA
 
     objective = (Objective(metric=M.VAL_TOKEN_ACCURACY, mode="max"),)
-    settings = {"time_attr": M.EPOCH, "metric": M.VAL_TOKEN_ACCURACY, "mode": "max", "max_t": 4, "grace_period": 1,
-                "reduction_factor": 2}
+    settings = {
+        "time_attr": M.EPOCH,
+        "metric": M.VAL_TOKEN_ACCURACY,
+        "mode": "max",
+        "max_t": 4,
+        "grace_period": 1,
+        "reduction_factor": 2,
+    }
     race, asha = RacingASHA({}, objective, **settings), ResumableASHA({}, objective, **settings)
     values = {0: 0.5, 1: 0.9, 2: 0.7, 3: 0.9}  # trial 2 is above the median of 0.5 and 0.9, below the best
     decisions: dict[str, list[str]] = {"race": [], "asha": []}

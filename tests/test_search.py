@@ -44,8 +44,10 @@ CONDITIONAL = {
         "model.residual": {"type": "categorical", "choices": [False, True], "when": {"model.block": "paper"}},
         "train.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2},
     },
-    "start": {"paper": {"model.block": "paper", "model.residual": True, "train.lr": 1e-3, "train.lr_schedule": "linear"},
-              "defaults": {}},
+    "start": {
+        "paper": {"model.block": "paper", "model.residual": True, "train.lr": 1e-3, "train.lr_schedule": "linear"},
+        "defaults": {},
+    },
     "trials": {"total": 12},
     "sampler": {"type": "tpe", "seed": 3, "n_startup_trials": 4},
 }
@@ -70,7 +72,9 @@ def test_starting_points_run_first_by_name_then_random_start_up_then_tpe(tmp_pat
     # define-by-run: each block's own keys only
     for trial in issued:
         block = trial.params["model.block"]
-        assert ("model.heads" in trial.params) == (block == "transformer") and ("model.residual" in trial.params) == (block == "paper")
+        assert ("model.heads" in trial.params) == (block == "transformer") and ("model.residual" in trial.params) == (
+            block == "paper"
+        )
 
 
 def test_a_starting_point_enqueued_by_a_driver_that_died_runs_under_its_name(tmp_path):
@@ -161,8 +165,10 @@ def test_a_fork_does_not_try_a_starting_point_its_origin_tried(tmp_path):
 
 ORDERED = {
     "config": {"data": {"input_len": 16}, "model": {"block": "transformer", "d_model": 32, "d_attn": 32, "heads": 2}},
-    "search": {"model.d_model": {"type": "ordered", "choices": [16, 32, 64]},
-               "train.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+    "search": {
+        "model.d_model": {"type": "ordered", "choices": [16, 32, 64]},
+        "train.lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2},
+    },
     "start": {"widest": {"model.d_model": 64}},
     "trials": {"total": 12},
     "sampler": {"type": "tpe", "seed": 0, "n_startup_trials": 4},

@@ -31,11 +31,29 @@ def scores(level: float, val_above: float = 0.01, cost_seconds: float = 60.0) ->
     return Scores(tuple(t + val_above for t in test), test, cost_seconds)
 
 
-def search(arm: str, fraction: float, seed: int, level: float, is_recipe: bool = False, returned: float = 0.8,
-           spent: float = 350.0) -> Search:
+def search(
+    arm: str,
+    fraction: float,
+    seed: int,
+    level: float,
+    is_recipe: bool = False,
+    returned: float = 0.8,
+    spent: float = 350.0,
+) -> Search:
     config = {} if is_recipe else {"model.block": "transformer", "train.lr": 0.00234, "model.dropout": 0.1234}
-    return Search(arm, fraction, seed, best_val=level + 0.05, returned_test=returned, config=config,
-                  is_recipe=is_recipe, trials=9, cost_seconds=spent, budget_seconds=360.0, scores=scores(level))
+    return Search(
+        arm,
+        fraction,
+        seed,
+        best_val=level + 0.05,
+        returned_test=returned,
+        config=config,
+        is_recipe=is_recipe,
+        trials=9,
+        cost_seconds=spent,
+        budget_seconds=360.0,
+        scores=scores(level),
+    )
 
 
 def kept_of(values: list[float]) -> Scores:
@@ -50,12 +68,17 @@ def test_the_table_pairs_gains_by_training_seed_and_tests_over_search_seeds():
     the recipe itself; random is 1 point worse everywhere; random+asha, at 25% only, 3 points
     better: each pair of arms is compared where both ran."""
     recipe = {f: scores(0.80) for f in (0.5, 0.25)}
-    searches = ([search("tpe+asha", 0.25, s, 0.84, spent=370.0) for s in range(10, 20)]
-                + [search("tpe+asha", 0.5, 0, 0.80, is_recipe=True), search("tpe+asha", 0.5, 1, 0.82),
-                   search("tpe+asha", 0.5, 2, 0.82)]
-                + [search("random", 0.5, s, 0.79) for s in (0, 1, 2)]
-                + [search("random", 0.25, s, 0.79) for s in range(10, 20)]
-                + [search("random+asha", 0.25, s, 0.83) for s in range(10, 20)])
+    searches = (
+        [search("tpe+asha", 0.25, s, 0.84, spent=370.0) for s in range(10, 20)]
+        + [
+            search("tpe+asha", 0.5, 0, 0.80, is_recipe=True),
+            search("tpe+asha", 0.5, 1, 0.82),
+            search("tpe+asha", 0.5, 2, 0.82),
+        ]
+        + [search("random", 0.5, s, 0.79) for s in (0, 1, 2)]
+        + [search("random", 0.25, s, 0.79) for s in range(10, 20)]
+        + [search("random+asha", 0.25, s, 0.83) for s in range(10, 20)]
+    )
     rows = {(r["latent"], r["arm"]): r for r in summarize(recipe, {}, searches)}
 
     assert rows[("32->16", "recipe")]["test_mean"] == pytest.approx(0.8033, abs=1e-4)
@@ -64,7 +87,7 @@ def test_the_table_pairs_gains_by_training_seed_and_tests_over_search_seeds():
 
     at_25 = rows[("32->8", "tpe+asha")]
     assert at_25["gain_points"] == pytest.approx(4.0) and at_25["gain_95ci_t"] == "[+4.00, +4.00]"
-    assert at_25["p_sign_flip"] == pytest.approx(round(2 ** -10, 4)) and at_25["search_seeds"] == 10
+    assert at_25["p_sign_flip"] == pytest.approx(round(2**-10, 4)) and at_25["search_seeds"] == 10
     assert at_25["wins"] == "10/10" and at_25["budget_cpu_s"] == 360 and at_25["cpu_s"] == 370
     assert at_25["overshoot_cpu_s_max"] == 10.0  # what it spent past its budget, counted
     assert at_25["val_to_test_drop"] == pytest.approx(0.05 - 0.0033, abs=1e-4)  # chosen by its own val: biased up
@@ -84,10 +107,10 @@ def test_the_table_pairs_gains_by_training_seed_and_tests_over_search_seeds():
         assert rows[(latent, "random")]["gain_points"] == pytest.approx(-1.0)
         assert rows[(latent, "random")]["p_holm"] == 1.0
     contrast = rows[("32->8", "tpe+asha - random")]
-    assert contrast["gain_points"] == pytest.approx(5.0) and contrast["p_holm"] == pytest.approx(2 * 2 ** -10, abs=1e-4)
+    assert contrast["gain_points"] == pytest.approx(5.0) and contrast["p_holm"] == pytest.approx(2 * 2**-10, abs=1e-4)
     same_scheduler, asha = rows[("32->8", "tpe+asha - random+asha")], rows[("32->8", "random+asha - random")]
     assert same_scheduler["gain_points"] == pytest.approx(1.0) and asha["gain_points"] == pytest.approx(4.0)
-    assert asha["p_holm"] == pytest.approx(2 ** -10, abs=1e-4)  # measured at one fraction: a family of one
+    assert asha["p_holm"] == pytest.approx(2**-10, abs=1e-4)  # measured at one fraction: a family of one
     assert ("32->16", "random+asha - random") not in rows and ("32->16", "random+asha") not in rows
 
 
@@ -98,7 +121,9 @@ def test_recipe_at_equal_compute_keeps_the_best_of_k_by_validation_and_pairs_rep
     equal = {0.25: [kept_of([0.70, 0.75, 0.81]), kept_of([0.70, 0.79]), kept_of([0.82])]}
     searches = [search("tpe+asha", 0.25, s, 0.84, returned=r) for s, r in zip(range(3), (0.86, 0.84, 0.85))]
     rows = {(r["latent"], r["arm"]): r for r in summarize(recipe, equal, searches)}
-    assert rows[("32->8", f"recipe@{BUDGET_TRAININGS}")]["test_mean"] == pytest.approx(np.mean([0.81, 0.79, 0.82]), abs=1e-4)
+    assert rows[("32->8", f"recipe@{BUDGET_TRAININGS}")]["test_mean"] == pytest.approx(
+        np.mean([0.81, 0.79, 0.82]), abs=1e-4
+    )
     returned = rows[("32->8", f"tpe+asha - recipe@{BUDGET_TRAININGS} (returned model)")]
     assert returned["gain_points"] == pytest.approx(100 * np.mean([0.05, 0.05, 0.03]), abs=0.01)
 
@@ -135,14 +160,18 @@ def test_the_gpu_profile_runs_the_papers_length_and_widths_in_eighths_of_a_gpu_a
         run("unused", tmp_path / "ws", (0.5,), GPU)
 
 
-@pytest.mark.parametrize("sessions, is_ended", [
-    pytest.param([], False, id="never-run"),
-    pytest.param([{"outcome": "interrupted", "trials": {"COMPLETE": 1, "RUNNING": 1}}], False, id="interrupted"),
-    pytest.param([{"outcome": "stopped", "trials": {"COMPLETE": 1, "RUNNING": 1}}], False, id="stopped-now"),
-    pytest.param([{"outcome": "stopped", "trials": {"COMPLETE": 4}}], True, id="budget-spent"),
-    pytest.param([{"outcome": "interrupted"}, {"outcome": "complete", "trials": {"COMPLETE": 5}}], True,
-                 id="complete"),
-])
+@pytest.mark.parametrize(
+    "sessions, is_ended",
+    [
+        pytest.param([], False, id="never-run"),
+        pytest.param([{"outcome": "interrupted", "trials": {"COMPLETE": 1, "RUNNING": 1}}], False, id="interrupted"),
+        pytest.param([{"outcome": "stopped", "trials": {"COMPLETE": 1, "RUNNING": 1}}], False, id="stopped-now"),
+        pytest.param([{"outcome": "stopped", "trials": {"COMPLETE": 4}}], True, id="budget-spent"),
+        pytest.param(
+            [{"outcome": "interrupted"}, {"outcome": "complete", "trials": {"COMPLETE": 5}}], True, id="complete"
+        ),
+    ],
+)
 def test_a_search_that_ended_is_read_back_and_one_left_to_continue_is_resumed(tmp_path, sessions, is_ended):
     """A rerun of `python -m research.search_vs_recipe` resumes only what an earlier run left unfinished: resumed, an
     ended search would lift its budget's stop and could add a trial, moving the published table."""
@@ -154,6 +183,10 @@ def test_a_search_that_ended_is_read_back_and_one_left_to_continue_is_resumed(tm
     (tmp_path / "ws" / "optuna.db").touch()  # where the record says the study is: only the record is read
     workspace = Workspace(tmp_path / "ws")
     assert not ended(workspace, "search")
-    write_sweep(workspace, "search", quickstart(), [SessionRecord.of_dict({"started": 0.0, "pid": 1, "host": "h", **s})
-                                                    for s in sessions])
+    write_sweep(
+        workspace,
+        "search",
+        quickstart(),
+        [SessionRecord.of_dict({"started": 0.0, "pid": 1, "host": "h", **s}) for s in sessions],
+    )
     assert ended(workspace, "search") is is_ended

@@ -89,6 +89,10 @@ def test_a_sweep_taken_up_with_its_own_file_loads_and_checks_that_file_once(tmp_
     assert checked.spec is not None and checked.mlflow is None  # an existing sweep: its credentials are the session's
     session = open_first_session(workspace.root, checked)
     try:
-        assert calls == {"state read": 2, "trial configs checked": 1, "credentials checked": 1}  # create's read, the session's
+        assert calls == {
+            "state read": 2,
+            "trial configs checked": 1,
+            "credentials checked": 1,
+        }  # create's read, the session's
     finally:
         session.notifier.close()

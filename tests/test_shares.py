@@ -45,7 +45,10 @@ def test_a_sweep_that_asks_for_less_leaves_the_rest_to_the_others():
 
 
 def test_weights_divide_in_proportion():
-    assert slots([claim("a", demand=8, weight=3.0), claim("b", "bob", demand=8, weight=1.0)], Capacity(8)) == {"a": 6, "b": 2}
+    assert slots([claim("a", demand=8, weight=3.0), claim("b", "bob", demand=8, weight=1.0)], Capacity(8)) == {
+        "a": 6,
+        "b": 2,
+    }
 
 
 def test_a_higher_priority_is_filled_first_and_the_lower_gets_what_is_left():
@@ -77,8 +80,19 @@ def test_never_past_capacity_demand_or_quota(seed):
     import random
 
     rng = random.Random(seed)
-    claims = [claim(f"s{i}", f"u{rng.randrange(3)}", rng.randrange(3), rng.randrange(6), rng.choice([0.5, 1, 2]),
-                    rng.choice([0, 0, 1]), rng.choice([1.0, 2.0]), rng.random()) for i in range(rng.randrange(1, 7))]
+    claims = [
+        claim(
+            f"s{i}",
+            f"u{rng.randrange(3)}",
+            rng.randrange(3),
+            rng.randrange(6),
+            rng.choice([0.5, 1, 2]),
+            rng.choice([0, 0, 1]),
+            rng.choice([1.0, 2.0]),
+            rng.random(),
+        )
+        for i in range(rng.randrange(1, 7))
+    ]
     capacity = Capacity(rng.randrange(0, 12), rng.randrange(0, 3))
     quotas = {"u0": Quota(cpus=rng.randrange(1, 5))}
     shares = allocate(claims, capacity, quotas)
@@ -93,14 +107,35 @@ def test_never_past_capacity_demand_or_quota(seed):
         if s.slots < c.demand and s.why != QUOTA:
             used_cpus = sum(x.slots * by[n].cpus for n, x in shares.items())
             used_gpus = sum(x.slots * by[n].gpus for n, x in shares.items())
-            assert used_cpus + c.cpus > capacity.cpus + 1e-9 or used_gpus + c.gpus > capacity.gpus + 1e-9 or any(
-                by[n].priority >= c.priority and x.slots for n, x in shares.items() if n != k)
+            assert (
+                used_cpus + c.cpus > capacity.cpus + 1e-9
+                or used_gpus + c.gpus > capacity.gpus + 1e-9
+                or any(by[n].priority >= c.priority and x.slots for n, x in shares.items() if n != k)
+            )
 
 
 def entry(sweep, user, priority=0, demand=4, arrived=None, heartbeat=None, ended=None, training=0, weight=1.0):
     now = time.time()
-    return Q.Entry(sweep, user, priority, 4, demand, 1.0, 0.0, training, 0, 0, 0, 8, arrived or now,
-                   heartbeat or now, ended, 4.0, 0.0, weight=weight)
+    return Q.Entry(
+        sweep,
+        user,
+        priority,
+        4,
+        demand,
+        1.0,
+        0.0,
+        training,
+        0,
+        0,
+        0,
+        8,
+        arrived or now,
+        heartbeat or now,
+        ended,
+        4.0,
+        0.0,
+        weight=weight,
+    )
 
 
 @pytest.fixture
@@ -161,8 +196,10 @@ def test_the_command_line_shows_the_queue_and_refuses_others_priorities_and_quot
     queue.join(entry("hers", "ann", arrived=1.0, training=3))
     queue.join(entry("his", "bob", priority=2, arrived=2.0))
     monkeypatch.setenv(USER, "bob")
-    for argv, says in ((["sweep", "priority", "hers", "9"], "sweep 'hers' belongs to ann; bob may not change its "
-                        "priority"), (["cluster", "quota", "ann", "--cpus", "1"], "quotas are set by an MLflow admin")):
+    for argv, says in (
+        (["sweep", "priority", "hers", "9"], "sweep 'hers' belongs to ann; bob may not change its priority"),
+        (["cluster", "quota", "ann", "--cpus", "1"], "quotas are set by an MLflow admin"),
+    ):
         code = main([*argv, "--workspace", str(workspace)])
         assert_refused(code, capsys.readouterr().err, says, created=(workspace / "sweeps",))
     assert queue.entry("hers").priority == 0 and queue.quotas() == {}
@@ -180,7 +217,6 @@ def test_the_command_line_shows_the_queue_and_refuses_others_priorities_and_quot
 
     his = next(p for p in json.loads(capsys.readouterr().out.splitlines()[-1]) if p["sweep"] == "his")
     assert (his["share"], his["quota"], his["why"]) == (2, {"cpus": 2.0, "gpus": None}, QUOTA)
-
 
 
 def test_a_driver_that_died_on_this_host_frees_its_slots_at_once(queue):
@@ -217,12 +253,15 @@ def test_weights_1_and_3_on_4_slots_get_1_and_3_and_the_queue_shows_them(tmp_pat
     assert (rows["heavy"][3], rows["heavy"][5]) == ("3", "0/3/-")
 
 
-@pytest.mark.parametrize("argv, says", [
-    pytest.param(["--weight", "0"], "weight", id="zero"),
-    pytest.param(["--weight", "-1"], "weight", id="negative"),
-    pytest.param(["--weight", "lots"], "weight", id="not-a-number"),
-    pytest.param(["--set", "weight=inf"], "weight", id="infinite"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        pytest.param(["--weight", "0"], "weight", id="zero"),
+        pytest.param(["--weight", "-1"], "weight", id="negative"),
+        pytest.param(["--weight", "lots"], "weight", id="not-a-number"),
+        pytest.param(["--set", "weight=inf"], "weight", id="infinite"),
+    ],
+)
 def test_a_bad_weight_is_refused_in_one_line_before_anything_is_submitted(tmp_path, monkeypatch, capsys, argv, says):
     from seqae.cli.main import main
     from tests.test_status import QUICKSTART
@@ -250,12 +289,18 @@ def test_a_queue_made_before_weights_and_etas_is_read_and_then_upgraded(tmp_path
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     engine = sa.create_engine(url)
     old = [c for c in Q._SWEEPS.columns if c.name not in ("weight", "eta_end")]
-    sa.Table(Q._SWEEPS.name, sa.MetaData(), *(sa.Column(c.name, c.type, primary_key=c.primary_key) for c in old)
-             ).create(engine)
+    sa.Table(
+        Q._SWEEPS.name, sa.MetaData(), *(sa.Column(c.name, c.type, primary_key=c.primary_key) for c in old)
+    ).create(engine)
     before = entry("a", "ann")
     with engine.begin() as db:
-        db.execute(sa.text(f"INSERT INTO seqae_queue ({', '.join(c.name for c in old)}) VALUES "
-                           f"({', '.join(':' + c.name for c in old)})"), {c.name: getattr(before, c.name) for c in old})
+        db.execute(
+            sa.text(
+                f"INSERT INTO seqae_queue ({', '.join(c.name for c in old)}) VALUES "
+                f"({', '.join(':' + c.name for c in old)})"
+            ),
+            {c.name: getattr(before, c.name) for c in old},
+        )
     engine.dispose()
     assert Q.Queue(url, create=False).entries() == [before]  # a reader writes nothing, and reads the defaults
     queue = Q.Queue(url)  # a driver's: adds the columns

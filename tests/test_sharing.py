@@ -36,9 +36,19 @@ SCENARIOS = ["priority", "equal-shares", "quota"]
 
 # fp32 without dropout and every trial to its last epoch: a trial's numbers are its own, however
 # often it was paused; the same seed proposes the same trials in both sweeps
-TINY = [f"data.path={WIKI_MINI}", "data.max_pages=12", "data.input_len=16", "model.latent_len=8", "train.epochs=3",
-        "train.precision=fp32", "model.dropout=0.0", "scheduler.type=none", "resources.cpu=1", "retries=1",
-        "max_concurrent=4"]
+TINY = [
+    f"data.path={WIKI_MINI}",
+    "data.max_pages=12",
+    "data.input_len=16",
+    "model.latent_len=8",
+    "train.epochs=3",
+    "train.precision=fp32",
+    "model.dropout=0.0",
+    "scheduler.type=none",
+    "resources.cpu=1",
+    "retries=1",
+    "max_concurrent=4",
+]
 A, B = [*TINY, "trials.total=8"], [*TINY, "trials.total=4"]
 GAP = 20  # seconds between A's submit and B's
 
@@ -51,8 +61,9 @@ def cluster(tmp_path_factory):
 
 def _get(cluster, path: str) -> Any:
     token = Path(cluster["state"]["token_file"]).read_text().strip()
-    request = urllib.request.Request(f"{cluster['env']['SEQAE_RAY_ADDRESS']}{path}",
-                                     headers={"Authorization": f"Bearer {token}"})
+    request = urllib.request.Request(
+        f"{cluster['env']['SEQAE_RAY_ADDRESS']}{path}", headers={"Authorization": f"Bearer {token}"}
+    )
     with urllib.request.urlopen(request, timeout=30) as answer:
         return json.loads(answer.read())
 
@@ -61,10 +72,15 @@ def held(cluster) -> dict[str, int]:
     """Slots held now, by sweep: the placement groups Ray has created for each sweep's job (Tune
     reserves one per trial it places, before the trial's process starts, and removes it when the
     trial ends or is paused)."""
-    jobs = {j["job_id"]: j["submission_id"].split("-")[1] for j in _get(cluster, "/api/jobs/")
-            if j.get("job_id") and (j.get("submission_id") or "").startswith("seqae-")}
-    groups = _get(cluster, "/api/v0/placement_groups?filter_keys=state&filter_predicates=%3D&filter_values=CREATED"
-                           "&limit=1000&detail=1")
+    jobs = {
+        j["job_id"]: j["submission_id"].split("-")[1]
+        for j in _get(cluster, "/api/jobs/")
+        if j.get("job_id") and (j.get("submission_id") or "").startswith("seqae-")
+    }
+    groups = _get(
+        cluster,
+        "/api/v0/placement_groups?filter_keys=state&filter_predicates=%3D&filter_values=CREATED&limit=1000&detail=1",
+    )
     counts = {name: 0 for name in jobs.values()}
     for group in groups["data"]["result"]["result"]:
         FIELDS.update(group)
@@ -84,21 +100,43 @@ def demands(cluster) -> dict[str, int]:
 
 
 def jobs_ended(cluster, names: set[str]) -> bool:
-    ended = {j["submission_id"].split("-")[1] for j in _get(cluster, "/api/jobs/")
-             if (j.get("submission_id") or "").startswith("seqae-") and j["status"] in ("SUCCEEDED", "FAILED", "STOPPED")}
+    ended = {
+        j["submission_id"].split("-")[1]
+        for j in _get(cluster, "/api/jobs/")
+        if (j.get("submission_id") or "").startswith("seqae-") and j["status"] in ("SUCCEEDED", "FAILED", "STOPPED")
+    }
     return names <= ended
 
 
-def submit(cluster, name: str, overrides: list[str], workspace: Path, *extra: str, cwd: Path = REPO,
-           env: dict[str, str] | None = None) -> float:
-    run = seqae("sweep", "submit", str(cwd / STUDIES.relative_to(REPO) / "quickstart.yaml"), "--name", name, "--workspace", str(workspace),
-                *sets(*overrides), *extra, env=env or cluster["env"], cwd=cwd)
+def submit(
+    cluster,
+    name: str,
+    overrides: list[str],
+    workspace: Path,
+    *extra: str,
+    cwd: Path = REPO,
+    env: dict[str, str] | None = None,
+) -> float:
+    run = seqae(
+        "sweep",
+        "submit",
+        str(cwd / STUDIES.relative_to(REPO) / "quickstart.yaml"),
+        "--name",
+        name,
+        "--workspace",
+        str(workspace),
+        *sets(*overrides),
+        *extra,
+        env=env or cluster["env"],
+        cwd=cwd,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     return time.time()
 
 
-def two_users(cluster, tmp: Path, a: str, b: str, *b_extra: str, cwd: Path = REPO,
-              during: Any = None, queue: bool = True) -> dict[str, Any]:
+def two_users(
+    cluster, tmp: Path, a: str, b: str, *b_extra: str, cwd: Path = REPO, during: Any = None, queue: bool = True
+) -> dict[str, Any]:
     """A submits, B GAP seconds later (with ``b_extra``); slots held sampled every second until
     both jobs end, with each sweep's demand from the cluster's queue (``queue``: the code under
     test has one). ``during(samples)`` runs once, while B waits or runs beside A."""
@@ -111,8 +149,14 @@ def two_users(cluster, tmp: Path, a: str, b: str, *b_extra: str, cwd: Path = REP
             b_submitted = submit(cluster, b, B, tmp / "ws-b", *b_extra, cwd=cwd)
         counts = held(cluster)
         wants = demands(cluster) if queue else {}
-        samples.append({"t": round(time.time() - start, 1), a: counts.get(a, 0), b: counts.get(b, 0),
-                        "demand": [wants.get(a), wants.get(b)]})
+        samples.append(
+            {
+                "t": round(time.time() - start, 1),
+                a: counts.get(a, 0),
+                b: counts.get(b, 0),
+                "demand": [wants.get(a), wants.get(b)],
+            }
+        )
         if during is not None and b_submitted and samples[-1][b] > 0 and samples[-1][a] > 0:
             during(samples)
             during = None
@@ -121,8 +165,14 @@ def two_users(cluster, tmp: Path, a: str, b: str, *b_extra: str, cwd: Path = REP
     assert b_submitted is not None
     b_first = next(s["t"] for s in samples if s[b] > 0) - (b_submitted - start)
     b_end = max(s["t"] for s in samples if s[b] > 0) - (b_submitted - start)
-    return {"samples": samples, "b_submitted": round(b_submitted - start, 1), "b_submitted_at": b_submitted,
-            "b_first_train_s": round(b_first, 1), "b_last_held_s": round(b_end, 1), "placement_group_fields": sorted(FIELDS)}
+    return {
+        "samples": samples,
+        "b_submitted": round(b_submitted - start, 1),
+        "b_submitted_at": b_submitted,
+        "b_first_train_s": round(b_first, 1),
+        "b_last_held_s": round(b_end, 1),
+        "placement_group_fields": sorted(FIELDS),
+    }
 
 
 def every_5s(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -152,7 +202,8 @@ def studies_readable(cluster, monkeypatch):
 
 @in_turn("priority", SCENARIOS, salt=1, what="the sharing scenario")
 def test_a_higher_priority_sweep_takes_slots_at_the_next_validation_and_the_preempted_trials_lose_nothing(
-        cluster, tmp_path):
+    cluster, tmp_path
+):
     # B alone on the empty cluster: its time, and the uninterrupted twins of A's first four trials
     alone_submitted = submit(cluster, "balone", B, tmp_path / "ws-b")
     wait_for(lambda: jobs_ended(cluster, {"balone"}), 600, "B alone", every=2)
@@ -163,15 +214,17 @@ def test_a_higher_priority_sweep_takes_slots_at_the_next_validation_and_the_pree
 
     def during(samples: list[dict[str, Any]]) -> None:
         for key, argv in (("queue", ["cluster", "queue"]), ("status", ["sweep", "status", "usera"])):
-            run = seqae(*argv, "--workspace", str(tmp_path / ("ws-a" if key == "status" else "ws-b")),
-                        env=cluster["env"])
+            run = seqae(
+                *argv, "--workspace", str(tmp_path / ("ws-a" if key == "status" else "ws-b")), env=cluster["env"]
+            )
             shown[key] = run.stdout + run.stderr
 
     timeline = two_users(cluster, tmp_path, "usera", "userb", "--priority", "5", during=during)
     b_total = Workspace(cluster["env"]["SEQAE_WORKSPACE"]).read("userb").sessions[-1].ended - timeline["b_submitted_at"]
     times = {"b_alone_s": round(b_alone, 1), "b_behind_a_s": round(b_total, 1)}
-    (tmp_path.parent / "timeline-priority.json").write_text(json.dumps(
-        {**timeline, **times, "shown": shown, "every_5s": every_5s(timeline["samples"])}, indent=1))
+    (tmp_path.parent / "timeline-priority.json").write_text(
+        json.dumps({**timeline, **times, "shown": shown, "every_5s": every_5s(timeline["samples"])}, indent=1)
+    )
     samples = timeline["samples"]
     first_b = next(i for i, s in enumerate(samples) if s["userb"] > 0)
     # B did not wait for A: A still trains after B's first trial started, and gave B every slot meanwhile
@@ -201,8 +254,9 @@ def test_a_higher_priority_sweep_takes_slots_at_the_next_validation_and_the_pree
 @in_turn("equal-shares", SCENARIOS, salt=1, what="the sharing scenario")
 def test_equal_priorities_hold_equal_shares(cluster, tmp_path):
     timeline = two_users(cluster, tmp_path, "fairab", "fairbb")
-    (tmp_path.parent / "timeline-fair.json").write_text(json.dumps({**timeline, "every_5s": every_5s(
-        timeline["samples"])}, indent=1))
+    (tmp_path.parent / "timeline-fair.json").write_text(
+        json.dumps({**timeline, "every_5s": every_5s(timeline["samples"])}, indent=1)
+    )
     # while both have trials to run (each could run two or more), from B's first placed trial on
     samples = every_5s(timeline["samples"])
     first_b = next(i for i, s in enumerate(samples) if s["fairbb"] > 0)
@@ -217,9 +271,13 @@ def user_env(cluster, name: str) -> dict[str, str]:
     added = seqae("cluster", "add-user", name, "--dir", str(cluster["root"]), env=cluster["env"])
     assert added.returncode == 0, added.stdout + added.stderr
     folder = Path(cluster["root"]) / "users" / name
-    return {**cluster["env"], "MLFLOW_TRACKING_USERNAME": name,
-            "MLFLOW_TRACKING_PASSWORD": (folder / "mlflow_password").read_text().strip(),
-            "PGPASSFILE": str(folder / "pgpass"), "RAY_AUTH_TOKEN_PATH": str(folder / "ray_token")}
+    return {
+        **cluster["env"],
+        "MLFLOW_TRACKING_USERNAME": name,
+        "MLFLOW_TRACKING_PASSWORD": (folder / "mlflow_password").read_text().strip(),
+        "PGPASSFILE": str(folder / "pgpass"),
+        "RAY_AUTH_TOKEN_PATH": str(folder / "ray_token"),
+    }
 
 
 def quota(cluster, user: str, cpus: int) -> None:
@@ -267,8 +325,15 @@ def test_a_user_over_quota_waits_then_runs_and_the_queue_outlives_the_clusters_r
 
     # carol's quota (1 CPU) is below her sweep's ceiling (3 trials of 1 CPU): she holds 1 slot of 4
     quota(cluster, "carol", 1)
-    submit(cluster, name, [*TINY, f"train.epochs={epochs}", f"trials.total={total}", "max_concurrent=3"], workspace,
-           "--priority", "2", env=carol)
+    submit(
+        cluster,
+        name,
+        [*TINY, f"train.epochs={epochs}", f"trials.total={total}", "max_concurrent=3"],
+        workspace,
+        "--priority",
+        "2",
+        env=carol,
+    )
     sample_until(cluster, name, lambda s: s.count(1) >= 5, most=1)
     status = show("quota 1")
     assert status["owner"] == "carol" and status["queue"]["why"] == QUOTA, status
@@ -281,9 +346,14 @@ def test_a_user_over_quota_waits_then_runs_and_the_queue_outlives_the_clusters_r
     driver = job_driver(name)
     # held (SIGSTOP) with two trials under way, each an epoch or more from its end; then killed, as
     # `down` would, which cannot end a stopped process gracefully
-    wait_for(lambda: holding(driver, lambda: sum(not m["finished"] and m["epoch"] < epochs
-                                                 for m in trial_metas(storage).values()) >= 2), 300,
-             "two trials under way", every=0.1)
+    wait_for(
+        lambda: holding(
+            driver, lambda: sum(not m["finished"] and m["epoch"] < epochs for m in trial_metas(storage).values()) >= 2
+        ),
+        300,
+        "two trials under way",
+        every=0.1,
+    )
     driver.kill()
     before = queue().entry(name)
     down = seqae("cluster", "down", "--dir", str(cluster["root"]), timeout=120)
@@ -308,15 +378,31 @@ def test_a_user_over_quota_waits_then_runs_and_the_queue_outlives_the_clusters_r
     sample_until(cluster, name, lambda s: 1 in s, most=1)
     # the new driver held (SIGSTOP) once its beat says one trial trains while Optuna holds both
     driver = job_driver(name)
-    wait_for(lambda: holding(driver, lambda: (e := queue().entry(name)) is not None and e.training == 1 and sum(
-        t.state.name == "RUNNING" for t in optuna_trials(Path(), name, cluster["env"]["SEQAE_OPTUNA_STORAGE"])) == 2),
-             300, "one trial training and one waiting", every=0.5)
+    wait_for(
+        lambda: holding(
+            driver,
+            lambda: (
+                (e := queue().entry(name)) is not None
+                and e.training == 1
+                and sum(
+                    t.state.name == "RUNNING"
+                    for t in optuna_trials(Path(), name, cluster["env"]["SEQAE_OPTUNA_STORAGE"])
+                )
+                == 2
+            ),
+        ),
+        300,
+        "one trial training and one waiting",
+        every=0.5,
+    )
     try:
         waiting = show("resumed, quota 1")
     finally:
         driver.resume()
     by_state = waiting["trials_by_state"]
-    assert (by_state.get("RUNNING"), by_state.get("WAITING_FOR_SLOT"), by_state.get("PREEMPTED")) == (1, 1, None), by_state
+    assert (by_state.get("RUNNING"), by_state.get("WAITING_FOR_SLOT"), by_state.get("PREEMPTED")) == (1, 1, None), (
+        by_state
+    )
     assert waiting["queue"]["why"] == QUOTA and waiting["queue"]["priority"] == 2, waiting["queue"]
     assert "(quota)" in shown["resumed, quota 1: seqae cluster queue"], shown
     quota(cluster, "carol", 2)

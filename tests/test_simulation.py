@@ -11,19 +11,28 @@ from seqae_errors import ConfigError
 from sweeps.running.schedulers import ParetoASHA, RacingASHA, ResumableASHA
 from sweeps.running.simulation import simulate
 
-SEARCH = {"train.lr": {"type": "ordered", "choices": [1e-3, 2e-3, 5e-3]},
-          "model.block": {"type": "categorical", "choices": ["paper", "transformer"]},
-          "model.heads": {"type": "categorical", "choices": [1, 2], "when": {"model.block": "transformer"}}}
+SEARCH = {
+    "train.lr": {"type": "ordered", "choices": [1e-3, 2e-3, 5e-3]},
+    "model.block": {"type": "categorical", "choices": ["paper", "transformer"]},
+    "model.heads": {"type": "categorical", "choices": [1, 2], "when": {"model.block": "transformer"}},
+}
 
 
 def document(scheduler: str = "asha", **more) -> dict:
-    return {"config": {"train": {"epochs": 4}}, "search": SEARCH, "trials": {"total": 20},
-            "sampler": {"type": "random", "seed": 0},
-            "scheduler": {"type": scheduler, "grace_period": 1, "reduction_factor": 2}, **more}
+    return {
+        "config": {"train": {"epochs": 4}},
+        "search": SEARCH,
+        "trials": {"total": 20},
+        "sampler": {"type": "random", "seed": 0},
+        "scheduler": {"type": scheduler, "grace_period": 1, "reduction_factor": 2},
+        **more,
+    }
 
 
-@pytest.mark.parametrize("scheduler, kind", [("asha", ResumableASHA), ("hyperband", ResumableASHA),
-                                             ("race", RacingASHA), ("none", type(None))])
+@pytest.mark.parametrize(
+    "scheduler, kind",
+    [("asha", ResumableASHA), ("hyperband", ResumableASHA), ("race", RacingASHA), ("none", type(None))],
+)
 def test_the_scheduler_is_the_one_the_sweep_file_names(scheduler, kind):
     simulation = simulate(document(scheduler), "replay")
     assert isinstance(simulation.rungs, kind) and simulation.epochs == 4

@@ -46,8 +46,11 @@ def write_records(storage: str, number: int, seconds: list[float], accuracy: flo
     history = [{M.EPOCH: e, M.VAL_TOKEN_ACCURACY: accuracy, M.EPOCH_SECONDS: s} for e, s in enumerate(seconds, 1)]
     for epoch in range(1, len(history) + 1):
         last = epoch == len(history)
-        store.save_epoch(epoch, {"epoch": epoch, "weight": torch.zeros(2)},
-                         {"history": history[:epoch], "finished": finished and last, "patience_spent": False})
+        store.save_epoch(
+            epoch,
+            {"epoch": epoch, "weight": torch.zeros(2)},
+            {"history": history[:epoch], "finished": finished and last, "patience_spent": False},
+        )
 
 
 def new_trial(study: SweepStudy) -> int:
@@ -72,12 +75,21 @@ def run_trials(study: SweepStudy, storage: str, plans: list[tuple[list[float], f
     return numbers
 
 
-def write_sweep(workspace: Workspace, name: str, spec: spec_lib.SweepSpec,
-                sessions: list[SessionRecord] | None = None) -> SweepState:
+def write_sweep(
+    workspace: Workspace, name: str, spec: spec_lib.SweepSpec, sessions: list[SessionRecord] | None = None
+) -> SweepState:
     """A local sweep's ``sweep.json``, with the workspace's own backends, as `seqae sweep run` records it."""
-    state = SweepState(name=name, spec=spec, fingerprint=spec.fingerprint(), file=str(QUICKSTART),
-                       sets=SETS, planned_trials=spec.planned_trials(),
-                       backends=workspace.default_backends(name), study_name=name, sessions=sessions or [])
+    state = SweepState(
+        name=name,
+        spec=spec,
+        fingerprint=spec.fingerprint(),
+        file=str(QUICKSTART),
+        sets=SETS,
+        planned_trials=spec.planned_trials(),
+        backends=workspace.default_backends(name),
+        study_name=name,
+        sessions=sessions or [],
+    )
     if sessions:  # a driver has run: it created the sweep's MLflow database
         Path(state.backends.mlflow_tracking_uri.removeprefix("sqlite:///")).touch()
     workspace.write(state)
@@ -116,11 +128,14 @@ def workspace(tmp_path: Path, template: Path) -> Workspace:
 
 
 # -- cost -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("extra, unit, share, budget", [
-    pytest.param(["resources.cpu=2", "budget.cpu_hours=1.5"], "cpu-hours", 2.0, 1.5, id="cpus-with-budget"),
-    pytest.param(["resources.gpu=0.5", "budget.gpu_hours=3"], "gpu-hours", 0.5, 3.0, id="gpu-fraction-with-budget"),
-    pytest.param([], "cpu-hours", 1.0, None, id="no-budget"),
-])
+@pytest.mark.parametrize(
+    "extra, unit, share, budget",
+    [
+        pytest.param(["resources.cpu=2", "budget.cpu_hours=1.5"], "cpu-hours", 2.0, 1.5, id="cpus-with-budget"),
+        pytest.param(["resources.gpu=0.5", "budget.gpu_hours=3"], "gpu-hours", 0.5, 3.0, id="gpu-fraction-with-budget"),
+        pytest.param([], "cpu-hours", 1.0, None, id="no-budget"),
+    ],
+)
 def test_cost_counts_every_epoch_of_every_trial_times_its_share(tmp_path, url, extra, unit, share, budget):
     spec, storage = quickstart(*extra), str(tmp_path / "storage")
     assert spec.share == (unit.split("-")[0], share)
@@ -138,8 +153,11 @@ def test_cost_counts_every_epoch_of_every_trial_times_its_share(tmp_path, url, e
 def test_trials_view_shows_trials_by_state_the_best_and_the_control_record(tmp_path, url):
     spec, storage = quickstart(), str(tmp_path / "storage")
     study = open_study(spec, url, "view", spec.planned_trials(), spec.fingerprint())
-    numbers = run_trials(study, storage, [([10.0, 10.0, 10.0], 0.6, True), ([10.0, 20.0, 30.0], 0.8, True),
-                                          ([10.0], 0.2, False), ([10.0], 0.4, None)])
+    numbers = run_trials(
+        study,
+        storage,
+        [([10.0, 10.0, 10.0], 0.6, True), ([10.0, 20.0, 30.0], 0.8, True), ([10.0], 0.2, False), ([10.0], 0.4, None)],
+    )
     study.set_control(drain="the objective's target is reached")
     backends = Backends("postgresql://seqae:secret@db:5432/mlflow", url, storage)
 
@@ -151,9 +169,21 @@ def test_trials_view_shows_trials_by_state_the_best_and_the_control_record(tmp_p
     assert view.best == (records[numbers[1]],) and view.starts == {"paper_lr": records[numbers[0]]}
     best, start = view.best[0], view.starts["paper_lr"]
     assert (best.number, best.state, best.values, best.params, best.test, best.seeds, best.start) == (
-        numbers[1], "COMPLETE", {M.VAL_TOKEN_ACCURACY: 0.8}, study.trials()[numbers[1]].params, None, None, "")
+        numbers[1],
+        "COMPLETE",
+        {M.VAL_TOKEN_ACCURACY: 0.8},
+        study.trials()[numbers[1]].params,
+        None,
+        None,
+        "",
+    )
     assert (start.number, start.state, start.values, start.test, start.seeds) == (
-        numbers[0], "COMPLETE", {M.VAL_TOKEN_ACCURACY: 0.6}, None, None)
+        numbers[0],
+        "COMPLETE",
+        {M.VAL_TOKEN_ACCURACY: 0.6},
+        None,
+        None,
+    )
     # every epoch at 0.8: the first is kept; no MLflow was read
     assert (best.kept_epoch, best.last_epoch, best.cost_seconds, best.mlflow_run_id) == (1, 3, 60.0, "")
     assert view.proposed_by == {"start": 1, "random": 3}
@@ -177,15 +207,27 @@ def test_trials_view_of_a_sweep_whose_study_does_not_exist_yet(tmp_path, url):
 # -- listing and status -----------------------------------------------------------------------
 def test_listing_and_status_of_local_and_submitted_sweeps(workspace):
     spec = quickstart()
-    sessions = [SessionRecord(1.0, 7, None, "h", "interrupted", trials={"COMPLETE": 1}),
-                SessionRecord(2.0, 8, None, "h", "stopped", trials={"COMPLETE": 2, "PRUNED": 1})]
+    sessions = [
+        SessionRecord(1.0, 7, None, "h", "interrupted", trials={"COMPLETE": 1}),
+        SessionRecord(2.0, 8, None, "h", "stopped", trials={"COMPLETE": 2, "PRUNED": 1}),
+    ]
     alpha = write_sweep(workspace, "alpha", spec, sessions)
     storage = alpha.backends.storage
-    numbers = run_trials(start_sweep(workspace, alpha), storage,
-                         [([5.0], 0.5, True), ([5.0, 5.0], 0.7, True), ([5.0], 0.1, False)])
+    numbers = run_trials(
+        start_sweep(workspace, alpha), storage, [([5.0], 0.5, True), ([5.0, 5.0], 0.7, True), ([5.0], 0.1, False)]
+    )
     write_sweep(workspace, "gamma", spec)  # recorded, never run
-    workspace.write_submission(Submission(name="beta", address="http://head:8265", file="quickstart.yaml", sets=SETS,
-                                          workspace="/cluster/ws", working_dir=str(STUDIES), jobs=["raysubmit_1"]))
+    workspace.write_submission(
+        Submission(
+            name="beta",
+            address="http://head:8265",
+            file="quickstart.yaml",
+            sets=SETS,
+            workspace="/cluster/ws",
+            working_dir=str(STUDIES),
+            jobs=["raysubmit_1"],
+        )
+    )
 
     assert listing(workspace) == [
         Listed("alpha", "stopped", 5, {"COMPLETE": 2, "PRUNED": 1}, str(QUICKSTART)),
@@ -194,8 +236,7 @@ def test_listing_and_status_of_local_and_submitted_sweeps(workspace):
     ]
 
     shown = status(workspace, "alpha")
-    assert (shown.name, shown.workspace, shown.outcome, shown.sessions) == (
-        "alpha", str(workspace.root), "stopped", 2)
+    assert (shown.name, shown.workspace, shown.outcome, shown.sessions) == ("alpha", str(workspace.root), "stopped", 2)
     assert shown.trials_by_state == {"COMPLETE": 2, "PRUNED": 1, "NOT_STARTED": 2}
     assert [(b.number, b.values) for b in shown.best] == [(numbers[1], {M.VAL_TOKEN_ACCURACY: 0.7})]
     assert shown.cost.per_trial_seconds == {"0": 5.0, "1": 10.0, "2": 5.0}
@@ -220,7 +261,9 @@ def test_control_of_a_local_sweep_writes_the_record_into_its_study(workspace):
     assert returned.drain == "stopped by `seqae sweep stop`"
     assert control.drain == "stopped by `seqae sweep stop`" and control.max_concurrent == 4
     assert [{k: v for k, v in entry.items() if k != "at"} for entry in control.log] == [
-        {"by": actor(), "drain": "stopped by `seqae sweep stop`"}, {"by": actor(), "max_concurrent": 4}]
+        {"by": actor(), "drain": "stopped by `seqae sweep stop`"},
+        {"by": actor(), "max_concurrent": 4},
+    ]
 
 
 def test_control_refuses_an_unknown_sweep_a_limit_too_high_and_a_sweep_not_started(workspace):
@@ -239,29 +282,43 @@ def test_control_refuses_an_unknown_sweep_a_limit_too_high_and_a_sweep_not_start
 
 def test_the_control_verbs_refuse_in_one_line_what_they_cannot_change(tmp_path, capsys):
     """`seqae sweep set` changes max_concurrent only, within its limits; `stop` names the sweeps there."""
-    for verb, says in ((["set", "nothing", "retries=2"], "max_concurrent=N only"),
-                       (["set", "nothing", "max_concurrent=0"], "at least 1"),
-                       (["set", "nothing", "max_concurrent=5000"], "max_concurrent=5,000 is above seqae's limit of 1,000"),
-                       (["stop", "nothing"], "no sweep named 'nothing'")):
+    for verb, says in (
+        (["set", "nothing", "retries=2"], "max_concurrent=N only"),
+        (["set", "nothing", "max_concurrent=0"], "at least 1"),
+        (["set", "nothing", "max_concurrent=5000"], "max_concurrent=5,000 is above seqae's limit of 1,000"),
+        (["stop", "nothing"], "no sweep named 'nothing'"),
+    ):
         code = main(["sweep", *verb, "--workspace", str(tmp_path / "ws")])
         assert_refused(code, capsys.readouterr().err, says, created=(tmp_path / "ws" / "sweeps",))
 
 
-@pytest.mark.parametrize("environment", [
-    pytest.param(None, id="storage-variable-unset"),
-    pytest.param("elsewhere.db", id="storage-variable-names-another-storage"),
-])
-def test_control_of_a_submitted_sweep_uses_its_records_file_and_storage(tmp_path, url, workspace, monkeypatch,
-                                                                        environment):
+@pytest.mark.parametrize(
+    "environment",
+    [
+        pytest.param(None, id="storage-variable-unset"),
+        pytest.param("elsewhere.db", id="storage-variable-names-another-storage"),
+    ],
+)
+def test_control_of_a_submitted_sweep_uses_its_records_file_and_storage(
+    tmp_path, url, workspace, monkeypatch, environment
+):
     """The submission names the sweep file (relative to its working directory) and the study's
     storage: neither the current directory nor ``SEQAE_OPTUNA_STORAGE`` may change which."""
     source = tmp_path / "project"
     (source / "studies").mkdir(parents=True)
     shutil.copy(QUICKSTART, source / "studies" / "quick.yaml")
-    workspace.write_submission(Submission(
-        name="remote", address="http://head:8265", file="studies/quick.yaml", sets=SETS, workspace="/cluster/ws",
-        working_dir=str(source), jobs=["raysubmit_1"],
-        backends=Backends("http://mlflow:5000", url, "/cluster/ws/x")))
+    workspace.write_submission(
+        Submission(
+            name="remote",
+            address="http://head:8265",
+            file="studies/quick.yaml",
+            sets=SETS,
+            workspace="/cluster/ws",
+            working_dir=str(source),
+            jobs=["raysubmit_1"],
+            backends=Backends("http://mlflow:5000", url, "/cluster/ws/x"),
+        )
+    )
     spec = spec_lib.load(source / "studies" / "quick.yaml", SETS)
     open_study(spec, url, "remote", spec.planned_trials(), spec.fingerprint())
     (tmp_path / "elsewhere").mkdir()
@@ -280,8 +337,16 @@ def test_control_of_a_submitted_sweep_uses_its_records_file_and_storage(tmp_path
 
 
 def test_control_of_a_submission_that_names_no_storage_says_it_has_not_started(workspace):
-    workspace.write_submission(Submission(name="remote", address="http://head:8265", file="quickstart.yaml",
-                                          sets=SETS, workspace="/cluster/ws", working_dir=str(STUDIES)))
+    workspace.write_submission(
+        Submission(
+            name="remote",
+            address="http://head:8265",
+            file="quickstart.yaml",
+            sets=SETS,
+            workspace="/cluster/ws",
+            working_dir=str(STUDIES),
+        )
+    )
     with pytest.raises(ConfigError, match="sweep 'remote' has not started yet .*a storage its submission names"):
         lifecycle.control(workspace, "remote", drain="stop")
 
@@ -293,10 +358,18 @@ def test_reading_a_local_sweeps_status_loads_no_pytorch_mlflow_or_ray(workspace)
     state = write_sweep(workspace, "light", quickstart())
     run_trials(start_sweep(workspace, state), state.backends.storage, [([2.0, 2.0], 0.5, True)])
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys; from seqae.cli.main import main; "
-         f"code = main(['sweep', 'status', 'light', '--workspace', {str(workspace.root)!r}]); "
-         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'mlflow', 'ray', 'transformers'}), code)"],
-        capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from seqae.cli.main import main; "
+            f"code = main(['sweep', 'status', 'light', '--workspace', {str(workspace.root)!r}]); "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'mlflow', 'ray', 'transformers'}), code)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert "COMPLETE 1" in loaded.stdout, loaded.stdout + loaded.stderr  # it read the sweep
     assert loaded.stdout.splitlines()[-1] == "[] 0", loaded.stdout + loaded.stderr
 
@@ -307,8 +380,11 @@ def test_a_warm_start_runs_each_earlier_sweeps_best_fitting_trials_first(workspa
     points named after it, holding the values of the keys this sweep searches, after the file's own."""
     state = write_sweep(workspace, "at-25", quickstart())
     study = start_sweep(workspace, state)
-    numbers = run_trials(study, state.backends.storage, [([1.0], 0.6, True), ([1.0], 0.9, True),
-                                                            ([1.0], 0.95, False), ([1.0], 0.8, True)])
+    numbers = run_trials(
+        study,
+        state.backends.storage,
+        [([1.0], 0.6, True), ([1.0], 0.9, True), ([1.0], 0.95, False), ([1.0], 0.8, True)],
+    )
     spec = quickstart("model.latent_len=16", "warm_start={from: [at-25], top: 2}")
     warm = lifecycle.warm_starts(workspace, spec)
     trials = study.trials()
@@ -319,19 +395,40 @@ def test_a_warm_start_runs_each_earlier_sweeps_best_fitting_trials_first(workspa
     assert list(lifecycle.load_spec(later, check_file=False).start) == ["paper_lr", *warm]
 
 
-@pytest.mark.parametrize("settings, says", [
-    pytest.param(["warm_start={from: [missing]}"], "no sweep named 'missing'", id="unknown-sweep"),
-    pytest.param(["objective={metric: val_loss, mode: min}"], "warm_start.from: sweep 'at-25' optimizes",
-                 id="another-objective"),
-    pytest.param(["start={}", "search.model.d_model={type: categorical, choices: [32]}"],
-                 "warm_start.from: sweep 'at-25' has no complete trial whose searched values fit", id="nothing-fits"),
-    pytest.param(["warm_start={from: [at-25], top: 5}"],
-                 "warm_start: 5 configurations and 1 starting points, but the sweep plans 5 trials", id="too-many"),
-])
+@pytest.mark.parametrize(
+    "settings, says",
+    [
+        pytest.param(["warm_start={from: [missing]}"], "no sweep named 'missing'", id="unknown-sweep"),
+        pytest.param(
+            ["objective={metric: val_loss, mode: min}"],
+            "warm_start.from: sweep 'at-25' optimizes",
+            id="another-objective",
+        ),
+        pytest.param(
+            ["start={}", "search.model.d_model={type: categorical, choices: [32]}"],
+            "warm_start.from: sweep 'at-25' has no complete trial whose searched values fit",
+            id="nothing-fits",
+        ),
+        pytest.param(
+            ["warm_start={from: [at-25], top: 5}"],
+            "warm_start: 5 configurations and 1 starting points, but the sweep plans 5 trials",
+            id="too-many",
+        ),
+    ],
+)
 def test_a_warm_start_is_refused_in_one_line_before_anything_is_created(workspace, capsys, settings, says):
     state = write_sweep(workspace, "at-25", quickstart())
-    run_trials(start_sweep(workspace, state), state.backends.storage,
-               [([1.0], 0.6 + 0.01 * n, True) for n in range(5)])
-    code = main(["sweep", "run", str(QUICKSTART), "--workspace", str(workspace.root), "--name", "later",
-                 *sets(*SETS, "warm_start={from: [at-25]}", *settings)])
+    run_trials(start_sweep(workspace, state), state.backends.storage, [([1.0], 0.6 + 0.01 * n, True) for n in range(5)])
+    code = main(
+        [
+            "sweep",
+            "run",
+            str(QUICKSTART),
+            "--workspace",
+            str(workspace.root),
+            "--name",
+            "later",
+            *sets(*SETS, "warm_start={from: [at-25]}", *settings),
+        ]
+    )
     assert_refused(code, capsys.readouterr().err, says, created=(workspace.sweep_dir("later"),))

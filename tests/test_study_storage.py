@@ -81,25 +81,56 @@ def db(tmp_path: Path) -> Iterator[Database]:
     yield Database(tmp_path)
 
 
-@pytest.mark.parametrize("error, retried", [
-    pytest.param(sqlalchemy.exc.OperationalError("SELECT 1", None, psycopg.OperationalError(
-        "connection failed: connection to server at 127.0.0.1, port 5432 failed: Connection refused")), True,
-        id="refused"),
-    pytest.param(sqlalchemy.exc.OperationalError("SELECT 1", None, psycopg.errors.AdminShutdown(
-        "terminating connection due to administrator command")), True, id="server-shutting-down"),
-    pytest.param(sqlalchemy.exc.InterfaceError("SELECT 1", None, psycopg.InterfaceError("the connection is closed")),
-                 True, id="connection-closed"),
-    pytest.param(sqlalchemy.exc.ProgrammingError("SELECT 1", None, closed(), connection_invalidated=True), True,
-                 id="invalidated"),
-    pytest.param(sqlalchemy.exc.IntegrityError("INSERT", None, psycopg.errors.UniqueViolation("duplicate key")),
-                 False, id="integrity"),
-    pytest.param(sqlalchemy.exc.DataError("INSERT", None, psycopg.errors.StringDataRightTruncation("too long")),
-                 False, id="data"),
-    pytest.param(sqlalchemy.exc.OperationalError("INSERT", None, sqlite3.OperationalError("database is locked")),
-                 False, id="sqlite-locked"),
-    pytest.param(optuna.exceptions.UpdateFinishedTrialError("finished"), False, id="optuna-finished"),
-    pytest.param(KeyError("no study"), False, id="key"),
-])
+@pytest.mark.parametrize(
+    "error, retried",
+    [
+        pytest.param(
+            sqlalchemy.exc.OperationalError(
+                "SELECT 1",
+                None,
+                psycopg.OperationalError(
+                    "connection failed: connection to server at 127.0.0.1, port 5432 failed: Connection refused"
+                ),
+            ),
+            True,
+            id="refused",
+        ),
+        pytest.param(
+            sqlalchemy.exc.OperationalError(
+                "SELECT 1", None, psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+            ),
+            True,
+            id="server-shutting-down",
+        ),
+        pytest.param(
+            sqlalchemy.exc.InterfaceError("SELECT 1", None, psycopg.InterfaceError("the connection is closed")),
+            True,
+            id="connection-closed",
+        ),
+        pytest.param(
+            sqlalchemy.exc.ProgrammingError("SELECT 1", None, closed(), connection_invalidated=True),
+            True,
+            id="invalidated",
+        ),
+        pytest.param(
+            sqlalchemy.exc.IntegrityError("INSERT", None, psycopg.errors.UniqueViolation("duplicate key")),
+            False,
+            id="integrity",
+        ),
+        pytest.param(
+            sqlalchemy.exc.DataError("INSERT", None, psycopg.errors.StringDataRightTruncation("too long")),
+            False,
+            id="data",
+        ),
+        pytest.param(
+            sqlalchemy.exc.OperationalError("INSERT", None, sqlite3.OperationalError("database is locked")),
+            False,
+            id="sqlite-locked",
+        ),
+        pytest.param(optuna.exceptions.UpdateFinishedTrialError("finished"), False, id="optuna-finished"),
+        pytest.param(KeyError("no study"), False, id="key"),
+    ],
+)
 def test_only_connection_level_errors_are_an_outage(error, retried):
     assert transient(error) is retried
     try:  # as Optuna's storage raises them: the cause of a StorageInternalError
@@ -138,10 +169,14 @@ def test_a_database_that_stays_away_ends_in_one_line_and_every_call_after_at_onc
         db.storage.get_all_trials(db.study_id)
     message = str(lost.value)
     assert "\n" not in message
-    assert re.match(rf"the Optuna storage {re.escape(db.url)} did not answer for \d+ s while reading the trials "
-                    r"\(ProgrammingError: ", message), message
-    assert message.endswith("check that its database is up and reachable (SEQAE_STORAGE_RETRY_SECONDS sets how long "
-                            "seqae waits for it)")
+    assert re.match(
+        rf"the Optuna storage {re.escape(db.url)} did not answer for \d+ s while reading the trials "
+        r"\(ProgrammingError: ",
+        message,
+    ), message
+    assert message.endswith(
+        "check that its database is up and reachable (SEQAE_STORAGE_RETRY_SECONDS sets how long seqae waits for it)"
+    )
     db.drops, dropped = 0, db.dropped
     with pytest.raises(StorageUnreachable) as again:
         db.storage.get_study_user_attrs(db.study_id)
@@ -162,8 +197,11 @@ def test_a_refused_postgresql_is_named_with_its_password_masked(monkeypatch):
         open_storage(f"postgresql+psycopg://seqae:s3cret@127.0.0.1:{port}/optuna")
     message = str(lost.value)
     assert "\n" not in message and "s3cret" not in message
-    assert re.match(rf"the Optuna storage {re.escape(f'postgresql+psycopg://seqae:***@127.0.0.1:{port}/optuna')} did "
-                    r"not answer for \d+ s while connecting \(OperationalError: ", message), message
+    assert re.match(
+        rf"the Optuna storage {re.escape(f'postgresql+psycopg://seqae:***@127.0.0.1:{port}/optuna')} did "
+        r"not answer for \d+ s while connecting \(OperationalError: ",
+        message,
+    ), message
 
 
 def test_a_trial_whose_creation_committed_but_whose_answer_was_lost_is_one_trial(db):

@@ -16,8 +16,9 @@ from seqae_errors import ConfigError
 GRID, RANDOM, ASHA_EPOCH, ASHA_HALF, ASHA_QUARTER = S.METHODS[:5]
 
 
-def quarter_table(shift: float = 0.0, epochs: int = 9, train: float = 0.6, scoring: float = 0.4,
-                  seeds: tuple[int, ...] = E.SEEDS) -> pd.DataFrame:
+def quarter_table(
+    shift: float = 0.0, epochs: int = 9, train: float = 0.6, scoring: float = 0.4, seeds: tuple[int, ...] = E.SEEDS
+) -> pd.DataFrame:
     """The evidence table's configurations validated at each quarter: accuracy rises with the
     learning rate's rank and d_model's, ranked the same at every quarter (so the first quarter
     ranks as the end does); every quarter costs ``train`` CPU-seconds of steps and ``scoring`` of
@@ -25,14 +26,25 @@ def quarter_table(shift: float = 0.0, epochs: int = 9, train: float = 0.6, scori
     rows = []
     for seed in seeds:
         for i, params in enumerate(E.CONFIGURATIONS):
-            quality = (E.GRID["train.lr"].index(params["train.lr"]) + E.GRID["model.d_model"].index(params["model.d_model"])
-                       + 0.01 * i) / 7
+            quality = (
+                E.GRID["train.lr"].index(params["train.lr"])
+                + E.GRID["model.d_model"].index(params["model.d_model"])
+                + 0.01 * i
+            ) / 7
             final = 0.3 + 0.6 * quality + shift * (seed == seeds[0])
             for q in range(1, 4 * epochs + 1):
                 val = final - 0.01 * (4 * epochs - q)
-                rows.append({"seed": seed, "config_id": i, "epoch": q / 4, "val_token_accuracy": val,
-                             "test_token_accuracy": val - 0.01, "cpu_seconds": train + scoring,
-                             "validation_cpu_seconds": scoring})
+                rows.append(
+                    {
+                        "seed": seed,
+                        "config_id": i,
+                        "epoch": q / 4,
+                        "val_token_accuracy": val,
+                        "test_token_accuracy": val - 0.01,
+                        "cpu_seconds": train + scoring,
+                        "validation_cpu_seconds": scoring,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -65,7 +77,9 @@ def test_quarter_rungs_reach_the_target_for_less_where_the_first_quarter_ranks_a
     table = quarter_table(train=0.95, scoring=0.05)
     views = {s: S.Views({e: S.curves(table, s, e) for e in (1.0, 0.5, 0.25)}) for s in E.SEEDS}
     runs = S.replays(views, (ASHA_EPOCH, ASHA_QUARTER), range(4), workers=1)
-    cost = {m.name: np.median([r.trace.costs[1] for r in runs if r.method == m.name]) for m in (ASHA_EPOCH, ASHA_QUARTER)}
+    cost = {
+        m.name: np.median([r.trace.costs[1] for r in runs if r.method == m.name]) for m in (ASHA_EPOCH, ASHA_QUARTER)
+    }
     assert all(c < math.inf for c in cost.values())
     assert cost[ASHA_QUARTER.name] < cost[ASHA_EPOCH.name]
     assert S.first_rung_tau(views[1], 0.25) == pytest.approx(1.0)

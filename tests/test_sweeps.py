@@ -37,27 +37,42 @@ STUDY_SMOKE = {
     "paper_fig2": ["data.input_len=16", "grid.model.latent_len=[16, 4]"],
     "paper_fig3": ["grid.data.input_len=[16]", f"grid.model.latent_fraction={FIG3_FRACTIONS}"],
     "paper_seeds": ["grid.data.input_len,model.latent_len=[[16, 9]]", "grid.train.seed=[0]"],
-    "search_lr_dims": ["data.input_len=16", "model.latent_len=8", "trials.total=3", "search.model.layers={type: int, low: 1, high: 2}",
-                       "scheduler.type=asha",  # and SMOKE's widths, searched: the file's are 8-32x wider
-                       "search.model.d_model={type: ordered, choices: [16, 32]}",  # as the file's: ordered
-                       "search.model.d_attn={type: ordered, choices: [16, 32]}",
-                       "search.model.d_ffn={type: categorical, choices: [32, 64], when: {model.block: transformer}}",
-                       # the paper's patience (the file's 5) end to end: at a learning rate of ~0 each trial's
-                       # validation stays where its first epoch put it, so it trains 5 epochs more, of 8
-                       # (on 3 pages, not 6: those epochs need none of their data's worth)
-                       "train.epochs=8", "train.lr_schedule=constant", "train.lr=1.0e-12", "data.max_pages=3",
-                       "search.train.lr={type: loguniform, low: 1.0e-12, high: 1.0e-11}",
-                       # both widths, and another learning rate, than the transformer's defaults (16, 16, 1e-12)
-                       "start.paper={model.block: paper, model.d_model: 32, model.d_attn: 32, model.residual: true, "
-                       "train.lr: 5.0e-12}"],
-    "frontier": ["data.input_len=16", "trials.total=3", "search.model.latent_dim={type: categorical, choices: [4, 8, 16]}",
-                 "constraints=[{metric: latent_share, at_most: 1.0}]"],  # TPE's constraints, met by every latent
+    "search_lr_dims": [
+        "data.input_len=16",
+        "model.latent_len=8",
+        "trials.total=3",
+        "search.model.layers={type: int, low: 1, high: 2}",
+        "scheduler.type=asha",  # and SMOKE's widths, searched: the file's are 8-32x wider
+        "search.model.d_model={type: ordered, choices: [16, 32]}",  # as the file's: ordered
+        "search.model.d_attn={type: ordered, choices: [16, 32]}",
+        "search.model.d_ffn={type: categorical, choices: [32, 64], when: {model.block: transformer}}",
+        # the paper's patience (the file's 5) end to end: at a learning rate of ~0 each trial's
+        # validation stays where its first epoch put it, so it trains 5 epochs more, of 8
+        # (on 3 pages, not 6: those epochs need none of their data's worth)
+        "train.epochs=8",
+        "train.lr_schedule=constant",
+        "train.lr=1.0e-12",
+        "data.max_pages=3",
+        "search.train.lr={type: loguniform, low: 1.0e-12, high: 1.0e-11}",
+        # both widths, and another learning rate, than the transformer's defaults (16, 16, 1e-12)
+        "start.paper={model.block: paper, model.d_model: 32, model.d_attn: 32, model.residual: true, "
+        "train.lr: 5.0e-12}",
+    ],
+    "frontier": [
+        "data.input_len=16",
+        "trials.total=3",
+        "search.model.latent_dim={type: categorical, choices: [4, 8, 16]}",
+        "constraints=[{metric: latent_share, at_most: 1.0}]",
+    ],  # TPE's constraints, met by every latent
     # two of its seven variants, the paper's block and the one with a residual path: each variant's
     # model is tests/test_model.py's, and the file as written loads and plans its 7 x 2 below
-    "ablation_paper_block": ["data.input_len=16", "grid.model.latent_len=[8]",
-                             "grid.train.lr,model.w_s_init,model.heads,model.norm,model.pos_encoding,model.residual="
-                             "[[1.0e-3, interpolate, 1, false, learned, false], [1.0e-3, interpolate, 4, true, "
-                             "sinusoidal, true]]"],
+    "ablation_paper_block": [
+        "data.input_len=16",
+        "grid.model.latent_len=[8]",
+        "grid.train.lr,model.w_s_init,model.heads,model.norm,model.pos_encoding,model.residual="
+        "[[1.0e-3, interpolate, 1, false, learned, false], [1.0e-3, interpolate, 4, true, "
+        "sinusoidal, true]]",
+    ],
 }
 
 
@@ -82,22 +97,34 @@ def _runs_here(study: str, profile: str) -> bool:
     """Whether the profile's trials can run on this machine: a GPU profile only where torch sees one."""
     import torch
 
-    return spec_lib.load(STUDIES / f"{study}.yaml", [f"profile={profile}"]).resources.gpu == 0 or torch.cuda.is_available()
+    return (
+        spec_lib.load(STUDIES / f"{study}.yaml", [f"profile={profile}"]).resources.gpu == 0 or torch.cuda.is_available()
+    )
 
 
 # One run per study: a study with a profile runs under its last one that this machine can run (the
 # file's own keys, with the profile's overrides, which is how its users run it; `gpu` where there is
 # a GPU); the file as written, and every profile, loads above.
-SMOKE_RUNS = {study: ([p for p in _profiles(study) if _runs_here(study, p)] or [None])[-1] for study in sorted(STUDY_SMOKE)}
+SMOKE_RUNS = {
+    study: ([p for p in _profiles(study) if _runs_here(study, p)] or [None])[-1] for study in sorted(STUDY_SMOKE)
+}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("study, profile", [pytest.param(s, p, id=f"{s}-{p or 'as-written'}")
-                                            for s, p in SMOKE_RUNS.items()])
+@pytest.mark.parametrize(
+    "study, profile", [pytest.param(s, p, id=f"{s}-{p or 'as-written'}") for s, p in SMOKE_RUNS.items()]
+)
 def test_study_runs_in_smoke_mode(study, profile, tmp_path):
     workspace = tmp_path / "ws"
-    run = seqae("sweep", "run", str(STUDIES / f"{study}.yaml"), "--workspace", str(workspace),
-                *(["--profile", profile] if profile else []), *sets(*SMOKE, *STUDY_SMOKE[study]))
+    run = seqae(
+        "sweep",
+        "run",
+        str(STUDIES / f"{study}.yaml"),
+        "--workspace",
+        str(workspace),
+        *(["--profile", profile] if profile else []),
+        *sets(*SMOKE, *STUDY_SMOKE[study]),
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     info = status(study, workspace)
     assert info["profile"] == profile
@@ -109,26 +136,37 @@ def test_study_runs_in_smoke_mode(study, profile, tmp_path):
     if study == "paper_fig3":
         _check_fig3_points_are_each_fractions_best_accuracy(workspace, study)
     if study == "frontier":  # the second objective is the latent's floats over the embedded input's (16 x 16)
-        shares = [(t.values[1], t.params["model.latent_fraction"], t.params["model.latent_dim"])
-                  for t in optuna_trials(workspace, study) if t.values]
-        assert shares and all(share == max(1, round(fraction * 16)) * dim / 256 for share, fraction, dim in shares), shares
+        shares = [
+            (t.values[1], t.params["model.latent_fraction"], t.params["model.latent_dim"])
+            for t in optuna_trials(workspace, study)
+            if t.values
+        ]
+        assert shares and all(share == max(1, round(fraction * 16)) * dim / 256 for share, fraction, dim in shares), (
+            shares
+        )
         table = trial_table(Workspace(workspace), study)  # export's: each trial's latent share and Pareto rank
-        best = info["best"] if isinstance(info["best"], list) else [info["best"]]  # status's front: one trial, or several
+        best = (
+            info["best"] if isinstance(info["best"], list) else [info["best"]]
+        )  # status's front: one trial, or several
         assert set(table.trial[table.pareto_rank == 1]) == {b["trial"] for b in best}, table
         assert table.latent_share.notna().all() and table.feasible.all(), table
         # the registry keeps the front: a version per model, an alias per latent share on it, read through MLflow
         client = MlflowClient(f"sqlite:///{workspace / 'mlflow.db'}")
         front = table[table.pareto_rank == 1]
         aliases = client.get_registered_model(study).aliases
-        by_alias = {a: client.get_run(client.get_model_version(study, v).run_id).data.tags["seqae.trial"]
-                    for a, v in aliases.items()}
+        by_alias = {
+            a: client.get_run(client.get_model_version(study, v).run_id).data.tags["seqae.trial"]
+            for a, v in aliases.items()
+        }
         assert {a for a in aliases if a.startswith("latent-")} == {latent_alias(x) for x in front.latent_share}, aliases
         assert {int(n) for n in by_alias.values()} <= set(front.trial), (by_alias, front)
         # the report draws the same front on test, beside the published grid's at 16 tokens
         report = workspace / "sweeps" / study / "report"
         drawn = json.loads((report / "front.json").read_text())
         flat = [x for point in sorted(map(tuple, drawn["front"])) for x in point]
-        assert flat == pytest.approx([x for point in sorted(zip(front.test_token_accuracy, front.latent_share)) for x in point])
+        assert flat == pytest.approx(
+            [x for point in sorted(zip(front.test_token_accuracy, front.latent_share)) for x in point]
+        )
         assert drawn["grid"] and (report / "front.png").exists() and "front.png" in (report / "index.html").read_text()
         assert len(drawn["spent"]) == len(drawn["test"]) == len(table[table.state == "COMPLETE"])
 
@@ -159,15 +197,20 @@ def _check_searched_and_stopped_at_the_papers_patience(workspace: Path, study: s
     runs = {int(r.data.tags["seqae.trial"]): r for r in mlflow_runs(workspace, study) if "seqae.trial" in r.data.tags}
     tune = tune_trials(workspace, study)
     assert set(trials) == set(runs) == set(tune) == {0, 1, 2}, (trials, runs, tune)
-    for key, section, field in (("train.lr", "train", "lr"), ("model.d_model", "model", "d_model"),
-                                ("model.d_attn", "model", "d_attn")):
+    for key, section, field in (
+        ("train.lr", "train", "lr"),
+        ("model.d_model", "model", "d_model"),
+        ("model.d_attn", "model", "d_attn"),
+    ):
         sampled = {n: t.params[key] if key == "train.lr" else (16, 32)[t.params[key]] for n, t in trials.items()}
         assert len(set(sampled.values())) >= 2, (key, sampled)  # searched, not pinned
         assert {n: spec.params[key] for n, spec in tune.items()} == sampled, key
         assert {n: getattr(getattr(spec.config, section), field) for n, spec in tune.items()} == sampled, key
         assert {n: type(sampled[n])(r.data.params[key]) for n, r in runs.items()} == sampled, key
-    tune_epochs = {n: [e for session in sessions for e in session] for n, sessions in
-                   ((int(name.split("-")[1]), s) for name, s in tune_results(workspace, study).items())}
+    tune_epochs = {
+        n: [e for session in sessions for e in session]
+        for n, sessions in ((int(name.split("-")[1]), s) for name, s in tune_results(workspace, study).items())
+    }
     for number, trial in trials.items():
         epochs, values = zip(*sorted(trial.intermediate_values.items()))
         best = epochs[values.index(max(values))]  # its first epoch: a learning rate of ~0 changes nothing
@@ -186,11 +229,19 @@ def test_a_sweep_validating_at_quarter_epochs_decides_reports_and_tracks_at_each
     epochs trained, ASHA stopping trials between epochs' ends, Optuna's intermediate values and
     MLflow's steps numbered by validation, the loss curve's points at their global steps."""
     workspace = tmp_path / "ws"
-    run = seqae(*run_args(workspace, "quarters", "trials.total=5", "train.validate_every=0.25",
-                          "scheduler.type=asha", "scheduler.grace_period=0.25",
-                          "search.model.d_model={type: categorical, choices: [16, 32]}",
-                          "search.model.d_attn={type: categorical, choices: [16, 32]}",
-                          "start.paper_lr={train.lr: 1.0e-3, model.d_model: 32, model.d_attn: 32}"))
+    run = seqae(
+        *run_args(
+            workspace,
+            "quarters",
+            "trials.total=5",
+            "train.validate_every=0.25",
+            "scheduler.type=asha",
+            "scheduler.grace_period=0.25",
+            "search.model.d_model={type: categorical, choices: [16, 32]}",
+            "search.model.d_attn={type: categorical, choices: [16, 32]}",
+            "start.paper_lr={train.lr: 1.0e-3, model.d_model: 32, model.d_attn: 32}",
+        )
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     # 5 pages of 16 tokens in batches of 64: 5 steps an epoch, validated after steps 2, 3, 4 and 5
     for epoch in ("0.40", "0.60", "0.80", "1", "1.40", "2"):
@@ -202,20 +253,26 @@ def test_a_sweep_validating_at_quarter_epochs_decides_reports_and_tracks_at_each
     for trial in trials.values():
         assert sorted(trial.intermediate_values) == list(range(1, len(trial.intermediate_values) + 1))
         assert trial.state.name == "PRUNED" or len(trial.intermediate_values) == 8  # 4 validations x 2 epochs
-    results = {name: [json.loads(line) for line in (path / "result.json").read_text().splitlines()]
-               for path in (workspace / "sweeps" / "quarters" / "tune").glob("session-*/trial-*")
-               for name in [path.name]}
+    results = {
+        name: [json.loads(line) for line in (path / "result.json").read_text().splitlines()]
+        for path in (workspace / "sweeps" / "quarters" / "tune").glob("session-*/trial-*")
+        for name in [path.name]
+    }
     assert [r["epoch"] for r in results["trial-0000"]] == [0.4, 0.6, 0.8, 1, 1.4, 1.6, 1.8, 2]
     header = re.search(r"^trial\s+state\s+epochs\s", run.stdout, re.M)  # the end's table: epochs trained, not results
     assert header, run.stdout
-    table = run.stdout[header.start():].splitlines()
-    rows = {int(m[1]): (m[2], m[3]) for line in table[1:] if (m := re.match(r"(\d+)(?: \(\w+\))?\s+(\w+)\s+(\S+)", line))}
+    table = run.stdout[header.start() :].splitlines()
+    rows = {
+        int(m[1]): (m[2], m[3]) for line in table[1:] if (m := re.match(r"(\d+)(?: \(\w+\))?\s+(\w+)\s+(\S+)", line))
+    }
     assert rows[0] == ("COMPLETE", "2"), table
     stopped_at = {int(name.split("-")[1]): epoch_text(lines[-1]["epoch"]) for name, lines in results.items()}
     assert all(rows[n] == ("PRUNED", stopped_at[n]) for n in pruned), table
     for child in [r for r in mlflow_runs(workspace, "quarters") if "seqae.trial" in r.data.tags]:
         number = int(child.data.tags["seqae.trial"])
-        assert metric_steps(child.info.run_id, "val_token_accuracy", workspace) == sorted(trials[number].intermediate_values)
+        assert metric_steps(child.info.run_id, "val_token_accuracy", workspace) == sorted(
+            trials[number].intermediate_values
+        )
         last_step = int(child.data.metrics["global_step"])
         assert metric_steps(child.info.run_id, "train_loss_steps", workspace) == list(range(3, last_step + 1, 3))
 
@@ -224,27 +281,52 @@ def test_a_sweep_validating_at_quarter_epochs_decides_reports_and_tracks_at_each
 def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     workspace = tmp_path / "ws"
     n = 3
-    run = seqae("sweep", "run", str(STUDIES / "quickstart.yaml"), "--workspace", str(workspace),
-                *sets(*SMOKE, "data.input_len=16", "model.latent_len=8", f"trials.total={n}", "train.log_every_steps=3",
-                      "checkpoints.keep_best=1",
-                      # relative, as the README writes it: trials run in Ray's working directory, not here
-                      f"data.path={os.path.relpath(WIKI_MINI, REPO)}"),
-                fresh=True)  # a new process, as a user's: everything it prints is asserted on below
+    run = seqae(
+        "sweep",
+        "run",
+        str(STUDIES / "quickstart.yaml"),
+        "--workspace",
+        str(workspace),
+        *sets(
+            *SMOKE,
+            "data.input_len=16",
+            "model.latent_len=8",
+            f"trials.total={n}",
+            "train.log_every_steps=3",
+            "checkpoints.keep_best=1",
+            # relative, as the README writes it: trials run in Ray's working directory, not here
+            f"data.path={os.path.relpath(WIKI_MINI, REPO)}",
+        ),
+        fresh=True,
+    )  # a new process, as a user's: everything it prints is asserted on below
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     # Progress a person can read: a line per trial result, a table at the end, no Tune boxes.
     lines = run.stdout.splitlines()
     for number in range(n):
-        assert any(re.match(rf"trial {number}  epoch 2/2  (start paper_lr: )?lr=\d\.\de-0\d  val_token_accuracy 0\.\d{{4}}  "
-                            r"best 0\.\d{4} \(trial \d\)  \d+:\d\d elapsed  ~\d+:\d\d left$", line)
-                   for line in lines), run.stdout
+        assert any(
+            re.match(
+                rf"trial {number}  epoch 2/2  (start paper_lr: )?lr=\d\.\de-0\d  val_token_accuracy 0\.\d{{4}}  "
+                r"best 0\.\d{4} \(trial \d\)  \d+:\d\d elapsed  ~\d+:\d\d left$",
+                line,
+            )
+            for line in lines
+        ), run.stdout
     header = lines.index(next(line for line in lines if re.match(r"trial +state", line)))
-    assert [re.match(r"\d+(?: \(\w+\))? +(\w+)", line).group(1) for line in lines[header + 1: header + 1 + n]] == ["COMPLETE"] * n
+    assert [re.match(r"\d+(?: \(\w+\))? +(\w+)", line).group(1) for line in lines[header + 1 : header + 1 + n]] == [
+        "COMPLETE"
+    ] * n
     assert "Configuration for experiment" not in run.stdout and "TensorBoard" not in run.stdout
     # nothing a user did not ask for: no traceback, no warning of Ray's, Tune's, MLflow's or matplotlib's
     assert not re.search(r"Traceback|WARNING|Warning|fontManager", run.stdout + run.stderr), run.stderr[-3000:]
-    assert re.search(r"^trial 0  epoch 1/2  start paper_lr: lr=1\.0e-03  ", run.stdout, re.M)  # the file's starting point first
-    assert re.search(r"^seqae: best: trial \d  val_token_accuracy 0\.\d{4} \(validation, selected on\)  "
-                     r"test_token_accuracy 0\.\d{4} \(test pages, never selected on\)$", run.stdout, re.M)
+    assert re.search(
+        r"^trial 0  epoch 1/2  start paper_lr: lr=1\.0e-03  ", run.stdout, re.M
+    )  # the file's starting point first
+    assert re.search(
+        r"^seqae: best: trial \d  val_token_accuracy 0\.\d{4} \(validation, selected on\)  "
+        r"test_token_accuracy 0\.\d{4} \(test pages, never selected on\)$",
+        run.stdout,
+        re.M,
+    )
     # the file's starting point, then random search
     assert re.search(r"^seqae: trials proposed by: start 1, random 2$", run.stdout, re.M), run.stdout
 
@@ -294,8 +376,13 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     assert info["trials_total"] == n and info["trials_by_state"] == {"COMPLETE": n}
     assert info["mlflow_parent_run_id"] == parents[0].info.run_id
     # the sweep run charts its progress: the best so far, and its test score, against trials ended
-    best = {m: [p.value for p in sorted(client.get_metric_history(parents[0].info.run_id, f"best/{m}"),
-                                        key=lambda p: p.step)] for m in ("val_token_accuracy", "test_token_accuracy")}
+    best = {
+        m: [
+            p.value
+            for p in sorted(client.get_metric_history(parents[0].info.run_id, f"best/{m}"), key=lambda p: p.step)
+        ]
+        for m in ("val_token_accuracy", "test_token_accuracy")
+    }
     assert metric_steps(parents[0].info.run_id, "best/val_token_accuracy", workspace) == list(range(1, n + 1))
     assert best["val_token_accuracy"] == sorted(best["val_token_accuracy"])  # never worse
     assert best["val_token_accuracy"][-1] == info["best"]["values"]["val_token_accuracy"]
@@ -303,8 +390,12 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
     assert info["optuna_study_name"] == "quickstart" and info["optuna_storage"].startswith("sqlite:///")
     assert info["best"]["values"]["val_token_accuracy"] == max(t.value for t in trials)
     # Disk: only the best trial keeps its model and optimizer state; the others keep what status reads.
-    assert re.search(rf"^seqae: checkpoints kept for the best trial \(checkpoints.keep_best=1\); released for "
-                     rf"{n - 1} ended trials, \d+\.\d MB freed$", run.stdout, re.M), run.stdout[-2000:]
+    assert re.search(
+        rf"^seqae: checkpoints kept for the best trial \(checkpoints.keep_best=1\); released for "
+        rf"{n - 1} ended trials, \d+\.\d MB freed$",
+        run.stdout,
+        re.M,
+    ), run.stdout[-2000:]
     for trial in trials:
         store = Path(info["storage"]) / "trials" / f"{trial.number:04d}"
         kept = trial.number == info["best"]["trial"]
@@ -312,7 +403,8 @@ def test_quickstart_tracks_every_trial_in_mlflow_and_optuna(tmp_path):
         assert kept or sum(f.stat().st_size for f in store.rglob("*") if f.is_file()) < 100_000
     versions = client.search_model_versions("name='quickstart'")
     assert len(versions) == 1 and versions[0].run_id == next(
-        c.info.run_id for c in children if int(c.data.tags["seqae.trial"]) == info["best"]["trial"])
+        c.info.run_id for c in children if int(c.data.tags["seqae.trial"]) == info["best"]["trial"]
+    )
     # The registered model is text in, text out; on the quickstart's corpus vocabulary its
     # token_ids.json maps the model's ids back to BERT's.
     import mlflow
@@ -342,8 +434,11 @@ def test_runs_a_killed_driver_left_without_parameters_are_adopted_and_completed(
     experiment = client.create_experiment("s", tags={"seqae.fingerprint": "f", "seqae.sweep": "s"})
     # what the killed driver left: its sweep run, unrecorded in the sweep's state, and trial 0's run, both bare
     parent = client.create_run(experiment, run_name="s", tags={"seqae.sweep": "s", "seqae.role": "sweep"})
-    client.create_run(experiment, run_name="trial-0000", tags={"mlflow.parentRunId": parent.info.run_id,
-                                                                 "seqae.sweep": "s", "seqae.trial": "0"})
+    client.create_run(
+        experiment,
+        run_name="trial-0000",
+        tags={"mlflow.parentRunId": parent.info.run_id, "seqae.sweep": "s", "seqae.trial": "0"},
+    )
     tracker = Tracker(uri, "s", str(tmp_path / "storage"))
     tracker.open("f", None, None, {"sampler": "tpe"})
     tracker.trial_started(0, {"train.lr": 0.01, "train.seed": 0}, "tune-0", False)
@@ -368,8 +463,12 @@ def test_a_run_records_its_dataset_once_and_other_data_has_another_digest(tmp_pa
     from sweeps.stores.tracking import Tracker
     from tests.conftest import TINY
 
-    configs = {0: from_flat(TINY).data, 1: from_flat({**TINY, "data.input_len": 8}).data,
-               2: from_flat({**TINY, "data.split_seed": 1}).data, 3: from_flat(TINY).data}
+    configs = {
+        0: from_flat(TINY).data,
+        1: from_flat({**TINY, "data.input_len": 8}).data,
+        2: from_flat({**TINY, "data.split_seed": 1}).data,
+        3: from_flat(TINY).data,
+    }
     entries = {data.shared_settings(c): data.prepare(c, data_cache) for c in configs.values()}
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -393,5 +492,8 @@ def test_a_run_records_its_dataset_once_and_other_data_has_another_digest(tmp_pa
     profile = json.loads(dataset.profile)
     assert profile["samples"] == {"train": len(splits.train), "val": len(splits.val), "test": len(splits.test)}
     assert profile["config"] == {**profile["config"], "input_len": 16, "samples": "windows", "max_pages": 6}
-    assert json.loads(dataset.source)["path"] == str(WIKI_MINI) and json.loads(dataset.source)["config_name"] == "20231101.en"
+    assert (
+        json.loads(dataset.source)["path"] == str(WIKI_MINI)
+        and json.loads(dataset.source)["config_name"] == "20231101.en"
+    )
     assert {(t.key, t.value) for t in inputs[0][0].tags} == {("mlflow.data.context", "training")}

@@ -48,9 +48,16 @@ def registered(tmp_path_factory, data_cache):
     assert new
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
-    return SimpleNamespace(workspace=workspace, uri=uri, model_uri=f"models:/tiny/{version}", config=config,
-                           store=store, model=mlflow.pyfunc.load_model(f"models:/tiny/{version}"), tracker=tracker,
-                           storage=storage)
+    return SimpleNamespace(
+        workspace=workspace,
+        uri=uri,
+        model_uri=f"models:/tiny/{version}",
+        config=config,
+        store=store,
+        model=mlflow.pyfunc.load_model(f"models:/tiny/{version}"),
+        tracker=tracker,
+        storage=storage,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +84,21 @@ def test_the_registered_model_is_text_in_text_out_without_pickle(registered, tex
     logged = Model.load(folder)
     assert logged.flavors["python_function"]["loader_module"] == "mlflow.pyfunc.loaders.code_model"
     assert not [p for p in folder.rglob("*") if p.suffix in (".pkl", ".pickle", ".pt", ".pth")]  # nothing unpickled
-    assert {p.name for p in (folder / "artifacts").iterdir()} == {"model.safetensors", "config.json", "tokenizer",
-                                                                  "token_ids.json"}
+    assert {p.name for p in (folder / "artifacts").iterdir()} == {
+        "model.safetensors",
+        "config.json",
+        "tokenizer",
+        "token_ids.json",
+    }
     assert (folder / "artifacts" / "tokenizer" / "tokenizer.json").exists()  # serving needs no Hub
     assert logged.signature.inputs.input_types() == [mlflow.types.DataType.string]
-    assert logged.signature.outputs.input_names() == ["reconstruction", "token_accuracy", "tokens",
-                                                      "reconstructed_tokens", "latents"]
+    assert logged.signature.outputs.input_names() == [
+        "reconstruction",
+        "token_accuracy",
+        "tokens",
+        "reconstructed_tokens",
+        "latents",
+    ]
     assert json.loads((folder / logged.saved_input_example_info["artifact_path"]).read_text())
     # The corpus vocabulary: token_ids.json maps each of the model's ids back to BERT's.
     ids = json.loads((folder / "artifacts" / "token_ids.json").read_text())
@@ -134,15 +150,43 @@ def test_mlflow_models_serve_answers_text_requests(registered, texts, tmp_path):
     log = tmp_path / "serve.log"
     with open(log, "w") as out:
         server = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "models", "serve", "-m", registered.model_uri, "--env-manager", "local",
-             "--host", "127.0.0.1", "--port", str(port)],
-            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "models",
+                "serve",
+                "-m",
+                registered.model_uri,
+                "--env-manager",
+                "local",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         # Meanwhile, a clean process loads the model the same way: every seqae module comes from the model.
         probe = subprocess.run(
-            [sys.executable, "-c", "import json, sys, mlflow; mlflow.pyfunc.load_model(sys.argv[1]); print(json.dumps("
-             "[m.__file__ for n, m in sys.modules.items() if n.split('.')[0] in ('seqae_core', 'seqae_errors')]))",
-             registered.model_uri], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+            [
+                sys.executable,
+                "-c",
+                "import json, sys, mlflow; mlflow.pyfunc.load_model(sys.argv[1]); print(json.dumps("
+                "[m.__file__ for n, m in sys.modules.items() if n.split('.')[0] in ('seqae_core', 'seqae_errors')]))",
+                registered.model_uri,
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert probe.returncode == 0, probe.stderr[-3000:]
         files = json.loads(probe.stdout.strip().splitlines()[-1])
         assert len(files) >= 6 and all("/artifacts/code/seqae_" in f for f in files), files
@@ -152,8 +196,9 @@ def test_mlflow_models_serve_answers_text_requests(registered, texts, tmp_path):
         assert server.poll() is None, log.read_text()[-3000:]
         local = registered.model.predict(texts)
         for body in ({"inputs": texts}, {"dataframe_records": [{"text": t} for t in texts]}):
-            request = urllib.request.Request(f"{url}/invocations", data=json.dumps(body).encode(),
-                                             headers={"Content-Type": "application/json"})
+            request = urllib.request.Request(
+                f"{url}/invocations", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+            )
             with urllib.request.urlopen(request, timeout=120) as response:
                 served = json.loads(response.read())["predictions"]
             assert len(served) == 2
@@ -177,8 +222,10 @@ def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered
     lines = run.stdout.splitlines()
     assert lines[0].startswith(f"{registered.model_uri}: ")
     for n, row in enumerate(local.itertuples(), 1):
-        at = lines.index(f"text {n}: token accuracy {row.token_accuracy:.4f} ({len(row.tokens)} tokens, latents "
-                         f"{' x '.join(map(str, row.latents.shape))})")
+        at = lines.index(
+            f"text {n}: token accuracy {row.token_accuracy:.4f} ({len(row.tokens)} tokens, latents "
+            f"{' x '.join(map(str, row.latents.shape))})"
+        )
         assert lines[at + 2] == "  reconstructed: " + marked(row.tokens, row.reconstructed_tokens)
     marks = [line for line in lines if line.startswith("  reconstructed: ") and "[[" in line]
     assert len(marks) == int((local.token_accuracy < 1.0).sum())  # a text is marked exactly when a token is wrong
@@ -186,9 +233,12 @@ def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered
     workspace = ["--workspace", str(registered.workspace)]
     assert main(["encode", registered.model_uri, "a text", *workspace]) == 0  # a models:/ URI as well
     assert capsys.readouterr().out.startswith(f"{registered.model_uri}: ")
-    for bad, says in (("nope", "no registered model named 'nope'"), ("tiny/9", "'tiny' has no version 9"),
-                      ("tiny/x", "expected NAME, NAME/VERSION or NAME@ALIAS"),
-                      ("tiny@nope", "'tiny' has no alias 'nope'")):
+    for bad, says in (
+        ("nope", "no registered model named 'nope'"),
+        ("tiny/9", "'tiny' has no version 9"),
+        ("tiny/x", "expected NAME, NAME/VERSION or NAME@ALIAS"),
+        ("tiny@nope", "'tiny' has no alias 'nope'"),
+    ):
         assert main(["encode", bad, "a text", *workspace]) == 2
         assert f"seqae: error: model {bad!r}: {says}" in capsys.readouterr().err
     assert main(["encode", "tiny", "a text", "--workspace", str(registered.workspace / "none")]) == 2
@@ -202,8 +252,11 @@ def test_seqae_encode_prints_reconstructions_with_wrong_tokens_marked(registered
     monkeypatch.setattr("sys.stdin", io.StringIO(texts[0]))
     assert main(["encode", "tiny", "-", "--file", str(tmp_path / "page.txt"), *workspace]) == 0
     assert capsys.readouterr().out == given
-    for args, says in (([""], "text 1 is empty"), ([], "nothing to encode"),
-                       (["--file", str(tmp_path / "none.txt")], "cannot read it")):
+    for args, says in (
+        ([""], "text 1 is empty"),
+        ([], "nothing to encode"),
+        (["--file", str(tmp_path / "none.txt")], "cannot read it"),
+    ):
         assert main(["encode", "tiny", *args, *workspace]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and says in err and "Traceback" not in err, err
@@ -253,25 +306,36 @@ def test_loading_a_registered_model_runs_no_stored_code(registered, texts, tmp_p
     lines = run.stdout.splitlines()
     assert lines[0].startswith(f"models:/planted/{version}: ")
     for n, row in enumerate(expected.itertuples(), 1):
-        assert f"text {n}: token accuracy {row.token_accuracy:.4f} ({len(row.tokens)} tokens, latents " \
-               f"{' x '.join(map(str, row.latents.shape))})" in lines
+        assert (
+            f"text {n}: token accuracy {row.token_accuracy:.4f} ({len(row.tokens)} tokens, latents "
+            f"{' x '.join(map(str, row.latents.shape))})" in lines
+        )
 
     # The plants are live: pyfunc's loader, in a clean process, runs the stored model file and code paths.
-    probe = subprocess.run([sys.executable, "-c", "import sys, mlflow; mlflow.pyfunc.load_model(sys.argv[1])", uri],
-                           cwd=tmp_path, env={**os.environ, "MLFLOW_TRACKING_URI": registered.uri},
-                           capture_output=True, text=True, timeout=300)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys, mlflow; mlflow.pyfunc.load_model(sys.argv[1])", uri],
+        cwd=tmp_path,
+        env={**os.environ, "MLFLOW_TRACKING_URI": registered.uri},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert probe.returncode == 0, probe.stderr[-3000:]
     ran_then = {p.name for p in ran.iterdir()}
     assert model_file in ran_then and f"{flavor['code']}-seqae_core-__init__.py" in ran_then, ran_then
 
     (stored / "artifacts" / "token_ids.json").unlink()  # a version that is not a seqae model: one line
-    with pytest.raises(ConfigError, match=rf"^model 'planted': models:/planted/{version} has no "
-                                          r"artifacts/token_ids.json in the model registry at .*: not a seqae model$"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^model 'planted': models:/planted/{version} has no "
+        r"artifacts/token_ids.json in the model registry at .*: not a seqae model$",
+    ):
         load_registered(registered.uri, "planted")
 
 
-def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best(registered, data_cache, capfd,
-                                                                                  monkeypatch):
+def test_a_new_version_only_when_the_best_changed_and_the_alias_follows_the_best(
+    registered, data_cache, capfd, monkeypatch
+):
     """Registering the same best trial again (a resumed sweep whose best did not change) adds no
     version; a new best does, and ``@best`` moves to it, which `seqae encode NAME` loads. Each
     version is linked from its logged model, as MLflow's UI shows it, and registering prints
@@ -337,22 +401,29 @@ def test_the_front_is_registered_by_operating_point_and_encode_chooses_by_size(r
         return frozen
 
     register_front([trial(0, [0.9, 0.5]), trial(5, [0.7, 0.25])], objectives, tracker, "frontier")
-    assert "the Pareto front's 2 models are versions of 'frontier', by latent share: @latent-25pct, @latent-50pct" \
+    assert (
+        "the Pareto front's 2 models are versions of 'frontier', by latent share: @latent-25pct, @latent-50pct"
         in capsys.readouterr().out
+    )
     aliases = client.get_registered_model("frontier").aliases
     assert aliases == {"best": 1, "latent-50pct": 1, "latent-25pct": 2}, aliases
     versions = {str(v.version): v for v in client.search_model_versions("name='frontier'")}
-    assert {n: (v.run_id, v.tags["seqae.objective.latent_share"], v.tags["seqae.objective.val_token_accuracy"])
-            for n, v in versions.items()} == {"1": (tracker.child_run(0), "0.5", "0.9"),
-                                              "2": (tracker.child_run(5), "0.25", "0.7")}
+    assert {
+        n: (v.run_id, v.tags["seqae.objective.latent_share"], v.tags["seqae.objective.val_token_accuracy"])
+        for n, v in versions.items()
+    } == {"1": (tracker.child_run(0), "0.5", "0.9"), "2": (tracker.child_run(5), "0.25", "0.7")}
     workspace = ["--workspace", str(registered.workspace)]
     for at, version in (("0.3", "2"), ("0.5", "1"), ("1", "1")):
         assert main(["encode", "frontier", "a text", "--at", at, *workspace]) == 0
         assert capsys.readouterr().out.startswith(f"models:/frontier/{version}: ")
-    for args, says in ((["frontier", "a text", "--at", "0.1"], "no model of the front has a latent share at most "
-                                                               "0.1 (shares: 0.25, 0.5)"),
-                       (["frontier@best", "a text", "--at", "0.3"], "--at chooses the version by its latent share"),
-                       (["tiny", "a text", "--at", "0.3"], "'tiny' has none")):
+    for args, says in (
+        (
+            ["frontier", "a text", "--at", "0.1"],
+            "no model of the front has a latent share at most 0.1 (shares: 0.25, 0.5)",
+        ),
+        (["frontier@best", "a text", "--at", "0.3"], "--at chooses the version by its latent share"),
+        (["tiny", "a text", "--at", "0.3"], "'tiny' has none"),
+    ):
         assert main(["encode", *args, *workspace]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and says in err and "Traceback" not in err, err

@@ -39,7 +39,9 @@ def test_overfits_one_batch_at_half_length(tiny_config, data_cache, latent_dim):
     model.latent_dim, a quarter as wide as its embedding)."""
     from seqae_core import data
 
-    config = tiny_config(**{"model.d_model": 64, "model.d_attn": 64, "model.d_ffn": 128, "model.latent_dim": latent_dim})
+    config = tiny_config(
+        **{"model.d_model": 64, "model.d_attn": 64, "model.d_ffn": 128, "model.latent_dim": latent_dim}
+    )
     splits = data.load(config.data, data_cache)
     tokens = splits.batch(splits.train[:16])  # (16, 16), real Wikipedia windows
     assert config.latent_len == 8
@@ -78,14 +80,25 @@ def test_reports_every_epoch_and_returns_the_best(tiny_config, data_cache):
 
 
 def test_a_record_is_its_checkpoints_history_and_reads_back_from_it(tiny_config, data_cache):
-    """The epoch record (seqae_core.epoch). Two seeds, a test split, two validations an epoch and the machine's use: every kind of key a
-    record holds, in the order training has always reported them (the checkpoint's history is the
-    serialized form), read back into the same record."""
-    config = tiny_config(**{"train.epochs": 1, "train.repeats": 2, "data.test_fraction": 0.2,
-                            "train.validate_every": 0.5, "train.log_every_steps": 3})
+    """The epoch record (seqae_core.epoch). Two seeds, a test split, two validations an epoch and the
+    machine's use: every kind of key a record holds, in the order training has always reported them
+    (the checkpoint's history is the serialized form), read back into the same record."""
+    config = tiny_config(
+        **{
+            "train.epochs": 1,
+            "train.repeats": 2,
+            "data.test_fraction": 0.2,
+            "train.validate_every": 0.5,
+            "train.log_every_steps": 3,
+        }
+    )
     reports: list[tuple[EpochRecord, object]] = []
-    train(config, lambda record, checkpoint: reports.append((record, checkpoint)), cache_dir=data_cache,
-          measure=lambda: {f"{M.SYSTEM_PREFIX}cpu_utilization_percentage": 50.0})
+    train(
+        config,
+        lambda record, checkpoint: reports.append((record, checkpoint)),
+        cache_dir=data_cache,
+        measure=lambda: {f"{M.SYSTEM_PREFIX}cpu_utilization_percentage": 50.0},
+    )
     records, last = [r for r, _ in reports], reports[-1][1]
     assert [r.as_dict() for r in records] == last.history  # type: ignore[attr-defined]
     assert [list(r.as_dict()) for r in records] == [list(h) for h in last.history]  # type: ignore[attr-defined]
@@ -139,7 +152,11 @@ def test_the_loss_curve_has_a_point_every_n_steps_and_the_epoch_its_mean(tiny_co
     steps_per_epoch = -(-len(data.load(config.data, data_cache).train) // 8)
     every, sevenths = [], []
     train(config, lambda m, c: every.append(m.as_dict()), cache_dir=data_cache)
-    train(tiny_config(**settings, **{"train.log_every_steps": 7}), lambda m, c: sevenths.append(m.as_dict()), cache_dir=data_cache)
+    train(
+        tiny_config(**settings, **{"train.log_every_steps": 7}),
+        lambda m, c: sevenths.append(m.as_dict()),
+        cache_dir=data_cache,
+    )
     assert steps_per_epoch > 7
     for epoch, (one, seven) in enumerate(zip(every, sevenths), 1):
         first, last = (epoch - 1) * steps_per_epoch + 1, epoch * steps_per_epoch
@@ -163,10 +180,17 @@ def test_repeats_train_each_seed_as_its_own_run_and_report_their_mean(tiny_confi
     settings = {"train.epochs": 2, "model.dropout": 0.1, "data.test_fraction": 0.2, "train.fuse_repeats": "off"}
     alone = {seed: [] for seed in (4, 5)}
     for seed, records in alone.items():
-        train(tiny_config(**settings, **{"train.seed": seed}), lambda m, c, r=records: r.append(m.as_dict()), cache_dir=data_cache)
+        train(
+            tiny_config(**settings, **{"train.seed": seed}),
+            lambda m, c, r=records: r.append(m.as_dict()),
+            cache_dir=data_cache,
+        )
     reports = []
-    final = train(tiny_config(**settings, **{"train.seed": 4, "train.repeats": 2}),
-                  lambda m, c: reports.append((m.as_dict(), c)), cache_dir=data_cache)
+    final = train(
+        tiny_config(**settings, **{"train.seed": 4, "train.repeats": 2}),
+        lambda m, c: reports.append((m.as_dict(), c)),
+        cache_dir=data_cache,
+    )
     for epoch, (record, checkpoint) in enumerate(reports):
         assert len(checkpoint.seeds) == 2
         for metric in (M.VAL_LOSS, M.VAL_TOKEN_ACCURACY, M.VAL_SEQUENCE_ACCURACY, *M.TEST_METRICS):
@@ -186,10 +210,18 @@ def test_repeats_train_each_seed_as_its_own_run_and_report_their_mean(tiny_confi
 
 
 @pytest.mark.parametrize("repeats, latent_dim", [(1, None), (2, None), (1, 8)])
-def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, data_cache, tmp_path, repeats,
-                                                                    latent_dim):
-    config = tiny_config(**{"train.epochs": 4, "model.dropout": 0.1, "data.test_fraction": 0.2,
-                            "train.repeats": repeats, "model.latent_dim": latent_dim})
+def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(
+    tiny_config, data_cache, tmp_path, repeats, latent_dim
+):
+    config = tiny_config(
+        **{
+            "train.epochs": 4,
+            "model.dropout": 0.1,
+            "data.test_fraction": 0.2,
+            "train.repeats": repeats,
+            "model.latent_dim": latent_dim,
+        }
+    )
     full = []
     expected = train(config, lambda m, c: full.append(m.as_dict()), cache_dir=data_cache)
 
@@ -204,21 +236,27 @@ def test_resumed_run_ends_with_the_metrics_of_an_uninterrupted_one(tiny_config, 
     }
 
 
-@pytest.mark.parametrize("settings, stop_after", [
-    pytest.param({"train.validate_every": 0.25}, 3, id="quarters-killed-after-the-third"),
-    pytest.param({"train.validate_every": 4}, 3, id="every-4-steps-killed-in-epoch-2"),
-    pytest.param({"train.validate_every": 0.5, "train.repeats": 2}, 1, id="halves-2-seeds"),
-    pytest.param({"train.validate_every": 0.5, "train.repeats": 2, "train.fuse_repeats": "on"}, 3,
-                 id="halves-2-seeds-fused"),
-])
+@pytest.mark.parametrize(
+    "settings, stop_after",
+    [
+        pytest.param({"train.validate_every": 0.25}, 3, id="quarters-killed-after-the-third"),
+        pytest.param({"train.validate_every": 4}, 3, id="every-4-steps-killed-in-epoch-2"),
+        pytest.param({"train.validate_every": 0.5, "train.repeats": 2}, 1, id="halves-2-seeds"),
+        pytest.param(
+            {"train.validate_every": 0.5, "train.repeats": 2, "train.fuse_repeats": "on"}, 3, id="halves-2-seeds-fused"
+        ),
+    ],
+)
 def test_a_run_killed_between_validations_of_an_epoch_resumes_there_with_the_uninterrupted_runs_numbers(
-        tiny_config, data_cache, tmp_path, settings, stop_after):
+    tiny_config, data_cache, tmp_path, settings, stop_after
+):
     """train.validate_every below an epoch: the run killed after validation ``stop_after``, mid-epoch,
     resumes from that validation's checkpoint, in the epoch's data order and with its random
     streams, and every later validation's metrics, its loss curve's points included, are the
     uninterrupted run's, exactly (the same operations on the same numbers, in the same order)."""
-    config = tiny_config(**{"train.epochs": 2, "model.dropout": 0.1, "data.test_fraction": 0.2, "train.log_every_steps": 1,
-                            **settings})
+    config = tiny_config(
+        **{"train.epochs": 2, "model.dropout": 0.1, "data.test_fraction": 0.2, "train.log_every_steps": 1, **settings}
+    )
     full = []
     expected = train(config, lambda m, c: full.append(m.as_dict()), cache_dir=data_cache)
 
@@ -233,7 +271,9 @@ def test_a_run_killed_between_validations_of_an_epoch_resumes_there_with_the_uni
     assert without_timing(resumed) == without_timing(full[stop_after:])
     assert all(m[M.TRAIN_LOSS_STEPS] for m in full[stop_after:])  # the curve's points are compared, not absent
     untimed = {M.TOKENS_PER_S, M.TRAIN_SECONDS, M.DATA_SECONDS}
-    assert {k: v for k, v in final.items() if k not in untimed} == {k: v for k, v in expected.items() if k not in untimed}
+    assert {k: v for k, v in final.items() if k not in untimed} == {
+        k: v for k, v in expected.items() if k not in untimed
+    }
 
 
 def test_validations_between_epochs_ends_are_results_with_fractional_epochs(tiny_config, data_cache):
@@ -255,8 +295,15 @@ def test_patience_counts_epochs_whatever_the_validations_an_epoch(tiny_config, d
     """train.patience=1 at four validations an epoch: with a learning rate of ~0 nothing improves
     after the first validation, so the run stops four validations (one epoch) later, a third into
     epoch 2, and says so."""
-    config = tiny_config(**{"train.epochs": 5, "train.validate_every": 0.25, "train.patience": 1,
-                            "train.lr": 1e-12, "train.lr_final": 1e-12})
+    config = tiny_config(
+        **{
+            "train.epochs": 5,
+            "train.validate_every": 0.25,
+            "train.patience": 1,
+            "train.lr": 1e-12,
+            "train.lr_final": 1e-12,
+        }
+    )
     reports = []
     final = train(config, lambda m, c: reports.append((m.as_dict(), c)), cache_dir=data_cache)
     assert len(reports) == 5 and reports[-1][1].finished and reports[-1][1].patience_spent
@@ -268,20 +315,25 @@ def test_the_default_validates_once_an_epoch_as_validating_every_epochs_steps_do
     whole epochs numbered as their validations."""
     default, every_epoch = [], []
     train(tiny_config(), lambda m, c: default.append(m.as_dict()), cache_dir=data_cache)
-    train(tiny_config(**{"train.validate_every": 9}), lambda m, c: every_epoch.append(m.as_dict()), cache_dir=data_cache)
+    train(
+        tiny_config(**{"train.validate_every": 9}), lambda m, c: every_epoch.append(m.as_dict()), cache_dir=data_cache
+    )
     assert without_timing(default) == without_timing(every_epoch)
     assert [(m[M.EPOCH], m[M.VALIDATION], m[M.GLOBAL_STEP]) for m in default] == [(1, 1, 9), (2, 2, 18)]
 
 
-@pytest.mark.parametrize("every, message", [
-    (10, "train.validate_every=10 steps is more than an epoch's 9 steps"),
-    (0.1, "train.validate_every=0.1 asks for 10 validations an epoch, which has 9 steps"),
-])
-def test_validating_more_often_than_an_epoch_has_steps_is_refused_before_training(tiny_config, data_cache, every,
-                                                                                    message):
+@pytest.mark.parametrize(
+    "every, message",
+    [
+        (10, "train.validate_every=10 steps is more than an epoch's 9 steps"),
+        (0.1, "train.validate_every=0.1 asks for 10 validations an epoch, which has 9 steps"),
+    ],
+)
+def test_validating_more_often_than_an_epoch_has_steps_is_refused_before_training(
+    tiny_config, data_cache, every, message
+):
     with pytest.raises(ConfigError, match=message):
-        train(tiny_config(**{"train.validate_every": every}), lambda m, c: pytest.fail("trained"),
-              cache_dir=data_cache)
+        train(tiny_config(**{"train.validate_every": every}), lambda m, c: pytest.fail("trained"), cache_dir=data_cache)
 
 
 def test_validation_steps_fall_at_or_just_past_each_share_of_the_epoch():
@@ -295,9 +347,20 @@ def test_validation_steps_fall_at_or_just_past_each_share_of_the_epoch():
 def test_a_state_saved_before_validate_every_resumes_at_the_next_epochs_start():
     """A format-1 state written without ``step`` (before validations between epochs' ends) reads as
     one at its epoch's end: the run goes on at step 0 of the next epoch."""
-    state = {"format": 1, "config": {}, "epoch": 3, "model": {}, "optimizer": {}, "scheduler": {}, "rng": {},
-             "early_stopping": {}, "history": [{}, {}, {}], "finished": False, "patience_spent": False,
-             "token_ids": torch.zeros(1)}
+    state = {
+        "format": 1,
+        "config": {},
+        "epoch": 3,
+        "model": {},
+        "optimizer": {},
+        "scheduler": {},
+        "rng": {},
+        "early_stopping": {},
+        "history": [{}, {}, {}],
+        "finished": False,
+        "patience_spent": False,
+        "token_ids": torch.zeros(1),
+    }
     checkpoint = Checkpoint.of_state(state)
     assert (checkpoint.epoch, checkpoint.step, checkpoint.number) == (3, 0, 3)
 
@@ -356,10 +419,19 @@ def test_seqae_train_stops_five_epochs_after_the_best_at_the_papers_patience(dat
     """`seqae train` at its default patience, the paper's 5: with a learning rate of ~0 nothing
     improves after epoch 1, so it trains exactly 5 epochs more (of the 20 allowed), then stops."""
     # 3 pages in batches of 128: 6 epochs of these cost less than the 3 of 6 pages this test once trained
-    overrides = {**TINY, "data.max_pages": 3, "train.batch_size": 128, "train.epochs": 20, "train.lr": 1e-12,
-                 "train.lr_final": 1e-12}
+    overrides = {
+        **TINY,
+        "data.max_pages": 3,
+        "train.batch_size": 128,
+        "train.epochs": 20,
+        "train.lr": 1e-12,
+        "train.lr_final": 1e-12,
+    }
     # (train.patience is left at its default)
-    assert main(["train", "--json", "--cache-dir", str(data_cache), *[a for s in sets(overrides) for a in ("--set", s)]]) == 0
+    assert (
+        main(["train", "--json", "--cache-dir", str(data_cache), *[a for s in sets(overrides) for a in ("--set", s)]])
+        == 0
+    )
     out = capsys.readouterr().out.splitlines()
     final = json.loads(out[-1])
     assert final[M.BEST_EPOCH] == 1 and final[M.STOPPED_EARLY] is True

@@ -38,8 +38,9 @@ def sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Workspace, s
     workspace.root.mkdir()
     optuna_storage(f"sqlite:///{workspace.root / 'optuna.db'}")
     as_user(monkeypatch, "alice")
-    name = Sweep.create(QUICKSTART, set=[f"data.path={WIKI_MINI}", "trials.total=4"], name="hers",
-                        workspace=workspace).name
+    name = Sweep.create(
+        QUICKSTART, set=[f"data.path={WIKI_MINI}", "trials.total=4"], name="hers", workspace=workspace
+    ).name
     state = workspace.read(name)
     study = open_study(state.spec, state.backends.optuna_storage, name, state.total_trials, state.fingerprint)
     first, second = study.next_trial(), study.next_trial()
@@ -57,32 +58,42 @@ def test_decide_prunes_a_trial_stopped_by_hand_as_a_scheduler_would():
     ran = TrialProgress(1.0, [{"epoch": 1}], finished=False)
     assert ledger.decide(ran, False, stopped=True) is ledger.Outcome.PRUNED
     assert ledger.decide(None, False, stopped=True) is ledger.Outcome.PRUNED  # before its first validation: not failed
-    assert ledger.decide(TrialProgress(3.0, [{"epoch": 3}], finished=True), False, stopped=True) is ledger.Outcome.COMPLETE
+    assert (
+        ledger.decide(TrialProgress(3.0, [{"epoch": 3}], finished=True), False, stopped=True) is ledger.Outcome.COMPLETE
+    )
     assert ledger.decide(ran, True, stopped=True) is ledger.Outcome.FAIL  # an error is an error
     assert ledger.decide(ran, False, halted=True, stopped=True) is ledger.Outcome.PRUNED  # not left to continue
     assert ledger.decide(None, False) is ledger.Outcome.FAIL
 
 
 def test_stop_trial_is_recorded_on_the_running_trial_and_refused_for_an_unknown_finished_or_anothers_trial(
-        sweep, monkeypatch, capsys):
+    sweep, monkeypatch, capsys
+):
     workspace, name = sweep
     argv = ["sweep", "stop", name, "--workspace", str(workspace.root), "--trial"]
     trials = workspace.sweep_dir(name) / "trials"  # what a driver makes; a stop makes nothing but its record
     assert main([*argv, "0"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"sweep {name}: trial 0 stops at its next validation, keeping its record to there; it "
-                          "ends pruned"), out
+    assert out.startswith(
+        f"sweep {name}: trial 0 stops at its next validation, keeping its record to there; it ends pruned"
+    ), out
     assert "no driver runs the sweep now: its next resume records it" in out
     asked = study_of(workspace, name).stops_asked()
     assert list(asked) == [0] and asked[0]["by"] == "alice" and asked[0]["now"] is False
     assert study_of(workspace, name).control().drain is None  # the sweep goes on
 
-    for number, refusal in (("7", "--trial 7: sweep 'hers' has no trial 7 (its trials: 0 to 1)"),
-                            ("1", "--trial 1: trial 1 is FAIL, not running; there is nothing to stop")):
+    for number, refusal in (
+        ("7", "--trial 7: sweep 'hers' has no trial 7 (its trials: 0 to 1)"),
+        ("1", "--trial 1: trial 1 is FAIL, not running; there is nothing to stop"),
+    ):
         assert_refused(main([*argv, number]), capsys.readouterr().err, refusal, created=(trials,))
     as_user(monkeypatch, "bob")
-    assert_refused(main([*argv, "0", "--now"]), capsys.readouterr().err,
-                   "sweep 'hers' belongs to alice; bob may not stop it (an MLflow admin may)", created=(trials,))
+    assert_refused(
+        main([*argv, "0", "--now"]),
+        capsys.readouterr().err,
+        "sweep 'hers' belongs to alice; bob may not stop it (an MLflow admin may)",
+        created=(trials,),
+    )
     assert study_of(workspace, name).stops_asked()[0]["now"] is False  # bob's changed nothing
 
     # a driver that starts later ends it before any trial runs: pruned, without a checkpoint
@@ -92,28 +103,33 @@ def test_stop_trial_is_recorded_on_the_running_trial_and_refused_for_an_unknown_
     assert study.state(0) == TrialState.PRUNED
 
 
-def test_retry_gives_a_failed_trial_a_new_attempt_under_its_number_linked_to_the_failed_one(sweep, monkeypatch,
-                                                                                          capsys):
+def test_retry_gives_a_failed_trial_a_new_attempt_under_its_number_linked_to_the_failed_one(sweep, monkeypatch, capsys):
     workspace, name = sweep
     state = workspace.read(name)
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):  # a driver runs it: refused, nothing changes
         with pytest.raises(ConfigError, match=f"sweep {name!r} is already running"):
             lifecycle.retry(workspace, name, None)
-    for which, refusal in (("0", "--trials='0': trial 0 is RUNNING; only failed trials are retried (failed: 1)"),
-                           ("9", "--trials='9': trial 9 is not in the sweep; only failed trials are retried (failed: 1)"),
-                           ("1;2", "--trials='1;2': give trial numbers separated by commas, e.g. 3,5")):
+    for which, refusal in (
+        ("0", "--trials='0': trial 0 is RUNNING; only failed trials are retried (failed: 1)"),
+        ("9", "--trials='9': trial 9 is not in the sweep; only failed trials are retried (failed: 1)"),
+        ("1;2", "--trials='1;2': give trial numbers separated by commas, e.g. 3,5"),
+    ):
         with pytest.raises(ConfigError) as refused:
             lifecycle.retry(workspace, name, which)
         assert str(refused.value) == refusal
     as_user(monkeypatch, "bob")
-    assert_refused(main(["sweep", "retry", name, "--failed", "--workspace", str(workspace.root)]),
-                   capsys.readouterr().err, "sweep 'hers' belongs to alice; bob may not retry it (an MLflow admin may)",
-                   created=(workspace.sweep_dir(name) / "trials",))
+    assert_refused(
+        main(["sweep", "retry", name, "--failed", "--workspace", str(workspace.root)]),
+        capsys.readouterr().err,
+        "sweep 'hers' belongs to alice; bob may not retry it (an MLflow admin may)",
+        created=(workspace.sweep_dir(name) / "trials",),
+    )
     as_user(monkeypatch, "alice")
     failed = study_of(workspace, name).trials()[1]
 
     assert lifecycle.retry(workspace, name, None) == [
-        "trial 1: attempt 2, with its parameters, from scratch (the failed attempt kept no checkpoint)"]
+        "trial 1: attempt 2, with its parameters, from scratch (the failed attempt kept no checkpoint)"
+    ]
     study = study_of(workspace, name)
     trial = {t.number: t for t in study.trials()}[1]  # one trial, under its own number, as its newest record
     assert len(study.trials()) == 2 and trial.state == TrialState.RUNNING and trial.params == failed.params
@@ -149,23 +165,34 @@ def test_a_failed_trial_fixed_and_retried_completes_linked_to_its_failed_attempt
 
     retry = seqae("sweep", "retry", name, "--failed", "--workspace", str(workspace))
     assert retry.returncode == 0, retry.stdout[-3000:] + retry.stderr[-3000:]
-    assert ("seqae: trial 1: attempt 2, with its parameters, from its checkpoint at epoch 1 (the failed attempt's "
-            "last good one)") in retry.stdout, retry.stdout
+    assert (
+        "seqae: trial 1: attempt 2, with its parameters, from its checkpoint at epoch 1 (the failed attempt's "
+        "last good one)"
+    ) in retry.stdout, retry.stdout
     assert "was interrupted" not in retry.stdout and "closed as KILLED" not in retry.stdout, retry.stdout
     shown = status(name, workspace)
     assert shown["trials_by_state"] == {"COMPLETE": 2} and shown["attempts"] == {"1": 2}, shown
     records = optuna.load_study(study_name=name, storage=f"sqlite:///{workspace / 'optuna.db'}").get_trials()
     assert [(t.state.name, t.user_attrs.get(N.CONTINUES), t.user_attrs.get(N.RETRY_OF)) for t in records] == [
-        ("COMPLETE", None, None), ("FAIL", None, None), ("COMPLETE", 1, 1)]
+        ("COMPLETE", None, None),
+        ("FAIL", None, None),
+        ("COMPLETE", 1, 1),
+    ]
     assert list(records[2].intermediate_values) == [1, 2]  # its first epoch as the failed attempt trained it
 
     runs = mlflow_runs(workspace, name)
     current = next(r for r in runs if r.data.tags.get(N.TRIAL) == "1")
     failed = next(r for r in runs if r.data.tags.get(N.ATTEMPT_OF) == "1")
     assert (current.info.status, current.data.tags[N.ATTEMPT], current.data.tags[N.RETRY_OF_RUN]) == (
-        "FINISHED", "2", failed.info.run_id)
+        "FINISHED",
+        "2",
+        failed.info.run_id,
+    )
     assert (failed.info.status, failed.data.tags[N.RETRIED_BY], failed.data.tags[N.ATTEMPT]) == (
-        "FAILED", current.info.run_id, "1")
+        "FAILED",
+        current.info.run_id,
+        "1",
+    )
     assert "epoch-000002" in failed.data.tags[N.ERROR]  # the failed attempt's error stays readable
     assert "mlflow.source.git.commit" in failed.data.tags and "mlflow.source.git.commit" in current.data.tags
     assert sum(N.TRIAL in r.data.tags for r in runs) == 2  # a run per configuration
@@ -182,8 +209,18 @@ def test_stop_one_trial_by_hand_prunes_it_everywhere_and_the_sweep_starts_its_ne
     MLflow and TERMINATED in Tune, with its best checkpoint; its slot (max_concurrent=1) goes to trial 1."""
     workspace, name = tmp_path / "ws", "handstop"
     log = tmp_path / "driver.log"
-    driver = start(*run_args(workspace, name, "trials.total=2", "max_concurrent=1", "train.epochs=1000",
-                             "train.patience=1000", "scheduler.type=none"), log=log)
+    driver = start(
+        *run_args(
+            workspace,
+            name,
+            "trials.total=2",
+            "max_concurrent=1",
+            "train.epochs=1000",
+            "train.patience=1000",
+            "scheduler.type=none",
+        ),
+        log=log,
+    )
     try:
         wait_for(lambda: "trial 0  epoch 1/" in log.read_text(), 180, "trial 0's first epoch")
         stopped = seqae("sweep", "stop", name, "--trial", "0", "--workspace", str(workspace))

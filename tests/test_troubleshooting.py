@@ -44,7 +44,8 @@ def assert_quoted(first_line: str) -> None:
     lines = quoted()
     said = alike(first_line)
     assert said in lines or any(re.fullmatch(re.escape(line).replace(r"\.\.\.", ".*"), said) for line in lines), (
-        f"docs/how-to/troubleshooting.md does not quote what seqae printed:\n{first_line}")
+        f"docs/how-to/troubleshooting.md does not quote what seqae printed:\n{first_line}"
+    )
 
 
 def first_error(run) -> str:  # type: ignore[no-untyped-def]
@@ -69,22 +70,37 @@ def test_a_cpu_without_bf16_says_it_trains_in_fp32(monkeypatch):
 
 
 def test_the_hub_offline_without_a_data_path(tmp_path):
-    run = seqae("sweep", "run", QUICKSTART, "--workspace", str(tmp_path / "ws"), env={"HF_HUB_OFFLINE": "1"},
-                fresh=True)
+    run = seqae(
+        "sweep", "run", QUICKSTART, "--workspace", str(tmp_path / "ws"), env={"HF_HUB_OFFLINE": "1"}, fresh=True
+    )
     assert_quoted(first_error(run))
     assert not (tmp_path / "ws").exists()
 
 
 def test_the_tokenizer_not_in_the_hub_cache(tmp_path):
-    run = seqae("sweep", "run", QUICKSTART, "--workspace", str(tmp_path / "ws"), *sets(OFFLINE),
-                env={"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "empty-cache")})
+    run = seqae(
+        "sweep",
+        "run",
+        QUICKSTART,
+        "--workspace",
+        str(tmp_path / "ws"),
+        *sets(OFFLINE),
+        env={"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "empty-cache")},
+    )
     assert_quoted(first_error(run))
 
 
 @pytest.mark.skipif(GPU, reason="PyTorch sees a GPU here: the error cannot happen")
 def test_a_sweep_asking_for_a_gpu_that_pytorch_does_not_see(tmp_path):
-    run = seqae("sweep", "run", QUICKSTART, "--workspace", str(tmp_path / "ws"), *sets(OFFLINE, "resources.gpu=0.25"),
-                fresh=True)
+    run = seqae(
+        "sweep",
+        "run",
+        QUICKSTART,
+        "--workspace",
+        str(tmp_path / "ws"),
+        *sets(OFFLINE, "resources.gpu=0.25"),
+        fresh=True,
+    )
     assert_quoted(first_error(run))
     assert not (tmp_path / "ws").exists()
 
@@ -113,16 +129,32 @@ def test_a_port_in_use(tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        run = seqae("ui", "--workspace", str(workspace), "--mlflow-port", str(port),
-                    "--optuna-port", str(free_port()), timeout=120)
+        run = seqae(
+            "ui",
+            "--workspace",
+            str(workspace),
+            "--mlflow-port",
+            str(port),
+            "--optuna-port",
+            str(free_port()),
+            timeout=120,
+        )
     assert_quoted(first_error(run))
     assert f"--mlflow-port={port}" in run.stderr
 
 
 def test_no_ray_cluster_at_ray_address(tmp_path):
     address = f"127.0.0.1:{free_port()}"  # nothing listens there
-    run = seqae("sweep", "run", QUICKSTART, "--workspace", str(tmp_path / "ws"), *sets(OFFLINE),
-                env={"RAY_ADDRESS": address}, timeout=120)
+    run = seqae(
+        "sweep",
+        "run",
+        QUICKSTART,
+        "--workspace",
+        str(tmp_path / "ws"),
+        *sets(OFFLINE),
+        env={"RAY_ADDRESS": address},
+        timeout=120,
+    )
     assert_quoted(first_error(run))
     assert f"RAY_ADDRESS={address!r}" in run.stderr
 
@@ -150,8 +182,9 @@ def test_services_with_an_s3_storage_the_credentials_do_not_reach(s3, monkeypatc
     assert "NoSuchBucket" in str(refused.value) and not (tmp_path / "services").exists()
 
 
-def _refused_submission(tmp_path, monkeypatch, file: str = QUICKSTART, url: str | None = "http://127.0.0.1:8265",
-                        **env: str) -> str:
+def _refused_submission(
+    tmp_path, monkeypatch, file: str = QUICKSTART, url: str | None = "http://127.0.0.1:8265", **env: str
+) -> str:
     """What `seqae sweep submit FILE` prints where it refuses before contacting the cluster, with
     ``env`` as the shell's SEQAE_* settings (servers for both backends unless given)."""
     from sweeps.running import submit
@@ -160,8 +193,10 @@ def _refused_submission(tmp_path, monkeypatch, file: str = QUICKSTART, url: str 
     monkeypatch.chdir(REPO)
     for key in ("SEQAE_RAY_ADDRESS", "SEQAE_MLFLOW_TRACKING_URI", "SEQAE_OPTUNA_STORAGE", "SEQAE_WORKSPACE"):
         monkeypatch.delenv(key, raising=False)
-    servers = {"SEQAE_MLFLOW_TRACKING_URI": "http://127.0.0.1:5000",
-               "SEQAE_OPTUNA_STORAGE": "postgresql://seqae@127.0.0.1:5432/optuna"}
+    servers = {
+        "SEQAE_MLFLOW_TRACKING_URI": "http://127.0.0.1:5000",
+        "SEQAE_OPTUNA_STORAGE": "postgresql://seqae@127.0.0.1:5432/optuna",
+    }
     for key, value in {**servers, **env}.items():
         monkeypatch.setenv(key, value)
     workspace = Workspace(tmp_path / "ws")
@@ -195,9 +230,16 @@ def test_submit_a_sweep_file_outside_the_working_directory(tmp_path, monkeypatch
 def test_submit_under_a_name_already_taken(tmp_path, monkeypatch):
     from sweeps.stores.workspace import Submission, Workspace
 
-    Workspace(tmp_path / "ws").write_submission(Submission(
-        name="quickstart", address="http://127.0.0.1:8265", file="sweeps/studies/quickstart.yaml", sets=[],
-        workspace=str(tmp_path / "ws"), working_dir=str(REPO)))
+    Workspace(tmp_path / "ws").write_submission(
+        Submission(
+            name="quickstart",
+            address="http://127.0.0.1:8265",
+            file="sweeps/studies/quickstart.yaml",
+            sets=[],
+            workspace=str(tmp_path / "ws"),
+            working_dir=str(REPO),
+        )
+    )
     from sweeps.running import submit
 
     monkeypatch.setenv("SEQAE_MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
@@ -224,26 +266,58 @@ def test_the_jobs_api_without_the_clusters_token(tmp_path):
     temp_dir = tempfile.mkdtemp(prefix="seqae-ray-")  # short: Ray's socket paths are limited
     dashboard, log = free_port(), tmp_path / "ray-head.log"
     head = subprocess.Popen(
-        [local._ray_bin(), "start", "--head", f"--port={free_port()}", "--node-ip-address=127.0.0.1",
-         "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}", f"--temp-dir={temp_dir}", "--num-cpus=0",
-         f"--ray-client-server-port={free_port()}", "--disable-usage-stats"],
+        [
+            local._ray_bin(),
+            "start",
+            "--head",
+            f"--port={free_port()}",
+            "--node-ip-address=127.0.0.1",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard}",
+            f"--temp-dir={temp_dir}",
+            "--num-cpus=0",
+            f"--ray-client-server-port={free_port()}",
+            "--disable-usage-stats",
+        ],
         env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)},
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         assert head.wait(timeout=180) == 0, log.read_text(errors="replace")[-2000:]
         url = f"http://127.0.0.1:{dashboard}"
         wait_until(lambda: http_ok(f"{url}/api/gcs_healthz"), 60, "the Ray dashboard", log)
-        servers = {"SEQAE_MLFLOW_TRACKING_URI": "http://127.0.0.1:5000", "RAY_AUTH_MODE": "token",
-                   "SEQAE_OPTUNA_STORAGE": "postgresql://seqae@127.0.0.1:5432/optuna", "HOME": str(tmp_path)}
+        servers = {
+            "SEQAE_MLFLOW_TRACKING_URI": "http://127.0.0.1:5000",
+            "RAY_AUTH_MODE": "token",
+            "SEQAE_OPTUNA_STORAGE": "postgresql://seqae@127.0.0.1:5432/optuna",
+            "HOME": str(tmp_path),
+        }
         wrong = tmp_path / "other_token"
         wrong.write_text("another-clusters-token")
         no_token = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
         # no token: Ray's client refuses to send the request (RAY_AUTH_MODE=token, as env.sh sets),
         # or the cluster answers 401 (RAY_AUTH_MODE unset); the wrong one: 403
-        for name, env, unset in (("none", {}, no_token), ("none-401", {}, (*no_token, "RAY_AUTH_MODE")),
-                                 ("wrong", {"RAY_AUTH_TOKEN_PATH": str(wrong)}, ("RAY_AUTH_TOKEN",))):
-            run = seqae("sweep", "submit", QUICKSTART, "--name", name, "--address", url, "--workspace",
-                        str(tmp_path / "ws"), env={**servers, **env}, unset=unset, timeout=120)
+        for name, env, unset in (
+            ("none", {}, no_token),
+            ("none-401", {}, (*no_token, "RAY_AUTH_MODE")),
+            ("wrong", {"RAY_AUTH_TOKEN_PATH": str(wrong)}, ("RAY_AUTH_TOKEN",)),
+        ):
+            run = seqae(
+                "sweep",
+                "submit",
+                QUICKSTART,
+                "--name",
+                name,
+                "--address",
+                url,
+                "--workspace",
+                str(tmp_path / "ws"),
+                env={**servers, **env},
+                unset=unset,
+                timeout=120,
+            )
             said = first_error(run)
             assert_quoted(said.replace(str(wrong), "/home/me/old-cluster/secrets/ray_token"))
             assert not (tmp_path / "ws" / "sweeps" / name).exists()
@@ -274,8 +348,9 @@ def test_a_priority_change_of_anothers_sweep(tmp_path, monkeypatch, capsys):
     from sweeps.stores.queue import Entry, Queue
 
     monkeypatch.delenv("SEQAE_OPTUNA_STORAGE", raising=False)
-    Queue(f"sqlite:///{tmp_path / 'optuna.db'}").join(Entry("hers", "ann", 0, 4, 4, 1.0, 0.0, 0, 0, 0, 0, 8, 0.0,
-                                                            0.0, None, 4.0, 0.0))
+    Queue(f"sqlite:///{tmp_path / 'optuna.db'}").join(
+        Entry("hers", "ann", 0, 4, 4, 1.0, 0.0, 0, 0, 0, 0, 8, 0.0, 0.0, None, 4.0, 0.0)
+    )
     monkeypatch.setenv(USER, "bob")
     assert main(["sweep", "priority", "hers", "9", "--workspace", str(tmp_path)]) == 2
     assert_quoted(next(line for line in capsys.readouterr().err.splitlines() if line.startswith("seqae: error: ")))

@@ -19,8 +19,9 @@ TRIALS = 3
 def running_sweep(workspace: Path) -> SweepStudy:
     """A quickstart sweep whose study holds TRIALS running trials, as a driver leaves them while
     they train; the test ends them (its study is what the view reads)."""
-    sweep = Sweep.create(STUDIES / "quickstart.yaml", set=[*TINY, f"trials.total={TRIALS}"], name="q",
-                         workspace=workspace)
+    sweep = Sweep.create(
+        STUDIES / "quickstart.yaml", set=[*TINY, f"trials.total={TRIALS}"], name="q", workspace=workspace
+    )
     state = sweep.workspace.read("q")
     driver = open_study(state.spec, state.backends.optuna_storage, "q", TRIALS, state.fingerprint)
     for _ in range(TRIALS):
@@ -44,8 +45,11 @@ def test_watch_in_a_terminal_prints_a_line_per_change_and_the_table_at_the_end(t
     watcher = threading.Thread(target=lambda: views.append(sweep.watch(every=0.05, timeout=120)))
     watcher.start()
     for number in range(TRIALS):
-        wait_for(lambda n=number: f"COMPLETE {n}" in out() if n else f"RUNNING {TRIALS}" in out(), 60,
-                 f"the view of {number} ended trials")
+        wait_for(
+            lambda n=number: f"COMPLETE {n}" in out() if n else f"RUNNING {TRIALS}" in out(),
+            60,
+            f"the view of {number} ended trials",
+        )
         driver.study.tell(number, 0.5 + number / 10)
     watcher.join(120)
     text = out()
@@ -54,8 +58,9 @@ def test_watch_in_a_terminal_prints_a_line_per_change_and_the_table_at_the_end(t
     headings = [line for line in text.splitlines() if line.startswith("sweep q: ")]
     assert len(headings) == TRIALS + 1, headings  # the first view, then one per trial that ended
     assert headings[0].startswith(f"sweep q: not started, {TRIALS} trials (RUNNING {TRIALS}); no trial completed; at ")
-    assert headings[-1].startswith(f"sweep q: not started, {TRIALS} trials (COMPLETE {TRIALS}); best: trial 2  "
-                                   "val_token_accuracy 0.7000; at "), headings
+    assert headings[-1].startswith(
+        f"sweep q: not started, {TRIALS} trials (COMPLETE {TRIALS}); best: trial 2  val_token_accuracy 0.7000; at "
+    ), headings
     assert [r[:2] for r in views[0].rows] == [["2", "COMPLETE"], ["1", "COMPLETE"], ["0 (paper_lr)", "COMPLETE"]]
     table = text.split(headings[-1], 1)[1]
     assert table.splitlines()[1].split()[:2] == ["trial", "state"] and table.count("COMPLETE") == TRIALS, table
@@ -87,8 +92,9 @@ def test_watch_in_a_notebook_updates_one_table_in_place(tmp_path, screenshot_dir
                 seen.append(msg)
             return super().process_message(msg, cell, cell_index)
 
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        NOTEBOOK_CELL.format(workspace=str(tmp_path / "ws")))])
+    notebook = nbformat.v4.new_notebook(
+        cells=[nbformat.v4.new_code_cell(NOTEBOOK_CELL.format(workspace=str(tmp_path / "ws")))]
+    )
     client = Recording(notebook, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(REPO)}})
     errors: list[BaseException] = []
 
@@ -106,11 +112,20 @@ def test_watch_in_a_notebook_updates_one_table_in_place(tmp_path, screenshot_dir
         return displays[-1]["content"]["data"].get("text/html", "") if displays else ""
 
     for number in range(TRIALS):
-        wait_for(lambda n=number: not errors and (f"COMPLETE {n}" in shown() if n else bool(shown())), 180,
-                 f"the notebook's view of {number} ended trials")
+        wait_for(
+            lambda n=number: not errors and (f"COMPLETE {n}" in shown() if n else bool(shown())),
+            180,
+            f"the notebook's view of {number} ended trials",
+        )
         if number == 1:  # the view while the sweep runs: docs/screenshot.py's picture of it
-            live = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(notebook.cells[0].source, outputs=[
-                nbformat.v4.new_output("display_data", data={"text/html": shown()})])])
+            live = nbformat.v4.new_notebook(
+                cells=[
+                    nbformat.v4.new_code_cell(
+                        notebook.cells[0].source,
+                        outputs=[nbformat.v4.new_output("display_data", data={"text/html": shown()})],
+                    )
+                ]
+            )
             nbformat.write(live, screenshot_dir / "watch.ipynb")
         driver.study.tell(number, 0.5 + number / 10)
     kernel.join(240)

@@ -41,11 +41,31 @@ def fresh_environment(folder: Path, wheel: Path) -> tuple[Path, Path]:
     The path file is written after the install, so that pip sees no seqae installed beside it."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
     python = folder / "bin" / "python"
-    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-                              "--no-index", str(wheel)], capture_output=True, text=True)
+    install = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert install.returncode == 0, install.stdout + install.stderr
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     here = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
     (site / "zz-dependencies-of-the-test-environment.pth").write_text("".join(f"{path}\n" for path in here))
     return python, site
@@ -54,8 +74,11 @@ def fresh_environment(folder: Path, wheel: Path) -> tuple[Path, Path]:
 @pytest.mark.slow
 def test_the_wheel_installed_in_a_fresh_environment_runs_the_quickstart_from_another_folder(tmp_path):
     source = tracked_copy(tmp_path / "source")
-    built = subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",
-                            str(tmp_path / "dist"), str(source)], capture_output=True, text=True)
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path / "dist"), str(source)],
+        capture_output=True,
+        text=True,
+    )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (wheel,) = (tmp_path / "dist").glob("seqae-*.whl")
     with zipfile.ZipFile(wheel) as archive:
@@ -67,8 +90,12 @@ def test_the_wheel_installed_in_a_fresh_environment_runs_the_quickstart_from_ano
     elsewhere = tmp_path / "elsewhere"  # neither the source tree nor the environment
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SEQAE_WORKSPACE", "RAY_ADDRESS")}
-    env.update(PATH=f"{python.parent}{os.pathsep}{env['PATH']}", VIRTUAL_ENV=str(python.parent.parent),
-               HF_HUB_OFFLINE="1", HF_HUB_CACHE=env.get("HF_HUB_CACHE", str(SHARED / "hf" / "hub")))
+    env.update(
+        PATH=f"{python.parent}{os.pathsep}{env['PATH']}",
+        VIRTUAL_ENV=str(python.parent.parent),
+        HF_HUB_OFFLINE="1",
+        HF_HUB_CACHE=env.get("HF_HUB_CACHE", str(SHARED / "hf" / "hub")),
+    )
     imports = "import importlib, sys\nfor name in sys.argv[1:]: print(importlib.import_module(name).__file__)"
     where = subprocess.run([python, "-c", imports, *packages], cwd=elsewhere, env=env, capture_output=True, text=True)
     assert where.returncode == 0, where.stderr[-3000:]
@@ -80,8 +107,14 @@ def test_the_wheel_installed_in_a_fresh_environment_runs_the_quickstart_from_ano
     assert len(studies) == 1, "the wheel holds no studies/quickstart.yaml: pyproject.toml's package data"
     stop_local_ray()  # the command starts a local Ray of its own
     tiny = sets(*TINY, "trials.total=1", "train.epochs=1")
-    run = subprocess.run([python.parent / "seqae", "sweep", "run", str(studies[0]), *tiny], cwd=elsewhere, env=env,
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [python.parent / "seqae", "sweep", "run", str(studies[0]), *tiny],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert re.search(r"^seqae: best: trial 0  val_token_accuracy 0\.\d{4} ", run.stdout, re.M), run.stdout[-3000:]
     assert "Traceback" not in run.stdout + run.stderr, run.stderr[-3000:]

@@ -54,8 +54,13 @@ LR_DIMS = STUDIES / "search_lr_dims.yaml"
 
 def state(name: str = "lr-search", **changes) -> SweepState:
     fields = {
-        "name": name, "spec": spec_lib.load(LR_DIMS), "fingerprint": "3f2a9c", "file": str(LR_DIMS),
-        "sets": ["train.epochs=3"], "planned_trials": 8, "study_name": "seqae-lr-search",
+        "name": name,
+        "spec": spec_lib.load(LR_DIMS),
+        "fingerprint": "3f2a9c",
+        "file": str(LR_DIMS),
+        "sets": ["train.epochs=3"],
+        "planned_trials": 8,
+        "study_name": "seqae-lr-search",
         "backends": Backends("sqlite:////ws/mlflow.db", "sqlite:////ws/optuna.db", "/ckpt/lr-search"),
         "created": 1700000000.5,
     }
@@ -63,35 +68,47 @@ def state(name: str = "lr-search", **changes) -> SweepState:
 
 
 def submission(name: str = "lr-search", **changes) -> Submission:
-    fields = {"name": name, "address": "http://head:8265", "file": "sweeps/studies/search_lr_dims.yaml",
-              "sets": ["train.epochs=3"], "workspace": "/shared/seqae-runs", "working_dir": "/home/me/seqae"}
+    fields = {
+        "name": name,
+        "address": "http://head:8265",
+        "file": "sweeps/studies/search_lr_dims.yaml",
+        "sets": ["train.epochs=3"],
+        "workspace": "/shared/seqae-runs",
+        "working_dir": "/home/me/seqae",
+    }
     return Submission(**{**fields, **changes})
 
 
 # -- names -------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", [
-    pytest.param("a", id="one-letter"),
-    pytest.param("9lives", id="starts-with-digit"),
-    pytest.param("paper_fig3.v2-rerun", id="dot-underscore-dash"),
-    pytest.param("x" * 64, id="64-characters"),
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("a", id="one-letter"),
+        pytest.param("9lives", id="starts-with-digit"),
+        pytest.param("paper_fig3.v2-rerun", id="dot-underscore-dash"),
+        pytest.param("x" * 64, id="64-characters"),
+    ],
+)
 def test_check_name_accepts_plain_file_names(name):
     assert check_name(name) == name
 
 
-@pytest.mark.parametrize("name, reason", [
-    pytest.param("x" * 65, "(65 characters (at most 64))", id="too-long"),
-    pytest.param("../etc", "(a path)", id="dotdot-prefix"),
-    pytest.param("a/b", "(a path)", id="slash"),
-    pytest.param("a\\b", "(a path)", id="backslash"),
-    pytest.param("a..b", "(a path)", id="dotdot-inside"),
-    pytest.param("tab\there", "(control or direction characters)", id="control-character"),
-    pytest.param("sweep\u202egnp", "(control or direction characters)", id="right-to-left-override"),
-    pytest.param("a/" + "x" * 70, "(72 characters (at most 64); a path)", id="long-path"),
-    pytest.param("", "is not allowed:", id="empty-no-reason"),
-    pytest.param(".hidden", "is not allowed:", id="leading-dot-no-reason"),
-    pytest.param("with space", "is not allowed:", id="space-no-reason"),
-])
+@pytest.mark.parametrize(
+    "name, reason",
+    [
+        pytest.param("x" * 65, "(65 characters (at most 64))", id="too-long"),
+        pytest.param("../etc", "(a path)", id="dotdot-prefix"),
+        pytest.param("a/b", "(a path)", id="slash"),
+        pytest.param("a\\b", "(a path)", id="backslash"),
+        pytest.param("a..b", "(a path)", id="dotdot-inside"),
+        pytest.param("tab\there", "(control or direction characters)", id="control-character"),
+        pytest.param("sweep\u202egnp", "(control or direction characters)", id="right-to-left-override"),
+        pytest.param("a/" + "x" * 70, "(72 characters (at most 64); a path)", id="long-path"),
+        pytest.param("", "is not allowed:", id="empty-no-reason"),
+        pytest.param(".hidden", "is not allowed:", id="leading-dot-no-reason"),
+        pytest.param("with space", "is not allowed:", id="space-no-reason"),
+    ],
+)
 def test_check_name_refuses_with_the_reason(name, reason):
     with pytest.raises(ConfigError) as err:
         check_name(name)
@@ -111,15 +128,21 @@ def test_check_name_refuses_a_non_string():
         check_name(5)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("uri, shown", [
-    pytest.param("postgresql://user:secret@db/optuna", "postgresql://user:***@db/optuna", id="postgres"),
-    pytest.param("postgresql://user:secret@db:5432/optuna?sslmode=require",
-                 "postgresql://user:***@db:5432/optuna?sslmode=require", id="port-and-query"),
-    pytest.param("s3://AKIA:wJalr@bucket/runs", "s3://AKIA:***@bucket/runs", id="object-store"),
-    pytest.param("http://user@mlflow:5000", "http://user@mlflow:5000", id="user-without-password"),
-    pytest.param("sqlite:////tmp/runs/optuna.db", "sqlite:////tmp/runs/optuna.db", id="sqlite"),
-    pytest.param("/data/ckpt", "/data/ckpt", id="plain-path"),
-])
+@pytest.mark.parametrize(
+    "uri, shown",
+    [
+        pytest.param("postgresql://user:secret@db/optuna", "postgresql://user:***@db/optuna", id="postgres"),
+        pytest.param(
+            "postgresql://user:secret@db:5432/optuna?sslmode=require",
+            "postgresql://user:***@db:5432/optuna?sslmode=require",
+            id="port-and-query",
+        ),
+        pytest.param("s3://AKIA:wJalr@bucket/runs", "s3://AKIA:***@bucket/runs", id="object-store"),
+        pytest.param("http://user@mlflow:5000", "http://user@mlflow:5000", id="user-without-password"),
+        pytest.param("sqlite:////tmp/runs/optuna.db", "sqlite:////tmp/runs/optuna.db", id="sqlite"),
+        pytest.param("/data/ckpt", "/data/ckpt", id="plain-path"),
+    ],
+)
 def test_redact_hides_only_the_password(uri, shown):
     assert redact(uri) == shown
 
@@ -131,11 +154,14 @@ def test_inside_joins_under_the_root(ws):
     assert ws.sweep_dir("a") == ws.root / "sweeps" / "a"
 
 
-@pytest.mark.parametrize("parts", [
-    pytest.param(("..", "elsewhere"), id="dotdot"),
-    pytest.param(("sweeps", "..", "..", "x"), id="dotdot-deeper"),
-    pytest.param(("/etc",), id="absolute"),
-])
+@pytest.mark.parametrize(
+    "parts",
+    [
+        pytest.param(("..", "elsewhere"), id="dotdot"),
+        pytest.param(("sweeps", "..", "..", "x"), id="dotdot-deeper"),
+        pytest.param(("/etc",), id="absolute"),
+    ],
+)
 def test_inside_refuses_paths_leading_out(ws, parts):
     with pytest.raises(ConfigError, match="leads outside the workspace"):
         ws.inside(*parts)
@@ -179,8 +205,13 @@ def test_check_writable_refuses_a_workspace_it_cannot_write(tmp_path):
 
 # -- records -----------------------------------------------------------------------------------
 def test_sweep_state_round_trips_through_sweep_json(ws):
-    written = state(extra_trials=4, mlflow_experiment_id="7", mlflow_parent_run_id="ab12",
-                    sessions=[SessionRecord(1700000001.0, 4242, "alice", "node-1")], forked_from="lr-search-v1")
+    written = state(
+        extra_trials=4,
+        mlflow_experiment_id="7",
+        mlflow_parent_run_id="ab12",
+        sessions=[SessionRecord(1700000001.0, 4242, "alice", "node-1")],
+        forked_from="lr-search-v1",
+    )
     ws.write(written)
 
     path = ws.root / "sweeps" / "lr-search" / "sweep.json"
@@ -207,15 +238,32 @@ def test_a_session_record_is_written_as_far_as_it_is_filled_in_and_read_back(ws)
     """sweep.json's sessions: a running one without its end's fields, an ended one with them; an
     entry an older version wrote (no user, no job) reads back, with them None."""
     running = SessionRecord(started=1.0, pid=7, user="alice", host="h")
-    ended = SessionRecord(started=1.0, pid=7, user="alice", host="h", outcome="complete", interrupted=False, ended=2.0,
-                          control={"drain": None}, trials={"COMPLETE": 2}, mlflow_outage_seconds=0.0,
-                          mlflow_writes_pending=0, mlflow_writes_failed=0, optuna_outage_seconds=0.0)
+    ended = SessionRecord(
+        started=1.0,
+        pid=7,
+        user="alice",
+        host="h",
+        outcome="complete",
+        interrupted=False,
+        ended=2.0,
+        control={"drain": None},
+        trials={"COMPLETE": 2},
+        mlflow_outage_seconds=0.0,
+        mlflow_writes_pending=0,
+        mlflow_writes_failed=0,
+        optuna_outage_seconds=0.0,
+    )
     ws.write(state(sessions=[running, ended]))
     path = ws.root / "sweeps" / "lr-search" / "sweep.json"
     written = json.loads(path.read_text())["sessions"]
     assert written[0] == {"started": 1.0, "pid": 7, "user": "alice", "host": "h", "outcome": "running", "job": None}
-    assert list(written[1])[-5:] == ["trials", "mlflow_outage_seconds", "mlflow_writes_pending", "mlflow_writes_failed",
-                                     "optuna_outage_seconds"]
+    assert list(written[1])[-5:] == [
+        "trials",
+        "mlflow_outage_seconds",
+        "mlflow_writes_pending",
+        "mlflow_writes_failed",
+        "optuna_outage_seconds",
+    ]
     assert ws.read("lr-search").sessions == [running, ended]
     older = json.loads(path.read_text())
     older["sessions"] = [{"started": 1.0, "pid": 7, "host": "h", "outcome": "interrupted"}]
@@ -235,8 +283,10 @@ def test_read_of_an_unknown_sweep_names_the_sweeps_there(ws):
 
 def test_submission_round_trips_and_names_its_sweep_file(ws):
     assert ws.read_submission("lr-search") is None  # never submitted
-    written = submission(jobs=["raysubmit_1", "raysubmit_2"],
-                         backends=Backends("http://mlflow:5000", "sqlite:////ws/optuna.db", "s3://b/lr-search"))
+    written = submission(
+        jobs=["raysubmit_1", "raysubmit_2"],
+        backends=Backends("http://mlflow:5000", "sqlite:////ws/optuna.db", "s3://b/lr-search"),
+    )
     ws.write_submission(written)
 
     read = ws.read_submission("lr-search")
@@ -269,8 +319,9 @@ except SweepLocked as exc:
 
 def take_elsewhere(path: Path) -> str:
     """Try the lock from a second process, as a second `seqae sweep run` would."""
-    done = subprocess.run([sys.executable, "-c", TAKE, str(path)], cwd=REPO, capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", TAKE, str(path)], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 
@@ -303,31 +354,39 @@ def test_the_lock_is_refused_in_process_as_a_sweep_locked_config_error(ws):
 # -- backends ----------------------------------------------------------------------------------
 def test_backends_default_to_the_workspace(ws):
     chosen = resolve_backends(ws, "lr-search", {"mlflow_tracking_uri": None, "optuna_storage": None, "storage": None})
-    assert chosen == Backends(mlflow_tracking_uri=f"sqlite:///{ws.root / 'mlflow.db'}",
-                              optuna_storage=f"sqlite:///{ws.root / 'optuna.db'}",
-                              storage=str(ws.root / "sweeps" / "lr-search"))
+    assert chosen == Backends(
+        mlflow_tracking_uri=f"sqlite:///{ws.root / 'mlflow.db'}",
+        optuna_storage=f"sqlite:///{ws.root / 'optuna.db'}",
+        storage=str(ws.root / "sweeps" / "lr-search"),
+    )
     assert chosen.local
 
 
-FLAGS = {"mlflow_tracking_uri": ("SEQAE_MLFLOW_TRACKING_URI", "http://mlflow-flag:5000", "http://mlflow-env:5000"),
-         "optuna_storage": ("SEQAE_OPTUNA_STORAGE", "postgresql://flag-db/optuna", "postgresql://env-db/optuna"),
-         "storage": ("SEQAE_STORAGE", "s3://flag-bucket/runs", "s3://env-bucket/runs")}
+FLAGS = {
+    "mlflow_tracking_uri": ("SEQAE_MLFLOW_TRACKING_URI", "http://mlflow-flag:5000", "http://mlflow-env:5000"),
+    "optuna_storage": ("SEQAE_OPTUNA_STORAGE", "postgresql://flag-db/optuna", "postgresql://env-db/optuna"),
+    "storage": ("SEQAE_STORAGE", "s3://flag-bucket/runs", "s3://env-bucket/runs"),
+}
 
 
 @pytest.mark.parametrize("field", list(FLAGS))
-@pytest.mark.parametrize("flag, env, winner", [
-    pytest.param(True, True, "flag", id="flag-beats-env"),
-    pytest.param(False, True, "env", id="env-beats-default"),
-    pytest.param(False, False, "default", id="default"),
-])
+@pytest.mark.parametrize(
+    "flag, env, winner",
+    [
+        pytest.param(True, True, "flag", id="flag-beats-env"),
+        pytest.param(False, True, "env", id="env-beats-default"),
+        pytest.param(False, False, "default", id="default"),
+    ],
+)
 def test_flags_beat_environment_beats_workspace(ws, monkeypatch, field, flag, env, winner):
     variable, flag_value, env_value = FLAGS[field]
     if env:
         monkeypatch.setenv(variable, env_value)
     chosen = resolve_backends(ws, "lr-search", {field: flag_value if flag else None})
 
-    expected = {"flag": flag_value, "env": env_value,
-                "default": getattr(ws.default_backends("lr-search"), field)}[winner]
+    expected = {"flag": flag_value, "env": env_value, "default": getattr(ws.default_backends("lr-search"), field)}[
+        winner
+    ]
     if field == "storage" and winner != "default":
         expected += "/lr-search"
     assert getattr(chosen, field) == expected
@@ -336,13 +395,24 @@ def test_flags_beat_environment_beats_workspace(ws, monkeypatch, field, flag, en
         assert getattr(chosen, other) == getattr(defaults, other)
 
 
-@pytest.mark.parametrize("field, uri, label", [
-    pytest.param("mlflow_tracking_uri", "http://me:hunter2@mlflow:5000",
-                 "the MLflow tracking URI http://me:***@mlflow:5000", id="mlflow"),
-    pytest.param("optuna_storage", "postgresql://me:hunter2@db/optuna",
-                 "the Optuna storage postgresql://me:***@db/optuna", id="optuna"),
-    pytest.param("storage", "s3://AKIA:hunter2@bucket/runs", "the storage s3://AKIA:***@bucket/runs", id="storage"),
-])
+@pytest.mark.parametrize(
+    "field, uri, label",
+    [
+        pytest.param(
+            "mlflow_tracking_uri",
+            "http://me:hunter2@mlflow:5000",
+            "the MLflow tracking URI http://me:***@mlflow:5000",
+            id="mlflow",
+        ),
+        pytest.param(
+            "optuna_storage",
+            "postgresql://me:hunter2@db/optuna",
+            "the Optuna storage postgresql://me:***@db/optuna",
+            id="optuna",
+        ),
+        pytest.param("storage", "s3://AKIA:hunter2@bucket/runs", "the storage s3://AKIA:***@bucket/runs", id="storage"),
+    ],
+)
 @pytest.mark.parametrize("given", ["flag", "env"])
 def test_a_uri_carrying_a_password_is_refused_naming_the_backend(ws, monkeypatch, field, uri, label, given):
     if given == "env":
@@ -354,14 +424,17 @@ def test_a_uri_carrying_a_password_is_refused_naming_the_backend(ws, monkeypatch
     assert "hunter2" not in message
 
 
-@pytest.mark.parametrize("storage, expected", [
-    pytest.param("ckpts", "{cwd}/ckpts/lr-search", id="relative"),
-    pytest.param("./a/../ckpts", "{cwd}/ckpts/lr-search", id="relative-dotted"),
-    pytest.param("~/ckpts", "{home}/ckpts/lr-search", id="home"),
-    pytest.param("/abs/ckpts", "/abs/ckpts/lr-search", id="absolute"),
-    pytest.param("s3://bucket/runs", "s3://bucket/runs/lr-search", id="object-store"),
-    pytest.param("gs://bucket/runs/", "gs://bucket/runs/lr-search", id="object-store-trailing-slash"),
-])
+@pytest.mark.parametrize(
+    "storage, expected",
+    [
+        pytest.param("ckpts", "{cwd}/ckpts/lr-search", id="relative"),
+        pytest.param("./a/../ckpts", "{cwd}/ckpts/lr-search", id="relative-dotted"),
+        pytest.param("~/ckpts", "{home}/ckpts/lr-search", id="home"),
+        pytest.param("/abs/ckpts", "/abs/ckpts/lr-search", id="absolute"),
+        pytest.param("s3://bucket/runs", "s3://bucket/runs/lr-search", id="object-store"),
+        pytest.param("gs://bucket/runs/", "gs://bucket/runs/lr-search", id="object-store-trailing-slash"),
+    ],
+)
 def test_a_chosen_storage_gets_the_sweep_name_appended(ws, tmp_path, monkeypatch, storage, expected):
     cwd, home = tmp_path / "cwd", tmp_path / "home"
     cwd.mkdir()
@@ -406,21 +479,30 @@ def test_a_path_inside_the_old_folder_moves_with_it_and_every_other_stays():
     old, new = Path("/laptop/ws"), Path("/disk/ws")
     assert moved("sqlite:////laptop/ws/mlflow.db", old, new) == "sqlite:////disk/ws/mlflow.db"
     assert moved("/laptop/ws/sweeps/s", old, new) == "/disk/ws/sweeps/s"
-    for elsewhere in ("sqlite:////laptop/ws2/optuna.db", "/ckpt/s", "postgresql://me@db/optuna", "s3://bucket/s",
-                      "http://mlflow:5000"):
+    for elsewhere in (
+        "sqlite:////laptop/ws2/optuna.db",
+        "/ckpt/s",
+        "postgresql://me@db/optuna",
+        "s3://bucket/s",
+        "http://mlflow:5000",
+    ):
         assert moved(elsewhere, old, new) == elsewhere
 
 
 def test_a_copied_sweep_reads_its_stores_inside_the_copy_and_records_where_it_now_is(tmp_path):
     old, new = Workspace(tmp_path / "old"), Workspace(tmp_path / "new")
-    written = state(backends=Backends(f"sqlite:///{old.root / 'mlflow.db'}", "postgresql://me@db/optuna",
-                                      str(old.sweep_dir("lr-search"))))
+    written = state(
+        backends=Backends(
+            f"sqlite:///{old.root / 'mlflow.db'}", "postgresql://me@db/optuna", str(old.sweep_dir("lr-search"))
+        )
+    )
     old.write(written)
     (new.root / "sweeps").mkdir(parents=True)
     (old.root / "sweeps" / "lr-search").rename(new.root / "sweeps" / "lr-search")
     read = new.read("lr-search")
-    assert read.backends == Backends(f"sqlite:///{new.root / 'mlflow.db'}", "postgresql://me@db/optuna",
-                                     str(new.sweep_dir("lr-search")))
+    assert read.backends == Backends(
+        f"sqlite:///{new.root / 'mlflow.db'}", "postgresql://me@db/optuna", str(new.sweep_dir("lr-search"))
+    )
     assert read.root == str(new.root)
     legacy = json.loads((new.sweep_dir("lr-search") / "sweep.json").read_text()) | {"root": None}
     (new.sweep_dir("lr-search") / "sweep.json").write_text(json.dumps(legacy))  # written before roots were recorded

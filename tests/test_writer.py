@@ -105,11 +105,14 @@ def test_an_outage_is_waited_out_and_the_writes_kept_meanwhile_land_in_order(mak
     assert writer.outage_since is None and writer.failed == []
 
 
-@pytest.mark.parametrize("error", [
-    pytest.param(ConnectionError("connection reset"), id="ConnectionError"),
-    pytest.param(TimeoutError("read timed out"), id="TimeoutError"),
-    pytest.param(OSError(101, "Network is unreachable"), id="OSError"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(ConnectionError("connection reset"), id="ConnectionError"),
+        pytest.param(TimeoutError("read timed out"), id="TimeoutError"),
+        pytest.param(OSError(101, "Network is unreachable"), id="OSError"),
+    ],
+)
 def test_each_outage_is_recorded_once_and_reported_once(make_writer, service, recoveries, error):
     writer = make_writer()
     writer.submit("a", service.write("a", fails=3, error=error))  # outage 1: three refusals
@@ -125,11 +128,14 @@ def test_each_outage_is_recorded_once_and_reported_once(make_writer, service, re
     assert writer.failed == []
 
 
-@pytest.mark.parametrize("error", [
-    pytest.param(ValueError("param 'lr' already logged with a different value"), id="ValueError"),
-    pytest.param(KeyError("run_id"), id="KeyError"),
-    pytest.param(RuntimeError("INVALID_PARAMETER_VALUE"), id="RuntimeError"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        pytest.param(ValueError("param 'lr' already logged with a different value"), id="ValueError"),
+        pytest.param(KeyError("run_id"), id="KeyError"),
+        pytest.param(RuntimeError("INVALID_PARAMETER_VALUE"), id="RuntimeError"),
+    ],
+)
 def test_a_write_that_cannot_succeed_is_dropped_alone(make_writer, service, recoveries, error):
     writer = make_writer()
     writer.submit("logging params", service.write("params"))
@@ -162,7 +168,6 @@ def test_close_returns_how_many_writes_are_left_while_the_service_stays_away(mak
     assert drained.wait(PATIENCE), "the writes kept through the outage never landed"
     assert service.landed == ["epoch 1", "epoch 2"]
     assert len(writer.outages) == 1
-
 
 
 def test_an_outage_ends_when_the_service_answers_even_with_an_error(make_writer, service, recoveries):

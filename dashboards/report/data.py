@@ -96,11 +96,14 @@ class Trial:
     @property
     def stopped_early(self) -> bool:
         """Stopped by the scheduler (pruned), or by early stopping before its last epoch."""
-        return self.state == "pruned" or (self.state == "complete" and self.epochs < int(self.params.get("train.epochs", 0)))
+        return self.state == "pruned" or (
+            self.state == "complete" and self.epochs < int(self.params.get("train.epochs", 0))
+        )
 
 
-def collect(tracking_uri: str, experiment_id: str,
-            records: dict[int, stored.Trial] | None = None) -> tuple[Any, list[Trial]]:
+def collect(
+    tracking_uri: str, experiment_id: str, records: dict[int, stored.Trial] | None = None
+) -> tuple[Any, list[Trial]]:
     """The parent run and every child run of a sweep, with their validation accuracy over epochs
     (the other curves: :func:`load_curves`, for the trials a figure draws one by one), each beside
     its trial's record in ``records`` (by number)."""
@@ -119,18 +122,25 @@ def collect(tracking_uri: str, experiment_id: str,
         if run.info.status == "RUNNING":
             state = "running"
         trial = Trial(
-            number=int(tags[N.TRIAL]), run_id=run.info.run_id, status=run.info.status, state=state,
+            number=int(tags[N.TRIAL]),
+            run_id=run.info.run_id,
+            status=run.info.status,
+            state=state,
             params={k: parse_scalar(v) for k, v in run.data.params.items()},
             duration=((run.info.end_time or now) - run.info.start_time) / 1000,
             node=tags.get(N.NODE_IP, "") + (f" ({tags[N.NODE_ID][:8]})" if N.NODE_ID in tags else ""),
-            resource=tags.get(N.RESOURCE, "cpu"), record=records.get(int(tags[N.TRIAL])),
-            logged=set(run.data.metrics), samples_logged=bool(tags.get(N.ARTIFACTS_EPOCH)),
+            resource=tags.get(N.RESOURCE, "cpu"),
+            record=records.get(int(tags[N.TRIAL])),
+            logged=set(run.data.metrics),
+            samples_logged=bool(tags.get(N.ARTIFACTS_EPOCH)),
         )
         load_curves(client, [trial], (M.VAL_TOKEN_ACCURACY,))
         for key in run.data.metrics:
             if M.is_spread(key) and M.base_metric(key) in (M.VAL_TOKEN_ACCURACY, M.TEST_TOKEN_ACCURACY):
-                trial.spread[key] = next((m.value for m in client.get_metric_history(run.info.run_id, key)
-                                          if m.step == trial.kept_epoch), run.data.metrics[key])
+                trial.spread[key] = next(
+                    (m.value for m in client.get_metric_history(run.info.run_id, key) if m.step == trial.kept_epoch),
+                    run.data.metrics[key],
+                )
         trials.append(trial)
     return parent, sorted(trials, key=lambda t: t.number)
 
@@ -149,8 +159,9 @@ def load_samples(client: MlflowClient, trial: Trial) -> list[dict[str, list[str]
     if not trial.samples and trial.samples_logged:
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                trial.samples = json.loads(Path(client.download_artifacts(trial.run_id, "samples.json", tmp))
-                                           .read_text())
+                trial.samples = json.loads(
+                    Path(client.download_artifacts(trial.run_id, "samples.json", tmp)).read_text()
+                )
             except Exception:  # noqa: BLE001 - a missing artifact only drops the samples
                 log.warning("no samples for trial %d", trial.number)
     return trial.samples

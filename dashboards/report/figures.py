@@ -60,14 +60,23 @@ def fig2(trials: list[Trial], out: Path) -> Path | None:
     for latent in sorted(latents[input_len], reverse=True):
         group = [t for t in trials if t.input_len == input_len and t.latent_len == latent and t.accuracy]
         by_epoch = _by_epoch(group)
-        ax.plot(list(by_epoch), [statistics.fmean(v) for v in by_epoch.values()], marker="o",
-                label=f"{input_len}to{latent}")
+        ax.plot(
+            list(by_epoch), [statistics.fmean(v) for v in by_epoch.values()], marker="o", label=f"{input_len}to{latent}"
+        )
     for pct, acc, text in claims.PAPER_512:  # the paper's final values at these fractions of 512 tokens
         if any(abs(100 * latent / input_len - pct) < 1e-6 for latent in latents[input_len]):
             ax.axhline(acc, color="black", linestyle=":", linewidth=1)
-            ax.annotate(f"paper: {text}", (0, acc), xycoords=("axes fraction", "data"), xytext=(4, 3),
-                        textcoords="offset points", fontsize=7)
-    ax.set(ylabel="validation token accuracy", title=f"Accuracy over epochs at input length {input_len} (cf. paper Fig. 2)")
+            ax.annotate(
+                f"paper: {text}",
+                (0, acc),
+                xycoords=("axes fraction", "data"),
+                xytext=(4, 3),
+                textcoords="offset points",
+                fontsize=7,
+            )
+    ax.set(
+        ylabel="validation token accuracy", title=f"Accuracy over epochs at input length {input_len} (cf. paper Fig. 2)"
+    )
     epoch_axis(ax)
     ax.grid(alpha=0.3)
     ax.legend(title="input to latent", fontsize=8)
@@ -83,10 +92,20 @@ def fig3(trials: list[Trial], out: Path) -> tuple[Path | None, dict[int, list[tu
     for input_len in sorted(series):
         xs, ys = zip(*series[input_len])
         ax.plot(xs, ys, marker="o", label=str(input_len))
-    ax.plot([p for p, _, _ in claims.PAPER_512], [a for _, a, _ in claims.PAPER_512], marker="*", markersize=12,
-            color="black", linestyle="none", label="paper, 512 (its text)")
-    ax.set(xlabel="latent length, % of input length", ylabel="best validation token accuracy",
-           title="Accuracy against reduction (cf. paper Fig. 3)")
+    ax.plot(
+        [p for p, _, _ in claims.PAPER_512],
+        [a for _, a, _ in claims.PAPER_512],
+        marker="*",
+        markersize=12,
+        color="black",
+        linestyle="none",
+        label="paper, 512 (its text)",
+    )
+    ax.set(
+        xlabel="latent length, % of input length",
+        ylabel="best validation token accuracy",
+        title="Accuracy against reduction (cf. paper Fig. 3)",
+    )
     ax.grid(alpha=0.3)
     ax.legend(title="input length")
     return save_figure(fig, out / "fig3_accuracy_by_fraction.png"), series
@@ -150,8 +169,15 @@ def summary_figure(trials: list[Trial], out: Path) -> Path | None:
     left.fill_between(epochs, q[:, 1], q[:, 3], alpha=0.35, color="C0", label="25-75%")
     left.plot(epochs, q[:, 2], color="C0", marker="o", label="median")
     for epoch, values in by_epoch.items():
-        left.annotate(str(len(values)), (epoch, q[epochs.index(epoch), 0]), xytext=(0, -10),
-                      textcoords="offset points", fontsize=7, ha="center", color="#555")
+        left.annotate(
+            str(len(values)),
+            (epoch, q[epochs.index(epoch), 0]),
+            xytext=(0, -10),
+            textcoords="offset points",
+            fontsize=7,
+            ha="center",
+            color="#555",
+        )
     left.set(ylabel="validation token accuracy", title=f"Accuracy over epochs, {len(trials)} trials (n per epoch)")
     epoch_axis(left)
     left.grid(alpha=0.3)
@@ -162,8 +188,11 @@ def summary_figure(trials: list[Trial], out: Path) -> Path | None:
         cells = right.hexbin(x, y, gridsize=40, mincnt=1, cmap="Blues", bins="log")
         fig.colorbar(cells, ax=right, label="trials")
     unit = trials[0].resource
-    right.set(xlabel=f"cost ({unit}-seconds)", ylabel="best validation token accuracy",
-              title="Best accuracy against cost, per trial")
+    right.set(
+        xlabel=f"cost ({unit}-seconds)",
+        ylabel="best validation token accuracy",
+        title="Best accuracy against cost, per trial",
+    )
     right.grid(alpha=0.3)
     return save_figure(fig, out / "summary.png")
 
@@ -177,7 +206,9 @@ def losses(trials: list[Trial], out: Path) -> Path | None:
     for t in with_data:
         curve = step_curve(t)
         x, y = zip(*(curve or t.curves[M.TRAIN_LOSS]))
-        (line,) = axes[0].plot(x, y, marker="" if curve else ".", linewidth=1 if curve else 1.5, label=f"trial {t.number}")
+        (line,) = axes[0].plot(
+            x, y, marker="" if curve else ".", linewidth=1 if curve else 1.5, label=f"trial {t.number}"
+        )
         if t.curves.get(M.VAL_LOSS):
             axes[1].plot(*zip(*t.curves[M.VAL_LOSS]), marker=".", color=line.get_color(), label=f"trial {t.number}")
     for ax, title in zip(axes, ("train loss", "validation loss")):

@@ -31,8 +31,10 @@ def on_test(trial: optuna.trial.FrozenTrial, metrics: list[str]) -> tuple[float,
     """The trial's objectives measured on the test pages: each ``val_x`` as ``test_x``, the others
     (a latent's size) as they are; None without a test score."""
     test = trial.user_attrs.get(N.TEST) or {}
-    values = [test.get(m.replace("val_", "test_", 1)) if m.startswith("val_") else v
-              for m, v in zip(metrics, trial.values or [])]
+    values = [
+        test.get(m.replace("val_", "test_", 1)) if m.startswith("val_") else v
+        for m, v in zip(metrics, trial.values or [])
+    ]
     return tuple(float(v) for v in values if v is not None) if values and None not in values else None
 
 
@@ -59,15 +61,25 @@ def _reference(seen: np.ndarray, mode: str) -> float:
     return float(worst - 0.1 * span if mode == "max" else worst + 0.1 * span)
 
 
-def front(trials: list[optuna.trial.FrozenTrial], metrics: list[str], modes: list[str], costs: dict[int, float],
-          beside: list[tuple[float, ...]] | None = None) -> Front | None:
+def front(
+    trials: list[optuna.trial.FrozenTrial],
+    metrics: list[str],
+    modes: list[str],
+    costs: dict[int, float],
+    beside: list[tuple[float, ...]] | None = None,
+) -> Front | None:
     """The :class:`Front` of ``trials`` (a study's), ``costs`` each trial's resource-seconds by
     number, the hypervolumes' reference also beyond the points ``beside`` (another front drawn with
     it, scored in the same box); None unless two objectives and a complete trial with a test score."""
-    ended = sorted((t for t in trials if t.state.is_finished() and t.datetime_complete is not None),
-                   key=lambda t: (t.datetime_complete, t.number))
-    tested = {t.number: point for t in ended if t.state == optuna.trial.TrialState.COMPLETE and t.values
-              and (point := on_test(t, metrics)) is not None}
+    ended = sorted(
+        (t for t in trials if t.state.is_finished() and t.datetime_complete is not None),
+        key=lambda t: (t.datetime_complete, t.number),
+    )
+    tested = {
+        t.number: point
+        for t in ended
+        if t.state == optuna.trial.TrialState.COMPLETE and t.values and (point := on_test(t, metrics)) is not None
+    }
     if len(metrics) != 2 or not tested:
         return None
     valid = {t.number: tuple(t.values) for t in ended if t.number in tested}
@@ -93,13 +105,19 @@ def grid_front(path: Path, input_len: int, metrics: list[str], modes: list[str])
     """The published grid's front at ``input_len`` (its trainings' kept checkpoints, chosen on
     validation, on test) in the sweep's objectives, where the table has them: validation token
     accuracy and the latent share; else None."""
-    columns = {M.VAL_TOKEN_ACCURACY: ("val_token_accuracy", "test_token_accuracy"),
-               M.LATENT_SHARE: ("float_share", "float_share")}
+    columns = {
+        M.VAL_TOKEN_ACCURACY: ("val_token_accuracy", "test_token_accuracy"),
+        M.LATENT_SHARE: ("float_share", "float_share"),
+    }
     if not path.exists() or sorted(metrics) != sorted(columns):
         return None
     table = pd.read_parquet(path)
-    kept = table[table["part"].isin(GRID_PARTS) & (table["epoch"] == table["kept_epoch"])
-                 & (table["trained_on"] == table["scored_on"]) & (table["input_len"] == input_len)]
+    kept = table[
+        table["part"].isin(GRID_PARTS)
+        & (table["epoch"] == table["kept_epoch"])
+        & (table["trained_on"] == table["scored_on"])
+        & (table["input_len"] == input_len)
+    ]
     if kept.empty:
         return None
     rank = ranks(kept[[columns[m][0] for m in metrics]].to_numpy(), modes)
@@ -119,11 +137,22 @@ def front_figure(found: Front, grid: list[tuple[float, ...]] | None, input_len: 
     label = [m.replace("val_", "test ", 1).replace("_", " ") for m in found.metrics]
     fig, (ax, hv) = plt.subplots(1, 2, figsize=(12, 4.5))
     ax.scatter(*_staircase(found.points, x, y), color="#bbb", s=18, label="complete trials")
-    ax.plot(*_staircase(found.front, x, y), marker="o", drawstyle="steps-post" if found.modes[x] == "min" else "steps-pre",
-            color="C0", label="the sweep's front (chosen on validation)")
+    ax.plot(
+        *_staircase(found.front, x, y),
+        marker="o",
+        drawstyle="steps-post" if found.modes[x] == "min" else "steps-pre",
+        color="C0",
+        label="the sweep's front (chosen on validation)",
+    )
     if grid:
-        ax.plot(*_staircase(grid, x, y), marker="s", linestyle="--", drawstyle="steps-post", color="C3",
-                label=f"the published grid's front, {input_len} tokens (benchmarks/tables/frontier.parquet)")
+        ax.plot(
+            *_staircase(grid, x, y),
+            marker="s",
+            linestyle="--",
+            drawstyle="steps-post",
+            color="C3",
+            label=f"the published grid's front, {input_len} tokens (benchmarks/tables/frontier.parquet)",
+        )
     if found.metrics[x] == M.LATENT_SHARE:
         ax.set_xscale("log", base=2)  # a tick at each halving of the latent
         ax.xaxis.set_major_formatter(FuncFormatter(lambda share, _: f"{100 * share:g}%"))
@@ -132,10 +161,17 @@ def front_figure(found: Front, grid: list[tuple[float, ...]] | None, input_len: 
     hv.plot(found.spent, found.validation, marker=".", drawstyle="steps-post", label="validation")
     hv.plot(found.spent, found.test, marker=".", drawstyle="steps-post", label="test")
     if grid:
-        hv.axhline(hypervolume(grid, found.modes, found.reference), color="C3", linestyle="--",
-                   label="the published grid's front, test")
-    hv.set(xlabel=f"{unit}-seconds spent by the trials ended", ylabel="hypervolume",
-           title="The front's hypervolume as trials ended")
+        hv.axhline(
+            hypervolume(grid, found.modes, found.reference),
+            color="C3",
+            linestyle="--",
+            label="the published grid's front, test",
+        )
+    hv.set(
+        xlabel=f"{unit}-seconds spent by the trials ended",
+        ylabel="hypervolume",
+        title="The front's hypervolume as trials ended",
+    )
     for a in (ax, hv):
         a.grid(alpha=0.3)
         a.legend(fontsize=7)

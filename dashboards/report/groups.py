@@ -85,5 +85,8 @@ def grid_data(trials: list[Trial], grid: dict[str, tuple[Any, ...]]) -> dict[str
     def mean(values: list[float] | None) -> str:
         return f"{sum(values) / len(values):.4f}" if values else ""
 
-    return {"caption": f"best val_token_accuracy; columns: {', '.join(col_keys)}", "cols": list(cols),
-            "rows": [{"label": label(row), "cells": [mean(cells.get((c, row))) for c in cols]} for row in rows]}
+    return {
+        "caption": f"best val_token_accuracy; columns: {', '.join(col_keys)}",
+        "cols": list(cols),
+        "rows": [{"label": label(row), "cells": [mean(cells.get((c, row))) for c in cols]} for row in rows],
+    }

@@ -21,12 +21,20 @@ def optuna_figures(storage: str, study_name: str, out: Path) -> tuple[list[Path]
     complete = [t for t in study.get_trials(deepcopy=False) if t.state == optuna.trial.TrialState.COMPLETE]
     # (file, label, the completed trials it needs, how to draw it): fANOVA's forest fitted to fewer
     # than IMPORTANCE_TRIALS points ranks noise, and costs a scikit-learn import to say so
-    plots = ([("optuna_pareto_front.png", "Pareto front", 2, lambda: ovm.plot_pareto_front(study))]
-             if len(study.directions) > 1 else
-             [("optuna_history.png", "optimization history", 2, lambda: ovm.plot_optimization_history(study)),
-              ("optuna_importances.png", "parameter importances", IMPORTANCE_TRIALS,
-               lambda: ovm.plot_param_importances(study)),
-              ("optuna_parallel.png", "parallel coordinates", 2, lambda: ovm.plot_parallel_coordinate(best_of(study)))])
+    plots = (
+        [("optuna_pareto_front.png", "Pareto front", 2, lambda: ovm.plot_pareto_front(study))]
+        if len(study.directions) > 1
+        else [
+            ("optuna_history.png", "optimization history", 2, lambda: ovm.plot_optimization_history(study)),
+            (
+                "optuna_importances.png",
+                "parameter importances",
+                IMPORTANCE_TRIALS,
+                lambda: ovm.plot_param_importances(study),
+            ),
+            ("optuna_parallel.png", "parallel coordinates", 2, lambda: ovm.plot_parallel_coordinate(best_of(study))),
+        ]
+    )
     paths, notes = [], []
     for file_name, label, needs, draw in plots:
         if len(complete) < needs:

@@ -30,8 +30,9 @@ from sweeps.stores.search import read_only
 from sweeps.stores.workspace import SweepState
 
 # Autoescape is on for the .html templates: every value is text, escaped where it is rendered.
-TEMPLATES = Environment(loader=PackageLoader("dashboards"), autoescape=select_autoescape(["html"]),
-                        undefined=StrictUndefined)
+TEMPLATES = Environment(
+    loader=PackageLoader("dashboards"), autoescape=select_autoescape(["html"]), undefined=StrictUndefined
+)
 
 
 def embedded(path: Path, caption: str) -> dict[str, str]:
@@ -54,26 +55,43 @@ def _table(trials: list[Trial]) -> dict[str, Any]:
     unit = trials[0].resource if trials else "cpu"
     tested = any(t.test is not None for t in trials)
     repeated = any(t.spread for t in trials)
-    head = ["trial", "state", *varying, "best val accuracy (selected on)",
-            *(["test accuracy (never selected on)"] if tested else []),
-            *(["val accuracy per seed"] if repeated else []), "epochs", "stopped early", "duration (s)",
-            f"cost ({unit}-s)", f"accuracy per {unit}-hour", "node"]
+    head = [
+        "trial",
+        "state",
+        *varying,
+        "best val accuracy (selected on)",
+        *(["test accuracy (never selected on)"] if tested else []),
+        *(["val accuracy per seed"] if repeated else []),
+        "epochs",
+        "stopped early",
+        "duration (s)",
+        f"cost ({unit}-s)",
+        f"accuracy per {unit}-hour",
+        "node",
+    ]
     rows = []
     for t in trials:
-        cells = [f"{t.number} ({t.start})" if t.start else t.number, t.state,
-                 *[_short(t.params.get(k, "")) for k in varying],
-                 "" if t.best is None else M.value_text(t.best, t.spread, M.VAL_TOKEN_ACCURACY),
-                 *(["" if t.test is None else M.value_text(t.test, t.spread, M.TEST_TOKEN_ACCURACY)] if tested else []),
-                 *([M.seeds_text(t.spread, M.VAL_TOKEN_ACCURACY)] if repeated else []),
-                 t.epochs, "yes" if t.stopped_early else "no",
-                 f"{t.duration:.1f}", "" if t.cost is None else f"{t.cost:.1f}",
-                 f"{3600 * t.best / t.cost:.1f}" if t.cost and t.best is not None else "", t.node]
+        cells = [
+            f"{t.number} ({t.start})" if t.start else t.number,
+            t.state,
+            *[_short(t.params.get(k, "")) for k in varying],
+            "" if t.best is None else M.value_text(t.best, t.spread, M.VAL_TOKEN_ACCURACY),
+            *(["" if t.test is None else M.value_text(t.test, t.spread, M.TEST_TOKEN_ACCURACY)] if tested else []),
+            *([M.seeds_text(t.spread, M.VAL_TOKEN_ACCURACY)] if repeated else []),
+            t.epochs,
+            "yes" if t.stopped_early else "no",
+            f"{t.duration:.1f}",
+            "" if t.cost is None else f"{t.cost:.1f}",
+            f"{3600 * t.best / t.cost:.1f}" if t.cost and t.best is not None else "",
+            t.node,
+        ]
         rows.append({"state": t.state, "cells": [str(c) for c in cells]})
     return {"head": head, "rows": rows}
 
 
-def _samples(trials: list[Trial], load: Callable[[Trial], list[dict[str, list[str]]]],
-             per_ratio: int = 2) -> list[dict[str, Any]]:
+def _samples(
+    trials: list[Trial], load: Callable[[Trial], list[dict[str, list[str]]]], per_ratio: int = 2
+) -> list[dict[str, Any]]:
     """Per latent ratio, the best trial's first samples: the original tokens and (reconstructed,
     original) token pairs, which the template highlights where they differ. ``load`` reads a
     trial's samples: only the trials shown are read."""
@@ -87,10 +105,16 @@ def _samples(trials: list[Trial], load: Callable[[Trial], list[dict[str, list[st
         samples = load(best)
         if not samples:
             continue
-        pairs = [{"original": sample["original"], "tokens": list(zip(sample["reconstruction"], sample["original"]))}
-                 for sample in samples[:per_ratio]]
-        blocks.append({"heading": f"{input_len} to {latent} tokens ({100 * latent / input_len:.0f}%), trial {best.number}",
-                       "pairs": pairs})
+        pairs = [
+            {"original": sample["original"], "tokens": list(zip(sample["reconstruction"], sample["original"]))}
+            for sample in samples[:per_ratio]
+        ]
+        blocks.append(
+            {
+                "heading": f"{input_len} to {latent} tokens ({100 * latent / input_len:.0f}%), trial {best.number}",
+                "pairs": pairs,
+            }
+        )
     return blocks
 
 
@@ -139,8 +163,14 @@ def build(state: SweepState, out: Path, log_to_mlflow: bool = True) -> Path:
         figures.append((path, f"All {len(trials)} trials: accuracy over epochs (percentiles) and against cost"))
     shown = drawn(trials)
     if (path := losses(shown, out)) is not None:
-        figures.append((path, "Train and validation loss per trial" if shown is trials else
-                        f"Train and validation loss of the {len(shown)} best trials (of {len(trials)})"))
+        figures.append(
+            (
+                path,
+                "Train and validation loss per trial"
+                if shown is trials
+                else f"Train and validation loss of the {len(shown)} best trials (of {len(trials)})",
+            )
+        )
     try:
         paths, optuna_notes = optuna_figures(backends.optuna_storage, state.study_name, out)
         figures += [(p, p.stem.replace("_", " ")) for p in paths]
@@ -165,12 +195,22 @@ def build(state: SweepState, out: Path, log_to_mlflow: bool = True) -> Path:
     counts = Counter(t.state for t in trials)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no trials yet"
     page = TEMPLATES.get_template("report.html").render(
-        name=state.name, done=len(trials), total=state.total_trials, summary=summary,
-        built=time.strftime("%Y-%m-%d %H:%M:%S"), experiment_id=str(state.mlflow_experiment_id),
-        parent_run_id=parent.info.run_id if parent else "-", story=told, claims=_claims(tested),
+        name=state.name,
+        done=len(trials),
+        total=state.total_trials,
+        summary=summary,
+        built=time.strftime("%Y-%m-%d %H:%M:%S"),
+        experiment_id=str(state.mlflow_experiment_id),
+        parent_run_id=parent.info.run_id if parent else "-",
+        story=told,
+        claims=_claims(tested),
         untested=", ".join(v.claim for v in verdicts if v.verdict == claims.NOT_TESTED),
-        figures=[embedded(p, c) for p, c in figures], notes=notes, grid=grid_data(trials, state.spec.grid),
-        trials=_table(trials), samples=_samples(trials, partial(load_samples, client)))
+        figures=[embedded(p, c) for p, c in figures],
+        notes=notes,
+        grid=grid_data(trials, state.spec.grid),
+        trials=_table(trials),
+        samples=_samples(trials, partial(load_samples, client)),
+    )
     index = out / "index.html"
     index.write_text(page)
     if log_to_mlflow and parent is not None:

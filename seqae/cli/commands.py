@@ -35,12 +35,14 @@ def _freeze_imported(kind: str) -> None:
 def _describe(sweep: Sweep) -> str:
     job, record = sweep.job(), sweep.submission
     assert record is not None  # a job is a submitted sweep's
-    return (f"submitted sweep {sweep.name!r} as job {job.id} to {job.address}\n"
-            f"  package: {record.package_files} files, {_size(record.package_bytes)} (the files git tracks in "
-            f"{record.working_dir}, and the sweep file)\n"
-            f"  watch:  {job.dashboard}\n"
-            f"  logs:   seqae sweep logs {sweep.name}\n"
-            f"  status: seqae sweep status {sweep.name}")
+    return (
+        f"submitted sweep {sweep.name!r} as job {job.id} to {job.address}\n"
+        f"  package: {record.package_files} files, {_size(record.package_bytes)} (the files git tracks in "
+        f"{record.working_dir}, and the sweep file)\n"
+        f"  watch:  {job.dashboard}\n"
+        f"  logs:   seqae sweep logs {sweep.name}\n"
+        f"  status: seqae sweep status {sweep.name}"
+    )
 
 
 def _size(n: int) -> str:
@@ -64,9 +66,17 @@ def cmd_sweep_run(args: argparse.Namespace) -> int | None:  # the driver's exit 
     sets = _sets_file(args.sets_file) + args.set
     _freeze_imported("drive")
     backends = {"storage": args.storage, "mlflow_tracking_uri": args.mlflow_uri, "optuna_storage": args.optuna_storage}
-    return Sweep.run(args.file, set=sets, profile=args.profile, name=args.name, workspace=args.workspace,
-                     or_resume=args.or_resume, backends=backends, allow_code_change=args.allow_code_change,
-                     verbose=args.verbose).exit_code
+    return Sweep.run(
+        args.file,
+        set=sets,
+        profile=args.profile,
+        name=args.name,
+        workspace=args.workspace,
+        or_resume=args.or_resume,
+        backends=backends,
+        allow_code_change=args.allow_code_change,
+        verbose=args.verbose,
+    ).exit_code
 
 
 def cmd_sweep_resume(args: argparse.Namespace) -> int | None:  # the driver's exit code
@@ -79,10 +89,17 @@ def cmd_sweep_resume(args: argparse.Namespace) -> int | None:  # the driver's ex
 
 def cmd_sweep_submit(args: argparse.Namespace) -> int:
     _freeze_imported("cluster")
-    sets = [*args.set, *(f"{key}={value}" for key, value in (("priority", args.priority), ("weight", args.weight))
-                         if value is not None)]
-    sweep = Sweep.submit(args.file, set=sets, profile=args.profile, name=args.name, address=args.address,
-                         workspace=args.workspace)
+    sets = [
+        *args.set,
+        *(
+            f"{key}={value}"
+            for key, value in (("priority", args.priority), ("weight", args.weight))
+            if value is not None
+        ),
+    ]
+    sweep = Sweep.submit(
+        args.file, set=sets, profile=args.profile, name=args.name, address=args.address, workspace=args.workspace
+    )
     print(_describe(sweep))
     return 0
 
@@ -97,15 +114,24 @@ def cmd_sweep_cancel(args: argparse.Namespace) -> int:
     _freeze_imported("cluster")
     sweep = Sweep(args.name, args.workspace)
     stopped = sweep.cancel()
-    print(f"job {sweep.job().id}: {'stop requested' if stopped else 'already finished'}; "
-          f"`seqae sweep resume {args.name}` continues it")
+    print(
+        f"job {sweep.job().id}: {'stop requested' if stopped else 'already finished'}; "
+        f"`seqae sweep resume {args.name}` continues it"
+    )
     return 0
 
 
 def cmd_sweep_fork(args: argparse.Namespace) -> int | None:  # the driver's exit code
     _freeze_imported("drive")
-    return Sweep.fork(args.origin, args.file, set=args.set, profile=args.profile, name=args.name, workspace=args.workspace,
-                      verbose=args.verbose).exit_code
+    return Sweep.fork(
+        args.origin,
+        args.file,
+        set=args.set,
+        profile=args.profile,
+        name=args.name,
+        workspace=args.workspace,
+        verbose=args.verbose,
+    ).exit_code
 
 
 def cmd_sweep_stop(args: argparse.Namespace) -> int:
@@ -114,27 +140,41 @@ def cmd_sweep_stop(args: argparse.Namespace) -> int:
     how = "`seqae sweep stop --now`" if args.now else "`seqae sweep stop`"
     Sweep(args.name, args.workspace).stop(f"stopped by {api.actor()} with {how}", now=args.now)
     running = "stop at the end of their epoch" if args.now else "finish"
-    print(f"sweep {args.name}: no new trials start; the running ones {running}. `seqae sweep resume {args.name}` "
-          "continues it later")
+    print(
+        f"sweep {args.name}: no new trials start; the running ones {running}. `seqae sweep resume {args.name}` "
+        "continues it later"
+    )
     return 0
 
 
 def _stop_trial(args: argparse.Namespace) -> int:
     stop = Sweep(args.name, args.workspace).stop_trial(args.trial, now=args.now)
-    when = ("now, before its next step (what it trained since its last validation is lost)" if stop.now
-            else "at its next validation, keeping its record to there")
-    where = ("; no driver runs the sweep now: its next resume records it" if stop.driving is False
-             else "" if stop.driving else "; its job's driver reads it")
-    print(f"sweep {args.name}: trial {args.trial} stops {when}; it ends pruned, as a scheduler's stop ends a trial "
-          f"(complete had it reached its last epoch), and its slot goes to the sweep's next trial{where}")
+    when = (
+        "now, before its next step (what it trained since its last validation is lost)"
+        if stop.now
+        else "at its next validation, keeping its record to there"
+    )
+    where = (
+        "; no driver runs the sweep now: its next resume records it"
+        if stop.driving is False
+        else ""
+        if stop.driving
+        else "; its job's driver reads it"
+    )
+    print(
+        f"sweep {args.name}: trial {args.trial} stops {when}; it ends pruned, as a scheduler's stop ends a trial "
+        f"(complete had it reached its last epoch), and its slot goes to the sweep's next trial{where}"
+    )
     return 0
 
 
 def cmd_sweep_retry(args: argparse.Namespace) -> int | None:  # the driver's exit code
     _freeze_imported("drive")
-    return Sweep(args.name, args.workspace).retry(args.trials, failed=args.failed,
-                                                  allow_code_change=args.allow_code_change,
-                                                  verbose=args.verbose).exit_code
+    return (
+        Sweep(args.name, args.workspace)
+        .retry(args.trials, failed=args.failed, allow_code_change=args.allow_code_change, verbose=args.verbose)
+        .exit_code
+    )
 
 
 def cmd_sweep_set(args: argparse.Namespace) -> int:
@@ -143,8 +183,10 @@ def cmd_sweep_set(args: argparse.Namespace) -> int:
         from seqae_core.config import parse_sets
 
         new = Sweep(args.name, args.workspace).narrow(key, parse_sets([args.change])[key])
-        print(f"sweep {args.name}: {key} narrowed to {new.model_dump()} from its next proposal on (recorded in its "
-              "study); trials already outside stay in its history, marked in its status")
+        print(
+            f"sweep {args.name}: {key} narrowed to {new.model_dump()} from its next proposal on (recorded in its "
+            "study); trials already outside stay in its history, marked in its status"
+        )
         return 0
     changes = api.check_changes(**{key: value})  # a mistake is refused before the sweep is read
     control = Sweep(args.name, args.workspace).set(**changes)
@@ -173,8 +215,10 @@ def _part(part: Any) -> str:
 
 def cmd_sweep_priority(args: argparse.Namespace) -> int:
     place = api.set_priority(args.name, args.priority, args.workspace)
-    print(f"sweep {args.name}: priority {place.priority} (its driver takes it within seconds; {place.state}, "
-          f"share {place.share} slots)")
+    print(
+        f"sweep {args.name}: priority {place.priority} (its driver takes it within seconds; {place.state}, "
+        f"share {place.share} slots)"
+    )
     return 0
 
 
@@ -193,15 +237,41 @@ def _queue_table(places: list[Any]) -> str:
     """`seqae cluster queue`'s table: a row per sweep."""
     if not places:
         return "no sweep has run on this cluster's database yet"
-    header = ("SWEEP", "USER", "PRIORITY", "WEIGHT", "STATE", "HELD/SHARE/QUOTA", "WAITING", "PAUSED", "TRIALS", "IN LINE", "ETA")
+    header = (
+        "SWEEP",
+        "USER",
+        "PRIORITY",
+        "WEIGHT",
+        "STATE",
+        "HELD/SHARE/QUOTA",
+        "WAITING",
+        "PAUSED",
+        "TRIALS",
+        "IN LINE",
+        "ETA",
+    )
     rows = [header]
     for p in places:
-        quota = "/".join(f"{v:g} {unit}" for v, unit in ((p.quota.cpus, "CPUs"), (p.quota.gpus, "GPUs"))
-                         if v is not None) or "-"
+        quota = (
+            "/".join(f"{v:g} {unit}" for v, unit in ((p.quota.cpus, "CPUs"), (p.quota.gpus, "GPUs")) if v is not None)
+            or "-"
+        )
         share = f"{p.held}/{p.share}/{quota}" + (f" ({p.why})" if p.why and p.state not in ("done", "stopped") else "")
-        rows.append((p.sweep, p.user, str(p.priority), f"{p.weight:g}", p.state, share, str(p.waiting), str(p.paused),
-                     f"{p.trials_done}/{p.trials_total}", str(p.place or "-"),
-                     "-" if p.eta_seconds is None else duration_text(p.eta_seconds)))
+        rows.append(
+            (
+                p.sweep,
+                p.user,
+                str(p.priority),
+                f"{p.weight:g}",
+                p.state,
+                share,
+                str(p.waiting),
+                str(p.paused),
+                f"{p.trials_done}/{p.trials_total}",
+                str(p.place or "-"),
+                "-" if p.eta_seconds is None else duration_text(p.eta_seconds),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -209,8 +279,10 @@ def _queue_table(places: list[Any]) -> str:
 def cmd_cluster_quota(args: argparse.Namespace) -> int:
     quota = api.set_quota(args.user, args.cpus, args.gpus, args.workspace)
     limits = ", ".join(f"{v:g} {unit}" for v, unit in ((quota.cpus, "CPUs"), (quota.gpus, "GPUs")) if v is not None)
-    print(f"{args.user}'s sweeps hold at most {limits or 'anything (no limit)'} at once; a sweep over it waits in "
-          "the queue")
+    print(
+        f"{args.user}'s sweeps hold at most {limits or 'anything (no limit)'} at once; a sweep over it waits in "
+        "the queue"
+    )
     return 0
 
 
@@ -229,8 +301,9 @@ def _texts(args: argparse.Namespace) -> list[str]:
         try:
             texts.append(Path(path).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"--file {path}: cannot read it as UTF-8 text "
-                              f"({e.strerror if isinstance(e, OSError) else e.reason})") from None
+            raise ConfigError(
+                f"--file {path}: cannot read it as UTF-8 text ({e.strerror if isinstance(e, OSError) else e.reason})"
+            ) from None
     return texts
 
 
@@ -241,16 +314,23 @@ def cmd_encode(args: argparse.Namespace) -> int:
     encoded = api.encode(args.model, _texts(args), at=args.at, workspace=args.workspace)
     print(f"{encoded.model_uri}: each text's reconstruction from its latents, wrong tokens [[marked]]")
     for n, text in enumerate(encoded.texts, 1):
-        print(f"\ntext {n}: token accuracy {text.token_accuracy:.4f} ({len(text.tokens)} tokens, "
-              f"latents {' x '.join(map(str, text.latent_shape))})")
+        print(
+            f"\ntext {n}: token accuracy {text.token_accuracy:.4f} ({len(text.tokens)} tokens, "
+            f"latents {' x '.join(map(str, text.latent_shape))})"
+        )
         print("  original:      " + detokenize(text.tokens))
         print("  reconstructed: " + marked(text.tokens, text.reconstructed_tokens))
     return 0
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    api.ui(host=args.host, mlflow_port=args.mlflow_port, optuna_port=args.optuna_port, workspace=args.workspace,
-           behind_auth_proxy=args.behind_auth_proxy)
+    api.ui(
+        host=args.host,
+        mlflow_port=args.mlflow_port,
+        optuna_port=args.optuna_port,
+        workspace=args.workspace,
+        behind_auth_proxy=args.behind_auth_proxy,
+    )
     return 0
 
 
@@ -263,15 +343,25 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
         state = local.up(root, ray=False, storage=args.storage)
     else:
         gpus = "" if args.gpus_per_worker is None else f" with {args.gpus_per_worker} GPUs each"
-        print(f"starting a Ray head and {args.workers} workers{gpus}, PostgreSQL and MLflow in {root.resolve()} ...",
-              flush=True)
-        state = local.up(root, args.workers, args.cpus_per_worker, args.head_cpus, gpus_per_worker=args.gpus_per_worker,
-                         pass_env=tuple(args.pass_env))
+        print(
+            f"starting a Ray head and {args.workers} workers{gpus}, PostgreSQL and MLflow in {root.resolve()} ...",
+            flush=True,
+        )
+        state = local.up(
+            root,
+            args.workers,
+            args.cpus_per_worker,
+            args.head_cpus,
+            gpus_per_worker=args.gpus_per_worker,
+            pass_env=tuple(args.pass_env),
+        )
     env = local.environment(state)
     if state["ray"]:
         print(f"Ray dashboard   {env['SEQAE_RAY_ADDRESS']}  (token in {state['token_file']})")
-    print(f"MLflow          {env['SEQAE_MLFLOW_TRACKING_URI']}  (user {env['MLFLOW_TRACKING_USERNAME']}, password in "
-          f"{state['mlflow']['password_file']})")
+    print(
+        f"MLflow          {env['SEQAE_MLFLOW_TRACKING_URI']}  (user {env['MLFLOW_TRACKING_USERNAME']}, password in "
+        f"{state['mlflow']['password_file']})"
+    )
     print(f"Optuna          {env['SEQAE_OPTUNA_STORAGE']}  (password in {env['PGPASSFILE']})")
     print(f"storage         {env['SEQAE_STORAGE']}")
     if state["ray"] and state["pass_env"]:
@@ -301,9 +391,11 @@ def cmd_cluster_add_user(args: argparse.Namespace) -> int:
     from cluster import local  # the cluster's processes, only for `seqae cluster`
 
     folder, tunnel = local.add_user(Path(args.dir), args.user)
-    print(f"MLflow user {args.user!r} created; their password, the Ray token and the studies' pgpass are in {folder} "
-          f"(mode 600). Give them that folder; on their machine: {tunnel} (the dashboard, MLflow and PostgreSQL, "
-          f"on the head's loopback), then source {folder.name}/env.sh")
+    print(
+        f"MLflow user {args.user!r} created; their password, the Ray token and the studies' pgpass are in {folder} "
+        f"(mode 600). Give them that folder; on their machine: {tunnel} (the dashboard, MLflow and PostgreSQL, "
+        f"on the head's loopback), then source {folder.name}/env.sh"
+    )
     return 0
 
 
@@ -341,8 +433,9 @@ def cmd_sweep_extend(args: argparse.Namespace) -> int | None:  # the driver's ex
     sweep = Sweep(args.name, args.workspace)
     # --trials is how many more trials, or with --epochs which finished ones train on
     trials, which = (None, args.trials) if args.epochs is not None else (args.trials, None)
-    return sweep.extend(trials=trials, epochs=args.epochs, which=which, allow_code_change=args.allow_code_change,
-                        verbose=args.verbose).exit_code
+    return sweep.extend(
+        trials=trials, epochs=args.epochs, which=which, allow_code_change=args.allow_code_change, verbose=args.verbose
+    ).exit_code
 
 
 def cmd_sweep_status(args: argparse.Namespace) -> int:
@@ -354,8 +447,10 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         return 0
     if isinstance(info, api.Pending):
         owner = f" by {info.owner}" if info.owner else ""
-        print(f"sweep {args.name} (submitted{owner}): job {info.job.id} is {info.job.status} (its driver has not "
-              "started its trials yet)")
+        print(
+            f"sweep {args.name} (submitted{owner}): job {info.job.id} is {info.job.status} (its driver has not "
+            "started its trials yet)"
+        )
         return 0
     print(f"sweep {info.name} ({info.outcome}) in {info.workspace}")
     if info.owner:
@@ -376,11 +471,16 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         print(f"  {sweep.eta().line()}")
     if info.queue is not None and info.queue.state not in ("done", "stopped"):
         q = info.queue
-        line = f"{q.place}{'st' if q.place == 1 else 'nd' if q.place == 2 else 'rd' if q.place == 3 else 'th'} in line" \
-            if q.place else f"holds {q.held} slots"
-        print(f"  cluster queue: {q.state}, priority {q.priority}, {line}; its share {q.share} slots"
-              + (f" ({q.why})" if q.why else "") + ("" if q.eta_seconds is None else
-                                                     f"; ETA {duration_text(q.eta_seconds)} (its driver's)"))
+        line = (
+            f"{q.place}{'st' if q.place == 1 else 'nd' if q.place == 2 else 'rd' if q.place == 3 else 'th'} in line"
+            if q.place
+            else f"holds {q.held} slots"
+        )
+        print(
+            f"  cluster queue: {q.state}, priority {q.priority}, {line}; its share {q.share} slots"
+            + (f" ({q.why})" if q.why else "")
+            + ("" if q.eta_seconds is None else f"; ETA {duration_text(q.eta_seconds)} (its driver's)")
+        )
     if info.proposed_by:
         print("  proposed by: " + ", ".join(f"{k} {v}" for k, v in info.proposed_by.items()))
     for start, trial in info.starts.items():
@@ -389,8 +489,11 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
     for note in info.notes:
         print(f"  note: {note}")
     if info.attempts:
-        print("  attempts: " + ", ".join(f"trial {n} took {k}" for n, k in info.attempts.items())
-              + " (`seqae sweep retry`); every other trial took 1")
+        print(
+            "  attempts: "
+            + ", ".join(f"trial {n} took {k}" for n, k in info.attempts.items())
+            + " (`seqae sweep retry`); every other trial took 1"
+        )
     cost = info.cost
     budget = f" of a budget of {cost.budget:g}" if cost.budget else ""
     print(f"  cost: {cost.hours:.4f} {cost.unit}{budget}")
@@ -400,11 +503,15 @@ def cmd_sweep_status(args: argparse.Namespace) -> int:
         test = ", ".join(f"{k} {value_text(v, seeds, k, seeds=True)}" for k, v in (entry.test or {}).items())
         start = f" (start {entry.start})" if entry.start else ""
         print(f"  best: trial {entry.number}{start}: {values} (validation, selected on)")
-        print(f"        {f'{test} (test pages, never selected on)' if test else 'no test split: data.test_fraction is 0'}")
+        print(
+            f"        {f'{test} (test pages, never selected on)' if test else 'no test split: data.test_fraction is 0'}"
+        )
         for key, value in sorted(entry.params.items()):
             print(f"        {key} = {value}")
-    print(f"  MLflow: {info.mlflow_tracking_uri} experiment {info.mlflow_experiment_id}, "
-          f"sweep run {info.mlflow_parent_run_id}")
+    print(
+        f"  MLflow: {info.mlflow_tracking_uri} experiment {info.mlflow_experiment_id}, "
+        f"sweep run {info.mlflow_parent_run_id}"
+    )
     print(f"  Optuna: {info.optuna_storage} study {info.optuna_study_name}")
     if info.job:
         print(f"  job: {info.job.id} {info.job.status} ({info.job.dashboard})")
@@ -461,9 +568,11 @@ def check_device(device: str | None) -> None:
     import torch
 
     if device is not None and device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"--device={device!r}: this PyTorch ({torch.__version__}) sees no CUDA GPU "
-                          "(torch.cuda.is_available() is False); install a CUDA build of PyTorch (README: Install) "
-                          "or pass --device cpu")
+        raise ConfigError(
+            f"--device={device!r}: this PyTorch ({torch.__version__}) sees no CUDA GPU "
+            "(torch.cuda.is_available() is False); install a CUDA build of PyTorch (README: Install) "
+            "or pass --device cpu"
+        )
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -488,8 +597,12 @@ def cmd_train(args: argparse.Namespace) -> int:
                 "pass --resume to continue it, or choose another folder"
             )
         if args.resume:
-            print(f"seqae: resuming {resume.place}" if resume else
-                  "seqae: no valid checkpoint found; starting from epoch 1", file=sys.stderr)
+            print(
+                f"seqae: resuming {resume.place}"
+                if resume
+                else "seqae: no valid checkpoint found; starting from epoch 1",
+                file=sys.stderr,
+            )
 
     def report(record: EpochRecord, checkpoint: Checkpoint) -> None:
         if store is not None:
@@ -502,12 +615,9 @@ def cmd_train(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    final = train_lib.train(
-        config, report, resume=resume, device=args.device, cache_dir=args.cache_dir, progress=True
-    )
+    final = train_lib.train(config, report, resume=resume, device=args.device, cache_dir=args.cache_dir, progress=True)
     if args.json:
         print(json.dumps(final))
     else:
         print("final: " + "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in final.items()))
     return 0
-

@@ -60,8 +60,9 @@ def asha_epochs(max_t: float, grace: float, factor: int, done: float = 0.0) -> f
     """Expected epochs still to train of a trial under ASHA (rungs at ``grace x factor^k`` below
     ``max_t``) that has trained ``done`` epochs and goes on: a 1/factor share goes on at each rung.
     ``asha_epochs(3, 1, 2) == 1 + 1/2 + 1/4``."""
-    rungs = [r for r in itertools.takewhile(lambda r: r < max_t, (grace * factor**k for k in itertools.count()))
-             if r > done]
+    rungs = [
+        r for r in itertools.takewhile(lambda r: r < max_t, (grace * factor**k for k in itertools.count())) if r > done
+    ]
     epochs, share, at = 0.0, 1.0, done
     for rung in [*rungs, max_t]:
         epochs += share * (rung - at)
@@ -135,14 +136,18 @@ class Eta:
         if self.trials_left == 0:
             return "ETA: nothing left to run"
         if self.slots == 0:
-            return f"ETA: none while the cluster's queue gives it no slot ({self.trials_left} trials left, " \
-                   f"{self.slots_from})"
+            return (
+                f"ETA: none while the cluster's queue gives it no slot ({self.trials_left} trials left, "
+                f"{self.slots_from})"
+            )
         if self.seconds_left is None:
             return f"ETA: after the first epoch ends ({self.trials_left} trials left)"
         trials = "1 trial" if self.trials_left == 1 else f"{self.trials_left} trials"
-        return (f"ETA: {M.duration_text(self.seconds_left)} left: {trials} ({self.running} running), "
-                f"{self.epochs_left:.1f} epochs expected at {self.seconds_per_epoch:.1f} s each, "
-                f"{self.slots} at once ({self.slots_from})")
+        return (
+            f"ETA: {M.duration_text(self.seconds_left)} left: {trials} ({self.running} running), "
+            f"{self.epochs_left:.1f} epochs expected at {self.seconds_per_epoch:.1f} s each, "
+            f"{self.slots} at once ({self.slots_from})"
+        )
 
 
 def eta(state: SweepState, total: int | None = None) -> Eta:
@@ -179,8 +184,17 @@ def eta(state: SweepState, total: int | None = None) -> Eta:
     seconds = None
     if per_epoch is not None:
         work = left * per_epoch + (to_come * overhead if overhead is not None else 0.0)
-        longest = max((expected_epochs(spec.scheduler, max_t, _epochs(progress[t.number]), bool(t.user_attrs.get(N.START)))
-                       for t in trials if t.state not in FINAL), default=0.0) * per_epoch
+        longest = (
+            max(
+                (
+                    expected_epochs(spec.scheduler, max_t, _epochs(progress[t.number]), bool(t.user_attrs.get(N.START)))
+                    for t in trials
+                    if t.state not in FINAL
+                ),
+                default=0.0,
+            )
+            * per_epoch
+        )
         seconds = seconds_left(work, longest, slots) if trials_left else 0.0
     return Eta(per_epoch, overhead, done, left, trials_left, running, slots, seconds, slots_from)
 

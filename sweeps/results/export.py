@@ -74,13 +74,29 @@ class Trials(Sequence[Trial]):
         return self.records[index]
 
     def to_pandas(self) -> pd.DataFrame:
-        table = pd.DataFrame([{
-            "trial": t.number, "start": t.start, "state": t.state, "outcome": t.outcome, "proposed_by": t.proposed_by,
-            "ended": t.ended, **{f"param.{k}": v for k, v in t.params.items()}, "kept_epoch": t.kept_epoch,
-            "last_epoch": t.last_epoch, **t.metrics, **({"feasible": t.feasible} if self.constrained else {}),
-            **({"pareto_rank": t.pareto_rank} if self.several else {}), "cost_seconds": round(t.cost_seconds, 3),
-            "node": t.node, "mlflow_run_id": t.mlflow_run_id, "attempts": t.attempts,
-        } for t in self.records])
+        table = pd.DataFrame(
+            [
+                {
+                    "trial": t.number,
+                    "start": t.start,
+                    "state": t.state,
+                    "outcome": t.outcome,
+                    "proposed_by": t.proposed_by,
+                    "ended": t.ended,
+                    **{f"param.{k}": v for k, v in t.params.items()},
+                    "kept_epoch": t.kept_epoch,
+                    "last_epoch": t.last_epoch,
+                    **t.metrics,
+                    **({"feasible": t.feasible} if self.constrained else {}),
+                    **({"pareto_rank": t.pareto_rank} if self.several else {}),
+                    "cost_seconds": round(t.cost_seconds, 3),
+                    "node": t.node,
+                    "mlflow_run_id": t.mlflow_run_id,
+                    "attempts": t.attempts,
+                }
+                for t in self.records
+            ]
+        )
         if self.several:  # whole numbers, empty where a trial did not finish
             table["pareto_rank"] = table["pareto_rank"].astype("Int64")
         return table
@@ -94,8 +110,11 @@ def trials(workspace: Workspace, name: str) -> Trials:
     if state.mlflow_experiment_id is not None:
         check_credentials(backends.mlflow_tracking_uri)
         client = MlflowClient(backends.mlflow_tracking_uri)
-        runs = {int(r.data.tags[N.TRIAL]): Run(r.info.run_id, r.data.tags.get(N.NODE_IP, ""))
-                for r in all_runs(client, state.mlflow_experiment_id) if N.TRIAL in r.data.tags}
+        runs = {
+            int(r.data.tags[N.TRIAL]): Run(r.info.run_id, r.data.tags.get(N.NODE_IP, ""))
+            for r in all_runs(client, state.mlflow_experiment_id)
+            if N.TRIAL in r.data.tags
+        }
     study = read_only(spec, backends.optuna_storage, state.study_name)
     return Trials(tuple(read_trials(spec, study, backends.storage, runs)), bool(spec.constraints), spec.multi_objective)
 
@@ -115,8 +134,10 @@ def export(workspace: Workspace, name: str, fmt: str | None, out: str | None) ->
     if fmt not in FORMATS:
         raise ConfigError(f"--format={fmt!r}: choose from {', '.join(FORMATS)}")
     if named and named != fmt:
-        raise ConfigError(f"--format={fmt} but --out={out} names {named}: give the file a {FORMATS[fmt]} suffix, "
-                          "or leave --format out to write what the suffix names")
+        raise ConfigError(
+            f"--format={fmt} but --out={out} names {named}: give the file a {FORMATS[fmt]} suffix, "
+            "or leave --format out to write what the suffix names"
+        )
     path = Path(out or f"{name}-trials{FORMATS[fmt]}")
     if path.exists():
         raise ConfigError(f"--out={path}: the file exists; remove it or choose another")

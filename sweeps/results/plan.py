@@ -105,8 +105,11 @@ class Forecast:
             f"trials: {self.trials} ({self.starts} starting point{'' if self.starts == 1 else 's'}, trained to the end)",
             f"epochs: {self.scheduler}, {self.epochs_per_trial:.2f} expected per proposed trial of at most "
             f"{self.max_epochs}; {self.epochs:.1f} in all",
-            *(f"shape {shape_text(s.params)}: {s.parameters:,} parameters, step {s.step_seconds * 1000:.1f} ms, "
-              f"epoch {s.epoch_seconds:.1f} s on this {self.device}" for s in self.shapes),
+            *(
+                f"shape {shape_text(s.params)}: {s.parameters:,} parameters, step {s.step_seconds * 1000:.1f} ms, "
+                f"epoch {s.epoch_seconds:.1f} s on this {self.device}"
+                for s in self.shapes
+            ),
             f"{self.unit}: {self.resource_hours:.3g}",
             f"wall time at {self.slots} slots ({self.slots_from}): {self.wall_seconds:.0f} s ({hours:.2f} h), "
             "epochs only (trial start-up, checkpoints and MLflow come on top)",
@@ -170,8 +173,9 @@ def measure(params: dict[str, object], config: Config, cache_dir: Path, steps: i
     plan = plan_head(config.train.head, dev)
     splits = data_lib.load(config.data, cache_dir)
     steps_per_epoch = math.ceil(len(splits.train) / config.train.batch_size)
-    replicate = Replicate.create(config, config.train.seed, splits.vocab_size, dev, steps_per_epoch, plan,
-                                 splits.pad_id)
+    replicate = Replicate.create(
+        config, config.train.seed, splits.vocab_size, dev, steps_per_epoch, plan, splits.pad_id
+    )
     batch = splits.batch(splits.train[: config.train.batch_size])
     step_s = median_step_seconds(lambda: replicate.step(batch), steps)
     started = time.perf_counter()
@@ -184,15 +188,24 @@ def measure(params: dict[str, object], config: Config, cache_dir: Path, steps: i
     torch.save({"model": replicate.model.state_dict(), "optimizer": replicate.optimizer.state_dict()}, record)
     torch.save(replicate.model.state_dict(), best)
     curve = math.ceil(steps_per_epoch / config.train.log_every_steps)  # the loss curve's points
-    return Shape(params, sum(p.numel() for p in replicate.model.parameters()), step_s,
-                 steps_per_epoch * step_s + validations * validation_s, validations,
-                 len(record.getvalue()) + len(best.getvalue()), validations * _metric_rows(config, dev) + curve)
+    return Shape(
+        params,
+        sum(p.numel() for p in replicate.model.parameters()),
+        step_s,
+        steps_per_epoch * step_s + validations * validation_s,
+        validations,
+        len(record.getvalue()) + len(best.getvalue()),
+        validations * _metric_rows(config, dev) + curve,
+    )
 
 
 def _metric_rows(config: Config, dev: torch.device) -> int:
     """MLflow metric rows a validation adds: the per-epoch metrics (and the test ones with a test split)."""
-    return (len(M.PER_EPOCH) + (len(M.CUDA_PER_EPOCH) if dev.type == "cuda" else 0)
-            + (len(M.TEST_METRICS) if config.data.test_fraction > 0 else 0))
+    return (
+        len(M.PER_EPOCH)
+        + (len(M.CUDA_PER_EPOCH) if dev.type == "cuda" else 0)
+        + (len(M.TEST_METRICS) if config.data.test_fraction > 0 else 0)
+    )
 
 
 def _shape_of(params: dict[str, object], shapes: list[Shape], otherwise: Shape) -> Shape:
@@ -218,8 +231,16 @@ def queue_slots(spec: SweepSpec, url: str) -> tuple[int, str] | None:
     if path is not None and not Path(path).exists():  # a workspace that never ran a sweep: no queue to ask
         return None
     trials = spec.planned_trials()
-    claim = Claim("(planned)", actor(), spec.priority or 0, min(spec.max_concurrent, trials), spec.resources.cpu,
-                  spec.resources.gpu, spec.weight or 1.0, time.time())
+    claim = Claim(
+        "(planned)",
+        actor(),
+        spec.priority or 0,
+        min(spec.max_concurrent, trials),
+        spec.resources.cpu,
+        spec.resources.gpu,
+        spec.weight or 1.0,
+        time.time(),
+    )
     try:
         found = Queue(url, create=False).would_grant(claim)
     except sa.exc.SQLAlchemyError:
@@ -229,8 +250,9 @@ def queue_slots(spec: SweepSpec, url: str) -> tuple[int, str] | None:
     share, cluster = found
     gpus = f" and {cluster.gpus:g} GPUs" if cluster.gpus else ""
     why = f", {share.why}" if share.why else ""
-    return share.slots, (f"the cluster's queue now: {share.slots} of {cluster.cpus:g} CPUs{gpus} at priority "
-                         f"{claim.priority}{why}")
+    return share.slots, (
+        f"the cluster's queue now: {share.slots} of {cluster.cpus:g} CPUs{gpus} at priority {claim.priority}{why}"
+    )
 
 
 def forecast(spec: SweepSpec, cache_dir: Path, slots: int | None = None, queue_url: str | None = None) -> Forecast:
@@ -240,8 +262,10 @@ def forecast(spec: SweepSpec, cache_dir: Path, slots: int | None = None, queue_u
     if slots is not None and slots < 1:
         raise ConfigError(f"--slots {slots}: a sweep needs at least 1 trial slot")
     if spec.resources.gpu > 0 and not torch.cuda.is_available():  # a CPU's step times say nothing of a GPU's
-        raise ConfigError(f"resources.gpu={spec.resources.gpu:g}: this machine has no GPU to time the trials' "
-                          "steps on; run plan on a machine with the GPU the sweep will use")
+        raise ConfigError(
+            f"resources.gpu={spec.resources.gpu:g}: this machine has no GPU to time the trials' "
+            "steps on; run plan on a machine with the GPU the sweep will use"
+        )
     threads = torch.get_num_threads()
     if spec.resources.gpu == 0:
         torch.set_num_threads(max(1, int(spec.resources.cpu)))  # as a trial's worker has them
@@ -264,16 +288,28 @@ def forecast(spec: SweepSpec, cache_dir: Path, slots: int | None = None, queue_u
     given, given_from = (slots, f"--slots {slots}") if slots is not None else queued or capacity(spec)
     at = max(1, min(spec.max_concurrent, trials, given))
     source = f"max_concurrent {spec.max_concurrent}, {given_from}" + (
-        "; it would wait for a slot, timed at 1" if given == 0 else "")
+        "; it would wait for a slot, timed at 1" if given == 0 else ""
+    )
     unit, share = spec.share
     epochs = starts * max_t + (trials - starts) * per_trial
     mean_rows = float(np.mean([s.metric_rows_per_epoch for s in shapes]))
     validations = float(np.mean([s.validations for s in shapes]))
     return Forecast(
-        trials=trials, starts=starts, scheduler=spec.scheduler.label, max_epochs=max_t, epochs_per_trial=per_trial,
-        epochs=epochs, shapes=tuple(shapes), device=str(pick_device(None)), unit=f"{unit}-hours",
-        resource_hours=sum(trial_seconds) * share / 3600, slots=at, slots_from=source,
+        trials=trials,
+        starts=starts,
+        scheduler=spec.scheduler.label,
+        max_epochs=max_t,
+        epochs_per_trial=per_trial,
+        epochs=epochs,
+        shapes=tuple(shapes),
+        device=str(pick_device(None)),
+        unit=f"{unit}-hours",
+        resource_hours=sum(trial_seconds) * share / 3600,
+        slots=at,
+        slots_from=source,
         wall_seconds=wall_seconds(trial_seconds, at),
         checkpoint_bytes=min(spec.checkpoints.keep_best, trials) * widest.checkpoint_bytes,
-        mlflow_runs=trials + 1, mlflow_metric_rows=round(epochs * mean_rows + trials),  # + each trial's cost, once
-        optuna_intermediate_rows=round(epochs * validations))
+        mlflow_runs=trials + 1,
+        mlflow_metric_rows=round(epochs * mean_rows + trials),  # + each trial's cost, once
+        optuna_intermediate_rows=round(epochs * validations),
+    )

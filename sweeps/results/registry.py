@@ -44,8 +44,10 @@ def load_registered(tracking_uri: str, model: str, at: float | None = None) -> t
         elif at_sign:
             aliases = sorted({a for v in versions for a in v.aliases})
             if alias not in aliases:
-                raise ConfigError(f"model {model!r}: {name!r} has no alias {alias!r} {where} "
-                                  f"(aliases: {', '.join('@' + a for a in aliases) or 'none'})")
+                raise ConfigError(
+                    f"model {model!r}: {name!r} has no alias {alias!r} {where} "
+                    f"(aliases: {', '.join('@' + a for a in aliases) or 'none'})"
+                )
             version = client.get_model_version_by_alias(name, alias).version
         elif not version:
             version = next((v.version for v in versions if N.BEST_ALIAS in v.aliases), "")
@@ -53,8 +55,9 @@ def load_registered(tracking_uri: str, model: str, at: float | None = None) -> t
         raise ConfigError(f"model {model!r}: {exc.message} ({where})") from None
     numbers = sorted(int(v.version) for v in versions)
     if version and int(version) not in numbers:
-        raise ConfigError(f"model {model!r}: {name!r} has no version {version} {where} "
-                          f"(versions: {', '.join(map(str, numbers))})")
+        raise ConfigError(
+            f"model {model!r}: {name!r} has no version {version} {where} (versions: {', '.join(map(str, numbers))})"
+        )
     uri = f"models:/{name}/{version or numbers[-1]}"
     with fluent_uri(tracking_uri):
         return uri, _from_artifacts(uri, model, where)
@@ -69,8 +72,9 @@ def _from_artifacts(uri: str, model: str, where: str) -> textmodel.LoadedModel:
         try:
             folder = Path(mlflow.artifacts.download_artifacts(f"{uri}/{textmodel.ARTIFACTS}", dst_path=tmp))
         except MlflowException as exc:
-            raise ConfigError(f"model {model!r}: cannot read {uri}/{textmodel.ARTIFACTS} {where} "
-                              f"({str(exc).splitlines()[-1]})") from None
+            raise ConfigError(
+                f"model {model!r}: cannot read {uri}/{textmodel.ARTIFACTS} {where} ({str(exc).splitlines()[-1]})"
+            ) from None
         paths = {name: folder / file for name, file in textmodel.FILES.items()}
         missing = [f"{textmodel.ARTIFACTS}/{path.name}" for path in paths.values() if not path.exists()]
         if missing:
@@ -87,10 +91,14 @@ def _by_size(client: MlflowClient, name: str, at: float, model: str) -> str:
             tags = client.get_model_version(name, version).tags
             shares[float(tags[f"{N.OBJECTIVE}{M.LATENT_SHARE}"])] = str(version)
     if not shares:
-        raise ConfigError(f"model {model!r}: --at {at:g} needs a front registered by latent share (a sweep with "
-                          f"latent_share among its objectives); {name!r} has none")
+        raise ConfigError(
+            f"model {model!r}: --at {at:g} needs a front registered by latent share (a sweep with "
+            f"latent_share among its objectives); {name!r} has none"
+        )
     fitting = [share for share in shares if share <= at]
     if not fitting:
-        raise ConfigError(f"model {model!r}: no model of the front has a latent share at most {at:g} (shares: "
-                          f"{', '.join(f'{s:g}' for s in sorted(shares))})")
+        raise ConfigError(
+            f"model {model!r}: no model of the front has a latent share at most {at:g} (shares: "
+            f"{', '.join(f'{s:g}' for s in sorted(shares))})"
+        )
     return shares[max(fitting)]

@@ -30,8 +30,15 @@ def status_of(record: Submission) -> SweepStatus:
     client = MlflowClient(backends.mlflow_tracking_uri)
     experiment = client.get_experiment_by_name(record.name)
     run = find_sweep_run(client, experiment.experiment_id) if experiment else None
-    return SweepStatus(**vars(view), name=record.name, workspace=record.workspace,
-                       outcome="complete" if complete and by_state else f"job {job.status}",
-                       mlflow_experiment_id=experiment.experiment_id if experiment else None,
-                       mlflow_parent_run_id=run.info.run_id if run else None, sessions=len(record.jobs), job=job,
-                       forked_from=None, owner=record.owner)
+    return SweepStatus(
+        **vars(view),
+        name=record.name,
+        workspace=record.workspace,
+        outcome="complete" if complete and by_state else f"job {job.status}",
+        mlflow_experiment_id=experiment.experiment_id if experiment else None,
+        mlflow_parent_run_id=run.info.run_id if run else None,
+        sessions=len(record.jobs),
+        job=job,
+        forked_from=None,
+        owner=record.owner,
+    )

@@ -75,11 +75,22 @@ class SweepStatus(TrialsView):
         ends; each best trial and starting point with the fields a reader of the sweep asks for
         (the whole record: :meth:`seqae.api.Sweep.trials`)."""
         document = asdict(self)
-        front = [{"trial": t.number, "values": t.values, "params": t.params, "test": t.test, "seeds": t.seeds,
-                  "start": t.start or None} for t in self.best]
+        front = [
+            {
+                "trial": t.number,
+                "values": t.values,
+                "params": t.params,
+                "test": t.test,
+                "seeds": t.seeds,
+                "start": t.start or None,
+            }
+            for t in self.best
+        ]
         document["best"] = front[0] if len(front) == 1 else front or None
-        document["starts"] = {name: {"trial": t.number, "state": t.state, "values": t.values, "test": t.test,
-                                     "seeds": t.seeds} for name, t in self.starts.items()}
+        document["starts"] = {
+            name: {"trial": t.number, "state": t.state, "values": t.values, "test": t.test, "seeds": t.seeds}
+            for name, t in self.starts.items()
+        }
         return document
 
 
@@ -90,10 +101,18 @@ def status(workspace: Workspace, name: str) -> SweepStatus:
     backends = state.backends
     last = state.sessions[-1] if state.sessions else None
     view = trials_view(spec, backends, state.study_name, state.total_trials)
-    return SweepStatus(**vars(view), name=name, workspace=str(workspace.root),
-                       outcome=last.outcome if last else "not started", mlflow_experiment_id=state.mlflow_experiment_id,
-                       mlflow_parent_run_id=state.mlflow_parent_run_id, sessions=len(state.sessions), job=None,
-                       forked_from=state.forked_from, owner=state.owner)
+    return SweepStatus(
+        **vars(view),
+        name=name,
+        workspace=str(workspace.root),
+        outcome=last.outcome if last else "not started",
+        mlflow_experiment_id=state.mlflow_experiment_id,
+        mlflow_parent_run_id=state.mlflow_parent_run_id,
+        sessions=len(state.sessions),
+        job=None,
+        forked_from=state.forked_from,
+        owner=state.owner,
+    )
 
 
 def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, total: int) -> TrialsView:
@@ -109,15 +128,24 @@ def trials_view(spec: spec_lib.SweepSpec, backends: Backends, study_name: str, t
     # a sweep given no slot yet has created no trial: its place says why it waits
     place = next((p for p in queue.Queue(backends.optuna_storage, create=False).view() if p.sweep == study_name), None)
     return TrialsView(
-        profile=spec.profile, description=spec.description, trials_total=total,
+        profile=spec.profile,
+        description=spec.description,
+        trials_total=total,
         trials_by_state=split_running(by_state, place),
-        best=tuple(records[t.number] for t in study.best()), objectives=[f"{o.metric} ({o.mode})" for o in spec.objectives],
-        mlflow_tracking_uri=redact(backends.mlflow_tracking_uri), optuna_storage=redact(backends.optuna_storage),
-        optuna_study_name=study_name, storage=backends.storage, control=study.control(),
-        cost=cost(spec, list(records.values())), seeded_trials=len(study.forked()),
-        sampler=spec.sampler.model_dump(exclude_none=True), proposed_by=study.proposals(),
+        best=tuple(records[t.number] for t in study.best()),
+        objectives=[f"{o.metric} ({o.mode})" for o in spec.objectives],
+        mlflow_tracking_uri=redact(backends.mlflow_tracking_uri),
+        optuna_storage=redact(backends.optuna_storage),
+        optuna_study_name=study_name,
+        storage=backends.storage,
+        control=study.control(),
+        cost=cost(spec, list(records.values())),
+        seeded_trials=len(study.forked()),
+        sampler=spec.sampler.model_dump(exclude_none=True),
+        proposed_by=study.proposals(),
         starts={t.start: t for t in records.values() if t.start},
-        notes=[*spec.notes(), *study.narrowing_notes(), *([blind] if blind else [])], queue=place,
+        notes=[*spec.notes(), *study.narrowing_notes(), *([blind] if blind else [])],
+        queue=place,
         attempts={str(t.number): t.attempts for t in records.values() if t.attempts > 1},
     )
 
@@ -140,5 +168,9 @@ def split_running(by_state: dict[str, int], place: queue.Place | None) -> dict[s
 def cost(spec: spec_lib.SweepSpec, trials: list[Trial]) -> Cost:
     """Resource-hours spent per trial and in all, against the budget (``ledger.resource_seconds``)."""
     per_trial = {t.number: t.cost_seconds for t in trials}
-    return Cost(f"{spec.share[0]}-hours", round(sum(per_trial.values()) / 3600, 6), spec.budget.hours if spec.budget else None,
-                {str(n): round(s, 2) for n, s in per_trial.items()})
+    return Cost(
+        f"{spec.share[0]}-hours",
+        round(sum(per_trial.values()) / 3600, 6),
+        spec.budget.hours if spec.budget else None,
+        {str(n): round(s, 2) for n, s in per_trial.items()},
+    )

@@ -46,7 +46,9 @@ class Trial:
     kept_epoch: int | None
     last_epoch: int | None
     metrics: dict[str, float | None]  # at the kept epoch: val_*, test_*, *_stderr, the other objectives
-    test: dict[str, float] | None  # the kept checkpoint's test scores, as the study holds them; None without a test split
+    test: (
+        dict[str, float] | None
+    )  # the kept checkpoint's test scores, as the study holds them; None without a test split
     seeds: dict[str, Any] | None  # with train.repeats > 1: each seed's value and the standard error
     feasible: bool | None  # with constraints; None for a trial that did not finish
     pareto_rank: int | None  # with several objectives
@@ -72,13 +74,16 @@ def unreadable(storage: str) -> str | None:
         RecordStore.trials(storage)
     except OSError as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return (f"the trials' checkpoint records in {storage} are not readable from this machine ({reason}): "
-                "their epochs and cost are not shown")
+        return (
+            f"the trials' checkpoint records in {storage} are not readable from this machine ({reason}): "
+            "their epochs and cost are not shown"
+        )
     return None
 
 
-def read_trials(spec: SweepSpec, study: SweepStudy, storage: str | None,
-                runs: Mapping[int, Run] | None = None) -> list[Trial]:
+def read_trials(
+    spec: SweepSpec, study: SweepStudy, storage: str | None, runs: Mapping[int, Run] | None = None
+) -> list[Trial]:
     """Every trial of ``study`` in number order, with its checkpoint records from ``storage`` (none
     where None: :func:`unreadable`) and, for the trials ``runs`` names, its MLflow run."""
     runs = runs or {}
@@ -96,17 +101,31 @@ def read_trials(spec: SweepSpec, study: SweepStudy, storage: str | None,
         history = progress.history if progress else []
         kept = kept_record(history) if history else {}
         run = runs.get(trial.number)
-        records.append(Trial(
-            number=trial.number, start=trial.user_attrs.get(N.START, ""), state=trial.state.name,
-            outcome=Outcome(trial.state.name).label, proposed_by=trial.user_attrs.get(N.PROPOSED_BY, ""),
-            ended=trial.datetime_complete.isoformat() if trial.datetime_complete else "", params=spec.values_of(trial.params),
-            values=dict(zip(objectives, trial.values or [])), kept_epoch=kept.get(M.EPOCH),
-            last_epoch=history[-1][M.EPOCH] if history else None,
-            metrics={**{k: kept.get(k) for k in (*M.VAL_METRICS, *M.TEST_METRICS)},
-                     **{k: v for k, v in kept.items() if k.endswith("_stderr")}, **{k: kept.get(k) for k in extra}},
-            test=trial.user_attrs.get(N.TEST), seeds=trial.user_attrs.get(N.SEEDS),
-            feasible=met[trial.number] if trial.state.is_finished() else None, pareto_rank=rank.get(trial.number),
-            cost_seconds=resource_seconds(spec.share[1], progress),
-            node=run.node if run else "", mlflow_run_id=run.run_id if run else "", attempts=attempts(trial),
-        ))
+        records.append(
+            Trial(
+                number=trial.number,
+                start=trial.user_attrs.get(N.START, ""),
+                state=trial.state.name,
+                outcome=Outcome(trial.state.name).label,
+                proposed_by=trial.user_attrs.get(N.PROPOSED_BY, ""),
+                ended=trial.datetime_complete.isoformat() if trial.datetime_complete else "",
+                params=spec.values_of(trial.params),
+                values=dict(zip(objectives, trial.values or [])),
+                kept_epoch=kept.get(M.EPOCH),
+                last_epoch=history[-1][M.EPOCH] if history else None,
+                metrics={
+                    **{k: kept.get(k) for k in (*M.VAL_METRICS, *M.TEST_METRICS)},
+                    **{k: v for k, v in kept.items() if k.endswith("_stderr")},
+                    **{k: kept.get(k) for k in extra},
+                },
+                test=trial.user_attrs.get(N.TEST),
+                seeds=trial.user_attrs.get(N.SEEDS),
+                feasible=met[trial.number] if trial.state.is_finished() else None,
+                pareto_rank=rank.get(trial.number),
+                cost_seconds=resource_seconds(spec.share[1], progress),
+                node=run.node if run else "",
+                mlflow_run_id=run.run_id if run else "",
+                attempts=attempts(trial),
+            )
+        )
     return records

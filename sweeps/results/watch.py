@@ -47,12 +47,16 @@ class View:
 
     def html(self) -> str:
         """One HTML table, as a notebook shows it."""
-        cells = "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in row) + "</tr>"
-                        for row in self.rows)
+        cells = "".join(
+            "<tr>" + "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in row) + "</tr>"
+            for row in self.rows
+        )
         head = "".join(f"<th style='text-align:left'>{html.escape(c)}</th>" for c in self.header)
         notes = "".join(f"<div><small>{html.escape(n)}</small></div>" for n in self.notes)
-        return (f"<div class='seqae-watch'><b>{html.escape(self.heading)}</b>"
-                f"<table><thead><tr>{head}</tr></thead><tbody>{cells}</tbody></table>{notes}</div>")
+        return (
+            f"<div class='seqae-watch'><b>{html.escape(self.heading)}</b>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{cells}</tbody></table>{notes}</div>"
+        )
 
 
 def view(workspace: Workspace, name: str) -> View:
@@ -65,14 +69,21 @@ def view(workspace: Workspace, name: str) -> View:
     by_state = Counter(t.state.name for t in trials)
     by_state["NOT_STARTED"] = state.total_trials - len(trials)
     best = study.best(trials)
-    shown_best = (f"best: trial {best[0].number}  " + ", ".join(f"{o.metric} {v:.4f}" for o, v in
-                                                              zip(state.spec.objectives, best[0].values))
-                  if len(best) == 1 else f"{len(best)} trials on the Pareto front" if best else "no trial completed")
+    shown_best = (
+        f"best: trial {best[0].number}  "
+        + ", ".join(f"{o.metric} {v:.4f}" for o, v in zip(state.spec.objectives, best[0].values))
+        if len(best) == 1
+        else f"{len(best)} trials on the Pareto front"
+        if best
+        else "no trial completed"
+    )
     outcome = state.sessions[-1].outcome if state.sessions else "not started"
     unfinished = any(t.state in UNFINISHED for t in trials)
     ended = outcome != "running" and not unfinished and (bool(trials) or outcome != "not started")
     states = ", ".join(f"{k} {v}" for k, v in sorted(by_state.items()) if v > 0)
-    heading = f"sweep {name}: {outcome}, {state.total_trials} trials ({states}); {shown_best}; at {time.strftime('%H:%M:%S')}"
+    heading = (
+        f"sweep {name}: {outcome}, {state.total_trials} trials ({states}); {shown_best}; at {time.strftime('%H:%M:%S')}"
+    )
     return View(heading, header, rows, study.narrowing_notes(), ended)
 
 
@@ -86,8 +97,13 @@ def in_notebook() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
-def watch(workspace: Workspace, name: str, every: float = 5.0, timeout: float | None = None,
-          show: Callable[[View], None] | None = None) -> View:
+def watch(
+    workspace: Workspace,
+    name: str,
+    every: float = 5.0,
+    timeout: float | None = None,
+    show: Callable[[View], None] | None = None,
+) -> View:
     """Show sweep ``name`` every ``every`` seconds until it ends (or ``timeout`` seconds passed):
     in a notebook one table updated in place, elsewhere a line when it changed and the table at
     the end (``show``: another way to show each view). Returns the last view."""
@@ -113,6 +129,7 @@ def _notebook() -> Callable[[View], None]:
             handle[0].update(HTML(now.html()))
         else:
             handle.append(display(HTML(now.html()), display_id=True))
+
     return show
 
 
@@ -125,4 +142,5 @@ def _terminal() -> Callable[[View], None]:
         if not last or last[0] != key:
             print(now.heading, flush=True)
             last[:] = [key]
+
     return show

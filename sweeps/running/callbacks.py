@@ -39,8 +39,11 @@ class SlotsCallback(DriverOnly, tune.Callback):
         if not self.slots.due():
             return
         by_status = [t.status for t in trials]
-        self.slots.update(self.searcher.doing(by_status.count(Trial.RUNNING), by_status.count(Trial.PENDING),
-                                              by_status.count(Trial.PAUSED)))
+        self.slots.update(
+            self.searcher.doing(
+                by_status.count(Trial.RUNNING), by_status.count(Trial.PENDING), by_status.count(Trial.PAUSED)
+            )
+        )
 
 
 class TrackingCallback(DriverOnly, tune.Callback):
@@ -51,22 +54,36 @@ class TrackingCallback(DriverOnly, tune.Callback):
 
     def on_trial_start(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         spec = WorkerSpec.of_tune(trial.config).trial
-        self.writer.submit(f"starting trial {spec.number}", lambda: self.tracker.trial_started(
-            spec.number, spec.logged_params, trial.config.get(PACK_TUNE_ID, trial.trial_id), spec.continued,
-            None if spec.config is None else spec.config.data, spec.start))
+        self.writer.submit(
+            f"starting trial {spec.number}",
+            lambda: self.tracker.trial_started(
+                spec.number,
+                spec.logged_params,
+                trial.config.get(PACK_TUNE_ID, trial.trial_id),
+                spec.continued,
+                None if spec.config is None else spec.config.data,
+                spec.start,
+            ),
+        )
 
-    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
+    ) -> None:
         number, kept = WorkerSpec.of_tune(trial.config).trial.number, of_tune(result)
-        self.writer.submit(f"logging trial {number}", lambda: self.tracker.trial_result(number, kept.record, kept.node, kept.gpu))
+        self.writer.submit(
+            f"logging trial {number}", lambda: self.tracker.trial_result(number, kept.record, kept.node, kept.gpu)
+        )
 
     def on_trial_recover(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         number = WorkerSpec.of_tune(trial.config).trial.number
         if trial.num_failures == 0:  # a node that was leaving (SIGTERM, a drain): Tune spends no retry on it
-            log.warning("trial %d left a node that was going away (no retry spent); it continues from its checkpoint",
-                        number)
+            log.warning(
+                "trial %d left a node that was going away (no retry spent); it continues from its checkpoint", number
+            )
         else:
-            log.warning("trial %d lost its worker (failure %d); it continues from its checkpoint", number,
-                        trial.num_failures)
+            log.warning(
+                "trial %d lost its worker (failure %d); it continues from its checkpoint", number, trial.num_failures
+            )
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self._ended(trial, None)
@@ -100,21 +117,33 @@ class TrackingCallback(DriverOnly, tune.Callback):
 class ProgressCallback(DriverOnly, tune.Callback):
     """Hands Tune's trial events to the sweep's :class:`~sweeps.running.progress.Progress` lines."""
 
-    def __init__(self, progress: Progress, spend: Spend, stop_now: StopNow, trial_stops: TrialStops | None = None) -> None:
+    def __init__(
+        self, progress: Progress, spend: Spend, stop_now: StopNow, trial_stops: TrialStops | None = None
+    ) -> None:
         self.progress, self.spend, self.stop_now, self.trial_stops = progress, spend, stop_now, trial_stops
 
-    def on_trial_result(self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any) -> None:
+    def on_trial_result(
+        self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
+    ) -> None:
         spec = WorkerSpec.of_tune(trial.config).trial
         self.progress.result(spec.number, spec.params, of_tune(result).record, spec.start)
 
     def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         number = WorkerSpec.of_tune(trial.config).trial.number
         finished = (trial.last_result or {}).get("finished", False)
-        self.progress.ended(number, _epochs(trial), "finished" if finished else
-                            "stopped by the budget" if number in self.spend.stopped else
-                            "stopped by `seqae sweep stop --now`" if number in self.stop_now.halted else
-                            "stopped by `seqae sweep stop --trial`" if self.trial_stops and number in self.trial_stops.stopped
-                            else "stopped by the scheduler")
+        self.progress.ended(
+            number,
+            _epochs(trial),
+            "finished"
+            if finished
+            else "stopped by the budget"
+            if number in self.spend.stopped
+            else "stopped by `seqae sweep stop --now`"
+            if number in self.stop_now.halted
+            else "stopped by `seqae sweep stop --trial`"
+            if self.trial_stops and number in self.trial_stops.stopped
+            else "stopped by the scheduler",
+        )
 
     def on_trial_error(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
         self.progress.ended(WorkerSpec.of_tune(trial.config).trial.number, _epochs(trial), "failed", last_error(trial))

@@ -75,8 +75,17 @@ class Session:
     slots: Slots | None = None  # its seat in the cluster's queue, once its trials run
 
 
-def drive(workspace: Workspace, name: str, *, report: Report | None, check_file: bool = True, verbose: bool = False,
-          extending: bool = False, allow_code_change: bool = False, checked: Checked | None = None) -> int:
+def drive(
+    workspace: Workspace,
+    name: str,
+    *,
+    report: Report | None,
+    check_file: bool = True,
+    verbose: bool = False,
+    extending: bool = False,
+    allow_code_change: bool = False,
+    checked: Checked | None = None,
+) -> int:
     """Run what is left of a sweep: open its stores, reconcile them, run the trials, close the books
     and write its ``report`` (None: none). ``extending`` (`seqae sweep extend --epochs`) keeps a
     stopped sweep stopped: only the trials it reopened run. ``checked``: what creating the sweep
@@ -92,8 +101,11 @@ def drive(workspace: Workspace, name: str, *, report: Report | None, check_file:
             session = open_session(workspace, name, check_file, allow_code_change, checked)
             writer = Writer(unreachable, session.tracker.note_outage)
             notes = ledger.reconcile_study(session.study, session.backends.storage, not extending)
-            notes += waiting_for_mlflow(session.backends.mlflow_tracking_uri, "reconciling the trials' runs",
-                                        partial(ledger.reconcile_runs, session.study, session.tracker))
+            notes += waiting_for_mlflow(
+                session.backends.mlflow_tracking_uri,
+                "reconciling the trials' runs",
+                partial(ledger.reconcile_runs, session.study, session.tracker),
+            )
             for note in notes:
                 progress.say(f"seqae: {note}")
             run(workspace, session, writer, verbose)
@@ -104,13 +116,16 @@ def drive(workspace: Workspace, name: str, *, report: Report | None, check_file:
                 raise
             if session is not None and writer is not None:
                 abandon(workspace, session, writer, lost)
-            raise StorageUnreachable(f"{lost}; once it answers, continue the sweep with `seqae sweep resume {name}`") \
-                from None
+            raise StorageUnreachable(
+                f"{lost}; once it answers, continue the sweep with `seqae sweep resume {name}`"
+            ) from None
     outcome = session.record.outcome
     progress.say(f"seqae: sweep {name}: {outcome}; trials by state: {session.record.trials}")
     if left:
-        progress.say(f"seqae: warning: MLflow did not take {left} writes before the sweep ended; the data is safe in the "
-              f"trials' checkpoints and `seqae sweep resume {name}` delivers it")
+        progress.say(
+            f"seqae: warning: MLflow did not take {left} writes before the sweep ended; the data is safe in the "
+            f"trials' checkpoints and `seqae sweep resume {name}` delivers it"
+        )
     if outcome != "complete":
         progress.say(f"seqae: {how_to_go_on(session, outcome)}")
     return EXIT_OK if outcome in ("complete", "stopped") and not session.record.interrupted else EXIT_INTERRUPTED
@@ -120,15 +135,22 @@ def how_to_go_on(session: Session, outcome: str) -> str:
     """What continues a sweep that ended before its last trial: a resume, unless its budget ended it
     with no trial left to continue (a resume would start none)."""
     name, spec = session.state.name, session.spec
-    if (outcome == "stopped" and spec.budget and "RUNNING" not in (session.record.trials or {})
-            and stoppers.budget_spent(spec, session.study, session.backends.storage)):
-        return (f"its budget is spent, so resuming starts no trial; go on in a fork with a larger one: "
-                f"`seqae sweep fork {name} --file FILE --name NEW --set budget.{spec.budget.unit}_hours=H`")
+    if (
+        outcome == "stopped"
+        and spec.budget
+        and "RUNNING" not in (session.record.trials or {})
+        and stoppers.budget_spent(spec, session.study, session.backends.storage)
+    ):
+        return (
+            f"its budget is spent, so resuming starts no trial; go on in a fork with a larger one: "
+            f"`seqae sweep fork {name} --file FILE --name NEW --set budget.{spec.budget.unit}_hours=H`"
+        )
     return f"continue it with `seqae sweep resume {name}`"
 
 
-def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_change: bool = False,
-                 checked: Checked | None = None) -> Session:
+def open_session(
+    workspace: Workspace, name: str, check_file: bool, allow_code_change: bool = False, checked: Checked | None = None
+) -> Session:
     """The sweep's record (read once, under the sweep's lock), its data (prepared once), its Optuna
     study and its MLflow runs. Refused when the code changed since the sweep's last session, unless
     ``allow_code_change``. What ``checked`` holds was checked in this process and is not again."""
@@ -146,8 +168,9 @@ def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_c
     if cluster is None and os.environ.get("RAY_ADDRESS"):
         cluster = join(workspace.root, backends)
     started = time.time()
-    epochs, entries, published = prepare_data(spec, str(workspace.cache_dir),
-                                              published_data(workspace, backends.storage))
+    epochs, entries, published = prepare_data(
+        spec, str(workspace.cache_dir), published_data(workspace, backends.storage)
+    )
     data_seconds = time.time() - started
     study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
     if state.owner:
@@ -155,18 +178,41 @@ def open_session(workspace: Workspace, name: str, check_file: bool, allow_code_c
     if change:
         study.set_control(code_change=change)
     state.code = {"commit": code.commit, "files": code.files}
-    tracker = Tracker(backends.mlflow_tracking_uri, name, backends.storage,
-                      workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None,
-                      spec.share, entries, code.run_tags(state.file), code.diff, state.owner)
+    tracker = Tracker(
+        backends.mlflow_tracking_uri,
+        name,
+        backends.storage,
+        workspace.artifact_root if backends.mlflow_tracking_uri.startswith("sqlite:") else None,
+        spec.share,
+        entries,
+        code.run_tags(state.file),
+        code.diff,
+        state.owner,
+    )
     objective = spec.objectives[0]
-    waiting_for_mlflow(backends.mlflow_tracking_uri, "opening the sweep's experiment",
-                       partial(tracker.open, state.fingerprint, state.mlflow_experiment_id, state.mlflow_parent_run_id,
-                               sweep_params(spec, state), (objective.metric, objective.mode)))
+    waiting_for_mlflow(
+        backends.mlflow_tracking_uri,
+        "opening the sweep's experiment",
+        partial(
+            tracker.open,
+            state.fingerprint,
+            state.mlflow_experiment_id,
+            state.mlflow_parent_run_id,
+            sweep_params(spec, state),
+            (objective.metric, objective.mode),
+        ),
+    )
     state.mlflow_experiment_id, state.mlflow_parent_run_id = tracker.experiment_id, tracker.parent_run_id
-    record = SessionRecord(started=started, pid=os.getpid(), user=ownership.actor(), host=socket.gethostname(),
-                           job=os.environ.get("RAY_JOB_ID"))
-    notifier = Notifier(name, resolve(list(spec.notify.urls) if spec.notify else []),
-                        spec.notify.events if spec.notify else EVENTS)
+    record = SessionRecord(
+        started=started,
+        pid=os.getpid(),
+        user=ownership.actor(),
+        host=socket.gethostname(),
+        job=os.environ.get("RAY_JOB_ID"),
+    )
+    notifier = Notifier(
+        name, resolve(list(spec.notify.urls) if spec.notify else []), spec.notify.events if spec.notify else EVENTS
+    )
     return Session(state, spec, backends, study, tracker, epochs, data_seconds, published, record, notifier, cluster)
 
 
@@ -179,13 +225,17 @@ def check_code(state: SweepState, allow_code_change: bool) -> tuple[provenance.C
     if not files:
         return code, None
     commits = (before.get("commit"), code.commit)
-    change = (f"{len(files)} file{'s' if len(files) > 1 else ''}: {', '.join(files[:8])}{', ...' if len(files) > 8 else ''}"
-              + (f"; commit {(commits[0] or 'none')[:7]} -> {(commits[1] or 'none')[:7]}" if commits[0] != commits[1] else ""))
+    change = (
+        f"{len(files)} file{'s' if len(files) > 1 else ''}: {', '.join(files[:8])}{', ...' if len(files) > 8 else ''}"
+        + (f"; commit {(commits[0] or 'none')[:7]} -> {(commits[1] or 'none')[:7]}" if commits[0] != commits[1] else "")
+    )
     if not allow_code_change:
-        raise ConfigError(f"sweep {state.name!r}: its code changed since its last session ({change}); its trials so "
-                          f"far ran the old code. Go on with `seqae sweep resume {state.name} --allow-code-change` (the "
-                          "study's log records it; a submitted sweep's, run where it was submitted from, submits a job "
-                          "that goes on), or run the new code as a new sweep")
+        raise ConfigError(
+            f"sweep {state.name!r}: its code changed since its last session ({change}); its trials so "
+            f"far ran the old code. Go on with `seqae sweep resume {state.name} --allow-code-change` (the "
+            "study's log records it; a submitted sweep's, run where it was submitted from, submits a job "
+            "that goes on), or run the new code as a new sweep"
+        )
     return code, change
 
 
@@ -195,25 +245,48 @@ def run(workspace: Workspace, session: Session, writer: Writer, verbose: bool) -
     state.sessions.append(session.record)
     workspace.write(state)
     todo = study.remaining()
-    progress.say(f"seqae: sweep {state.name}{f' (profile {spec.profile})' if spec.profile else ''}: "
-          f"{state.total_trials} trials planned, {todo} to run "
-          f"(data ready in {session.data_seconds:.1f} s; training in {training_precision(spec)})")
+    progress.say(
+        f"seqae: sweep {state.name}{f' (profile {spec.profile})' if spec.profile else ''}: "
+        f"{state.total_trials} trials planned, {todo} to run "
+        f"(data ready in {session.data_seconds:.1f} s; training in {training_precision(spec)})"
+    )
     if spec.resources.gpu and os.environ.get(LOGICAL_GPUS) == "1":
-        progress.say(f"seqae: {LOGICAL_GPUS}=1: a trial that Ray gives a GPU on a node without CUDA trains on the "
-              "CPU and says so (a rehearsal of GPU scheduling)")
+        progress.say(
+            f"seqae: {LOGICAL_GPUS}=1: a trial that Ray gives a GPU on a node without CUDA trains on the "
+            "CPU and says so (a rehearsal of GPU scheduling)"
+        )
     session.record.interrupted = False
     if todo:
         session.cluster = session.cluster or join(workspace.root, session.backends)  # a local Ray starts here
         check_resources(spec, session.cluster.cpus, session.cluster.gpus)
-        session.slots = Slots(Queue(session.backends.optuna_storage), state.study_name, state.owner or ownership.actor(),
-                              spec.priority or 0, study.control().max_concurrent or spec.max_concurrent,
-                              spec.resources.cpu, spec.resources.gpu, state.total_trials, state.total_trials - todo,
-                              Capacity(*cluster_totals()), spec.weight or 1.0)
+        session.slots = Slots(
+            Queue(session.backends.optuna_storage),
+            state.study_name,
+            state.owner or ownership.actor(),
+            spec.priority or 0,
+            study.control().max_concurrent or spec.max_concurrent,
+            spec.resources.cpu,
+            spec.resources.gpu,
+            state.total_trials,
+            state.total_trials - todo,
+            Capacity(*cluster_totals()),
+            spec.weight or 1.0,
+        )
         try:
-            runner.run_session(spec, study, session.tracker, writer, storage=session.backends.storage,
-                               cache_dir=str(workspace.cache_dir), published=session.published,
-                               session=len(state.sessions), epochs=session.epochs, verbose=verbose,
-                               notifier=session.notifier, slots=session.slots)
+            runner.run_session(
+                spec,
+                study,
+                session.tracker,
+                writer,
+                storage=session.backends.storage,
+                cache_dir=str(workspace.cache_dir),
+                published=session.published,
+                session=len(state.sessions),
+                epochs=session.epochs,
+                verbose=verbose,
+                notifier=session.notifier,
+                slots=session.slots,
+            )
         except KeyboardInterrupt:
             session.record.interrupted = True
         progress.say(f"\n{progress.summary(study.trials(), spec.objectives, spec.values_of)}\n")
@@ -236,8 +309,10 @@ def close(workspace: Workspace, session: Session, writer: Writer, report: Report
         writer.submit(f"pausing trial {number}", partial(tracker.trial_ended, number, ledger.Outcome.RUNNING))
     if ended:
         writer.submit("registering the best model", lambda: register_best(study, tracker, name))
-    writer.submit("closing the sweep run", lambda: tracker.finish_parent("FINISHED" if ended else "KILLED",
-                                                                         ended or "interrupted"))
+    writer.submit(
+        "closing the sweep run",
+        lambda: tracker.finish_parent("FINISHED" if ended else "KILLED", ended or "interrupted"),
+    )
     if session.slots:
         session.slots.leave(outcome, session.state.total_trials - study.remaining())
     left = writer.close(MLFLOW_DRAIN_SECONDS)
@@ -246,8 +321,11 @@ def close(workspace: Workspace, session: Session, writer: Writer, report: Report
     workspace.write(session.state)
     if report is not None and not left:
         rebuild_report(session.state, workspace, report)
-    session.notifier.send("end", f"the sweep is {outcome}", f"{progress.best_line(study.best(), study.spec.objectives)}; "
-                          f"trials by state: {session.record.trials}")
+    session.notifier.send(
+        "end",
+        f"the sweep is {outcome}",
+        f"{progress.best_line(study.best(), study.spec.objectives)}; trials by state: {session.record.trials}",
+    )
     session.notifier.close()
     return int(left)
 
@@ -315,21 +393,26 @@ def register_front(front: list[FrozenTrial], objectives: tuple[Objective, ...], 
     aliases = latent_aliases(front, objectives) if several else {}
     for trial in sorted(front, key=lambda t: t.number) if several else [best]:
         tags = {f"{N.OBJECTIVE}{o.metric}": repr(v) for o, v in zip(objectives, trial.values)} if several else {}
-        version, new = tracker.register(trial.number, name, ((N.BEST_ALIAS,) if trial is best else ())
-                                        + aliases.get(trial.number, ()), tags)
+        version, new = tracker.register(
+            trial.number, name, ((N.BEST_ALIAS,) if trial is best else ()) + aliases.get(trial.number, ()), tags
+        )
         if trial is not best:
             continue
         if version and new:
-            progress.say(f"seqae: registered the model of trial {trial.number} as {name!r} version {version} "
-                  f"(@{N.BEST_ALIAS})")
+            progress.say(
+                f"seqae: registered the model of trial {trial.number} as {name!r} version {version} (@{N.BEST_ALIAS})"
+            )
         elif version:
-            progress.say(f"seqae: the best model is still trial {trial.number}'s, {name!r} version {version} "
-                  f"(@{N.BEST_ALIAS})")
+            progress.say(
+                f"seqae: the best model is still trial {trial.number}'s, {name!r} version {version} (@{N.BEST_ALIAS})"
+            )
     if several:
         kept = [a for names in aliases.values() for a in names]
         tracker.drop_aliases(name, N.LATENT_ALIAS, set(kept))
-        progress.say(f"seqae: the Pareto front's {len(front)} models are versions of {name!r}"
-              + (f", by latent share: {', '.join('@' + a for a in kept)}" if kept else ""))
+        progress.say(
+            f"seqae: the Pareto front's {len(front)} models are versions of {name!r}"
+            + (f", by latent share: {', '.join('@' + a for a in kept)}" if kept else "")
+        )
 
 
 def latent_aliases(front: list[FrozenTrial], objectives: tuple[Objective, ...]) -> dict[int, tuple[str, ...]]:
@@ -349,15 +432,17 @@ def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:
     """The parent run's params: where the sweep came from, each part of its stored form (a part
     that is a mapping or list as compact JSON, within MLflow's length for a param) and its base
     config, a param per key."""
-    params: dict[str, Any] = {"sweep.file": state.file, "sweep.fingerprint": state.fingerprint,
-                              "sweep.planned_trials": state.planned_trials,
-                              "sweep.forked_from": state.forked_from or "-"}
+    params: dict[str, Any] = {
+        "sweep.file": state.file,
+        "sweep.fingerprint": state.fingerprint,
+        "sweep.planned_trials": state.planned_trials,
+        "sweep.forked_from": state.forked_from or "-",
+    }
     for part, value in spec.to_dict().items():
         if part != "config":
             shown = json.dumps(value, separators=(",", ":")) if isinstance(value, (dict, list)) else value
-            params[f"sweep.{part}"] = shown if len(str(shown)) <= MAX_PARAM_VAL_LENGTH else (
-                str(shown)[: MAX_PARAM_VAL_LENGTH - 3] + "...")
+            params[f"sweep.{part}"] = (
+                shown if len(str(shown)) <= MAX_PARAM_VAL_LENGTH else (str(shown)[: MAX_PARAM_VAL_LENGTH - 3] + "...")
+            )
     params.update({f"config.{k}": v for k, v in spec.base.items()})
     return params
-
-

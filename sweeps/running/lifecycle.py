@@ -53,8 +53,14 @@ class Checked:
     cluster: Cluster | None = None
 
 
-def create(workspace: Workspace, file: str, name: str | None, sets: list[str], overrides: dict[str, str | None],
-           or_resume: bool = False) -> Checked:
+def create(
+    workspace: Workspace,
+    file: str,
+    name: str | None,
+    sets: list[str],
+    overrides: dict[str, str | None],
+    or_resume: bool = False,
+) -> Checked:
     """Validate a sweep file and record a new sweep; returns its name with what was checked. Nothing
     is created on error.
 
@@ -90,12 +96,21 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
     workspace.check_writable()
 
     if study_exists(backends.optuna_storage, name):
-        raise ConfigError(f"the Optuna storage {redact(backends.optuna_storage)} already has a study named "
-                          f"{name!r}; pick another --name")
+        raise ConfigError(
+            f"the Optuna storage {redact(backends.optuna_storage)} already has a study named "
+            f"{name!r}; pick another --name"
+        )
     state = SweepState(
-        name=name, spec=spec, fingerprint=spec.fingerprint(), file=file,
-        sets=list(sets), planned_trials=spec.planned_trials(), backends=backends, study_name=name,
-        warm_starts=warm, owner=ownership.actor(),
+        name=name,
+        spec=spec,
+        fingerprint=spec.fingerprint(),
+        file=file,
+        sets=list(sets),
+        planned_trials=spec.planned_trials(),
+        backends=backends,
+        study_name=name,
+        warm_starts=warm,
+        owner=ownership.actor(),
     )
     with DriverLock(workspace.root / ".create.lock"):
         if workspace.exists(name):
@@ -106,16 +121,19 @@ def create(workspace: Workspace, file: str, name: str | None, sets: list[str], o
     return Checked(name, spec, backends.mlflow_tracking_uri, cluster)
 
 
-def fork(workspace: Workspace, origin: str, file: str, name: str | None, sets: list[str],
-         overrides: dict[str, str | None]) -> str:
+def fork(
+    workspace: Workspace, origin: str, file: str, name: str | None, sets: list[str], overrides: dict[str, str | None]
+) -> str:
     """A new sweep from ``file`` whose study starts with ``origin``'s finished trials that fit its
     space (``SweepStudy.seed_from``); returns its name. Nothing is created if either is refused."""
     source = workspace.read(origin)
     source_spec = source.spec
     objectives = [(o.metric, o.mode) for o in source_spec.objectives]
     if [(o.metric, o.mode) for o in spec_lib.load(file, sets).objectives] != objectives:
-        raise ConfigError(f"{file} optimizes something else than sweep {origin!r} ({objectives}); a fork keeps "
-                          "the objectives, or the seeded values would mean something else")
+        raise ConfigError(
+            f"{file} optimizes something else than sweep {origin!r} ({objectives}); a fork keeps "
+            "the objectives, or the seeded values would mean something else"
+        )
     name = create(workspace, file, name, sets, overrides).name
     state = workspace.read(name)
     state.forked_from = origin
@@ -141,15 +159,21 @@ def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, dic
         source = workspace.read(origin)  # an unknown sweep is refused, naming it
         source_spec = source.spec
         if [(o.metric, o.mode) for o in source_spec.objectives] != objectives:
-            raise ConfigError(f"warm_start.from: sweep {origin!r} optimizes {[o.metric for o in source_spec.objectives]}, "
-                              f"this sweep {[o.metric for o in spec.objectives]}: its best trials would mean something else")
+            raise ConfigError(
+                f"warm_start.from: sweep {origin!r} optimizes {[o.metric for o in source_spec.objectives]}, "
+                f"this sweep {[o.metric for o in spec.objectives]}: its best trials would mean something else"
+            )
         backends = source.backends
-        study = read_only(source_spec, backends.optuna_storage, source.study_name) if study_exists(
-            backends.optuna_storage, source.study_name) else None
+        study = (
+            read_only(source_spec, backends.optuna_storage, source.study_name)
+            if study_exists(backends.optuna_storage, source.study_name)
+            else None
+        )
         found = 0
         for trial in study.ranked() if study else []:
-            values = build(spec_lib.trial_layers(source_spec.source, source_spec.base,
-                                                 source_spec.values_of(trial.params))).flat()
+            values = build(
+                spec_lib.trial_layers(source_spec.source, source_spec.base, source_spec.values_of(trial.params))
+            ).flat()
             params: dict[str, Any] = {}
             for key in spec.sampling_order():
                 if spec.search[key].active(params):
@@ -160,11 +184,15 @@ def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, dic
                 if found == spec.warm_start.top:
                     break
         if not found:
-            raise ConfigError(f"warm_start.from: sweep {origin!r} has no complete trial whose searched values fit this "
-                              "sweep's search space")
+            raise ConfigError(
+                f"warm_start.from: sweep {origin!r} has no complete trial whose searched values fit this "
+                "sweep's search space"
+            )
     if len(spec.start) + len(points) > spec.planned_trials():
-        raise ConfigError(f"warm_start: {len(points)} configurations and {len(spec.start)} starting points, but the "
-                          f"sweep plans {spec.planned_trials()} trials; raise trials.total or lower warm_start.top")
+        raise ConfigError(
+            f"warm_start: {len(points)} configurations and {len(spec.start)} starting points, but the "
+            f"sweep plans {spec.planned_trials()} trials; raise trials.total or lower warm_start.top"
+        )
     return points
 
 
@@ -191,8 +219,11 @@ def extend(workspace: Workspace, name: str, trials: int) -> None:
         raise ConfigError(f"--trials={trials} must be positive")
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
         state = workspace.read(name)
-        check_limit(f"--trials={trials:,} (sweep {name!r} would have {state.total_trials + trials:,} trials)",
-                             state.total_trials + trials, MAX_TRIALS)
+        check_limit(
+            f"--trials={trials:,} (sweep {name!r} would have {state.total_trials + trials:,} trials)",
+            state.total_trials + trials,
+            MAX_TRIALS,
+        )
         state.extra_trials += trials
         workspace.write(state)
 
@@ -207,19 +238,24 @@ def extend_epochs(workspace: Workspace, name: str, epochs: int, which: str) -> l
     state = workspace.read(name)
     spec = load_spec(state, check_file=True)
     if spec.multi_objective:
-        raise ConfigError(f"sweep {name!r} has several objectives; `extend --epochs` trains on single-objective "
-                          "sweeps' trials")
+        raise ConfigError(
+            f"sweep {name!r} has several objectives; `extend --epochs` trains on single-objective sweeps' trials"
+        )
     backends = state.backends
     if not study_exists(backends.optuna_storage, state.study_name):
         raise ConfigError(f"sweep {name!r} has not run yet; nothing to extend")
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):
         study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
         if continuing := study.continuing():
-            return [f"trial {n}: still training on to {limit} epochs (an earlier extend); it continues"
-                    for n, limit in continuing.items()]
+            return [
+                f"trial {n}: still training on to {limit} epochs (an earlier extend); it continues"
+                for n, limit in continuing.items()
+            ]
         if study.remaining() and not study.control().drain:
-            raise ConfigError(f"sweep {name!r} still has {study.remaining()} trials to run; `seqae sweep resume "
-                              f"{name}` (or `seqae sweep stop {name}`) first, then extend its finished trials")
+            raise ConfigError(
+                f"sweep {name!r} still has {study.remaining()} trials to run; `seqae sweep resume "
+                f"{name}` (or `seqae sweep stop {name}`) first, then extend its finished trials"
+            )
         notes, chosen, released = [], [], []
         for number in chosen_trials(study, which):
             progress = RecordStore.of_trial(backends.storage, number).progress()
@@ -228,7 +264,9 @@ def extend_epochs(workspace: Workspace, name: str, epochs: int, which: str) -> l
             elif progress.released:
                 released.append(number)
             elif progress.patience_spent:
-                notes.append(f"trial {number}: left as it is: its patience ran out at epoch {epoch_text(progress.epoch)}")
+                notes.append(
+                    f"trial {number}: left as it is: its patience ran out at epoch {epoch_text(progress.epoch)}"
+                )
             elif progress.epoch >= epochs:
                 notes.append(f"trial {number}: left as it is: it already trained {epoch_text(progress.epoch)} epochs")
             else:
@@ -236,10 +274,12 @@ def extend_epochs(workspace: Workspace, name: str, epochs: int, which: str) -> l
                 notes.append(f"trial {number}: trains on from epoch {epoch_text(progress.epoch)} to {epochs}")
         if released:
             keep = spec.checkpoints.keep_best
-            raise ConfigError(f"--trials={which}: trials {', '.join(map(str, released))} cannot train on: their "
-                              f"checkpoints were released when they ended outside the {keep} best "
-                              f"(checkpoints.keep_best={keep}); extend --trials best:{keep} or fewer, or run the next "
-                              "sweep with a larger checkpoints.keep_best")
+            raise ConfigError(
+                f"--trials={which}: trials {', '.join(map(str, released))} cannot train on: their "
+                f"checkpoints were released when they ended outside the {keep} best "
+                f"(checkpoints.keep_best={keep}); extend --trials best:{keep} or fewer, or run the next "
+                "sweep with a larger checkpoints.keep_best"
+            )
         if not chosen:
             raise ConfigError(f"--epochs={epochs} gives none of the chosen trials more to train:\n" + "\n".join(notes))
         for number in chosen:
@@ -260,9 +300,11 @@ def chosen_trials(study: SweepStudy, which: str) -> list[int]:
         raise ConfigError(f"--trials={which!r}: give best:K or trial numbers separated by commas")
     for n in map(int, numbers):
         if n not in trials or trials[n].state not in (TrialState.COMPLETE, TrialState.PRUNED):
-            raise ConfigError(f"--trials={which!r}: trial {n} is "
-                              f"{trials[n].state.name if n in trials else 'not in the sweep'}; only complete or "
-                              "pruned trials train on")
+            raise ConfigError(
+                f"--trials={which!r}: trial {n} is "
+                f"{trials[n].state.name if n in trials else 'not in the sweep'}; only complete or "
+                "pruned trials train on"
+            )
     return list(map(int, numbers))
 
 
@@ -313,9 +355,11 @@ def stop_trial(workspace: Workspace, name: str, number: int, now: bool = False) 
     study, owner = _user_study(workspace, name)
     who = ownership.check(name, study.owner or owner, "stop")
     if now and study.spec.resources.fuse > 1:
-        raise ConfigError(f"--now: sweep {name!r} trains its trials in packs (resources.fuse="
-                          f"{study.spec.resources.fuse}), and stopping one mid-epoch would stop its pack; without "
-                          "--now it leaves its pack at its next validation")
+        raise ConfigError(
+            f"--now: sweep {name!r} trains its trials in packs (resources.fuse="
+            f"{study.spec.resources.fuse}), and stopping one mid-epoch would stop its pack; without "
+            "--now it leaves its pack at its next validation"
+        )
     study.ask_stop(number, {"by": who, "at": time.strftime("%Y-%m-%d %H:%M:%S"), "now": now})
     driving = None
     if workspace.exists(name):
@@ -353,25 +397,34 @@ def retry(workspace: Workspace, name: str, which: str | None) -> list[str]:
             numbers = list(dict.fromkeys(map(int, parts)))
             for n in numbers:
                 if n not in trials or trials[n].state != TrialState.FAIL:
-                    raise ConfigError(f"--trials={which!r}: trial {n} is "
-                                      f"{trials[n].state.name if n in trials else 'not in the sweep'}; only failed "
-                                      f"trials are retried (failed: {', '.join(map(str, failed)) or 'none'})")
+                    raise ConfigError(
+                        f"--trials={which!r}: trial {n} is "
+                        f"{trials[n].state.name if n in trials else 'not in the sweep'}; only failed "
+                        f"trials are retried (failed: {', '.join(map(str, failed)) or 'none'})"
+                    )
         notes = []
         for n in numbers:
             store = RecordStore.of_trial(backends.storage, n)
             progress = store.progress()
             store.clear_verdict()  # the user says its cause is fixed
             if progress is not None and progress.history and not progress.released:
-                values = {} if spec.multi_objective else {
-                    M.result_number(h): float(h[spec.objectives[0].metric]) for h in progress.history}
+                values = (
+                    {}
+                    if spec.multi_objective
+                    else {M.result_number(h): float(h[spec.objectives[0].metric]) for h in progress.history}
+                )
                 attempt = study.retry(n, values)
-                notes.append(f"trial {n}: attempt {attempt}, with its parameters, from its checkpoint at epoch "
-                             f"{epoch_text(progress.epoch)} (the failed attempt's last good one)")
+                notes.append(
+                    f"trial {n}: attempt {attempt}, with its parameters, from its checkpoint at epoch "
+                    f"{epoch_text(progress.epoch)} (the failed attempt's last good one)"
+                )
             else:
                 store.start_over()
                 attempt = study.retry(n)
-                notes.append(f"trial {n}: attempt {attempt}, with its parameters, from scratch (the failed attempt "
-                             "kept no checkpoint)")
+                notes.append(
+                    f"trial {n}: attempt {attempt}, with its parameters, from scratch (the failed attempt "
+                    "kept no checkpoint)"
+                )
     return notes
 
 
@@ -388,6 +441,8 @@ def _user_study(workspace: Workspace, name: str) -> tuple[SweepStudy, str | None
     else:
         workspace.read(name)  # raises: no such sweep
     if not url or not study_exists(url, name):
-        raise ConfigError(f"sweep {name!r} has not started yet (no Optuna study {name!r} at "
-                          f"{redact(url) or 'a storage its submission names'})")
+        raise ConfigError(
+            f"sweep {name!r} has not started yet (no Optuna study {name!r} at "
+            f"{redact(url) or 'a storage its submission names'})"
+        )
     return read_only(spec, url, name), owner

@@ -53,8 +53,12 @@ def _read_private(n: int, path: Path) -> str:
     try:
         mode = path.stat().st_mode
         if mode & 0o077:
-            log.warning("notify.urls[%d]: %s may be read by others (mode %o); `chmod 600` it; no notifications go "
-                        "there", n, path, mode & 0o777)
+            log.warning(
+                "notify.urls[%d]: %s may be read by others (mode %o); `chmod 600` it; no notifications go there",
+                n,
+                path,
+                mode & 0o777,
+            )
             return ""
         return path.read_text().strip()
     except OSError as exc:

@@ -49,8 +49,10 @@ def project_root(directory: Path) -> Path:
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         top = None
     if top is None or Path(top).resolve() != root or not all((root / m).is_file() for m in MARKERS):
-        raise ConfigError(f"{root} is not the root of a seqae git checkout (with {' and '.join(MARKERS)}), which "
-                          "is all that `submit` packages for the cluster: run it from the repository's root")
+        raise ConfigError(
+            f"{root} is not the root of a seqae git checkout (with {' and '.join(MARKERS)}), which "
+            "is all that `submit` packages for the cluster: run it from the repository's root"
+        )
     return root
 
 
@@ -76,7 +78,8 @@ def build(root: Path, sweep_file: str, sets: list[str]) -> Iterator[Package]:
             package.writestr(zipfile.ZipInfo(SETS_FILE, EPOCH), json.dumps(sets))
         size = path.stat().st_size
         if size >= (limit := RP.job_upload_limit()):
-            raise ConfigError(f"the files git tracks in {root} zip to {size / 2**20:.0f} MiB, more than the "
-                              f"{limit / 2**20:.0f} MiB Ray's Jobs API takes: keep data and outputs out of git")
+            raise ConfigError(
+                f"the files git tracks in {root} zip to {size / 2**20:.0f} MiB, more than the "
+                f"{limit / 2**20:.0f} MiB Ray's Jobs API takes: keep data and outputs out of git"
+            )
         yield Package(path, len(names) + 1, size)
-

@@ -52,8 +52,14 @@ class Members:
     hear of them. ``stoppers``, ``scheduler``, ``searcher`` and ``callbacks`` are those a sweep of
     unfused trials hands to Tune."""
 
-    def __init__(self, searcher: Any, scheduler: TrialScheduler, stoppers: list[tune.Stopper],
-                 callbacks: list[tune.Callback], storage: str) -> None:
+    def __init__(
+        self,
+        searcher: Any,
+        scheduler: TrialScheduler,
+        stoppers: list[tune.Stopper],
+        callbacks: list[tune.Callback],
+        storage: str,
+    ) -> None:
         self.searcher, self.scheduler, self.stoppers, self.callbacks = searcher, scheduler, stoppers, callbacks
         self.storage = storage
         self.packs: dict[str, Trial] = {}  # Tune's trials, by id
@@ -99,7 +105,9 @@ class Members:
             member.run_metadata.last_result = dict(record)
             if decision == TrialScheduler.STOP or read.finished:
                 if not read.finished:
-                    CheckpointStore.of_trial(self.storage, WorkerSpec.of_tune(member.config).trial.number).record_leave(pack.trial_id)
+                    CheckpointStore.of_trial(self.storage, WorkerSpec.of_tune(member.config).trial.number).record_leave(
+                        pack.trial_id
+                    )
                 self._end(pack, member, None)
         for number, error in result.get(FAILED, []):
             if (member := members.get(int(number))) is not None:

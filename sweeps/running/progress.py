@@ -75,16 +75,23 @@ def clock(seconds: float) -> str:
 class Progress:
     """Lines and a bar for one session of a sweep; ``work`` is its trial-epochs still to run."""
 
-    def __init__(self, name: str, objective: Objective, work: int, epochs: int,
-                 best: tuple[float, int] | None = None) -> None:
+    def __init__(
+        self, name: str, objective: Objective, work: int, epochs: int, best: tuple[float, int] | None = None
+    ) -> None:
         self.objective, self.epochs, self.best = objective, epochs, best
         self.started = time.monotonic()
         self.done = 0.0  # trial-epochs trained, fractions of an epoch included
         self.last: dict[int, float] = {}  # each trial's epochs trained at its latest result
         self.work: float = max(work, 1)
-        self.bar = tqdm(total=self.work, desc=f"sweep {name}", unit="epoch", disable=None, leave=False,
-                        dynamic_ncols=True, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
-                                                       "trial-epochs [{elapsed}<{remaining}]")
+        self.bar = tqdm(
+            total=self.work,
+            desc=f"sweep {name}",
+            unit="epoch",
+            disable=None,
+            leave=False,
+            dynamic_ncols=True,
+            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} trial-epochs [{elapsed}<{remaining}]",
+        )
 
     def _better(self, value: float) -> bool:
         if self.best is None:
@@ -111,12 +118,13 @@ class Progress:
             self.best = (value, number)
         assert self.best is not None
         left = self.left()
-        line = (f"trial {number}  epoch {M.epoch_text(epoch)}/{self.epochs}  "
-                f"{f'start {start}: ' if start else ''}{short(params)}  "
-                f"{self.objective.metric} {M.value_text(value, record.spread, self.objective.metric)}  "
-                f"best {self.best[0]:.4f} (trial {self.best[1]})  "
-                f"{clock(time.monotonic() - self.started)} elapsed"
-                + (f"  ~{clock(left)} left" if left is not None else ""))
+        line = (
+            f"trial {number}  epoch {M.epoch_text(epoch)}/{self.epochs}  "
+            f"{f'start {start}: ' if start else ''}{short(params)}  "
+            f"{self.objective.metric} {M.value_text(value, record.spread, self.objective.metric)}  "
+            f"best {self.best[0]:.4f} (trial {self.best[1]})  "
+            f"{clock(time.monotonic() - self.started)} elapsed" + (f"  ~{clock(left)} left" if left is not None else "")
+        )
         say(line)
         return line
 
@@ -126,21 +134,25 @@ class Progress:
         self.work = max(self.work - max(self.epochs - epochs_run, 0), self.done, 1)
         self.bar.total = self.work
         self.bar.refresh()
-        say(f"trial {number}  {how} after {M.epoch_text(epochs_run)} epoch{'s' if epochs_run != 1 else ''}"
-                 + (f": {why}" if why else ""))
+        say(
+            f"trial {number}  {how} after {M.epoch_text(epochs_run)} epoch{'s' if epochs_run != 1 else ''}"
+            + (f": {why}" if why else "")
+        )
 
     def close(self) -> None:
         self.bar.close()
 
 
-def summary(trials: list[Any], objectives: tuple[Objective, ...],
-            values_of: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> str:
+def summary(
+    trials: list[Any], objectives: tuple[Objective, ...], values_of: Callable[[dict[str, Any]], dict[str, Any]] = dict
+) -> str:
     """A table of every trial of the study, best first (:func:`summary_rows`), as plain text."""
     return text_table(*summary_rows(trials, objectives, values_of))
 
 
-def summary_rows(trials: list[Any], objectives: tuple[Objective, ...],
-                 values_of: Callable[[dict[str, Any]], dict[str, Any]] = dict) -> tuple[list[str], list[list[str]]]:
+def summary_rows(
+    trials: list[Any], objectives: tuple[Objective, ...], values_of: Callable[[dict[str, Any]], dict[str, Any]] = dict
+) -> tuple[list[str], list[list[str]]]:
     """The header and rows of a table of every trial of the study, best first: trial, state,
     epochs trained at its latest result (a fraction, 0.4, where a trial validates between epochs'
     ends and stopped there; "-" for multi-objective sweeps, which report none), objective values,
@@ -154,20 +166,36 @@ def summary_rows(trials: list[Any], objectives: tuple[Objective, ...],
         return (sign * trial.values[0] if trial.values else float("inf"), trial.number)
 
     tested = any(N.TEST in t.user_attrs for t in trials)
+
     def trained(trial: Any) -> str:
         # A trial recorded before seqae kept N.TRAINED shows its result count: its epochs, unless it
         # validated between epochs' ends (possible in the one release before N.TRAINED).
         epochs = trial.user_attrs.get(N.TRAINED, len(trial.intermediate_values))
         return M.epoch_text(epochs) if epochs else "-"
 
-    header = ["trial", "state", "epochs", *(o.metric for o in objectives),
-              *([M.TEST_TOKEN_ACCURACY] if tested else []), "params"]
-    rows = [[f"{t.number} ({t.user_attrs[N.START]})" if N.START in t.user_attrs else str(t.number), t.state.name,
-             trained(t),
-             *([M.value_text(v, t.user_attrs.get(N.SEEDS, {}), o.metric) for o, v in zip(objectives, t.values)]
-               if t.values else ["-"] * len(objectives)),
-             *([_test(t)] if tested else []), short(values_of(t.params))]
-            for t in sorted(trials, key=order)]
+    header = [
+        "trial",
+        "state",
+        "epochs",
+        *(o.metric for o in objectives),
+        *([M.TEST_TOKEN_ACCURACY] if tested else []),
+        "params",
+    ]
+    rows = [
+        [
+            f"{t.number} ({t.user_attrs[N.START]})" if N.START in t.user_attrs else str(t.number),
+            t.state.name,
+            trained(t),
+            *(
+                [M.value_text(v, t.user_attrs.get(N.SEEDS, {}), o.metric) for o, v in zip(objectives, t.values)]
+                if t.values
+                else ["-"] * len(objectives)
+            ),
+            *([_test(t)] if tested else []),
+            short(values_of(t.params)),
+        ]
+        for t in sorted(trials, key=order)
+    ]
     return header, rows
 
 
@@ -178,16 +206,25 @@ def best_line(best: list[Any], objectives: tuple[Objective, ...]) -> str:
         return f"{len(best)} trials on the Pareto front" if best else "no trial completed"
     trial, objective = best[0], objectives[0]
     test, seeds = trial.user_attrs.get(N.TEST), trial.user_attrs.get(N.SEEDS, {})
-    return (f"best: trial {trial.number}  {objective.metric} {M.value_text(trial.values[0], seeds, objective.metric, seeds=True)} "
-            "(validation, selected on)  "
-            + (f"{M.TEST_TOKEN_ACCURACY} {M.value_text(test[M.TEST_TOKEN_ACCURACY], seeds, M.TEST_TOKEN_ACCURACY, seeds=True)} "
-               "(test pages, never selected on)" if test
-               else "no test split (data.test_fraction is 0): the validation value is biased by the selection"))
+    return (
+        f"best: trial {trial.number}  {objective.metric} {M.value_text(trial.values[0], seeds, objective.metric, seeds=True)} "
+        "(validation, selected on)  "
+        + (
+            f"{M.TEST_TOKEN_ACCURACY} {M.value_text(test[M.TEST_TOKEN_ACCURACY], seeds, M.TEST_TOKEN_ACCURACY, seeds=True)} "
+            "(test pages, never selected on)"
+            if test
+            else "no test split (data.test_fraction is 0): the validation value is biased by the selection"
+        )
+    )
 
 
 def _test(trial: Any) -> str:
     test = trial.user_attrs.get(N.TEST)
-    return M.value_text(test[M.TEST_TOKEN_ACCURACY], trial.user_attrs.get(N.SEEDS, {}), M.TEST_TOKEN_ACCURACY) if test else "-"
+    return (
+        M.value_text(test[M.TEST_TOKEN_ACCURACY], trial.user_attrs.get(N.SEEDS, {}), M.TEST_TOKEN_ACCURACY)
+        if test
+        else "-"
+    )
 
 
 def text_table(header: list[str], rows: list[list[str]]) -> str:

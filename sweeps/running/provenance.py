@@ -36,17 +36,24 @@ class Code:
     def run_tags(self, source: str) -> dict[str, str]:
         """MLflow tags for the runs of a sweep from ``source`` (its file): MLflow's own source
         tags, which its UI shows, and seqae's code digest and package versions."""
-        tags = {MLFLOW_SOURCE_NAME: source, MLFLOW_SOURCE_TYPE: "LOCAL", N.CODE: self.digest,
-                N.CODE_DIRTY: str(bool(self.diff)).lower(),
-                **{f"{N.VERSION}{name}": version for name, version in self.versions.items()}}
+        tags = {
+            MLFLOW_SOURCE_NAME: source,
+            MLFLOW_SOURCE_TYPE: "LOCAL",
+            N.CODE: self.digest,
+            N.CODE_DIRTY: str(bool(self.diff)).lower(),
+            **{f"{N.VERSION}{name}": version for name, version in self.versions.items()},
+        }
         if self.commit:
             tags[MLFLOW_GIT_COMMIT] = self.commit
         return tags
 
 
 def current() -> Code:
-    files = {str(path.relative_to(ROOT)): hashlib.sha256(path.read_bytes()).hexdigest()
-             for package in CODE for path in sorted((ROOT / package).rglob("*.py"))}
+    files = {
+        str(path.relative_to(ROOT)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for package in CODE
+        for path in sorted((ROOT / package).rglob("*.py"))
+    }
     try:
         repo = git.Repo(ROOT)
         commit: str | None = repo.head.commit.hexsha

@@ -56,12 +56,16 @@ def check_resources(spec: spec_lib.SweepSpec, cpus: float, gpus: float) -> None:
     for such resources forever. GPUs are those Ray counts, logical ones included (a rehearsal of
     GPU scheduling, whose trials decide their device: ``sweeps.running.trial.trial_device``)."""
     if spec.resources.gpu > gpus:
-        raise ConfigError(f"{spec.source}: resources.gpu={spec.resources.gpu} per trial, but "
-                          f"{'no GPU is' if not gpus else f'only {gpus:g} GPUs are'} available; set resources.gpu=0 "
-                          "to train on CPUs (to rehearse GPU scheduling without GPUs, start a cluster with logical "
-                          "ones, `seqae cluster up --gpus-per-worker N`, and set SEQAE_LOGICAL_GPUS=1)")
+        raise ConfigError(
+            f"{spec.source}: resources.gpu={spec.resources.gpu} per trial, but "
+            f"{'no GPU is' if not gpus else f'only {gpus:g} GPUs are'} available; set resources.gpu=0 "
+            "to train on CPUs (to rehearse GPU scheduling without GPUs, start a cluster with logical "
+            "ones, `seqae cluster up --gpus-per-worker N`, and set SEQAE_LOGICAL_GPUS=1)"
+        )
     if spec.resources.cpu > cpus:
-        raise ConfigError(f"{spec.source}: resources.cpu={spec.resources.cpu} per trial, but only {cpus:g} CPUs are available")
+        raise ConfigError(
+            f"{spec.source}: resources.cpu={spec.resources.cpu} per trial, but only {cpus:g} CPUs are available"
+        )
 
 
 def cluster_totals() -> tuple[float, float]:
@@ -80,8 +84,10 @@ def check_address(address: str) -> None:
     try:
         socket.create_connection((where[1], int(where[2])), timeout=5).close()
     except OSError as exc:
-        raise ConfigError(f"RAY_ADDRESS={address!r}: no Ray cluster answers there ({exc.strerror or exc}); start "
-                          "one (`ray start --head`, `seqae cluster up`) or unset RAY_ADDRESS to run on a local Ray") from None
+        raise ConfigError(
+            f"RAY_ADDRESS={address!r}: no Ray cluster answers there ({exc.strerror or exc}); start "
+            "one (`ray start --head`, `seqae cluster up`) or unset RAY_ADDRESS to run on a local Ray"
+        ) from None
 
 
 def connect_ray(home: Path) -> None:
@@ -109,5 +115,9 @@ def connect_ray(home: Path) -> None:
         # docs/explanation/performance.md, "No idle workers for a sweep's own Ray").
         # address="local": without it ray.init joins a cluster that `ray start` left running on
         # this machine (and refuses the _system_config below), where a local sweep was asked for.
-        ray.init(address="local", include_dashboard=False, logging_level=logging.WARNING,
-                 _system_config={"prestart_worker_first_driver": False})
+        ray.init(
+            address="local",
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            _system_config={"prestart_worker_first_driver": False},
+        )

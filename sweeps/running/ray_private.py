@@ -32,6 +32,7 @@ CHECKED_RAY = ("2.60.0",)
 # offers no public view of them (ray-project/ray#30838); sweeps.running.schedulers rebuilds them
 # after a driver's crash, races them and ranks them by several objectives.
 
+
 def brackets(asha: AsyncHyperBandScheduler) -> list[Bracket]:
     """ASHA's brackets (``brackets=`` of them; asynchronous Hyperband's), in Ray's order: the
     ``_brackets`` Ray draws a new trial's bracket from in ``on_trial_add``."""
@@ -90,6 +91,7 @@ def max_t(asha: AsyncHyperBandScheduler) -> float:
 
 # Tune's loop on the driver (ray.tune.execution.tune_controller, ray.tune.search).
 
+
 def limit_searcher_wait(seconds: float) -> None:
     """Make Tune's step that asks the searcher for a trial, while Tune holds none, give up after
     ``seconds`` instead of ten minutes. ``TuneController._update_trial_queue(blocking, timeout)``
@@ -119,6 +121,7 @@ def may_reuse_actors() -> bool:
 # A node leaving (its worker drained for preemption), seen from a trial's worker: what Ray Train's
 # preemption watcher and `ray drain-node` do, through Ray's private GCS client.
 
+
 def draining_nodes() -> set[str]:
     """The ids (hex) of the cluster's nodes being drained: Ray Train's preemption watcher's question
     (``ray._private.state.state.get_draining_nodes``). Needs a connected worker or driver."""
@@ -136,6 +139,7 @@ def drain_for_preemption(node: str, message: str) -> None:
 
 
 # Ray's limits and log messages, read where a public setting would be.
+
 
 def job_upload_limit() -> int:
     """The largest working directory Ray's Jobs API takes, in bytes: the dashboard's HTTP request

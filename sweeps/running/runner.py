@@ -66,9 +66,18 @@ _keep_tunes_loop_turning()
 class StudySearcher(DriverOnly, Searcher):
     """Asks the sweep's Optuna study for trials and tells it how they ended."""
 
-    def __init__(self, spec: SweepSpec, study: SweepStudy, storage: str, spend: Spend, stop_now: StopNow,
-                 retention: Retention, notifier: Notifier | None = None, slots: Slots | None = None,
-                 trial_stops: TrialStops | None = None) -> None:
+    def __init__(
+        self,
+        spec: SweepSpec,
+        study: SweepStudy,
+        storage: str,
+        spend: Spend,
+        stop_now: StopNow,
+        retention: Retention,
+        notifier: Notifier | None = None,
+        slots: Slots | None = None,
+        trial_stops: TrialStops | None = None,
+    ) -> None:
         objective = spec.objectives[0]
         super().__init__(metric=objective.metric, mode=objective.mode)
         self.spec, self.study, self.storage = spec, study, storage
@@ -100,11 +109,13 @@ class StudySearcher(DriverOnly, Searcher):
         if control.drain and not self.draining:
             self.draining = True
             running = "stop at the end of their epoch" if control.now else "finish"
-            say(f"seqae: draining ({control.drain}): no new trials start; the running ones "
-                  f"({len(self.live)}) {running}")
+            say(
+                f"seqae: draining ({control.drain}): no new trials start; the running ones ({len(self.live)}) {running}"
+            )
             if self.notifier:
-                self.notifier.send("stopped", "no new trials start", f"{control.drain}; {len(self.live)} running "
-                                   f"trials {running}")
+                self.notifier.send(
+                    "stopped", "no new trials start", f"{control.drain}; {len(self.live)} running trials {running}"
+                )
         ceiling = control.max_concurrent or self.spec.max_concurrent
         if ceiling != self.ceiling:
             say(f"seqae: max_concurrent {self.ceiling} -> {ceiling}")
@@ -112,8 +123,11 @@ class StudySearcher(DriverOnly, Searcher):
         if len(self.live) >= (ceiling if self.slots is None else min(ceiling, self.slots.allowed)):
             return None
         fuse = self.spec.resources.fuse
-        trials = (self.study.next_pack(fuse, new=not self.draining) if fuse > 1
-                  else [t for t in [self.study.next_trial(new=not self.draining)] if t is not None])
+        trials = (
+            self.study.next_pack(fuse, new=not self.draining)
+            if fuse > 1
+            else [t for t in [self.study.next_trial(new=not self.draining)] if t is not None]
+        )
         if not trials:
             self.finished = True
             return RP.search_finished()  # Tune's own sentinel, a str
@@ -158,9 +172,14 @@ class StudySearcher(DriverOnly, Searcher):
             self._result(number, of_tune(result).record)
         self.spend.ended(number)
         progress = CheckpointStore.of_trial(self.storage, number).progress()
-        outcome = ledger.decide(progress, error, self.study.epochs(number), number in self.spend.stopped,
-                                number in self.stop_now.halted,
-                                self.trial_stops is not None and number in self.trial_stops.stopped)
+        outcome = ledger.decide(
+            progress,
+            error,
+            self.study.epochs(number),
+            number in self.spend.stopped,
+            number in self.stop_now.halted,
+            self.trial_stops is not None and number in self.trial_stops.stopped,
+        )
         ledger.settle(self.study, number, outcome, progress)
         if self.trial_stops is not None:
             self.trial_stops.ended(number)
@@ -174,8 +193,18 @@ def tune_name(trial: tune.experiment.Trial) -> str:
 
 
 def run_session(
-    spec: SweepSpec, study: SweepStudy, tracker: Tracker, writer: Writer, *, storage: str, cache_dir: str,
-    published: dict[Any, str], session: int, epochs: int, verbose: bool = False, notifier: Notifier | None = None,
+    spec: SweepSpec,
+    study: SweepStudy,
+    tracker: Tracker,
+    writer: Writer,
+    *,
+    storage: str,
+    cache_dir: str,
+    published: dict[Any, str],
+    session: int,
+    epochs: int,
+    verbose: bool = False,
+    notifier: Notifier | None = None,
     slots: Slots | None = None,
 ) -> None:
     """One Tuner run over the trials the study still has to run, within the sweep's share of the
@@ -193,12 +222,16 @@ def run_session(
     if continuing:  # trials `seqae sweep extend` reopened train on past max_t, to limits of their own
         epochs = max(epochs, *continuing.values())
         if spec.scheduler.type != "none":
-            say(f"seqae: trials {list(continuing)} train on to their new epoch limit; {spec.scheduler.label} stops "
-                  "no trial this session")
+            say(
+                f"seqae: trials {list(continuing)} train on to their new epoch limit; {spec.scheduler.label} stops "
+                "no trial this session"
+            )
     elif spec.scheduler.type != "none":
         asha = scheduler = rungs_for(spec, {n: p.history for n, p in progresses.items()}, epochs)
         for number in study.numbers(ledger.Outcome.RUNNING.optuna_state):
-            if asha.stops(number, study.trial_spec(number).start is not None):  # the rungs it passed before the driver died stop it
+            if asha.stops(
+                number, study.trial_spec(number).start is not None
+            ):  # the rungs it passed before the driver died stop it
                 say(f"seqae: trial {number}: ASHA's rungs, rebuilt from the trials' records, stop it")
                 ledger.settle(study, number, ledger.Outcome.PRUNED, progresses.get(number))
                 writer.submit(f"closing trial {number}", partial(tracker.trial_ended, number, ledger.Outcome.PRUNED))
@@ -206,28 +239,41 @@ def run_session(
     # whatever the verbosity; its classic reporter at verbosity 0 prints nothing.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "1" if verbose else "0")
     best = study.best()
-    progress = Progress(study.study.study_name, objective, study.remaining() * epochs, epochs,
-                        (best[0].values[0], best[0].number) if len(best) == 1 else None)
+    progress = Progress(
+        study.study.study_name,
+        objective,
+        study.remaining() * epochs,
+        epochs,
+        (best[0].values[0], best[0].number) if len(best) == 1 else None,
+    )
     fused = spec.resources.fuse > 1
     trainable = tune.with_resources(
-        evictable(tune.with_parameters(run_pack if fused else run_trial,
-                                       runtime=Runtime(storage, cache_dir, published))),
+        evictable(
+            tune.with_parameters(run_pack if fused else run_trial, runtime=Runtime(storage, cache_dir, published))
+        ),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
     )
-    stoppers: list[tune.Stopper] = [*([BudgetStopper(spend, spec.budget.hours * 3600)] if spec.budget else []), stop_now,
-                                    trial_stops]
-    callbacks: list[tune.Callback] = [TrackingCallback(tracker, writer, study),
-                                      ProgressCallback(progress, spend, stop_now, trial_stops),
-                                      *([NotifyCallback(notifier, study)] if notifier else [])]
+    stoppers: list[tune.Stopper] = [
+        *([BudgetStopper(spend, spec.budget.hours * 3600)] if spec.budget else []),
+        stop_now,
+        trial_stops,
+    ]
+    callbacks: list[tune.Callback] = [
+        TrackingCallback(tracker, writer, study),
+        ProgressCallback(progress, spend, stop_now, trial_stops),
+        *([NotifyCallback(notifier, study)] if notifier else []),
+    ]
     scheduler.slots, scheduler.trial_stops = slots, trial_stops
     members = Members(searcher, scheduler, stoppers, callbacks, storage) if fused else None
     seat = [SlotsCallback(slots, searcher)] if slots else []
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
-            metric=None if members else objective.metric, mode=None if members else objective.mode,
+            metric=None if members else objective.metric,
+            mode=None if members else objective.mode,
             search_alg=PackSearcher(members) if members else searcher,
-            scheduler=PackScheduler(members) if members else scheduler, num_samples=study.remaining(),
+            scheduler=PackScheduler(members) if members else scheduler,
+            num_samples=study.remaining(),
             # StudySearcher keeps to max_concurrent, which may change while the sweep runs; Tune's
             # own limit is only an upper bound, and lets that many trials wait for workers at once
             # (with none, Tune starts a custom searcher's trials one after another).

@@ -43,18 +43,25 @@ class Preempting:
 
     def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
         decision: str = super().on_trial_result(tune_controller, trial, result)  # type: ignore[misc]
-        if (self.slots is None or decision != tune.schedulers.TrialScheduler.CONTINUE or result.get("finished")
-                or result.get(DONE)):
+        if (
+            self.slots is None
+            or decision != tune.schedulers.TrialScheduler.CONTINUE
+            or result.get("finished")
+            or result.get(DONE)
+        ):
             return decision
         pausing: set[str] = getattr(self, "_pausing", set())  # asked to pause, still training until saved
         self._pausing = pausing & {t.trial_id for t in tune_controller.get_trials() if t.status == Trial.RUNNING}
-        training = [t for t in tune_controller.get_trials()
-                    if t.status == Trial.RUNNING and t.trial_id not in self._pausing]
+        training = [
+            t for t in tune_controller.get_trials() if t.status == Trial.RUNNING and t.trial_id not in self._pausing
+        ]
         if len(training) <= self.slots.allowed:
             return decision
         self._pausing.add(trial.trial_id)
-        say(f"seqae: trial {trial.config['trial'].number} gives its slot up at epoch {result.get(M.EPOCH)} "
-            f"({self.slots.why or 'the sweep holds more than its share'}); it resumes from this checkpoint")
+        say(
+            f"seqae: trial {trial.config['trial'].number} gives its slot up at epoch {result.get(M.EPOCH)} "
+            f"({self.slots.why or 'the sweep holds more than its share'}); it resumes from this checkpoint"
+        )
         return tune.schedulers.TrialScheduler.PAUSE
 
     def choose_trial_to_run(self, tune_controller: Any) -> Trial | None:
@@ -84,8 +91,9 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
     number, with Ray's odds, so that it is the same in every session. It reads Ray's private
     brackets, rungs and trials through :mod:`sweeps.running.ray_private`."""
 
-    def __init__(self, history: dict[int, list[dict[str, Any]]], objectives: tuple[Objective, ...],
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, history: dict[int, list[dict[str, Any]]], objectives: tuple[Objective, ...], **kwargs: Any
+    ) -> None:
         """``history``: each earlier trial's records (its checkpoint records' results). A rung at
         ``m`` epochs holds the first record at or past it, as Tune's ASHA recorded it then: with
         train.validate_every below an epoch, the epochs trained are fractions and a rung may be too."""
@@ -135,8 +143,9 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
         bracket = self.bracket_of(number)
         for _, recorded in reversed(RP.rungs(bracket)):  # lowest rung first
             mine = recorded.get(f"past-{number}")
-            if mine is not None and self.behind(bracket, {k: v for k, v in recorded.items() if k != f"past-{number}"},
-                                                mine):
+            if mine is not None and self.behind(
+                bracket, {k: v for k, v in recorded.items() if k != f"past-{number}"}, mine
+            ):
                 return True
         return False
 
@@ -159,8 +168,9 @@ class RacingASHA(ResumableASHA):
     each Ray bracket's cutoff (the rule ASHA and :meth:`ResumableASHA.behind` read:
     :func:`sweeps.running.ray_private.race`)."""
 
-    def __init__(self, history: dict[int, list[dict[str, Any]]], objectives: tuple[Objective, ...],
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, history: dict[int, list[dict[str, Any]]], objectives: tuple[Objective, ...], **kwargs: Any
+    ) -> None:
         super().__init__(history, objectives, **kwargs)
         for bracket in RP.brackets(self):
             RP.race(bracket, _best_so_far)  # the one rule racing changes
@@ -205,8 +215,11 @@ class ParetoASHA(ResumableASHA):
             if result[RP.time_attr(self)] >= milestone and trial.trial_id not in recorded:
                 others = dict(recorded)
                 recorded[trial.trial_id] = mine
-                return (tune.schedulers.TrialScheduler.STOP if self.behind(bracket, others, mine)
-                        else tune.schedulers.TrialScheduler.CONTINUE)
+                return (
+                    tune.schedulers.TrialScheduler.STOP
+                    if self.behind(bracket, others, mine)
+                    else tune.schedulers.TrialScheduler.CONTINUE
+                )
         return tune.schedulers.TrialScheduler.CONTINUE
 
 
@@ -231,10 +244,18 @@ def rungs_for(spec: SweepSpec, history: dict[int, list[dict[str, Any]]], epochs:
     its rungs rebuilt from ``history`` (:class:`ResumableASHA`): several objectives rank a rung by
     non-dominated sorting, ``race`` races the incumbent (one objective: the spec refuses more)."""
     settings = spec.scheduler
-    kind: type[Rungs] = (SharedParetoASHA if spec.multi_objective
-                         else SharedRacingASHA if settings.type == "race" else SharedASHA)
-    return kind(history, spec.objectives, time_attr=M.EPOCH, max_t=epochs, grace_period=settings.grace_period,
-                reduction_factor=settings.reduction_factor, brackets=settings.brackets(epochs))
+    kind: type[Rungs] = (
+        SharedParetoASHA if spec.multi_objective else SharedRacingASHA if settings.type == "race" else SharedASHA
+    )
+    return kind(
+        history,
+        spec.objectives,
+        time_attr=M.EPOCH,
+        max_t=epochs,
+        grace_period=settings.grace_period,
+        reduction_factor=settings.reduction_factor,
+        brackets=settings.brackets(epochs),
+    )
 
 
 def stub_trial(spec: TrialSpec, trial_id: str | None = None) -> Trial:

@@ -42,8 +42,9 @@ class Simulation:
 
     def __init__(self, spec: SweepSpec, own: optuna.samplers.BaseSampler | None = None) -> None:
         self.spec = spec
-        self.study = optuna.create_study(directions=directions_of(spec),
-                                         sampler=own or sampler(spec, spec.planned_trials()))
+        self.study = optuna.create_study(
+            directions=directions_of(spec), sampler=own or sampler(spec, spec.planned_trials())
+        )
         self.epochs = max(config.train.epochs for config in cell_configs(spec))  # the most any trial trains
         self.rungs: Rungs | None = None if spec.scheduler.type == "none" else rungs_for(spec, {}, self.epochs)
         if self.rungs is not None:  # what Tune's TuneConfig tells a scheduler
@@ -96,12 +97,11 @@ class Simulation:
         return self.rungs.on_trial_result(None, self._trials[number], record) == self.rungs.STOP
 
 
-def simulate(document: dict[str, Any], name: str, *,
-             own_sampler: optuna.samplers.BaseSampler | None = None) -> Simulation:
+def simulate(
+    document: dict[str, Any], name: str, *, own_sampler: optuna.samplers.BaseSampler | None = None
+) -> Simulation:
     """The searcher and scheduler of the sweep ``document`` (a sweep file's mapping, checked as
     ``seqae sweep run`` checks it: a mistake is a ConfigError naming ``name``), for a caller that
     plays back recorded curves. ``own_sampler``: an Optuna sampler to search with instead of the
     one the file names (a sampler the service does not offer over such a space)."""
     return Simulation(parse(document, name), own_sampler)
-
-

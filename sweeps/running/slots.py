@@ -38,13 +38,46 @@ class Doing:
 class Slots:
     """Sweep ``sweep``'s seat in ``queue``: ``allowed`` is the trials it may run now."""
 
-    def __init__(self, queue: Queue, sweep: str, user: str, priority: int, ceiling: int, cpus: float, gpus: float,
-                 total: int, done: int, capacity: Capacity, weight: float = 1.0) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        sweep: str,
+        user: str,
+        priority: int,
+        ceiling: int,
+        cpus: float,
+        gpus: float,
+        total: int,
+        done: int,
+        capacity: Capacity,
+        weight: float = 1.0,
+    ) -> None:
         now = time.time()
         self.queue, self.sweep = queue, sweep
-        self.entry = queue.join(Entry(sweep, user, priority, ceiling, min(ceiling, total - done), cpus, gpus, 0, 0, 0,
-                                      done, total, now, now, None, capacity.cpus, capacity.gpus,
-                                      socket.gethostname(), os.getpid(), weight))
+        self.entry = queue.join(
+            Entry(
+                sweep,
+                user,
+                priority,
+                ceiling,
+                min(ceiling, total - done),
+                cpus,
+                gpus,
+                0,
+                0,
+                0,
+                done,
+                total,
+                now,
+                now,
+                None,
+                capacity.cpus,
+                capacity.gpus,
+                socket.gethostname(),
+                os.getpid(),
+                weight,
+            )
+        )
         self.capacity = capacity
         self.allowed = queue.shares().get(sweep, _none).slots
         self.why: str | None = None
@@ -63,14 +96,25 @@ class Slots:
         for it)."""
         self._read = time.time()
         try:
-            self.queue.beat(self.sweep, training=doing.training, waiting=doing.waiting, paused=doing.paused,
-                            demand=doing.demand, done=doing.done, ceiling=doing.ceiling,
-                            cluster_cpus=self.capacity.cpus, cluster_gpus=self.capacity.gpus)
+            self.queue.beat(
+                self.sweep,
+                training=doing.training,
+                waiting=doing.waiting,
+                paused=doing.paused,
+                demand=doing.demand,
+                done=doing.done,
+                ceiling=doing.ceiling,
+                cluster_cpus=self.capacity.cpus,
+                cluster_gpus=self.capacity.gpus,
+            )
             share = self.queue.shares().get(self.sweep, _none)
         except sqlalchemy.exc.DBAPIError as exc:
             if not self.unanswered:  # once per outage
-                log.warning("the cluster's queue did not answer (%s); the sweep keeps its share of %d slots",
-                            str(exc).splitlines()[0], self.allowed)
+                log.warning(
+                    "the cluster's queue did not answer (%s); the sweep keeps its share of %d slots",
+                    str(exc).splitlines()[0],
+                    self.allowed,
+                )
             self.unanswered = True
             return self.allowed
         self.unanswered = False
@@ -87,4 +131,3 @@ class Slots:
             self.queue.leave(self.sweep, ended, done)
         except sqlalchemy.exc.DBAPIError as exc:  # it goes stale on its own
             log.warning("the cluster's queue did not answer (%s) as the sweep left it", str(exc).splitlines()[0])
-

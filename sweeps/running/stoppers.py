@@ -75,8 +75,10 @@ class Spend:
         return self.describe(hours, unit) if self.exhausted(hours * 3600, starting=True) else None
 
     def describe(self, hours: float, unit: str) -> str:
-        return (f"the budget of {hours:g} {unit}-hours is spent ({self.total / 3600:.4f} spent, "
-                f"{self.committed() / 3600:.4f} with one more epoch of each running trial)")
+        return (
+            f"the budget of {hours:g} {unit}-hours is spent ({self.total / 3600:.4f} spent, "
+            f"{self.committed() / 3600:.4f} with one more epoch of each running trial)"
+        )
 
 
 class BudgetStopper(DriverOnly, tune.Stopper):
@@ -181,15 +183,19 @@ class TrialStops(DriverOnly, tune.Stopper):
 
 def trial_progresses(study: SweepStudy, storage: str) -> dict[int, TrialProgress]:
     """How far each trial that trained got, from its checkpoint records."""
-    found = RecordStore.progress_of(storage, [t.number for t in study.trials()
-                                              if t.state.name in ("COMPLETE", "PRUNED", "RUNNING")])
+    found = RecordStore.progress_of(
+        storage, [t.number for t in study.trials() if t.state.name in ("COMPLETE", "PRUNED", "RUNNING")]
+    )
     return {number: progress for number, progress in found.items() if progress is not None}
 
 
 def spent_so_far(spec: SweepSpec, progresses: dict[int, TrialProgress]) -> Spend:
     """What the trials spent in every session so far."""
-    return Spend(spec.share[1], sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values()),
-                 sum(len(p.history) for p in progresses.values()))
+    return Spend(
+        spec.share[1],
+        sum(ledger.resource_seconds(spec.share[1], p) for p in progresses.values()),
+        sum(len(p.history) for p in progresses.values()),
+    )
 
 
 def budget_spent(spec: SweepSpec, study: SweepStudy, storage: str) -> bool:

@@ -77,14 +77,22 @@ def client(url: str) -> Any:
     except AuthenticationError:
         # Ray refuses a missing token itself where RAY_AUTH_MODE=token, else the cluster answers 401
         # (403 for a wrong one); its message runs to a paragraph, what to set here fits in one line.
-        token = ("RAY_AUTH_TOKEN" if os.environ.get("RAY_AUTH_TOKEN")
-                 else os.environ.get("RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token"))
-        refusal = (f"refuses the token in {token} (403: not this cluster's token)" if headers else
-                   "asks for the cluster's token and none was found (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, "
-                   "~/.ray/auth_token)")
-        raise ConfigError(f"the Ray Jobs API at {url} {refusal}: set RAY_AUTH_TOKEN_PATH to the file holding the "
-                          "cluster's token (the env.sh of `seqae cluster up` exports it) or RAY_AUTH_TOKEN to the "
-                          "token") from None
+        token = (
+            "RAY_AUTH_TOKEN"
+            if os.environ.get("RAY_AUTH_TOKEN")
+            else os.environ.get("RAY_AUTH_TOKEN_PATH", "~/.ray/auth_token")
+        )
+        refusal = (
+            f"refuses the token in {token} (403: not this cluster's token)"
+            if headers
+            else "asks for the cluster's token and none was found (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, "
+            "~/.ray/auth_token)"
+        )
+        raise ConfigError(
+            f"the Ray Jobs API at {url} {refusal}: set RAY_AUTH_TOKEN_PATH to the file holding the "
+            "cluster's token (the env.sh of `seqae cluster up` exports it) or RAY_AUTH_TOKEN to the "
+            "token"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - an address that does not answer, a proxy's refusal
         raise ConfigError(f"cannot reach the Ray Jobs API at {url}: {str(exc).splitlines()[0]}") from None
 
@@ -93,8 +101,10 @@ def job_env() -> dict[str, str]:
     """The job's settings: this shell's ``SEQAE_*`` and Hugging Face ones, the cluster's own
     (:data:`CLUSTER_SIDE`) in place of this shell's where it names them."""
     env = {
-        k: v for k, v in os.environ.items()
-        if (k.startswith(PASSED_PREFIXES) or k in PASSED_NAMES) and k not in NEVER_PASSED
+        k: v
+        for k, v in os.environ.items()
+        if (k.startswith(PASSED_PREFIXES) or k in PASSED_NAMES)
+        and k not in NEVER_PASSED
         and not k.startswith(SHELL_ONLY)
     }
     return env | {k: os.environ[cluster] for k, cluster in CLUSTER_SIDE.items() if os.environ.get(cluster)}
@@ -103,8 +113,10 @@ def job_env() -> dict[str, str]:
 def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], url: str | None) -> Submission:
     """Validate here, then submit ``seqae sweep run`` as a Ray Job; returns the submission record."""
     # A local data folder given on the command line is made absolute: the job runs elsewhere.
-    sets = [f"data.path={spec_lib.local_path(v)}" if k == "data.path" else f"{k}={v}"
-            for k, _, v in (s.partition("=") for s in sets)]
+    sets = [
+        f"data.path={spec_lib.local_path(v)}" if k == "data.path" else f"{k}={v}"
+        for k, _, v in (s.partition("=") for s in sets)
+    ]
     spec_lib.load(file, sets)  # a bad file fails here, before the cluster sees anything
     name = check_name(name or Path(file).stem)
     url = address(url)
@@ -123,18 +135,31 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
     try:
         relative = Path(file).resolve().relative_to(working_dir)
     except ValueError:
-        raise ConfigError(f"{file} is outside {working_dir}, the directory that is packaged for the cluster; "
-                          "run from the repository root") from None
+        raise ConfigError(
+            f"{file} is outside {working_dir}, the directory that is packaged for the cluster; "
+            "run from the repository root"
+        ) from None
     if os.environ.get(NOTIFY_URLS):
-        log.warning("%s is not passed to the job, whose environment the Jobs API shows: name its URLs in the "
-                    "sweep file's notify.urls as env:NAME or file:/PATH, read on the cluster", NOTIFY_URLS)
+        log.warning(
+            "%s is not passed to the job, whose environment the Jobs API shows: name its URLs in the "
+            "sweep file's notify.urls as env:NAME or file:/PATH, read on the cluster",
+            NOTIFY_URLS,
+        )
 
     cluster_workspace = env.get("SEQAE_WORKSPACE", str(workspace.root))
     # the stores the driver will use, as this shell reaches them (through its tunnels), for `status`
     # here: picked as the driver picks them, from the SEQAE_* settings, a password refused
     backends = resolve_backends(Workspace(cluster_workspace), name, {})
-    record = Submission(name=name, address=url, file=str(relative), sets=sets, workspace=cluster_workspace,
-                        working_dir=str(working_dir), backends=backends, owner=ownership.actor())
+    record = Submission(
+        name=name,
+        address=url,
+        file=str(relative),
+        sets=sets,
+        workspace=cluster_workspace,
+        working_dir=str(working_dir),
+        backends=backends,
+        owner=ownership.actor(),
+    )
     _submit(workspace, record, env)
     return record
 
@@ -152,9 +177,24 @@ def resubmit(workspace: Workspace, record: Submission, allow_code_change: bool =
 def _submit(workspace: Workspace, record: Submission, env: dict[str, str], extra: list[str] | None = None) -> None:
     """Every job of a sweep runs the same command: it creates the sweep, or resumes it; ``extra``
     arguments are this job's alone (a resume's ``--allow-code-change``)."""
-    entrypoint = shlex.join(["python", "-m", "seqae", "sweep", "run", record.file, "--or-resume",
-                             "--name", record.name, "--workspace", record.workspace,
-                             "--sets-file", package.SETS_FILE, *(extra or [])])
+    entrypoint = shlex.join(
+        [
+            "python",
+            "-m",
+            "seqae",
+            "sweep",
+            "run",
+            record.file,
+            "--or-resume",
+            "--name",
+            record.name,
+            "--workspace",
+            record.workspace,
+            "--sets-file",
+            package.SETS_FILE,
+            *(extra or []),
+        ]
+    )
     jobs = client(record.address)
     job_id = f"seqae-{record.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     # The driver runs as the head's user: it acts for the user who submits (its sweep's owner, or an admin)
@@ -162,7 +202,8 @@ def _submit(workspace: Workspace, record: Submission, env: dict[str, str], extra
     owned = {"seqae_owner": record.owner} if record.owner else {}
     with package.build(package.project_root(Path(record.working_dir)), record.file, record.sets) as packed:
         jobs.submit_job(
-            entrypoint=entrypoint, submission_id=job_id,
+            entrypoint=entrypoint,
+            submission_id=job_id,
             metadata={"seqae_sweep": record.name, "seqae_user": user, **owned},
             runtime_env={"working_dir": str(packed.path), "env_vars": {**env, ownership.USER: user}},
         )
@@ -198,4 +239,3 @@ def logs(record: Submission) -> str:
 
 def cancel(record: Submission) -> bool:
     return bool(client(record.address).stop_job(record.jobs[-1]))
-

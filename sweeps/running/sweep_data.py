@@ -18,8 +18,9 @@ from sweeps.stores.workspace import Workspace
 def check_data(spec: spec_lib.SweepSpec) -> None:
     """Every data source the sweep reads loads (its tokenizer, and a first page with the text
     column), so that an unreachable Hub or a missing folder fails before anything is created."""
-    sources = {replace(c.data, input_len=1, samples="first", max_pages=1, vocab="tokenizer")
-               for c in cell_configs(spec)}
+    sources = {
+        replace(c.data, input_len=1, samples="first", max_pages=1, vocab="tokenizer") for c in cell_configs(spec)
+    }
     for source in sources:
         corpus.check_source(source)
 
@@ -33,8 +34,9 @@ def published_data(workspace: Workspace, storage: str) -> str | None:
     return None
 
 
-def prepare_data(spec: spec_lib.SweepSpec, cache_dir: str,
-                 data_uri: str | None) -> tuple[int, dict[Any, Path], dict[Any, str]]:
+def prepare_data(
+    spec: spec_lib.SweepSpec, cache_dir: str, data_uri: str | None
+) -> tuple[int, dict[Any, Path], dict[Any, str]]:
     """Tokenize, once, the data of every grid cell, and publish it to ``data_uri`` if given.
     Returns the most epochs any trial may run, and by data settings (``seqae_core.data.shared_settings``)
     the driver's cache entry (what the trials' MLflow runs record as their dataset) and the URI of
@@ -46,6 +48,8 @@ def prepare_data(spec: spec_lib.SweepSpec, cache_dir: str,
         if data_uri:
             moved = data_lib.publish(entry, data_uri)
             published[data_config] = f"{data_uri}/{entry.name}"
-            say(f"seqae: data entry {entry.name} published to {data_uri}"
-                  + (f" ({moved / 2**20:.1f} MiB)" if moved else " (already there)"))
+            say(
+                f"seqae: data entry {entry.name} published to {data_uri}"
+                + (f" ({moved / 2**20:.1f} MiB)" if moved else " (already there)")
+            )
     return max(c.train.epochs for c in configs), entries, published

@@ -51,9 +51,11 @@ class SystemMetrics:
 
     def sample(self) -> None:
         memory = psutil.virtual_memory()
-        taken = {"cpu_utilization_percentage": psutil.cpu_percent(),
-                 "system_memory_usage_megabytes": memory.used / 1e6,
-                 "system_memory_usage_percentage": memory.used / memory.total * 100}
+        taken = {
+            "cpu_utilization_percentage": psutil.cpu_percent(),
+            "system_memory_usage_megabytes": memory.used / 1e6,
+            "system_memory_usage_percentage": memory.used / memory.total * 100,
+        }
         for i, handle in enumerate(self.gpus):
             taken.update(_gpu_sample(i, handle))
         with self._lock:

@@ -76,7 +76,10 @@ class Leaving:
 
     def install(self) -> None:
         """Take SIGTERM, on the worker's main thread (the only one Python lets set a handler)."""
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) != self.on_sigterm:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) != self.on_sigterm
+        ):
             self.previous = signal.signal(signal.SIGTERM, self.on_sigterm)
 
     def on_sigterm(self, signum: int, frame: Any) -> None:
@@ -97,8 +100,9 @@ class Leaving:
         node = ray.get_runtime_context().get_node_id()
         self.trial, self.why, self.signalled, self.stopping = number, None, False, False
         done = threading.Event()
-        watcher = threading.Thread(target=self._watch, args=(number, node, done, store), name="seqae-drain-watch",
-                                   daemon=True)
+        watcher = threading.Thread(
+            target=self._watch, args=(number, node, done, store), name="seqae-drain-watch", daemon=True
+        )
         watcher.start()
         try:
             yield
@@ -109,8 +113,10 @@ class Leaving:
             if self.signalled:
                 drain(node, f"seqae: trial {number}'s worker received SIGTERM")
             print(f"seqae: trial {number}: left node {node} ({self.why}): {exc}", flush=True)
-            raise Evicted(f"trial {number} left node {node} ({self.why}, {exc}); it continues from its last "
-                          "checkpoint on another node") from exc
+            raise Evicted(
+                f"trial {number} left node {node} ({self.why}, {exc}); it continues from its last "
+                "checkpoint on another node"
+            ) from exc
         finally:
             done.set()
             self.trial = None
@@ -158,6 +164,7 @@ def evictable(function: Callable[[dict[str, Any]], None]) -> type[FunctionTraina
     """Tune's trainable of ``function`` (:func:`run_trial` or :func:`run_pack`, through
     ``tune.with_parameters``) whose worker takes SIGTERM (:class:`Leaving`): Tune sets a trainable
     up on its worker's main thread and runs the function on another."""
+
     class Evictable(wrap_function(function)):  # type: ignore[misc]  # a class Tune makes at run time
         def setup(self, config: dict[str, Any], *args: Any, **kwargs: Any) -> None:
             take_sigterm()
@@ -217,8 +224,7 @@ class TrialFailed(RuntimeError):
     """A trial that failed for a reason that repeats: its config, or its loss diverging."""
 
 
-def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runtime: Runtime,
-                 continued: bool) -> None:
+def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runtime: Runtime, continued: bool) -> None:
     resume = _resumed(number, store, continued)
     device, gpu = trial_device(number, trial_config)
     node_id = ray.get_runtime_context().get_node_id()
@@ -230,9 +236,20 @@ def _train_trial(number: int, trial_config: Config, store: CheckpointStore, runt
     # Data the driver published is fetched into this node's own cache (SEQAE_CACHE_DIR), once per node.
     published = runtime.published.get(shared_settings(trial_config.data))
     cache_dir = None if published else runtime.cache_dir
-    with SystemMetrics() as usage, LEAVING.training(number, store):  # each record carries the machine's CPU, memory and GPU use
-        train(trial_config, report, resume=resume, device=device, cache_dir=cache_dir, published=published,
-              measure=usage.epoch, interrupt=LEAVING)
+    with (
+        SystemMetrics() as usage,
+        LEAVING.training(number, store),
+    ):  # each record carries the machine's CPU, memory and GPU use
+        train(
+            trial_config,
+            report,
+            resume=resume,
+            device=device,
+            cache_dir=cache_dir,
+            published=published,
+            measure=usage.epoch,
+            interrupt=LEAVING,
+        )
 
 
 def _resumed(number: int, store: CheckpointStore, continued: bool) -> Checkpoint | None:
@@ -279,14 +296,16 @@ def run_pack(config: dict[str, Any], runtime: Runtime) -> None:
             members = _train_pack(members, stores, runtime, pack_id)
 
 
-def _train_pack(specs: list[TrialSpec], stores: dict[int, CheckpointStore], runtime: Runtime,
-                pack_id: str) -> list[TrialSpec]:
+def _train_pack(
+    specs: list[TrialSpec], stores: dict[int, CheckpointStore], runtime: Runtime, pack_id: str
+) -> list[TrialSpec]:
     """Train the pack's ``specs`` from their checkpoints, all of them where they stand at one place;
     otherwise (a pack killed between two members' records) those furthest behind, until they reach
     the next place another stands at. Returns the members left to train: none once all have ended."""
     resumes = {spec.number: _resumed(spec.number, stores[spec.number], spec.continued) for spec in specs}
-    places = {n: (r.epoch, r.step) if r is not None else (0, 0) for n, r in resumes.items()
-              if r is None or not r.finished}
+    places = {
+        n: (r.epoch, r.step) if r is not None else (0, 0) for n, r in resumes.items() if r is None or not r.finished
+    }
     behind = min(places.values(), default=(0, 0))
     ahead = min((p for p in places.values() if p > behind), default=None)
     group = [t for t in specs if ahead is None or places.get(t.number) == behind]
@@ -302,19 +321,30 @@ def _train_pack(specs: list[TrialSpec], stores: dict[int, CheckpointStore], runt
                 failed.append([number, result.error])
             elif result.record is not None and result.checkpoint is not None:
                 stores[number].save(result.record, result.checkpoint)
-                records.append(to_tune(TrialResult(number, result.record, result.checkpoint.finished,
-                                                   {"node_id": node_id}, gpu)))
+                records.append(
+                    to_tune(TrialResult(number, result.record, result.checkpoint.finished, {"node_id": node_id}, gpu))
+                )
         tune.report({MEMBERS: json.dumps(records), FAILED: failed})
-        caught_up = {r.index for r in results if ahead is not None and r.checkpoint is not None
-                     and (r.checkpoint.epoch, r.checkpoint.step) >= ahead}
+        caught_up = {
+            r.index
+            for r in results
+            if ahead is not None and r.checkpoint is not None and (r.checkpoint.epoch, r.checkpoint.step) >= ahead
+        }
         return caught_up | {i for i, spec in enumerate(group) if stores[spec.number].left(pack_id)}
 
     configs = [t.config for t in group if t.config is not None]
     published = runtime.published.get(shared_settings(configs[0].data))
     with SystemMetrics() as usage, LEAVING.training(group[0].number):  # each record: the machine's CPU, memory, GPU use
-        train_members(configs, report, resumes=[resumes[t.number] for t in group], device=device,
-                      cache_dir=None if published else runtime.cache_dir, published=published, measure=usage.epoch,
-                      interrupt=LEAVING)
+        train_members(
+            configs,
+            report,
+            resumes=[resumes[t.number] for t in group],
+            device=device,
+            cache_dir=None if published else runtime.cache_dir,
+            published=published,
+            measure=usage.epoch,
+            interrupt=LEAVING,
+        )
     if ahead is None:
         return []
     return [t for t in specs if not stores[t.number].left(pack_id) and stores[t.number].verdict() is None]
@@ -334,11 +364,16 @@ def trial_device(number: int, config: Config) -> tuple[str, dict[str, str]]:
         return "cuda", {"gpu": "cuda", **given}
     assigned = f"Ray assigned it GPU {ids} (CUDA_VISIBLE_DEVICES={given['cuda_visible_devices']})"
     if os.environ.get(LOGICAL_GPUS) != "1":
-        raise ConfigError(f"trial {number}: {assigned}, but torch finds no CUDA device on this node: the GPU is "
-                          f"logical (`ray start --num-gpus`). Run GPU sweeps on nodes with GPUs, set resources.gpu=0 "
-                          f"to train on CPUs, or set {LOGICAL_GPUS}=1 to rehearse GPU scheduling with trials that "
-                          "train on the CPU")
-    print(f"seqae: trial {number}: {assigned}, a logical GPU: this node has no CUDA device, so it trains on the "
-          f"CPU instead, in {describe_precision(config, torch.device('cpu'))}; {LOGICAL_GPUS}=1 makes it a rehearsal "
-          "of GPU scheduling, its cost counted in GPU-hours", flush=True)
+        raise ConfigError(
+            f"trial {number}: {assigned}, but torch finds no CUDA device on this node: the GPU is "
+            f"logical (`ray start --num-gpus`). Run GPU sweeps on nodes with GPUs, set resources.gpu=0 "
+            f"to train on CPUs, or set {LOGICAL_GPUS}=1 to rehearse GPU scheduling with trials that "
+            "train on the CPU"
+        )
+    print(
+        f"seqae: trial {number}: {assigned}, a logical GPU: this node has no CUDA device, so it trains on the "
+        f"CPU instead, in {describe_precision(config, torch.device('cpu'))}; {LOGICAL_GPUS}=1 makes it a rehearsal "
+        "of GPU scheduling, its cost counted in GPU-hours",
+        flush=True,
+    )
     return "cpu", {"gpu": "logical", **given}

@@ -41,6 +41,10 @@ def to_tune(result: TrialResult) -> dict[str, Any]:
 
 def of_tune(result: Mapping[str, Any]) -> TrialResult:
     """A result as Tune hands it to the driver (:func:`to_tune`'s, with Tune's own keys added)."""
-    return TrialResult(int(result[TRIAL]), EpochRecord.of_dict(result), bool(result.get(FINISHED, False)),
-                       {k: str(result[k]) for k in NODE_KEYS if k in result},
-                       {k: str(result[k]) for k in GPU_KEYS if k in result})
+    return TrialResult(
+        int(result[TRIAL]),
+        EpochRecord.of_dict(result),
+        bool(result.get(FINISHED, False)),
+        {k: str(result[k]) for k in NODE_KEYS if k in result},
+        {k: str(result[k]) for k in GPU_KEYS if k in result},
+    )

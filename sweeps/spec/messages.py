@@ -26,8 +26,11 @@ def _problem(error: Any) -> str:
         *parents, key = error["loc"]
         return f"unknown key {key!r}" + (f" in {_path(parents)}" if parents else "")
     message = re.sub(r"^Value error, |(?<= or) instance of \w+", "", error["msg"])
-    message = message.replace("Input should be", "must be").replace("Value should", "must").replace(
-        "a valid dictionary or", "a mapping")
+    message = (
+        message.replace("Input should be", "must be")
+        .replace("Value should", "must")
+        .replace("a valid dictionary or", "a mapping")
+    )
     return f"{where}: {message}" if error["type"] == "value_error" else f"{where}={error['input']!r} {message}"
 
 

@@ -30,12 +30,13 @@ def read_document(path: str | Path, keys: list[str]) -> dict[str, Any]:
         raise ConfigError(f"{path}: not a valid sweep file: {exc}") from None
     document = load_yaml(text, f"{path}: not a valid sweep file")
     if not isinstance(document, dict):
-        raise ConfigError(f"{path}: a sweep file is a mapping of {', '.join(keys)}; "
-                          f"got {type(document).__name__}")
+        raise ConfigError(f"{path}: a sweep file is a mapping of {', '.join(keys)}; got {type(document).__name__}")
     return mapping(document, "the document", str(path))
 
 
-def apply_sets(document: dict[str, Any], sets: list[str] | tuple[str, ...], source: str, keys: list[str]) -> dict[str, Any]:
+def apply_sets(
+    document: dict[str, Any], sets: list[str] | tuple[str, ...], source: str, keys: list[str]
+) -> dict[str, Any]:
     """``--set`` overrides on a sweep document.
 
     ``data.* / model.* / train.*`` pin a config key: it is set in ``config`` and leaves the grid,
@@ -46,8 +47,9 @@ def apply_sets(document: dict[str, Any], sets: list[str] | tuple[str, ...], sour
     return _override(document, parse_sets(sets), source, "--set ", keys)
 
 
-def _override(document: dict[str, Any], overrides: dict[str, Any], source: str, label: str,
-              keys: list[str]) -> dict[str, Any]:
+def _override(
+    document: dict[str, Any], overrides: dict[str, Any], source: str, label: str, keys: list[str]
+) -> dict[str, Any]:
     doc = copy.deepcopy(document)
     for key, value in overrides.items():
         where = f"{label}{key}"
@@ -60,23 +62,31 @@ def _override(document: dict[str, Any], overrides: dict[str, Any], source: str, 
                 raise ConfigError(f"{source}: config must be a mapping")
             doc["config"] = {**flatten(doc["config"], source), key: value}
             if isinstance(doc.get("start"), dict):  # a pinned key holds for the starting points too
-                doc["start"] = {name: {k: v for k, v in flatten(point, source).items() if k != key}
-                                if isinstance(point, dict) else point for name, point in doc["start"].items()}
+                doc["start"] = {
+                    name: {k: v for k, v in flatten(point, source).items() if k != key}
+                    if isinstance(point, dict)
+                    else point
+                    for name, point in doc["start"].items()
+                }
             for axis in ("grid", "search"):
                 if isinstance(doc.get(axis), dict):
                     doc[axis].pop(key, None)
                     zipped = [a for a in doc[axis] if key in str(a).split(",")]
                     if zipped:
-                        raise ConfigError(f"{where}: {key} is part of the zipped grid axis {zipped[0]!r} in "
-                                          f"{source}; set the whole axis with grid.{zipped[0]}=[[...]]")
+                        raise ConfigError(
+                            f"{where}: {key} is part of the zipped grid axis {zipped[0]!r} in "
+                            f"{source}; set the whole axis with grid.{zipped[0]}=[[...]]"
+                        )
         elif section in ("grid", "search") and "." in key:
             doc.setdefault(section, {})
             if not isinstance(doc[section], dict):
                 raise ConfigError(f"{source}: {section} must be a mapping")
             doc[section][key.split(".", 1)[1]] = value
         elif section not in keys:  # named as given, not as the section `ata` that `ata.input_len` would add
-            raise ConfigError(f"{where}: unknown key {section!r}; set a config key (data.*, model.*, train.*) or one "
-                              f"of {', '.join(keys)}")
+            raise ConfigError(
+                f"{where}: unknown key {section!r}; set a config key (data.*, model.*, train.*) or one "
+                f"of {', '.join(keys)}"
+            )
         else:
             node = doc
             *parents, last = key.split(".")
@@ -97,15 +107,19 @@ def apply_profile(doc: dict[str, Any], name: Any, source: str, keys: list[str]) 
     if doc.get("profile"):
         raise ConfigError(f"{source}: profile={name!r}: profile {doc['profile']!r} is already applied; one at a time")
     if not isinstance(name, str) or name not in profiles:
-        raise ConfigError(f"{source}: profile={name!r} is not defined; this file's profiles: "
-                          f"{', '.join(map(str, profiles)) or 'none'}")
+        raise ConfigError(
+            f"{source}: profile={name!r} is not defined; this file's profiles: "
+            f"{', '.join(map(str, profiles)) or 'none'}"
+        )
     overrides = dict(mapping(profiles[name], f"profiles.{name}", source))
     note = overrides.pop("description", "")
     if not isinstance(note, str):
         raise ConfigError(f"{source}: profiles.{name}.description must be text")
     doc = _override(doc, overrides, source, f"{source}: profiles.{name}.", keys)
     doc["profile"] = name
-    doc["description"] = f"{doc.get('description', '')} [profile {name}: {note}]" if note else doc.get("description", "")
+    doc["description"] = (
+        f"{doc.get('description', '')} [profile {name}: {note}]" if note else doc.get("description", "")
+    )
     return doc
 
 

@@ -34,8 +34,10 @@ EVENTS: tuple[Event, ...] = ("best", "failed", "stopped", "end")
 def check_limit(shown: str, value: int, limit: int) -> None:
     """Refuse a ``value`` above ``limit``; ``shown`` names the key and value."""
     if value > limit:
-        raise ConfigError(f"{shown} is above seqae's limit of {limit:,}; split the study into several sweeps "
-                          "(`seqae sweep fork` starts one from another's trials)")
+        raise ConfigError(
+            f"{shown} is above seqae's limit of {limit:,}; split the study into several sweeps "
+            "(`seqae sweep fork` starts one from another's trials)"
+        )
 
 
 class Section(BaseModel):
@@ -49,23 +51,29 @@ class Distribution(Section):
 
     type: Literal["loguniform", "uniform", "int", "categorical", "ordered"] = Field(
         description="how the key is sampled: loguniform and uniform between low and high, int a whole number "
-                    "between them, categorical one of choices, unordered (a sampler learns nothing about 64 from 32 "
-                    "and 128), ordered one of choices in the order listed (the sampler sees the position, 0, 1, 2, "
-                    "..., so what it learns of 256 spreads to 128 and 512 beside it; Optuna's study records the "
-                    "position, the trials' configs and MLflow the value): declare ordered values such as widths "
-                    "as int with step, or as ordered choices (128, 256, 512), and a learning rate as loguniform")
+        "between them, categorical one of choices, unordered (a sampler learns nothing about 64 from 32 "
+        "and 128), ordered one of choices in the order listed (the sampler sees the position, 0, 1, 2, "
+        "..., so what it learns of 256 spreads to 128 and 512 beside it; Optuna's study records the "
+        "position, the trials' configs and MLflow the value): declare ordered values such as widths "
+        "as int with step, or as ordered choices (128, 256, 512), and a learning rate as loguniform"
+    )
     low: float | None = Field(default=None, description="the smallest value (loguniform, uniform, int)")
     high: float | None = Field(default=None, description="the largest value, included (loguniform, uniform, int)")
     step: int | None = Field(default=None, gt=0, description="int only: the spacing of the values from low")
     log: bool = Field(default=False, description="int only: sample on a log scale (loguniform always is)")
-    choices: tuple[Any, ...] = Field(default=(), strict=False,
-                                     description="categorical and ordered: the values, no repeats; ordered numbers "
-                                                 "in increasing order (spaced as the sampler should see them: "
-                                                 "evenly on the scale that matters, such as doublings)")
+    choices: tuple[Any, ...] = Field(
+        default=(),
+        strict=False,
+        description="categorical and ordered: the values, no repeats; ordered numbers "
+        "in increasing order (spaced as the sampler should see them: "
+        "evenly on the scale that matters, such as doublings)",
+    )
     when: dict[str, tuple[Any, ...]] = Field(
-        default_factory=dict, strict=False,
+        default_factory=dict,
+        strict=False,
         description="sample the key only when each of these keys (another searched key, or a grid axis) takes one "
-                    "of these values; absent from the other trials (define-by-run)")
+        "of these values; absent from the other trials (define-by-run)",
+    )
 
     @field_validator("when", mode="before")
     @classmethod
@@ -76,8 +84,9 @@ class Distribution(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> Distribution:
-        allowed = {"categorical": {"choices"}, "ordered": {"choices"},
-                   "int": {"low", "high", "step", "log"}}.get(self.type, {"low", "high"})
+        allowed = {"categorical": {"choices"}, "ordered": {"choices"}, "int": {"low", "high", "step", "log"}}.get(
+            self.type, {"low", "high"}
+        )
         extra = sorted(self.model_fields_set - allowed - {"type", "when"})
         if extra:
             raise ValueError(f"{extra[0]!r} does not apply to type {self.type!r}")
@@ -86,8 +95,10 @@ class Distribution(Section):
                 raise ValueError(f"choices={list(self.choices)!r} must be a non-empty list without repeats")
             numbers = all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in self.choices)
             if self.type == "ordered" and numbers and list(self.choices) != sorted(self.choices):
-                raise ValueError(f"choices={list(self.choices)!r} must be in increasing order for type 'ordered' "
-                                 "(the sampler reads their order)")
+                raise ValueError(
+                    f"choices={list(self.choices)!r} must be in increasing order for type 'ordered' "
+                    "(the sampler reads their order)"
+                )
             return self
         if self.low is None or self.high is None:
             raise ValueError(f"type {self.type!r} needs low and high")
@@ -109,8 +120,12 @@ class Distribution(Section):
         if self.type in ("categorical", "ordered"):
             return value in self.choices
         assert self.low is not None and self.high is not None
-        return (isinstance(value, (int, float)) and not isinstance(value, bool) and self.low <= value <= self.high
-                and (self.type != "int" or float(value).is_integer()))
+        return (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and self.low <= value <= self.high
+            and (self.type != "int" or float(value).is_integer())
+        )
 
     def value_of(self, recorded: Any) -> Any:
         """The config value of what an Optuna study recorded for this key: an ordered choice's
@@ -125,17 +140,23 @@ class Distribution(Section):
     def _canonical(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Only what differs from the defaults (a key that does not apply to the type is refused
         when read back), an int's bounds as whole numbers."""
-        out = {k: v for k, v in dump(self).items()
-               if k == "type" or getattr(self, k) != type(self).model_fields[k].get_default(call_default_factory=True)}
+        out = {
+            k: v
+            for k, v in dump(self).items()
+            if k == "type" or getattr(self, k) != type(self).model_fields[k].get_default(call_default_factory=True)
+        }
         return out | ({"low": int(self.low or 0), "high": int(self.high or 0)} if self.type == "int" else {})
 
 
 class Objective(Section):
-    metric: str = Field(description="a validation metric every training reports (test metrics are refused): "
-                                    + ", ".join(M.OBJECTIVES))
+    metric: str = Field(
+        description="a validation metric every training reports (test metrics are refused): " + ", ".join(M.OBJECTIVES)
+    )
     mode: Literal["min", "max"] = Field(description="max for accuracies, min for losses and sizes")
-    target: float | None = Field(default=None, description="one objective only: once a trial reaches it, the sweep "
-                                                           "starts no new trials (running ones finish)")
+    target: float | None = Field(
+        default=None,
+        description="one objective only: once a trial reaches it, the sweep starts no new trials (running ones finish)",
+    )
 
     @property
     def sign(self) -> float:
@@ -156,19 +177,23 @@ class Objective(Section):
 def _check_selectable(metric: str) -> None:
     """A metric a choice may rest on: reported by every training, and not measured on the test pages."""
     if metric in M.TEST_METRICS:
-        raise ValueError(f"metric={metric!r} is measured on the test pages, which no choice may see (not the "
-                         "search, a target, a constraint or a scheduler); use a validation metric, and the test "
-                         "metrics are reported beside it")
+        raise ValueError(
+            f"metric={metric!r} is measured on the test pages, which no choice may see (not the "
+            "search, a target, a constraint or a scheduler); use a validation metric, and the test "
+            "metrics are reported beside it"
+        )
     if metric not in M.OBJECTIVES:
         raise ValueError(f"metric={metric!r} is not reported by the trainer; choose from {', '.join(M.OBJECTIVES)}")
 
 
 class Constraint(Section):
     metric: str = Field(description="a metric an objective may name (test metrics are refused)")
-    at_least: float | None = Field(default=None, description="a trial meets it with the metric at least this "
-                                                             "(one of at_least, at_most)")
-    at_most: float | None = Field(default=None, description="a trial meets it with the metric at most this "
-                                                            "(one of at_least, at_most)")
+    at_least: float | None = Field(
+        default=None, description="a trial meets it with the metric at least this (one of at_least, at_most)"
+    )
+    at_most: float | None = Field(
+        default=None, description="a trial meets it with the metric at most this (one of at_least, at_most)"
+    )
 
     @model_validator(mode="after")
     def _one_bound(self) -> Constraint:
@@ -212,19 +237,30 @@ SAMPLER_DEFAULTS: dict[str, dict[str, Any]] = {
 
 class SamplerSection(Section):
     type: Literal["tpe", "gp", "random", "nsga2"] | None = Field(
-        default=None, description="Optuna's sampler; unset: TPE, or NSGA-II for several objectives (why, and why the "
-                                   "studies name random: docs/how-to/search.md, \"Which sampler\")")
+        default=None,
+        description="Optuna's sampler; unset: TPE, or NSGA-II for several objectives (why, and why the "
+        'studies name random: docs/how-to/search.md, "Which sampler")',
+    )
     seed: int = Field(default=0, ge=0, lt=2**32, description="seeds the sampler (numpy's range: 0 .. 2**32 - 1)")
     n_startup_trials: int | None = Field(
-        default=None, ge=0,
+        default=None,
+        ge=0,
         description="TPE and GP: random proposals before the model takes over, counted over finished trials "
-                    "(TPE: complete and pruned, GP: complete), starting points and a fork's trials included (10 when unset)")
-    multivariate: bool | None = Field(default=None, description="TPE only: model the searched keys jointly "
-                                                                 "(true when unset)")
-    group: bool | None = Field(default=None, description="TPE only: model keys that occur together as a group "
-                                                          "(what a conditional space needs; true when unset)")
-    constant_liar: bool | None = Field(default=None, description="TPE only: give running trials a pessimistic value, "
-                                                                  "so trials started together differ (true when unset)")
+        "(TPE: complete and pruned, GP: complete), starting points and a fork's trials included (10 when unset)",
+    )
+    multivariate: bool | None = Field(
+        default=None, description="TPE only: model the searched keys jointly (true when unset)"
+    )
+    group: bool | None = Field(
+        default=None,
+        description="TPE only: model keys that occur together as a group "
+        "(what a conditional space needs; true when unset)",
+    )
+    constant_liar: bool | None = Field(
+        default=None,
+        description="TPE only: give running trials a pessimistic value, "
+        "so trials started together differ (true when unset)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -235,8 +271,10 @@ class SamplerSection(Section):
         defaults = SAMPLER_DEFAULTS[kind]
         extra = sorted(k for k in (set(value) & set(SAMPLER_DEFAULTS["tpe"])) - set(defaults) if value[k] is not None)
         if extra:
-            raise ValueError(f"{extra[0]!r} does not apply to type {value['type']!r}; leave it out (with --set, "
-                             f"replace the whole sampler: sampler={{type: {value['type']}, seed: 0}})")
+            raise ValueError(
+                f"{extra[0]!r} does not apply to type {value['type']!r}; leave it out (with --set, "
+                f"replace the whole sampler: sampler={{type: {value['type']}, seed: 0}})"
+            )
         return {**defaults, **{k: v for k, v in value.items() if v is not None}}
 
     @property
@@ -247,20 +285,30 @@ class SamplerSection(Section):
 
 class SchedulerSection(Section):
     type: Literal["none", "asha", "hyperband", "race"] = Field(
-        default="none", description="asha: stop the trials behind at each rung (with several objectives, by "
-                                    "non-dominated sorting: a trial on the rung's Pareto front goes on); hyperband: "
-                                    "asynchronous Hyperband, ASHA in brackets whose first rungs come later and later "
-                                    "(grace_period x factor^b), each trial in one, most in the first; race: ASHA's "
-                                    "rungs racing the incumbent, a trial going on past a rung only if it is as good "
-                                    "there as the best trial recorded at that rung so far (one objective; it may stop "
-                                    "a slow starter ASHA would keep; docs/how-to/search.md); none: train every trial out")
-    grace_period: int | float = Field(default=1, gt=0, description="ASHA and race: the epochs trained at the first "
-                                                                    "rung; a fraction (0.25) with "
-                                                                    "train.validate_every validating at least that "
-                                                                    "often")
-    reduction_factor: int = Field(default=2, ge=2, description="ASHA: 1 in this many trials goes on past each rung; "
-                                                               "rungs at grace_period x factor^k epochs (race: the "
-                                                               "rungs only)")
+        default="none",
+        description="asha: stop the trials behind at each rung (with several objectives, by "
+        "non-dominated sorting: a trial on the rung's Pareto front goes on); hyperband: "
+        "asynchronous Hyperband, ASHA in brackets whose first rungs come later and later "
+        "(grace_period x factor^b), each trial in one, most in the first; race: ASHA's "
+        "rungs racing the incumbent, a trial going on past a rung only if it is as good "
+        "there as the best trial recorded at that rung so far (one objective; it may stop "
+        "a slow starter ASHA would keep; docs/how-to/search.md); none: train every trial out",
+    )
+    grace_period: int | float = Field(
+        default=1,
+        gt=0,
+        description="ASHA and race: the epochs trained at the first "
+        "rung; a fraction (0.25) with "
+        "train.validate_every validating at least that "
+        "often",
+    )
+    reduction_factor: int = Field(
+        default=2,
+        ge=2,
+        description="ASHA: 1 in this many trials goes on past each rung; "
+        "rungs at grace_period x factor^k epochs (race: the "
+        "rungs only)",
+    )
 
     @property
     def label(self) -> str:
@@ -269,8 +317,11 @@ class SchedulerSection(Section):
 
     def rungs(self, epochs: int) -> list[int | float]:
         """The epochs at which ASHA (Hyperband's first bracket) decides, in trials of ``epochs``."""
-        return list(itertools.takewhile(lambda rung: rung < epochs,
-                                        (self.grace_period * self.reduction_factor**k for k in itertools.count())))
+        return list(
+            itertools.takewhile(
+                lambda rung: rung < epochs, (self.grace_period * self.reduction_factor**k for k in itertools.count())
+            )
+        )
 
     def brackets(self, epochs: int) -> int:
         """Ray's brackets: one for ASHA; for Hyperband one per rung, each starting a rung later."""
@@ -279,10 +330,18 @@ class SchedulerSection(Section):
 
 class ResourcesSection(Section):
     cpu: float = Field(default=1.0, gt=0, description="CPUs Ray reserves for each trial")
-    gpu: float = Field(default=0.0, ge=0, description="GPUs for each trial; a fraction packs several trials on one "
-                                                       "GPU, above 1 a whole number")
-    fuse: int = Field(default=1, ge=1, le=64, description="trials of one shape trained as one batched model in one Ray "
-                                                          "Tune trial, which gets cpu and gpu above; 1: each alone")
+    gpu: float = Field(
+        default=0.0,
+        ge=0,
+        description="GPUs for each trial; a fraction packs several trials on one GPU, above 1 a whole number",
+    )
+    fuse: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="trials of one shape trained as one batched model in one Ray "
+        "Tune trial, which gets cpu and gpu above; 1: each alone",
+    )
 
     @model_validator(mode="after")
     def _whole(self) -> ResourcesSection:
@@ -292,10 +351,14 @@ class ResourcesSection(Section):
 
 
 class BudgetSection(Section):
-    cpu_hours: float | None = Field(default=None, gt=0, description="training wall time x CPUs per trial, summed "
-                                                                     "over trials (one of cpu_hours, gpu_hours)")
-    gpu_hours: float | None = Field(default=None, gt=0, description="training wall time x GPU fraction per trial, "
-                                                                     "summed over trials")
+    cpu_hours: float | None = Field(
+        default=None,
+        gt=0,
+        description="training wall time x CPUs per trial, summed over trials (one of cpu_hours, gpu_hours)",
+    )
+    gpu_hours: float | None = Field(
+        default=None, gt=0, description="training wall time x GPU fraction per trial, summed over trials"
+    )
 
     @model_validator(mode="after")
     def _one(self) -> BudgetSection:
@@ -313,10 +376,14 @@ class BudgetSection(Section):
 
 
 class NotifySection(Section):
-    urls: tuple[str, ...] = Field(default=(), strict=False, description="where the Apprise URLs to tell are, read "
-                                                                        "by the driver: env:NAME ($NAME) or "
-                                                                        "file:/PATH (a file only its owner reads); "
-                                                                        "never the URL itself, which holds a token")
+    urls: tuple[str, ...] = Field(
+        default=(),
+        strict=False,
+        description="where the Apprise URLs to tell are, read "
+        "by the driver: env:NAME ($NAME) or "
+        "file:/PATH (a file only its owner reads); "
+        "never the URL itself, which holds a token",
+    )
     events: tuple[Event, ...] = Field(default=EVENTS, strict=False, description="what they are told of")
 
     @model_validator(mode="after")
@@ -331,25 +398,40 @@ class NotifySection(Section):
             if kind == "file" and not (rest.startswith("/") and not rest.startswith("//")):
                 raise ValueError(f"urls[{n}]: file:/PATH needs an absolute path on the cluster, not {rest!r}")
             if kind not in ("env", "file"):
-                raise ValueError(f"urls[{n}] is a URL itself; give where the driver reads it instead: env:NAME "
-                                 "(an environment variable) or file:/PATH (a file only its owner reads, chmod 600)")
+                raise ValueError(
+                    f"urls[{n}] is a URL itself; give where the driver reads it instead: env:NAME "
+                    "(an environment variable) or file:/PATH (a file only its owner reads, chmod 600)"
+                )
         return self
 
 
 class CheckpointsSection(Section):
-    keep_best: int = Field(default=5, ge=1, description="how many of the best complete trials (the Pareto front's, "
-                                                         "with several objectives) keep their checkpoints once ended; "
-                                                         "every other ended trial keeps its progress, samples and "
-                                                         "metrics, but not its model: it cannot train on "
-                                                         "(`extend --epochs`)")
+    keep_best: int = Field(
+        default=5,
+        ge=1,
+        description="how many of the best complete trials (the Pareto front's, "
+        "with several objectives) keep their checkpoints once ended; "
+        "every other ended trial keeps its progress, samples and "
+        "metrics, but not its model: it cannot train on "
+        "(`extend --epochs`)",
+    )
 
 
 class WarmStartSection(Section):
-    sweeps: tuple[str, ...] = Field(alias="from", min_length=1, strict=False,
-                                    description="earlier sweeps of this workspace with the same objective, at "
-                                                "any fixed settings (another latent fraction, another input length)")
-    top: int = Field(default=5, ge=1, le=100, description="how many of each one's best complete trials (those whose "
-                                                           "searched values fit this sweep's space) run first")
+    sweeps: tuple[str, ...] = Field(
+        alias="from",
+        min_length=1,
+        strict=False,
+        description="earlier sweeps of this workspace with the same objective, at "
+        "any fixed settings (another latent fraction, another input length)",
+    )
+    top: int = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="how many of each one's best complete trials (those whose "
+        "searched values fit this sweep's space) run first",
+    )
 
 
 def listed(value: Any) -> Any:

@@ -23,8 +23,10 @@ def grid_axes(grid: Any, source: str) -> dict[str, tuple[Any, ...]]:
             rows = []
             for value in values:
                 if not isinstance(value, list) or len(value) != len(keys):
-                    raise ConfigError(f"{source}: grid.{axis}: {value!r} must be a list of {len(keys)} values, "
-                                      f"one for each of {', '.join(keys)}")
+                    raise ConfigError(
+                        f"{source}: grid.{axis}: {value!r} must be a list of {len(keys)} values, "
+                        f"one for each of {', '.join(keys)}"
+                    )
                 rows.append(tuple(coerce(k, v, f"{source}: grid.{axis}") for k, v in zip(keys, value)))
             coerced = tuple(rows)
         if len(set(map(repr, coerced))) != len(coerced):
@@ -40,8 +42,10 @@ def checked_search(search: dict[str, Distribution], source: str) -> dict[str, Di
         if key not in KEYS:
             raise ConfigError(f"{source}: search: unknown config key {key!r}")
         if key == "train.repeats":
-            raise ConfigError(f"{where}: the number of seeds is how a trial is measured, not a hyperparameter to "
-                              "search; set it in config (train.repeats: 3) for every trial")
+            raise ConfigError(
+                f"{where}: the number of seeds is how a trial is measured, not a hyperparameter to "
+                "search; set it in config (train.repeats: 3) for every trial"
+            )
         if dist.type in ("uniform", "loguniform") and not accepts_float(key):
             raise ConfigError(f"{where}.type={dist.type!r} samples fractions, but {key} is an integer; use type: int")
         for value in dist.choices or (dist.low, dist.high):
@@ -62,8 +66,9 @@ def check_conditions(search: dict[str, Distribution], grid: dict[str, tuple[Any,
             elif other in search and other != key:
                 impossible = [v for v in values if not search[other].contains(v)]
             else:
-                raise ConfigError(f"{where}: {other} is not a grid axis or another searched key; a condition can "
-                                  "only name one")
+                raise ConfigError(
+                    f"{where}: {other} is not a grid axis or another searched key; a condition can only name one"
+                )
             if impossible:
                 raise ConfigError(f"{where}: {other}={impossible[0]!r} is a value {other} never takes")
     sampling_order(search, set(grid), source)
@@ -76,8 +81,10 @@ def sampling_order(search: dict[str, Distribution], grid: set[str], source: str)
     while pending:
         ready = [key for key in pending if set(search[key].when) <= placed]
         if not ready:
-            raise ConfigError(f"{source}: the conditions of search.{', search.'.join(pending)} name each other in a "
-                              "cycle; one of them must be sampled unconditionally")
+            raise ConfigError(
+                f"{source}: the conditions of search.{', search.'.join(pending)} name each other in a "
+                "cycle; one of them must be sampled unconditionally"
+            )
         order += ready
         placed.update(ready)
         pending = [key for key in pending if key not in placed]

@@ -69,58 +69,95 @@ class SweepSpec(Section):
     model_config = ConfigDict(populate_by_name=True)
 
     description: str = Field(default="", description="free text, shown by status and the report")
-    base: dict[str, Any] = Field(default_factory=dict, alias="config",
-                                 description="the base config of every trial: the keys of `seqae train --config`")
+    base: dict[str, Any] = Field(
+        default_factory=dict,
+        alias="config",
+        description="the base config of every trial: the keys of `seqae train --config`",
+    )
     grid: dict[str, tuple[Any, ...]] = Field(
-        default_factory=dict, description="cartesian axes, {config key: [values]}; an axis \"key_a,key_b\" of "
-                                          "[[a, b], ...] varies the keys together")
-    search: dict[str, Distribution] = Field(default_factory=dict,
-                                            description="what Optuna samples: {config key: distribution}")
+        default_factory=dict,
+        description='cartesian axes, {config key: [values]}; an axis "key_a,key_b" of '
+        "[[a, b], ...] varies the keys together",
+    )
+    search: dict[str, Distribution] = Field(
+        default_factory=dict, description="what Optuna samples: {config key: distribution}"
+    )
     start: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, strict=False,
+        default_factory=dict,
+        strict=False,
         description="named starting points tried first, in order: {name: {config key: value}}; each trains all its "
-                    "epochs (the scheduler never stops it) and counts toward trials")
+        "epochs (the scheduler never stops it) and counts toward trials",
+    )
     objectives: Annotated[tuple[Objective, ...], BeforeValidator(listed)] = Field(
-        default=(DEFAULT_OBJECTIVE,), alias="objective", min_length=1, strict=False,
-        description="what the search optimizes: one objective, or a list of them for a Pareto front")
+        default=(DEFAULT_OBJECTIVE,),
+        alias="objective",
+        min_length=1,
+        strict=False,
+        description="what the search optimizes: one objective, or a list of them for a Pareto front",
+    )
     constraints: tuple[Constraint, ...] | None = Field(
-        default=None, strict=False,
+        default=None,
+        strict=False,
         description="bounds a trial must meet to count, for example [{metric: val_token_accuracy, at_least: 0.9}]: "
-                    "the best trial and the Pareto front are chosen among the trials that meet them, and the "
-                    "sampler (TPE, NSGA-II or GP) proposes with them in mind")
-    trials: TrialsSection = Field(default=TrialsSection(per_cell=1), description="how many trials: per grid cell, or in all")
-    sampler: SamplerSection = Field(default=SamplerSection(), description="who proposes the trials, with its settings pinned "
-                                                              "here rather than left to the installed Optuna's")
+        "the best trial and the Pareto front are chosen among the trials that meet them, and the "
+        "sampler (TPE, NSGA-II or GP) proposes with them in mind",
+    )
+    trials: TrialsSection = Field(
+        default=TrialsSection(per_cell=1), description="how many trials: per grid cell, or in all"
+    )
+    sampler: SamplerSection = Field(
+        default=SamplerSection(),
+        description="who proposes the trials, with its settings pinned here rather than left to the installed Optuna's",
+    )
     scheduler: SchedulerSection = Field(default=SchedulerSection(), description="who stops trials early")
     resources: ResourcesSection = Field(default=ResourcesSection(), description="what each trial gets from Ray")
-    max_concurrent: int = Field(default=1, gt=0, description="trials running at once; `seqae sweep set` changes it "
-                                                             "while the sweep runs")
+    max_concurrent: int = Field(
+        default=1, gt=0, description="trials running at once; `seqae sweep set` changes it while the sweep runs"
+    )
     priority: int | None = Field(
-        default=None, description="the sweep's priority for the cluster's trial slots (default 0): a higher one's "
-                                  "trials are placed first, and take slots from lower ones at their next "
-                                  "validation; `seqae sweep priority` changes it while the sweep runs")
+        default=None,
+        description="the sweep's priority for the cluster's trial slots (default 0): a higher one's "
+        "trials are placed first, and take slots from lower ones at their next "
+        "validation; `seqae sweep priority` changes it while the sweep runs",
+    )
     weight: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False,
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
         description="the sweep's weight among sweeps of its priority (default 1): their slots are divided in "
-                    "proportion to their weights, so a sweep of weight 3 holds three times the slots of one of "
-                    "weight 1 while both have trials to run")
-    retries: int = Field(default=0, ge=0, description="times a trial whose worker was lost starts again from its "
-                                                      "newest checkpoint (a diverging loss or a bad config is not "
-                                                      "retried: it would fail again)")
-    budget: BudgetSection | None = Field(default=None, description="once its trials have spent it, running trials stop at "
-                                                             "their epoch's end and no new one starts")
-    checkpoints: CheckpointsSection = Field(default=CheckpointsSection(), description="which ended trials keep their "
-                                                                          "checkpoints: what running trials need is "
-                                                                          "always kept")
-    notify: NotifySection | None = Field(default=None, description="who is told of a new best, a failure, a stop and the end")
+        "proportion to their weights, so a sweep of weight 3 holds three times the slots of one of "
+        "weight 1 while both have trials to run",
+    )
+    retries: int = Field(
+        default=0,
+        ge=0,
+        description="times a trial whose worker was lost starts again from its "
+        "newest checkpoint (a diverging loss or a bad config is not "
+        "retried: it would fail again)",
+    )
+    budget: BudgetSection | None = Field(
+        default=None,
+        description="once its trials have spent it, running trials stop at their epoch's end and no new one starts",
+    )
+    checkpoints: CheckpointsSection = Field(
+        default=CheckpointsSection(),
+        description="which ended trials keep their checkpoints: what running trials need is always kept",
+    )
+    notify: NotifySection | None = Field(
+        default=None, description="who is told of a new best, a failure, a stop and the end"
+    )
     warm_start: WarmStartSection | None = Field(
-        default=None, description="transfer: the best configurations of earlier sweeps run first, as starting points "
-                                  "named SWEEP.tNUMBER (this sweep's fixed settings hold for them); resolved when the "
-                                  "sweep is created")
+        default=None,
+        description="transfer: the best configurations of earlier sweeps run first, as starting points "
+        "named SWEEP.tNUMBER (this sweep's fixed settings hold for them); resolved when the "
+        "sweep is created",
+    )
     profiles: dict[str, Any] | None = Field(
-        default=None, strict=False,
+        default=None,
+        strict=False,
         description="named blocks of overrides, {name: {description, config key: value, ...}}; `--profile NAME` "
-                    "applies one before any --set")
+        "applies one before any --set",
+    )
     profile: str | None = Field(default=None, description="the profile applied, if any (set by --profile)")
     _source: str = PrivateAttr(default="")
 
@@ -174,14 +211,17 @@ class SweepSpec(Section):
     def _starts(cls, value: Any, info: ValidationInfo) -> dict[str, dict[str, Any]]:
         source = source_of(info)
         if not isinstance(value or {}, dict):
-            raise ConfigError(f"{source}: start must map names to configurations, e.g. {{paper: {{model.block: paper}}}}")
+            raise ConfigError(
+                f"{source}: start must map names to configurations, e.g. {{paper: {{model.block: paper}}}}"
+            )
         starts = {}
         for name, point in (value or {}).items():
             if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
                 raise ConfigError(f"{source}: start: {name!r} is not a name (letters, digits, '_', '.', '-')")
             where = f"{source}: start.{name}"
-            starts[name] = {k: coerce(k, v, where) for k, v in flatten(mapping(point or {}, f"start.{name}", source),
-                                                                       where).items()}
+            starts[name] = {
+                k: coerce(k, v, where) for k, v in flatten(mapping(point or {}, f"start.{name}", source), where).items()
+            }
         return starts
 
     @model_validator(mode="after")
@@ -192,14 +232,18 @@ class SweepSpec(Section):
             raise ConfigError(f"{source}: a config key appears in two grid axes: {grid_keys}")
         both = sorted(set(grid_keys) & set(self.search))
         if both:
-            raise ConfigError(f"{source}: {both[0]} is in both grid and search; a key is either a grid axis or "
-                              "searched")
+            raise ConfigError(
+                f"{source}: {both[0]} is in both grid and search; a key is either a grid axis or searched"
+            )
         cells = math.prod(len(values) for values in self.grid.values())
         check_limit(f"{source}: grid with {cells:,} cells", cells, MAX_TRIALS)
         total, per_cell = self.trials.total or 0, self.trials.per_cell or 0
         check_limit(f"{source}: trials.total={total:,}", total, MAX_TRIALS)
-        check_limit(f"{source}: trials.per_cell={per_cell:,} x {cells:,} grid cells = {per_cell * cells:,} trials",
-                    per_cell * cells, MAX_TRIALS)
+        check_limit(
+            f"{source}: trials.per_cell={per_cell:,} x {cells:,} grid cells = {per_cell * cells:,} trials",
+            per_cell * cells,
+            MAX_TRIALS,
+        )
         check_limit(f"{source}: max_concurrent={self.max_concurrent:,}", self.max_concurrent, MAX_CONCURRENT)
         several = len(self.objectives)
         if len({o.metric for o in self.objectives}) != several:
@@ -207,22 +251,29 @@ class SweepSpec(Section):
         if several > 1 and any(o.target is not None for o in self.objectives):
             raise ConfigError(f"{source}: objective.target needs one objective; this sweep has {several}")
         if self.warm_start is not None and several > 1:
-            raise ConfigError(f"{source}: warm_start needs one objective (its sweeps' best trials); this sweep has "
-                              f"{several}")
+            raise ConfigError(
+                f"{source}: warm_start needs one objective (its sweeps' best trials); this sweep has {several}"
+            )
         if self.scheduler.type == "race" and several > 1:
-            raise ConfigError(f"{source}: scheduler.type='race' races one objective's best; this sweep has {several} "
-                              "(use type: asha, which ranks a rung by non-dominated sorting)")
+            raise ConfigError(
+                f"{source}: scheduler.type='race' races one objective's best; this sweep has {several} "
+                "(use type: asha, which ranks a rung by non-dominated sorting)"
+            )
         if self.constraints and self.sampler.type == "random":
-            raise ConfigError(f"{source}: constraints need a sampler that models them (tpe, nsga2 or gp); "
-                              "sampler.type='random' proposes without them")
+            raise ConfigError(
+                f"{source}: constraints need a sampler that models them (tpe, nsga2 or gp); "
+                "sampler.type='random' proposes without them"
+            )
         check_conditions(self.search, self.grid_keys(), source)
         _check_starts(self, source)
         _check_sampler(self, source)
         _check_fuse(self, source)
         if self.budget is not None and self.budget.unit != self.share[0]:
-            raise ConfigError(f"{source}: budget.{self.budget.unit}_hours, but trials are counted in "
-                              f"{self.share[0]}-hours here (resources.gpu={self.resources.gpu}); use "
-                              f"budget.{self.share[0]}_hours")
+            raise ConfigError(
+                f"{source}: budget.{self.budget.unit}_hours, but trials are counted in "
+                f"{self.share[0]}-hours here (resources.gpu={self.resources.gpu}); use "
+                f"budget.{self.share[0]}_hours"
+            )
         return self
 
     @property
@@ -286,31 +337,39 @@ class SweepSpec(Section):
         """What a user should know before this sweep runs, though it is valid."""
         notes = []
         if any(not config.data.test_fraction for config in cell_configs(self)):
-            notes.append("no test split (data.test_fraction is 0): every number is measured on the validation pages "
-                         "the search selects on, and is biased upward by that selection")
+            notes.append(
+                "no test split (data.test_fraction is 0): every number is measured on the validation pages "
+                "the search selects on, and is biased upward by that selection"
+            )
         sampled = self.planned_trials() - len(self.start)
         if self.search and self.sampler.models and sampled > 0:
             startup = self.sampler.n_startup_trials or 0
             if self.planned_trials() <= startup:
-                notes.append(f"{self.planned_trials()} trials, {startup} random start-up trials (sampler.n_startup_trials): "
-                             f"this is a random search, {str(self.sampler.type).upper()} proposes no trial; lower "
-                             "sampler.n_startup_trials or raise trials.total")
+                notes.append(
+                    f"{self.planned_trials()} trials, {startup} random start-up trials (sampler.n_startup_trials): "
+                    f"this is a random search, {str(self.sampler.type).upper()} proposes no trial; lower "
+                    "sampler.n_startup_trials or raise trials.total"
+                )
         if self.scheduler.type != "none":
             grace, factor = self.scheduler.grace_period, self.scheduler.reduction_factor
             epochs = max(config.train.epochs for config in cell_configs(self))
             rungs = self.scheduler.rungs(epochs)
             if len(rungs) < 2:
-                notes.append(f"{self.scheduler.label} decides {f'once, at epoch {rungs[0]}' if rungs else 'never'} of "
-                             f"{epochs} "
-                             f"(scheduler.grace_period {grace}, reduction_factor {factor}): a trial is stopped at most "
-                             f"once; train.epochs above {grace * factor} gives it a second rung")
+                notes.append(
+                    f"{self.scheduler.label} decides {f'once, at epoch {rungs[0]}' if rungs else 'never'} of "
+                    f"{epochs} "
+                    f"(scheduler.grace_period {grace}, reduction_factor {factor}): a trial is stopped at most "
+                    f"once; train.epochs above {grace * factor} gives it a second rung"
+                )
             below = [rung for rung in rungs if rung < 1]
             if below and any(config.train.validate_every is None for config in cell_configs(self)):
                 # Ray records a result at the highest rung it reached: validated once an epoch, a
                 # trial's first result (epoch 1) passes the rungs below it unrecorded
-                notes.append(f"{self.scheduler.label}'s rungs at {', '.join(map(str, below))} epochs decide nothing "
-                             "for trials that validate once an epoch: set train.validate_every to validate at "
-                             f"least every {min(below)} epoch")
+                notes.append(
+                    f"{self.scheduler.label}'s rungs at {', '.join(map(str, below))} epochs decide nothing "
+                    "for trials that validate once an epoch: set train.validate_every to validate at "
+                    f"least every {min(below)} epoch"
+                )
         return notes
 
     def planned_trials(self) -> int:
@@ -395,21 +454,18 @@ def check_trial_configs(spec: SweepSpec) -> None:
             except ConfigError as exc:
                 raise ConfigError(f"{exc} (with {where})") from None
             if config.train.head == "fused" and not spec.resources.gpu:  # else every trial would fail alone
-                raise ConfigError(f"{spec.source}: train.head=fused runs on CUDA only, and the trials get no GPU "
-                                  f"(resources.gpu=0; with {where}): set resources.gpu or train.head=auto")
+                raise ConfigError(
+                    f"{spec.source}: train.head=fused runs on CUDA only, and the trials get no GPU "
+                    f"(resources.gpu=0; with {where}): set resources.gpu or train.head=auto"
+                )
             if spec.resources.fuse > 1 and (config.train.repeats > 1 or config.train.compile == "on"):
-                key, value = (("train.repeats", config.train.repeats) if config.train.repeats > 1
-                              else ("train.compile", "on"))
-                raise ConfigError(f"{spec.source}: resources.fuse={spec.resources.fuse} trains each trial as one member "
-                                  f"of a pack, which {key}={value!r} cannot be (with {where}): set resources.fuse=1")
-
-
-
-
-
-
-
-
+                key, value = (
+                    ("train.repeats", config.train.repeats) if config.train.repeats > 1 else ("train.compile", "on")
+                )
+                raise ConfigError(
+                    f"{spec.source}: resources.fuse={spec.resources.fuse} trains each trial as one member "
+                    f"of a pack, which {key}={value!r} cannot be (with {where}): set resources.fuse=1"
+                )
 
 
 def _check_starts(spec: SweepSpec, source: str) -> None:
@@ -420,13 +476,14 @@ def _check_starts(spec: SweepSpec, source: str) -> None:
     if not spec.start:
         return
     if spec.grid:
-        raise ConfigError(f"{source}: start: a grid lists its configurations already; starting points go with "
-                          "search")
+        raise ConfigError(f"{source}: start: a grid lists its configurations already; starting points go with search")
     if not spec.search:
         raise ConfigError(f"{source}: start: starting points need a search to start")
     if len(spec.start) > spec.planned_trials():
-        raise ConfigError(f"{source}: start: {len(spec.start)} starting points, but the sweep plans "
-                          f"{spec.planned_trials()} trials; raise trials.total")
+        raise ConfigError(
+            f"{source}: start: {len(spec.start)} starting points, but the sweep plans "
+            f"{spec.planned_trials()} trials; raise trials.total"
+        )
     for name, point in spec.start.items():
         where = f"{source}: start.{name}"
         try:
@@ -436,8 +493,10 @@ def _check_starts(spec: SweepSpec, source: str) -> None:
         for key, value in params.items():
             if not spec.search[key].contains(value):
                 set_here = "its value" if key in point else "the base config's value (the point does not set it)"
-                raise ConfigError(f"{where}: {key}={value!r} ({set_here}) is outside search.{key}; a starting "
-                                  "point lies in the searched space")
+                raise ConfigError(
+                    f"{where}: {key}={value!r} ({set_here}) is outside search.{key}; a starting "
+                    "point lies in the searched space"
+                )
 
 
 def _check_fuse(spec: SweepSpec, source: str) -> None:
@@ -445,19 +504,24 @@ def _check_fuse(spec: SweepSpec, source: str) -> None:
     must search or grid one of them, or every pack would be one trial."""
     fuse = spec.resources.fuse
     if fuse > 1 and not any(k in FREE_KEYS for k in (*spec.search, *spec.grid_keys())):
-        raise ConfigError(f"{source}: resources.fuse={fuse} packs trials that differ only in {', '.join(FREE_KEYS)}; "
-                          "this sweep searches none of them, so every pack would hold one trial: search one, or set "
-                          "resources.fuse=1")
+        raise ConfigError(
+            f"{source}: resources.fuse={fuse} packs trials that differ only in {', '.join(FREE_KEYS)}; "
+            "this sweep searches none of them, so every pack would hold one trial: search one, or set "
+            "resources.fuse=1"
+        )
 
 
 def _check_sampler(spec: SweepSpec, source: str) -> None:
     if spec.sampler.type != "gp":
         return
-    categorical = next((k for k, d in spec.search.items() if d.type == "categorical"), None) or next(iter(spec.grid), None)
+    categorical = next((k for k, d in spec.search.items() if d.type == "categorical"), None) or next(
+        iter(spec.grid), None
+    )
     if categorical or any(d.when for d in spec.search.values()):
         why = f"{categorical} is categorical" if categorical else "it has conditions"
-        raise ConfigError(f"{source}: sampler.type='gp' models numeric spaces only; this one is not ({why}); use "
-                          "type: tpe")
+        raise ConfigError(
+            f"{source}: sampler.type='gp' models numeric spaces only; this one is not ({why}); use type: tpe"
+        )
 
 
 def diff(stored: SweepSpec, current: SweepSpec) -> str:

@@ -30,8 +30,11 @@ class TrialSpec:
         when the config could not be built."""
         if self.config is None:
             return dict(self.params)
-        return {**self.config.flat(), "model.latent_len": self.config.latent_len,
-                "model.latent_fraction": self.config.latent_fraction}
+        return {
+            **self.config.flat(),
+            "model.latent_len": self.config.latent_len,
+            "model.latent_fraction": self.config.latent_fraction,
+        }
 
 
 @dataclass(frozen=True)

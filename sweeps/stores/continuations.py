@@ -23,10 +23,16 @@ class Continuations(StudyTrials):
         """Reopen finished trial ``number`` to train on to ``epochs`` (`seqae sweep extend`): a new
         RUNNING record with its parameters and values per epoch takes its place."""
         old = self.storage.get_trial(self._trial_id(number))
-        trial_id = self.storage.create_new_trial(self.study_id, template_trial=optuna.trial.create_trial(
-            state=TrialState.RUNNING, params=old.params, distributions=old.distributions,
-            intermediate_values=old.intermediate_values,
-            user_attrs={**_carried(old.user_attrs), N.CONTINUES: number, N.EPOCHS: epochs}))
+        trial_id = self.storage.create_new_trial(
+            self.study_id,
+            template_trial=optuna.trial.create_trial(
+                state=TrialState.RUNNING,
+                params=old.params,
+                distributions=old.distributions,
+                intermediate_values=old.intermediate_values,
+                user_attrs={**_carried(old.user_attrs), N.CONTINUES: number, N.EPOCHS: epochs},
+            ),
+        )
         self._records[number] = self.storage.get_trial_number_from_id(trial_id)
 
     def epochs(self, number: int) -> int | None:
@@ -36,8 +42,11 @@ class Continuations(StudyTrials):
     def continuing(self) -> dict[int, int]:
         """The trials `seqae sweep extend` reopened that have not trained to their new limit yet,
         with that limit."""
-        return {t.number: t.user_attrs[N.EPOCHS] for t in self.trials()
-                if t.state == TrialState.RUNNING and N.EPOCHS in t.user_attrs}
+        return {
+            t.number: t.user_attrs[N.EPOCHS]
+            for t in self.trials()
+            if t.state == TrialState.RUNNING and N.EPOCHS in t.user_attrs
+        }
 
     def retry(self, number: int, epochs: dict[int, float] | None = None) -> int:
         """Train failed trial ``number`` again, with its parameters (`seqae sweep retry`): Optuna does
@@ -49,11 +58,21 @@ class Continuations(StudyTrials):
         if old.state != TrialState.FAIL:
             raise ConfigError(f"--trials: trial {number} is {old.state.name}; only failed trials are retried")
         attempt = attempts(old) + 1
-        trial_id = self.storage.create_new_trial(self.study_id, template_trial=optuna.trial.create_trial(
-            state=TrialState.RUNNING, params=old.params, distributions=old.distributions,
-            intermediate_values=epochs or {},
-            user_attrs={**{k: v for k, v in _carried(old.user_attrs).items() if k not in _OUTCOME_ATTRS},
-                        N.CONTINUES: number, N.RETRY_OF: self._records.get(number, number), N.ATTEMPT: attempt}))
+        trial_id = self.storage.create_new_trial(
+            self.study_id,
+            template_trial=optuna.trial.create_trial(
+                state=TrialState.RUNNING,
+                params=old.params,
+                distributions=old.distributions,
+                intermediate_values=epochs or {},
+                user_attrs={
+                    **{k: v for k, v in _carried(old.user_attrs).items() if k not in _OUTCOME_ATTRS},
+                    N.CONTINUES: number,
+                    N.RETRY_OF: self._records.get(number, number),
+                    N.ATTEMPT: attempt,
+                },
+            ),
+        )
         self._records[number] = self.storage.get_trial_number_from_id(trial_id)
         return attempt
 

@@ -45,7 +45,9 @@ class Control:
 
     def record(self) -> dict[str, Any]:
         """As the study keeps it (and ``seqae sweep status --json`` prints it)."""
-        return {f.name: list(v) if f.name == "log" else v for f in fields(self) if (v := getattr(self, f.name)) is not None}
+        return {
+            f.name: list(v) if f.name == "log" else v for f in fields(self) if (v := getattr(self, f.name)) is not None
+        }
 
 
 class ControlChannel(StudyTrials):
@@ -76,14 +78,18 @@ class ControlChannel(StudyTrials):
         driver reads it (:meth:`stops_asked`), wherever it runs. A trial that is not running is refused."""
         trial = self._own(number, "stop")
         if trial.state != TrialState.RUNNING:
-            raise ConfigError(f"--trial {number}: trial {number} is {trial.state.name}, not running; there is nothing "
-                              "to stop")
+            raise ConfigError(
+                f"--trial {number}: trial {number} is {trial.state.name}, not running; there is nothing to stop"
+            )
         self.storage.set_trial_user_attr(self._trial_id(number), N.STOP, request)
 
     def stops_asked(self) -> dict[int, dict[str, Any]]:
         """The running trials a user asked to stop (:meth:`ask_stop`), with each request."""
-        return {t.number: t.user_attrs[N.STOP] for t in self.trials()
-                if t.state == TrialState.RUNNING and N.STOP in t.user_attrs}
+        return {
+            t.number: t.user_attrs[N.STOP]
+            for t in self.trials()
+            if t.state == TrialState.RUNNING and N.STOP in t.user_attrs
+        }
 
     def stop_asked(self, number: int) -> dict[str, Any] | None:
         """The stop a user asked of running trial ``number`` (:meth:`ask_stop`), if any: one record read."""

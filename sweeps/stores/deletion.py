@@ -126,7 +126,9 @@ def delete(workspace: Workspace, name: str, *, models: bool = False, dry_run: bo
         if backends and backends.storage != str(folder):
             removed.append(_folder_part("checkpoints", backends.storage))
         if backends and (trials := _study_trials(backends.optuna_storage, name)) is not None:
-            removed.append(Part("Optuna study", redact(backends.optuna_storage), rows=trials, note=count(trials, "trial")))
+            removed.append(
+                Part("Optuna study", redact(backends.optuna_storage), rows=trials, note=count(trials, "trial"))
+            )
         if backends and _queue_row(backends.optuna_storage, name):
             removed.append(Part("queue row", redact(backends.optuna_storage), rows=1, note="its place in the queue"))
         if mlflow is not None and mlflow.experiment_id is not None:
@@ -137,10 +139,17 @@ def delete(workspace: Workspace, name: str, *, models: bool = False, dry_run: bo
         removed += [_folder_part("data-cache entry", str(e), note="no other sweep uses it") for e in entries]
         pending = ""
         if mlflow is not None and mlflow.experiment_id is not None and _served(mlflow.uri):
-            pending = (f"its MLflow rows stay marked deleted on {redact(mlflow.uri)} (its database is the server's) "
-                       "until the cluster's admin runs `seqae cluster gc`")
-        deletion = Deletion(name, dry_run, tuple(p for p in removed if p.files or p.rows or p.what == "workspace folder"),
-                            tuple(kept), pending)
+            pending = (
+                f"its MLflow rows stay marked deleted on {redact(mlflow.uri)} (its database is the server's) "
+                "until the cluster's admin runs `seqae cluster gc`"
+            )
+        deletion = Deletion(
+            name,
+            dry_run,
+            tuple(p for p in removed if p.files or p.rows or p.what == "workspace folder"),
+            tuple(kept),
+            pending,
+        )
         if dry_run:
             return deletion
         if backends is not None:
@@ -181,8 +190,10 @@ def _unless_driven(folder: Path, name: str, looking: bool) -> Iterator[None]:
     except Timeout:
         holder = lock_file.with_name("driver.lock.holder")
         who = holder.read_text().strip() if holder.exists() else "another process"
-        raise ConfigError(f"sweep {name!r} is running ({who}); stop it (`seqae sweep stop {name} --now`) and "
-                          "delete it once its driver has ended") from None
+        raise ConfigError(
+            f"sweep {name!r} is running ({who}); stop it (`seqae sweep stop {name} --now`) and "
+            "delete it once its driver has ended"
+        ) from None
     try:
         yield
     finally:
@@ -201,8 +212,10 @@ def _refuse_if_beating(backends: Backends | None, name: str) -> None:
     """A driver elsewhere (a submitted sweep's, on a cluster's head) beats in the queue."""
     entry = _queue_row(backends.optuna_storage, name) if backends else None
     if entry is not None and entry.ended is None and entry.live(time.time()):
-        raise ConfigError(f"sweep {name!r} is running (its driver on {entry.host}, pid {entry.pid}, beats in the "
-                          f"queue); stop it (`seqae sweep stop {name} --now`) and delete it once it has ended")
+        raise ConfigError(
+            f"sweep {name!r} is running (its driver on {entry.host}, pid {entry.pid}, beats in the "
+            f"queue); stop it (`seqae sweep stop {name} --now`) and delete it once it has ended"
+        )
 
 
 def _queue_row(url: str, name: str) -> Any:
@@ -217,7 +230,6 @@ def _study_trials(url: str, name: str) -> int | None:
 
 
 def _delete_study(url: str, name: str) -> None:
-
 
     if study_exists(url, name):
         optuna.delete_study(study_name=name, storage=storage(url))
@@ -269,7 +281,6 @@ def _client(uri: str) -> Any:
 
 def _find_mlflow(uri: str, name: str) -> _Mlflow:
 
-
     client, found = _client(uri), _Mlflow(uri)
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
@@ -279,7 +290,7 @@ def _find_mlflow(uri: str, name: str) -> _Mlflow:
     found.runs = list(all_runs(client, experiment.experiment_id, view=ViewType.ALL))
     ids = sorted(r.info.run_id for r in found.runs)
     for start in range(0, len(ids), PAGE):  # a filter of a page of ids at a time: a long sweep has many runs
-        listed = ", ".join(f"'{i}'" for i in ids[start:start + PAGE])
+        listed = ", ".join(f"'{i}'" for i in ids[start : start + PAGE])
         found.versions += client.search_model_versions(f"run_id IN ({listed})")
     found.logged_models = list(client.search_logged_models(experiment_ids=[experiment.experiment_id]))
     return found
@@ -290,7 +301,6 @@ def _artifacts(uri: str | None, tracking_uri: str) -> tuple[int, int]:
     ``mlflow-artifacts:/`` URI resolves against ``tracking_uri``)."""
     if not uri:
         return 0, 0
-
 
     with fluent_uri(tracking_uri):
         repo = get_artifact_repository(uri)
@@ -314,8 +324,11 @@ def _kept_models(found: _Mlflow, models: bool) -> set[str]:
     ``source`` is ``models:/<id>`` (its ``model_id``, which a search of versions leaves unset)."""
     if models:
         return set()
-    return {v.model_id or v.source.removeprefix("models:/") for v in found.versions
-            if v.model_id or v.source.startswith("models:/")}
+    return {
+        v.model_id or v.source.removeprefix("models:/")
+        for v in found.versions
+        if v.model_id or v.source.startswith("models:/")
+    }
 
 
 def _mlflow_parts(found: _Mlflow, models: bool) -> tuple[list[Part], list[Part]]:
@@ -324,25 +337,53 @@ def _mlflow_parts(found: _Mlflow, models: bool) -> tuple[list[Part], list[Part]]
     kept_models = _kept_models(found, models)
     gone_models = [m for m in found.logged_models if m.model_id not in kept_models]
     model_files = [_artifacts(m.artifact_location, found.uri) for m in gone_models]
-    removed = [Part("MLflow runs", where, rows=len(found.runs), files=sum(f for f, _ in run_files),
-                    bytes=sum(b for _, b in run_files), note=f"{count(len(found.runs), 'run')}, the parent too, "
-                                                             "with their artifacts")]
+    removed = [
+        Part(
+            "MLflow runs",
+            where,
+            rows=len(found.runs),
+            files=sum(f for f, _ in run_files),
+            bytes=sum(b for _, b in run_files),
+            note=f"{count(len(found.runs), 'run')}, the parent too, with their artifacts",
+        )
+    ]
     if gone_models:
-        removed.append(Part("MLflow logged models", where, rows=len(gone_models), files=sum(f for f, _ in model_files),
-                            bytes=sum(b for _, b in model_files), note=count(len(gone_models), "model")))
+        removed.append(
+            Part(
+                "MLflow logged models",
+                where,
+                rows=len(gone_models),
+                files=sum(f for f, _ in model_files),
+                bytes=sum(b for _, b in model_files),
+                note=count(len(gone_models), "model"),
+            )
+        )
     if models and found.versions:
-        removed.append(Part("registered model versions", where, rows=len(found.versions),
-                            note=", ".join(f"{v.name} version {v.version}" for v in found.versions)))
+        removed.append(
+            Part(
+                "registered model versions",
+                where,
+                rows=len(found.versions),
+                note=", ".join(f"{v.name} version {v.version}" for v in found.versions),
+            )
+        )
     if not kept_models:
         removed.append(Part("MLflow experiment", where, rows=1, note=f"experiment {found.experiment_id}"))
         return removed, []
     held = [m for m in found.logged_models if m.model_id in kept_models]
     held_files = [_artifacts(m.artifact_location, found.uri) for m in held]
-    return removed, [Part("registered model versions", where, rows=len(found.versions),
-                          files=sum(f for f, _ in held_files), bytes=sum(b for _, b in held_files),
-                          note=", ".join(f"{v.name} version {v.version}" for v in found.versions)
-                          + f", with the logged models they stand on, in experiment {found.experiment_id} "
-                            "(--models deletes them too)")]
+    return removed, [
+        Part(
+            "registered model versions",
+            where,
+            rows=len(found.versions),
+            files=sum(f for f, _ in held_files),
+            bytes=sum(b for _, b in held_files),
+            note=", ".join(f"{v.name} version {v.version}" for v in found.versions)
+            + f", with the logged models they stand on, in experiment {found.experiment_id} "
+            "(--models deletes them too)",
+        )
+    ]
 
 
 def _served(uri: str) -> bool:
@@ -376,10 +417,10 @@ def _delete_mlflow(found: _Mlflow, models: bool) -> None:
         # the server's database is its own: delete the artifacts through it (``mlflow-artifacts:/``
         # URIs resolve against the tracking URI), the rows stay marked deleted for `seqae cluster gc`
 
-
         with fluent_uri(found.uri):
-            for uri in [r.info.artifact_uri for r in found.runs] + [m.artifact_location for m in found.logged_models
-                                                                      if m.model_id in gone_models]:
+            for uri in [r.info.artifact_uri for r in found.runs] + [
+                m.artifact_location for m in found.logged_models if m.model_id in gone_models
+            ]:
                 get_artifact_repository(uri).delete_artifacts()
         return
     _gc(found.uri, [r.info.run_id for r in found.runs], gone_models, [found.experiment_id] if whole else [])
@@ -388,8 +429,9 @@ def _delete_mlflow(found: _Mlflow, models: bool) -> None:
         _remove_empty(found.experiment_location)
 
 
-def _gc(uri: str, runs: list[str], logged_models: list[str], experiments: list[str], tracking: str | None = None
-        ) -> None:
+def _gc(
+    uri: str, runs: list[str], logged_models: list[str], experiments: list[str], tracking: str | None = None
+) -> None:
     """``mlflow gc`` on the store at ``uri`` for exactly these runs, logged models and experiments
     (each already marked deleted): their artifacts, resolved against ``tracking`` (default: ``uri``;
     a server's ``mlflow-artifacts:/`` URIs need the server's), then their rows. Through the body of
@@ -398,11 +440,17 @@ def _gc(uri: str, runs: list[str], logged_models: list[str], experiments: list[s
     with the experiments' runs: it gets a copy). Its lines (one per thing) are not the
     user's: the caller says what went."""
 
-
     with fluent_uri(tracking or uri), contextlib.redirect_stdout(io.StringIO()):
-        _gc_tracking_resources(_client(uri)._tracking_client.store, run_ids=list(runs), experiment_ids=experiments,
-                               logged_model_ids=logged_models, older_than=None, time_delta=0,
-                               skip_experiments=not experiments, skip_logged_models=False)
+        _gc_tracking_resources(
+            _client(uri)._tracking_client.store,
+            run_ids=list(runs),
+            experiment_ids=experiments,
+            logged_model_ids=logged_models,
+            older_than=None,
+            time_delta=0,
+            skip_experiments=not experiments,
+            skip_logged_models=False,
+        )
 
 
 def _purge_links(uri: str, run_ids: list[str]) -> None:
@@ -416,9 +464,10 @@ def _purge_links(uri: str, run_ids: list[str]) -> None:
     try:
         with engine.begin() as db:
             for start in range(0, len(run_ids), PAGE):
-                ids = run_ids[start:start + PAGE]
+                ids = run_ids[start : start + PAGE]
                 linked = sa.select(inputs.c.input_uuid).where(
-                    sa.or_(inputs.c.destination_id.in_(ids), inputs.c.source_id.in_(ids)))
+                    sa.or_(inputs.c.destination_id.in_(ids), inputs.c.source_id.in_(ids))
+                )
                 db.execute(sa.delete(tags).where(tags.c.input_uuid.in_(linked)))
                 db.execute(sa.delete(inputs).where(inputs.c.input_uuid.in_(linked)))
     finally:
@@ -455,15 +504,19 @@ def purge_marked(backend_uri: str, tracking_uri: str) -> Purged:
     marked: dict[str, Any] = {}  # by id: a page of MLflow's search may repeat an experiment
     token = None
     while True:
-        page = client.search_experiments(view_type=ViewType.ALL, filter_string=f"tags.`{N.DELETED}` = 'true'",
-                                         page_token=token)
+        page = client.search_experiments(
+            view_type=ViewType.ALL, filter_string=f"tags.`{N.DELETED}` = 'true'", page_token=token
+        )
         marked |= {e.experiment_id: e for e in page}
         if not (token := page.token):
             break
     runs = sorted({r.info.run_id for e in marked for r in all_runs(client, e, view=ViewType.DELETED_ONLY)})
     store = client._tracking_client.store
-    models = sorted(m for m in store._get_deleted_logged_models()
-                    if store.get_logged_model(m, allow_deleted=True).experiment_id in marked)
+    models = sorted(
+        m
+        for m in store._get_deleted_logged_models()
+        if store.get_logged_model(m, allow_deleted=True).experiment_id in marked
+    )
     experiments = sorted(e for e, experiment in marked.items() if experiment.lifecycle_stage == "deleted")
     if runs or models or experiments:
         _gc(backend_uri, runs, models, experiments, tracking=tracking_uri)

@@ -48,12 +48,23 @@ class Forks(StudyTrials):
                 continue
             new = build(trial_layers(self.spec.source, self.spec.base, params)).flat()
             dropped = [f"{k}={v!r} (now {new[k]!r})" for k, v in values.items() if k not in space and new[k] != v]
-            self.study.add_trial(optuna.trial.create_trial(
-                params=self.spec.recorded(params), distributions={k: optuna_distribution(space[k]) for k in params}, values=trial.values,
-                intermediate_values=trial.intermediate_values,
-                # a starting point seeded from the origin is not tried again; its test scores, seeds and
-                # epochs trained stay beside its values
-                user_attrs={N.FORKED: f"{origin.study.study_name}#{trial.number}",
-                            **{a: trial.user_attrs[a] for a in (N.START, N.TEST, N.SEEDS, N.TRAINED) if a in trial.user_attrs}}))
+            self.study.add_trial(
+                optuna.trial.create_trial(
+                    params=self.spec.recorded(params),
+                    distributions={k: optuna_distribution(space[k]) for k in params},
+                    values=trial.values,
+                    intermediate_values=trial.intermediate_values,
+                    # a starting point seeded from the origin is not tried again; its test scores, seeds and
+                    # epochs trained stay beside its values
+                    user_attrs={
+                        N.FORKED: f"{origin.study.study_name}#{trial.number}",
+                        **{
+                            a: trial.user_attrs[a]
+                            for a in (N.START, N.TEST, N.SEEDS, N.TRAINED)
+                            if a in trial.user_attrs
+                        },
+                    },
+                )
+            )
             notes.append(f"trial {trial.number}: seeded" + (f"; dropped {', '.join(dropped)}" if dropped else ""))
         return notes

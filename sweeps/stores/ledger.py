@@ -69,8 +69,14 @@ def resource_seconds(share: float, progress: TrialProgress | None) -> float:
     return share * sum(float(h[M.EPOCH_SECONDS]) for h in (progress.history if progress else []))
 
 
-def decide(progress: TrialProgress | None, error: bool, epochs: int | None = None, budget_stopped: bool = False,
-           halted: bool = False, stopped: bool = False) -> Outcome:
+def decide(
+    progress: TrialProgress | None,
+    error: bool,
+    epochs: int | None = None,
+    budget_stopped: bool = False,
+    halted: bool = False,
+    stopped: bool = False,
+) -> Outcome:
     """How a trial ended when Tune lets go of it: an error or no epoch is a failure; records that
     say it finished (to ``epochs``, if `seqae sweep extend` raised its limit) make it complete, as
     does the budget's stop (nothing ranked it below another: the epoch it kept competes for the
@@ -128,8 +134,7 @@ def reconcile_study(study: SweepStudy, storage: str, lift_drain: bool = True) ->
         elif number in asked:  # `seqae sweep stop --trial` while no driver ran: it ends where it got to
             outcome = decide(progress, False, epochs, stopped=True)
             settle(study, number, outcome, progress)
-            notes.append(f"trial {number}: stopped by {asked[number].get('by', 'a user')}; recorded as "
-                         f"{outcome.label}")
+            notes.append(f"trial {number}: stopped by {asked[number].get('by', 'a user')}; recorded as {outcome.label}")
         elif epochs is None and not study.retried_fresh(number):  # `extend` and `retry` say what they reopened
             notes.append(f"trial {number}: was interrupted; it will continue from its checkpoint")
     return notes
@@ -144,10 +149,15 @@ def reconcile_runs(study: SweepStudy, tracker: Runs) -> list[str]:
     outage is done again whole. Returns a note per change."""
     notes = []
     for trial in study.trials():  # a retried trial's failed attempt keeps its own run (`seqae sweep retry`)
-        if N.ATTEMPT in trial.user_attrs and (retired := tracker.retire_attempt(
-                trial.number, int(trial.user_attrs[N.ATTEMPT]), study.trial_spec(trial.number).logged_params)):
-            notes.append(f"MLflow run of trial {trial.number}: attempt {trial.user_attrs[N.ATTEMPT]} in a new run; "
-                         f"the failed attempt's run {retired} keeps its error")
+        if N.ATTEMPT in trial.user_attrs and (
+            retired := tracker.retire_attempt(
+                trial.number, int(trial.user_attrs[N.ATTEMPT]), study.trial_spec(trial.number).logged_params
+            )
+        ):
+            notes.append(
+                f"MLflow run of trial {trial.number}: attempt {trial.user_attrs[N.ATTEMPT]} in a new run; "
+                f"the failed attempt's run {retired} keeps its error"
+            )
     outcomes = {t.number: Outcome(t.state.name) for t in study.trials()}
     runs = tracker.trial_runs()
     for number, run in runs.items():
@@ -157,11 +167,14 @@ def reconcile_runs(study: SweepStudy, tracker: Runs) -> list[str]:
             notes.append(f"MLflow run of trial {number}: its parameters logged")
         status, label = run.info.status, run.data.tags.get(N.OUTCOME)
         outcome = outcomes.get(number, Outcome.FAIL)  # a run without an Optuna trial never trained
-        if status == "RUNNING" or (outcome is not Outcome.RUNNING and (status, label) != (outcome.mlflow_status,
-                                                                                        outcome.label)):
+        if status == "RUNNING" or (
+            outcome is not Outcome.RUNNING and (status, label) != (outcome.mlflow_status, outcome.label)
+        ):
             tracker.trial_ended(number, outcome)
-            notes.append(f"MLflow run of trial {number} closed as {outcome.mlflow_status} ({outcome.label}"
-                         + (", until the trial continues)" if outcome is Outcome.RUNNING else ")"))
+            notes.append(
+                f"MLflow run of trial {number} closed as {outcome.mlflow_status} ({outcome.label}"
+                + (", until the trial continues)" if outcome is Outcome.RUNNING else ")")
+            )
     for number, outcome in outcomes.items():
         # A trial that ended while no driver could reach MLflow (a driver that died in an outage,
         # with the run's first writes still queued) has no run: open one, fill it from the records.
@@ -169,6 +182,7 @@ def reconcile_runs(study: SweepStudy, tracker: Runs) -> list[str]:
             spec = study.trial_spec(number)
             tracker.open_run(number, spec.logged_params, None if spec.config is None else spec.config.data, spec.start)
             tracker.trial_ended(number, outcome)
-            notes.append(f"MLflow run of trial {number} rebuilt from its records, as {outcome.mlflow_status} "
-                         f"({outcome.label})")
+            notes.append(
+                f"MLflow run of trial {number} rebuilt from its records, as {outcome.mlflow_status} ({outcome.label})"
+            )
     return notes

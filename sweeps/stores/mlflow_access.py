@@ -37,16 +37,21 @@ INVALID_HOST = "Invalid Host header - possible DNS rebinding attack detected"
 
 def find_sweep_run(client: MlflowClient, experiment_id: str) -> Run | None:
     """The sweep's parent run in its experiment (the first, if a killed driver left two)."""
-    found = client.search_runs([experiment_id], filter_string=f"tags.`{N.ROLE}` = '{N.ROLE_SWEEP}'",
-                               order_by=["attributes.start_time ASC"], max_results=1)
+    found = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{N.ROLE}` = '{N.ROLE_SWEEP}'",
+        order_by=["attributes.start_time ASC"],
+        max_results=1,
+    )
     return found[0] if found else None
 
 
 def unreachable(exc: BaseException) -> bool:
     """Whether a failed write may succeed later: the server or database is away, not a bug. A
     server that refuses the credentials is no outage: waiting would not change its answer."""
-    return isinstance(exc, (MlflowException, OSError, requests.RequestException, sqlalchemy.exc.OperationalError)) \
-        and not _refused(exc)
+    return isinstance(
+        exc, (MlflowException, OSError, requests.RequestException, sqlalchemy.exc.OperationalError)
+    ) and not _refused(exc)
 
 
 def _refused(exc: BaseException) -> bool:
@@ -76,9 +81,11 @@ def sign_in_as_job_user() -> None:
     owner = os.environ.get(USER, "")
     password = Path(folder) / owner
     if not owner or owner != password.name or not password.is_file():
-        raise ConfigError(f"this cluster has no MLflow account for {repr(owner) if owner else 'the submitting user'} "
-                          f"({USER}): its admin creates one with `seqae cluster add-user NAME`, and the user "
-                          "submits after sourcing the env.sh it writes")
+        raise ConfigError(
+            f"this cluster has no MLflow account for {repr(owner) if owner else 'the submitting user'} "
+            f"({USER}): its admin creates one with `seqae cluster add-user NAME`, and the user "
+            "submits after sourcing the env.sh it writes"
+        )
     os.environ["MLFLOW_TRACKING_USERNAME"] = owner
     os.environ["MLFLOW_TRACKING_PASSWORD"] = password.read_text().strip()
 

@@ -12,13 +12,15 @@ from mlflow.tracking import MlflowClient
 PAGE = 1000  # runs per search: MLflow's default page size
 
 
-def all_runs(client: MlflowClient, experiment_id: str, filter_string: str = "",
-             view: int = ViewType.ACTIVE_ONLY) -> Iterator[Run]:
+def all_runs(
+    client: MlflowClient, experiment_id: str, filter_string: str = "", view: int = ViewType.ACTIVE_ONLY
+) -> Iterator[Run]:
     """Every run of the experiment that matches ``filter_string`` (``view``: the deleted ones too, or only them)."""
     token = None
     while True:
-        page = client.search_runs([experiment_id], filter_string=filter_string, max_results=PAGE, page_token=token,
-                                  run_view_type=view)
+        page = client.search_runs(
+            [experiment_id], filter_string=filter_string, max_results=PAGE, page_token=token, run_view_type=view
+        )
         yield from page
         token = page.token
         if not token:

@@ -49,8 +49,11 @@ def outside(params: dict[str, Any], current: dict[str, Distribution]) -> list[st
 
 def notes(attrs: dict[str, Any], outside_trials: dict[int, list[str]]) -> list[str]:
     """What status and the report say of a narrowed space: each narrowing, and the trials outside."""
-    said = [f"search.{e['key']} narrowed in place to {_shown(Distribution.model_validate(e['to']))} "
-            f"({e['at']}, by {e['by']})" for e in attrs.get(NARROWED, {}).get("log", [])]
+    said = [
+        f"search.{e['key']} narrowed in place to {_shown(Distribution.model_validate(e['to']))} "
+        f"({e['at']}, by {e['by']})"
+        for e in attrs.get(NARROWED, {}).get("log", [])
+    ]
     if outside_trials:
         listed = ", ".join(f"{n} ({', '.join(keys)})" for n, keys in sorted(outside_trials.items()))
         count = "1 trial lies" if len(outside_trials) == 1 else f"{len(outside_trials)} trials lie"
@@ -68,35 +71,55 @@ def check(key: str, value: Any, original: dict[str, Distribution], now: dict[str
     Anything else, or a wider space, is refused in one line naming the key."""
     where = f"search.{key}"
     if key not in original:
-        raise ConfigError(f"{where}: the sweep does not search {key} (it searches "
-                          f"{', '.join(original) or 'nothing'}); a new key is a new sweep: `seqae sweep fork`")
+        raise ConfigError(
+            f"{where}: the sweep does not search {key} (it searches "
+            f"{', '.join(original) or 'nothing'}); a new key is a new sweep: `seqae sweep fork`"
+        )
     old = now[key]
     if isinstance(value, list):
-        value = ({"type": old.type, "choices": value} if old.type == "categorical"
-                 else {"type": old.type, "low": value[0], "high": value[-1]} if len(value) == 2 else None)
+        value = (
+            {"type": old.type, "choices": value}
+            if old.type == "categorical"
+            else {"type": old.type, "low": value[0], "high": value[-1]}
+            if len(value) == 2
+            else None
+        )
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}={value!r}: give the choices to keep ([a, b]), a range ([low, high]) or a "
-                          "distribution ({type: ..., low: ..., high: ...})")
-    value = {"type": old.type, **({"step": old.step} if old.step else {}), **({"log": True} if old.log else {}),
-             **({"when": {k: list(v) for k, v in old.when.items()}} if old.when else {}), **value}
+        raise ConfigError(
+            f"{where}={value!r}: give the choices to keep ([a, b]), a range ([low, high]) or a "
+            "distribution ({type: ..., low: ..., high: ...})"
+        )
+    value = {
+        "type": old.type,
+        **({"step": old.step} if old.step else {}),
+        **({"log": True} if old.log else {}),
+        **({"when": {k: list(v) for k, v in old.when.items()}} if old.when else {}),
+        **value,
+    }
     try:
         new = Distribution.model_validate(value)
     except ValueError as exc:
         raise ConfigError(f"{where}={value!r}: {str(exc).splitlines()[-1]}") from None
     fork = "; a wider or different space is a new sweep: `seqae sweep fork`"
     if (new.type, new.log, new.step or 1, new.when) != (old.type, old.log, old.step or 1, old.when):
-        raise ConfigError(f"{where}: only its range or choices may narrow (type, log, step and when stay {old.type}, "
-                          f"{old.log}, {old.step or 1}, {dict(old.when)}){fork}")
+        raise ConfigError(
+            f"{where}: only its range or choices may narrow (type, log, step and when stay {old.type}, "
+            f"{old.log}, {old.step or 1}, {dict(old.when)}){fork}"
+        )
     if new.type == "categorical":
         added = [c for c in new.choices if c not in old.choices]
         if added:
-            raise ConfigError(f"{where}: {added[0]!r} is not one of its choices {list(old.choices)}: choices are "
-                              f"removed, never added{fork}")
+            raise ConfigError(
+                f"{where}: {added[0]!r} is not one of its choices {list(old.choices)}: choices are "
+                f"removed, never added{fork}"
+            )
         return new
     assert new.low is not None and new.high is not None and old.low is not None and old.high is not None
     if new.low < old.low or new.high > old.high:
-        raise ConfigError(f"{where}: [{new.low:g}, {new.high:g}] is wider than its range [{old.low:g}, {old.high:g}]: "
-                          f"a range shrinks, never grows{fork}")
+        raise ConfigError(
+            f"{where}: [{new.low:g}, {new.high:g}] is wider than its range [{old.low:g}, {old.high:g}]: "
+            f"a range shrinks, never grows{fork}"
+        )
     if new.type == "int" and (new.low - old.low) % (old.step or 1):
         raise ConfigError(f"{where}: low={new.low:g} is not on its step {old.step} from {old.low:g}")
     return new
@@ -106,8 +129,10 @@ def record(attrs: dict[str, Any], key: str, new: Distribution, by: str, at: str)
     """The study's :data:`NARROWED` attribute with ``key`` narrowed to ``new``, logged."""
     kept = attrs.get(NARROWED, {})
     dump = new.model_dump()
-    return {"space": {**kept.get("space", {}), key: dump}, "log": [*kept.get("log", []), {"at": at, "by": by,
-                                                                                       "key": key, "to": dump}]}
+    return {
+        "space": {**kept.get("space", {}), key: dump},
+        "log": [*kept.get("log", []), {"at": at, "by": by, "key": key, "to": dump}],
+    }
 
 
 def suggested(dist: Distribution, original: Distribution) -> Distribution:
@@ -130,15 +155,17 @@ class Narrowed(optuna.samplers.BaseSampler):
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return self.base.infer_relative_search_space(study, trial)
 
-    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
         kept = self._kept(study)
         proposed = self.base.sample_relative(study, trial, search_space)
         # a value outside is left to sample_independent below, which keeps inside
         return {k: v for k, v in proposed.items() if k not in kept or v in kept[k]}
 
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
         kept = self._kept(study).get(param_name) if isinstance(param_distribution, CategoricalDistribution) else None
         if kept is None:
             return self.base.sample_independent(study, trial, param_name, param_distribution)
@@ -151,8 +178,7 @@ class Narrowed(optuna.samplers.BaseSampler):
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         self.base.before_trial(study, trial)
 
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: optuna.trial.TrialState,
-                    values: Any) -> None:
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: optuna.trial.TrialState, values: Any) -> None:
         self.base.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:

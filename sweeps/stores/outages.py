@@ -45,8 +45,13 @@ def first_line(error: BaseException) -> str:
     return lines[0][:200] if lines else type(error).__name__
 
 
-def patiently(retryable: Callable[[BaseException], bool], away: Callable[[tenacity.RetryCallState], None],
-              seconds: float | None = None, first_wait: float = FIRST_WAIT, max_wait: float = MAX_WAIT) -> tenacity.Retrying:
+def patiently(
+    retryable: Callable[[BaseException], bool],
+    away: Callable[[tenacity.RetryCallState], None],
+    seconds: float | None = None,
+    first_wait: float = FIRST_WAIT,
+    max_wait: float = MAX_WAIT,
+) -> tenacity.Retrying:
     """Retries while ``retryable(error)``, for ``seconds`` at most (None: until the service answers),
     calling ``away(state)`` before each wait. When the limit is reached, or the error is not an
     outage, the last error is raised as it was."""
@@ -54,13 +59,23 @@ def patiently(retryable: Callable[[BaseException], bool], away: Callable[[tenaci
         retry=tenacity.retry_if_exception(retryable),
         wait=tenacity.wait_exponential(multiplier=first_wait, min=first_wait, max=max_wait),
         stop=tenacity.stop_never if seconds is None else tenacity.stop_after_delay(seconds),
-        before_sleep=away, reraise=True)
+        before_sleep=away,
+        reraise=True,
+    )
 
 
-def waited_for(service: Service, what: str, call: Callable[[], T], retryable: Callable[[BaseException], bool],
-               log: logging.Logger, seconds: float, again: Callable[[], T] | None = None,
-               first_wait: float = FIRST_WAIT, max_wait: float = MAX_WAIT,
-               outages: list[float] | None = None) -> T:
+def waited_for(
+    service: Service,
+    what: str,
+    call: Callable[[], T],
+    retryable: Callable[[BaseException], bool],
+    log: logging.Logger,
+    seconds: float,
+    again: Callable[[], T] | None = None,
+    first_wait: float = FIRST_WAIT,
+    max_wait: float = MAX_WAIT,
+    outages: list[float] | None = None,
+) -> T:
     """``call()``, retried while ``retryable`` says its error is an outage of ``service``, for
     ``seconds`` at most; an attempt after a failed one runs ``again()`` instead when given (the
     failed attempt may have committed). It says once, on ``log``, that the service is away while
@@ -71,8 +86,13 @@ def waited_for(service: Service, what: str, call: Callable[[], T], retryable: Ca
     def away(state: tenacity.RetryCallState) -> None:
         if state.attempt_number == 1:
             error = state.outcome.exception() if state.outcome else None
-            log.warning("%s did not answer while %s (%s); retrying for up to %.0f s", service.where, what,
-                        first_line(error.__cause__ or error) if error else "?", seconds)
+            log.warning(
+                "%s did not answer while %s (%s); retrying for up to %.0f s",
+                service.where,
+                what,
+                first_line(error.__cause__ or error) if error else "?",
+                seconds,
+            )
 
     try:
         for attempt in patiently(retryable, away, seconds, first_wait, max_wait):
@@ -92,5 +112,6 @@ def waited_for(service: Service, what: str, call: Callable[[], T], retryable: Ca
         raise StorageUnreachable(
             f"{service.where} did not answer for {time.time() - started:.0f} s while {what} "
             f"({type(error).__name__}: {first_line(error)}); {service.check} "
-            "(SEQAE_STORAGE_RETRY_SECONDS sets how long seqae waits for it)") from exc
+            "(SEQAE_STORAGE_RETRY_SECONDS sets how long seqae waits for it)"
+        ) from exc
     raise AssertionError("tenacity stopped without raising")

@@ -43,14 +43,21 @@ def sampler(spec: SweepSpec, total: int, held: int = 0) -> optuna.samplers.BaseS
     if settings.type == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if settings.type == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(2, min(50, total // 3)),
-                                             constraints_func=bounds)
+        return optuna.samplers.NSGAIISampler(
+            seed=seed, population_size=max(2, min(50, total // 3)), constraints_func=bounds
+        )
     if settings.type == "gp":
-        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=settings.n_startup_trials or 0,
-                                         constraints_func=bounds)
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=settings.n_startup_trials or 0,
-                                      multivariate=bool(settings.multivariate), group=bool(settings.group),
-                                      constant_liar=bool(settings.constant_liar), constraints_func=bounds)
+        return optuna.samplers.GPSampler(
+            seed=seed, n_startup_trials=settings.n_startup_trials or 0, constraints_func=bounds
+        )
+    return optuna.samplers.TPESampler(
+        seed=seed,
+        n_startup_trials=settings.n_startup_trials or 0,
+        multivariate=bool(settings.multivariate),
+        group=bool(settings.group),
+        constant_liar=bool(settings.constant_liar),
+        constraints_func=bounds,
+    )
 
 
 def shaped_like(base: optuna.samplers.BaseSampler, params: dict[str, Any]) -> optuna.samplers.BaseSampler:
@@ -68,8 +75,7 @@ def violations(count: int, trial: optuna.trial.FrozenTrial) -> list[float]:
 class Proposals(StudyTrials):
     """The trials a driver asks for: interrupted ones to continue, new ones while the total lasts."""
 
-    def __init__(self, spec: SweepSpec, study: optuna.Study, backend: optuna.storages.BaseStorage,
-                 total: int) -> None:
+    def __init__(self, spec: SweepSpec, study: optuna.Study, backend: optuna.storages.BaseStorage, total: int) -> None:
         super().__init__(spec, study, backend, total)
         self._issued: set[int] = set()
         self._deferred: list[TrialSpec] = []  # asked for a pack it could not join (next_pack): the next trial
@@ -139,8 +145,9 @@ class Proposals(StudyTrials):
 
     def _propose_like(self, first: dict[str, Any]) -> TrialSpec:
         """A new trial of the shape of the one whose values are ``first`` (see :meth:`next_pack`)."""
-        cells = [cell for cell in self.spec.cells()
-                 if all(first[k] == v for k, v in cell.items() if k not in FREE_KEYS)]
+        cells = [
+            cell for cell in self.spec.cells() if all(first[k] == v for k, v in cell.items() if k not in FREE_KEYS)
+        ]
         if cells != [{}]:
             self.study.enqueue_trial(self._emptiest_cell(self.trials(), cells))
         base = self.study.sampler
@@ -196,11 +203,18 @@ class Proposals(StudyTrials):
 
     def _spec_of(self, trial: optuna.trial.FrozenTrial, params: dict[str, Any], continued: bool = False) -> TrialSpec:
         """Trial ``trial`` with ``params``, at the epochs and starting point it recorded."""
-        return self._spec(trial.number, params, continued, epochs=trial.user_attrs.get(N.EPOCHS),
-                          start=trial.user_attrs.get(N.START))
+        return self._spec(
+            trial.number, params, continued, epochs=trial.user_attrs.get(N.EPOCHS), start=trial.user_attrs.get(N.START)
+        )
 
-    def _spec(self, number: int, params: dict[str, Any], continued: bool = False,
-              epochs: int | None = None, start: str | None = None) -> TrialSpec:
+    def _spec(
+        self,
+        number: int,
+        params: dict[str, Any],
+        continued: bool = False,
+        epochs: int | None = None,
+        start: str | None = None,
+    ) -> TrialSpec:
         limit = {"train.epochs": epochs} if epochs else {}  # raised by `seqae sweep extend`
         point = self.spec.start.get(start or "", {})  # a starting point's keys the search does not sample
         try:
@@ -219,8 +233,9 @@ class Proposals(StudyTrials):
             started.append(trial.number)
         return started
 
-    def _emptiest_cell(self, trials: list[optuna.trial.FrozenTrial],
-                       cells: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def _emptiest_cell(
+        self, trials: list[optuna.trial.FrozenTrial], cells: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
         """The one of ``cells`` (default: the grid's) the fewest ``trials`` have trained."""
         cells = self.spec.cells() if cells is None else cells
         if cells == [{}]:
@@ -248,8 +263,9 @@ class Proposals(StudyTrials):
         next proposal on, and log it."""
         attrs = self.storage.get_study_user_attrs(self.study_id)
         new = narrowing.check(key, value, self.spec.search, narrowing.space(self.spec.search, attrs))
-        self.storage.set_study_user_attr(self.study_id, narrowing.NARROWED,
-                                         narrowing.record(attrs, key, new, by, time.strftime("%Y-%m-%d %H:%M:%S")))
+        self.storage.set_study_user_attr(
+            self.study_id, narrowing.NARROWED, narrowing.record(attrs, key, new, by, time.strftime("%Y-%m-%d %H:%M:%S"))
+        )
         return new
 
     def outside(self) -> dict[int, list[str]]:

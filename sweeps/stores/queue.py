@@ -33,7 +33,8 @@ QUEUED, RUNNING, PREEMPTED, DONE, STOPPED = "queued", "running", "preempted", "d
 
 _META = sa.MetaData()
 _SWEEPS = sa.Table(
-    "seqae_queue", _META,
+    "seqae_queue",
+    _META,
     sa.Column("sweep", sa.String(512), primary_key=True),  # the Optuna study's name
     sa.Column("user", sa.String(256), nullable=False),
     sa.Column("priority", sa.Integer, nullable=False),
@@ -57,7 +58,8 @@ _SWEEPS = sa.Table(
     sa.Column("eta_end", sa.Float),  # when its driver last expected it to end (seconds since the epoch); None: unknown
 )
 _QUOTAS = sa.Table(
-    "seqae_quotas", _META,
+    "seqae_quotas",
+    _META,
     sa.Column("user", sa.String(256), primary_key=True),
     sa.Column("cpus", sa.Float),
     sa.Column("gpus", sa.Float),
@@ -93,8 +95,11 @@ class Entry:
     def live(self, now: float) -> bool:
         """Whether its driver runs: it has not ended, beat lately, and (seen from its own host) its
         process is alive: a driver killed here frees its slots at once, not a minute later."""
-        return self.ended is None and now - self.heartbeat < STALE_SECONDS and not (
-            self.host == socket.gethostname() and not _alive(self.pid))
+        return (
+            self.ended is None
+            and now - self.heartbeat < STALE_SECONDS
+            and not (self.host == socket.gethostname() and not _alive(self.pid))
+        )
 
     def claim(self) -> Claim:
         return Claim(self.sweep, self.user, self.priority, self.demand, self.cpus, self.gpus, self.weight, self.arrived)
@@ -124,8 +129,11 @@ class Place:
 def _engine_kwargs(url: str) -> dict[str, Any]:
     # as the Optuna storage connects (sweeps.stores.study_storage.open_storage)
     # a server that does not answer costs a heartbeat a few seconds, never Tune's loop a minute
-    return {"connect_args": {"timeout": 60}} if url.startswith("sqlite:") else {
-        "pool_pre_ping": True, "connect_args": {"connect_timeout": 5}}
+    return (
+        {"connect_args": {"timeout": 60}}
+        if url.startswith("sqlite:")
+        else {"pool_pre_ping": True, "connect_args": {"connect_timeout": 5}}
+    )
 
 
 @functools.cache
@@ -212,8 +220,9 @@ class Queue:
             raise ConfigError(f"sweep {sweep!r} is not in the cluster's queue (it has not started on this database)")
         who = actor()
         if who not in (entry.user, ADMIN):
-            raise ConfigError(f"sweep {sweep!r} belongs to {entry.user}; {who} may not change its priority "
-                              "(an MLflow admin may)")
+            raise ConfigError(
+                f"sweep {sweep!r} belongs to {entry.user}; {who} may not change its priority (an MLflow admin may)"
+            )
         with self.engine.begin() as db:
             db.execute(sa.update(_SWEEPS).where(_SWEEPS.c.sweep == sweep).values(priority=priority))
         return replace(entry, priority=priority)
@@ -240,17 +249,35 @@ class Queue:
         """Every sweep on the database, the running ones first by priority, then the ended ones."""
         entries, now = self.entries(), time.time()
         shares, quotas = self.shares(entries, now), self.quotas()
-        in_line = sorted((e for e in entries if e.live(now) and e.training == 0 and e.demand > 0),
-                         key=lambda e: (-e.priority, e.arrived))
+        in_line = sorted(
+            (e for e in entries if e.live(now) and e.training == 0 and e.demand > 0),
+            key=lambda e: (-e.priority, e.arrived),
+        )
         places = []
         for e in sorted(entries, key=lambda e: (not e.live(now), -e.priority, e.arrived)):
             share = shares.get(e.sweep, Share(0))
             eta = max(0.0, e.eta_end - now) if e.eta_end is not None and e.live(now) else None
             # a sweep whose driver died (or whose cluster went down) holds nothing: its last beat's counts are gone
             training, waiting, paused = (e.training, e.waiting, e.paused) if e.live(now) else (0, 0, 0)
-            places.append(Place(e.sweep, e.user, e.priority, state(e, now), training, share.slots, share.why,
-                                quotas.get(e.user, Quota()), e.done, e.total, waiting, paused,
-                                in_line.index(e) + 1 if e in in_line else None, e.weight, eta))
+            places.append(
+                Place(
+                    e.sweep,
+                    e.user,
+                    e.priority,
+                    state(e, now),
+                    training,
+                    share.slots,
+                    share.why,
+                    quotas.get(e.user, Quota()),
+                    e.done,
+                    e.total,
+                    waiting,
+                    paused,
+                    in_line.index(e) + 1 if e in in_line else None,
+                    e.weight,
+                    eta,
+                )
+            )
         return places
 
 

@@ -73,8 +73,12 @@ class Retention:
         if not self.released:
             return None
         best = "the best trial" if self.keep == 1 else f"the {self.keep} best trials"
-        kept = (f"the Pareto front's {len(self.kept)} trials" if self.study.spec.multi_objective
-                else f"{best} (checkpoints.keep_best={self.keep})")
+        kept = (
+            f"the Pareto front's {len(self.kept)} trials"
+            if self.study.spec.multi_objective
+            else f"{best} (checkpoints.keep_best={self.keep})"
+        )
         trials = "trial" if self.released == 1 else "trials"
-        return (f"checkpoints kept for {kept}; released for {self.released} ended {trials}, "
-                f"{self.freed / 1e6:.1f} MB freed")
+        return (
+            f"checkpoints kept for {kept}; released for {self.released} ended {trials}, {self.freed / 1e6:.1f} MB freed"
+        )

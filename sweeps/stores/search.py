@@ -62,8 +62,10 @@ def best_epoch_values(spec: SweepSpec, history: list[dict[str, Any]]) -> list[fl
 
 
 def directions_of(spec: SweepSpec) -> list[optuna.study.StudyDirection]:
-    return [optuna.study.StudyDirection.MAXIMIZE if o.mode == "max" else optuna.study.StudyDirection.MINIMIZE
-            for o in spec.objectives]
+    return [
+        optuna.study.StudyDirection.MAXIMIZE if o.mode == "max" else optuna.study.StudyDirection.MINIMIZE
+        for o in spec.objectives
+    ]
 
 
 def read_only(spec: SweepSpec, url: str, name: str) -> SweepStudy:
@@ -89,8 +91,9 @@ def open_study(spec: SweepSpec, url: str, name: str, total: int, fingerprint: st
         study.set_user_attr(N.FINGERPRINT, fingerprint)
         study.set_metric_names([o.metric for o in spec.objectives])  # optuna-dashboard's and Optuna's plots' labels
     elif owner != fingerprint:
-        raise ConfigError(f"the Optuna study {name!r} belongs to another sweep (fingerprint {owner}); "
-                          "choose another --name")
+        raise ConfigError(
+            f"the Optuna study {name!r} belongs to another sweep (fingerprint {owner}); choose another --name"
+        )
     return SweepStudy(spec, study, backend, total)
 
 
@@ -117,8 +120,12 @@ class SweepStudy(Proposals, Continuations, ControlChannel, Forks):
         reported = trial.intermediate_values if trial is not None else {}
         for record in history if trial is not None else []:
             if M.result_number(record) not in reported:
-                self.report(number, M.result_number(record), float(record[self.spec.objectives[0].metric]),
-                            float(record[M.EPOCH]))
+                self.report(
+                    number,
+                    M.result_number(record),
+                    float(record[self.spec.objectives[0].metric]),
+                    float(record[M.EPOCH]),
+                )
         self.study.tell(self._records.get(number, number), best_epoch_values(self.spec, history), skip_if_finished=True)
 
     def note_kept(self, number: int, history: list[dict[str, Any]]) -> None:
@@ -128,9 +135,11 @@ class SweepStudy(Proposals, Continuations, ControlChannel, Forks):
         if not history or self._running(number) is None:
             return
         kept = kept_record(history)
-        for attr, values in ((N.TEST, {k: kept[k] for k in M.TEST_METRICS if k in kept}),
-                             (N.SEEDS, {k: v for k, v in kept.items() if M.is_spread(k)}),
-                             (N.CONSTRAINTS, self.spec.violations(kept))):
+        for attr, values in (
+            (N.TEST, {k: kept[k] for k in M.TEST_METRICS if k in kept}),
+            (N.SEEDS, {k: v for k, v in kept.items() if M.is_spread(k)}),
+            (N.CONSTRAINTS, self.spec.violations(kept)),
+        ):
             if values:
                 self.storage.set_trial_user_attr(self._trial_id(number), attr, values)
 
@@ -158,5 +167,7 @@ class SweepStudy(Proposals, Continuations, ControlChannel, Forks):
         """The complete trials of a single-objective sweep that meet its constraints, best first
         (the lower number first on a tie); ``trials`` as for ``best``."""
         sign = 1.0 if self.spec.objectives[0].mode == "max" else -1.0
-        own = [t for t in (self.trials() if trials is None else trials) if t.state == TrialState.COMPLETE and feasible(t)]
+        own = [
+            t for t in (self.trials() if trials is None else trials) if t.state == TrialState.COMPLETE and feasible(t)
+        ]
         return sorted(own, key=lambda t: (-sign * t.values[0], t.number))

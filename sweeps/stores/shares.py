@@ -63,7 +63,9 @@ class Share:
     why: str | None = None
 
 
-def allocate(claims: Iterable[Claim], capacity: Capacity, quotas: Mapping[str, Quota] | None = None) -> dict[str, Share]:
+def allocate(
+    claims: Iterable[Claim], capacity: Capacity, quotas: Mapping[str, Quota] | None = None
+) -> dict[str, Share]:
     """Each claim's share, by its sweep: strict priority, then weighted fair share, within each
     sweep's demand, its user's quota and the cluster's capacity.
 
@@ -82,8 +84,9 @@ def allocate(claims: Iterable[Claim], capacity: Capacity, quotas: Mapping[str, Q
 
     def within_quota(c: Claim) -> bool:
         quota, used = quotas.get(c.user, Quota()), held.get(c.user, [0.0, 0.0])
-        return ((quota.cpus is None or used[0] + c.cpus <= quota.cpus + 1e-9)
-                and (quota.gpus is None or used[1] + c.gpus <= quota.gpus + 1e-9))
+        return (quota.cpus is None or used[0] + c.cpus <= quota.cpus + 1e-9) and (
+            quota.gpus is None or used[1] + c.gpus <= quota.gpus + 1e-9
+        )
 
     for priority in sorted({c.priority for c in claims}, reverse=True):
         group = [c for c in claims if c.priority == priority]

@@ -75,14 +75,21 @@ def transient(exc: BaseException) -> bool:
 class PatientStorage(BaseStorage):
     """Optuna's storage ``backend``, each call retried through an outage of the database at ``url``."""
 
-    def __init__(self, connect: Callable[[], BaseStorage], url: str, seconds: float | None = None,
-                 first_wait: float = FIRST_WAIT, max_wait: float = MAX_WAIT) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], BaseStorage],
+        url: str,
+        seconds: float | None = None,
+        first_wait: float = FIRST_WAIT,
+        max_wait: float = MAX_WAIT,
+    ) -> None:
         self.seconds = retry_seconds() if seconds is None else seconds
         self.first_wait, self.max_wait = first_wait, max_wait
         self.lost: StorageUnreachable | None = None  # set once the database stayed away past the limit
         self.outages: list[float] = []  # how long each outage this storage rode out lasted, in seconds
-        self.service = Service("the Optuna storage", f"the Optuna storage {redact(url)}",
-                               "check that its database is up and reachable")
+        self.service = Service(
+            "the Optuna storage", f"the Optuna storage {redact(url)}", "check that its database is up and reachable"
+        )
         self.backend = self._call("connecting", connect)
 
     def _call(self, what: str, call: Callable[[], T], again: Callable[[], T] | None = None) -> T:
@@ -92,8 +99,18 @@ class PatientStorage(BaseStorage):
         if self.lost is not None:
             raise self.lost
         try:
-            return waited_for(self.service, what, call, transient, log, self.seconds, again, self.first_wait,
-                              self.max_wait, self.outages)
+            return waited_for(
+                self.service,
+                what,
+                call,
+                transient,
+                log,
+                self.seconds,
+                again,
+                self.first_wait,
+                self.max_wait,
+                self.outages,
+            )
         except StorageUnreachable as lost:
             self.lost = lost
             raise
@@ -108,8 +125,9 @@ class PatientStorage(BaseStorage):
                     pass
             return self.backend.create_new_study(directions, study_name)
 
-        return self._call(f"creating study {study_name}", lambda: self.backend.create_new_study(directions, study_name),
-                          again)
+        return self._call(
+            f"creating study {study_name}", lambda: self.backend.create_new_study(directions, study_name), again
+        )
 
     def delete_study(self, study_id: int) -> None:
         def again() -> None:
@@ -143,13 +161,20 @@ class PatientStorage(BaseStorage):
         a creation that failed (up to five times), so a commit whose answer was lost leaves a second
         record with the same token: it is failed if it is still open, and :func:`duplicates` names
         it, for the sweep to pass over."""
-        records = [t for t in self.backend.get_all_trials(study_id, deepcopy=False) if t.system_attrs.get(N.CREATED) == token]
+        records = [
+            t for t in self.backend.get_all_trials(study_id, deepcopy=False) if t.system_attrs.get(N.CREATED) == token
+        ]
         for extra in records[1:]:
-            log.warning("Optuna created trial %d twice (a commit whose answer the database lost, retried); "
-                        "its second record, %d, is not a trial", records[0].number, extra.number)
+            log.warning(
+                "Optuna created trial %d twice (a commit whose answer the database lost, retried); "
+                "its second record, %d, is not a trial",
+                records[0].number,
+                extra.number,
+            )
             if not extra.state.is_finished():
                 self.backend.set_trial_state_values(
-                    self.backend.get_trial_id_from_study_id_trial_number(study_id, extra.number), TrialState.FAIL)
+                    self.backend.get_trial_id_from_study_id_trial_number(study_id, extra.number), TrialState.FAIL
+                )
         return self.backend.get_trial_id_from_study_id_trial_number(study_id, records[0].number) if records else None
 
     def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
@@ -159,8 +184,11 @@ class PatientStorage(BaseStorage):
                 return True  # the failed attempt set them
             return self.backend.set_trial_state_values(trial_id, state, values)
 
-        return self._call(f"setting trial {trial_id} {state.name}",
-                          lambda: self.backend.set_trial_state_values(trial_id, state, values), again)
+        return self._call(
+            f"setting trial {trial_id} {state.name}",
+            lambda: self.backend.set_trial_state_values(trial_id, state, values),
+            again,
+        )
 
     # -- the rest: reads and upserts, safe to repeat --------------------------------------------
     def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
@@ -187,30 +215,43 @@ class PatientStorage(BaseStorage):
     def get_all_studies(self) -> list[FrozenStudy]:
         return self._call("listing the studies", self.backend.get_all_studies)
 
-    def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
-                        distribution: optuna.distributions.BaseDistribution) -> None:
-        self._call(f"setting trial {trial_id}'s {param_name}", lambda: self.backend.set_trial_param(
-            trial_id, param_name, param_value_internal, distribution))
+    def set_trial_param(
+        self,
+        trial_id: int,
+        param_name: str,
+        param_value_internal: float,
+        distribution: optuna.distributions.BaseDistribution,
+    ) -> None:
+        self._call(
+            f"setting trial {trial_id}'s {param_name}",
+            lambda: self.backend.set_trial_param(trial_id, param_name, param_value_internal, distribution),
+        )
 
     def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
-        self._call(f"reporting trial {trial_id}'s step {step}",
-                   lambda: self.backend.set_trial_intermediate_value(trial_id, step, intermediate_value))
+        self._call(
+            f"reporting trial {trial_id}'s step {step}",
+            lambda: self.backend.set_trial_intermediate_value(trial_id, step, intermediate_value),
+        )
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
         self._call(f"setting trial {trial_id}'s {key}", lambda: self.backend.set_trial_user_attr(trial_id, key, value))
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
-        self._call(f"setting trial {trial_id}'s {key}", lambda: self.backend.set_trial_system_attr(trial_id, key, value))
+        self._call(
+            f"setting trial {trial_id}'s {key}", lambda: self.backend.set_trial_system_attr(trial_id, key, value)
+        )
 
     def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
-        return self._call("reading a trial",
-                          lambda: self.backend.get_trial_id_from_study_id_trial_number(study_id, trial_number))
+        return self._call(
+            "reading a trial", lambda: self.backend.get_trial_id_from_study_id_trial_number(study_id, trial_number)
+        )
 
     def get_trial(self, trial_id: int) -> FrozenTrial:
         return self._call("reading a trial", lambda: self.backend.get_trial(trial_id))
 
-    def get_all_trials(self, study_id: int, deepcopy: bool = True,
-                       states: Container[TrialState] | None = None) -> list[FrozenTrial]:
+    def get_all_trials(
+        self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
+    ) -> list[FrozenTrial]:
         return self._call("reading the trials", lambda: self.backend.get_all_trials(study_id, deepcopy, states))
 
     def get_best_trial(self, study_id: int) -> FrozenTrial:

@@ -36,12 +36,12 @@ FINAL = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 class StudyTrials:
     """Sweep ``spec``'s trials in Optuna ``study`` (kept in ``backend``), of the ``total`` it plans."""
 
-    def __init__(self, spec: SweepSpec, study: optuna.Study, backend: optuna.storages.BaseStorage,
-                 total: int) -> None:
+    def __init__(self, spec: SweepSpec, study: optuna.Study, backend: optuna.storages.BaseStorage, total: int) -> None:
         self.spec, self.study, self.storage, self.total = spec, study, backend, total
         self.study_id = backend.get_study_id_from_name(study.study_name)
-        self._records = {t.user_attrs[N.CONTINUES]: t.number for t in self._held()
-                         if N.CONTINUES in t.user_attrs}  # sweep trial -> its newest Optuna trial, if not itself
+        self._records = {
+            t.user_attrs[N.CONTINUES]: t.number for t in self._held() if N.CONTINUES in t.user_attrs
+        }  # sweep trial -> its newest Optuna trial, if not itself
 
     def _held(self) -> list[optuna.trial.FrozenTrial]:
         """Every record in the study, but a second record Optuna made of one trial (``duplicates``)."""
@@ -90,6 +90,8 @@ class StudyTrials:
         """Sweep trial ``number``'s newest record; a number the sweep has not is refused, naming it."""
         trial = next((t for t in self.trials() if t.number == number), None)
         if trial is None:
-            raise ConfigError(f"--trial{'s' if verb == 'retry' else ''} {number}: sweep {self.study.study_name!r} has "
-                              f"no trial {number} (its trials: 0 to {len(self.trials()) - 1})")
+            raise ConfigError(
+                f"--trial{'s' if verb == 'retry' else ''} {number}: sweep {self.study.study_name!r} has "
+                f"no trial {number} (its trials: 0 to {len(self.trials()) - 1})"
+            )
         return trial

@@ -55,19 +55,23 @@ WEIGHTS, CONFIG, TOKENIZER, TOKEN_IDS = "weights", "config", "tokenizer", "token
 # Each artifact's file (the tokenizer's a folder); a logged pyfunc model keeps them under ARTIFACTS.
 FILES = {WEIGHTS: "model.safetensors", CONFIG: "config.json", TOKENIZER: "tokenizer", TOKEN_IDS: "token_ids.json"}
 ARTIFACTS = "artifacts"
-INPUT_EXAMPLE = ["Paris is the capital and largest city of France.",
-                 "The river rises in the hills to the north and flows south through the valley into the sea."]
+INPUT_EXAMPLE = [
+    "Paris is the capital and largest city of France.",
+    "The river rises in the hills to the north and flows south through the valley into the sea.",
+]
 BATCH_TOKENS = {"cpu": 4096, "cuda": 65536}  # window tokens per forward pass; the head's logits dominate memory
 
 SIGNATURE = ModelSignature(
     inputs=Schema([ColSpec(DataType.string)]),  # a list of texts, or a DataFrame's text column
-    outputs=Schema([
-        ColSpec(DataType.string, "reconstruction"),
-        ColSpec(DataType.double, "token_accuracy"),
-        ColSpec(Array(DataType.string), "tokens"),
-        ColSpec(Array(DataType.string), "reconstructed_tokens"),
-        ColSpec(Array(Array(Array(DataType.float))), "latents"),
-    ]),
+    outputs=Schema(
+        [
+            ColSpec(DataType.string, "reconstruction"),
+            ColSpec(DataType.double, "token_accuracy"),
+            ColSpec(Array(DataType.string), "tokens"),
+            ColSpec(Array(DataType.string), "reconstructed_tokens"),
+            ColSpec(Array(Array(Array(DataType.float))), "latents"),
+        ]
+    ),
 )
 
 
@@ -81,8 +85,9 @@ def write_artifacts(folder: Path, saved: dict[str, Any], tokenizer: Any) -> dict
     save_model(model, str(paths[WEIGHTS]))  # the embedding and the head share one tensor: stored once
     paths[CONFIG].write_text(json.dumps(config.flat(), indent=1))
     tokenizer.save_pretrained(paths[TOKENIZER])
-    paths[TOKEN_IDS].write_text(json.dumps({"tokenizer": config.data.tokenizer,
-                                            "token_ids": [int(i) for i in saved["token_ids"]]}))
+    paths[TOKEN_IDS].write_text(
+        json.dumps({"tokenizer": config.data.tokenizer, "token_ids": [int(i) for i in saved["token_ids"]]})
+    )
     return {name: str(path) for name, path in paths.items()}
 
 
@@ -103,8 +108,11 @@ class TextAutoencoder(PythonModel):
         self.model_ids = np.full(len(self.tokenizer), -1, dtype=np.int64)
         self.model_ids[self.token_ids] = np.arange(len(self.token_ids))
         unk = self.tokenizer.unk_token_id
-        fallback = self.model_ids[unk] if unk is not None and self.model_ids[unk] >= 0 else \
-            self.model_ids[self.tokenizer.pad_token_id]
+        fallback = (
+            self.model_ids[unk]
+            if unk is not None and self.model_ids[unk] >= 0
+            else self.model_ids[self.tokenizer.pad_token_id]
+        )
         self.model_ids[self.model_ids < 0] = fallback
         self.device = pick_device(None)
         self.model = ReducingAutoencoder(self.config, len(self.token_ids)).to(self.device).eval()
@@ -115,15 +123,22 @@ class TextAutoencoder(PythonModel):
         # there) and hands this model one column: a list's texts (column 0), or a DataFrame's first.
         column = model_input.columns[0]
         if column not in (0, "text"):
-            raise ValueError(f"the texts go in as a list, or as a DataFrame's 'text' column, first (this model gets "
-                             f"a DataFrame's first column only); got column {column!r}")
+            raise ValueError(
+                f"the texts go in as a list, or as a DataFrame's 'text' column, first (this model gets "
+                f"a DataFrame's first column only); got column {column!r}"
+            )
         texts = model_input[column].tolist()
         n = self.config.data.input_len
         windows = corpus.window_tokens(self.tokenizer, texts, n) if texts else []  # tokenizer ids, per text
         rows, _ = corpus.pad_rows(windows, n, self.tokenizer.pad_token_id)  # (r, n), each text's rows in turn
         latents, predicted = self._run(self.model_ids[rows])  # (r, s, d), (r, n) in the tokenizer's ids
-        out: dict[str, list[Any]] = {"reconstruction": [], "token_accuracy": [], "tokens": [],
-                                     "reconstructed_tokens": [], "latents": []}
+        out: dict[str, list[Any]] = {
+            "reconstruction": [],
+            "token_accuracy": [],
+            "tokens": [],
+            "reconstructed_tokens": [],
+            "latents": [],
+        }
         start = 0
         for text_windows in windows:
             stop = start + len(text_windows)

@@ -61,8 +61,9 @@ from sweeps.stores.mlflow_runs import all_runs
 log = logging.getLogger(__name__)
 
 # A record's result number (its epoch's by default) is its MLflow step, not a metric of its own.
-LOGGED_METRICS = tuple(m for m in M.PER_EPOCH + M.CUDA_PER_EPOCH + M.PACK_PER_EPOCH + M.TEST_METRICS
-                       if m not in (M.EPOCH, M.VALIDATION))
+LOGGED_METRICS = tuple(
+    m for m in M.PER_EPOCH + M.CUDA_PER_EPOCH + M.PACK_PER_EPOCH + M.TEST_METRICS if m not in (M.EPOCH, M.VALIDATION)
+)
 # MLflow 3 keeps an experiment's kind in this tag, and its UI's kind selector writes this value
 # for model training. (MLflow 3.17's UI opens an experiment on the page of its own workflow type
 # instead, which a link picks with ?workflowType=machine_learning: dashboards.ui.runs_url.)
@@ -81,11 +82,23 @@ class _RunCache:
 class Tracker:
     """Synchronous MLflow operations of one sweep; :class:`sweeps.stores.writer.Writer` runs them off the driver's loop."""
 
-    def __init__(self, tracking_uri: str, sweep: str, storage: str, artifact_root: Path | None = None,
-                 share: tuple[str, float] = ("cpu", 1.0), entries: dict[DataConfig, Path] | None = None,
-                 source: dict[str, str] | None = None, diff: str = "", owner: str | None = None) -> None:
+    def __init__(
+        self,
+        tracking_uri: str,
+        sweep: str,
+        storage: str,
+        artifact_root: Path | None = None,
+        share: tuple[str, float] = ("cpu", 1.0),
+        entries: dict[DataConfig, Path] | None = None,
+        source: dict[str, str] | None = None,
+        diff: str = "",
+        owner: str | None = None,
+    ) -> None:
         self.uri, self.sweep, self.storage = tracking_uri, sweep, storage
-        self.source, self.diff = source or {}, diff  # sweeps.running.provenance: every run's tags, the uncommitted changes
+        self.source, self.diff = (
+            source or {},
+            diff,
+        )  # sweeps.running.provenance: every run's tags, the uncommitted changes
         # the user the sweep belongs to, on its experiment, runs and model (none: a sweep from before owners)
         self.owned = {N.OWNER: owner} if owner else {}
         self.share = share  # what a trial holds, as its cost counts it (SweepSpec.share)
@@ -98,21 +111,33 @@ class Tracker:
         self._stamps: dict[tuple[str, str, int], int] = {}
 
     # -- experiment and parent run ----------------------------------------------------------
-    def open(self, fingerprint: str, experiment_id: str | None, parent_run_id: str | None, params: dict[str, Any],
-             objective: tuple[str, str] = (M.VAL_TOKEN_ACCURACY, "max")) -> None:
+    def open(
+        self,
+        fingerprint: str,
+        experiment_id: str | None,
+        parent_run_id: str | None,
+        params: dict[str, Any],
+        objective: tuple[str, str] = (M.VAL_TOKEN_ACCURACY, "max"),
+    ) -> None:
         """Find or create the sweep's experiment and parent run (set RUNNING). The experiment is
         marked as model training, with ``objective`` (metric, mode) as its primary metric (which
         MLflow's run charts show first); an experiment of an older seqae gains the marks it lacks."""
         experiment = self.client.get_experiment_by_name(self.sweep)
         if experiment is not None and experiment.tags.get(N.FINGERPRINT) != fingerprint:
-            raise ConfigError(f"MLflow at {self.uri} already has an experiment named {self.sweep!r} that is not "
-                              "this sweep's; choose another --name")
-        marks = {EXPERIMENT_KIND: MODEL_TRAINING, MLFLOW_EXPERIMENT_PRIMARY_METRIC_NAME: objective[0],
-                 MLFLOW_EXPERIMENT_PRIMARY_METRIC_GREATER_IS_BETTER: str(objective[1] == "max")}
+            raise ConfigError(
+                f"MLflow at {self.uri} already has an experiment named {self.sweep!r} that is not "
+                "this sweep's; choose another --name"
+            )
+        marks = {
+            EXPERIMENT_KIND: MODEL_TRAINING,
+            MLFLOW_EXPERIMENT_PRIMARY_METRIC_NAME: objective[0],
+            MLFLOW_EXPERIMENT_PRIMARY_METRIC_GREATER_IS_BETTER: str(objective[1] == "max"),
+        }
         if experiment is None:
             location = None if self.artifact_root is None else (self.artifact_root / self.sweep).as_uri()
             self.experiment_id = self.client.create_experiment(
-                self.sweep, artifact_location=location,
+                self.sweep,
+                artifact_location=location,
                 tags={N.FINGERPRINT: fingerprint, N.SWEEP: self.sweep, **marks, **self.owned},
             )
         else:
@@ -122,11 +147,14 @@ class Tracker:
                 if key not in experiment.tags:
                     self.client.set_experiment_tag(self.experiment_id, key, value)
         if experiment_id is not None and experiment_id != self.experiment_id:
-            raise ConfigError(f"the MLflow experiment of sweep {self.sweep!r} changed id ({experiment_id} -> "
-                              f"{self.experiment_id}); was it deleted and recreated?")
+            raise ConfigError(
+                f"the MLflow experiment of sweep {self.sweep!r} changed id ({experiment_id} -> "
+                f"{self.experiment_id}); was it deleted and recreated?"
+            )
         if parent_run_id is None:  # a driver that died before recording its run left it, maybe without params
             run = find_sweep_run(self.client, self.experiment_id) or self.client.create_run(
-                self.experiment_id, run_name=self.sweep,
+                self.experiment_id,
+                run_name=self.sweep,
                 tags={N.SWEEP: self.sweep, N.ROLE: N.ROLE_SWEEP},
             )
             self.parent_run_id = run.info.run_id
@@ -168,9 +196,14 @@ class Tracker:
             raise KeyError(f"trial {number} has no MLflow run")
         else:
             run = self.client.create_run(
-                self._experiment, run_name=f"trial-{number:04d}",
-                tags={"mlflow.parentRunId": self.parent_run_id, N.SWEEP: self.sweep,
-                      N.TRIAL: str(number), N.OPTUNA_TRIAL: str(number)},
+                self._experiment,
+                run_name=f"trial-{number:04d}",
+                tags={
+                    "mlflow.parentRunId": self.parent_run_id,
+                    N.SWEEP: self.sweep,
+                    N.TRIAL: str(number),
+                    N.OPTUNA_TRIAL: str(number),
+                },
             )
             cache = _RunCache(run.info.run_id)
         if params is not None:
@@ -186,8 +219,9 @@ class Tracker:
         if missing:
             self.client.log_batch(run.info.run_id, params=missing)
 
-    def open_run(self, number: int, params: dict[str, Any], data: DataConfig | None = None,
-                 start: str | None = None) -> str:
+    def open_run(
+        self, number: int, params: dict[str, Any], data: DataConfig | None = None, start: str | None = None
+    ) -> str:
         """Open the trial's run (RUNNING), created if it has none, with the dataset it trains on,
         ``data``: MLflow keeps a dataset once per name and digest, and its input once per run, so a
         run reattached after a restart, or continued, still has one. A starting point's run is
@@ -202,8 +236,15 @@ class Tracker:
             self.client.log_inputs(run_id, datasets=[dataset_input(data, entry)])
         return run_id
 
-    def trial_started(self, number: int, params: dict[str, Any], tune_trial_id: str, continued: bool,
-                      data: DataConfig | None = None, start: str | None = None) -> None:
+    def trial_started(
+        self,
+        number: int,
+        params: dict[str, Any],
+        tune_trial_id: str,
+        continued: bool,
+        data: DataConfig | None = None,
+        start: str | None = None,
+    ) -> None:
         run_id = self.open_run(number, params, data, start)
         tags = {N.TUNE_TRIAL_ID: tune_trial_id}
         if continued:
@@ -231,10 +272,14 @@ class Tracker:
                 self.client.log_batch(cache.run_id, tags=tags)
             return
         now = self._stamp(cache.run_id, M.EPOCH, epoch)
-        points = [Metric(M.TRAIN_LOSS_STEPS, float(loss), now, int(step))
-                  for step, loss in record.get(M.TRAIN_LOSS_STEPS, []) if int(step) not in cache.logged_points]
-        own = _metrics(record, now) + [Metric(k, float(v), now, epoch) for k, v in record.items()
-                                  if k.startswith(M.SYSTEM_PREFIX)]
+        points = [
+            Metric(M.TRAIN_LOSS_STEPS, float(loss), now, int(step))
+            for step, loss in record.get(M.TRAIN_LOSS_STEPS, [])
+            if int(step) not in cache.logged_points
+        ]
+        own = _metrics(record, now) + [
+            Metric(k, float(v), now, epoch) for k, v in record.items() if k.startswith(M.SYSTEM_PREFIX)
+        ]
         while len(points) + len(own) + len(tags) > MAX_ENTITIES_PER_BATCH:  # a long epoch's curve first, in parts
             part, points = points[:MAX_ENTITIES_PER_BATCH], points[MAX_ENTITIES_PER_BATCH:]
             self.client.log_batch(cache.run_id, metrics=part)
@@ -273,24 +318,44 @@ class Tracker:
         status, error and code tags (each attempt's commit); the two runs name each other. Returns
         the retired run's id; None where the trial's run is that attempt's already. Each step looks
         before it writes: a driver killed between two of them leaves what the next one finishes."""
-        found = self.client.search_runs([self._experiment], filter_string=f"tags.`seqae.trial` = '{number}'",
-                                        max_results=1)
+        found = self.client.search_runs(
+            [self._experiment], filter_string=f"tags.`seqae.trial` = '{number}'", max_results=1
+        )
         if found and (found[0].data.tags.get(N.ATTEMPT, "1") == str(attempt) or found[0].info.status != "FAILED"):
             if found[0].data.tags.get(N.ATTEMPT) != str(attempt):  # created, then its driver died
                 self.client.set_tag(found[0].info.run_id, N.ATTEMPT, str(attempt))
             return None
-        old = found[0] if found else next(iter(self.client.search_runs(
-            [self._experiment], filter_string=f"tags.`{N.ATTEMPT_OF}` = '{number}'",
-            order_by=["attributes.start_time DESC"], max_results=1)), None)
+        old = (
+            found[0]
+            if found
+            else next(
+                iter(
+                    self.client.search_runs(
+                        [self._experiment],
+                        filter_string=f"tags.`{N.ATTEMPT_OF}` = '{number}'",
+                        order_by=["attributes.start_time DESC"],
+                        max_results=1,
+                    )
+                ),
+                None,
+            )
+        )
         if old is not None and found:
-            self.client.log_batch(old.info.run_id, tags=[RunTag(N.ATTEMPT_OF, str(number)),
-                                                         RunTag(N.ATTEMPT, old.data.tags.get(N.ATTEMPT, "1"))])
-            self.client.update_run(old.info.run_id, name=f"trial-{number:04d}-attempt-{old.data.tags.get(N.ATTEMPT, '1')}")
+            self.client.log_batch(
+                old.info.run_id,
+                tags=[RunTag(N.ATTEMPT_OF, str(number)), RunTag(N.ATTEMPT, old.data.tags.get(N.ATTEMPT, "1"))],
+            )
+            self.client.update_run(
+                old.info.run_id, name=f"trial-{number:04d}-attempt-{old.data.tags.get(N.ATTEMPT, '1')}"
+            )
             self.client.delete_tag(old.info.run_id, N.TRIAL)
         self._runs.pop(number, None)
         run_id = self.child_run(number, params)
-        self.client.log_batch(run_id, tags=[RunTag(N.ATTEMPT, str(attempt))]
-                              + ([RunTag(N.RETRY_OF_RUN, old.info.run_id)] if old is not None else []))
+        self.client.log_batch(
+            run_id,
+            tags=[RunTag(N.ATTEMPT, str(attempt))]
+            + ([RunTag(N.RETRY_OF_RUN, old.info.run_id)] if old is not None else []),
+        )
         self.client.set_terminated(run_id, Outcome.RUNNING.mlflow_status)  # as an interrupted trial's, until it starts
         if old is not None:
             self.client.set_tag(old.info.run_id, N.RETRIED_BY, run_id)
@@ -301,7 +366,9 @@ class Tracker:
         and its test score beside it) at the number of trials ``ended``, as ``best/<metric>``."""
         assert self.parent_run_id is not None
         now = self._stamp(self.parent_run_id, "best", ended)
-        self.client.log_batch(self.parent_run_id, metrics=[Metric(f"best/{k}", v, now, ended) for k, v in values.items()])
+        self.client.log_batch(
+            self.parent_run_id, metrics=[Metric(f"best/{k}", v, now, ended) for k, v in values.items()]
+        )
 
     def sync_trial(self, number: int) -> TrialProgress | None:
         """Log the epochs and artifacts the run is missing, from the trial's checkpoint store;
@@ -341,10 +408,17 @@ class Tracker:
         step the outage's number, so a retried write and two outages of one length stay apart)."""
         if self.parent_run_id:
             key = "mlflow_outage_seconds"
-            self.client.log_metric(self.parent_run_id, key, seconds, self._stamp(self.parent_run_id, key, number), number)
+            self.client.log_metric(
+                self.parent_run_id, key, seconds, self._stamp(self.parent_run_id, key, number), number
+            )
 
-    def register(self, number: int, model_name: str, aliases: tuple[str, ...] = (N.BEST_ALIAS,),
-                 tags: dict[str, str] | None = None) -> tuple[str | None, bool]:
+    def register(
+        self,
+        number: int,
+        model_name: str,
+        aliases: tuple[str, ...] = (N.BEST_ALIAS,),
+        tags: dict[str, str] | None = None,
+    ) -> tuple[str | None, bool]:
         """Log trial ``number``'s kept checkpoint as a text-in, text-out MLflow model
         (:mod:`sweeps.stores.textmodel`) and register it, unless a version of ``model_name`` already holds
         it; ``aliases`` then point at that version, which carries ``tags``. Returns the version, and
@@ -367,13 +441,17 @@ class Tracker:
             with mlflow.start_run(run_id=run_id), tempfile.TemporaryDirectory() as tmp:
                 artifacts = textmodel.write_artifacts(Path(tmp), saved, corpus.load_tokenizer(config.data.tokenizer))
                 info = mlflow.pyfunc.log_model(
-                    name="model", python_model=textmodel.__file__, artifacts=artifacts,
+                    name="model",
+                    python_model=textmodel.__file__,
+                    artifacts=artifacts,
                     # the model's code imports these; `mlflow models serve` and load_model put them on sys.path
                     code_paths=[str(root / "seqae_core"), str(root / "seqae_errors")],
                     signature=textmodel.SIGNATURE,
                     input_example=textmodel.INPUT_EXAMPLE,
-                    pip_requirements=[f"{m.__name__}=={m.__version__.split('+')[0]}"
-                                      for m in (torch, transformers, safetensors, mlflow)],
+                    pip_requirements=[
+                        f"{m.__name__}=={m.__version__.split('+')[0]}"
+                        for m in (torch, transformers, safetensors, mlflow)
+                    ],
                 )
             self.client.set_terminated(run_id, status)
             version = self._new_version(model_name, info.model_id, run_id)
@@ -405,8 +483,9 @@ class Tracker:
                 raise
         version = self.client.create_model_version(model_name, f"models:/{model_id}", run_id, model_id=model_id)
         linked = json.loads(self.client.get_logged_model(model_id).tags.get(MLFLOW_MODEL_VERSIONS, "[]"))
-        self.client.set_logged_model_tags(model_id, {MLFLOW_MODEL_VERSIONS: json.dumps(
-            [*linked, {"name": model_name, "version": version.version}])})
+        self.client.set_logged_model_tags(
+            model_id, {MLFLOW_MODEL_VERSIONS: json.dumps([*linked, {"name": model_name, "version": version.version}])}
+        )
         return str(version.version)
 
 
@@ -429,8 +508,12 @@ def dataset_input(data: DataConfig, entry: Path) -> DatasetInput:
     name = f"{data.path.rstrip('/').rsplit('/', 1)[-1]}:{data.samples}-{data.input_len}"
     # MLflow's typing leaves MetaDataset.profile abstract; MLflow instantiates it all the same (no ABCMeta)
     meta = MetaDataset(source, name=name, digest=facts["digest"]).to_dict()  # type: ignore[abstract]
-    profile = {"samples": facts["samples"], "pages": facts["pages"], "entry": facts["entry"],
-               "config": dataclasses.asdict(data)}
-    return DatasetInput(Dataset(**meta, profile=json.dumps(profile)), tags=[InputTag(MLFLOW_DATASET_CONTEXT, "training")])
-
-
+    profile = {
+        "samples": facts["samples"],
+        "pages": facts["pages"],
+        "entry": facts["entry"],
+        "config": dataclasses.asdict(data),
+    }
+    return DatasetInput(
+        Dataset(**meta, profile=json.dumps(profile)), tags=[InputTag(MLFLOW_DATASET_CONTEXT, "training")]
+    )

@@ -146,7 +146,9 @@ class SweepState:
     mlflow_parent_run_id: str | None = None
     sessions: list[SessionRecord] = field(default_factory=list)
     forked_from: str | None = None  # the sweep whose finished trials seeded this one's study
-    warm_starts: dict[str, dict[str, Any]] = field(default_factory=dict)  # warm_start resolved: {SWEEP.tN: searched values}
+    warm_starts: dict[str, dict[str, Any]] = field(
+        default_factory=dict
+    )  # warm_start resolved: {SWEEP.tN: searched values}
     code: dict[str, Any] | None = None  # the code its last session ran: {"commit": ..., "files": {path: sha256}}
     root: str | None = None  # the workspace's folder when this was written (see :meth:`Workspace.read`)
     owner: str | None = None  # the user who created it (sweeps.stores.ownership); None, before owners were: anyone's
@@ -229,8 +231,14 @@ class Workspace:
 
     def check_paths(self, name: str) -> None:
         """Every path a sweep writes, checked before the first write: none may leave the workspace."""
-        for parts in (("sweeps", check_name(name)), ("mlflow.db",), ("optuna.db",), ("mlartifacts",), ("cache",),
-                      ("logs",)):
+        for parts in (
+            ("sweeps", check_name(name)),
+            ("mlflow.db",),
+            ("optuna.db",),
+            ("mlartifacts",),
+            ("cache",),
+            ("logs",),
+        ):
             self.inside(*parts)
 
     def check_writable(self) -> None:
@@ -269,9 +277,14 @@ class Workspace:
         self.known(name)
         document = json.loads((self.sweep_dir(name) / "sweep.json").read_text())
         document.pop("job", None)  # always None where older versions wrote it: a submission has its own record
-        state = SweepState(**{**document, "spec": validate(document["spec"], document["file"]),
-                              "backends": Backends(**document["backends"]),
-                              "sessions": [SessionRecord.of_dict(s) for s in document.get("sessions", [])]})
+        state = SweepState(
+            **{
+                **document,
+                "spec": validate(document["spec"], document["file"]),
+                "backends": Backends(**document["backends"]),
+                "sessions": [SessionRecord.of_dict(s) for s in document.get("sessions", [])],
+            }
+        )
         written_in = Path(state.root) if state.root else _legacy_root(state)
         if written_in is not None and written_in != self.root:  # the workspace moved, or this is a copy
             state.backends = state.backends.moved(written_in, self.root)
@@ -283,14 +296,21 @@ class Workspace:
 
     def write(self, state: SweepState) -> None:
         state.root = str(self.root)
-        write_json(self.sweep_dir(state.name) / "sweep.json", {**asdict(state), "spec": state.spec.to_dict(),
-                                                               "sessions": [s.as_dict() for s in state.sessions]})
+        write_json(
+            self.sweep_dir(state.name) / "sweep.json",
+            {**asdict(state), "spec": state.spec.to_dict(), "sessions": [s.as_dict() for s in state.sessions]},
+        )
 
     def _local_stores(self, state: SweepState) -> list[tuple[str, Path]]:
         """The stores of ``state`` that are files or folders on this machine, with their names."""
-        stores = [(label, Path(uri.removeprefix("sqlite:///"))) for label, uri in (
-            ("MLflow database", state.backends.mlflow_tracking_uri),
-            ("Optuna database", state.backends.optuna_storage)) if uri.startswith("sqlite:///")]
+        stores = [
+            (label, Path(uri.removeprefix("sqlite:///")))
+            for label, uri in (
+                ("MLflow database", state.backends.mlflow_tracking_uri),
+                ("Optuna database", state.backends.optuna_storage),
+            )
+            if uri.startswith("sqlite:///")
+        ]
         storage = state.backends.storage
         return stores + ([("checkpoint storage", Path(storage))] if storage and "://" not in storage else [])
 
@@ -299,9 +319,11 @@ class Workspace:
         of the user's, answers for itself)."""
         for label, path in self._local_stores(state):
             if path.is_relative_to(self.root) and not path.exists():
-                raise ConfigError(f"sweep {state.name!r}: its {label} {path} is missing (its sweep.json in "
-                                  f"{self.root} says it is there); move or copy the whole workspace folder, "
-                                  "stores included")
+                raise ConfigError(
+                    f"sweep {state.name!r}: its {label} {path} is missing (its sweep.json in "
+                    f"{self.root} says it is there); move or copy the whole workspace folder, "
+                    "stores included"
+                )
 
     def _relocate_artifacts(self, state: SweepState, old: Path) -> None:
         """MLflow keeps artifact locations as absolute ``file://`` URIs in its database: in the
@@ -315,8 +337,11 @@ class Workspace:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             for table, column in MLFLOW_LOCATIONS:
                 if table in tables:
-                    db.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) "  # noqa: S608 - names are ours
-                               f"WHERE substr({column}, 1, ?) = ?", (after, len(before) + 1, len(before), before))
+                    db.execute(
+                        f"UPDATE {table} SET {column} = ? || substr({column}, ?) "  # noqa: S608 - names are ours
+                        f"WHERE substr({column}, 1, ?) = ?",
+                        (after, len(before) + 1, len(before), before),
+                    )
 
     def read_submission(self, name: str) -> Submission | None:
         """The record of a sweep submitted from this workspace, or None if it was not."""
@@ -333,8 +358,13 @@ class Workspace:
 
 
 # Where MLflow's SQLite store keeps artifact locations (absolute file:// URIs for a local workspace).
-MLFLOW_LOCATIONS = (("experiments", "artifact_location"), ("runs", "artifact_uri"), ("model_versions", "source"),
-                    ("model_versions", "storage_location"), ("logged_models", "artifact_location"))
+MLFLOW_LOCATIONS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("model_versions", "source"),
+    ("model_versions", "storage_location"),
+    ("logged_models", "artifact_location"),
+)
 
 
 def moved(value: str, old: Path, new: Path) -> str:
@@ -383,8 +413,10 @@ class DriverLock:
             self._lock.acquire()
         except Timeout:
             holder = self.holder.read_text().strip() if self.holder.exists() else "another process"
-            raise SweepLocked(f"sweep {self.path.parent.name!r} is already running ({holder}); "
-                              "only one run or resume may drive it at a time") from None
+            raise SweepLocked(
+                f"sweep {self.path.parent.name!r} is already running ({holder}); "
+                "only one run or resume may drive it at a time"
+            ) from None
         self.holder.write_text(f"pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%H:%M:%S')}")
         return self
 
@@ -396,17 +428,24 @@ def resolve_backends(workspace: Workspace, name: str, overrides: dict[str, str |
     """Flags, then ``SEQAE_*`` environment variables, then the workspace's embedded defaults."""
     defaults = workspace.default_backends(name)
     chosen = Backends(
-        mlflow_tracking_uri=overrides.get("mlflow_tracking_uri") or os.environ.get("SEQAE_MLFLOW_TRACKING_URI")
+        mlflow_tracking_uri=overrides.get("mlflow_tracking_uri")
+        or os.environ.get("SEQAE_MLFLOW_TRACKING_URI")
         or defaults.mlflow_tracking_uri,
-        optuna_storage=overrides.get("optuna_storage") or os.environ.get("SEQAE_OPTUNA_STORAGE")
+        optuna_storage=overrides.get("optuna_storage")
+        or os.environ.get("SEQAE_OPTUNA_STORAGE")
         or defaults.optuna_storage,
         storage=overrides.get("storage") or os.environ.get("SEQAE_STORAGE") or defaults.storage,
     )
-    for label, uri in (("the MLflow tracking URI", chosen.mlflow_tracking_uri),
-                       ("the Optuna storage", chosen.optuna_storage), ("the storage", chosen.storage)):
+    for label, uri in (
+        ("the MLflow tracking URI", chosen.mlflow_tracking_uri),
+        ("the Optuna storage", chosen.optuna_storage),
+        ("the storage", chosen.storage),
+    ):
         if redact(uri) != uri:
-            raise ConfigError(f"{label} {redact(uri)} carries a password; give it through the environment "
-                              "(PGPASSWORD or ~/.pgpass for PostgreSQL, MLFLOW_TRACKING_PASSWORD for MLflow)")
+            raise ConfigError(
+                f"{label} {redact(uri)} carries a password; give it through the environment "
+                "(PGPASSWORD or ~/.pgpass for PostgreSQL, MLFLOW_TRACKING_PASSWORD for MLflow)"
+            )
     if chosen.storage != defaults.storage and "://" not in chosen.storage:
         chosen.storage = str(Path(chosen.storage).expanduser().resolve() / name)
     elif "://" in chosen.storage and chosen.storage != defaults.storage:
@@ -438,6 +477,13 @@ def listing(workspace: Workspace) -> list[Listed]:
             rows.append(Listed(name, "unreadable", 0, {}, str(exc)))
             continue
         last = state.sessions[-1] if state.sessions else None
-        rows.append(Listed(name, last.outcome if last else "not started", state.total_trials,
-                           (last.trials if last else None) or {}, state.file))
+        rows.append(
+            Listed(
+                name,
+                last.outcome if last else "not started",
+                state.total_trials,
+                (last.trials if last else None) or {},
+                state.file,
+            )
+        )
     return rows

@@ -26,8 +26,13 @@ log = logging.getLogger(__name__)
 class Writer:
     """Runs calls in order on one thread, retrying through outages of the service they write to."""
 
-    def __init__(self, retryable: Callable[[BaseException], bool], recovered: Callable[[int, float], None],
-                 first_wait: float = FIRST_WAIT, max_wait: float = MAX_WAIT) -> None:
+    def __init__(
+        self,
+        retryable: Callable[[BaseException], bool],
+        recovered: Callable[[int, float], None],
+        first_wait: float = FIRST_WAIT,
+        max_wait: float = MAX_WAIT,
+    ) -> None:
         self.retryable, self.recovered = retryable, recovered
         self.first_wait, self.max_wait = first_wait, max_wait
         self._queue: queue.Queue[tuple[str, Callable[[], Any]] | None] = queue.Queue()
@@ -53,8 +58,9 @@ class Writer:
                 self._queue.task_done()
 
     def _deliver(self, what: str, call: Callable[[], Any]) -> None:
-        retrying = patiently(self.retryable, lambda state: self._away(what, state), first_wait=self.first_wait,
-                             max_wait=self.max_wait)
+        retrying = patiently(
+            self.retryable, lambda state: self._away(what, state), first_wait=self.first_wait, max_wait=self.max_wait
+        )
         try:
             retrying(call)
         except Exception as exc:  # noqa: BLE001 - not an outage: a write that cannot succeed is reported
@@ -73,8 +79,11 @@ class Writer:
         if self.outage_since is None:
             self.outage_since = time.time()
             error = state.outcome.exception() if state.outcome else None
-            log.warning("MLflow unreachable while %s (%s); keeping the writes until it answers", what,
-                        str(error).splitlines()[0][:200] if error else "?")
+            log.warning(
+                "MLflow unreachable while %s (%s); keeping the writes until it answers",
+                what,
+                str(error).splitlines()[0][:200] if error else "?",
+            )
 
     def close(self, timeout: float) -> int:
         """Wait up to ``timeout`` seconds for every write to land; returns how many did not."""
