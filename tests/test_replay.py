@@ -56,6 +56,24 @@ def table(shift: float = 0.0, epochs: int = 4, seconds: float = 1.0) -> list[Cur
     return curves
 
 
+def evidence_rows() -> list[dict[str, float]]:
+    """The evidence table's rows of two seeds of :func:`table`, as the replays read them from its parquet."""
+    return [
+        {
+            "latent_fraction": 0.25,
+            "seed": seed,
+            "config_id": c.config_id,
+            "epoch": e + 1,
+            "val_token_accuracy": c.val[e],
+            "test_token_accuracy": c.test[e],
+            "cpu_seconds": c.cpu[e],
+        }
+        for seed, shift in ((1, 0.01), (2, 0.0))
+        for c in table(shift)
+        for e in range(len(c.val))
+    ]
+
+
 def test_a_grid_on_one_worker_pays_every_epoch_of_the_configurations_before_the_first_that_reaches():
     curves = table()
     best = max(max(c.val) for c in curves)
@@ -205,20 +223,7 @@ def test_a_warm_start_runs_the_earlier_searchs_best_configurations_first():
 def test_a_rerun_replays_only_the_methods_its_file_lacks(tmp_path):
     """The replays are written a method at a time; a second call with one more method reads the
     others back (here marked, so a replay again would show) and replays only the new one."""
-    rows = [
-        {
-            "latent_fraction": 0.25,
-            "seed": seed,
-            "config_id": c.config_id,
-            "epoch": e + 1,
-            "val_token_accuracy": c.val[e],
-            "test_token_accuracy": c.test[e],
-            "cpu_seconds": c.cpu[e],
-        }
-        for seed, shift in ((1, 0.01), (2, 0.0))
-        for c in table(shift)
-        for e in range(len(c.val))
-    ]
+    rows = evidence_rows()
     path = tmp_path / "evidence.parquet"
     pd.DataFrame(rows).to_parquet(path)
     replay_all(range(3), 0.25, path, workers=1, methods=(GRID, RANDOM), folder=tmp_path)
@@ -287,20 +292,7 @@ def test_pack_replay_reads_one_at_a_time_from_a_replay_file_and_writes_only_its_
     """The one-at-a-time replays come from a replay file holding more seeds (here marked, so a
     replay again would show); the packs are replayed and written, and a rerun reads them back. The
     summary pairs each packed method with the same sampler one at a time."""
-    rows = [
-        {
-            "latent_fraction": 0.25,
-            "seed": seed,
-            "config_id": c.config_id,
-            "epoch": e + 1,
-            "val_token_accuracy": c.val[e],
-            "test_token_accuracy": c.test[e],
-            "cpu_seconds": c.cpu[e],
-        }
-        for seed, shift in ((1, 0.01), (2, 0.0))
-        for c in table(shift)
-        for e in range(len(c.val))
-    ]
+    rows = evidence_rows()
     path = tmp_path / "evidence.parquet"
     pd.DataFrame(rows).to_parquet(path)
     replay_all(range(4), 0.25, path, workers=1, methods=(ASHA_RANDOM,), folder=tmp_path)
