@@ -419,11 +419,15 @@ class Sweep:
         """Watch the sweep until it ends (or ``timeout`` seconds): in a Jupyter notebook a table of
         its trials that updates in place every ``every`` seconds, elsewhere a line each time it
         changes and the table at the end (:mod:`sweeps.results.watch`). It reads the sweep's Optuna
-        study alone, so it may watch a sweep of this workspace whose driver runs in another process.
+        study alone, so it may watch a sweep of this workspace whose driver runs in another process,
+        or one submitted to a cluster (through the stores its submission named, beside its job).
         Returns the last view (``.text()``)."""
         from sweeps.results import watch
 
-        return watch.watch(self.workspace, self.name, every, timeout)
+        record = self.submission
+        if record is None or self.workspace.exists(self.name):  # its driver keeps its state here
+            return watch.watch(watch.local(self.workspace, self.name), self.name, every, timeout)
+        return watch.watch(watch.submitted(record), self.name, every, timeout)
 
     def eta(self) -> Eta:
         """The sweep's time left, from its own epochs so far (:func:`sweeps.results.eta.eta`)."""

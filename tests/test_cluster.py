@@ -427,6 +427,9 @@ def test_the_python_pages_cluster_part_submits_follows_and_cancels_a_sweep(clust
     wait_for(lambda: sweep.job().status in ("STOPPED", "SUCCEEDED", "FAILED"), 120, "the cancelled job", every=1)
     job = sweep.job()
     assert job.status == "STOPPED", (job, sweep.logs()[-4000:])  # cancelled while it ran
+    view = page["view"]  # watched while it ran, from this shell, whose workspace holds no sweep.json
+    assert view.heading.startswith("sweep on-the-cluster: job RUNNING, ") and not view.ended, view.text()
+    assert "trials (" in view.heading or "its driver has not created its study yet" in view.heading, view.text()
     assert job.jobs == (job.id,) and job.dashboard.endswith(f"/#/jobs/{job.id}") and sweep.submission is not None
     assert isinstance(sweep.logs(), str)
 

@@ -7,7 +7,10 @@ The notebook's table is one IPython display, updated through its display id
 (JupyterLab, Notebook, VS Code) and ``nbclient`` redraw that one output, so the view needs no
 widget library and nothing that a Jupyter kernel does not already have. It reads the
 sweep's Optuna study alone (never MLflow), so it may poll a sweep of the workspace whose driver
-runs in another process, a terminal's `seqae sweep run` say.
+runs in another process, a terminal's `seqae sweep run` say, or a sweep submitted to a cluster,
+whose state lives in the cluster's workspace: that one is read through the stores its submission
+named, beside its Ray job's state (:func:`submitted`), and shows a waiting line until its driver
+creates its study.
 """
 
 from __future__ import annotations
@@ -21,11 +24,57 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from seqae_errors import ConfigError
 from sweeps.running import progress
-from sweeps.stores.search import read_only
-from sweeps.stores.workspace import Workspace
+from sweeps.running.submit import job_info
+from sweeps.spec import sweep as spec_lib
+from sweeps.stores.search import read_only, study_exists
+from sweeps.stores.workspace import Submission, Workspace
 
 UNFINISHED = (TrialState.RUNNING, TrialState.WAITING)
+JOB_ENDED = ("SUCCEEDED", "STOPPED", "FAILED")  # Ray's terminal JobStatus values
+
+
+@dataclass(frozen=True)
+class Look:
+    """What one look at a sweep reads besides its trials: where its study is and what its driver
+    is doing, from its state in a workspace or, submitted to a cluster, from its submission and job."""
+
+    spec: spec_lib.SweepSpec
+    optuna_storage: str
+    study_name: str
+    total_trials: int
+    outcome: str  # what the heading says of its driver: its last session's outcome, or "job RUNNING"
+    driver: str  # "not started" (it may yet start), "running" or "ended"
+
+
+def local(workspace: Workspace, name: str) -> Callable[[], Look]:
+    """Looks at sweep ``name`` of ``workspace``, whose driver keeps its state there."""
+    workspace.read(name)  # an unknown name is refused before the first look
+
+    def look() -> Look:
+        state = workspace.read(name)
+        outcome = state.sessions[-1].outcome if state.sessions else "not started"
+        driver = outcome if outcome in ("not started", "running") else "ended"
+        return Look(state.spec, state.backends.optuna_storage, state.study_name, state.total_trials, outcome, driver)
+
+    return look
+
+
+def submitted(record: Submission) -> Callable[[], Look]:
+    """Looks at a sweep submitted to a cluster from this workspace, whose state lives in the
+    cluster's: its study read from the stores its submission named, its driver's state from its job."""
+    if record.backends is None:  # a record from before submissions named their stores
+        raise ConfigError(f"sweep {record.name!r}: its submission names no stores to read its trials from")
+    spec = spec_lib.load(record.sweep_file, record.sets)
+    url = record.backends.optuna_storage
+
+    def look() -> Look:
+        status = job_info(record).status
+        driver = "ended" if status in JOB_ENDED else "not started" if status == "PENDING" else "running"
+        return Look(spec, url, record.name, spec.planned_trials(), f"job {status}", driver)
+
+    return look
 
 
 @dataclass(frozen=True)
@@ -59,31 +108,36 @@ class View:
         )
 
 
-def view(workspace: Workspace, name: str) -> View:
-    """Sweep ``name`` now: its status line and a row per trial, from one read of its study (so the
-    line and the rows agree)."""
-    state = workspace.read(name)
-    study = read_only(state.spec, state.backends.optuna_storage, state.study_name)
+def view(name: str, now: Look) -> View:
+    """Sweep ``name`` as ``now`` finds it: its status line and a row per trial, from one read of its
+    study (so the line and the rows agree); before its driver created the study, a waiting line."""
+    spec = now.spec
+    clock = time.strftime("%H:%M:%S")
+    if not study_exists(now.optuna_storage, now.study_name):
+        waiting = "its driver has not created its study yet"
+        ended = now.driver == "ended"
+        heading = (
+            f"sweep {name}: {now.outcome}, {now.total_trials} trials; {'no study' if ended else waiting}; at {clock}"
+        )
+        return View(heading, [], [], [], ended)
+    study = read_only(spec, now.optuna_storage, now.study_name)
     trials = study.trials()
-    header, rows = progress.summary_rows(trials, state.spec.objectives, state.spec.values_of)
+    header, rows = progress.summary_rows(trials, spec.objectives, spec.values_of)
     by_state = Counter(t.state.name for t in trials)
-    by_state["NOT_STARTED"] = state.total_trials - len(trials)
+    by_state["NOT_STARTED"] = now.total_trials - len(trials)
     best = study.best(trials)
     shown_best = (
         f"best: trial {best[0].number}  "
-        + ", ".join(f"{o.metric} {v:.4f}" for o, v in zip(state.spec.objectives, best[0].values))
+        + ", ".join(f"{o.metric} {v:.4f}" for o, v in zip(spec.objectives, best[0].values))
         if len(best) == 1
         else f"{len(best)} trials on the Pareto front"
         if best
         else "no trial completed"
     )
-    outcome = state.sessions[-1].outcome if state.sessions else "not started"
     unfinished = any(t.state in UNFINISHED for t in trials)
-    ended = outcome != "running" and not unfinished and (bool(trials) or outcome != "not started")
+    ended = now.driver != "running" and not unfinished and (bool(trials) or now.driver == "ended")
     states = ", ".join(f"{k} {v}" for k, v in sorted(by_state.items()) if v > 0)
-    heading = (
-        f"sweep {name}: {outcome}, {state.total_trials} trials ({states}); {shown_best}; at {time.strftime('%H:%M:%S')}"
-    )
+    heading = f"sweep {name}: {now.outcome}, {now.total_trials} trials ({states}); {shown_best}; at {clock}"
     return View(heading, header, rows, study.narrowing_notes(), ended)
 
 
@@ -98,7 +152,7 @@ def in_notebook() -> bool:
 
 
 def watch(
-    workspace: Workspace,
+    look: Callable[[], Look],
     name: str,
     every: float = 5.0,
     timeout: float | None = None,
@@ -110,7 +164,7 @@ def watch(
     shown = show or (_notebook() if in_notebook() else _terminal())
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
-        now = view(workspace, name)
+        now = view(name, look())
         shown(now)
         if now.ended or (deadline is not None and time.monotonic() >= deadline):
             if show is None and not in_notebook():
