@@ -178,12 +178,19 @@ class Sweep:
         or_resume: bool = False,
         backends: dict[str, str | None] | None = None,
         allow_code_change: bool = False,
+        retry: str | None = None,
         verbose: bool = False,
     ) -> Sweep:
         """:meth:`create` the sweep, then run its trials here (on the Ray that ``RAY_ADDRESS``
         names, else a local one) until it ends; ``allow_code_change``: as for :meth:`resume`, for
-        an existing sweep that ``or_resume`` takes."""
+        an existing sweep that ``or_resume`` takes. ``retry`` (``"3,5"``, or ``"failed"``: every
+        failed one), with ``or_resume``: first give those failed trials of the existing sweep a new
+        attempt, as :meth:`retry` does (the job that :meth:`retry` submits for a sweep on a cluster)."""
+        if retry is not None and not or_resume:
+            raise ConfigError(f"--retry {retry}: give --or-resume too; it retries failed trials of an existing sweep")
         sweep, checked = cls._create(file, set, profile, name, workspace, or_resume, backends)
+        if retry is not None:
+            return sweep._retry_here(None if retry == "failed" else retry, allow_code_change, verbose)
         return sweep._drive(check_file=False, verbose=verbose, allow_code_change=allow_code_change, checked=checked)
 
     @classmethod
@@ -335,21 +342,31 @@ class Sweep:
         failed one. Each gets a new attempt under its number, from the failed attempt's last good
         checkpoint where it kept one, else from scratch; the failed attempt stays readable (its
         Optuna record, its MLflow run with its error), linked to the new one. Refused while a
-        driver runs the sweep; ``allow_code_change``: as for :meth:`resume` (a fix is often one)."""
-        from sweeps.running import driver, lifecycle, progress
+        driver runs the sweep; ``allow_code_change``: as for :meth:`resume` (a fix is often one).
+        A sweep submitted to a cluster is resubmitted, as a new job of the same sweep whose driver
+        retries them on the cluster (the trials it names are checked here first)."""
+        from sweeps.running import lifecycle
 
         self._may("retry")
         if (trials is None) != failed:
             raise ConfigError(
                 "retry: give trials=N,M (those failed trials) or failed=True (every failed trial), one of the two"
             )
-        if self.submission is not None:  # as extend: the driver would run here, not as the cluster's job
-            raise ConfigError(
-                f"sweep {self.name!r} runs on a cluster as Ray jobs, and `retry` runs its driver here: "
-                f"retry it on the head, in its workspace {self.submission.workspace}, with RAY_ADDRESS "
-                "set to the cluster's GCS address"
-            )
         which = None if trials is None else trials if isinstance(trials, str) else ",".join(map(str, trials))
+        if self.submission is not None:  # the driver runs as the cluster's job, where the sweep's state is
+            from sweeps.running import submit
+
+            lifecycle.check_retry(self.workspace, self.name, which)
+            submit.resubmit(self.workspace, self.submission, allow_code_change, which or "failed")
+            self.exit_code = 0
+            return self
+        return self._retry_here(which, allow_code_change, verbose)
+
+    def _retry_here(self, which: str | None, allow_code_change: bool, verbose: bool) -> Sweep:
+        """:meth:`retry`'s trials ``which`` (None: every failed one) given their new attempts, then
+        run here."""
+        from sweeps.running import driver, lifecycle, progress
+
         driver.check_code(self.workspace.read(self.name), allow_code_change)  # before the sweep is changed
         for note in lifecycle.retry(self.workspace, self.name, which):
             progress.say(f"seqae: {note}")

@@ -416,6 +416,39 @@ def test_a_submitted_sweep_goes_on_after_its_code_changed_only_with_consent(clus
     assert extended.returncode == 2 and "runs on a cluster as Ray jobs" in extended.stderr, extended.stderr[-2000:]
 
 
+def test_a_submitted_sweeps_failed_trial_is_retried_by_a_new_job_from_the_submitting_shell(cluster):
+    """Issue 84's retry of a sweep on a cluster: trial 1 fails at its second epoch (a file stands
+    where that checkpoint goes); a retry naming a trial that did not fail is refused here, before
+    a job is submitted; the cause removed, `retry --failed` from the submitting shell submits a new
+    job of the sweep whose driver retries it from its first epoch's checkpoint: both trials end
+    COMPLETE, trial 1 after 2 attempts, its failed attempt's Optuna record kept."""
+    name, workspace = "retried", cluster["env"]["SEQAE_WORKSPACE"]
+    blocker = Path(cluster["env"]["SEQAE_STORAGE"]) / name / "trials" / "0001" / "epoch-000002"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("in the way")
+    submit(cluster, name, "trials.total=2", "retries=0")
+    info = wait_job(cluster, name)
+    assert info["job"]["status"] == "SUCCEEDED" and info["trials_by_state"] == {"COMPLETE": 1, "FAIL": 1}, info
+
+    refused = seqae("sweep", "retry", name, "--trials", "0", "--workspace", workspace, env=cluster["env"])
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "trial 0 is COMPLETE; only failed trials are retried (failed: 1)" in refused.stderr, refused.stderr
+    assert len(job_status(cluster, name)["job"]["jobs"]) == 1  # nothing submitted
+
+    blocker.unlink()  # the cause, fixed
+    retried = seqae("sweep", "retry", name, "--failed", "--workspace", workspace, env=cluster["env"])
+    assert retried.returncode == 0 and f"submitted sweep {name!r} as job" in retried.stdout, retried.stderr
+    info = wait_job(cluster, name)
+    logs = seqae("sweep", "logs", name, "--workspace", workspace, env=cluster["env"]).stdout
+    assert info["job"]["status"] == "SUCCEEDED" and len(info["job"]["jobs"]) == 2, logs[-4000:]
+    assert info["trials_by_state"] == {"COMPLETE": 2} and info["attempts"] == {"1": 2}, info
+    assert "trial 1: attempt 2, with its parameters, from its checkpoint at epoch 1" in logs, logs[-4000:]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PGPASSFILE", cluster["env"]["PGPASSFILE"])
+        records = optuna_trials(None, name, cluster["env"]["SEQAE_OPTUNA_STORAGE"])
+    assert sorted(t.state.name for t in records) == ["COMPLETE", "COMPLETE", "FAIL"], records
+
+
 def test_the_python_pages_cluster_part_submits_follows_and_cancels_a_sweep(cluster, monkeypatch):
     """docs/how-to/python.md's "On a Ray cluster", as written, in a shell that sourced env.sh."""
     for key, value in cluster["env"].items():

@@ -75,6 +75,7 @@ def cmd_sweep_run(args: argparse.Namespace) -> int | None:  # the driver's exit 
         or_resume=args.or_resume,
         backends=backends,
         allow_code_change=args.allow_code_change,
+        retry=args.retry,
         verbose=args.verbose,
     ).exit_code
 
@@ -170,11 +171,12 @@ def _stop_trial(args: argparse.Namespace) -> int:
 
 def cmd_sweep_retry(args: argparse.Namespace) -> int | None:  # the driver's exit code
     _freeze_imported("drive")
-    return (
-        Sweep(args.name, args.workspace)
-        .retry(args.trials, failed=args.failed, allow_code_change=args.allow_code_change, verbose=args.verbose)
-        .exit_code
+    sweep = Sweep(args.name, args.workspace).retry(
+        args.trials, failed=args.failed, allow_code_change=args.allow_code_change, verbose=args.verbose
     )
+    if sweep.submission is not None:
+        print(_describe(sweep))
+    return sweep.exit_code
 
 
 def cmd_sweep_set(args: argparse.Namespace) -> int:

@@ -98,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --or-resume: go on although seqae's code changed since the sweep's last session (recorded)",
     )
+    run.add_argument(
+        "--retry",
+        metavar="N,M|failed",
+        help="with --or-resume: first give those failed trials (or every failed one) a new attempt, as "
+        "`seqae sweep retry` does (the job it submits for a sweep on a cluster runs this)",
+    )
     for flag, env, what in (
         (
             "--storage",

@@ -384,24 +384,7 @@ def retry(workspace: Workspace, name: str, which: str | None) -> list[str]:
         raise ConfigError(f"sweep {name!r} has not run yet; nothing to retry")
     with DriverLock(workspace.sweep_dir(name) / "driver.lock"):  # a driver that runs: refused, naming it
         study = open_study(spec, backends.optuna_storage, state.study_name, state.total_trials, state.fingerprint)
-        trials = {t.number: t for t in study.trials()}
-        failed = [n for n, t in trials.items() if t.state == TrialState.FAIL]
-        if which is None:
-            if not failed:
-                raise ConfigError(f"--failed: sweep {name!r} has no failed trials")
-            numbers = failed
-        else:
-            parts = [n.strip() for n in which.split(",")]
-            if not all(p.isdigit() for p in parts):
-                raise ConfigError(f"--trials={which!r}: give trial numbers separated by commas, e.g. 3,5")
-            numbers = list(dict.fromkeys(map(int, parts)))
-            for n in numbers:
-                if n not in trials or trials[n].state != TrialState.FAIL:
-                    raise ConfigError(
-                        f"--trials={which!r}: trial {n} is "
-                        f"{trials[n].state.name if n in trials else 'not in the sweep'}; only failed "
-                        f"trials are retried (failed: {', '.join(map(str, failed)) or 'none'})"
-                    )
+        numbers = failed_trials(study, name, which)
         notes = []
         for n in numbers:
             store = RecordStore.of_trial(backends.storage, n)
@@ -426,6 +409,35 @@ def retry(workspace: Workspace, name: str, which: str | None) -> list[str]:
                     "kept no checkpoint)"
                 )
     return notes
+
+
+def failed_trials(study: SweepStudy, name: str, which: str | None) -> list[int]:
+    """The failed trials of sweep ``name`` that ``which`` names (``"3,5"``; None: every failed one),
+    for `seqae sweep retry`; refused, naming it, for a trial that is unknown or did not fail."""
+    trials = {t.number: t for t in study.trials()}
+    failed = [n for n, t in trials.items() if t.state == TrialState.FAIL]
+    if which is None:
+        if not failed:
+            raise ConfigError(f"--failed: sweep {name!r} has no failed trials")
+        return failed
+    parts = [n.strip() for n in which.split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise ConfigError(f"--trials={which!r}: give trial numbers separated by commas, e.g. 3,5")
+    numbers = list(dict.fromkeys(map(int, parts)))
+    for n in numbers:
+        if n not in trials or trials[n].state != TrialState.FAIL:
+            raise ConfigError(
+                f"--trials={which!r}: trial {n} is "
+                f"{trials[n].state.name if n in trials else 'not in the sweep'}; only failed "
+                f"trials are retried (failed: {', '.join(map(str, failed)) or 'none'})"
+            )
+    return numbers
+
+
+def check_retry(workspace: Workspace, name: str, which: str | None) -> None:
+    """Refuse, before a job is submitted for it, a retry of a sweep on a cluster that names no
+    failed trial of its study (read through the stores its submission named)."""
+    failed_trials(_user_study(workspace, name)[0], name, which)
 
 
 def _user_study(workspace: Workspace, name: str) -> tuple[SweepStudy, str | None]:

@@ -164,19 +164,24 @@ def submit(workspace: Workspace, file: str, name: str | None, sets: list[str], u
     return record
 
 
-def resubmit(workspace: Workspace, record: Submission, allow_code_change: bool = False) -> Submission:
+def resubmit(
+    workspace: Workspace, record: Submission, allow_code_change: bool = False, retry: str | None = None
+) -> Submission:
     """Resume a submitted sweep: a new job whose driver restores from the shared state, and goes on
-    after its code changed only with ``allow_code_change`` (the user's consent, for this job)."""
+    after its code changed only with ``allow_code_change`` (the user's consent, for this job);
+    ``retry`` (``"3,5"`` or ``"failed"``): its driver first gives those failed trials a new attempt
+    (`seqae sweep retry` of a sweep on a cluster)."""
     current = _status(record) if record.jobs else None
     if current is not None and not current.is_terminal():
         raise ConfigError(f"sweep {record.name!r} is still running as job {record.jobs[-1]} ({current.value})")
-    _submit(workspace, record, job_env(), ["--allow-code-change"] if allow_code_change else [])
+    extra = [*(["--allow-code-change"] if allow_code_change else []), *(["--retry", retry] if retry else [])]
+    _submit(workspace, record, job_env(), extra)
     return record
 
 
 def _submit(workspace: Workspace, record: Submission, env: dict[str, str], extra: list[str] | None = None) -> None:
     """Every job of a sweep runs the same command: it creates the sweep, or resumes it; ``extra``
-    arguments are this job's alone (a resume's ``--allow-code-change``)."""
+    arguments are this job's alone (a resume's ``--allow-code-change``, a retry's ``--retry``)."""
     entrypoint = shlex.join(
         [
             "python",
