@@ -125,6 +125,14 @@ def test_retry_gives_a_failed_trial_a_new_attempt_under_its_number_linked_to_the
         created=(workspace.sweep_dir(name) / "trials",),
     )
     as_user(monkeypatch, "alice")
+    assert_refused(  # the job that a retry submits for a sweep on a cluster runs `sweep run --or-resume --retry`
+        main(
+            ["sweep", "run", str(QUICKSTART), "--name", name, "--retry", "failed", "--workspace", str(workspace.root)]
+        ),
+        capsys.readouterr().err,
+        "--retry failed: give --or-resume too; it retries failed trials of an existing sweep",
+        created=(workspace.sweep_dir(name) / "trials",),
+    )
     failed = study_of(workspace, name).trials()[1]
 
     assert lifecycle.retry(workspace, name, None) == [
