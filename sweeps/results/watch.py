@@ -22,13 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from seqae_errors import ConfigError
 from sweeps.running import progress
 from sweeps.running.submit import job_info
 from sweeps.spec import sweep as spec_lib
-from sweeps.stores.search import read_only, study_exists
+from sweeps.stores.search import SweepStudy, read_only, study_exists
 from sweeps.stores.workspace import Submission, Workspace
 
 UNFINISHED = (TrialState.RUNNING, TrialState.WAITING)
@@ -121,7 +121,7 @@ def view(name: str, now: Look) -> View:
         )
         return View(heading, [], [], [], ended)
     study = read_only(spec, now.optuna_storage, now.study_name)
-    trials = study.trials()
+    trials = settled(study)
     header, rows = progress.summary_rows(trials, spec.objectives, spec.values_of)
     by_state = Counter(t.state.name for t in trials)
     by_state["NOT_STARTED"] = now.total_trials - len(trials)
@@ -139,6 +139,20 @@ def view(name: str, now: Look) -> View:
     states = ", ".join(f"{k} {v}" for k, v in sorted(by_state.items()) if v > 0)
     heading = f"sweep {name}: {now.outcome}, {now.total_trials} trials ({states}); {shown_best}; at {clock}"
     return View(heading, header, rows, study.narrowing_notes(), ended)
+
+
+def settled(study: SweepStudy, tries: int = 5) -> list[FrozenTrial]:
+    """The study's trials once two reads in a row agree. Optuna reads a study's trials in several
+    queries (the trials, then their values, attributes, ...), which a driver's write between them
+    tears on SQLite, which reads each query's own snapshot: a trial still RUNNING with its value,
+    a view that never was, printed as a change."""
+    trials = study.trials()
+    for _ in range(tries):
+        again = study.trials()
+        if again == trials:
+            break
+        trials = again
+    return trials
 
 
 def in_notebook() -> bool:
