@@ -82,6 +82,8 @@ def config_keys() -> str:
 
 
 def _type(hint: Any) -> str:
+    if typing.get_origin(hint) is typing.Union:  # a union of Annotated types (the config's), as `X | Y` is written
+        return " | ".join("None" if arg is type(None) else _type(arg) for arg in typing.get_args(hint))
     return str(hint).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 

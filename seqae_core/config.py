@@ -1,65 +1,89 @@
 """Configuration: one frozen dataclass per concern, built from YAML files and ``--set`` overrides.
 
-Keys are addressed as ``section.field`` (``model.latent_len``). Every user mistake raises
+Keys are addressed as ``section.field`` (``model.latent_len``). The dataclasses are pydantic's, whose
+types check each value (as the sweep file's sections do); every user mistake raises
 :class:`ConfigError` with the key, the value and where it came from, before any data loads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import math
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 import yaml
+from pydantic import BeforeValidator, ConfigDict, ValidationError
+from pydantic.dataclasses import dataclass
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 
 from seqae_errors import ConfigError
 
 
-@dataclass(frozen=True)
+def _whole(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return float(value)
+    elif not isinstance(value, (int, float)):  # pydantic's strict float takes any __float__: numpy's True
+        raise ValueError("not a number")
+    return value
+
+
+# The types of the keys, validated strictly (``true`` is not 1, ``"64"`` not 64, no NaN or infinity),
+# with two readings YAML needs: a whole float (``2.0``) is an integer, and a number YAML leaves a
+# string (``1e-3``: YAML 1.1 wants a dot) is a number, as float() reads it.
+Whole = Annotated[int, BeforeValidator(_whole)]
+Number = Annotated[float, BeforeValidator(_number)]
+SCHEMA = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
+
+
+@dataclass(frozen=True, config=SCHEMA)
 class DataConfig:
     path: str = "wikimedia/wikipedia"  # Hub id or a local folder in the same layout
     name: str | None = "20231101.en"  # dataset config; the paper used 20220301.en of `wikipedia`
     split: str = "train"  # the dataset split the pages come from (validation and test are drawn from it)
     text_column: str = "text"  # the column holding each page's text
     tokenizer: str = "bert-base-uncased"  # Hugging Face tokenizer id or folder (the paper: BERT's)
-    input_len: int = 512  # N: tokens per sample, the encoder's input and the decoder's output
+    input_len: Whole = 512  # N: tokens per sample, the encoder's input and the decoder's output
     samples: Literal["first", "windows"] = "first"  # first: one sample per page (the paper)
     # tokenizer: the tokenizer's ids (the paper); corpus: only the ids that occur in the data,
     # renumbered, so the vocabulary head is smaller (see seqae_core.data)
     vocab: Literal["tokenizer", "corpus"] = "tokenizer"
-    max_pages: int | None = None  # None: every page; the paper used the first 30%
-    val_fraction: float = 0.2  # share of the pages the search selects on (the paper's 20%)
-    split_seed: int = 0  # draws the validation pages from those that are not test pages
+    max_pages: Whole | None = None  # None: every page; the paper used the first 30%
+    val_fraction: Number = 0.2  # share of the pages the search selects on (the paper's 20%)
+    split_seed: Whole = 0  # draws the validation pages from those that are not test pages
     # Share of the pages held out for the test split, which nothing selects on: a page is a test
     # page when a number drawn for it from test_seed falls below test_fraction, so the same pages
     # stay out whatever max_pages, val_fraction and split_seed are. 0: no test split (the paper's 80/20).
-    test_fraction: float = 0.0
-    test_seed: int = 0  # draws the test pages (see test_fraction)
+    test_fraction: Number = 0.0
+    test_seed: Whole = 0  # draws the test pages (see test_fraction)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class ModelConfig:
     # paper: the reducing attention alone (the paper's); transformer: with a residual, LayerNorm and an FFN
     block: Literal["paper", "transformer"] = "paper"
     # Exactly one of latent_len / latent_fraction may be set; neither means half the input.
-    latent_len: int | None = None
-    latent_fraction: float | None = None  # latent tokens as a share of input_len (the other way to set latent_len)
+    latent_len: Whole | None = None
+    latent_fraction: Number | None = None  # latent tokens as a share of input_len (the other way to set latent_len)
     # Each latent token's width: the encoder's output is projected to it and back before the
     # decoder, so a latent can be narrowed as well as shortened; None keeps d_model.
-    latent_dim: int | None = None
-    d_model: int = 256  # embedding width (paper: 256)
-    d_attn: int = 512  # width of Q, K, V (paper: 512)
-    heads: int = 1  # attention heads (the paper: 1)
-    d_ffn: int = 1024  # FFN hidden width, transformer blocks only
-    dropout: float = 0.0  # on attention weights and block outputs (the paper: none)
+    latent_dim: Whole | None = None
+    d_model: Whole = 256  # embedding width (paper: 256)
+    d_attn: Whole = 512  # width of Q, K, V (paper: 512)
+    heads: Whole = 1  # attention heads (the paper: 1)
+    d_ffn: Whole = 1024  # FFN hidden width, transformer blocks only
+    dropout: Number = 0.0  # on attention weights and block outputs (the paper: none)
     pos_encoding: Literal["learned", "sinusoidal", "none"] = "learned"  # positions added to the token embeddings
-    layers: int = 1  # blocks per side
+    layers: Whole = 1  # blocks per side
     # The vocabulary head shares the token embedding (as in BERT), so a token never seen in
     # training can still be reconstructed: its embedding reaches the head unchanged.
     tie_embeddings: bool = True
@@ -73,28 +97,29 @@ class ModelConfig:
     w_s_init: Literal["interpolate", "random"] = "interpolate"  # W_S's start: linear interpolation, or N(0, 1/n_in)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class TrainConfig:
-    lr: float = 1e-3  # start learning rate
-    lr_final: float = 1e-4  # reached after lr_decay_epochs, then constant
-    lr_decay_epochs: int = 5  # epochs from lr to lr_final (the paper: 5)
+    lr: Number = 1e-3  # start learning rate
+    lr_final: Number = 1e-4  # reached after lr_decay_epochs, then constant
+    lr_decay_epochs: Whole = 5  # epochs from lr to lr_final (the paper: 5)
     # paper: linear for input_len <= 256, else lr_final throughout (the paper's rule);
     # linear: from lr to lr_final over lr_decay_epochs, then constant; constant: lr throughout
     lr_schedule: Literal["paper", "linear", "constant"] = "paper"
-    weight_decay: float = 0.01  # AdamW's (its default)
-    epochs: int = 20  # at most this many (the paper: 20), fewer when patience stops it
-    patience: int = 5  # epochs without a better val_token_accuracy before stopping
-    batch_size: int = 16  # samples per optimizer step (the paper: 16)
-    seed: int = 0  # initial weights and batch order
+    weight_decay: Number = 0.01  # AdamW's (its default)
+    epochs: Whole = 20  # at most this many (the paper: 20), fewer when patience stops it
+    patience: Whole = 5  # epochs without a better val_token_accuracy before stopping
+    batch_size: Whole = 16  # samples per optimizer step (the paper: 16)
+    seed: Whole = 0  # initial weights and batch order
     # models trained side by side, seeds seed, seed + 1, ...: the run's metrics, early stopping and a
     # sweep's objective are their mean (see seqae_core.metrics.across_seeds)
-    repeats: int = 1
+    repeats: Whole = 1
     precision: Literal["auto", "fp32", "bf16"] = "auto"  # auto: bf16 autocast on CUDA and bf16-native CPUs
-    log_every_steps: int = 20  # a point of the training-loss curve every N optimizer steps (besides each epoch's mean)
+    # a point of the training-loss curve every N optimizer steps (besides each epoch's mean)
+    log_every_steps: Whole = 20
     # Validate (a result: a report, a checkpoint, a scheduler's decision) every N optimizer steps
     # (a whole number) or every 1/k of an epoch (0.5, 0.25, ...), and always at an epoch's end;
     # None: once an epoch. train.patience stays in epochs (patience x validations an epoch).
-    validate_every: int | float | None = None
+    validate_every: Whole | Number | None = None
     # The vocabulary head's loss (seqae_core.loss): auto is chunked on a CPU, on a GPU fused where
     # Liger-Kernel is installed (the gpu extra), else dense; every way gives the same loss and gradients.
     head: Literal["auto", "chunked", "dense", "fused"] = "auto"
@@ -108,7 +133,7 @@ class TrainConfig:
     fuse_repeats: Literal["auto", "on", "off"] = "auto"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=SCHEMA)
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -173,16 +198,16 @@ SECTIONS: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "train": 
 KEYS: tuple[str, ...] = tuple(f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls))
 
 
-def _field_type(key: str) -> Any:
+def _options(key: str) -> tuple[Any, ...]:
+    """The types ``key`` takes: ``(int, NoneType)`` for ``model.latent_len``."""
     section, name = key.split(".", 1)
-    return typing.get_type_hints(SECTIONS[section])[name]
+    expected = typing.get_type_hints(SECTIONS[section])[name]
+    return typing.get_args(expected) if typing.get_origin(expected) in (Union, types.UnionType) else (expected,)
 
 
 def accepts_float(key: str) -> bool:
     """Whether ``key`` takes fractional values (``train.lr``) rather than whole ones (``model.d_model``)."""
-    expected = _field_type(key)
-    options = typing.get_args(expected) if typing.get_origin(expected) in (Union, types.UnionType) else (expected,)
-    return float in options
+    return float in _options(key)
 
 
 # How far 1 / train.validate_every may be from a whole number of validations an epoch: 0.333
@@ -266,57 +291,21 @@ def coerce(key: str, value: Any, source: str) -> Any:
     """Check ``value`` against the declared type of ``key`` and return it in that type."""
     if key not in KEYS:
         raise ConfigError(f"{source}: unknown key {key!r}; known keys: {', '.join(KEYS)}")
-    expected = _field_type(key)
-    options = typing.get_args(expected) if typing.get_origin(expected) in (Union, types.UnionType) else (expected,)
-    for option in options:
-        ok, converted = _convert(value, option)
-        if ok:
-            return converted
-    names = " or ".join(_type_name(o) for o in options)
-    raise ConfigError(f"{source}: {key}={value!r} must be {names}")
+    section, name = key.split(".", 1)
+    try:  # the section's own validation of this one field (pydantic validates no default)
+        return getattr(SECTIONS[section](**{name: value}), name)
+    except ValidationError:
+        raise ConfigError(f"{source}: {key}={value!r} must be {' or '.join(map(_type_name, _options(key)))}") from None
 
 
-def _convert(value: Any, option: Any) -> tuple[bool, Any]:
-    if option is type(None):
-        return value is None, None
-    if typing.get_origin(option) is Literal:
-        return (value in typing.get_args(option) and isinstance(value, str)), value
-    if option is bool:
-        return isinstance(value, bool), value
-    if option is int:
-        if isinstance(value, bool):
-            return False, None
-        if isinstance(value, int):
-            return True, value
-        if isinstance(value, float) and value.is_integer():
-            return True, int(value)
-        return False, None
-    if option is float:
-        if isinstance(value, bool):
-            return False, None
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                return False, None
-        if isinstance(value, (int, float)):
-            if not math.isfinite(value):
-                return False, None
-            return True, float(value)
-        return False, None
-    if option is str:
-        return isinstance(value, str), value
-    raise AssertionError(f"unsupported config type {option}")
+# How a refusal names each type a key may take
+_TYPE_NAMES = {type(None): "null", int: "an integer", float: "a finite number", str: "a string", bool: "true or false"}
 
 
 def _type_name(option: Any) -> str:
-    if option is type(None):
-        return "null"
     if typing.get_origin(option) is Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(option))
-    if option is float:
-        return "a finite number"
-    return {int: "an integer", str: "a string", bool: "true or false"}.get(option, str(option))
+    return _TYPE_NAMES[option]
 
 
 def flatten(tree: Any, source: str, prefix: str = "") -> dict[str, Any]:

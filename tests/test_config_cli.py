@@ -1,15 +1,18 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pydantic
 import pytest
 
 from seqae.cli.main import main
 from seqae_core.checkpoint import CheckpointStore
-from seqae_core.config import Config, from_flat, load, to_yaml
+from seqae_core.config import Config, TrainConfig, coerce, from_flat, load, to_yaml
 from seqae_errors import ConfigError
 from tests.conftest import TINY, sets
 from tests.refusal import assert_refused
@@ -51,6 +54,50 @@ def test_set_values_are_typed():
     config = load(None, ["train.lr=1e-3", "data.max_pages=null", "model.dropout=0", "train.seed=7"])
     assert config.train.lr == 0.001 and config.data.max_pages is None
     assert config.model.dropout == 0.0 and config.train.seed == 7
+
+
+@pytest.mark.parametrize(
+    "key, value, read",
+    [
+        pytest.param("model.d_model", 64.0, 64, id="a-whole-float-is-an-integer"),
+        pytest.param("train.lr", "1e-3", 0.001, id="yaml-leaves-1e-3-a-string"),
+        pytest.param("train.lr", 1, 1.0, id="an-integer-is-a-number"),
+        pytest.param("train.validate_every", 2.0, 2, id="steps-before-fractions"),
+        pytest.param("train.validate_every", "0.5", 0.5, id="a-fraction-in-a-string"),
+        pytest.param("data.name", None, None, id="null"),
+    ],
+)
+def test_a_value_is_read_as_its_keys_type(key, value, read):
+    coerced = coerce(key, value, "test")
+    assert (coerced, type(coerced)) == (read, type(read))
+
+
+@pytest.mark.parametrize(
+    "key, value, must",
+    [
+        pytest.param("model.d_model", True, "an integer", id="true-is-not-1"),
+        pytest.param("model.d_model", "64", "an integer", id="a-string-is-not-an-integer"),
+        pytest.param("train.lr", True, "a finite number", id="true-is-not-a-number"),
+        pytest.param("train.lr", np.True_, "a finite number", id="nor-numpys-true"),
+        pytest.param("train.lr", 10**400, "a finite number", id="an-integer-beyond-floats"),
+        pytest.param("model.tie_embeddings", 1, "true or false", id="1-is-not-true"),
+        pytest.param("train.compile", True, "one of 'auto', 'on', 'off'", id="yamls-on-is-true"),
+        pytest.param("data.path", 3, "a string", id="a-number-is-not-a-string"),
+    ],
+)
+def test_a_value_of_another_type_is_refused_in_one_line(key, value, must):
+    with pytest.raises(ConfigError) as refused:
+        coerce(key, value, "test")
+    assert str(refused.value) == f"test: {key}={value!r} must be {must}"
+
+
+def test_the_sections_check_their_types_when_built_directly_and_stay_frozen_and_hashable():
+    with pytest.raises(pydantic.ValidationError):
+        TrainConfig(lr="fast")
+    config = from_flat(TINY)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.train.lr = 1.0  # type: ignore[misc]
+    assert {config: 1}[from_flat(config.flat())] == 1
 
 
 @pytest.mark.parametrize(
