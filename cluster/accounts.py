@@ -23,10 +23,11 @@ import secrets
 import shlex
 import urllib.error
 import urllib.request
+from operator import attrgetter
 from pathlib import Path
-from typing import Any
 
-from cluster import mlflow_server, postgres
+from cluster import mlflow_server
+from cluster.state import SECRETS, ClusterState
 from seqae_errors import ConfigError
 
 ACCOUNTS = "mlflow_accounts"  # in secrets/: a password file per user, named by the user
@@ -36,13 +37,13 @@ USERS = "users"  # in the cluster's folder: what each user copies
 # MLflow's user names are free text; these also make a safe file name and a sweep owner's name
 NAME = re.compile(r"[a-z][a-z0-9_.-]{0,62}")
 # What a laptop reaches on the head, each through a tunnel whose local port the variable names:
-# (the variable, the address that names it, the cluster's settings key of its port on the head).
+# (the variable, the address that names it, where the cluster's state keeps its port on the head).
 # The dashboard serves the Jobs API (submit, logs, cancel, resume); MLflow, `ui` and a status's
 # runs; PostgreSQL, the study a status reads and stop and set write.
 TUNNELS = (
-    ("SEQAE_TUNNEL_DASHBOARD_PORT", "SEQAE_RAY_ADDRESS", ("dashboard_port",)),
-    ("SEQAE_TUNNEL_MLFLOW_PORT", "SEQAE_MLFLOW_TRACKING_URI", ("mlflow", "port")),
-    ("SEQAE_TUNNEL_POSTGRES_PORT", "SEQAE_OPTUNA_STORAGE", ("postgres", "port")),
+    ("SEQAE_TUNNEL_DASHBOARD_PORT", "SEQAE_RAY_ADDRESS", "dashboard_port"),
+    ("SEQAE_TUNNEL_MLFLOW_PORT", "SEQAE_MLFLOW_TRACKING_URI", "mlflow.port"),
+    ("SEQAE_TUNNEL_POSTGRES_PORT", "SEQAE_OPTUNA_STORAGE", "postgres.port"),
 )
 # the head's own values a submitted job gets in place of the laptop's (sweeps.running.submit.CLUSTER_SIDE)
 CLUSTER_SIDE = {
@@ -53,8 +54,8 @@ CLUSTER_SIDE = {
 }
 
 
-def accounts_dir(state: dict[str, Any]) -> Path:
-    return Path(state["root"]) / "secrets" / ACCOUNTS
+def accounts_dir(state: ClusterState) -> Path:
+    return Path(state.root) / SECRETS / ACCOUNTS
 
 
 def write_private(path: Path, text: str) -> Path:
@@ -64,13 +65,13 @@ def write_private(path: Path, text: str) -> Path:
     return mlflow_server.write_private(path, text)
 
 
-def admin_account(state: dict[str, Any]) -> None:
+def admin_account(state: ClusterState) -> None:
     """The admin's entry among the accounts, so that a sweep the admin submits signs in too."""
-    password = Path(state["mlflow"]["password_file"]).read_text()
+    password = Path(state.mlflow.password_file).read_text()
     write_private(accounts_dir(state) / mlflow_server.ADMIN, password)
 
 
-def add_user(state: dict[str, Any], name: str, environment: dict[str, str]) -> Path:
+def add_user(state: ClusterState, name: str, environment: dict[str, str]) -> Path:
     """Create MLflow user ``name`` on the cluster's server; returns the folder to hand to them,
     whose ``env.sh`` exports ``environment`` (the cluster's) as that user."""
     if not NAME.fullmatch(name):
@@ -87,18 +88,18 @@ def add_user(state: dict[str, Any], name: str, environment: dict[str, str]) -> P
     write_private(folder / "mlflow_password", password)
     write_private(folder / "ray_token", token)
     # any port: the tunnel's local one is the laptop's choice
-    host, _port, rest = Path(postgres.Postgres(**state["postgres"]).pgpass_of("optuna")).read_text().split(":", 2)
+    host, _port, rest = Path(state.postgres.pgpass_of("optuna")).read_text().split(":", 2)
     write_private(folder / "pgpass", f"{host}:*:{rest}")
     write_private(folder / "env.sh", _env_sh(state, environment, name))
     return folder
 
 
-def ray_token(state: dict[str, Any]) -> str:
+def ray_token(state: ClusterState) -> str:
     """The token the cluster's Ray asks for: the one ``up`` generated for the Ray it starts or,
     beside a Ray started by hand (``services``), the one that Ray keeps on this head, where Ray
     itself looks (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``)."""
-    if state["ray"]:
-        return Path(state["token_file"]).read_text()
+    if state.ray:
+        return Path(state.token_file).read_text()
     if os.environ.get("RAY_AUTH_TOKEN"):
         return os.environ["RAY_AUTH_TOKEN"]
     path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").expanduser()
@@ -111,29 +112,22 @@ def ray_token(state: dict[str, Any]) -> str:
     return path.read_text()
 
 
-def tunnels(state: dict[str, Any], environment: dict[str, str]) -> list[tuple[str, str, int]]:
+def tunnels(state: ClusterState, environment: dict[str, str]) -> list[tuple[str, str, int]]:
     """(the variable, the address it names, the head's port) for each server this cluster runs."""
-
-    def port(where: tuple[str, ...]) -> int:
-        value: Any = state
-        for part in where:
-            value = value[part]
-        return int(value)
-
-    return [(variable, key, port(where)) for variable, key, where in TUNNELS if key in environment]
+    return [(variable, key, int(attrgetter(where)(state))) for variable, key, where in TUNNELS if key in environment]
 
 
-def tunnel_command(state: dict[str, Any], environment: dict[str, str]) -> str:
+def tunnel_command(state: ClusterState, environment: dict[str, str]) -> str:
     """The SSH tunnel a user opens from their machine, each local port the head's."""
     forwards = " ".join(f"-L {port}:127.0.0.1:{port}" for _, _, port in tunnels(state, environment))
     return f"ssh -N {forwards} YOU@HEAD"
 
 
-def _create(state: dict[str, Any], name: str, password: str) -> None:
+def _create(state: ClusterState, name: str, password: str) -> None:
     """The account, through the basic-auth app's REST API as the admin (the body, not the URL, holds
     the password)."""
-    uri = f"http://127.0.0.1:{state['mlflow']['port']}"
-    admin = f"{mlflow_server.ADMIN}:{Path(state['mlflow']['password_file']).read_text().strip()}"
+    uri = f"http://127.0.0.1:{state.mlflow.port}"
+    admin = f"{mlflow_server.ADMIN}:{Path(state.mlflow.password_file).read_text().strip()}"
     request = urllib.request.Request(
         f"{uri}/api/2.0/mlflow/users/create",
         method="POST",
@@ -156,11 +150,11 @@ def _create(state: dict[str, Any], name: str, password: str) -> None:
         raise ConfigError(f"the MLflow server at {uri} is not answering ({exc}): `seqae cluster up` first") from None
 
 
-def user_dir(state: dict[str, Any], name: str) -> Path:
-    return Path(state["root"]) / USERS / name
+def user_dir(state: ClusterState, name: str) -> Path:
+    return Path(state.root) / USERS / name
 
 
-def _env_sh(state: dict[str, Any], environment: dict[str, str], name: str) -> str:
+def _env_sh(state: ClusterState, environment: dict[str, str], name: str) -> str:
     """The user's exports, the files named relative to the script, wherever the folder is copied;
     the head's addresses through the tunnels on the local ports their variables name; the
     cluster's own workspace, stores and pgpass file for the jobs it submits."""

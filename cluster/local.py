@@ -41,17 +41,18 @@ import sys
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import psutil
 
 from cluster import accounts, artifact_store, mlflow_server, postgres
 from cluster.procs import alive_group, free_port, free_port_block, http_ok, stop_group, wait_until
+from cluster.state import MLFLOW_PASSWORD, SECRETS, ClusterState, MlflowService, read_state, write_state
 from seqae_errors import ConfigError
 
-STATE = "cluster.json"
 AUTH_CONFIG = "mlflow_auth.ini"  # in secrets/: the MLflow server's basic-auth settings
 NODE_PORTS = 50  # ports reserved per Ray node: its servers and its worker processes
 # Every node's metrics agent would serve Prometheus metrics on every interface, without the token
@@ -92,27 +93,27 @@ def _ray_bin() -> str:
     return str(candidate) if candidate.exists() else "ray"
 
 
-def node_cache(state: dict[str, Any], ip: str) -> Path:
+def node_cache(state: ClusterState, ip: str) -> Path:
     """Node ``ip``'s own data cache: as on machines that share no disk, each node fetches the data
     a sweep's driver published into its own cache (``seqae_core.data``)."""
-    return Path(state["root"]) / "nodes" / ip / "cache"
+    return Path(state.root) / "nodes" / ip / "cache"
 
 
-def _ray_env(state: dict[str, Any], ip: str) -> dict[str, str]:
+def _ray_env(state: ClusterState, ip: str) -> dict[str, str]:
     """Node ``ip``'s whole environment: :data:`SYSTEM_ENV` and the names ``up --pass-env`` gave,
     from this process's, then seqae's own settings."""
-    passed = set(state.get("pass_env", []))  # a state written before --pass-env has none
+    passed = set(state.pass_env)
     chosen = {k: v for k, v in os.environ.items() if k in SYSTEM_ENV or k.startswith(SYSTEM_PREFIXES) or k in passed}
     return {
         **chosen,
         "SEQAE_CACHE_DIR": str(node_cache(state, ip)),
         **FAST_HEALTH_CHECKS,
         "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN_PATH": state["token_file"],
+        "RAY_AUTH_TOKEN_PATH": state.token_file,
         "RAY_USAGE_STATS_ENABLED": "0",
         # the job driver and the trials find this venv's python first
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PGPASSFILE": postgres.Postgres(**state["postgres"]).pgpass_of("optuna"),  # the drivers' studies
+        "PGPASSFILE": state.postgres.pgpass_of("optuna"),  # the drivers' studies
     }
 
 
@@ -142,53 +143,42 @@ def node_args(ip: str, base: int, cpus: int | None, gpus: int | None = None) -> 
     ]
 
 
-def read_state(root: Path) -> dict[str, Any] | None:
-    path = root / STATE
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def _write_state(root: Path, state: dict[str, Any]) -> None:
-    tmp = root / f".{STATE}.tmp"
-    tmp.write_text(json.dumps(state, indent=1))
-    os.replace(tmp, root / STATE)
-
-
-def environment(state: dict[str, Any]) -> dict[str, str]:
+def environment(state: ClusterState) -> dict[str, str]:
     """What a user exports to submit sweeps to this cluster: secrets only by their files' names
     (the MLflow password is in :func:`mlflow_credentials`)."""
     ray = (
         {
-            "SEQAE_RAY_ADDRESS": f"http://127.0.0.1:{state['dashboard_port']}",
+            "SEQAE_RAY_ADDRESS": f"http://127.0.0.1:{state.dashboard_port}",
             "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": state["token_file"],
+            "RAY_AUTH_TOKEN_PATH": state.token_file,
         }
-        if state["ray"]
+        if state.ray
         else {}
     )
     return {
         **ray,
-        "SEQAE_MLFLOW_TRACKING_URI": f"http://127.0.0.1:{state['mlflow']['port']}",
+        "SEQAE_MLFLOW_TRACKING_URI": f"http://127.0.0.1:{state.mlflow.port}",
         "MLFLOW_TRACKING_USERNAME": mlflow_server.ADMIN,
-        "SEQAE_OPTUNA_STORAGE": postgres.Postgres(**state["postgres"]).url("optuna"),
-        "PGPASSFILE": postgres.Postgres(**state["postgres"]).pgpass_of("optuna"),  # the studies' role, no other
-        "SEQAE_STORAGE": state["storage"],
-        "SEQAE_WORKSPACE": state["workspace"],
-        "SEQAE_CLUSTER_WORKSPACE": state["workspace"],  # a submitted driver's, whatever the shell's own
+        "SEQAE_OPTUNA_STORAGE": state.postgres.url("optuna"),
+        "PGPASSFILE": state.postgres.pgpass_of("optuna"),  # the studies' role, no other
+        "SEQAE_STORAGE": state.storage,
+        "SEQAE_WORKSPACE": state.workspace,
+        "SEQAE_CLUSTER_WORKSPACE": state.workspace,  # a submitted driver's, whatever the shell's own
     }
 
 
-def mlflow_credentials(state: dict[str, Any]) -> dict[str, str]:
+def mlflow_credentials(state: ClusterState) -> dict[str, str]:
     """The MLflow admin's name and password, as MLflow's client reads them from the environment."""
     return {
         "MLFLOW_TRACKING_USERNAME": mlflow_server.ADMIN,
-        "MLFLOW_TRACKING_PASSWORD": Path(state["mlflow"]["password_file"]).read_text().strip(),
+        "MLFLOW_TRACKING_PASSWORD": Path(state.mlflow.password_file).read_text().strip(),
     }
 
 
-def _env_sh(state: dict[str, Any]) -> str:
+def _env_sh(state: ClusterState) -> str:
     """``environment`` as shell exports, and the MLflow password read from its file when sourced."""
     lines = [f"export {k}={shlex.quote(v)}\n" for k, v in environment(state).items()]
-    password_file = shlex.quote(state["mlflow"]["password_file"])
+    password_file = shlex.quote(state.mlflow.password_file)
     return "".join(lines) + f'export MLFLOW_TRACKING_PASSWORD="$(cat {password_file})"\n'
 
 
@@ -201,7 +191,7 @@ def up(
     storage: str | None = None,
     gpus_per_worker: int | None = None,
     pass_env: tuple[str, ...] = (),
-) -> dict[str, Any]:
+) -> ClusterState:
     """Start the cluster in ``root`` (reusing its database and ports if it ran there before).
 
     Without ``ray``, only PostgreSQL and the MLflow server start: for a head node whose Ray is
@@ -219,18 +209,18 @@ def up(
         raise ConfigError(f"--gpus-per-worker={gpus_per_worker} must be 0 or more")
     if storage is not None and "://" not in storage:
         storage = str(Path(storage).expanduser().resolve())  # the server and the nodes start elsewhere
-    if previous and storage is not None and storage != previous["storage"]:
+    if previous and storage is not None and storage != previous.storage:
         raise ConfigError(
             f"--storage {storage}: the services in {root} keep their checkpoints and MLflow's artifacts in "
-            f"{previous['storage']}; start them without --storage, or in another --dir"
+            f"{previous.storage}; start them without --storage, or in another --dir"
         )
-    artifact_store.check(storage or (previous or {}).get("storage", ""))
+    artifact_store.check(storage or (previous.storage if previous else ""))
     for name in pass_env:
         if name not in os.environ:
             raise ConfigError(
                 f"--pass-env {name}: {name} is not set in this shell (each node gets its value from here)"
             )
-    secrets_dir = root / "secrets"
+    secrets_dir = root / SECRETS
     secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(secrets_dir, 0o700)
     token_file = secrets_dir / "ray_token"  # the Ray it starts; beside a Ray started by hand, that Ray's own
@@ -238,85 +228,84 @@ def up(
         token_file.write_text(secrets.token_urlsafe(32))
         token_file.chmod(0o600)
 
+    # MLflow's users live in a database of their own beside the runs: with the runs they grant
+    # access to, in one server that is backed up and restarted together (a SQLite file would be a
+    # second store to keep, and locks under several server workers).
+    password_file = str(secrets_dir / MLFLOW_PASSWORD)
     if previous:
-        state = previous
-        state.update(
+        state = replace(
+            previous,
             workers=workers,
             cpus_per_worker=cpus_per_worker,
             head_cpus=head_cpus,
             gpus_per_worker=gpus_per_worker,
             pass_env=list(pass_env),
+            mlflow=replace(previous.mlflow, password_file=password_file),
             pids={},
+            ray=ray,
+            ray_temp_dir=tempfile.mkdtemp(prefix="seqae-ray-"),  # short: Ray's socket paths are limited
             ray_sessions=[],
         )
     else:
         pg_port = free_port()
-        state = {
-            "root": str(root),
-            "token_file": str(token_file),
-            "workers": workers,
-            "cpus_per_worker": cpus_per_worker,
-            "head_cpus": head_cpus,
-            "gpus_per_worker": gpus_per_worker,
-            "pass_env": list(pass_env),
-            "gcs_port": free_port(),
-            "dashboard_port": free_port(),
-            "node_ports": free_port_block(NODE_PORTS * (workers + 1)),
-            "mlflow": {"port": free_port()},
-            "postgres": postgres.create(secrets_dir, pg_port).to_dict(),
-            "storage": storage or str(root / "storage"),
-            "workspace": str(root / "workspace"),
-            "pids": {},
-        }
-    state["ray"] = ray
-    state["ray_temp_dir"] = tempfile.mkdtemp(prefix="seqae-ray-")  # short: Ray's socket paths are limited
-    _write_state(root, state)
+        state = ClusterState(
+            root=str(root),
+            token_file=str(token_file),
+            workers=workers,
+            cpus_per_worker=cpus_per_worker,
+            head_cpus=head_cpus,
+            gpus_per_worker=gpus_per_worker,
+            pass_env=list(pass_env),
+            gcs_port=free_port(),
+            dashboard_port=free_port(),
+            node_ports=free_port_block(NODE_PORTS * (workers + 1)),
+            mlflow=MlflowService(port=free_port(), password_file=password_file),
+            postgres=postgres.create(secrets_dir, pg_port),
+            storage=storage or str(root / "storage"),
+            workspace=str(root / "workspace"),
+            ray=ray,
+            ray_temp_dir=tempfile.mkdtemp(prefix="seqae-ray-"),
+        )
+    write_state(root, state)
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
-    for folder in (state["storage"], state["workspace"]):
+    for folder in (state.storage, state.workspace):
         if "://" not in folder:
             Path(folder).mkdir(parents=True, exist_ok=True)
 
-    pg = postgres.Postgres(**state["postgres"])
-    postgres.start(pg, logs / "postgres.log")
-
-    # MLflow's users live in a database of their own beside the runs: with the runs they grant
-    # access to, in one server that is backed up and restarted together (a SQLite file would be a
-    # second store to keep, and locks under several server workers).
-    state["mlflow"]["password_file"] = str(secrets_dir / "mlflow_password")
+    postgres.start(state.postgres, logs / "postgres.log")
     mlflow_server.write_auth_config(
-        secrets_dir / AUTH_CONFIG, Path(state["mlflow"]["password_file"]), pg.url("mlflow_auth")
+        secrets_dir / AUTH_CONFIG, Path(state.mlflow.password_file), state.postgres.url("mlflow_auth")
     )
     start_mlflow(state)
     accounts.admin_account(state)
 
     if ray:
         _start_ray(state, logs)
-    state["started"] = time.time()
-    _write_state(root, state)
+    state.started = time.time()
+    write_state(root, state)
     (root / "env.sh").write_text(_env_sh(state))
     return state
 
 
-def start_mlflow(state: dict[str, Any]) -> None:
+def start_mlflow(state: ClusterState) -> None:
     """Start the MLflow server (again, after it stopped) on PostgreSQL, with its authentication,
     and record its process."""
-    root = Path(state["root"])
-    pg = postgres.Postgres(**state["postgres"])
-    state["pids"]["mlflow"] = mlflow_server.start(
+    root = Path(state.root)
+    pg = state.postgres
+    state.pids["mlflow"] = mlflow_server.start(
         pg.url("mlflow"),
-        artifact_store.artifact_root(state["storage"]),
-        state["mlflow"]["port"],
+        artifact_store.artifact_root(state.storage),
+        state.mlflow.port,
         root / "logs" / "mlflow.log",
         env={"PGPASSFILE": pg.pgpass_of("mlflow")},
-        auth=root / "secrets" / AUTH_CONFIG,
+        auth=root / SECRETS / AUTH_CONFIG,
     )
-    _write_state(root, state)
+    write_state(root, state)
 
 
-def _start_ray(state: dict[str, Any], logs: Path) -> None:
+def _start_ray(state: ClusterState, logs: Path) -> None:
     """A head on 127.0.0.2 and worker raylets on 127.0.0.3, 127.0.0.4, ...: one node each."""
-    workers, head_cpus = state["workers"], state["head_cpus"]
     # Sweep drivers run on the head (Ray's default for jobs) and inherit its environment: it names
     # the folder of the users' MLflow passwords, where a driver signs in as the user who submitted
     # its sweep; no password is in the environment, and none enters a job's runtime environment.
@@ -325,65 +314,65 @@ def _start_ray(state: dict[str, Any], logs: Path) -> None:
         _ray_bin(),
         "start",
         "--head",
-        f"--port={state['gcs_port']}",
+        f"--port={state.gcs_port}",
         "--dashboard-host=127.0.0.1",
-        f"--dashboard-port={state['dashboard_port']}",
-        f"--temp-dir={state['ray_temp_dir']}",
-        f"--ray-client-server-port={state['node_ports'] + NODE_PORTS - 1}",
+        f"--dashboard-port={state.dashboard_port}",
+        f"--temp-dir={state.ray_temp_dir}",
+        f"--ray-client-server-port={state.node_ports + NODE_PORTS - 1}",
         *HEAD_ARGS,
-        *node_args("127.0.0.2", state["node_ports"], head_cpus),
+        *node_args("127.0.0.2", state.node_ports, state.head_cpus),
     ]
     _ray_start(state, head, env, logs / "ray-head.log")
-    for i in range(1, workers + 1):
+    for i in range(1, state.workers + 1):
         start_worker(state, i)
     wait_until(
-        lambda: http_ok(f"http://127.0.0.1:{state['dashboard_port']}/api/gcs_healthz"),
+        lambda: http_ok(f"http://127.0.0.1:{state.dashboard_port}/api/gcs_healthz"),
         60,
         "the Ray dashboard",
         logs / "ray-head.log",
     )
 
 
-def start_worker(state: dict[str, Any], i: int) -> None:
+def start_worker(state: ClusterState, i: int) -> None:
     """Start worker node ``i`` (1-based) on 127.0.0.<2 + i>: again, after it was lost."""
     ip = f"127.0.0.{2 + i}"
     worker = [
         _ray_bin(),
         "start",
-        f"--address=127.0.0.2:{state['gcs_port']}",
-        f"--temp-dir={state['ray_temp_dir']}",
-        *node_args(ip, state["node_ports"] + NODE_PORTS * i, state["cpus_per_worker"], state.get("gpus_per_worker")),
-    ]  # a state written before GPUs were an option has none
-    log = Path(state["root"]) / "logs" / f"ray-worker-{i}.log"
+        f"--address=127.0.0.2:{state.gcs_port}",
+        f"--temp-dir={state.ray_temp_dir}",
+        *node_args(ip, state.node_ports + NODE_PORTS * i, state.cpus_per_worker, state.gpus_per_worker),
+    ]
+    log = Path(state.root) / "logs" / f"ray-worker-{i}.log"
     _ray_start(state, worker, _ray_env(state, ip), log)
 
 
-def _ray_start(state: dict[str, Any], argv: list[str], env: dict[str, str], log: Path) -> None:
+def _ray_start(state: ClusterState, argv: list[str], env: dict[str, str], log: Path) -> None:
     """Run `ray start` in a session of its own, recorded in the state: whatever Ray starts under
     it stays in that session, where ``down`` finds it."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    state.setdefault("ray_sessions", []).append(proc.pid)
-    _write_state(Path(state["root"]), state)
+    state.ray_sessions.append(proc.pid)
+    write_state(Path(state.root), state)
     if proc.wait(timeout=180) != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise RuntimeError(f"`ray start` failed ({log}):\n{tail}")
 
 
-def ray_processes(state: dict[str, Any]) -> list[psutil.Process]:
-    """This cluster's Ray processes: those in the sessions of its `ray start` commands, whatever
-    Ray started under them (a ray.util.client.server, agents that renamed themselves), and those
-    that name its own temporary folder."""
-    marker, sessions = state.get("ray_temp_dir"), set(state.get("ray_sessions", []))
+def ray_processes(temp_dir: str, sessions: Collection[int]) -> list[psutil.Process]:
+    """The Ray processes of one cluster, whose Ray keeps ``temp_dir`` and whose `ray start` commands
+    ran in ``sessions``: those in those sessions, whatever Ray started under them (a
+    ray.util.client.server, agents that renamed themselves), and those that name the folder."""
+    sessions = set(sessions)
     return [
         p
         for p in psutil.process_iter(["cmdline", "environ"])
-        if marker
+        if temp_dir  # an empty name is in every command line
         and p.pid != os.getpid()
         and (
             _session(p.pid) in sessions
-            or marker in " ".join(p.info["cmdline"] or ())
-            or any(marker in v for v in (p.info["environ"] or {}).values())
+            or temp_dir in " ".join(p.info["cmdline"] or ())
+            or any(temp_dir in v for v in (p.info["environ"] or {}).values())
         )
     ]
 
@@ -395,10 +384,10 @@ def _session(pid: int) -> int | None:
         return None
 
 
-def worker_raylets(state: dict[str, Any]) -> dict[str, int]:
+def worker_raylets(state: ClusterState) -> dict[str, int]:
     """``{node ip: raylet pid}`` of the worker nodes (for killing exactly one, in tests)."""
     raylets = {}
-    for proc in ray_processes(state):
+    for proc in ray_processes(state.ray_temp_dir, state.ray_sessions):
         cmdline = proc.info["cmdline"] or [""]
         ips = [a.split("=", 1)[1] for a in cmdline if a.startswith("--node_ip_address=")]
         if cmdline[0].endswith("raylet") and ips and ips[0] != "127.0.0.2":
@@ -413,7 +402,7 @@ def down(root: Path) -> list[str]:
     if state is None:
         raise ConfigError(f"no cluster was started from {root}")
     stopped = []
-    procs = found = ray_processes(state)
+    procs = found = ray_processes(state.ray_temp_dir, state.ray_sessions)
     for signal in ("terminate", "kill"):  # SIGTERM; SIGKILL for what is left after 15 s
         for proc in procs:
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -421,26 +410,24 @@ def down(root: Path) -> list[str]:
         procs = psutil.wait_procs(procs, timeout=15)[1]
     if found:
         stopped.append(f"Ray ({len(found)} processes)")
-    mlflow_pid = state["pids"].get("mlflow")
-    if isinstance(mlflow_pid, int) and alive_group(mlflow_pid):
+    mlflow_pid = state.pids.get("mlflow")
+    if mlflow_pid is not None and alive_group(mlflow_pid):
         stop_group(mlflow_pid)
         stopped.append("MLflow server")
-    pg = postgres.Postgres(**state["postgres"])
-    if postgres.running(pg):
-        postgres.stop(pg)
+    if postgres.running(state.postgres):
+        postgres.stop(state.postgres)
         stopped.append("PostgreSQL")
-    shutil.rmtree(state.get("ray_temp_dir") or "/nonexistent", ignore_errors=True)
-    state["pids"], state["ray_sessions"] = {}, []
-    _write_state(root, state)
+    shutil.rmtree(state.ray_temp_dir or "/nonexistent", ignore_errors=True)
+    state.pids, state.ray_sessions = {}, []
+    write_state(root, state)
     return stopped
 
 
-def _liveness(state: dict[str, Any]) -> dict[str, bool]:
-    mlflow_pid = state.get("pids", {}).get("mlflow")
+def _liveness(state: ClusterState) -> dict[str, bool]:
     return {
-        "ray": state.get("ray", True) and http_ok(f"http://127.0.0.1:{state['dashboard_port']}/api/gcs_healthz"),
-        "mlflow": isinstance(mlflow_pid, int) and http_ok(f"http://127.0.0.1:{state['mlflow']['port']}/health"),
-        "postgres": postgres.running(postgres.Postgres(**state["postgres"])),
+        "ray": state.ray and http_ok(f"http://127.0.0.1:{state.dashboard_port}/api/gcs_healthz"),
+        "mlflow": "mlflow" in state.pids and http_ok(f"http://127.0.0.1:{state.mlflow.port}/health"),
+        "postgres": postgres.running(state.postgres),
     }
 
 
@@ -476,33 +463,53 @@ def mlflow_store(root: Path) -> MlflowStore:
             f"the MLflow server of {root.resolve()} is not running: `seqae cluster up --dir {root}` "
             "(or `services`) first"
         )
-    pg = postgres.Postgres(**state["postgres"])
+    pg = state.postgres
     return MlflowStore(
         pg.url("mlflow"),
-        f"http://127.0.0.1:{state['mlflow']['port']}",
+        f"http://127.0.0.1:{state.mlflow.port}",
         {"PGPASSFILE": pg.pgpass_of("mlflow"), **mlflow_credentials(state)},
     )
 
 
-def status(root: Path) -> dict[str, Any]:
+class Node(TypedDict):
+    """A node as Ray's dashboard lists it."""
+
+    ip: str | None
+    state: str | None  # ALIVE, DEAD
+    node_id: str | None
+
+
+class _Status(TypedDict):
+    root: str
+    services: dict[str, bool]  # each service: whether it answers
+    environment: dict[str, str]  # as :func:`environment`
+
+
+class ClusterStatus(_Status, total=False):
+    """``seqae cluster status``'s document (it prints it as JSON)."""
+
+    nodes: list[Node]  # where its Ray answers
+
+
+def status(root: Path) -> ClusterStatus:
     root = root.resolve()
     state = read_state(root)
     if state is None:
         raise ConfigError(f"no cluster was started from {root}")
     alive = _liveness(state)
-    if not state["ray"]:
+    if not state.ray:
         del alive["ray"]
-    info: dict[str, Any] = {"root": str(root), "services": alive, "environment": environment(state)}
+    info = ClusterStatus(root=str(root), services=alive, environment=environment(state))
     if alive.get("ray"):
-        info["nodes"] = alive_nodes(state)
+        info["nodes"] = alive_nodes(state.dashboard_port, state.token_file)
     return info
 
 
-def alive_nodes(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """Alive nodes, through the dashboard's API (with the token)."""
-    token = Path(state["token_file"]).read_text().strip()
+def alive_nodes(dashboard_port: int, token_file: str) -> list[Node]:
+    """Alive nodes, through the dashboard's API on ``dashboard_port`` (with the token in ``token_file``)."""
+    token = Path(token_file).read_text().strip()
     request = urllib.request.Request(
-        f"http://127.0.0.1:{state['dashboard_port']}/nodes?view=summary", headers={"Authorization": f"Bearer {token}"}
+        f"http://127.0.0.1:{dashboard_port}/nodes?view=summary", headers={"Authorization": f"Bearer {token}"}
     )
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
@@ -510,6 +517,6 @@ def alive_nodes(state: dict[str, Any]) -> list[dict[str, Any]]:
     except (OSError, ValueError, KeyError):
         return []
     return [
-        {"ip": n.get("ip"), "state": n.get("raylet", {}).get("state"), "node_id": n.get("raylet", {}).get("nodeId")}
+        Node(ip=n.get("ip"), state=n.get("raylet", {}).get("state"), node_id=n.get("raylet", {}).get("nodeId"))
         for n in summary
     ]

@@ -22,7 +22,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from seqae_errors import ConfigError
@@ -48,9 +48,6 @@ class Postgres:
     def pgpass_of(self, purpose: str) -> str:
         """The pgpass file with the password of ``purpose``'s role (and no other)."""
         return str(Path(self.pgpass).with_name(f"pgpass-{purpose}"))
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 DEBIAN_VERSIONS = Path("/usr/lib/postgresql")  # Debian's servers, one folder per major version

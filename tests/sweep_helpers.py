@@ -357,13 +357,13 @@ def _local_cluster(root: Path, args: list[str]) -> Iterator[dict[str, Any]]:
         down = seqae("cluster", "down", "--dir", str(root), timeout=120)
         assert down.returncode == 0, down.stderr
         state = local.read_state(root)
-        assert local.ray_processes(state) == []
+        assert local.ray_processes(state.ray_temp_dir, state.ray_sessions) == []
         ports = {
-            state["gcs_port"],
-            state["dashboard_port"],
-            state["mlflow"]["port"],
-            state["postgres"]["port"],
-            *range(state["node_ports"], state["node_ports"] + local.NODE_PORTS * (state["workers"] + 1)),
+            state.gcs_port,
+            state.dashboard_port,
+            state.mlflow.port,
+            state.postgres.port,
+            *range(state.node_ports, state.node_ports + local.NODE_PORTS * (state.workers + 1)),
         }
         import psutil
 

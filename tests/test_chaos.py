@@ -158,9 +158,9 @@ class Sweep:
         state = cluster["state"]
         self.env = {
             **cluster["env"],
-            "RAY_ADDRESS": f"127.0.0.2:{state['gcs_port']}",
+            "RAY_ADDRESS": f"127.0.0.2:{state.gcs_port}",
             "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": state["token_file"],
+            "RAY_AUTH_TOKEN_PATH": state.token_file,
         }
         self.drivers, self.began = 0, time.time()
         self.beside: list[Sweep] = []  # the sweeps beside it on the cluster, which its faults meet too
@@ -517,7 +517,7 @@ def mlflow_restart(sweep: Sweep, rng: random.Random) -> None:
     state = sweep.cluster["state"]
     driver, log = sweep.driver, sweep.running()[1]
     waiting = said(log, MLFLOW_AWAY)  # a driver that is starting waits for MLflow before any epoch
-    stop_group(state["pids"]["mlflow"])
+    stop_group(state.pids["mlflow"])
     at, training = sweep.trained(), (CELLS + URGENT_CELLS * len(sweep.beside)) * EPOCHS
     try:
         # once every epoch is trained, the outage covers the driver's closing writes, which it keeps until MLflow is back
@@ -543,7 +543,7 @@ def postgres_restart(sweep: Sweep, rng: random.Random) -> None:
     from cluster import postgres
 
     state = sweep.cluster["state"]
-    pg = postgres.Postgres(**state["postgres"])
+    pg = state.postgres
     driver, (number, log) = sweep.driver, sweep.running()
     # the study's storage meets the outage, or MLflow (whose database it is): a starting driver waits for
     # it, and a closing one, its trials all trained, keeps its last writes and reads no study until
@@ -562,7 +562,7 @@ def postgres_restart(sweep: Sweep, rng: random.Random) -> None:
         )
     finally:
         with paused(sweep):
-            postgres.start(pg, Path(state["root"]) / "logs" / "postgres.log")
+            postgres.start(pg, Path(state.root) / "logs" / "postgres.log")
     wait_for(
         lambda: said(log, back_said) > back or driver.poll() is not None, 300, "the driver to find PostgreSQL back"
     )

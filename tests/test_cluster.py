@@ -110,7 +110,7 @@ def wait_job(cluster, name: str, timeout: float = 600, workspace: str | None = N
 
     record = Workspace(workspace or cluster["env"]["SEQAE_WORKSPACE"]).read_submission(name)
     assert record is not None, f"sweep {name} was not submitted"
-    token = Path(cluster["state"]["token_file"]).read_text().strip()
+    token = Path(cluster["state"].token_file).read_text().strip()
     jobs = JobSubmissionClient(record.address, headers={"Authorization": f"Bearer {token}"})
     wait_for(lambda: jobs.get_job_status(record.jobs[-1]).is_terminal(), timeout, f"job of sweep {name}", every=1)
     return job_status(cluster, name, workspace)
@@ -136,7 +136,7 @@ def test_cluster_is_three_nodes_with_loopback_services(cluster):
     for secret in secrets_of(cluster):
         for text in (env, run.stdout, *logs):
             assert secret not in text  # secrets stay in their files
-    for path in (cluster["env"]["PGPASSFILE"], cluster["state"]["mlflow"]["password_file"]):
+    for path in (cluster["env"]["PGPASSFILE"], cluster["state"].mlflow.password_file):
         assert oct(Path(path).stat().st_mode)[-3:] == "600"
 
 
@@ -159,7 +159,7 @@ def test_a_job_sees_none_of_the_starting_shell_but_what_up_passed(cluster):
         "ray.init()\n"
         "print(json.dumps({'head': seen(), 'worker': ray.get(ray.remote(num_cpus=1)(seen).remote())}))\n"
     )
-    token = Path(cluster["state"]["token_file"]).read_text().strip()
+    token = Path(cluster["state"].token_file).read_text().strip()
     jobs = JobSubmissionClient(dashboard(cluster), headers={"Authorization": f"Bearer {token}"})
     job = jobs.submit_job(entrypoint=shlex.join(["python", "-c", script]))
     wait_for(lambda: jobs.get_job_status(job).is_terminal(), 180, "the job printing its environment", every=1)
@@ -182,9 +182,9 @@ def test_a_pass_env_name_the_shell_does_not_set_is_refused_before_anything_start
 def secrets_of(cluster) -> list[str]:
     """The Ray token, the database password and the MLflow admin's password."""
     return [
-        Path(cluster["state"]["token_file"]).read_text().strip(),
+        Path(cluster["state"].token_file).read_text().strip(),
         Path(cluster["env"]["PGPASSFILE"]).read_text().split(":")[-1].strip(),
-        Path(cluster["state"]["mlflow"]["password_file"]).read_text().strip(),
+        Path(cluster["state"].mlflow.password_file).read_text().strip(),
     ]
 
 
@@ -255,7 +255,7 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
 
     # no secret reached the runs' params, the job's output or its runtime environment
     logs = seqae("sweep", "logs", "spread", "--workspace", laptop, env=cluster["env"]).stdout
-    token = Path(cluster["state"]["token_file"]).read_text().strip()
+    token = Path(cluster["state"].token_file).read_text().strip()
     request = urllib.request.Request(
         f"{dashboard(cluster)}/api/jobs/{job}", headers={"Authorization": f"Bearer {token}"}
     )
@@ -265,7 +265,7 @@ def test_submitted_sweep_runs_on_several_nodes_and_tracks_in_postgres(cluster):
     assert job_info["metadata"] == {"seqae_sweep": "spread", "seqae_user": owner, "seqae_owner": owner}
     assert job_env["SEQAE_USER"] == owner  # whom the driver acts for
     assert not any(k.startswith("MLFLOW_TRACKING_") for k in job_env), sorted(job_env)
-    ray_logs = [p for p in Path(cluster["state"]["ray_temp_dir"]).glob("session_*/logs/**/*") if p.is_file()]
+    ray_logs = [p for p in Path(cluster["state"].ray_temp_dir).glob("session_*/logs/**/*") if p.is_file()]
     assert any("driver" in p.name for p in ray_logs)  # the job driver's own log is among them
     for secret in secrets_of(cluster):
         for run in runs:
@@ -469,7 +469,7 @@ def test_the_python_pages_cluster_part_submits_follows_and_cancels_a_sweep(clust
 
 def test_jobs_api_refuses_requests_without_the_token(cluster):
     url = f"{dashboard(cluster)}/api/jobs/"
-    token = Path(cluster["state"]["token_file"]).read_text().strip()
+    token = Path(cluster["state"].token_file).read_text().strip()
 
     def job_ids() -> set[str]:
         request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
@@ -497,7 +497,7 @@ def test_dashboard_and_mlflow_listen_on_loopback_only(cluster):
     ports = {
         "dashboard": int(dashboard(cluster).rsplit(":", 1)[1]),
         "mlflow": int(cluster["env"]["SEQAE_MLFLOW_TRACKING_URI"].rsplit(":", 1)[1]),
-        "postgres": cluster["state"]["postgres"]["port"],
+        "postgres": cluster["state"].postgres.port,
     }
     import socket
 
@@ -523,11 +523,11 @@ def test_every_port_of_the_cluster_listens_on_loopback_only(cluster):
     from cluster import local
 
     state = cluster["state"]
-    procs = {p.pid: p for p in local.ray_processes(state)}
-    postmaster = int(Path(state["postgres"]["data_dir"], "postmaster.pid").read_text().split()[0])
+    procs = {p.pid: p for p in local.ray_processes(state.ray_temp_dir, state.ray_sessions)}
+    postmaster = int(Path(state.postgres.data_dir, "postmaster.pid").read_text().split()[0])
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.NoSuchProcess):
-            if os.getpgid(proc.pid) == state["pids"]["mlflow"] or proc.pid == postmaster:
+            if os.getpgid(proc.pid) == state.pids["mlflow"] or proc.pid == postmaster:
                 procs[proc.pid] = proc
     listening: dict[tuple[str, int], str] = {}
     for proc in procs.values():
@@ -539,17 +539,17 @@ def test_every_port_of_the_cluster_listens_on_loopback_only(cluster):
     ports = {port for _, port in listening}
     # the ports the cluster's own addresses name are among them: the search found its processes
     assert {
-        state["gcs_port"],
-        state["dashboard_port"],
-        state["mlflow"]["port"],
-        state["postgres"]["port"],
-        state["node_ports"],
-        state["node_ports"] + local.NODE_PORTS,
+        state.gcs_port,
+        state.dashboard_port,
+        state.mlflow.port,
+        state.postgres.port,
+        state.node_ports,
+        state.node_ports + local.NODE_PORTS,
     } <= ports, listening
     # the GCS; each node's raylet, object manager, agent's gRPC port and workers; the head's metrics
-    unbindable = {state["gcs_port"], DASHBOARD_METRIC_PORT, AUTOSCALER_METRIC_PORT}
-    for node in range(state["workers"] + 1):
-        base = state["node_ports"] + local.NODE_PORTS * node
+    unbindable = {state.gcs_port, DASHBOARD_METRIC_PORT, AUTOSCALER_METRIC_PORT}
+    for node in range(state.workers + 1):
+        base = state.node_ports + local.NODE_PORTS * node
         unbindable |= {base, base + 1, base + 3, *range(base + 10, base + local.NODE_PORTS - 1)}
     wide = {(ip, port): name for (ip, port), name in listening.items() if not _loopback(ip)}
     assert not {port for _, port in wide} - unbindable, "\n".join(
@@ -591,7 +591,7 @@ def test_sqlite_backends_are_refused_for_multi_node_sweeps(cluster, tmp_path):
     assert run.returncode == 2 and "SQLite" in run.stderr
     assert not (tmp_path / "ws").exists()
     # A driver that joins the cluster itself refuses too, before creating anything.
-    gcs = f"127.0.0.2:{cluster['state']['gcs_port']}"
+    gcs = f"127.0.0.2:{cluster['state'].gcs_port}"
     run = seqae(
         "sweep",
         "run",
@@ -604,7 +604,7 @@ def test_sqlite_backends_are_refused_for_multi_node_sweeps(cluster, tmp_path):
         env={
             "RAY_ADDRESS": gcs,
             "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": cluster["state"]["token_file"],
+            "RAY_AUTH_TOKEN_PATH": cluster["state"].token_file,
             "SEQAE_MLFLOW_TRACKING_URI": "",
             "SEQAE_OPTUNA_STORAGE": "",
         },
@@ -659,12 +659,12 @@ def test_a_job_gets_only_the_projects_tracked_files_and_no_secret_reaches_its_co
     assert not [line for line in lines if setting in line or secret in line]
     assert secret not in "\0".join(driver.environ().values())
     record = Workspace(workspace).read_submission("packaged")
-    token = Path(cluster["state"]["token_file"]).read_text().strip()
+    token = Path(cluster["state"].token_file).read_text().strip()
     jobs = JobSubmissionClient(record.address, headers={"Authorization": f"Bearer {token}"})
     info = jobs.get_job_info(record.jobs[-1]).model_dump_json()
     assert "--sets-file" in info and setting not in info and secret not in info
 
-    sessions = list(Path(cluster["state"]["ray_temp_dir"]).glob("session_2*"))
+    sessions = list(Path(cluster["state"].ray_temp_dir).glob("session_2*"))
     unpacked = [p for session in sessions for p in (session / "runtime_resources").rglob("*")]
     assert any(p.match("*/seqae/__main__.py") for p in unpacked)  # the package is there
     assert not [p for p in unpacked if p.name in (".env", "id_rsa.pem")]
@@ -858,9 +858,9 @@ class Driver:
         state = cluster["state"]
         self.env = {
             **cluster["env"],
-            "RAY_ADDRESS": f"127.0.0.2:{state['gcs_port']}",
+            "RAY_ADDRESS": f"127.0.0.2:{state.gcs_port}",
             "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": state["token_file"],
+            "RAY_AUTH_TOKEN_PATH": state.token_file,
             **(env or {}),
         }
         self.log = log
@@ -874,9 +874,8 @@ class Driver:
 
 
 def postgres_of(cluster):
-    from cluster import postgres
 
-    return postgres.Postgres(**cluster["state"]["postgres"])
+    return cluster["state"].postgres
 
 
 def start_postgres(cluster) -> None:
@@ -884,7 +883,7 @@ def start_postgres(cluster) -> None:
 
     pg = postgres_of(cluster)
     if not postgres.running(pg):
-        postgres.start(pg, Path(cluster["state"]["root"]) / "logs" / "postgres.log")
+        postgres.start(pg, Path(cluster["state"].root) / "logs" / "postgres.log")
 
 
 def assert_each_trial_once(cluster, name: str, n: int, epochs: int) -> None:

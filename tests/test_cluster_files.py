@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
-from cluster import accounts, launcher
+from cluster import accounts, launcher, local
+from cluster.postgres import Postgres
+from cluster.procs import free_port
+from cluster.state import STATE, ClusterState, read_state, write_state
 from seqae.cli.main import main
+from seqae_errors import ConfigError
 from tests.conftest import REPO
 
 # The shipped GPU instance types: (vCPUs, GPUs), from AWS's instance-type pages
@@ -164,16 +170,143 @@ def test_add_user_beside_a_ray_started_by_hand_hands_out_that_rays_token_or_refu
 ):
     """`services` starts no Ray: the token a user gets is the one the head's Ray keeps, where Ray
     itself looks; before `ray get-auth-token --generate` there is none, and add-user says so."""
-    from seqae_errors import ConfigError
-
+    services = replace(cluster_state(tmp_path), ray=False)
     for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(ConfigError, match=r"no Ray token at .*\.ray/auth_token on this head: start Ray"):
-        accounts.ray_token({"ray": False})
+        accounts.ray_token(services)
     (tmp_path / ".ray").mkdir()
     (tmp_path / ".ray" / "auth_token").write_text("the-heads-token")
-    assert accounts.ray_token({"ray": False}) == "the-heads-token"
+    assert accounts.ray_token(services) == "the-heads-token"
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(tmp_path / "elsewhere"))
     (tmp_path / "elsewhere").write_text("named-by-path")
-    assert accounts.ray_token({"ray": False}) == "named-by-path"
+    assert accounts.ray_token(services) == "named-by-path"
+
+
+# cluster.json as `seqae cluster up` wrote it before its state was a record (ROOT: the cluster's folder)
+STATE_OF_AN_EARLIER_UP = """{
+ "root": "ROOT",
+ "token_file": "ROOT/secrets/ray_token",
+ "workers": 2,
+ "cpus_per_worker": 1,
+ "head_cpus": 0,
+ "gpus_per_worker": null,
+ "pass_env": [
+  "HF_HUB_OFFLINE"
+ ],
+ "gcs_port": 41231,
+ "dashboard_port": 41232,
+ "node_ports": 42000,
+ "mlflow": {
+  "port": 41233,
+  "password_file": "ROOT/secrets/mlflow_password"
+ },
+ "postgres": {
+  "data_dir": "ROOT/postgres/data",
+  "port": 41230,
+  "pgpass": "ROOT/secrets/pgpass",
+  "run_as": null
+ },
+ "storage": "ROOT/storage",
+ "workspace": "ROOT/workspace",
+ "pids": {
+  "mlflow": 12345
+ },
+ "ray": true,
+ "ray_temp_dir": "ROOT/ray",
+ "ray_sessions": [
+  12350,
+  12360,
+  12370
+ ],
+ "started": 1796000000.123456
+}"""
+# ... and as its first version wrote it: before --pass-env, --gpus-per-worker, the `ray start`
+# sessions and MLflow's authentication, and as an `up` cut short leaves it (not yet started)
+STATE_OF_A_FIRST_UP = """{
+ "root": "ROOT",
+ "token_file": "ROOT/secrets/ray_token",
+ "workers": 2,
+ "cpus_per_worker": 1,
+ "head_cpus": 0,
+ "gcs_port": 41231,
+ "dashboard_port": 41232,
+ "node_ports": 42000,
+ "mlflow": {
+  "port": 41233
+ },
+ "postgres": {
+  "data_dir": "ROOT/postgres/data",
+  "port": PG_PORT,
+  "pgpass": "ROOT/secrets/pgpass",
+  "run_as": null
+ },
+ "storage": "ROOT/storage",
+ "workspace": "ROOT/workspace",
+ "pids": {
+  "mlflow": MLFLOW_PID
+ },
+ "ray": true,
+ "ray_temp_dir": "ROOT/ray"
+}"""
+
+
+def cluster_state(root: Path, **fields: object) -> ClusterState:
+    """The state of a cluster in ``root`` as an earlier ``up`` wrote it, with ``fields`` changed."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / STATE).write_text(STATE_OF_AN_EARLIER_UP.replace("ROOT", str(root)))
+    state = read_state(root)
+    assert state is not None
+    return replace(state, **fields)
+
+
+def test_the_cluster_state_an_earlier_version_wrote_reads_typed_and_writes_back_byte_for_byte(tmp_path):
+    """A cluster started before its state was a record is read by this version, and the state it
+    writes is the file it read, byte for byte (so the earlier version reads it too)."""
+    written = STATE_OF_AN_EARLIER_UP.replace("ROOT", str(tmp_path))
+    (tmp_path / STATE).write_text(written)
+    state = read_state(tmp_path)
+    assert state is not None and isinstance(state.postgres, Postgres)
+    assert (state.mlflow.port, state.postgres.port, state.pids, state.ray_sessions) == (
+        41233,
+        41230,
+        {"mlflow": 12345},
+        [12350, 12360, 12370],
+    )
+    assert (
+        local.environment(state)["SEQAE_OPTUNA_STORAGE"] == "postgresql+psycopg://seqae_optuna@127.0.0.1:41230/optuna"
+    )
+    (tmp_path / STATE).unlink()
+    write_state(tmp_path, state)
+    assert (tmp_path / STATE).read_text() == written
+    assert read_state(tmp_path / "elsewhere") is None  # no cluster was started there
+
+
+def test_a_cluster_the_first_version_started_is_read_and_stopped(tmp_path):
+    """What the first versions' state lacks takes the value they meant (no names passed, the GPUs
+    Ray detects, MLflow's password where `up` puts it), and `down` stops such a cluster: nothing of
+    it runs here, so it says so, removes Ray's folder and records that nothing runs."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a process group that no longer exists
+    text = STATE_OF_A_FIRST_UP.replace("ROOT", str(tmp_path)).replace("PG_PORT", str(free_port()))
+    (tmp_path / STATE).write_text(text.replace("MLFLOW_PID", str(gone.pid)))
+    (tmp_path / "ray").mkdir()
+    state = read_state(tmp_path)
+    assert state is not None
+    assert (state.pass_env, state.gpus_per_worker, state.ray_sessions, state.started) == ([], None, [], None)
+    assert state.mlflow.password_file == str(tmp_path / "secrets" / "mlflow_password")
+    assert local.down(tmp_path) == []
+    assert not (tmp_path / "ray").exists()
+    stopped = json.loads((tmp_path / STATE).read_text())
+    assert (stopped["pids"], stopped["ray_sessions"], stopped["dashboard_port"]) == ({}, [], 41232)
+
+
+def test_a_cluster_state_that_is_not_one_is_refused_naming_the_file_and_the_key(tmp_path):
+    broken = json.loads(STATE_OF_AN_EARLIER_UP)
+    del broken["dashboard_port"]
+    (tmp_path / STATE).write_text(json.dumps(broken))
+    with pytest.raises(
+        ConfigError, match=rf"{tmp_path / STATE} is not a cluster's state: dashboard_port: Field required"
+    ):
+        read_state(tmp_path)

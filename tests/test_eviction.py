@@ -313,7 +313,7 @@ def test_a_trial_whose_node_is_drained_continues_on_another_node_unchanged(clust
             [
                 "ray",
                 "drain-node",
-                f"--address=127.0.0.2:{state['gcs_port']}",
+                f"--address=127.0.0.2:{state.gcs_port}",
                 f"--node-id={node_id}",
                 "--reason=DRAIN_NODE_REASON_PREEMPTION",
                 "--reason-message=spot instance reclaimed in 120 s",
@@ -322,7 +322,7 @@ def test_a_trial_whose_node_is_drained_continues_on_another_node_unchanged(clust
             capture_output=True,
             text=True,
             timeout=60,
-            env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": state["token_file"]},
+            env={**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": state.token_file},
         )
         assert drain.returncode == 0, drain.stdout + drain.stderr
         print(
@@ -330,7 +330,7 @@ def test_a_trial_whose_node_is_drained_continues_on_another_node_unchanged(clust
             f"{trial_metas(storage)[number]['epoch']}"
         )
         said = f"seqae: trial {number}: its node is being drained"  # its worker's watcher, in the node's worker logs
-        workers_logs = Path(state["ray_temp_dir"])
+        workers_logs = Path(state.ray_temp_dir)
         wait_for(
             lambda: any(
                 said in p.read_text(errors="replace") for p in workers_logs.glob("session_*/logs/worker-*.out")

@@ -28,6 +28,7 @@ from sweeps.running.trial import LOGICAL_GPUS, Runtime, _train_trial, trial_devi
 from sweeps.spec import sweep as spec_lib
 from tests.sweep_helpers import STUDIES, local_cluster, mlflow_runs, seqae, trial_metas, wait_for
 from tests.test_cluster import submit, wait_job  # the cluster tests' submission, on their tiny settings
+from tests.test_cluster_files import cluster_state
 
 # -- the pieces, fast ----------------------------------------------------------------------------
 
@@ -40,21 +41,7 @@ def test_worker_raylets_get_the_gpus_asked_for_and_otherwise_those_ray_detects(t
     # a worker started again after it was lost gets the GPUs the cluster's state records
     started = []
     monkeypatch.setattr(local, "_ray_start", lambda state, argv, env, log: started.append(argv))
-    state = {
-        "root": str(tmp_path),
-        "token_file": str(tmp_path / "token"),
-        "gcs_port": 6379,
-        "ray_temp_dir": str(tmp_path / "ray"),
-        "node_ports": 20000,
-        "cpus_per_worker": 8,
-        "gpus_per_worker": 2,
-        "postgres": {
-            "pgpass": str(tmp_path / "pgpass"),
-            "data_dir": str(tmp_path / "pg"),
-            "port": 5432,
-            "run_as": None,
-        },
-    }
+    state = cluster_state(tmp_path, cpus_per_worker=8, gpus_per_worker=2)
     local.start_worker(state, 1)
     assert "--num-gpus=2" in started[0] and "--num-cpus=8" in started[0] and "--node-ip-address=127.0.0.3" in started[0]
     with pytest.raises(ConfigError, match=r"--gpus-per-worker=-1 must be 0 or more"):

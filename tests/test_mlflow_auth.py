@@ -173,7 +173,7 @@ def test_env_sh_gives_the_shell_the_credentials_and_no_secret_is_written_out(ser
         "mlflow_auth.ini": "600",
         "mlflow_accounts": "700",
     }
-    assert Path(state["mlflow"]["password_file"]).parent == secrets_dir
+    assert Path(state.mlflow.password_file).parent == secrets_dir
     status = seqae("cluster", "status", "--dir", str(root))
     assert status.returncode == 0 and json.loads(status.stdout)["services"] == {"mlflow": True, "postgres": True}
     for text in (
@@ -182,7 +182,7 @@ def test_env_sh_gives_the_shell_the_credentials_and_no_secret_is_written_out(ser
         *(p.read_text(errors="replace") for p in (root / "logs").iterdir()),
     ):
         assert password not in text
-    assert "admin" in services["output"] and state["mlflow"]["password_file"] in services["output"]
+    assert "admin" in services["output"] and state.mlflow.password_file in services["output"]
 
 
 def test_seqae_ui_opens_the_servers_own_ui_where_the_browser_asks_for_the_user(services, tmp_path):
@@ -252,7 +252,7 @@ def test_a_restart_keeps_the_admin_password_and_the_users(services, monkeypatch)
 def connect(services, role: str, database: str, passfile: str):
     import psycopg
 
-    port = services["state"]["postgres"]["port"]
+    port = services["state"].postgres.port
     return psycopg.connect(
         host="127.0.0.1", port=port, user=role, dbname=database, passfile=passfile, connect_timeout=5, autocommit=True
     )
@@ -263,7 +263,6 @@ def test_a_users_database_role_reaches_the_studies_only_and_is_no_superuser(serv
     cannot reach MLflow's runs or its users, make roles, or run programs as the server."""
     import psycopg
 
-    from cluster import postgres
     from sweeps.stores.search import study_exists
 
     users_file = services["env"]["PGPASSFILE"]
@@ -290,7 +289,7 @@ def test_a_users_database_role_reaches_the_studies_only_and_is_no_superuser(serv
             connect(services, role, "mlflow_auth", users_file)
     # the MLflow server's role is the only one of the two that reaches MLflow's users
     state = services["state"]
-    mlflow_file = postgres.Postgres(**state["postgres"]).pgpass_of("mlflow")
+    mlflow_file = state.postgres.pgpass_of("mlflow")
     with connect(services, "seqae_mlflow", "mlflow_auth", mlflow_file) as db:
         assert db.execute("SELECT count(*) FROM users WHERE username = 'admin'").fetchone() == (1,)
     with pytest.MonkeyPatch.context() as mp:  # and the studies' role still serves Optuna
@@ -310,7 +309,7 @@ def test_a_cluster_made_before_the_roles_hands_its_tables_to_them_on_its_next_st
 
     from cluster import postgres
 
-    pg = postgres.Postgres(**services["state"]["postgres"])
+    pg = services["state"].postgres
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PGPASSFILE", pg.pgpass)
         # a fresh table and enum type of the superuser's own, as an old cluster's Optuna schema was

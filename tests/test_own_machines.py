@@ -223,14 +223,14 @@ def test_the_own_machines_how_to_runs_as_written_from_services_to_a_resumed_swee
         from ray.job_submission import JobSubmissionClient
 
         jobs = JobSubmissionClient(f"http://127.0.0.1:{dashboard}", headers={"Authorization": f"Bearer {token}"})
-        nodes = {"token_file": str(head.home / ".ray" / "auth_token"), "dashboard_port": dashboard}
-        wait_for(lambda: len(local.alive_nodes(nodes)) == 3, 60, "the head and two workers")
+        token_file = str(head.home / ".ray" / "auth_token")
+        wait_for(lambda: len(local.alive_nodes(dashboard, token_file)) == 3, 60, "the head and two workers")
 
         # 3. alice's account on the head; her folder copied to the laptop, the tunnels opened
         add_user, on_laptop = of["## 3. Point seqae at it"]
         printed = head.run(add_user.text).stdout
         state = local.read_state(services)
-        head_ports = [state["mlflow"]["port"], state["postgres"]["port"]]
+        head_ports = [state.mlflow.port, state.postgres.port]
         assert "ssh -N " + " ".join(f"-L {p}:127.0.0.1:{p}" for p in head_ports) + " YOU@HEAD" in printed, printed
         script = rewrite(on_laptop.text, "scp -r you@HEAD:seqae-services", f"cp -r {services}", "copies")
         ssh = re.search(r"^ssh -N .* you@HEAD &.*\n", script, re.M)
@@ -363,4 +363,4 @@ def _laptop_sweep(of: dict[str, list[Block]], laptop: Machine, project: Path, jo
 def _started(sessions: list[int], ray_dir: Path) -> list[psutil.Process]:
     """What the machines' scripts started and left running: Ray's daemons, whose sessions are the
     scripts', and whatever names the cluster's Ray folder."""
-    return local.ray_processes({"ray_temp_dir": str(ray_dir), "ray_sessions": sessions})
+    return local.ray_processes(str(ray_dir), sessions)

@@ -60,7 +60,7 @@ def cluster(tmp_path_factory):
 
 
 def _get(cluster, path: str) -> Any:
-    token = Path(cluster["state"]["token_file"]).read_text().strip()
+    token = Path(cluster["state"].token_file).read_text().strip()
     request = urllib.request.Request(
         f"{cluster['env']['SEQAE_RAY_ADDRESS']}{path}", headers={"Authorization": f"Bearer {token}"}
     )
@@ -186,7 +186,7 @@ def every_5s(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def validations(cluster, name: str) -> dict[int, list[tuple[float, ...]]]:
     """Each trial's per-validation values (validation loss and token accuracy), from its records."""
-    storage = f"{cluster['state']['storage']}/{name}"
+    storage = f"{cluster['state'].storage}/{name}"
     out = {}
     for number in CheckpointStore.trials(storage):
         progress = CheckpointStore.of_trial(storage, number).progress()

@@ -79,7 +79,7 @@ def test_stop_trial_is_recorded_on_the_running_trial_and_refused_for_an_unknown_
     ), out
     assert "no driver runs the sweep now: its next resume records it" in out
     asked = study_of(workspace, name).stops_asked()
-    assert list(asked) == [0] and asked[0]["by"] == "alice" and asked[0]["now"] is False
+    assert list(asked) == [0] and asked[0].by == "alice" and asked[0].now is False
     assert study_of(workspace, name).control().drain is None  # the sweep goes on
 
     for number, refusal in (
@@ -94,7 +94,7 @@ def test_stop_trial_is_recorded_on_the_running_trial_and_refused_for_an_unknown_
         "sweep 'hers' belongs to alice; bob may not stop it (an MLflow admin may)",
         created=(trials,),
     )
-    assert study_of(workspace, name).stops_asked()[0]["now"] is False  # bob's changed nothing
+    assert study_of(workspace, name).stops_asked()[0].now is False  # bob's changed nothing
 
     # a driver that starts later ends it before any trial runs: pruned, without a checkpoint
     study = study_of(workspace, name)

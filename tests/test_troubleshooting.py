@@ -322,7 +322,7 @@ def test_the_jobs_api_without_the_clusters_token(tmp_path):
             assert_quoted(said.replace(str(wrong), "/home/me/old-cluster/secrets/ray_token"))
             assert not (tmp_path / "ws" / "sweeps" / name).exists()
     finally:
-        procs = local.ray_processes({"ray_temp_dir": temp_dir, "ray_sessions": [head.pid]})
+        procs = local.ray_processes(temp_dir, [head.pid])
         for proc in procs:
             proc.terminate()
         for proc in psutil.wait_procs(procs, timeout=15)[1]:

@@ -358,16 +358,16 @@ def cmd_cluster_up(args: argparse.Namespace) -> int:
             pass_env=tuple(args.pass_env),
         )
     env = local.environment(state)
-    if state["ray"]:
-        print(f"Ray dashboard   {env['SEQAE_RAY_ADDRESS']}  (token in {state['token_file']})")
+    if state.ray:
+        print(f"Ray dashboard   {env['SEQAE_RAY_ADDRESS']}  (token in {state.token_file})")
     print(
         f"MLflow          {env['SEQAE_MLFLOW_TRACKING_URI']}  (user {env['MLFLOW_TRACKING_USERNAME']}, password in "
-        f"{state['mlflow']['password_file']})"
+        f"{state.mlflow.password_file})"
     )
     print(f"Optuna          {env['SEQAE_OPTUNA_STORAGE']}  (password in {env['PGPASSFILE']})")
     print(f"storage         {env['SEQAE_STORAGE']}")
-    if state["ray"] and state["pass_env"]:
-        print(f"nodes also get  {', '.join(state['pass_env'])}  (--pass-env)")
+    if state.ray and state.pass_env:
+        print(f"nodes also get  {', '.join(state.pass_env)}  (--pass-env)")
     print(f"\nto submit sweeps to it, export:\n  source {root.resolve() / 'env.sh'}")
     return 0
 

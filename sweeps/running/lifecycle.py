@@ -26,7 +26,7 @@ from sweeps.running.sweep_data import check_data
 from sweeps.spec import sweep as spec_lib
 from sweeps.spec.sections import MAX_CONCURRENT, MAX_TRIALS, check_limit
 from sweeps.stores import ownership
-from sweeps.stores.control_channel import Control
+from sweeps.stores.control_channel import Control, StopRequest
 from sweeps.stores.mlflow_access import check_credentials
 from sweeps.stores.search import SweepStudy, open_study, read_only, study_exists
 from sweeps.stores.workspace import (
@@ -360,7 +360,7 @@ def stop_trial(workspace: Workspace, name: str, number: int, now: bool = False) 
             f"{study.spec.resources.fuse}), and stopping one mid-epoch would stop its pack; without "
             "--now it leaves its pack at its next validation"
         )
-    study.ask_stop(number, {"by": who, "at": time.strftime("%Y-%m-%d %H:%M:%S"), "now": now})
+    study.ask_stop(number, StopRequest(by=who, at=time.strftime("%Y-%m-%d %H:%M:%S"), now=now))
     driving = None
     if workspace.exists(name):
         try:

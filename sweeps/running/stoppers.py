@@ -170,9 +170,9 @@ class TrialStops(DriverOnly, tune.Stopper):
             if trial.status != Trial.RUNNING:
                 self.stopped.add(spec.number)
                 controller.stop_trial(trial)
-            elif asked.get("now"):
+            elif asked.now:
                 self.stopped.add(spec.number)
-                RecordStore.of_trial(self.storage, spec.number).record_stop(str(asked.get("by", "")))
+                RecordStore.of_trial(self.storage, spec.number).record_stop(asked.by)
 
     def ended(self, number: int) -> None:
         """Trial ``number`` ended: a stop asked of its worker is forgotten, so a later

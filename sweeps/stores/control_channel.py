@@ -9,10 +9,10 @@ study's owner is kept beside it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from seqae_core import names as N
 from seqae_errors import ConfigError
@@ -50,6 +50,20 @@ class Control:
         }
 
 
+@dataclass(frozen=True)
+class StopRequest:
+    """`seqae sweep stop --trial N [--now]`, kept in the trial's Optuna record (:data:`N.STOP`)."""
+
+    by: str  # who asked (sweeps.stores.ownership.check)
+    at: str  # when, in the asking machine's local time
+    now: bool  # at the end of the running epoch (`--now`), not at the next validation
+
+
+def _stop_request(trial: FrozenTrial) -> StopRequest | None:
+    asked = trial.user_attrs.get(N.STOP)
+    return None if asked is None else StopRequest(**asked)
+
+
 class ControlChannel(StudyTrials):
     """What users ask of a running sweep: `seqae sweep stop|set`, `stop --trial`, the objective's target."""
 
@@ -73,25 +87,25 @@ class ControlChannel(StudyTrials):
         if self.owner is None:
             self.storage.set_study_user_attr(self.study_id, N.OWNER, owner)
 
-    def ask_stop(self, number: int, request: dict[str, Any]) -> None:
-        """Ask running trial ``number`` to stop (``request``: who asked, when, whether ``now``); its
-        driver reads it (:meth:`stops_asked`), wherever it runs. A trial that is not running is refused."""
+    def ask_stop(self, number: int, request: StopRequest) -> None:
+        """Ask running trial ``number`` to stop; its driver reads it (:meth:`stops_asked`), wherever
+        it runs. A trial that is not running is refused."""
         trial = self._own(number, "stop")
         if trial.state != TrialState.RUNNING:
             raise ConfigError(
                 f"--trial {number}: trial {number} is {trial.state.name}, not running; there is nothing to stop"
             )
-        self.storage.set_trial_user_attr(self._trial_id(number), N.STOP, request)
+        self.storage.set_trial_user_attr(self._trial_id(number), N.STOP, asdict(request))
 
-    def stops_asked(self) -> dict[int, dict[str, Any]]:
+    def stops_asked(self) -> dict[int, StopRequest]:
         """The running trials a user asked to stop (:meth:`ask_stop`), with each request."""
         return {
-            t.number: t.user_attrs[N.STOP]
+            t.number: request
             for t in self.trials()
-            if t.state == TrialState.RUNNING and N.STOP in t.user_attrs
+            if t.state == TrialState.RUNNING and (request := _stop_request(t)) is not None
         }
 
-    def stop_asked(self, number: int) -> dict[str, Any] | None:
+    def stop_asked(self, number: int) -> StopRequest | None:
         """The stop a user asked of running trial ``number`` (:meth:`ask_stop`), if any: one record read."""
         trial = self._running(number)
-        return None if trial is None else trial.user_attrs.get(N.STOP)
+        return None if trial is None else _stop_request(trial)

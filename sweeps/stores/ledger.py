@@ -134,7 +134,7 @@ def reconcile_study(study: SweepStudy, storage: str, lift_drain: bool = True) ->
         elif number in asked:  # `seqae sweep stop --trial` while no driver ran: it ends where it got to
             outcome = decide(progress, False, epochs, stopped=True)
             settle(study, number, outcome, progress)
-            notes.append(f"trial {number}: stopped by {asked[number].get('by', 'a user')}; recorded as {outcome.label}")
+            notes.append(f"trial {number}: stopped by {asked[number].by}; recorded as {outcome.label}")
         elif epochs is None and not study.retried_fresh(number):  # `extend` and `retry` say what they reopened
             notes.append(f"trial {number}: was interrupted; it will continue from its checkpoint")
     return notes
