@@ -443,8 +443,10 @@ class Sweep:
 
         record = self.submission
         if record is None or self.workspace.exists(self.name):  # its driver keeps its state here
-            return watch.watch(watch.local(self.workspace, self.name), self.name, every, timeout)
-        return watch.watch(watch.submitted(record), self.name, every, timeout)
+            look = watch.local(self.workspace, self.name)
+        else:
+            look = watch.submitted(record)
+        return watch.watch(look, self.name, every, timeout)
 
     def eta(self) -> Eta:
         """The sweep's time left, from its own epochs so far (:func:`sweeps.results.eta.eta`)."""

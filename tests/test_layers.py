@@ -126,8 +126,8 @@ SWEEP_ORDER = [
     "results.eta",
     "results.plan",
     "results.status",
-    "results.watch",
     "results.remote_status",
+    "results.watch",
     "results.export",
     "results.registry",
 ]

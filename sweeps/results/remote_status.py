@@ -11,17 +11,23 @@ from sweeps.results.status import SweepStatus, trials_view
 from sweeps.running.submit import job_info
 from sweeps.spec import sweep as spec_lib
 from sweeps.stores.mlflow_access import check_credentials, find_sweep_run
-from sweeps.stores.workspace import Submission
+from sweeps.stores.workspace import Backends, Submission
+
+
+def submitted_sweep(record: Submission) -> tuple[spec_lib.SweepSpec, Backends]:
+    """A submitted sweep's spec, as its file and overrides give it, and the stores its submission
+    named, where its trials are read from this workspace."""
+    spec = spec_lib.load(record.sweep_file, record.sets)
+    if record.backends is None:  # a record from before submissions named their stores
+        raise ConfigError(f"sweep {record.name!r}: its submission names no stores to read its trials from")
+    return spec, record.backends
 
 
 def status_of(record: Submission) -> SweepStatus:
     """The status of a sweep submitted from this workspace whose state lives in the cluster's
     (``record.workspace``): its trials, best and cost, read from the backends the submission
     named (its Optuna study, MLflow experiment and sweep run, and storage), beside its job's state."""
-    spec = spec_lib.load(record.sweep_file, record.sets)
-    backends = record.backends
-    if backends is None:  # a record from before submissions named their stores
-        raise ConfigError(f"sweep {record.name!r}: its submission names no stores to read its trials from")
+    spec, backends = submitted_sweep(record)
     check_credentials(backends.mlflow_tracking_uri)
     view = trials_view(spec, backends, record.name, spec.planned_trials())
     job = job_info(record)

@@ -24,7 +24,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from seqae_errors import ConfigError
+from sweeps.results.remote_status import submitted_sweep
 from sweeps.running import progress
 from sweeps.running.submit import job_info
 from sweeps.spec import sweep as spec_lib
@@ -64,10 +64,8 @@ def local(workspace: Workspace, name: str) -> Callable[[], Look]:
 def submitted(record: Submission) -> Callable[[], Look]:
     """Looks at a sweep submitted to a cluster from this workspace, whose state lives in the
     cluster's: its study read from the stores its submission named, its driver's state from its job."""
-    if record.backends is None:  # a record from before submissions named their stores
-        raise ConfigError(f"sweep {record.name!r}: its submission names no stores to read its trials from")
-    spec = spec_lib.load(record.sweep_file, record.sets)
-    url = record.backends.optuna_storage
+    spec, backends = submitted_sweep(record)
+    url = backends.optuna_storage
 
     def look() -> Look:
         status = job_info(record).status
