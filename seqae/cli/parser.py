@@ -40,11 +40,44 @@ from seqae.cli.commands import (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every verb, in the order ``--help`` lists them: a function per group of verbs below."""
     parser = argparse.ArgumentParser(
         prog="seqae", description="A Ray-distributed sweep service for reducing-attention autoencoders."
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
+    _train(commands)
+
+    sweep = commands.add_parser("sweep", help="run and manage sweeps")
+    sweeps = sweep.add_subparsers(dest="sweep_command", required=True)
+
+    _sweep_run(sweeps)
+    _sweep_submit(sweeps)
+    _sweep_steer(sweeps)
+    _sweep_continue(sweeps)
+    _sweep_read(sweeps)
+    _model_verbs(commands)
+
+    cluster = commands.add_parser("cluster", help="a local multi-node Ray cluster with PostgreSQL and MLflow")
+    clusters = cluster.add_subparsers(dest="cluster_command", required=True)
+    _cluster_lifecycle(clusters)
+    _cluster_admin(clusters)
+    _bench(commands)
+    return parser
+
+
+def with_workspace(p: argparse.ArgumentParser, verbose: bool = False) -> argparse.ArgumentParser:
+    """``p`` with the workspace option every verb on a workspace takes (and ``--verbose`` where it runs a sweep)."""
+    p.add_argument(
+        "--workspace", help="folder for sweeps, runs and studies (default: $SEQAE_WORKSPACE or ./seqae-runs)"
+    )
+    if verbose:
+        p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own status tables")
+    return p
+
+
+def _train(commands: argparse._SubParsersAction) -> None:
+    """`seqae train`: one model on a config."""
     train = commands.add_parser("train", help="train one model on a config")
     train.add_argument("--config", help="YAML file with data/model/train sections")
     train.add_argument(
@@ -61,17 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: CUDA when present)")
     train.set_defaults(handler=cmd_train)
 
-    sweep = commands.add_parser("sweep", help="run and manage sweeps")
-    sweeps = sweep.add_subparsers(dest="sweep_command", required=True)
 
-    def with_workspace(p: argparse.ArgumentParser, verbose: bool = False) -> argparse.ArgumentParser:
-        p.add_argument(
-            "--workspace", help="folder for sweeps, runs and studies (default: $SEQAE_WORKSPACE or ./seqae-runs)"
-        )
-        if verbose:
-            p.add_argument("--verbose", action="store_true", help="also show Ray Tune's own status tables")
-        return p
-
+def _sweep_run(sweeps: argparse._SubParsersAction) -> None:
+    """`seqae sweep run`."""
     run = with_workspace(sweeps.add_parser("run", help="start a sweep from a sweep file"), verbose=True)
     run.add_argument("file", help="sweep file, e.g. sweeps/studies/quickstart.yaml")
     run.add_argument("--name", help="the sweep's name (default: the file's name without .yaml)")
@@ -116,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
         run.add_argument(flag, help=f"{what} (default: ${env}, else inside the workspace)")
     run.set_defaults(handler=cmd_sweep_run)
 
+
+def _sweep_submit(sweeps: argparse._SubParsersAction) -> None:
+    """`seqae sweep plan`, `submit`, `logs` and `cancel`: a sweep's way onto a cluster."""
     planning = with_workspace(
         sweeps.add_parser(
             "plan", help="forecast a sweep before it runs: trials, epochs, resource-hours, wall time, disk, MLflow rows"
@@ -173,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("name")
         sub.set_defaults(handler=cmd_sweep_logs if verb == "logs" else cmd_sweep_cancel)
 
+
+def _sweep_steer(sweeps: argparse._SubParsersAction) -> None:
+    """`seqae sweep fork`, `stop`, `retry` and `set`: a sweep's course, changed."""
     forking = with_workspace(
         sweeps.add_parser("fork", help="a new sweep that starts from another's finished trials that fit its space"),
         verbose=True,
@@ -236,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     setting.set_defaults(handler=cmd_sweep_set)
 
+
+def _sweep_continue(sweeps: argparse._SubParsersAction) -> None:
+    """`seqae sweep delete`, `priority`, `resume` and `extend`."""
     deleting = with_workspace(
         sweeps.add_parser(
             "delete",
@@ -295,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     extend.set_defaults(handler=cmd_sweep_extend)
 
+
+def _sweep_read(sweeps: argparse._SubParsersAction) -> None:
+    """`seqae sweep status`, `export`, `compare` and `list`: what sweeps hold."""
     status = with_workspace(sweeps.add_parser("status", help="trials by state, the best so far, where things are"))
     status.add_argument("name")
     status.add_argument("--json", action="store_true", help="print one JSON object")
@@ -328,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
     listing = with_workspace(sweeps.add_parser("list", help="the sweeps in a workspace"))
     listing.set_defaults(handler=cmd_sweep_list)
 
+
+def _model_verbs(commands: argparse._SubParsersAction) -> None:
+    """`seqae report`, `encode` and `ui`: a sweep's report, its model on texts, the UIs."""
     report = with_workspace(commands.add_parser("report", help="build a sweep's HTML report and log it to MLflow"))
     report.add_argument("name")
     report.set_defaults(handler=cmd_report)
@@ -381,8 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--optuna-port", type=int, default=8080, help="optuna-dashboard port (default: 8080)")
     ui.set_defaults(handler=cmd_ui)
 
-    cluster = commands.add_parser("cluster", help="a local multi-node Ray cluster with PostgreSQL and MLflow")
-    clusters = cluster.add_subparsers(dest="cluster_command", required=True)
+
+def _cluster_lifecycle(clusters: argparse._SubParsersAction) -> None:
+    """`seqae cluster up`, `services`, `down`, `status`, `add-user` and `gc`."""
     for verb, text in (
         ("up", "start a head and worker raylets on loopback, PostgreSQL and an MLflow server"),
         ("services", "start only PostgreSQL and an MLflow server (beside a launcher's Ray head)"),
@@ -432,6 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
             "gc": cmd_cluster_gc,
         }
         sub.set_defaults(handler=handlers[verb])
+
+
+def _cluster_admin(clusters: argparse._SubParsersAction) -> None:
+    """`seqae cluster queue`, `quota` and `check-launcher`."""
     queue = with_workspace(
         clusters.add_parser(
             "queue",
@@ -466,6 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(handler=cmd_cluster_check_launcher)
 
+
+def _bench(commands: argparse._SubParsersAction) -> None:
+    """`seqae bench`: what a user measures on their own machine."""
     bench = commands.add_parser("bench", help="measure speed against baselines; prints tables, writes JSON")
     bench.add_argument(
         "suites",
@@ -523,4 +571,3 @@ def build_parser() -> argparse.ArgumentParser:
         help="processes: the shell command whose CPU-seconds are counted by kind of process (for example .ci/run)",
     )
     bench.set_defaults(handler=cmd_bench)
-    return parser
