@@ -236,10 +236,9 @@ def test_a_pack_killed_mid_epoch_resumes_each_member_from_its_own_checkpoint(tmp
         return len(metas) == 2 and all(m["epoch"] == 5 for m in metas.values())
 
     wait_for(lambda: held(driver, halfway_into_epoch_three), 400, "both members halfway into epoch 3", every=0.05)
-    workers = [
-        p for p in psutil.Process(driver.pid).children(recursive=True) if "ray::run_pack" in " ".join(p.cmdline())
-    ]
-    assert workers, "the pack's worker is a Tune function trainable's actor"
+    descendants = {p: " ".join(p.cmdline()) for p in psutil.Process(driver.pid).children(recursive=True)}
+    workers = [p for p, line in descendants.items() if "ray::run_pack" in line]
+    assert workers, f"the pack's worker is a Tune function trainable's actor: {sorted(descendants.values())}"
     for worker in workers:
         os.kill(worker.pid, signal.SIGKILL)
     os.kill(driver.pid, signal.SIGCONT)
