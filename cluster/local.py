@@ -50,7 +50,7 @@ import psutil
 
 from cluster import accounts, artifact_store, mlflow_server, postgres
 from cluster.procs import alive_group, free_port, free_port_block, http_ok, stop_group, wait_until
-from cluster.state import MLFLOW_PASSWORD, SECRETS, ClusterState, MlflowService, read_state, write_state
+from cluster.state import MLFLOW_PASSWORD, RAY_TOKEN, SECRETS, ClusterState, MlflowService, read_state, write_state
 from seqae_errors import ConfigError
 
 AUTH_CONFIG = "mlflow_auth.ini"  # in secrets/: the MLflow server's basic-auth settings
@@ -201,33 +201,8 @@ def up(
     workers started later; a later ``up`` passes its own)."""
     root = root.resolve()
     previous = read_state(root)
-    if previous and any(alive for alive in _liveness(previous).values()):
-        raise ConfigError(f"a cluster is already running from {root}; `seqae cluster down --dir {root}` first")
-    if ray and workers < 1:
-        raise ConfigError(f"--workers={workers} must be at least 1 (a head and workers make a multi-node cluster)")
-    if gpus_per_worker is not None and gpus_per_worker < 0:
-        raise ConfigError(f"--gpus-per-worker={gpus_per_worker} must be 0 or more")
-    if storage is not None and "://" not in storage:
-        storage = str(Path(storage).expanduser().resolve())  # the server and the nodes start elsewhere
-    if previous and storage is not None and storage != previous.storage:
-        raise ConfigError(
-            f"--storage {storage}: the services in {root} keep their checkpoints and MLflow's artifacts in "
-            f"{previous.storage}; start them without --storage, or in another --dir"
-        )
-    artifact_store.check(storage or (previous.storage if previous else ""))
-    for name in pass_env:
-        if name not in os.environ:
-            raise ConfigError(
-                f"--pass-env {name}: {name} is not set in this shell (each node gets its value from here)"
-            )
-    secrets_dir = root / SECRETS
-    secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(secrets_dir, 0o700)
-    token_file = secrets_dir / "ray_token"  # the Ray it starts; beside a Ray started by hand, that Ray's own
-    if ray and not token_file.exists():
-        token_file.write_text(secrets.token_urlsafe(32))
-        token_file.chmod(0o600)
-
+    storage = _checked(root, previous, ray, workers, gpus_per_worker, storage, pass_env)
+    secrets_dir = _secrets(root, ray)
     # MLflow's users live in a database of their own beside the runs: with the runs they grant
     # access to, in one server that is backed up and restarted together (a SQLite file would be a
     # second store to keep, and locks under several server workers).
@@ -247,10 +222,9 @@ def up(
             ray_sessions=[],
         )
     else:
-        pg_port = free_port()
         state = ClusterState(
             root=str(root),
-            token_file=str(token_file),
+            token_file=str(secrets_dir / RAY_TOKEN),
             workers=workers,
             cpus_per_worker=cpus_per_worker,
             head_cpus=head_cpus,
@@ -260,7 +234,7 @@ def up(
             dashboard_port=free_port(),
             node_ports=free_port_block(NODE_PORTS * (workers + 1)),
             mlflow=MlflowService(port=free_port(), password_file=password_file),
-            postgres=postgres.create(secrets_dir, pg_port),
+            postgres=postgres.create(secrets_dir, free_port()),
             storage=storage or str(root / "storage"),
             workspace=str(root / "workspace"),
             ray=ray,
@@ -286,6 +260,50 @@ def up(
     write_state(root, state)
     (root / "env.sh").write_text(_env_sh(state))
     return state
+
+
+def _checked(
+    root: Path,
+    previous: ClusterState | None,
+    ray: bool,
+    workers: int,
+    gpus_per_worker: int | None,
+    storage: str | None,
+    pass_env: tuple[str, ...],
+) -> str | None:
+    """``up``'s arguments checked before anything is created; a storage folder made absolute."""
+    if previous and any(alive for alive in _liveness(previous).values()):
+        raise ConfigError(f"a cluster is already running from {root}; `seqae cluster down --dir {root}` first")
+    if ray and workers < 1:
+        raise ConfigError(f"--workers={workers} must be at least 1 (a head and workers make a multi-node cluster)")
+    if gpus_per_worker is not None and gpus_per_worker < 0:
+        raise ConfigError(f"--gpus-per-worker={gpus_per_worker} must be 0 or more")
+    if storage is not None and "://" not in storage:
+        storage = str(Path(storage).expanduser().resolve())  # the server and the nodes start elsewhere
+    if previous and storage is not None and storage != previous.storage:
+        raise ConfigError(
+            f"--storage {storage}: the services in {root} keep their checkpoints and MLflow's artifacts in "
+            f"{previous.storage}; start them without --storage, or in another --dir"
+        )
+    artifact_store.check(storage or (previous.storage if previous else ""))
+    for name in pass_env:
+        if name not in os.environ:
+            raise ConfigError(
+                f"--pass-env {name}: {name} is not set in this shell (each node gets its value from here)"
+            )
+    return storage
+
+
+def _secrets(root: Path, ray: bool) -> Path:
+    """The cluster's folder of secrets, readable by its owner alone, with the token of the Ray ``up`` starts."""
+    secrets_dir = root / SECRETS
+    secrets_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(secrets_dir, 0o700)
+    token_file = secrets_dir / RAY_TOKEN  # the Ray it starts; beside a Ray started by hand, that Ray's own
+    if ray and not token_file.exists():
+        token_file.write_text(secrets.token_urlsafe(32))
+        token_file.chmod(0o600)
+    return secrets_dir
 
 
 def start_mlflow(state: ClusterState) -> None:

@@ -23,6 +23,7 @@ from seqae_errors import ConfigError
 STATE = "cluster.json"
 SECRETS = "secrets"  # in the cluster's folder, mode 700
 MLFLOW_PASSWORD = "mlflow_password"  # in secrets/: the MLflow admin's
+RAY_TOKEN = "ray_token"  # in secrets/: the token of the Ray `seqae cluster up` starts
 
 
 @dataclass(frozen=True)
