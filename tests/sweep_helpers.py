@@ -199,13 +199,32 @@ def status(name: str, workspace: Path) -> dict[str, Any]:
     return json.loads(run.stdout)
 
 
-def wait_for(predicate, timeout: float, what: str, every: float = 0.5) -> None:
+def wait_for(
+    predicate, timeout: float, what: str, every: float = 0.5, explain: Callable[[], str] | None = None
+) -> None:
+    """Poll ``predicate`` until it holds; past ``timeout``, fail saying ``what`` was awaited, and what
+    ``explain()`` says of why (e.g. :func:`stacks` of the process that should have ended)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         if predicate():
             return
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}" + (f"\n{explain()}" if explain else ""))
+
+
+def stacks(pid: int) -> str:
+    """Every thread's Python stack in process ``pid`` and its children (``py-spy dump``), for a
+    failure's message: a process that should have ended says where it waits."""
+    try:
+        dumped = subprocess.run(
+            [str(Path(sys.executable).parent / "py-spy"), "dump", "--subprocesses", "--pid", str(pid)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"py-spy dump of process {pid} failed: {e}"
+    return f"py-spy dump of process {pid}:\n{dumped.stdout}{dumped.stderr}"
 
 
 def held(driver: subprocess.Popen | psutil.Process, ready: Callable[[], Any]) -> bool:
@@ -221,19 +240,21 @@ def held(driver: subprocess.Popen | psutil.Process, ready: Callable[[], Any]) ->
     return False
 
 
+def drivers(name: str) -> list[psutil.Process]:
+    """The running drivers of submitted sweep ``name``: its Ray jobs' entrypoints (the cluster runs on this machine)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = process.info["cmdline"] or []
+        named = "--name" in line and line[line.index("--name") + 1] == name  # others' drivers may run here
+        if line[1:5] == ["-m", "seqae", "sweep", "run"] and named:
+            found.append(process)
+    return found
+
+
 def job_driver(name: str) -> psutil.Process:
-    """The driver of submitted sweep ``name``: the Ray job's entrypoint (its cluster runs on this machine)."""
-
-    def found() -> psutil.Process | None:
-        for process in psutil.process_iter(["cmdline"]):
-            line = process.info["cmdline"] or []
-            named = "--name" in line and line[line.index("--name") + 1] == name  # others' drivers may run here
-            if line[1:5] == ["-m", "seqae", "sweep", "run"] and named:
-                return process
-        return None
-
-    wait_for(lambda: found() is not None, 120, f"the driver of sweep {name}")
-    return found()
+    """The driver of submitted sweep ``name``, once its job has started it."""
+    wait_for(lambda: bool(drivers(name)), 120, f"the driver of sweep {name}")
+    return drivers(name)[0]
 
 
 def wait_for_writers_to_exit(storage: Path, timeout: float = 120) -> None:

@@ -27,6 +27,7 @@ from tests.rotation import in_turn
 from tests.sweep_helpers import (
     SMOKE,
     STUDIES,
+    drivers,
     finished,
     held,
     job_driver,
@@ -38,6 +39,7 @@ from tests.sweep_helpers import (
     python_page,
     seqae,
     sets,
+    stacks,
     start,
     trial_metas,
     wait_for,
@@ -112,7 +114,13 @@ def wait_job(cluster, name: str, timeout: float = 600, workspace: str | None = N
     assert record is not None, f"sweep {name} was not submitted"
     token = Path(cluster["state"].token_file).read_text().strip()
     jobs = JobSubmissionClient(record.address, headers={"Authorization": f"Bearer {token}"})
-    wait_for(lambda: jobs.get_job_status(record.jobs[-1]).is_terminal(), timeout, f"job of sweep {name}", every=1)
+    wait_for(
+        lambda: jobs.get_job_status(record.jobs[-1]).is_terminal(),
+        timeout,
+        f"job of sweep {name}",
+        every=1,
+        explain=lambda: "\n".join(stacks(p.pid) for p in drivers(name)) or f"no driver of sweep {name} runs",
+    )
     return job_status(cluster, name, workspace)
 
 

@@ -28,6 +28,7 @@ from tests.sweep_helpers import (
     optuna_trials,
     run_args,
     seqae,
+    stacks,
     start,
     status,
     trial_metas,
@@ -242,7 +243,8 @@ def test_a_pack_killed_mid_epoch_resumes_each_member_from_its_own_checkpoint(tmp
     for worker in workers:
         os.kill(worker.pid, signal.SIGKILL)
     os.kill(driver.pid, signal.SIGCONT)
-    assert driver.wait(timeout=600) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    wait_for(lambda: driver.poll() is not None, 600, "the driver to end", explain=lambda: stacks(driver.pid))
+    assert driver.returncode == 0, (tmp_path / "driver.log").read_text()[-3000:]
     log = (tmp_path / "driver.log").read_text()
     for number in (0, 1):
         assert re.search(rf"seqae: trial {number}: continuing at step \d+ of epoch 3$", log, re.M), log[-3000:]
