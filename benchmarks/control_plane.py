@@ -62,6 +62,7 @@ from sqlalchemy.engine import Engine
 from cluster import postgres
 from seqae_core import metrics as M
 from seqae_core import names as N
+from seqae_core.borders import OptunaAttrs
 from seqae_core.checkpoint import CheckpointStore
 from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT
 from sweeps.running.lifecycle import extend
@@ -77,7 +78,8 @@ DRIVER_START = Path(__file__).resolve().parent / "driver_start.py"
 EPOCHS = 3
 LOSS_POINTS = 8  # points of the training-loss curve per epoch
 NAME = "cp"
-Plan = tuple[int, str | None, dict[str, Any], str, list[dict[str, Any]]]  # number, start, params, fate, history
+# A trial to build: its number, starting point, params, fate and history (its epoch records).
+Plan = tuple[int, str | None, dict[str, str | int | float], str, list[dict[str, Any]]]
 
 
 class _Timed(TypedDict):
@@ -251,7 +253,7 @@ def _study_and_records(spec: spec_lib.SweepSpec, fingerprint: str, backends: Bac
     dists = {k: optuna_distribution(spec.search[k]) for k in spec.sampling_order()}
     frozen = []
     for number, start, params, fate, history in plans:
-        attrs: dict[str, Any] = {
+        attrs: OptunaAttrs = {
             N.PROPOSED_BY: "start" if start else "random start-up" if number < 3 else "tpe",
             N.TUNE_TRIAL_IDS: [f"{number:05d}abcd"],
         }
