@@ -166,13 +166,13 @@ def _fixed(configuration: str) -> E.Settings:
     return {**CONFIGURATIONS[configuration], "train.epochs": EPOCHS}
 
 
-def _grid(doc: Document, axis: str, cells: list[Any]) -> Document:
+def _grid(doc: Document, axis: str, cells: Sequence[object]) -> Document:
     doc["grid"] = {axis: cells}
     doc["trials"] = {"per_cell": 1}
     return doc
 
 
-def fig3_cells() -> list[list[Any]]:
+def fig3_cells() -> list[list[float]]:
     """``[input_len, latent_fraction, seed]`` per training: every cell from the first seed, the
     spread fractions from every seed."""
     return [[n, f, s] for n in INPUT_LENS for f in FRACTIONS for s in SEEDS if s == SEEDS[0] or f in SPREAD_FRACTIONS]
@@ -183,7 +183,7 @@ def _fig3_doc(data_path: str, configuration: str) -> Document:
     return _grid(doc, "data.input_len,model.latent_fraction,train.seed", fig3_cells())
 
 
-def width_cells(d_model: int) -> list[list[Any]]:
+def width_cells(d_model: int) -> list[list[int]]:
     """``[input_len, latent_len, latent_dim]`` per training: at each share of the input's floats,
     each token narrowed (every position kept), and the share split evenly between the two (the
     nearest whole lengths and widths; the table records the share they reach)."""

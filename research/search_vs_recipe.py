@@ -39,13 +39,13 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 import numpy as np
 import optuna
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
 from mlflow.entities import Run
 
 from research import TABLES, command
@@ -472,7 +472,7 @@ def figure(recipe: dict[float, Scores], searches: list[Search], path: Path, prof
     return save_figure(fig, path)
 
 
-def save_figure(fig: Any, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path) -> Path:
     """``fig`` written to ``path`` at the report's resolution, then closed."""
     fig.tight_layout()
     fig.savefig(path, dpi=110)
