@@ -49,7 +49,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import optuna
 from mlflow.entities import Metric, Param
@@ -62,6 +62,7 @@ from sqlalchemy.engine import Engine
 from cluster import postgres
 from seqae_core import metrics as M
 from seqae_core import names as N
+from seqae_core.borders import OptunaAttrs
 from seqae_core.checkpoint import CheckpointStore
 from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT
 from sweeps.running.lifecycle import extend
@@ -77,7 +78,44 @@ DRIVER_START = Path(__file__).resolve().parent / "driver_start.py"
 EPOCHS = 3
 LOSS_POINTS = 8  # points of the training-loss curve per epoch
 NAME = "cp"
-Plan = tuple[int, str | None, dict[str, Any], str, list[dict[str, Any]]]  # number, start, params, fate, history
+# A trial to build: its number, starting point, params, fate and history (its epoch records).
+Plan = tuple[int, str | None, dict[str, str | int | float], str, list[dict[str, Any]]]
+
+
+class _Timed(TypedDict):
+    command: str
+    wall_s: float
+    cpu_s: float
+    peak_mib: int
+
+
+class Timing(_Timed, total=False):
+    """A command's row of :func:`measure`: its wall and CPU seconds and peak memory."""
+
+    start_s: float  # the driver's start alone, timed inside its process
+
+
+class Measured(Timing):
+    """A row of ``seqae bench control-plane``: a command timed on a sweep of ``trials`` trials."""
+
+    trials: int
+    optuna: str
+    code: str
+    built_s: int
+
+
+class Growth(TypedDict):
+    """A growth row of ``seqae bench control-plane``: a command's figures at a size over the size before."""
+
+    trials: str
+    optuna: str
+    code: str
+    command: str
+    wall_s: str
+    cpu_s: str
+    peak_mib: str
+
+
 SAMPLES = [{"original": ["the", "cat", "sat"], "reconstruction": ["the", "dog", "sat"]}] * 2  # a best record's
 
 
@@ -215,7 +253,7 @@ def _study_and_records(spec: spec_lib.SweepSpec, fingerprint: str, backends: Bac
     dists = {k: optuna_distribution(spec.search[k]) for k in spec.sampling_order()}
     frozen = []
     for number, start, params, fate, history in plans:
-        attrs: dict[str, Any] = {
+        attrs: OptunaAttrs = {
             N.PROPOSED_BY: "start" if start else "random start-up" if number < 3 else "tpe",
             N.TUNE_TRIAL_IDS: [f"{number:05d}abcd"],
         }
@@ -377,7 +415,7 @@ def cli_module(code: Path) -> str:
     return "seqae" if (code / "seqae" / "__main__.py").is_file() else "seqae_cli"
 
 
-def measure(workspace: Workspace, env: dict[str, str], freeze: bool, cli: str) -> list[dict[str, Any]]:
+def measure(workspace: Workspace, env: dict[str, str], freeze: bool, cli: str) -> list[Timing]:
     """Each command's wall seconds, CPU seconds and peak memory on the sweep ``cp`` of
     ``workspace``, with the seqae that ``env``'s path finds first (the processes run in the
     workspace, so that this checkout is not found first by being the working directory), its
@@ -392,7 +430,7 @@ def measure(workspace: Workspace, env: dict[str, str], freeze: bool, cli: str) -
         "export": ["sweep", "export", NAME, "--format", "csv", "--out", str(workspace.root / "t.csv"), *ws],
         "report": ["report", NAME, *ws],
     }
-    rows = []
+    rows: list[Timing] = []
     for label, args in commands.items():
         wall, cpu, peak, _ = _timed(cli, args, env, workspace.root)
         rows.append({"command": label, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_mib": round(peak)})
@@ -412,7 +450,7 @@ def measure(workspace: Workspace, env: dict[str, str], freeze: bool, cli: str) -
     return rows
 
 
-def run(sizes: list[int], backends: list[str], before: Path | None = None) -> list[dict[str, Any]]:
+def run(sizes: list[int], backends: list[str], before: Path | None = None) -> list[Measured | Growth]:
     """The table: a row per size, Optuna storage, code and command; then each command's growth
     from one size to the next (time and memory ratios). ``before``: a checkout of seqae from before
     the control plane's fixes, whose commands are timed on the same sweeps after this checkout's
@@ -425,7 +463,7 @@ def run(sizes: list[int], backends: list[str], before: Path | None = None) -> li
         "after": (path_env(REPO), True, cli_module(REPO)),
         **({"before": (path_env(before), False, cli_module(before))} if before else {}),
     }
-    rows: list[dict[str, Any]] = []
+    rows: list[Measured] = []
     with tempfile.TemporaryDirectory(prefix="seqae-cp-") as tmp:
         pg = None
         if "postgresql" in backends:
@@ -457,12 +495,12 @@ def run(sizes: list[int], backends: list[str], before: Path | None = None) -> li
         finally:
             if pg is not None:
                 postgres.stop(pg)
-    return rows + growth(rows)
+    return [*rows, *growth(rows)]
 
 
-def growth(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def growth(rows: list[Measured]) -> list[Growth]:
     """Each command's time and memory at each size over the size before it (x10 trials: linear is 10)."""
-    out = []
+    out: list[Growth] = []
     by_key = {(r["optuna"], r["code"], r["command"], r["trials"]): r for r in rows}
     for (backend, code, command, size), row in by_key.items():
         smaller = [s for (b, k, c, s) in by_key if (b, k, c) == (backend, code, command) and s < size]

@@ -10,8 +10,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -20,7 +21,42 @@ from seqae_core import corpus
 from seqae_core.config import DataConfig
 
 
-def _best(fn: Any, repeats: int = 5) -> float:
+class Band(TypedDict):
+    """A row of the prefix-versus-whole table: a page-length band's tokenizing seconds each way."""
+
+    pages: str
+    count: int
+    mean_tokens: int
+    whole_s: float
+    prefix_s: float
+    speedup: float
+
+
+class _Load(TypedDict):
+    case: str
+    load_s: float
+    samples: int
+
+
+class Load(_Load, total=False):
+    """A row of the cache table: a fresh process loading data, its cache entry missing or there."""
+
+    import_s: float
+    entries: int
+
+
+class Preparation(TypedDict):
+    """A row of the parallel table: preparing the samples with some workers on some cores."""
+
+    workers: int
+    cores: int
+    pages: int
+    seconds: float
+    pages_per_s: float
+    peak_rss_mib: float
+
+
+def _best(fn: Callable[..., object], repeats: int = 5) -> float:
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -29,7 +65,7 @@ def _best(fn: Any, repeats: int = 5) -> float:
     return min(times)
 
 
-def prefix_vs_whole(path: str, n: int = 512) -> list[dict[str, Any]]:
+def prefix_vs_whole(path: str, n: int = 512) -> list[Band]:
     """Per page-length band and overall: the whole-page baseline is ``tokenizer(pages)[:n]``."""
     tokenizer = corpus.load_tokenizer("bert-base-uncased")
     pages = list(corpus.iter_texts(DataConfig(path=path)))
@@ -40,7 +76,7 @@ def prefix_vs_whole(path: str, n: int = 512) -> list[dict[str, Any]]:
     bands = [("all pages", np.ones(len(pages), bool))]
     edges = np.quantile(lengths, [0, 0.5, 1.0])
     bands += [(f"{int(lo)}-{int(hi)} tokens", (lengths >= lo) & (lengths <= hi)) for lo, hi in zip(edges, edges[1:])]
-    rows = []
+    rows: list[Band] = []
     for label, mask in bands:
         chosen = [p for p, keep in zip(pages, mask) if keep]
         whole = _best(lambda chosen=chosen: tokenizer(chosen, add_special_tokens=False, truncation=True, max_length=n))
@@ -58,7 +94,7 @@ def prefix_vs_whole(path: str, n: int = 512) -> list[dict[str, Any]]:
     return rows
 
 
-def cache_hit(path: str) -> list[dict[str, Any]]:
+def cache_hit(path: str) -> list[Load]:
     """A fresh process (as a trial is) loading data whose cache entry exists."""
     config = {"path": path, "samples": "windows", "input_len": 512, "max_pages": 200}
     with tempfile.TemporaryDirectory() as cache:
@@ -85,11 +121,11 @@ def cache_hit(path: str) -> list[dict[str, Any]]:
     ]
 
 
-def parallel(path: str, copies: int = 82, n: int = 512) -> list[dict[str, Any]]:
+def parallel(path: str, copies: int = 82, n: int = 512) -> list[Preparation]:
     """Pages/s and peak memory preparing the paper's samples (``first``, N tokens) from ``path``'s
     pages repeated ``copies`` times, with 1 worker on 1 core, 1 on 2 cores (only the tokenizer's
     own threads use the second) and 2 workers on 2 cores, each in a fresh process."""
-    rows = []
+    rows: list[Preparation] = []
     with tempfile.TemporaryDirectory() as tmp:
         big = repeated(Path(path), Path(tmp) / "big", copies)
         runs = ((1, "0"), (1, "0,1"), (2, "0,1"))  # the 2nd: only the tokenizer's own threads use core 1

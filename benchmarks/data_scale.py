@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, overload
 
 import numpy as np
 import psutil
@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks.corpora import NAME
+from benchmarks.rows import AnyRow
 
 PAPER_PAGES = 1_900_000  # the first 30% of English Wikipedia (the paper)
 # Page lengths in words, drawn log-normal with English Wikipedia's mean (about 4.5 billion words
@@ -39,7 +40,38 @@ INPUT_LEN = 512
 WORKERS = 2  # tokenizing processes unless SEQAE_DATA_WORKERS says: one per core of this machine
 
 
-def synthetic(source: Path, folder: Path, pages: int, seed: int = 0) -> dict[str, Any]:
+class Corpus(TypedDict):
+    """The synthetic corpus's figures, its row of the data-scale table (kept beside its pages)."""
+
+    pages: int
+    mean_words: int
+    median_words: int
+    parquet_bytes: int
+
+
+class Prepared(TypedDict):
+    """A preparation's figures, its row of the data-scale table (all but ``files``)."""
+
+    pages: int
+    seconds: float
+    pages_per_s: float
+    cpu_seconds: float
+    peak_rss_mib: int
+    peak_pss_mib: int
+    entry_bytes: int
+    peak_disk_bytes: int
+    resumed_after_pages: int
+    files: dict[str, dict[str, int | str]]  # the entry's files by name, as its manifest lists them
+
+
+class Killed(TypedDict):
+    """A preparation killed part way: when, and how many pages it had recorded."""
+
+    killed_after_s: float
+    pages_recorded: int | None
+
+
+def synthetic(source: Path, folder: Path, pages: int, seed: int = 0) -> Corpus:
     """Write ``pages`` pages in the layout of ``wikimedia/wikipedia`` into ``folder``: each a run
     of whole words of the offline corpus from a random place, as long as a length drawn from
     Wikipedia's distribution. Kept when ``folder`` already holds them (a rerun reuses them)."""
@@ -81,7 +113,7 @@ def synthetic(source: Path, folder: Path, pages: int, seed: int = 0) -> dict[str
         f"---\nconfigs:\n- config_name: {NAME}\n  data_files:\n  - split: train\n"
         f"    path: {NAME}/train-*\n---\n# {pages} synthetic pages cut from {source}\n"
     )
-    made = {
+    made: Corpus = {
         "pages": pages,
         "mean_words": round(float(words.mean())),
         "median_words": round(float(np.median(words))),
@@ -142,7 +174,11 @@ def workers() -> int:
     return int(os.environ.get("SEQAE_DATA_WORKERS", WORKERS))
 
 
-def _prepare(corpus: Path, cache: Path, kill_at: int | None = None) -> dict[str, Any]:
+@overload
+def _prepare(corpus: Path, cache: Path, kill_at: None = None) -> Prepared: ...
+@overload
+def _prepare(corpus: Path, cache: Path, kill_at: int) -> Killed: ...
+def _prepare(corpus: Path, cache: Path, kill_at: int | None = None) -> Prepared | Killed:
     """One preparation in a fresh process with :func:`workers` tokenizing processes, watched;
     with ``kill_at``, SIGKILLed (it and its workers) once its progress records that many pages."""
     cache.mkdir(parents=True, exist_ok=True)
@@ -193,13 +229,13 @@ def _prepare(corpus: Path, cache: Path, kill_at: int | None = None) -> dict[str,
 
 def run(
     source: str, pages: int = PAPER_PAGES, interrupt: float | None = None, workspace: Path | None = None
-) -> list[dict[str, Any]]:
+) -> list[AnyRow]:
     """The rows of ``seqae bench data-scale``: the synthetic corpus, the preparation, and with
     ``interrupt`` the preparation killed at that fraction of the pages and run again."""
     with tempfile.TemporaryDirectory() as temporary:
         folder = workspace or Path(temporary)
         made = synthetic(Path(source), folder / f"corpus-{pages}", pages)
-        rows: list[dict[str, Any]] = [{"case": "synthetic corpus", **made}]
+        rows: list[AnyRow] = [{"case": "synthetic corpus", **made}]
         shutil.rmtree(folder / "cache", ignore_errors=True)
         whole = _prepare(folder / f"corpus-{pages}", folder / "cache" / "whole")
         rows.append(

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.rows import Settings
 from seqae_core.config import Config, from_flat
 from seqae_core.loss import plan_head
 from seqae_core.model import ReducingAutoencoder
@@ -79,7 +80,7 @@ class Job:
     """Train member ``member`` of a size: ``warmup`` untimed steps, then, from the start time the
     driver sends, ``steps`` timed ones."""
 
-    settings: dict[str, Any]
+    settings: Settings
     vocab: int
     member: int
     threads: int

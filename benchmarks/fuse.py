@@ -24,12 +24,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
 
 import torch
 
 from benchmarks.flops import mfu
 from benchmarks.fractional import Job, Processes, autocast_for, device_here, member_batch, member_model, trial_step
+from benchmarks.rows import Cell, Settings
 from benchmarks.timing import median_seconds
 from seqae_core.config import Config, from_flat
 from seqae_core.fused import Pack
@@ -40,7 +40,7 @@ from seqae_core.schedule import Schedule
 @dataclass(frozen=True)
 class Size:
     name: str
-    settings: dict[str, Any]  # config keys over the defaults
+    settings: Settings
     vocab: int
 
 
@@ -189,15 +189,15 @@ def _rounded(value: float | None, digits: int) -> float | None:
 def run(
     sizes: tuple[Size, ...] | None = None,
     packs: tuple[int, ...] | None = None,
-    on_row: Callable[[dict[str, Any]], None] = lambda row: None,
-) -> list[dict[str, Any]]:
+    on_row: Callable[[dict[str, Cell]], None] = lambda row: None,
+) -> list[dict[str, Cell]]:
     """The table's rows, each handed to ``on_row`` as it is measured. ``sizes`` and ``packs``
     default to the device's (module docstring)."""
     device = device_here()
     gpu = device.type == "cuda"
     sizes = sizes or (GPU_SIZES if gpu else SIZES)
     packs = packs or (GPU_PACKS if gpu else PACKS)
-    rows = []
+    rows: list[dict[str, Cell]] = []
     with Processes(max(packs)) as processes:
         for size in sizes:
             config = from_flat(size.settings)

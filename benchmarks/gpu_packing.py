@@ -12,10 +12,11 @@ import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
+from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
+from benchmarks.rows import Row
 from seqae_core import metrics as M
 from seqae_core import names as N
 
@@ -33,7 +34,7 @@ def at_once(spans: Iterable[tuple[float, float]]) -> int:
     return most
 
 
-def trials_at_once_per_gpu(runs: Iterable[Any]) -> dict[str, int]:
+def trials_at_once_per_gpu(runs: Iterable[Run]) -> dict[str, int]:
     """The most trials that ran at once on each GPU, ``{"127.0.0.3 GPU 0": 4}``, from a sweep's
     MLflow runs: the trials' runs, grouped by the node and the GPU ids each recorded (a trial that
     held several GPUs counts on each), each spanning its run's start and end. Those are the
@@ -51,8 +52,9 @@ def trials_at_once_per_gpu(runs: Iterable[Any]) -> dict[str, int]:
     return {gpu: at_once(found) for gpu, found in sorted(spans.items())}
 
 
-def run(data_path: str, packings: tuple[int, ...] = (1, 2, 4, 8)) -> list[dict[str, Any]]:
-    rows, alone = [], None
+def run(data_path: str, packings: tuple[int, ...] = (1, 2, 4, 8)) -> list[Row]:
+    rows: list[Row] = []
+    alone = None
     for k in packings:
         with tempfile.TemporaryDirectory() as tmp:
             workspace = Path(tmp) / "ws"

@@ -24,6 +24,8 @@ from typing import Any
 
 import psutil
 
+from benchmarks.rows import Row
+
 RAY_SERVICE_ACTORS = ("ray::IDLE", "ray::DashboardAgent", "ray::RuntimeEnvAgent")
 DRIVER_VERBS = ("sweep run", "sweep resume", "sweep extend", "sweep fork")
 
@@ -118,7 +120,7 @@ def busy_seconds(times: Any) -> float:
     return sum(times) - times.idle - getattr(times, "iowait", 0.0)
 
 
-def run(command: str, interval: float = 1.0) -> list[dict[str, Any]]:
+def run(command: str, interval: float = 1.0) -> list[Row]:
     """Run ``command`` (a shell command line) to its end, sampling; a row per category, then the
     totals, the command's exit code and wall seconds."""
     machine_before, mine_before = psutil.cpu_times(), psutil.Process().cpu_times()
@@ -143,7 +145,7 @@ def run(command: str, interval: float = 1.0) -> list[dict[str, Any]]:
         cpu[kind] += process.cpu
         count[kind] += 1
     sampled = sum(cpu.values())
-    rows = [
+    rows: list[Row] = [
         {
             "category": name,
             "cpu_seconds": round(seconds, 1),

@@ -10,36 +10,68 @@ import json
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TypeAlias, TypedDict
 
 import torch
 
+from benchmarks.rows import AnyRow
 from seqae_core.device import native_bf16_flags
 from seqae_errors import ConfigError
 from sweeps.running.progress import text_table
 
-Suite = Callable[[dict[str, Any]], list[dict[str, Any]]]
+
+@dataclass(frozen=True)
+class Options:
+    """``seqae bench``'s options, checked: each suite reads those it takes."""
+
+    shapes: str  # throughput: input:latent lengths, comma-separated
+    steps: int  # throughput: timed steps per measurement
+    workspace: str | None  # data-scale: where its corpus stays
+    data: str
+    sizes: str  # control-plane: the sweeps' sizes, comma-separated
+    optuna: str  # control-plane: the Optuna storages, comma-separated
+    before: str | None  # control-plane: a checkout of seqae from before its fixes
+    command: str | None  # processes: the command whose CPU-seconds it counts
+    pages: int  # data-scale: the synthetic corpus's pages
+    interrupt: float | None  # data-scale: the fraction of the pages to kill the preparation at
 
 
-def _module(name: str) -> Any:
+class Machine(TypedDict):
+    """The machine the benchmarks ran on, the head of their JSON file."""
+
+    cpu: str
+    cores: int
+    gpu: str | None
+    torch: str
+    python: str
+
+
+Suite: TypeAlias = Callable[[Options], Sequence[AnyRow]]
+# The JSON file: the machine, the start, and each suite's rows by its name.
+Results: TypeAlias = dict[str, Machine | str | Sequence[AnyRow]]
+
+
+def _module(name: str) -> ModuleType:
     """A benchmark module, imported when its suite runs (the GPU one needs no data, for example)."""
     return importlib.import_module(f"benchmarks.{name}")
 
 
-def _throughput(options: dict[str, Any]) -> list[dict[str, Any]]:
+def _throughput(options: Options) -> Sequence[AnyRow]:
     throughput = _module("throughput")
-    shapes = [tuple(int(n) for n in s.split(":")) for s in options["shapes"].split(",")]
+    shapes = [tuple(int(n) for n in s.split(":")) for s in options.shapes.split(",")]
     precisions = ["bf16"] if torch.cuda.is_available() else ["fp32"] + (["bf16"] if native_bf16_flags() else [])
-    rows = throughput.run(options["data"], shapes, ["paper", "transformer"], precisions, options["steps"])
-    return rows + ([] if torch.cuda.is_available() else throughput.quickstart_paths(options["data"]))
+    rows = throughput.run(options.data, shapes, ["paper", "transformer"], precisions, options.steps)
+    return [*rows, *([] if torch.cuda.is_available() else throughput.quickstart_paths(options.data))]
 
 
 def _on_a_gpu(suite: Suite) -> Suite:
     """A suite that measures GPUs: one row saying so where there is none."""
 
-    def guarded(options: dict[str, Any]) -> list[dict[str, Any]]:
+    def guarded(options: Options) -> Sequence[AnyRow]:
         return suite(options) if torch.cuda.is_available() else [{"status": "skipped: no GPU on this machine"}]
 
     return guarded
@@ -47,27 +79,27 @@ def _on_a_gpu(suite: Suite) -> Suite:
 
 SUITES: dict[str, Suite] = {
     "throughput": _throughput,
-    "overhead": lambda o: _module("sweep_overhead").run(o["data"]),
+    "overhead": lambda o: _module("sweep_overhead").run(o.data),
     "data": lambda o: (
-        _module("data_prep").prefix_vs_whole(o["data"])
-        + _module("data_prep").cache_hit(o["data"])
-        + _module("data_prep").parallel(o["data"])
+        _module("data_prep").prefix_vs_whole(o.data)
+        + _module("data_prep").cache_hit(o.data)
+        + _module("data_prep").parallel(o.data)
     ),
     "data-scale": lambda o: _module("data_scale").run(
-        o["data"], o["pages"], o["interrupt"], Path(o["workspace"]) if o["workspace"] else None
+        o.data, o.pages, o.interrupt, Path(o.workspace) if o.workspace else None
     ),
-    "gpu": _on_a_gpu(lambda o: _module("gpu_packing").run(o["data"])),
+    "gpu": _on_a_gpu(lambda o: _module("gpu_packing").run(o.data)),
     "step": lambda o: _module("step_check").suite(),
     "fuse": lambda o: _module("fuse").run(),
-    "scale": lambda o: _module("scale").run(o["data"]),
-    "processes": lambda o: _module("process_cpu").run(o["command"]),
+    "scale": lambda o: _module("scale").run(o.data),
+    "processes": lambda o: _module("process_cpu").run(o.command),
     "control-plane": lambda o: _module("control_plane").run(
-        [int(n) for n in o["sizes"].split(",")], o["optuna"].split(","), Path(o["before"]) if o["before"] else None
+        [int(n) for n in o.sizes.split(",")], o.optuna.split(","), Path(o.before) if o.before else None
     ),
 }
 
 
-def machine() -> dict[str, Any]:
+def machine() -> Machine:
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -85,15 +117,15 @@ def machine() -> dict[str, Any]:
     }
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: Sequence[AnyRow]) -> str:
     if not rows:
         return "(no rows)"
     columns = list(dict.fromkeys(c for row in rows for c in row))
     return text_table(columns, [[str(r.get(c, "")) for c in columns] for r in rows])
 
 
-def main(names: list[str], out: Path, options: dict[str, Any]) -> dict[str, Any]:
-    results: dict[str, Any] = {"machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+def main(names: list[str], out: Path, options: Options) -> Results:
+    results: Results = {"machine": machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     print(f"machine: {results['machine']}")
     for name in names:
         start = time.perf_counter()
@@ -106,7 +138,7 @@ def main(names: list[str], out: Path, options: dict[str, Any]) -> dict[str, Any]
     return results
 
 
-def command(args: argparse.Namespace) -> dict[str, Any]:
+def command(args: argparse.Namespace) -> Results:
     """``seqae bench``'s arguments checked, each mistake refused in one line before anything runs;
     then :func:`main`."""
     if not args.suites:  # every suite together takes hours: a user names what to measure
@@ -135,16 +167,16 @@ def command(args: argparse.Namespace) -> dict[str, Any]:
     return main(
         args.suites,
         Path(args.out),
-        {
-            "shapes": args.shapes,
-            "steps": args.steps,
-            "workspace": args.workspace,
-            "data": data,
-            "sizes": args.sizes,
-            "optuna": args.optuna,
-            "before": args.before,
-            "command": args.command,
-            "pages": args.pages,
-            "interrupt": args.interrupt,
-        },
+        Options(
+            shapes=args.shapes,
+            steps=args.steps,
+            workspace=args.workspace,
+            data=data,
+            sizes=args.sizes,
+            optuna=args.optuna,
+            before=args.before,
+            command=args.command,
+            pages=args.pages,
+            interrupt=args.interrupt,
+        ),
     )

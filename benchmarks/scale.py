@@ -25,7 +25,7 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import torch
 
@@ -78,7 +78,7 @@ def measured_gpu_rows(
     max_t: int,
     asha: float,
     gpus: int = 8,
-) -> list[tuple[str, Any]]:
+) -> list[tuple[str, str | float]]:
     """What the 100%-of-peak floor leaves out: this GPU's measured share of its bf16 peak at each
     input length, the figure's GPU-hours at the measured rates, and its wall time on ``gpus`` of
     this GPU, one trial on each at a time (fractional GPUs can only shorten it). On a CPU each
@@ -94,7 +94,7 @@ def measured_gpu_rows(
         ]
     name = torch.cuda.get_device_name(0)
     peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
-    rows: list[tuple[str, Any]] = []
+    rows: list[tuple[str, str | float]] = []
     if peak is not None:
         rows += [(f"share of the {name}'s bf16 peak at {n} tokens", f"{rate / peak:.1%}") for n, rate in rates.items()]
     rows += [
@@ -104,6 +104,11 @@ def measured_gpu_rows(
     wall = max(sum(here_s) * max_t / gpus, max(here_s) * max_t) / 3600
     rows.append((f"wall hours of Fig. 3 on {gpus} {name}s at the measured rates, 20 epochs", round(wall, 1)))
     return rows
+
+
+# A row of ``seqae bench scale``: a figure of Fig. 3 at full scale, its value, and where it comes from
+# (the functional form, as "from" is a keyword).
+Figure = TypedDict("Figure", {"figure": str, "value": str | float, "from": str})
 
 
 def tracking_rows(data_path: str) -> dict[str, float]:
@@ -226,7 +231,7 @@ def _vocab(ws: Path) -> int:
     return int(json.loads(manifest.read_text())["vocab_size"])
 
 
-def run(data_path: str, gpus: tuple[int, ...] = (8, 15, 60)) -> list[dict[str, Any]]:
+def run(data_path: str, gpus: tuple[int, ...] = (8, 15, 60)) -> list[Figure]:
     spec = spec_lib.load(STUDY)
     cells = cell_configs(spec)
     train_samples = PAPER_PAGES * (1 - cells[0].data.val_fraction)
@@ -248,9 +253,9 @@ def run(data_path: str, gpus: tuple[int, ...] = (8, 15, 60)) -> list[dict[str, A
     params = [sum(p.numel() for p in ReducingAutoencoder(c, VOCAB).parameters()) for c in cells]
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else f"{torch.get_num_threads()}-core CPU"
 
-    out: list[dict[str, Any]] = []
+    out: list[Figure] = []
 
-    def say(figure: str, value: Any, source: str) -> None:
+    def say(figure: str, value: str | float, source: str) -> None:
         out.append({"figure": figure, "value": value, "from": source})
 
     for n, rate in rates.items():

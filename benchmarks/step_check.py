@@ -18,7 +18,7 @@ import argparse
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from benchmarks.baseline import BaselineAutoencoder, plain_step
 from benchmarks.flops import PEAK_BF16, forward_flops
+from benchmarks.rows import AnyRow
 from benchmarks.syncs import count_per_step
 from benchmarks.timing import median_seconds
 from seqae_core.config import Config, from_flat
@@ -322,7 +323,7 @@ def machine() -> str:
     )
 
 
-def format_table(rows: list[dict[str, object]]) -> str:
+def format_table(rows: Sequence[AnyRow]) -> str:
     """The rows as a plain table: a share of peak as a percentage, a missing figure as -."""
 
     def cell(key: str, value: object) -> str:

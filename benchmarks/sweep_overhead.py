@@ -15,17 +15,33 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from mlflow.tracking import MlflowClient
 
 from seqae_core import metrics as M
 from seqae_core import names as N
 
+
+class Overhead(TypedDict):
+    """The row of ``seqae bench overhead``: a small sweep's wall time against its trials' own."""
+
+    trials: int
+    parallel: int
+    wall_s: float
+    fixed_startup_s: float
+    fixed_wind_down_s: float
+    trial_own_s: float
+    ideal_s: float
+    overhead_pct: float
+    trial_data_start_s_max: float
+    cache_entries: int
+
+
 STUDY = Path(__file__).resolve().parents[1] / "sweeps" / "studies" / "quickstart.yaml"
 
 
-def run(data_path: str, trials: int = 8, parallel: int = 2, epochs: int = 3) -> list[dict[str, Any]]:
+def run(data_path: str, trials: int = 8, parallel: int = 2, epochs: int = 3) -> list[Overhead]:
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp) / "ws"
         sets = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import torch
 
@@ -47,7 +47,36 @@ def _config(case: Case, batch_size: int) -> Config:
     )
 
 
-def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, steps: int) -> dict[str, Any]:
+class Speed(TypedDict):
+    """A row of ``seqae bench throughput``: seqae's training step against the baseline's on one case."""
+
+    config: str
+    block: str
+    precision: str
+    seqae_tokens_per_s: float
+    baseline_tokens_per_s: float
+    speedup: float
+    head_share: float
+    mfu: float | None
+
+
+class _Trained(TypedDict):
+    config: str
+    path: str
+    precision: str
+    vocab: int
+    d_ffn: int
+    tokens_per_s: float
+    val_token_accuracy_3_epochs: float
+
+
+class Trained(_Trained, total=False):
+    """A row of the quickstart's table: its trial trained one way, and its speed over the first way's."""
+
+    speedup_vs_before: float
+
+
+def measure(case: Case, batches: torch.Tensor, pad_id: int, vocab_size: int, steps: int) -> Speed:
     """tokens/s of both implementations on the same batches (n, b, t)."""
     config = _config(case, batches.shape[1])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -113,9 +142,7 @@ def real_batches(path: str, input_len: int, batch_size: int, count: int) -> tupl
     return tokens, splits.pad_id, splits.vocab_size
 
 
-def run(
-    path: str, shapes: list[tuple[int, int]], blocks: list[str], precisions: list[str], steps: int
-) -> list[dict[str, Any]]:
+def run(path: str, shapes: list[tuple[int, int]], blocks: list[str], precisions: list[str], steps: int) -> list[Speed]:
     rows = []
     for input_len, latent_len in shapes:
         batches, pad_id, vocab_size = real_batches(path, input_len, 16, 8)
@@ -132,13 +159,13 @@ PINNED = ["model.d_model=128", "model.d_attn=64"]
 BEFORE = ["train.precision=fp32", "data.vocab=tokenizer", "model.d_ffn=1024"]
 
 
-def quickstart_paths(path: str, cache_dir: Path | None = None) -> list[dict[str, Any]]:
+def quickstart_paths(path: str, cache_dir: Path | None = None) -> list[Trained]:
     """Train the quickstart's trial (its sweep file's base config) for its 3 epochs as the file
     sets it and as main trained it before, one thread each as a sweep trial gets (resources.cpu:
     1), and compare training tokens/s and accuracy."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    rows = []
+    rows: list[Trained] = []
     try:
         for label, levers in (("before (fp32, bert vocab)", BEFORE), ("quickstart (its sweep file)", [])):
             spec = spec_lib.load(QUICKSTART, [f"data.path={path}", *PINNED, *levers])

@@ -9,15 +9,20 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 import pandas as pd
 
 from seqae_errors import ConfigError
 
-Rows = list[dict[str, Any]]
+# A cell of an experiment's table, as pandas and json write it.
+Cell: TypeAlias = str | int | float | bool | None
+# A row of a table whose columns are open (one per method, target, budget or grid key): its cells by column.
+Row: TypeAlias = dict[str, Cell]
+# Any table's rows as they are shown and written: a TypedDict's (a table whose columns are fixed) or open ones.
+Rows: TypeAlias = Sequence[Mapping[str, object]]
 HELP = {
     "data": "dataset path (default: $SEQAE_BENCH_DATA, else wikimedia/wikipedia from the Hugging Face Hub)",
     "workspace": "where its sweeps and trainings run and stay, so that a rerun continues them (default: a "

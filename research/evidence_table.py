@@ -32,10 +32,11 @@ import json
 import multiprocessing
 import os
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -43,8 +44,8 @@ import pyarrow as pa
 import torch
 
 from research import TABLES, command
-from seqae_core import metrics as M
 from seqae_core.config import from_flat
+from seqae_core.epoch import EpochRecord
 from seqae_core.train import train
 
 TABLE = TABLES / "evidence.parquet"
@@ -58,7 +59,12 @@ SIZE = 96  # configurations per fraction
 
 # The larger grid the configurations are drawn from: heads apply to the transformer block only
 # (the paper's block has one head), so the grid has 5 x 3 x 3 x 2 x 2 x (1 + 2) = 540 points.
-GRID: dict[str, tuple[Any, ...]] = {
+# A grid key's level, and a configuration: each grid key's level.
+Level: TypeAlias = str | int | float
+Params: TypeAlias = dict[str, Level]
+# Config keys over the defaults, as seqae_core.config.from_flat reads them.
+Settings: TypeAlias = dict[str, str | int | float | bool]
+GRID: dict[str, tuple[Level, ...]] = {
     "model.block": ("paper", "transformer"),
     "train.lr": (3.0e-4, 7.0e-4, 1.5e-3, 3.5e-3, 8.0e-3),
     "model.d_model": (32, 64, 128),
@@ -68,7 +74,7 @@ GRID: dict[str, tuple[Any, ...]] = {
     "model.heads": (1, 4),
 }
 KEYS = tuple(GRID)
-FIXED: dict[str, Any] = {  # every training's other settings
+FIXED: Settings = {  # every training's other settings
     "data.samples": "windows",
     "data.input_len": INPUT_LEN,
     "data.max_pages": PAGES,
@@ -137,19 +143,19 @@ def schema(recording: Recording) -> pa.Schema:
     return SCHEMA if recording.validate_every is None else QUARTERS_SCHEMA
 
 
-def grid() -> list[dict[str, Any]]:
+def grid() -> list[Params]:
     """Every point of :data:`GRID`, the paper block's with one head."""
     points = [dict(zip(KEYS, values)) for values in itertools.product(*GRID.values())]
     return [p for p in points if p["model.block"] == "transformer" or p["model.heads"] == 1]
 
 
-def _coordinates(points: list[dict[str, Any]]) -> np.ndarray:
+def _coordinates(points: Sequence[Mapping[str, Level]]) -> np.ndarray:
     """Each point as numbers in [0, 1] per key: a choice's rank among its key's choices (the
     learning rate's are log-spaced already, so ranks are its log scale)."""
     return np.array([[GRID[k].index(p[k]) / (len(GRID[k]) - 1) for k in KEYS] for p in points])
 
 
-def _latin(block: str, size: int, rng: np.random.Generator) -> list[dict[str, Any]]:
+def _latin(block: str, size: int, rng: np.random.Generator) -> list[Params]:
     """``size`` points of ``block`` in which every choice of every key appears equally often (to
     within one), the keys' columns shuffled independently: a Latin hypercube on the grid's levels."""
     columns = {}
@@ -162,14 +168,14 @@ def _latin(block: str, size: int, rng: np.random.Generator) -> list[dict[str, An
     return [{k: columns[k][i] for k in KEYS} for i in range(size)]
 
 
-def _score(design: list[dict[str, Any]]) -> tuple[float, float]:
+def _score(design: list[Params]) -> tuple[float, float]:
     """The distance between the closest two points, then the mean distance to the nearest point."""
     coords = _coordinates(design)
     distances = np.linalg.norm(coords[:, None] - coords[None], axis=-1) + np.eye(len(design)) * 9
     return float(distances.min()), float(distances.min(axis=1).mean())
 
 
-def space_filling(size: int, swaps: int = 3000, seed: int = 0) -> list[dict[str, Any]]:
+def space_filling(size: int, swaps: int = 3000, seed: int = 0) -> list[Params]:
     """``size`` grid points, half of each block, each block's a Latin hypercube on the levels
     (every choice of every key equally often), then improved by swapping two points' values of one
     key where that keeps the closest two points as far apart or farther (Morris and Mitchell's
@@ -190,7 +196,7 @@ def space_filling(size: int, swaps: int = 3000, seed: int = 0) -> list[dict[str,
     return sorted(design, key=lambda p: tuple(str(p[k]) for k in KEYS))
 
 
-CONFIGURATIONS: tuple[dict[str, Any], ...] = tuple(space_filling(SIZE))
+CONFIGURATIONS: tuple[Params, ...] = tuple(space_filling(SIZE))
 
 
 @dataclass(frozen=True)
@@ -213,7 +219,7 @@ def jobs(recording: Recording = EPOCHS_RECORDING) -> list[Job]:
     return [Job(c, f, s) for f in recording.fractions for s in SEEDS for c in range(len(CONFIGURATIONS))]
 
 
-def settings(job: Job, data_path: str, recording: Recording = EPOCHS_RECORDING) -> dict[str, Any]:
+def settings(job: Job, data_path: str, recording: Recording = EPOCHS_RECORDING) -> Settings:
     """The config keys of ``job``'s training (patience stays in epochs: no early stop either way)."""
     every = {} if recording.validate_every is None else {"train.validate_every": recording.validate_every}
     return {
@@ -230,8 +236,8 @@ def _train(job: Job, data_path: str, out: Path, recording: Recording = EPOCHS_RE
     """Train ``job`` in this (pool) process and write its rows to ``out``, atomically."""
     torch.set_num_threads(1)
     config = from_flat(settings(job, data_path, recording))
-    epochs: list[dict[str, Any]] = []
-    train(config, lambda record, checkpoint: epochs.append(record.as_dict()))
+    epochs: list[EpochRecord] = []
+    train(config, lambda record, checkpoint: epochs.append(record))
     rows = [row(job, config.model.d_model, e, recording) for e in epochs]
     partial = out.with_suffix(f".{os.getpid()}.tmp")
     pd.DataFrame(rows).to_parquet(partial, index=False)
@@ -239,7 +245,7 @@ def _train(job: Job, data_path: str, out: Path, recording: Recording = EPOCHS_RE
     return out
 
 
-def row(job: Job, d_model: int, epoch: dict[str, Any], recording: Recording = EPOCHS_RECORDING) -> dict[str, Any]:
+def row(job: Job, d_model: int, epoch: EpochRecord, recording: Recording = EPOCHS_RECORDING) -> command.Row:
     """One validation (an epoch's, by default) of one training, in :func:`schema`'s columns."""
     whole = recording.validate_every is None
     return {
@@ -251,15 +257,15 @@ def row(job: Job, d_model: int, epoch: dict[str, Any], recording: Recording = EP
         "latent_fraction": job.latent_len / INPUT_LEN,
         "float_share": job.latent_len / INPUT_LEN,
         "seed": job.seed,
-        "epoch": int(epoch[M.EPOCH]) if whole else float(epoch[M.EPOCH]),
-        "kept_epoch": int(epoch[M.BEST_EPOCH]) if whole else float(epoch[M.BEST_EPOCH]),
-        "val_token_accuracy": epoch[M.VAL_TOKEN_ACCURACY],
-        "val_loss": epoch[M.VAL_LOSS],
-        "test_token_accuracy": epoch[M.TEST_TOKEN_ACCURACY],
-        "test_loss": epoch[M.TEST_LOSS],
-        "wall_seconds": epoch[M.EPOCH_SECONDS],
-        "cpu_seconds": epoch[M.EPOCH_CPU_SECONDS],
-        **({} if whole else {"validation_cpu_seconds": epoch[M.VALIDATION_CPU_SECONDS]}),
+        "epoch": int(epoch.epoch) if whole else float(epoch.epoch),
+        "kept_epoch": int(epoch.best_epoch) if whole else float(epoch.best_epoch),
+        "val_token_accuracy": epoch.val_token_accuracy,
+        "val_loss": epoch.val_loss,
+        "test_token_accuracy": epoch.test_token_accuracy,
+        "test_loss": epoch.test_loss,
+        "wall_seconds": epoch.epoch_seconds,
+        "cpu_seconds": epoch.epoch_cpu_seconds,
+        **({} if whole else {"validation_cpu_seconds": epoch.validation_cpu_seconds}),
     }
 
 
@@ -428,9 +434,9 @@ def build(
     return table
 
 
-def summary(table: pd.DataFrame) -> list[dict[str, Any]]:
+def summary(table: pd.DataFrame) -> list[command.Row]:
     """A row per fraction and seed: trainings, best validation accuracy, CPU-seconds."""
-    rows = []
+    rows: list[command.Row] = []
     for (fraction, seed), group in table.groupby(["latent_fraction", "seed"]):
         best = group.groupby("config_id").val_token_accuracy.max()
         rows.append(
@@ -448,7 +454,7 @@ def summary(table: pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
-def run(data_path: str, workspace: Path, recording: Recording = EPOCHS_RECORDING) -> list[dict[str, Any]]:
+def run(data_path: str, workspace: Path, recording: Recording = EPOCHS_RECORDING) -> list[command.Row]:
     table = build(data_path, workspace, recording=recording)
     return summary(table) + [
         {

@@ -40,7 +40,6 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import optuna
@@ -51,6 +50,7 @@ from research import evidence_table as E
 from research.intervals import median_interval, ratio_interval, t_interval, wilson
 from research.replay import GRACE_PERIOD, REDUCTION_FACTOR, TPE, Curve, complete_rows, curves, nearest, write_rows
 from seqae_core import metrics as M
+from seqae_core.borders import Document
 from seqae_core.pareto import hypervolume, ranks
 from seqae_errors import ConfigError
 from sweeps.running.simulation import Simulation, simulate
@@ -123,7 +123,7 @@ def front_hypervolume(points: list[Point], reference: float) -> float:
 
 def simulation(method: Method, seed: int) -> Simulation:
     """A two-objective sweep over the table's grid and its fractions, as a user would write it."""
-    search: dict[str, dict[str, Any]] = {
+    search: dict[str, Document] = {
         k: {"type": "categorical", "choices": list(v)} for k, v in E.GRID.items() if k != "model.heads"
     }
     search["model.heads"] = {
@@ -173,7 +173,7 @@ def replay(tables: dict[float, list[Curve]], method: Method, seed: int) -> Trace
     sweep = None if method.sampler == "grid" else simulation(method, seed)
     proposals = None if sweep is None else Proposals(tables, sweep)
     events: list[tuple[float, int, int]] = []  # (an epoch ends at, tie-break, trial number)
-    running: dict[int, tuple[Point, Any, int, float]] = {}  # point, Optuna trial, epoch, since
+    running: dict[int, tuple[Point, optuna.Trial | None, int, float]] = {}  # point, Optuna trial, epoch, since
     ended: list[Point] = []
     counter = itertools.count()
     started, closed = 0, 0.0
@@ -214,12 +214,13 @@ def replay(tables: dict[float, list[Curve]], method: Method, seed: int) -> Trace
             heapq.heappush(events, (now + point.curve.cpu[epoch], next(counter), number))
             continue
         if epoch < epochs:  # stopped by ASHA: pruned, off the front a sweep returns
-            assert proposals is not None
+            assert proposals is not None and handle is not None
             proposals.study.tell(handle, state=optuna.trial.TrialState.PRUNED)
             start(now)
             continue
         ended.append(point)
-        if proposals is not None:  # the values a sweep records: the kept (best validation) epoch's
+        # the values a sweep records: the kept (best validation) epoch's
+        if proposals is not None and handle is not None:
             proposals.study.tell(handle, [max(point.curve.val), point.fraction])
         score = front_hypervolume(ended, reference)
         for i, target in enumerate(TARGETS):
@@ -257,11 +258,11 @@ def replays(tables: dict[int, dict[float, list[Curve]]], method: Method, seeds: 
         return list(pool.map(_one, *zip(*jobs), chunksize=max(1, len(jobs) // (8 * workers))))
 
 
-def summarize(runs: list[Run]) -> list[dict[str, Any]]:
+def summarize(runs: list[Run]) -> list[command.Row]:
     """A row per target and method: its cost to the target, against the target cost, the shuffled
     grid and random search; then the share of the grid front's hypervolume at each budget."""
     by_method = {m: [r for r in runs if r.method == m] for m in dict.fromkeys(r.method for r in runs)}
-    rows: list[dict[str, Any]] = []
+    rows: list[command.Row] = []
     for i, target in enumerate(TARGETS):
         versus = {m: [r.trace.costs[i] for r in by_method.get(m, [])] for m in ("grid", "random")}
         for method, mine in by_method.items():
@@ -291,7 +292,7 @@ def summarize(runs: list[Run]) -> list[dict[str, Any]]:
                 }
             )
     for j, budget in enumerate(BUDGETS):
-        row: dict[str, Any] = {"target": f"hypervolume share at {budget:g}x grid"}
+        row: command.Row = {"target": f"hypervolume share at {budget:g}x grid"}
         for method, mine in by_method.items():
             share = t_interval([r.trace.shares[j] for r in mine])
             row[method] = f"{share.estimate:.3f} [{share.low:.3f}, {share.high:.3f}]"
@@ -305,7 +306,7 @@ def run(
     workers: int = WORKERS,
     methods: tuple[Method, ...] = METHODS,
     folder: Path = TABLES,
-) -> list[dict[str, Any]]:
+) -> list[command.Row]:
     """Replay ``methods`` from ``seeds``; writes every replay to ``folder/front-replay-<seeds>.parquet``,
     one method at a time; a method the file already holds for every seed is read back."""
     table = pd.read_parquet(table_path)
@@ -347,7 +348,7 @@ def _write_runs(path: Path, runs: list[Run]) -> None:
 def _read_runs(path: Path, seeds: range) -> list[Run]:
     return [
         Run(
-            row["method"],
+            str(row["method"]),
             int(row["seed"]),
             int(row["cost_seed"]),
             Trace(

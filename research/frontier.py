@@ -36,16 +36,19 @@ workspace's tracking store.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import matplotlib
 import pandas as pd
 import pyarrow as pa
+from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from dashboards import claims
 from research import TABLES, command
+from research import evidence_table as E
 from research.corpora import package_descriptions
 from research.replay import GRACE_PERIOD, REDUCTION_FACTOR, TPE
 from research.search_vs_recipe import INPUT_LEN, RECIPE, document, save_figure
@@ -55,6 +58,7 @@ from seqae_core import corpus
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core import names as N
+from seqae_core.borders import Document
 from seqae_core.config import DataConfig, parse_scalar
 
 matplotlib.use("Agg")
@@ -74,7 +78,7 @@ REPORT_GRID = Path(__file__).resolve().parent.parent / "dashboards" / "report" /
 # The evidence's choice (research/tables/search-vs-recipe-searches.csv): the best validation
 # accuracy of any search at 25% latent (0.9014, trial 2 of random and of tpe+asha with sampler
 # seed 12); the test pages took no part in choosing it.
-TUNED: dict[str, Any] = {
+TUNED: E.Settings = {
     "model.block": "transformer",
     "model.d_model": 256,
     "model.d_attn": 128,
@@ -132,28 +136,54 @@ SCHEMA = pa.schema(
 )
 
 
-def _fixed(configuration: str) -> dict[str, Any]:
+class Epoch(TypedDict):
+    """A row of the frontier's table (``frontier.parquet``): one epoch of one training, in :data:`SCHEMA`'s columns."""
+
+    part: str
+    configuration: str
+    shape: str
+    input_len: int
+    latent_len: int
+    latent_dim: int
+    d_model: int
+    latent_fraction: float
+    float_share: float
+    seed: int
+    epoch: int
+    kept_epoch: int
+    trained_on: str
+    scored_on: str
+    val_token_accuracy: float
+    val_loss: float
+    test_token_accuracy: float
+    test_loss: float | None  # none for a model scored on another corpus than it trained on
+    wall_seconds: float
+    cpu_seconds: float
+    outcome: str
+
+
+def _fixed(configuration: str) -> E.Settings:
     return {**CONFIGURATIONS[configuration], "train.epochs": EPOCHS}
 
 
-def _grid(doc: dict[str, Any], axis: str, cells: list[Any]) -> dict[str, Any]:
+def _grid(doc: Document, axis: str, cells: Sequence[object]) -> Document:
     doc["grid"] = {axis: cells}
     doc["trials"] = {"per_cell": 1}
     return doc
 
 
-def fig3_cells() -> list[list[Any]]:
+def fig3_cells() -> list[list[float]]:
     """``[input_len, latent_fraction, seed]`` per training: every cell from the first seed, the
     spread fractions from every seed."""
     return [[n, f, s] for n in INPUT_LENS for f in FRACTIONS for s in SEEDS if s == SEEDS[0] or f in SPREAD_FRACTIONS]
 
 
-def _fig3_doc(data_path: str, configuration: str) -> dict[str, Any]:
+def _fig3_doc(data_path: str, configuration: str) -> Document:
     doc = document(data_path, f"Fig. 3 of the {configuration} configuration", _fixed(configuration))
     return _grid(doc, "data.input_len,model.latent_fraction,train.seed", fig3_cells())
 
 
-def width_cells(d_model: int) -> list[list[Any]]:
+def width_cells(d_model: int) -> list[list[int]]:
     """``[input_len, latent_len, latent_dim]`` per training: at each share of the input's floats,
     each token narrowed (every position kept), and the share split evenly between the two (the
     nearest whole lengths and widths; the table records the share they reach)."""
@@ -165,20 +195,20 @@ def width_cells(d_model: int) -> list[list[Any]]:
     return cells
 
 
-def _width_doc(data_path: str) -> dict[str, Any]:
+def _width_doc(data_path: str) -> Document:
     doc = document(
         data_path, "tokens against width at equal latent floats, tuned", {**_fixed("tuned"), "train.seed": 1}
     )
     return _grid(doc, "data.input_len,model.latent_len,model.latent_dim", width_cells(int(TUNED["model.d_model"])))
 
 
-def _off_corpus_doc(data_path: str) -> dict[str, Any]:
+def _off_corpus_doc(data_path: str) -> Document:
     fixed = {**_fixed("tuned"), "model.latent_len": OFF_CORPUS_LATENT}
     doc = document(data_path, f"the tuned configuration at {INPUT_LEN} -> {OFF_CORPUS_LATENT}", fixed)
     return _grid(doc, "train.seed", [SEEDS[0]])
 
 
-def _sweep_doc(data_path: str, budget_seconds: float) -> dict[str, Any]:
+def _sweep_doc(data_path: str, budget_seconds: float) -> Document:
     doc = document(
         data_path,
         "the compression frontier in one sweep: TPE and ASHA, two objectives",
@@ -195,11 +225,9 @@ def _sweep_doc(data_path: str, budget_seconds: float) -> dict[str, Any]:
     return doc
 
 
-def _rows(
-    client: MlflowClient, runs: list[Any], part: str, configuration: str, trained_on: str
-) -> list[dict[str, Any]]:
+def _rows(client: MlflowClient, runs: list[Run], part: str, configuration: str, trained_on: str) -> list[Epoch]:
     """A row per epoch of each trial run, in :data:`SCHEMA`."""
-    rows = []
+    rows: list[Epoch] = []
     for run in runs:
         params = {k: parse_scalar(v) for k, v in run.data.params.items()}
         n, d, latent_len = int(params["data.input_len"]), int(params["model.d_model"]), int(params["model.latent_len"])
@@ -249,15 +277,15 @@ def _rows(
     return rows
 
 
-def fig3(data_path: str, workspace: Path) -> list[dict[str, Any]]:
-    rows = []
+def fig3(data_path: str, workspace: Path) -> list[Epoch]:
+    rows: list[Epoch] = []
     for configuration in CONFIGURATIONS:
         client, runs = run_sweep(workspace, f"frontier-{configuration}", _fig3_doc(data_path, configuration))
         rows += _rows(client, runs, "fig3", configuration, WIKI)
     return rows
 
 
-def width(data_path: str, workspace: Path) -> list[dict[str, Any]]:
+def width(data_path: str, workspace: Path) -> list[Epoch]:
     if not (workspace / "frontier-tuned.yaml").exists():
         raise RuntimeError(f"run frontier-fig3 in {workspace} first: the width part compares with its tuned cells")
     client, runs = run_sweep(workspace, "frontier-width", _width_doc(data_path))
@@ -274,7 +302,7 @@ def grid_cells(table: pd.DataFrame) -> pd.DataFrame:
     return cells[near]
 
 
-def sweep(data_path: str, workspace: Path) -> list[dict[str, Any]]:
+def sweep(data_path: str, workspace: Path) -> list[Epoch]:
     saved = workspace / "frontier-rows.parquet"
     table = pd.read_parquet(saved) if saved.exists() else pd.DataFrame(columns=SCHEMA.names)
     if grid_cells(table).empty:
@@ -374,12 +402,12 @@ def _score(model: Any, texts: list[str]) -> float:
     return float(right / sum(len(tokens) for tokens in out["tokens"]))
 
 
-def off_corpus(data_path: str, workspace: Path) -> list[dict[str, Any]]:
+def off_corpus(data_path: str, workspace: Path) -> list[Epoch]:
     corpora = {WIKI: data_path, PACKAGES: str(package_descriptions(workspace / "packages-corpus"))}
     tests = {
         corpus: _test_texts(DataConfig(**document(path, "", {})["config"]["data"])) for corpus, path in corpora.items()
     }
-    rows = []
+    rows: list[Epoch] = []
     for trained_on, path in corpora.items():
         name = f"frontier-offcorpus-{trained_on}"
         client, runs = run_sweep(workspace, name, _off_corpus_doc(path))
@@ -393,7 +421,7 @@ def off_corpus(data_path: str, workspace: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _table(workspace: Path, part: str, rows: list[dict[str, Any]]) -> pd.DataFrame:
+def _table(workspace: Path, part: str, rows: Sequence[Epoch]) -> pd.DataFrame:
     """Every part's rows measured in ``workspace`` so far, with ``part``'s replaced by ``rows``."""
     saved = workspace / "frontier-rows.parquet"
     old = pd.read_parquet(saved) if saved.exists() else pd.DataFrame(columns=SCHEMA.names)
@@ -562,7 +590,7 @@ PARTS = {
 }
 
 
-def run(suite: str, data_path: str, workspace: Path) -> list[dict[str, Any]]:
+def run(suite: str, data_path: str, workspace: Path) -> command.Rows:
     """Run one part (a key of :data:`PARTS`) in ``workspace`` and republish the table; the part's
     summary rows."""
     workspace.mkdir(parents=True, exist_ok=True)

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from research import TABLES
+from research import TABLES, command
 from research import replay as R
 from research.intervals import bootstrap_mean, ratio_interval
 
@@ -82,7 +82,7 @@ def run(
     methods: tuple[R.Method, ...] = METHODS,
     folder: Path = TABLES,
     workers: int = R.WORKERS,
-) -> list[dict[str, Any]]:
+) -> list[command.Row]:
     """Replay ``methods`` from ``seeds`` at ``fraction`` (resumably, a method at a time, into
     ``folder/learning-replay-<fraction>-seeds-<first>-<last>.parquet``) and summarize every replay
     of that fraction and seed set that ``folder`` holds."""
@@ -104,7 +104,7 @@ def read(folder: Path, fraction: float, seed_set: int) -> list[R.Run]:
     return list(runs.values())
 
 
-def summarize(runs: list[R.Run]) -> list[dict[str, Any]]:
+def summarize(runs: list[R.Run]) -> list[command.Row]:
     """A row per method: the p90 target's cost over the grid's (on the seeds both replayed), the
     target met or not, and the cross-seed regret at each budget beside its difference from
     :data:`BASELINE`'s (the seeds both replayed)."""
@@ -115,7 +115,7 @@ def summarize(runs: list[R.Run]) -> list[dict[str, Any]]:
         costs = [r.trace.costs[P90] for r in mine.values()]
         # against the grid's replays of the same seeds: the same cost tables and targets
         ratio = ratio_interval(costs, [grid[s].trace.costs[P90] for s in mine if s in grid]) if grid else None
-        row: dict[str, Any] = {
+        row: command.Row = {
             "method": method,
             "replays": len(mine),
             "seeds": f"{min(mine)}-{max(mine)}",

@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any
 
 from research import TABLES, command
 from research import evidence_table as E
@@ -70,14 +69,14 @@ def read_alone(folder: Path, fraction: float, seeds: range, method: R.Method) ->
     return []
 
 
-def summarize(runs: list[R.Run], pairs: list[tuple[R.Method, R.Method]]) -> list[dict[str, Any]]:
+def summarize(runs: list[R.Run], pairs: list[tuple[R.Method, R.Method]]) -> list[command.Row]:
     """Per target, each one-at-a-time method's row and its packed method's, with the packed
     method's ratio of median costs to it (by replay seed); then the regret at each budget."""
     by_method = {
         m: sorted((r for r in runs if r.method == m), key=lambda r: r.seed)
         for m in dict.fromkeys(r.method for r in runs)
     }
-    rows: list[dict[str, Any]] = []
+    rows: list[command.Row] = []
     for i in range(len(R.TARGET_PERCENTILES)):
         for alone, pack in pairs:
             mine, theirs = by_method[pack.name], by_method[alone.name]
@@ -99,7 +98,7 @@ def run(
     workers: int = R.WORKERS,
     methods: tuple[R.Method, ...] = ONE_AT_A_TIME,
     folder: Path = TABLES,
-) -> list[dict[str, Any]]:
+) -> list[command.Row]:
     """Replay each of ``methods`` in packs of ``pack`` from ``seeds`` (in a pool of ``workers``
     processes) on the evidence table at ``fraction``, beside the same method one at a time; every
     replay made here is written to ``folder/pack-replay-<fraction>-<seeds>.parquet``, a method at

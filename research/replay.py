@@ -52,10 +52,11 @@ import heapq
 import itertools
 import math
 import multiprocessing
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias
 
 import numpy as np
 import optuna
@@ -66,6 +67,7 @@ from research import TABLES, command
 from research import evidence_table as E
 from research.intervals import bootstrap_mean, median_interval, ratio_interval, wilson
 from seqae_core import metrics as M
+from seqae_core.borders import Document
 from seqae_errors import ConfigError
 from sweeps.running.simulation import Simulation, simulate
 
@@ -83,7 +85,7 @@ class Curve:
     """One configuration's training on one seed's table, epoch by epoch."""
 
     config_id: int
-    params: dict[str, Any]
+    params: E.Params
     val: tuple[float, ...]  # validation token accuracy
     test: tuple[float, ...]  # test token accuracy of the checkpoint kept by that epoch
     cpu: tuple[float, ...]  # process CPU-seconds
@@ -173,11 +175,11 @@ def targets_for(target_table: list[Curve]) -> tuple[float, ...]:
     return tuple(float(np.percentile([max(c.val) for c in target_table], p)) for p in TARGET_PERCENTILES)
 
 
-def _document(method: Method, seed: int, epochs: int) -> dict[str, Any]:
+def _document(method: Method, seed: int, epochs: int) -> Document:
     """A sweep over the table's grid with ``method``'s sampler and scheduler, as a user would write it
     (a GP: random search's, the GP given by :func:`_own_sampler`, since the service's check refuses a
     GP over a categorical key such as the block, which Optuna's GPSampler models)."""
-    search: dict[str, dict[str, Any]] = {k: choices(method, v) for k, v in E.GRID.items()}
+    search: dict[str, Document] = {k: choices(method, v) for k, v in E.GRID.items()}
     search["model.heads"]["when"] = {"model.block": "transformer"}
     tpe = {**TPE, "n_startup_trials": method.startup} if method.sampler == "tpe" else {}
     scheduler = {"type": method.scheduler, "grace_period": GRACE_PERIOD, "reduction_factor": REDUCTION_FACTOR}
@@ -211,7 +213,7 @@ class Proposals:
     ignores a failed trial) and the configuration is enqueued and asked in its place."""
 
     def __init__(
-        self, table: list[Curve], simulation: Simulation, first: tuple[dict[str, Any], ...] = (), fresh: bool = False
+        self, table: list[Curve], simulation: Simulation, first: tuple[E.Params, ...] = (), fresh: bool = False
     ) -> None:
         self.simulation = simulation
         self.study = simulation.study
@@ -251,7 +253,7 @@ class Proposals:
 # key cannot do, and random search still draws every level alike, as over the categorical space.
 # (A log-uniform learning rate snapped to the table's levels would draw the two end levels half as
 # often as the others: the table's discreteness, not the search, would set what random search tries.)
-def choices(method: Method, levels: tuple[Any, ...]) -> dict[str, Any]:
+def choices(method: Method, levels: tuple[E.Level, ...]) -> dict[str, str | list[E.Level]]:
     """A grid key's distribution in ``method``'s space: its levels as an ordered choice where the
     space is ordered and they are numbers, else as a categorical one."""
     ordered = method.space == "ordered" and not any(isinstance(v, str) for v in levels)
@@ -260,12 +262,12 @@ def choices(method: Method, levels: tuple[Any, ...]) -> dict[str, Any]:
     )
 
 
-def declared(params: dict[str, Any]) -> dict[str, Any]:
+def declared(params: Mapping[str, E.Level]) -> E.Params:
     """A configuration of the grid as a sweep over it proposes it: the heads only for the transformer block."""
     return {k: v for k, v in params.items() if k != "model.heads" or params["model.block"] == "transformer"}
 
 
-def nearest(coords: np.ndarray, params: dict[str, Any], taken: set[int] | frozenset[int] = frozenset()) -> int:
+def nearest(coords: np.ndarray, params: Mapping[str, E.Level], taken: set[int] | frozenset[int] = frozenset()) -> int:
     """The index of the table's configuration (``coords``: :func:`E._coordinates` of its
     configurations) nearest to ``params``, of those not in ``taken``."""
     point = E._coordinates([{**params, "model.heads": params.get("model.heads", 1)}])[0]
@@ -274,7 +276,7 @@ def nearest(coords: np.ndarray, params: dict[str, Any], taken: set[int] | frozen
     return int(np.argmin(distances))
 
 
-def warm_start(source: list[Curve], top: int = WARM_TOP) -> tuple[dict[str, Any], ...]:
+def warm_start(source: list[Curve], top: int = WARM_TOP) -> tuple[E.Params, ...]:
     """The ``top`` configurations of an earlier search's table, by their best validation accuracy."""
     return tuple(c.params for c in sorted(source, key=lambda c: max(c.val), reverse=True)[:top])
 
@@ -287,7 +289,7 @@ def replay(
     *,
     workers: int = WORKERS,
     budgets: tuple[float, ...] = BUDGETS,
-    first: tuple[dict[str, Any], ...] = (),
+    first: tuple[E.Params, ...] = (),
     grid_cost: float | None = None,
     score: list[Curve] | None = None,
 ) -> Trace:
@@ -313,7 +315,7 @@ def replay(
     by_id = {c.config_id: c for c in score or ()}
     events: list[tuple[float, int, int]] = []  # (ends at, tie-break, pack number): a pack's epoch ends
     # by pack number (its first trial's): its members by trial number (curve, Optuna trial), its epoch, since when
-    running: dict[int, tuple[dict[int, tuple[Curve, Any]], int, float]] = {}
+    running: dict[int, tuple[dict[int, tuple[Curve, optuna.Trial | None]], int, float]] = {}
     counter = itertools.count()
     started, closed = 0, 0.0  # trials started; CPU-seconds of the epochs ended
     costs, trials_to = [math.inf] * len(targets), [math.inf] * len(targets)
@@ -334,7 +336,7 @@ def replay(
     def spent(now: float) -> float:
         return closed + sum(now - since for *_, since in running.values())
 
-    def run_epoch(now: float, pack: dict[int, tuple[Curve, Any]], epoch: int) -> None:
+    def run_epoch(now: float, pack: dict[int, tuple[Curve, optuna.Trial | None]], epoch: int) -> None:
         running[min(pack)] = (pack, epoch, now)
         heapq.heappush(events, (now + sum(c.cpu[epoch - 1] for c, *_ in pack.values()), next(counter), min(pack)))
 
@@ -343,7 +345,7 @@ def replay(
         if method.sampler == "grid":
             if started >= len(order):
                 return False
-            asked: list[tuple[Curve, Any]] = [(c, None) for c in order[started : started + method.pack]]
+            asked: list[tuple[Curve, optuna.Trial | None]] = [(c, None) for c in order[started : started + method.pack]]
         else:
             assert proposals is not None
             asked = list(proposals.ask(method.pack))
@@ -390,7 +392,7 @@ def replay(
             del pack[number]
             if epoch < epochs:
                 kept.pop(number, None)
-            if proposals is not None and not first_rung:
+            if proposals is not None and handle is not None and not first_rung:
                 if epoch < epochs:
                     proposals.study.tell(handle, state=optuna.trial.TrialState.PRUNED)
                 else:  # the value a sweep records: the best epoch's, which early stopping keeps
@@ -468,11 +470,11 @@ def replays(
         return list(pool.map(_one, *zip(*jobs), chunksize=max(1, len(jobs) // (8 * workers))))
 
 
-def summarize(runs: list[Run], taus: dict[int, float]) -> list[dict[str, Any]]:
+def summarize(runs: list[Run], taus: dict[int, float]) -> list[command.Row]:
     """A row per method and target (cost to it), then per method and budget (regret)."""
     by_method = {m: [r for r in runs if r.method == m] for m in dict.fromkeys(r.method for r in runs)}
     grid = by_method.get("grid")
-    rows: list[dict[str, Any]] = []
+    rows: list[command.Row] = []
     for i in range(len(TARGET_PERCENTILES)):
         for method, mine in by_method.items():
             vs_grid = (
@@ -494,7 +496,7 @@ def summarize(runs: list[Run], taus: dict[int, float]) -> list[dict[str, Any]]:
     return rows
 
 
-def cost_row(mine: list[Run], i: int, versus: dict[str, str]) -> dict[str, Any]:
+def cost_row(mine: list[Run], i: int, versus: Mapping[str, str]) -> command.Row:
     """One method's replays' cost to target ``i``: the median with its interval, ``versus`` (a
     ratio to another method's), the share reached, the median trials."""
     costs = [r.trace.costs[i] for r in mine]
@@ -512,7 +514,7 @@ def cost_row(mine: list[Run], i: int, versus: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def regret_row(mine: list[Run], j: int) -> dict[str, Any]:
+def regret_row(mine: list[Run], j: int) -> command.Row:
     """One method's replays' test regret, in points, at budget ``j``."""
     regret = bootstrap_mean([100 * (r.best_test - r.trace.returned_test[j]) for r in mine])
     return {
@@ -536,7 +538,7 @@ def run(
     methods: tuple[Method, ...] | None = None,
     folder: Path = TABLES,
     kind: str = "replay",
-) -> list[dict[str, Any]]:
+) -> list[command.Row]:
     """Replay ``methods`` (:func:`methods_at` the fraction) from ``seeds`` on the evidence table at
     ``fraction``; writes every replay to ``folder/<kind>-<fraction>-<seeds>.parquet``. A method
     that file already holds for every seed is read back, not replayed again: the methods are
@@ -594,14 +596,19 @@ def runs_file(folder: Path, kind: str, fraction: float, seeds: range) -> Path:
     return folder / f"{kind}-{round(fraction * 1000):04d}-seeds-{seeds.start}-{seeds.stop - 1}.parquet"
 
 
-def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+# A replay's row in a replay file, as written and read back: its method and figures (a column per
+# target, budget or objective).
+Recorded: TypeAlias = dict[str, str | float]
+
+
+def write_rows(path: Path, rows: command.Rows) -> None:
     """A replay file: a row per replay, the file replaced whole or not at all."""
     partial = path.with_name(f".{path.name}.partial")
     pd.DataFrame(rows).to_parquet(partial, index=False)
     partial.replace(path)
 
 
-def complete_rows(path: Path, seeds: range) -> list[dict[str, Any]]:
+def complete_rows(path: Path, seeds: range) -> list[Recorded]:
     """The rows of ``seeds`` in a replay file (:func:`write_rows`), of the methods it has every one of."""
     frame = pd.read_parquet(path)
     frame = frame[frame.seed.isin(seeds)]  # a file may hold more seeds than asked for
@@ -636,7 +643,7 @@ def read_runs(path: Path, seeds: range) -> list[Run]:
     """The replays of ``seeds`` a file holds (:func:`write_runs`), of the methods it has every one of."""
     return [
         Run(
-            row["method"],
+            str(row["method"]),
             int(row["seed"]),
             int(row["cost_seed"]),
             tuple(float(row[f"target_p{p}"]) for p in TARGET_PERCENTILES),

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import yaml
 from scipy.stats import kendalltau
 
 from research import command
 from research.sweep_runs import sweep_events
+from seqae_core.borders import Document
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "sweeps" / "studies" / "quickstart.yaml"
 
 
-def _document(data_path: str, epochs: int, trials: int, seed: int) -> dict[str, Any]:
+def _document(data_path: str, epochs: int, trials: int, seed: int) -> Document:
     doc = yaml.safe_load(QUICKSTART.read_text())
     doc["config"]["data"]["path"] = data_path
     doc["config"]["train"].update(epochs=epochs, patience=epochs)
@@ -37,14 +37,14 @@ def _document(data_path: str, epochs: int, trials: int, seed: int) -> dict[str, 
     return doc
 
 
-def agreement(curves: dict[int, list[float]], reduction_factor: int = 3) -> list[dict[str, Any]]:
+def agreement(curves: dict[int, list[float]], reduction_factor: int = 3) -> list[command.Row]:
     """Per epoch, how the trials' ranking there agrees with their final objective (``curves``:
     each trial's validation accuracy per epoch, all of the same length)."""
     trials = sorted(curves)
     final = [max(curves[t]) for t in trials]
     best = max(final)
     keep = max(1, len(trials) // reduction_factor)
-    rows = []
+    rows: list[command.Row] = []
     for epoch in range(1, len(curves[trials[0]]) + 1):
         at = [curves[t][epoch - 1] for t in trials]
         tau, p = kendalltau(at, final)
@@ -62,7 +62,7 @@ def agreement(curves: dict[int, list[float]], reduction_factor: int = 3) -> list
     return rows
 
 
-def run(data_path: str, trials: int = 24, epochs: int = 9, seed: int = 0) -> list[dict[str, Any]]:
+def run(data_path: str, trials: int = 24, epochs: int = 9, seed: int = 0) -> list[command.Row]:
     with tempfile.TemporaryDirectory() as tmp:
         events = sweep_events(Path(tmp), "rungs", _document(data_path, epochs, trials, seed))
     curves: dict[int, list[float]] = {}

@@ -36,21 +36,25 @@ eighth of a GPU, eight at once, the budget in GPU-seconds; its files are ``searc
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 import numpy as np
 import optuna
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
+from mlflow.entities import Run
 
 from research import TABLES, command
+from research import evidence_table as E
 from research.intervals import Interval, holm, sign_flip_p, simultaneous_level, t_interval
 from research.sweep_runs import run_sweep
 from seqae_core import metrics as M
 from seqae_core import names as N
+from seqae_core.borders import Document
 from seqae_errors import ConfigError
 
 matplotlib.use("Agg")
@@ -68,7 +72,7 @@ ARMS = ("random", "tpe+asha", "random+asha")
 # and without the same scheduler, and what ASHA does for random search.
 CONTRASTS = (("tpe+asha", "random"), ("tpe+asha", "random+asha"), ("random+asha", "random"))
 
-RECIPE = {  # the paper's Table I at the laptop profiles' halved widths, with the residual they need
+RECIPE: E.Settings = {  # the paper's Table I at the laptop profiles' halved widths, with the residual they need
     "model.block": "paper",
     "model.d_model": 128,
     "model.d_attn": 256,
@@ -87,7 +91,7 @@ SPACE = {
     "model.dropout": {"type": "uniform", "low": 0.0, "high": 0.2},
     "model.heads": {"type": "categorical", "choices": [1, 2, 4, 8], "when": {"model.block": "transformer"}},
 }
-PAPER_RECIPE = {
+PAPER_RECIPE: E.Settings = {
     **RECIPE,
     "model.d_model": 256,
     "model.d_attn": 512,
@@ -106,8 +110,8 @@ class Profile:
     name: str  # its name in messages
     input_len: int
     max_pages: int | None  # None: every page of the corpus
-    recipe: dict[str, Any]
-    space: dict[str, Any]
+    recipe: E.Settings
+    space: Document  # the sweep file's search section
     gpu: float  # each trial's share of a GPU; 0 on CPUs. The budget's currency follows: GPU- or CPU-seconds
     max_concurrent: int
     search_seeds: dict[float, int]
@@ -128,7 +132,7 @@ LAPTOP = Profile("search", INPUT_LEN, 30, RECIPE, SPACE, 0.0, 2, SEARCH_SEEDS, "
 # quarter GPU), and eight 0.125-GPU trials gave 6.97x one trial's tokens/s (bench gpu).
 GPU = Profile("search-gpu", 512, None, PAPER_RECIPE, PAPER_SPACE, 0.125, 8, {0.25: 2}, "search-vs-recipe-gpu")
 ASHA = {"type": "asha", "grace_period": 1, "reduction_factor": 2}  # the quickstart's
-SAMPLERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # as registered; TPE's as frontier.yaml pins it
+SAMPLERS: dict[str, tuple[Document, Document]] = {  # as registered; TPE's as frontier.yaml pins it
     "random": ({"type": "random"}, {"type": "none"}),
     "tpe+asha": (
         {"type": "tpe", "n_startup_trials": 2, "multivariate": True, "group": True, "constant_liar": True},
@@ -138,9 +142,11 @@ SAMPLERS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {  # as registered;
 }
 
 
-def document(data_path: str, description: str, fixed: dict[str, Any], profile: Profile = LAPTOP) -> dict[str, Any]:
+def document(
+    data_path: str, description: str, fixed: Mapping[str, str | int | float | bool], profile: Profile = LAPTOP
+) -> Document:
     """A sweep of the benchmark's data, split and schedule, with ``fixed`` config keys set."""
-    config: dict[str, dict[str, Any]] = {
+    config: dict[str, Document] = {
         "data": {
             "path": data_path,
             "samples": "windows",
@@ -172,7 +178,9 @@ def document(data_path: str, description: str, fixed: dict[str, Any], profile: P
     }
 
 
-def _trained(data_path: str, fixed: dict[str, Any], cells: list[tuple[float, int]], profile: Profile) -> dict[str, Any]:
+def _trained(
+    data_path: str, fixed: Mapping[str, str | int | float | bool], cells: list[tuple[float, int]], profile: Profile
+) -> Document:
     """``fixed`` trained at each ``(fraction, training seed)`` of ``cells``."""
     doc = document(data_path, "a configuration trained from several seeds", fixed, profile)
     doc["grid"] = {"model.latent_fraction,train.seed": [list(cell) for cell in cells]}
@@ -180,9 +188,7 @@ def _trained(data_path: str, fixed: dict[str, Any], cells: list[tuple[float, int
     return doc
 
 
-def _search(
-    data_path: str, arm: str, fraction: float, seed: int, budget_seconds: float, profile: Profile
-) -> dict[str, Any]:
+def _search(data_path: str, arm: str, fraction: float, seed: int, budget_seconds: float, profile: Profile) -> Document:
     doc = document(
         data_path,
         f"{arm} at {fraction:.1%} latent, sampler seed {seed}",
@@ -219,7 +225,7 @@ class Scores:
         return self.test[max(range(len(self.val)), key=lambda i: self.val[i])]
 
 
-def _scores(workspace: Path, name: str, fraction: float, runs: list[Any], seeds: tuple[int, ...]) -> Scores:
+def _scores(workspace: Path, name: str, fraction: float, runs: list[Run], seeds: tuple[int, ...]) -> Scores:
     trials = sorted(
         (
             t
@@ -254,7 +260,7 @@ class Search:
     seed: int
     best_val: float  # the best trial's validation accuracy, which chose it (training seed 0)
     returned_test: float  # the best trial's own model on test: what the search returns
-    config: dict[str, Any]  # the best trial's searched keys
+    config: E.Params  # the best trial's searched keys
     is_recipe: bool
     trials: int
     cost_seconds: float  # spent by the whole search, past its budget included
@@ -295,7 +301,7 @@ def _searched(
     )
 
 
-def _short(config: dict[str, Any]) -> str:
+def _short(config: Mapping[str, E.Level]) -> str:
     """``{"model.d_model": 128, "train.lr": 0.00123}`` -> ``d_model=128 lr=1.2e-03``."""
     return " ".join(
         f"{k.split('.', 1)[1]}={v:.1e}"
@@ -305,7 +311,7 @@ def _short(config: dict[str, Any]) -> str:
     )
 
 
-def _claims(rows: list[tuple[dict[str, Any], np.ndarray]]) -> None:
+def _claims(rows: list[tuple[command.Row, np.ndarray]]) -> None:
     """Fill each row's interval and tests from its per-search-seed differences; Holm over the rows
     given (one family), and the family's simultaneous intervals."""
     adjusted = holm([sign_flip_p(d) for _, d in rows])
@@ -335,7 +341,7 @@ def _of(searches: list[Search], arm: str, fraction: float) -> list[Search]:
 
 def summarize(
     recipe: dict[float, Scores], equal: dict[float, list[Scores]], searches: list[Search], profile: Profile = LAPTOP
-) -> list[dict[str, Any]]:
+) -> list[command.Row]:
     """A row per fraction and arm: test accuracy over every search seed and training seed, and
     per search arm the gain over the recipe, paired by training seed and averaged per search seed,
     with its t interval over search seeds, exact sign-flip p, Holm-adjusted p over the fractions
@@ -344,7 +350,7 @@ def summarize(
     :data:`CONTRASTS` measured there (paired by sampler seed and training seed; Holm over the
     fractions, per pair), and each search's returned model against recipe@k's (replicate by
     replicate)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[command.Row] = []
     unit = profile.unit
     fractions = sorted(recipe, reverse=True)
     for fraction in fractions:
@@ -373,14 +379,14 @@ def summarize(
                 }
             )
     for arm in ARMS:
-        family = []
+        family: list[tuple[command.Row, np.ndarray]] = []
         for fraction in fractions:
             mine = _of(searches, arm, fraction)
             if not mine:
                 continue
             tests = np.array([s.scores.test for s in mine])
             recipe_mean = statistics.fmean(recipe[fraction].test)
-            row = {
+            row: command.Row = {
                 "latent": profile.latent(fraction),
                 "arm": arm,
                 "test_mean": round(float(tests.mean()), 4),
@@ -399,7 +405,7 @@ def summarize(
         _claims(family)
         rows += [row for row, _ in family]
     for first, second in CONTRASTS:
-        contrasts: list[tuple[dict[str, Any], np.ndarray]] = []
+        contrasts: list[tuple[command.Row, np.ndarray]] = []
         for fraction in fractions:
             mine, theirs = _of(searches, first, fraction), _of(searches, second, fraction)
             if mine and [s.seed for s in mine] == [s.seed for s in theirs]:
@@ -414,7 +420,7 @@ def summarize(
         _claims(contrasts)
         rows += [row for row, _ in contrasts]
     for arm in ARMS:
-        returned = []
+        returned: list[tuple[command.Row, np.ndarray]] = []
         for fraction in fractions:
             mine = _of(searches, arm, fraction)
             kept = [e.kept() for e in equal.get(fraction, [])]
@@ -466,7 +472,7 @@ def figure(recipe: dict[float, Scores], searches: list[Search], path: Path, prof
     return save_figure(fig, path)
 
 
-def save_figure(fig: Any, path: Path) -> Path:
+def save_figure(fig: Figure, path: Path) -> Path:
     """``fig`` written to ``path`` at the report's resolution, then closed."""
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -492,7 +498,7 @@ def outputs(fractions: tuple[float, ...], profile: Profile = LAPTOP) -> dict[str
 
 def run(
     data_path: str, workspace: Path, fractions: tuple[float, ...] = FRACTIONS, profile: Profile = LAPTOP
-) -> list[dict[str, Any]]:
+) -> list[command.Row]:
     """Every arm at each of ``fractions``, in ``workspace`` (a rerun continues there; each fraction's
     sweeps are its own, so fractions can be measured one at a time); writes the table, each search's
     outcome, every recipe training and the figure to research/tables/ (:func:`outputs`)."""

@@ -247,18 +247,18 @@ def share(tables: dict[float, dict[int, list[R.Curve]]], policy: str, seed: int,
     )
 
 
-def summarize(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+def summarize(outcomes: list[Outcome]) -> list[command.Row]:
     """A row per policy: the mean time to p90 (median over replays, with its ratio to fair share's
     and to ``fair-least-used``'s), the share of sweeps reaching it, the summed regret (with its
     difference to fair share's and to ``fair-least-used``'s); and the registered target's verdict."""
     by_policy = {p: sorted((o for o in outcomes if o.policy == p), key=lambda o: o.seed) for p in POLICIES}
     by_policy = {p: mine for p, mine in by_policy.items() if mine}
-    rows: list[dict[str, Any]] = []
+    rows: list[command.Row] = []
     for policy, mine in by_policy.items():
         times = [float(np.mean(o.times)) for o in mine]
         reached = wilson(sum(sum(o.reached) for o in mine), sum(len(o.reached) for o in mine))
         regret = bootstrap_mean([sum(o.regrets) for o in mine])
-        row: dict[str, Any] = {
+        row: command.Row = {
             "policy": policy,
             "replays": len(mine),
             "slots": SLOTS,
@@ -315,7 +315,7 @@ def read_outcomes(path: Path, seeds: range) -> list[Outcome]:
     ]
 
 
-def run(seeds: range, table_path: Path = E.TABLE, folder: Path = TABLES, part: int = 50) -> list[dict[str, Any]]:
+def run(seeds: range, table_path: Path = E.TABLE, folder: Path = TABLES, part: int = 50) -> list[command.Row]:
     """Replay the three policies from ``seeds``; the replays are written to
     ``folder/share-replay-seeds-<first>-<last>.parquet`` every ``part`` seeds, and a rerun replays
     only what that file lacks (the replays run in resumable parts)."""

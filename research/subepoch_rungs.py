@@ -31,7 +31,6 @@ import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import optuna
@@ -138,13 +137,13 @@ def first_rung_tau(views: Views, every: float) -> float:
     return float(kendalltau([c.val[0] for c in views.by_every[every]], [max(c.val) for c in views.epochs])[0])
 
 
-def summarize(runs: list[R.Run], methods: tuple[Rungs, ...], taus: dict[float, float]) -> list[dict[str, Any]]:
+def summarize(runs: list[R.Run], methods: tuple[Rungs, ...], taus: dict[float, float]) -> list[command.Row]:
     """Per method and target: the median cost with its interval and its ratio to the grid's, the
     share reached; per method and budget: the simple regret in points. The quarter-rung rows of
     the p90 target say whether :data:`TARGET` is met."""
     grid = [r for r in runs if r.method == "grid"]
     by_method = {rungs.name: [r for r in runs if r.method == rungs.name] for rungs in methods}
-    rows: list[dict[str, Any]] = []
+    rows: list[command.Row] = []
     for i, percentile in enumerate(R.TARGET_PERCENTILES):
         for rungs in methods:
             mine = by_method[rungs.name]
@@ -166,7 +165,7 @@ def run(
     workers: int = R.WORKERS,
     methods: tuple[Rungs, ...] = METHODS,
     folder: Path = TABLES,
-) -> list[dict[str, Any]]:
+) -> list[command.Row]:
     """Replay ``methods`` from ``seeds`` on the quarter table; every replay is written to
     ``folder/quarter-rungs-seeds-<seeds>.parquet``, one method at a time, and a rerun replays only
     the methods that file lacks."""

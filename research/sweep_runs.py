@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import yaml
 from mlflow.entities import Run
@@ -16,6 +15,7 @@ from mlflow.tracking import MlflowClient
 from seqae import api
 from seqae_core import metrics as M
 from seqae_core import names as N
+from seqae_core.borders import Document
 
 
 def ended(workspace: Path, name: str) -> bool:
@@ -27,7 +27,7 @@ def ended(workspace: Path, name: str) -> bool:
     return listed is not None and listed.outcome in ("complete", "stopped") and "RUNNING" not in listed.by_state
 
 
-def run_sweep(folder: Path, name: str, doc: dict[str, Any]) -> tuple[MlflowClient, list[Run]]:
+def run_sweep(folder: Path, name: str, doc: Document) -> tuple[MlflowClient, list[Run]]:
     """Run the sweep ``doc`` as ``name`` in ``folder`` (or continue it there, when an earlier run was
     interrupted; one that :func:`ended` is read back as it is); the MLflow client and its trials'
     runs. The driver's output is kept beside the sweep file (``<name>.log``): a failed trial's
@@ -52,7 +52,7 @@ def run_sweep(folder: Path, name: str, doc: dict[str, Any]) -> tuple[MlflowClien
     return client, [r for r in client.search_runs([experiment.experiment_id]) if N.TRIAL in r.data.tags]
 
 
-def sweep_events(folder: Path, name: str, doc: dict[str, Any]) -> list[tuple[float, int, int, float]]:
+def sweep_events(folder: Path, name: str, doc: Document) -> list[tuple[float, int, int, float]]:
     """Run a sweep; its results as (logged at, trial, epoch, accuracy), in the order they arrived."""
     client, runs = run_sweep(folder, name, doc)
     events = []

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import optuna
 
@@ -22,13 +21,14 @@ from research import command
 from research.corpora import package_descriptions
 from research.sweep_runs import sweep_events
 from seqae_core import metrics as M
+from seqae_core.borders import Document
 from seqae_core.config import BLOCK_DEFAULTS, ModelConfig, TrainConfig
 
 CHANGED = list(BLOCK_DEFAULTS["transformer"])  # the keys whose defaults the transformer block has of its own
 PAPER = [getattr(ModelConfig if k.startswith("model.") else TrainConfig, k.split(".", 1)[1]) for k in CHANGED]
 
 
-def _document(data_path: str, packages: str, epochs: int) -> dict[str, Any]:
+def _document(data_path: str, packages: str, epochs: int) -> Document:
     defaults = [BLOCK_DEFAULTS["transformer"][k] for k in CHANGED]
     cells = [
         [*defaults, data_path, 1, 8],
@@ -51,8 +51,8 @@ def _document(data_path: str, packages: str, epochs: int) -> dict[str, Any]:
     }
 
 
-def run(data_path: str, epochs: int = 6) -> list[dict[str, Any]]:
-    rows = []
+def run(data_path: str, epochs: int = 6) -> list[command.Row]:
+    rows: list[command.Row] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         packages = str(package_descriptions(folder / "packages"))
