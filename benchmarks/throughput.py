@@ -138,7 +138,7 @@ def quickstart_paths(path: str, cache_dir: Path | None = None) -> list[dict[str,
     1), and compare training tokens/s and accuracy."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    rows = []
+    rows: list[dict[str, Any]] = []
     try:
         for label, levers in (("before (fp32, bert vocab)", BEFORE), ("quickstart (its sweep file)", [])):
             spec = spec_lib.load(QUICKSTART, [f"data.path={path}", *PINNED, *levers])

@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from seqae_core import data as data_lib
+from seqae_core.borders import TorchState
 from seqae_core.config import Config
 from seqae_core.device import autocast
 from seqae_core.fused import Pack
@@ -35,6 +36,19 @@ class Interrupted(RuntimeError):
 
 Interrupt = Callable[[], bool]  # asked before every optimizer step: True stops the training there
 
+# A seed's random stream: torch's CPU generator's state, and each CUDA device's ([] off CUDA).
+RngState = TypedDict("RngState", {"torch": torch.Tensor, "cuda": list[torch.Tensor]})
+
+
+class SeedState(TypedDict):
+    """One seed's part of a checkpoint (:meth:`Replicate.state`): torch's state dicts of its model,
+    optimizer and schedule, and its random stream."""
+
+    model: TorchState
+    optimizer: TorchState
+    scheduler: TorchState
+    rng: RngState
+
 
 @dataclass
 class Replicate:
@@ -46,7 +60,7 @@ class Replicate:
     model: ReducingAutoencoder
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
-    rng: dict[str, Any]
+    rng: RngState
     step: TrainStep
 
     @classmethod
@@ -80,7 +94,7 @@ class Replicate:
         )
         return cls(seed, model, optimizer, scheduler, _rng_state(dev), step)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> SeedState:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -88,7 +102,7 @@ class Replicate:
             "rng": self.rng,
         }
 
-    def load(self, state: dict[str, Any]) -> None:
+    def load(self, state: SeedState) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -104,7 +118,7 @@ class Replicate:
         self.rng = _rng_state(dev)
 
 
-def _rng_state(dev: torch.device) -> dict[str, Any]:
+def _rng_state(dev: torch.device) -> RngState:
     return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if dev.type == "cuda" else []}
 
 
