@@ -104,7 +104,9 @@ class Checkpoint:
                 f"the checkpoint is of format {state.get('format')!r}, not {STATE_FORMAT!r}: start a "
                 "new run in another folder"
             )
-        first = SeedState(model=state["model"], optimizer=state["optimizer"], scheduler=state["scheduler"], rng=state["rng"])
+        first = SeedState(
+            model=state["model"], optimizer=state["optimizer"], scheduler=state["scheduler"], rng=state["rng"]
+        )
         return cls(
             state["config"],
             state["epoch"],

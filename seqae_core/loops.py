@@ -36,8 +36,12 @@ class Interrupted(RuntimeError):
 
 Interrupt = Callable[[], bool]  # asked before every optimizer step: True stops the training there
 
-# A seed's random stream: torch's CPU generator's state, and each CUDA device's ([] off CUDA).
-RngState = TypedDict("RngState", {"torch": torch.Tensor, "cuda": list[torch.Tensor]})
+
+class RngState(TypedDict):
+    """A seed's random stream: torch's CPU generator's state, and each CUDA device's ([] off CUDA)."""
+
+    torch: torch.Tensor
+    cuda: list[torch.Tensor]
 
 
 class SeedState(TypedDict):

@@ -377,9 +377,7 @@ class RecordStore:
             out.write(json.dumps(manifest, indent=1).encode())
         self.fs.move(f"{folder}/manifest.json.tmp", f"{folder}/manifest.json")
 
-    def _read(
-        self, name: str, only: tuple[str, ...] | None = None
-    ) -> tuple[str | None, dict[str, bytes], RecordMeta]:
+    def _read(self, name: str, only: tuple[str, ...] | None = None) -> tuple[str | None, dict[str, bytes], RecordMeta]:
         folder = f"{self.root}/{name}"
         try:
             with self.fs.open_input_stream(f"{folder}/manifest.json") as f:
