@@ -61,9 +61,7 @@ S = TypeVar("S", bound="RecordStore")  # of_trial builds the store of the class 
 _RECORD = re.compile(r"^(epoch|best)-(\d{6})$")
 
 
-class FileEntry(TypedDict):
-    """A manifest's line for one of its record's files."""
-
+class FileEntry(TypedDict):  # a manifest's line for one of its record's files
     bytes: int
     sha256: str
 
@@ -74,9 +72,7 @@ class RecordMeta(TypedDict, total=False):
     ``released`` once :meth:`RecordStore.release` dropped its checkpoint."""
 
     epoch: int  # the result's number, which names the record
-    # every result's metrics so far (an EpochRecord.as_dict each), read by number: Any as a Scores'
-    # list would make every reader tell its numbers from train_loss_steps' points
-    history: list[dict[str, Any]]
+    history: list[dict[str, Any]]  # every result's metrics (EpochRecord.as_dict), which readers take as numbers
     finished: bool
     patience_spent: bool
     metrics: Scores
@@ -84,9 +80,7 @@ class RecordMeta(TypedDict, total=False):
     released: bool
 
 
-class Manifest(TypedDict):
-    """A record's ``manifest.json``, written last."""
-
+class Manifest(TypedDict):  # a record's manifest.json, written last
     files: dict[str, FileEntry]
     meta: RecordMeta
 
