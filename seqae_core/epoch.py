@@ -20,6 +20,15 @@ Scores = dict[str, float | list[list[float]]]
 _OPTIONAL = (M.COMPILE_SECONDS, *M.TEST_METRICS, M.GPU_MEMORY_GIB, M.PACK_MEMBERS)
 
 
+def score(record: Mapping[str, object], metric: str) -> float:
+    """The number of ``metric`` in a record's serialized form (:meth:`EpochRecord.as_dict`), a name
+    a sweep file gives (an objective, a constraint)."""
+    value = record.get(metric)
+    if not isinstance(value, (int, float)):
+        raise KeyError(f"an epoch record has no metric {metric!r}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class EpochRecord:
     """One validation's metrics (:mod:`seqae_core.metrics` names them, one field each), as
@@ -75,10 +84,7 @@ class EpochRecord:
 
     def value(self, metric: str) -> float:
         """The value of ``metric``, a name a sweep file gives (an objective, a constraint)."""
-        value = self.as_dict().get(metric)
-        if not isinstance(value, (int, float)):
-            raise KeyError(f"an epoch record has no metric {metric!r}")
-        return float(value)
+        return score(self.as_dict(), metric)
 
     def as_dict(self) -> Scores:
         """The serialized form: every metric by its name, in the order training has always
