@@ -17,11 +17,27 @@ from seqae_core import data as data_lib
 from seqae_core.borders import TorchState
 from seqae_core.config import Flat
 from seqae_core.epoch import EpochRecord
-from seqae_core.loops import SeedState
 from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, STATE, RecordMeta, RecordStore
 from seqae_errors import ConfigError
 
 STATE_FORMAT = 1  # the layout of a saved state (Checkpoint.state); a state of another is refused, not misread
+
+
+class RngState(TypedDict):
+    """A seed's random stream: torch's CPU generator's state, and each CUDA device's ([] off CUDA)."""
+
+    torch: torch.Tensor
+    cuda: list[torch.Tensor]
+
+
+class SeedState(TypedDict):
+    """One seed's part of a checkpoint (``seqae_core.loops.Replicate.state``): torch's state
+    dicts of its model, optimizer and schedule, and its random stream."""
+
+    model: TorchState
+    optimizer: TorchState
+    scheduler: TorchState
+    rng: RngState
 
 
 class StopperState(TypedDict):

@@ -8,14 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypedDict
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from seqae_core import data as data_lib
-from seqae_core.borders import TorchState
+from seqae_core.checkpoint import RngState, SeedState
 from seqae_core.config import Config
 from seqae_core.device import autocast
 from seqae_core.fused import Pack
@@ -35,23 +34,6 @@ class Interrupted(RuntimeError):
 
 
 Interrupt = Callable[[], bool]  # asked before every optimizer step: True stops the training there
-
-
-class RngState(TypedDict):
-    """A seed's random stream: torch's CPU generator's state, and each CUDA device's ([] off CUDA)."""
-
-    torch: torch.Tensor
-    cuda: list[torch.Tensor]
-
-
-class SeedState(TypedDict):
-    """One seed's part of a checkpoint (:meth:`Replicate.state`): torch's state dicts of its model,
-    optimizer and schedule, and its random stream."""
-
-    model: TorchState
-    optimizer: TorchState
-    scheduler: TorchState
-    rng: RngState
 
 
 @dataclass
