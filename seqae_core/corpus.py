@@ -16,7 +16,7 @@ import itertools
 import json
 import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -29,7 +29,6 @@ from huggingface_hub import constants
 from transformers import AutoTokenizer
 
 from seqae_core.config import DataConfig
-from seqae_core.data import CacheKey
 from seqae_core.storage import write_atomically
 from seqae_errors import ConfigError, one_line
 
@@ -52,7 +51,7 @@ class Tokenized:
 class Progress(TypedDict):
     """How far a build got (``partial/progress.json``, :func:`tokenize`)."""
 
-    key: CacheKey  # the entry it builds
+    key: Mapping[str, object]  # the entry's (seqae_core.data.cache_key), which it only keeps and compares
     source_pages: int  # read from the dataset
     pages: int  # of them non-empty, with rows on disk
     rows: int
@@ -200,7 +199,7 @@ def window_tokens(tokenizer: Any, texts: list[str], n: int) -> list[list[list[in
     return [[tokens[i : i + n] for i in range(0, len(tokens), n)] for tokens in ids]
 
 
-def tokenize(config: DataConfig, out: Path, key: CacheKey, workers: int = 1) -> Tokenized:
+def tokenize(config: DataConfig, out: Path, key: Mapping[str, object], workers: int = 1) -> Tokenized:
     """Tokenize the dataset into ``out``: tokens.npy (n, t), pages.npy (n,), token_ids.npy (v,),
     vocab.json. The caller writes the manifest that makes them an entry (seqae_core.data.build),
     then removes ``out/partial`` (:func:`finish`).
@@ -275,7 +274,7 @@ def finish(out: Path) -> None:
     shutil.rmtree(out / PARTIAL, ignore_errors=True)
 
 
-def _resume_point(partial: Path, key: CacheKey) -> Progress | None:
+def _resume_point(partial: Path, key: Mapping[str, object]) -> Progress | None:
     """The progress recorded in ``partial`` by a build of ``key`` that stopped, else None."""
     try:
         progress = json.loads((partial / "progress.json").read_text())
