@@ -64,6 +64,7 @@ from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.borders import OptunaAttrs
 from seqae_core.checkpoint import CheckpointStore
+from seqae_core.config import Flat
 from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT
 from sweeps.running.lifecycle import extend
 from sweeps.spec import sweep as spec_lib
@@ -79,7 +80,7 @@ EPOCHS = 3
 LOSS_POINTS = 8  # points of the training-loss curve per epoch
 NAME = "cp"
 # A trial to build: its number, starting point, params, fate and history (its epoch records).
-Plan = tuple[int, str | None, dict[str, str | int | float], str, list[dict[str, Any]]]
+Plan = tuple[int, str | None, Flat, str, list[dict[str, Any]]]
 
 
 class _Timed(TypedDict):

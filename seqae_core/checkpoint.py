@@ -7,17 +7,63 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
 from seqae_core import data as data_lib
+from seqae_core.borders import TorchState
+from seqae_core.config import Flat
 from seqae_core.epoch import EpochRecord
-from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, STATE, RecordStore
+from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, STATE, RecordMeta, RecordStore
 from seqae_errors import ConfigError
 
 STATE_FORMAT = 1  # the layout of a saved state (Checkpoint.state); a state of another is refused, not misread
+
+
+class RngState(TypedDict):
+    """A seed's random stream: torch's CPU generator's state, and each CUDA device's ([] off CUDA)."""
+
+    torch: torch.Tensor
+    cuda: list[torch.Tensor]
+
+
+class SeedState(TypedDict):
+    """One seed's part of a checkpoint (``seqae_core.loops.Replicate.state``): torch's state
+    dicts of its model, optimizer and schedule, and its random stream."""
+
+    model: TorchState
+    optimizer: TorchState
+    scheduler: TorchState
+    rng: RngState
+
+
+class StopperState(TypedDict):
+    """:class:`seqae_core.train.EarlyStopping`'s fields."""
+
+    patience: int
+    best: float
+    best_epoch: int
+    bad_epochs: int
+
+
+class CheckpointState(SeedState):
+    """The layout ``state.pt`` holds (:meth:`Checkpoint.state`): the first seed's state beside the
+    run's, the other seeds' as ``repeats``."""
+
+    format: int
+    config: Flat
+    epoch: int
+    repeats: list[SeedState]
+    early_stopping: StopperState
+    history: list[dict[str, Any]]
+    finished: bool
+    patience_spent: bool
+    token_ids: torch.Tensor
+    samples: list[dict[str, list[str]]] | None
+    step: int
 
 
 @dataclass(frozen=True)
@@ -28,10 +74,10 @@ class Checkpoint:
     Where it stands is ``epoch`` whole epochs and ``step`` steps into the next: a validation
     between epochs' ends (``train.validate_every``) resumes there, in the epoch's data order."""
 
-    config: dict[str, Any]  # the flat config it trains
+    config: Flat  # the flat config it trains
     epoch: int  # epochs trained to their end
-    seeds: list[dict[str, Any]]  # each seed's model, optimizer, scheduler and random stream; train.seed's first
-    early_stopping: dict[str, Any]  # seqae_core.train.EarlyStopping's fields
+    seeds: list[SeedState]  # each seed's model, optimizer, scheduler and random stream; train.seed's first
+    early_stopping: StopperState
     history: list[dict[str, Any]]  # every epoch's metrics so far
     finished: bool  # trained to its last epoch, or stopped early
     patience_spent: bool  # stopped early: more epochs would not train it on
@@ -49,7 +95,7 @@ class Checkpoint:
         """The result's number, which names its records: the epoch's by default."""
         return len(self.history)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> CheckpointState:
         """The saved layout: the first seed's state beside the rest, the other seeds' as ``repeats``."""
         return {
             "format": STATE_FORMAT,
@@ -67,13 +113,16 @@ class Checkpoint:
         }
 
     @classmethod
-    def of_state(cls, state: dict[str, Any]) -> Checkpoint:
+    def of_state(cls, state: TorchState) -> Checkpoint:
+        """The checkpoint in ``state``, as torch loads it from ``state.pt``."""
         if state.get("format") != STATE_FORMAT:
             raise ConfigError(
                 f"the checkpoint is of format {state.get('format')!r}, not {STATE_FORMAT!r}: start a "
                 "new run in another folder"
             )
-        first = {key: state[key] for key in ("model", "optimizer", "scheduler", "rng")}
+        first = SeedState(
+            model=state["model"], optimizer=state["optimizer"], scheduler=state["scheduler"], rng=state["rng"]
+        )
         return cls(
             state["config"],
             state["epoch"],
@@ -133,12 +182,13 @@ class CheckpointStore(RecordStore):
             )
         return (None if loaded.epoch is None else Checkpoint.of_state(tensors(loaded.files[STATE]))), loaded.skipped
 
-    def save_epoch(self, epoch: int, state: dict[str, Any], meta: dict[str, Any] | None = None) -> None:
+    def save_epoch(self, epoch: int, state: Mapping[str, object], meta: RecordMeta | None = None) -> None:
+        """An epoch record of ``state`` (what ``torch.save`` takes: a :class:`CheckpointState`) and ``meta``."""
         self._write(f"epoch-{epoch:06d}", {STATE: tensor_bytes(state)}, {"epoch": epoch, **(meta or {})})
         self._prune("epoch", self.keep)
 
 
-def tensor_bytes(obj: Any) -> bytes:
+def tensor_bytes(obj: object) -> bytes:
     """``torch.save`` into memory; read back with :func:`tensors`."""
     buffer = io.BytesIO()
     torch.save(obj, buffer)

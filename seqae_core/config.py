@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import types
 import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -43,6 +44,14 @@ def _number(value: Any) -> Any:
 Whole = Annotated[int, BeforeValidator(_whole)]
 Number = Annotated[float, BeforeValidator(_number)]
 SCHEMA = ConfigDict(strict=True, allow_inf_nan=False, extra="forbid")
+
+# A key's value once checked (every field below holds one of these), and a whole config's
+# ``{"model.d_model": 256, ...}`` (:meth:`Config.flat`), as checkpoints and trackers keep it.
+FlatValue = str | int | float | bool | None
+Flat = dict[str, FlatValue]
+# ``{key: value}`` as a file or ``--set`` gives it, before :func:`coerce` checks each value (a
+# YAML value: also a list or a mapping, which the check refuses by name).
+Layer = Mapping[str, object]
 
 
 @dataclass(frozen=True, config=SCHEMA)
@@ -163,7 +172,7 @@ class Config:
         sample is compressed, whether by fewer tokens or narrower ones."""
         return self.latent_floats / (self.data.input_len * self.model.d_model)
 
-    def flat(self) -> dict[str, Any]:
+    def flat(self) -> Flat:
         """``{"data.path": ..., "model.d_model": ...}``: every key, defaults included."""
         return {key: getattr(getattr(self, key.split(".")[0]), key.split(".")[1]) for key in KEYS}
 
@@ -180,7 +189,7 @@ FREE_KEYS = (
 )
 
 
-def fusion_key(config: Config) -> tuple[tuple[str, Any], ...]:
+def fusion_key(config: Config) -> tuple[tuple[str, FlatValue], ...]:
     """What the trials of one pack share: every key but :data:`FREE_KEYS` (and
     ``train.fuse_repeats``, which is about a run's repeats)."""
     return tuple(sorted((k, v) for k, v in config.flat().items() if k not in FREE_KEYS and k != "train.fuse_repeats"))
@@ -190,7 +199,7 @@ def fusion_key(config: Config) -> tuple[tuple[str, Any], ...]:
 # paper block keeps). A key set anywhere (config file, sweep file, grid, search, --set) wins.
 # The transformer's were found by laptop probes at 32 -> 8 tokens, and checked on another split
 # and a second corpus by `seqae bench defaults` (docs/how-to/paper-on-a-laptop.md, "The transformer block's defaults").
-BLOCK_DEFAULTS: dict[str, dict[str, Any]] = {
+BLOCK_DEFAULTS: dict[str, Flat] = {
     "transformer": {"model.heads": 8, "model.dropout": 0.1, "train.lr": 2e-3},
 }
 
@@ -308,11 +317,11 @@ def _type_name(option: Any) -> str:
     return _TYPE_NAMES[option]
 
 
-def flatten(tree: Any, source: str, prefix: str = "") -> dict[str, Any]:
+def flatten(tree: object, source: str, prefix: str = "") -> dict[str, object]:
     """``{"model": {"d_model": 64}}`` -> ``{"model.d_model": 64}``; sections must be mappings."""
     if not isinstance(tree, dict):
         raise ConfigError(f"{source}: {prefix.rstrip('.') or 'the document'} must be a mapping, got {tree!r}")
-    flat: dict[str, Any] = {}
+    flat: dict[str, object] = {}
     for key, value in tree.items():
         if not isinstance(key, str):
             raise ConfigError(f"{source}: key {key!r} must be a string")
@@ -325,9 +334,9 @@ def flatten(tree: Any, source: str, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def parse_sets(sets: list[str] | tuple[str, ...]) -> dict[str, Any]:
+def parse_sets(sets: list[str] | tuple[str, ...]) -> dict[str, object]:
     """``["train.lr=1e-3"]`` -> ``{"train.lr": 0.001}`` (types are checked later, by :func:`build`)."""
-    parsed: dict[str, Any] = {}
+    parsed: dict[str, object] = {}
     for item in sets:
         key, sep, text = item.partition("=")
         if not sep or not key.strip():
@@ -349,7 +358,7 @@ def read_yaml(path: str | Path) -> Any:
     return load_yaml(text, f"{path}: not valid YAML")
 
 
-def build(layers: list[tuple[str, dict[str, Any]]]) -> Config:
+def build(layers: Sequence[tuple[str, Layer]]) -> Config:
     """Merge flat ``(source, {key: value})`` layers, later ones winning, into a checked :class:`Config`."""
     values: dict[str, Any] = {}
     origin: dict[str, str] = {}
@@ -372,7 +381,7 @@ def build(layers: list[tuple[str, dict[str, Any]]]) -> Config:
 
 def load(config_file: str | Path | None = None, sets: list[str] | tuple[str, ...] = ()) -> Config:
     """The config of ``seqae train --config FILE --set ...``."""
-    layers: list[tuple[str, dict[str, Any]]] = []
+    layers: list[tuple[str, Layer]] = []
     if config_file is not None:
         tree = read_yaml(config_file)
         layers.append((str(config_file), flatten(tree or {}, str(config_file))))
@@ -380,7 +389,7 @@ def load(config_file: str | Path | None = None, sets: list[str] | tuple[str, ...
     return build(layers)
 
 
-def from_flat(flat: dict[str, Any], source: str = "config") -> Config:
+def from_flat(flat: Layer, source: str = "config") -> Config:
     return build([(source, flat)])
 
 
@@ -408,8 +417,9 @@ def validate(config: Config, origin: dict[str, str] | None = None) -> None:
         "train.log_every_steps",
         "train.repeats",
     ):
-        if flat[key] <= 0:
-            fail(key, f"{key}={flat[key]} must be positive")
+        value = flat[key]  # each of these keys holds a number
+        if isinstance(value, (int, float)) and value <= 0:
+            fail(key, f"{key}={value} must be positive")
     every = config.train.validate_every
     if (
         isinstance(every, int)

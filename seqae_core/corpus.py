@@ -16,11 +16,11 @@ import itertools
 import json
 import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from urllib.parse import urlparse
 
 import datasets
@@ -46,6 +46,16 @@ class Tokenized:
     samples: int
     pages: int
     resumed_after: int = 0  # source pages an earlier, killed build of the entry had tokenized
+
+
+class Progress(TypedDict):
+    """How far a build got (``partial/progress.json``, :func:`tokenize`)."""
+
+    key: Mapping[str, object]  # the entry's (seqae_core.data.cache_key), which it only keeps and compares
+    source_pages: int  # read from the dataset
+    pages: int  # of them non-empty, with rows on disk
+    rows: int
+    written: dict[str, int] | None  # once the entry's files are: Tokenized's fields but resumed_after
 
 
 @functools.cache
@@ -189,7 +199,7 @@ def window_tokens(tokenizer: Any, texts: list[str], n: int) -> list[list[list[in
     return [[tokens[i : i + n] for i in range(0, len(tokens), n)] for tokens in ids]
 
 
-def tokenize(config: DataConfig, out: Path, key: dict[str, Any], workers: int = 1) -> Tokenized:
+def tokenize(config: DataConfig, out: Path, key: Mapping[str, object], workers: int = 1) -> Tokenized:
     """Tokenize the dataset into ``out``: tokens.npy (n, t), pages.npy (n,), token_ids.npy (v,),
     vocab.json. The caller writes the manifest that makes them an entry (seqae_core.data.build),
     then removes ``out/partial`` (:func:`finish`).
@@ -212,7 +222,7 @@ def tokenize(config: DataConfig, out: Path, key: dict[str, Any], workers: int = 
         for path in out.iterdir():
             shutil.rmtree(path) if path.is_dir() else path.unlink()
         partial.mkdir()
-        progress = {"key": key, "source_pages": 0, "pages": 0, "rows": 0, "written": None}
+        progress = Progress(key=key, source_pages=0, pages=0, rows=0, written=None)
     resumed_after = int(progress["source_pages"])
     if progress["written"] is not None:  # killed after the entry's files were written: nothing is left to do
         return Tokenized(**progress["written"], resumed_after=resumed_after)
@@ -264,7 +274,7 @@ def finish(out: Path) -> None:
     shutil.rmtree(out / PARTIAL, ignore_errors=True)
 
 
-def _resume_point(partial: Path, key: dict[str, Any]) -> dict[str, Any] | None:
+def _resume_point(partial: Path, key: Mapping[str, object]) -> Progress | None:
     """The progress recorded in ``partial`` by a build of ``key`` that stopped, else None."""
     try:
         progress = json.loads((partial / "progress.json").read_text())

@@ -44,14 +44,14 @@ import socket
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import pyarrow.fs as pafs
 import torch
 from filelock import FileLock
 
-from seqae_core.config import DataConfig
+from seqae_core.config import DataConfig, FlatValue
 from seqae_core.storage import filesystem
 from seqae_errors import ConfigError, one_line
 
@@ -61,6 +61,19 @@ FORMAT = 2  # bump when the layout of an entry changes
 FILES = ("tokens.npy", "pages.npy", "vocab.json", "token_ids.npy")
 # Drawn after tokenizing: entries do not depend on them.
 SPLIT_SETTINGS = ("val_fraction", "split_seed", "test_fraction", "test_seed")
+
+# What an entry is made of (:func:`cache_key`): the data config's fields but the split settings,
+# ``format``, and for a local folder each file's ``[path, bytes, mtime_ns]``.
+CacheKey = dict[str, FlatValue | list[list[str | int]]]
+
+
+class Facts(TypedDict):
+    """What a run trains on, for its tracking (:func:`describe`)."""
+
+    digest: str  # of the entry's contents and the split settings
+    entry: str  # the entry's folder name
+    pages: int
+    samples: dict[str, int]  # by split: train, val, test
 
 
 def default_cache_dir() -> Path:
@@ -90,9 +103,9 @@ class Splits:
         return json.loads((self.entry / "vocab.json").read_text())
 
 
-def cache_key(config: DataConfig) -> dict[str, Any]:
+def cache_key(config: DataConfig) -> CacheKey:
     """Everything that changes the tokenized samples. The split settings are not in it."""
-    key = asdict(config)
+    key: CacheKey = asdict(config)
     for split_only in SPLIT_SETTINGS:
         key.pop(split_only)
     local = Path(config.path).expanduser()
@@ -105,7 +118,7 @@ def cache_key(config: DataConfig) -> dict[str, Any]:
     return key
 
 
-def entry_name(key: dict[str, Any]) -> str:
+def entry_name(key: CacheKey) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -153,7 +166,7 @@ def held_out_pages(n_pages: int, config: DataConfig) -> np.ndarray:
     return is_test
 
 
-def describe(entry: Path, config: DataConfig) -> dict[str, Any]:
+def describe(entry: Path, config: DataConfig) -> Facts:
     """What a run of ``config`` trains on, for its tracking: a digest of the entry's contents (the
     checksums its manifest holds, not hashed again) and of the split settings, so that runs on
     different data, or on other splits of the same entry, are told apart; and the size of each split."""
@@ -212,7 +225,7 @@ def prepare(config: DataConfig, cache_dir: Path | None = None, published: str | 
     return entry
 
 
-def build(config: DataConfig, key: dict[str, Any], out: Path, workers: int | None = None) -> None:
+def build(config: DataConfig, key: CacheKey, out: Path, workers: int | None = None) -> None:
     """Tokenize the dataset into ``out`` (:func:`seqae_core.corpus.tokenize`, ``workers`` processes:
     default ``SEQAE_DATA_WORKERS``, else 1) and write the manifest that makes it an entry: ``key``,
     and each file's size and SHA-256."""
@@ -242,7 +255,7 @@ def build(config: DataConfig, key: dict[str, Any], out: Path, workers: int | Non
     log.info("tokenized %d pages into %d samples in %.1fs", made.pages, made.samples, manifest["seconds"])
 
 
-def check_entry(entry: Path, key: dict[str, Any] | None) -> str | None:
+def check_entry(entry: Path, key: CacheKey | None) -> str | None:
     """None if ``entry`` is complete and intact (and made for ``key``, if given), else what is wrong
     with it."""
     if not entry.exists():

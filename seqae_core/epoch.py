@@ -12,8 +12,21 @@ from typing import Any
 
 from seqae_core import metrics as M
 
+# An epoch record's serialized form (:meth:`EpochRecord.as_dict`): each metric's number by its
+# name, and ``train_loss_steps`` its ``[global step, loss]`` points.
+Scores = dict[str, float | list[list[float]]]
+
 # The metrics a record may lack (None): a test split's, the compile's (train.compile, first result), CUDA's, a pack's.
 _OPTIONAL = (M.COMPILE_SECONDS, *M.TEST_METRICS, M.GPU_MEMORY_GIB, M.PACK_MEMBERS)
+
+
+def score(record: Mapping[str, object], metric: str) -> float:
+    """The number of ``metric`` in a record's serialized form (:meth:`EpochRecord.as_dict`), a name
+    a sweep file gives (an objective, a constraint)."""
+    value = record.get(metric)
+    if not isinstance(value, (int, float)):
+        raise KeyError(f"an epoch record has no metric {metric!r}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -71,17 +84,14 @@ class EpochRecord:
 
     def value(self, metric: str) -> float:
         """The value of ``metric``, a name a sweep file gives (an objective, a constraint)."""
-        value = self.as_dict().get(metric)
-        if not isinstance(value, (int, float)):
-            raise KeyError(f"an epoch record has no metric {metric!r}")
-        return float(value)
+        return score(self.as_dict(), metric)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> Scores:
         """The serialized form: every metric by its name, in the order training has always
         reported them (a checkpoint's history and ``metrics.json`` hold it)."""
 
-        def scores(names: tuple[str, ...]) -> dict[str, Any]:
-            out: dict[str, Any] = {}
+        def scores(names: tuple[str, ...]) -> dict[str, float]:
+            out: dict[str, float] = {}
             for name in names:
                 if getattr(self, name) is not None:
                     out[name] = getattr(self, name)

@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from seqae_core import data as data_lib
+from seqae_core.checkpoint import RngState, SeedState
 from seqae_core.config import Config
 from seqae_core.device import autocast
 from seqae_core.fused import Pack
@@ -46,7 +46,7 @@ class Replicate:
     model: ReducingAutoencoder
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
-    rng: dict[str, Any]
+    rng: RngState
     step: TrainStep
 
     @classmethod
@@ -80,7 +80,7 @@ class Replicate:
         )
         return cls(seed, model, optimizer, scheduler, _rng_state(dev), step)
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> SeedState:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -88,7 +88,7 @@ class Replicate:
             "rng": self.rng,
         }
 
-    def load(self, state: dict[str, Any]) -> None:
+    def load(self, state: SeedState) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
@@ -104,7 +104,7 @@ class Replicate:
         self.rng = _rng_state(dev)
 
 
-def _rng_state(dev: torch.device) -> dict[str, Any]:
+def _rng_state(dev: torch.device) -> RngState:
     return {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state_all() if dev.type == "cuda" else []}
 
 

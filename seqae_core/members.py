@@ -20,7 +20,7 @@ from seqae_core.config import FREE_KEYS, Config, fusion_key
 from seqae_core.device import pick_device
 from seqae_core.loops import Interrupt
 from seqae_core.loss import plan_head
-from seqae_core.train import MemberResult, PackReport, Run, load_data, train_runs, validation_steps
+from seqae_core.train import MemberResult, PackReport, Run, Summary, load_data, train_runs, validation_steps
 from seqae_errors import ConfigError
 
 __all__ = ["MemberResult", "PackReport", "train_members"]
@@ -37,7 +37,7 @@ def train_members(
     progress: bool = False,
     measure: Callable[[], dict[str, float]] | None = None,
     interrupt: Interrupt | None = None,
-) -> list[dict[str, Any] | None]:
+) -> list[Summary | None]:
     """Train ``configs`` as one pack; return each member's final metrics (as :func:`seqae_core.train.train`
     returns them), None for one that failed or never validated.
 

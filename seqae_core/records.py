@@ -38,12 +38,14 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import pyarrow.fs as pafs
 from filelock import FileLock
 
 from seqae_core import metrics as M
+from seqae_core.config import Flat
+from seqae_core.epoch import Scores
 from seqae_core.storage import filesystem
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,30 @@ S = TypeVar("S", bound="RecordStore")  # of_trial builds the store of the class 
 _RECORD = re.compile(r"^(epoch|best)-(\d{6})$")
 
 
+class FileEntry(TypedDict):  # a manifest's line for one of its record's files
+    bytes: int
+    sha256: str
+
+
+class RecordMeta(TypedDict, total=False):
+    """What a record's manifest says of its run besides its files: an epoch record's progress
+    (``history``, ``finished``, ``patience_spent``), a best record's ``metrics`` and ``config``;
+    ``released`` once :meth:`RecordStore.release` dropped its checkpoint."""
+
+    epoch: int  # the result's number, which names the record
+    history: list[dict[str, Any]]  # every result's metrics (EpochRecord.as_dict), which readers take as numbers
+    finished: bool
+    patience_spent: bool
+    metrics: Scores
+    config: Flat
+    released: bool
+
+
+class Manifest(TypedDict):  # a record's manifest.json, written last
+    files: dict[str, FileEntry]
+    meta: RecordMeta
+
+
 class LeaseLost(RuntimeError):
     """A newer writer (the trial resumed elsewhere) took the store's lease: this one must stop."""
 
@@ -69,7 +95,7 @@ class Loaded:
 
     epoch: int | None = None
     files: dict[str, bytes] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: RecordMeta = field(default_factory=lambda: RecordMeta())
     skipped: list[str] = field(default_factory=list)
 
 
@@ -143,7 +169,7 @@ class RecordStore:
         meta = self.newest_meta("best")
         return None if meta is None else int(meta["epoch"])
 
-    def save_best(self, epoch: int, files: dict[str, bytes], meta: dict[str, Any]) -> None:
+    def save_best(self, epoch: int, files: dict[str, bytes], meta: RecordMeta) -> None:
         self._write(f"best-{epoch:06d}", files, {"epoch": epoch, **meta})
         self._prune("best", 1)
 
@@ -212,7 +238,7 @@ class RecordStore:
                     self.fs.delete_dir(folder)
         return freed
 
-    def _manifest(self, folder: str) -> dict[str, Any] | None:
+    def _manifest(self, folder: str) -> Manifest | None:
         """The record's manifest, or None where it is missing or unreadable."""
         try:
             with self.fs.open_input_stream(f"{folder}/manifest.json") as f:
@@ -222,8 +248,9 @@ class RecordStore:
         valid = isinstance(manifest, dict) and all(isinstance(manifest.get(k), dict) for k in ("files", "meta"))
         return manifest if valid else None
 
-    def _strip(self, folder: str, manifest: dict[str, Any], dropped: str) -> int:
-        size = int(manifest["files"].pop(dropped, {}).get("bytes", 0))
+    def _strip(self, folder: str, manifest: Manifest, dropped: str) -> int:
+        entry = manifest["files"].pop(dropped, None)
+        size = 0 if entry is None else int(entry.get("bytes", 0))
         manifest["meta"]["released"] = True
         self._put_manifest(folder, manifest)
         if self.fs.get_file_info(f"{folder}/{dropped}").type != pafs.FileType.NotFound:
@@ -237,13 +264,13 @@ class RecordStore:
         """The paths of the records of ``kind`` (``epoch`` or ``best``), oldest first, valid or not."""
         return [f"{self.root}/{kind}-{epoch:06d}" for epoch in sorted(self._epochs(kind))]
 
-    def newest_meta(self, kind: str = "epoch") -> dict[str, Any] | None:
+    def newest_meta(self, kind: str = "epoch") -> RecordMeta | None:
         """The metadata of the newest record of ``kind`` with a readable manifest, without
         reading its files: enough to know a run's metric history and whether it finished."""
         for epoch in sorted(self._epochs(kind), reverse=True):
             manifest = self._manifest(f"{self.root}/{kind}-{epoch:06d}")
             if manifest is not None:
-                return dict(manifest["meta"])
+                return manifest["meta"].copy()
         return None
 
     def record_verdict(self, error: str) -> None:
@@ -324,12 +351,12 @@ class RecordStore:
                 "lease; this one stops without writing"
             )
 
-    def _write(self, name: str, files: dict[str, bytes], meta: dict[str, Any]) -> None:
+    def _write(self, name: str, files: dict[str, bytes], meta: RecordMeta) -> None:
         self._check_lease()
         folder = f"{self.root}/{name}"
         self.fs.create_dir(folder, recursive=True)
         self.fs.delete_dir_contents(folder)  # a record rewritten after a resume starts empty
-        listing = {}
+        listing: dict[str, FileEntry] = {}
         for file_name, data in files.items():
             with self.fs.open_output_stream(f"{folder}/{file_name}") as out:
                 out.write(data)
@@ -337,16 +364,14 @@ class RecordStore:
         # The manifest goes last, so it only exists once the files do.
         self._put_manifest(folder, {"files": listing, "meta": meta})
 
-    def _put_manifest(self, folder: str, manifest: dict[str, Any]) -> None:
+    def _put_manifest(self, folder: str, manifest: Manifest) -> None:
         """Write the record's manifest through a temporary name, so a crash leaves the old one or
         the new one whole, never half of one."""
         with self.fs.open_output_stream(f"{folder}/manifest.json.tmp") as out:
             out.write(json.dumps(manifest, indent=1).encode())
         self.fs.move(f"{folder}/manifest.json.tmp", f"{folder}/manifest.json")
 
-    def _read(
-        self, name: str, only: tuple[str, ...] | None = None
-    ) -> tuple[str | None, dict[str, bytes], dict[str, Any]]:
+    def _read(self, name: str, only: tuple[str, ...] | None = None) -> tuple[str | None, dict[str, bytes], RecordMeta]:
         folder = f"{self.root}/{name}"
         try:
             with self.fs.open_input_stream(f"{folder}/manifest.json") as f:
@@ -358,15 +383,15 @@ class RecordStore:
                 with self.fs.open_input_stream(f"{folder}/{file_name}") as f:
                     data = f.read()
                 if len(data) != expected["bytes"]:
-                    return f"{file_name} has {len(data)} bytes, expected {expected['bytes']}", {}, {}
+                    return f"{file_name} has {len(data)} bytes, expected {expected['bytes']}", {}, RecordMeta()
                 if hashlib.sha256(data).hexdigest() != expected["sha256"]:
-                    return f"{file_name} does not match its checksum", {}, {}
+                    return f"{file_name} does not match its checksum", {}, RecordMeta()
                 files[file_name] = data
             return None, files, manifest["meta"]
         except FileNotFoundError as exc:
-            return f"incomplete ({exc})", {}, {}
+            return f"incomplete ({exc})", {}, RecordMeta()
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            return f"unreadable ({exc})", {}, {}
+            return f"unreadable ({exc})", {}, RecordMeta()
 
     def _prune(self, kind: str, keep: int) -> None:
         for epoch in sorted(self._epochs(kind), reverse=True)[keep:]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,10 +25,10 @@ import torch
 
 from seqae_core import data as data_lib
 from seqae_core import metrics as M
-from seqae_core.checkpoint import Checkpoint
+from seqae_core.checkpoint import Checkpoint, StopperState
 from seqae_core.config import Config, TrainConfig, from_flat
 from seqae_core.device import autocast, pick_device, set_up
-from seqae_core.epoch import EpochRecord
+from seqae_core.epoch import EpochRecord, Scores
 from seqae_core.evaluation import evaluate, named, reconstruct
 from seqae_core.fused import Pack, fuses
 from seqae_core.loops import Interrupt, NonFiniteLossError, Replicate, train_pack_steps, train_steps
@@ -37,6 +37,9 @@ from seqae_core.schedule import lr_schedule
 from seqae_errors import ConfigError
 
 Report = Callable[[EpochRecord, Checkpoint], None]
+# A run's final metrics (:func:`summary`): numbers by name, ``stopped_early`` a bool.
+Summary = dict[str, float]
+
 RESUMABLE_CHANGES = ("train.epochs", "train.fuse_repeats")  # a resumed run may change them: they train the same run
 
 
@@ -50,6 +53,12 @@ class EarlyStopping:
     best: float = -math.inf
     best_epoch: int = 0
     bad_epochs: int = 0
+
+    def state(self) -> StopperState:
+        """Its fields, as a checkpoint keeps them (``EarlyStopping(**state)`` reads them back)."""
+        return StopperState(
+            patience=self.patience, best=self.best, best_epoch=self.best_epoch, bad_epochs=self.bad_epochs
+        )
 
     def update(self, value: float, epoch: int) -> bool:
         """Record an epoch's value; True when it is a new best."""
@@ -147,7 +156,7 @@ class Run:
         done = resume.finished and (stopper.should_stop or resume.epoch >= config.train.epochs)
         return cls(config, replicates, stopper, history, kept_test, (resume.epoch + 1, resume.step), done)
 
-    def summary(self, data_seconds: float) -> dict[str, Any]:
+    def summary(self, data_seconds: float) -> Summary:
         return summary(self.history, self.stopper, self.config.train.epochs, data_seconds)
 
     def score(self, splits: data_lib.Splits, dev: torch.device, plan: HeadPlan) -> tuple[dict[str, float], bool]:
@@ -228,7 +237,7 @@ class Run:
             epoch=epoch if ends_epoch else epoch - 1,
             step=0 if ends_epoch else steps.stop,
             seeds=[r.state() for r in self.replicates],
-            early_stopping=asdict(self.stopper),
+            early_stopping=self.stopper.state(),
             history=self.history,
             finished=stop,
             patience_spent=self.stopper.should_stop,
@@ -410,7 +419,7 @@ def train(
     progress: bool = False,
     measure: Callable[[], dict[str, float]] | None = None,
     interrupt: Interrupt | None = None,
-) -> dict[str, Any]:
+) -> Summary:
     """Train and return the final metrics (those of the best epoch, plus a summary).
 
     ``resume`` is a checkpoint dict from ``report``; training continues after its epoch. Its
@@ -489,10 +498,11 @@ def _parts(first_epoch: int, first_step: int, epochs: int, checks: list[int]) ->
                 start = stop
 
 
-def summary(history: list[dict[str, Any]], stopper: EarlyStopping, epochs: int, data_seconds: float) -> dict[str, Any]:
+def summary(history: list[Scores], stopper: EarlyStopping, epochs: int, data_seconds: float) -> Summary:
     """The final metrics: those of the best result (the best epoch's by default), and how the run went."""
-    best = history[stopper.best_epoch - 1]
-    train_seconds = sum(h[M.EPOCH_SECONDS] for h in history)
+    numbers = [{k: v for k, v in h.items() if not isinstance(v, list)} for h in history]  # not train_loss_steps
+    best = numbers[stopper.best_epoch - 1]
+    train_seconds = sum(h[M.EPOCH_SECONDS] for h in numbers)
     return {
         **{
             k: best[k]
@@ -510,10 +520,10 @@ def summary(history: list[dict[str, Any]], stopper: EarlyStopping, epochs: int, 
         },
         **{k: v for k, v in best.items() if M.is_spread(k)},
         M.BEST_EPOCH: best[M.EPOCH],
-        M.EPOCHS_RUN: history[-1][M.EPOCH],  # whole unless patience stopped it between epochs' ends
-        M.STOPPED_EARLY: history[-1][M.EPOCH] < epochs,
-        M.TOKENS_PER_S: float(np.mean([h[M.TOKENS_PER_S] for h in history])),
+        M.EPOCHS_RUN: numbers[-1][M.EPOCH],  # whole unless patience stopped it between epochs' ends
+        M.STOPPED_EARLY: numbers[-1][M.EPOCH] < epochs,
+        M.TOKENS_PER_S: float(np.mean([h[M.TOKENS_PER_S] for h in numbers])),
         M.TRAIN_SECONDS: train_seconds,
         M.DATA_SECONDS: data_seconds,
-        **({M.COMPILE_SECONDS: history[0][M.COMPILE_SECONDS]} if M.COMPILE_SECONDS in history[0] else {}),
+        **({M.COMPILE_SECONDS: numbers[0][M.COMPILE_SECONDS]} if M.COMPILE_SECONDS in numbers[0] else {}),
     }

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypedDict
 
 from dashboards import claims
 from dashboards.report.data import Trial
@@ -54,7 +54,20 @@ def seed_spreads(trials: list[Trial]) -> claims.Spreads:
     return dict(spreads)
 
 
-def grid_data(trials: list[Trial], grid: dict[str, tuple[Any, ...]]) -> dict[str, Any] | None:
+class GridRow(TypedDict):
+    label: str  # what differs from the first row
+    cells: list[str]  # the mean best accuracy per column, "" where no trial has one
+
+
+class GridData(TypedDict):
+    """The grid template's table (:func:`grid_data`)."""
+
+    caption: str
+    cols: list[str]
+    rows: list[GridRow]
+
+
+def grid_data(trials: list[Trial], grid: dict[str, tuple[Any, ...]]) -> GridData | None:
     """Best accuracy per grid cell (``grid``: a sweep's axes): a column per value of its first grid axis, a row per
     combination of the others (e.g. the ablation's variants by latent length). A row is labelled
     by what differs from the first row. None without a grid of two axes or a trial with a result."""

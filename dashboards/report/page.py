@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from mlflow.tracking import MlflowClient
@@ -49,7 +49,36 @@ def _short(value: Any) -> Any:
     return f"{value:.4g}" if isinstance(value, float) else value
 
 
-def _table(trials: list[Trial]) -> dict[str, Any]:
+class Row(TypedDict):
+    """A row of the report's trials table, classed by its trial's state."""
+
+    state: str
+    cells: list[str]
+
+
+class Table(TypedDict):
+    head: list[str]
+    rows: list[Row]
+
+
+class Pair(TypedDict):
+    original: list[str]
+    tokens: list[tuple[str, str]]  # (reconstructed, original) token pairs
+
+
+class SampleBlock(TypedDict):
+    """A latent ratio's samples, as the template shows them."""
+
+    heading: str
+    pairs: list[Pair]
+
+
+class ClaimRow(TypedDict):
+    css: str  # the verdict, as the row's class
+    cells: list[str]
+
+
+def _table(trials: list[Trial]) -> Table:
     """The trials table: its column names and a row of cell texts per trial, classed by its state."""
     varying = _varying(trials)
     unit = trials[0].resource if trials else "cpu"
@@ -69,7 +98,7 @@ def _table(trials: list[Trial]) -> dict[str, Any]:
         f"accuracy per {unit}-hour",
         "node",
     ]
-    rows = []
+    rows: list[Row] = []
     for t in trials:
         cells = [
             f"{t.number} ({t.start})" if t.start else t.number,
@@ -91,7 +120,7 @@ def _table(trials: list[Trial]) -> dict[str, Any]:
 
 def _samples(
     trials: list[Trial], load: Callable[[Trial], list[dict[str, list[str]]]], per_ratio: int = 2
-) -> list[dict[str, Any]]:
+) -> list[SampleBlock]:
     """Per latent ratio, the best trial's first samples: the original tokens and (reconstructed,
     original) token pairs, which the template highlights where they differ. ``load`` reads a
     trial's samples: only the trials shown are read."""
@@ -99,13 +128,13 @@ def _samples(
     for t in trials:
         if (t.samples or t.samples_logged) and t.input_len:  # a run without its parameters cannot be placed
             by_ratio[(t.input_len, t.latent_len)].append(t)
-    blocks = []
+    blocks: list[SampleBlock] = []
     for (input_len, latent), group in sorted(by_ratio.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
         best = max(group, key=lambda t: t.best or 0.0)
         samples = load(best)
         if not samples:
             continue
-        pairs = [
+        pairs: list[Pair] = [
             {"original": sample["original"], "tokens": list(zip(sample["reconstruction"], sample["original"]))}
             for sample in samples[:per_ratio]
         ]
@@ -118,7 +147,7 @@ def _samples(
     return blocks
 
 
-def _claims(verdicts: list[claims.Verdict]) -> list[dict[str, Any]]:
+def _claims(verdicts: list[claims.Verdict]) -> list[ClaimRow]:
     """A row per claim, classed by its verdict (``not-reproduced``) for the row's colour."""
     return [{"css": v.verdict.replace(" ", "-"), "cells": [v.claim, v.text, v.measured, v.verdict]} for v in verdicts]
 

@@ -21,7 +21,7 @@ import itertools
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,7 +208,7 @@ def _metric_rows(config: Config, dev: torch.device) -> int:
     )
 
 
-def _shape_of(params: dict[str, object], shapes: list[Shape], otherwise: Shape) -> Shape:
+def _shape_of(params: Mapping[str, object], shapes: list[Shape], otherwise: Shape) -> Shape:
     """The timed shape whose values ``params`` takes (a starting point's), else ``otherwise``."""
     return next((s for s in shapes if all(params.get(k) == v for k, v in s.params.items())), otherwise)
 

@@ -5,16 +5,17 @@ document (a pinned config key leaves the grid, the search and the starting point
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
+from seqae_core.borders import Document
 from seqae_core.config import KEYS, flatten, load_yaml, parse_sets
 from seqae_errors import ConfigError
 
 MAX_FILE_BYTES = 256 * 1024  # sweep files are documents, not data
 
 
-def read_document(path: str | Path, keys: list[str]) -> dict[str, Any]:
+def read_document(path: str | Path, keys: list[str]) -> Document:
     """The YAML mapping in ``path`` (a sweep file, whose top-level ``keys`` an error lists),
     refusing files that are large or use aliases."""
     path = Path(path)
@@ -35,8 +36,8 @@ def read_document(path: str | Path, keys: list[str]) -> dict[str, Any]:
 
 
 def apply_sets(
-    document: dict[str, Any], sets: list[str] | tuple[str, ...], source: str, keys: list[str]
-) -> dict[str, Any]:
+    document: Mapping[str, object], sets: list[str] | tuple[str, ...], source: str, keys: list[str]
+) -> Document:
     """``--set`` overrides on a sweep document.
 
     ``data.* / model.* / train.*`` pin a config key: it is set in ``config`` and leaves the grid,
@@ -48,9 +49,9 @@ def apply_sets(
 
 
 def _override(
-    document: dict[str, Any], overrides: dict[str, Any], source: str, label: str, keys: list[str]
-) -> dict[str, Any]:
-    doc = copy.deepcopy(document)
+    document: Mapping[str, object], overrides: Mapping[str, object], source: str, label: str, keys: list[str]
+) -> Document:
+    doc: Document = copy.deepcopy(dict(document))
     for key, value in overrides.items():
         where = f"{label}{key}"
         section = key.split(".", 1)[0]
@@ -98,9 +99,10 @@ def _override(
     return doc
 
 
-def apply_profile(doc: dict[str, Any], name: Any, source: str, keys: list[str]) -> dict[str, Any]:
+def apply_profile(document: Mapping[str, object], name: object, source: str, keys: list[str]) -> Document:
     """The document with its profile ``name`` applied: the profile's keys are overrides of the same
     form as ``--set``; its ``description`` is added to the sweep's."""
+    doc: Document = dict(document)
     profiles = doc.pop("profiles", None) or {}
     if not isinstance(profiles, dict):
         raise ConfigError(f"{source}: profiles must map names to blocks of overrides, got {profiles!r}")
@@ -123,7 +125,7 @@ def apply_profile(doc: dict[str, Any], name: Any, source: str, keys: list[str]) 
     return doc
 
 
-def mapping(value: Any, where: str, source: str) -> dict[str, Any]:
+def mapping(value: object, where: str, source: str) -> dict[str, object]:
     """``value`` if it is a mapping with string keys; ``where`` names it in the error."""
     if not isinstance(value, dict):
         raise ConfigError(f"{source}: {where} must be a mapping; got {value!r}")

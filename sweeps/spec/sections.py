@@ -6,6 +6,7 @@ limits every sweep is held to."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import (
@@ -112,7 +113,7 @@ class Distribution(Section):
             raise ValueError(f"step={self.step} cannot be combined with log: true")
         return self
 
-    def active(self, params: dict[str, Any]) -> bool:
+    def active(self, params: Mapping[str, object]) -> bool:
         """Whether this key is sampled in a trial whose earlier keys took ``params``."""
         return all(key in params and params[key] in values for key, values in self.when.items())
 
@@ -137,7 +138,7 @@ class Distribution(Section):
         return self.choices.index(value) if self.type == "ordered" else value
 
     @model_serializer(mode="wrap")
-    def _canonical(self, dump: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _canonical(self, dump: SerializerFunctionWrapHandler) -> dict[str, object]:
         """Only what differs from the defaults (a key that does not apply to the type is refused
         when read back), an int's bounds as whole numbers."""
         out = {

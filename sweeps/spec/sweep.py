@@ -16,6 +16,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,7 +32,9 @@ from pydantic import (
     model_validator,
 )
 
-from seqae_core.config import FREE_KEYS, Config, build, coerce, flatten
+from seqae_core.borders import Document
+from seqae_core.config import FREE_KEYS, Config, Flat, FlatValue, Layer, build, coerce, flatten
+from seqae_core.epoch import score
 from seqae_errors import ConfigError
 from sweeps.spec.messages import reason
 from sweeps.spec.overrides import apply_profile, apply_sets, mapping, read_document
@@ -184,7 +187,7 @@ class SweepSpec(Section):
 
     @field_validator("base", mode="before")
     @classmethod
-    def _config(cls, value: Any, info: ValidationInfo) -> dict[str, Any]:
+    def _config(cls, value: Any, info: ValidationInfo) -> Flat:
         where = f"{source_of(info)}: config"
         base = {k: coerce(k, v, where) for k, v in flatten(value or {}, where).items()}
         if isinstance(base.get("data.path"), str):
@@ -208,7 +211,7 @@ class SweepSpec(Section):
 
     @field_validator("start", mode="before")
     @classmethod
-    def _starts(cls, value: Any, info: ValidationInfo) -> dict[str, dict[str, Any]]:
+    def _starts(cls, value: Any, info: ValidationInfo) -> dict[str, Flat]:
         source = source_of(info)
         if not isinstance(value or {}, dict):
             raise ConfigError(
@@ -285,16 +288,17 @@ class SweepSpec(Section):
     def multi_objective(self) -> bool:
         return len(self.objectives) > 1
 
-    def violations(self, record: dict[str, Any]) -> list[float]:
-        """How far an epoch's ``record`` is outside each constraint (0 or less: inside it)."""
-        return [c.violation(float(record[c.metric])) for c in self.constraints or ()]
+    def violations(self, record: Mapping[str, object]) -> list[float]:
+        """How far an epoch's ``record`` (:meth:`~seqae_core.epoch.EpochRecord.as_dict`) is outside
+        each constraint (0 or less: inside it)."""
+        return [c.violation(score(record, c.metric)) for c in self.constraints or ()]
 
-    def cells(self) -> list[dict[str, Any]]:
+    def cells(self) -> list[Flat]:
         """The grid's cells in a fixed order (one empty cell without a grid). An axis named
         ``"a,b"`` is zipped: its values are pairs that vary together."""
         cells = []
         for combination in itertools.product(*self.grid.values()):
-            cell: dict[str, Any] = {}
+            cell: Flat = {}
             for axis, value in zip(self.grid, combination):
                 cell.update(zip(axis.split(","), value) if "," in axis else [(axis, value)])
             cells.append(cell)
@@ -314,20 +318,20 @@ class SweepSpec(Section):
         names (else as the file lists them)."""
         return sampling_order(self.search, set(self.grid_keys()), self.source)
 
-    def values_of(self, recorded: dict[str, Any]) -> dict[str, Any]:
+    def values_of(self, recorded: Mapping[str, FlatValue]) -> Flat:
         """A trial's config values from the parameters its Optuna study recorded (an ordered
         choice's position there: :meth:`~sweeps.spec.sections.Distribution.value_of`)."""
         return {k: self.search[k].value_of(v) if k in self.search else v for k, v in recorded.items()}
 
-    def recorded(self, params: dict[str, Any]) -> dict[str, Any]:
+    def recorded(self, params: Mapping[str, FlatValue]) -> Flat:
         """What an Optuna study records of a trial's config values ``params`` (:meth:`values_of`'s inverse)."""
         return {k: self.search[k].recorded(v) if k in self.search else v for k, v in params.items()}
 
-    def start_params(self, name: str) -> dict[str, Any]:
+    def start_params(self, name: str) -> Flat:
         """Starting point ``name``'s value of each searched key it samples: its own, else the base
         config's (a starting point is a whole configuration)."""
         values = build(trial_layers(self.source, self.base, self.start[name])).flat()
-        params: dict[str, Any] = {}
+        params: Flat = {}
         for key in self.sampling_order():
             if self.search[key].active(params):
                 params[key] = values[key]
@@ -377,7 +381,7 @@ class SweepSpec(Section):
             return self.trials.total
         return (self.trials.per_cell or 1) * len(self.cells())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> Document:
         """The canonical form stored with a sweep: every field, as JSON, so that it reloads to the
         same spec (no field can be left out of it) and is diffed on resume."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -406,7 +410,7 @@ def local_path(value: str) -> str:
         return value
 
 
-def validate(doc: dict[str, Any], source: str) -> SweepSpec:
+def validate(doc: Mapping[str, object], source: str) -> SweepSpec:
     """A sweep document checked against the schema alone: what a sweep's record holds
     (:meth:`SweepSpec.to_dict`), whose profiles and cross-field checks :func:`parse` applied when
     the sweep was created."""
@@ -418,7 +422,7 @@ def validate(doc: dict[str, Any], source: str) -> SweepSpec:
     return spec
 
 
-def parse(doc: dict[str, Any], source: str) -> SweepSpec:
+def parse(doc: Mapping[str, object], source: str) -> SweepSpec:
     """Validate a sweep document (the mapping in a file, or :meth:`SweepSpec.to_dict`)."""
     spec = validate(doc, source)
     if spec.profiles is not None:  # every profile must give a valid sweep, whichever is run
@@ -432,7 +436,7 @@ def parse(doc: dict[str, Any], source: str) -> SweepSpec:
     return spec
 
 
-def trial_layers(source: str, base: dict[str, Any], params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def trial_layers(source: str, base: Layer, params: Layer) -> list[tuple[str, Layer]]:
     """The config layers of one trial: the base config under its grid cell's and searched values."""
     return [(f"{source}: config", base), (f"{source}: trial parameters", params)]
 

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from seqae_core.config import Config
+from seqae_core.borders import TuneConfig
+from seqae_core.config import Config, Flat
 
 
 @dataclass(frozen=True)
@@ -18,14 +19,14 @@ class TrialSpec:
     searched values) travels as its error: the trial fails with it, and the sweep goes on."""
 
     number: int
-    params: dict[str, Any]
+    params: Flat  # the values its grid cell and the search set, by config key
     config: Config | None
     error: str | None = None
     continued: bool = False  # an interrupted trial, to continue from its checkpoint
     start: str | None = None  # the starting point it is, by name
 
     @property
-    def logged_params(self) -> dict[str, Any]:
+    def logged_params(self) -> Flat:
         """Every config key, with the latent length and fraction resolved; the bare values
         when the config could not be built."""
         if self.config is None:
@@ -51,7 +52,7 @@ class WorkerSpec:
         if self.pack and (numbers[0] != self.trial.number or len(set(numbers)) != len(numbers)):
             raise ValueError(f"a pack's members {numbers} must be distinct trials, trial {self.trial.number} first")
 
-    def to_tune(self) -> dict[str, Any]:
+    def to_tune(self) -> TuneConfig:
         """Tune's config of the trial: a dict, which Tune copies to the worker and hands its parts."""
         return {TRIAL: self.trial, **({PACK: self.pack} if self.pack else {})}
 

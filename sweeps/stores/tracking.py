@@ -51,7 +51,7 @@ from seqae_core import names as N
 from seqae_core.checkpoint import CheckpointStore, tensors
 from seqae_core.config import DataConfig, from_flat, to_yaml
 from seqae_core.epoch import EpochRecord
-from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, TrialProgress
+from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, RecordMeta, TrialProgress
 from seqae_errors import ConfigError
 from sweeps.stores import textmodel
 from sweeps.stores.ledger import Outcome, resource_seconds
@@ -388,7 +388,7 @@ class Tracker:
             cache.artifacts_epoch = best.epoch
         return progress
 
-    def _log_best(self, run_id: str, files: dict[str, bytes], meta: dict[str, Any]) -> None:
+    def _log_best(self, run_id: str, files: dict[str, bytes], meta: RecordMeta) -> None:
         """The best epoch's samples, metrics and config; its model goes to MLflow only where the
         sweep registers it (:meth:`register`), so that MLflow does not grow by a model per trial."""
         with tempfile.TemporaryDirectory() as tmp:
