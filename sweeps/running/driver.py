@@ -40,6 +40,7 @@ from sweeps.spec.sections import EVENTS, Objective
 from sweeps.spec.sweep import cell_configs
 from sweeps.stores import ledger, ownership
 from sweeps.stores.mlflow_access import check_credentials, unreachable, waiting_for_mlflow
+from sweeps.stores.proposals import Params
 from sweeps.stores.queue import Queue
 from sweeps.stores.search import SweepStudy, open_study
 from sweeps.stores.shares import Capacity
@@ -428,11 +429,11 @@ def latent_aliases(front: list[FrozenTrial], objectives: tuple[Objective, ...]) 
     return {n: tuple(a for a, owner in owners.items() if owner == n) for n in dict.fromkeys(owners.values())}
 
 
-def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:
+def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> Params:
     """The parent run's params: where the sweep came from, each part of its stored form (a part
     that is a mapping or list as compact JSON, within MLflow's length for a param) and its base
     config, a param per key."""
-    params: dict[str, Any] = {
+    params: Params = {
         "sweep.file": state.file,
         "sweep.fingerprint": state.fingerprint,
         "sweep.planned_trials": state.planned_trials,

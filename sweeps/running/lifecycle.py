@@ -28,6 +28,7 @@ from sweeps.spec.sections import MAX_CONCURRENT, MAX_TRIALS, check_limit
 from sweeps.stores import ownership
 from sweeps.stores.control_channel import Control, StopRequest
 from sweeps.stores.mlflow_access import check_credentials
+from sweeps.stores.proposals import Params
 from sweeps.stores.search import SweepStudy, open_study, read_only, study_exists
 from sweeps.stores.workspace import (
     DriverLock,
@@ -145,7 +146,7 @@ def fork(
     return name
 
 
-def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, dict[str, Any]]:
+def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, Params]:
     """``spec.warm_start`` resolved: the ``top`` best complete trials of each earlier sweep it
     names (same objective) whose searched values fit ``spec``'s space, as starting points named
     ``SWEEP.tNUMBER`` (the values of the keys ``spec`` searches; its own base config sets the rest).
@@ -154,7 +155,7 @@ def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, dic
     if spec.warm_start is None:
         return {}
     objectives = [(o.metric, o.mode) for o in spec.objectives]
-    points: dict[str, dict[str, Any]] = {}
+    points: dict[str, Params] = {}
     for origin in spec.warm_start.sweeps:
         source = workspace.read(origin)  # an unknown sweep is refused, naming it
         source_spec = source.spec

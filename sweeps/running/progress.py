@@ -15,8 +15,8 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -26,6 +26,9 @@ from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.epoch import EpochRecord
 from sweeps.spec.sections import Objective
+
+if TYPE_CHECKING:  # a name for the checker: the progress lines need no Optuna to run
+    from sweeps.stores.proposals import Params, ParamValue
 
 LINES = logging.getLogger("sweeps.running.progress")  # the driver's lines, shown where a user asked for them (show)
 
@@ -53,7 +56,7 @@ def show() -> None:
     LINES.propagate = False  # not again on stderr, where the command line sends other log lines
 
 
-def short(params: dict[str, Any]) -> str:
+def short(params: Mapping[str, ParamValue]) -> str:
     """``{"train.lr": 0.00186, "model.d_model": 128}`` -> ``lr=1.9e-03 d_model=128``."""
     parts = []
     for key, value in params.items():
@@ -104,7 +107,9 @@ class Progress:
             return None
         return (self.work - self.done) * (time.monotonic() - self.started) / self.done
 
-    def result(self, number: int, params: dict[str, Any], record: EpochRecord, start: str | None = None) -> str:
+    def result(
+        self, number: int, params: Mapping[str, ParamValue], record: EpochRecord, start: str | None = None
+    ) -> str:
         """Record a result and print its line (a starting point's shows its name before its
         parameters); returns the line. It adds the epochs trained since the trial's previous
         result (one a result by default; a trial's first in this session: since its epoch began)."""
@@ -143,15 +148,13 @@ class Progress:
         self.bar.close()
 
 
-def summary(
-    trials: list[Any], objectives: tuple[Objective, ...], values_of: Callable[[dict[str, Any]], dict[str, Any]] = dict
-) -> str:
+def summary(trials: list[Any], objectives: tuple[Objective, ...], values_of: Callable[[Params], Params] = dict) -> str:
     """A table of every trial of the study, best first (:func:`summary_rows`), as plain text."""
     return text_table(*summary_rows(trials, objectives, values_of))
 
 
 def summary_rows(
-    trials: list[Any], objectives: tuple[Objective, ...], values_of: Callable[[dict[str, Any]], dict[str, Any]] = dict
+    trials: list[Any], objectives: tuple[Objective, ...], values_of: Callable[[Params], Params] = dict
 ) -> tuple[list[str], list[list[str]]]:
     """The header and rows of a table of every trial of the study, best first: trial, state,
     epochs trained at its latest result (a fraction, 0.4, where a trial validates between epochs'
