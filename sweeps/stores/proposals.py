@@ -260,15 +260,17 @@ class Proposals(StudyTrials):
     def space(self) -> dict[str, Distribution]:
         """The searched distributions as they are now: the sweep file's, narrowed in place
         (:mod:`sweeps.stores.narrowing`)."""
-        return narrowing.space(self.spec.search, self.storage.get_study_user_attrs(self.study_id))
+        return narrowing.space(
+            self.spec.search, narrowing.Narrowings.of(self.storage.get_study_user_attrs(self.study_id))
+        )
 
     def narrow(self, key: str, value: Any, by: str) -> Distribution:
         """Narrow searched ``key`` to ``value`` (:func:`sweeps.stores.narrowing.check`) from the
         next proposal on, and log it."""
-        attrs = self.storage.get_study_user_attrs(self.study_id)
-        new = narrowing.check(key, value, self.spec.search, narrowing.space(self.spec.search, attrs))
+        now = narrowing.Narrowings.of(self.storage.get_study_user_attrs(self.study_id))
+        new = narrowing.check(key, value, self.spec.search, narrowing.space(self.spec.search, now))
         self.storage.set_study_user_attr(
-            self.study_id, narrowing.NARROWED, narrowing.record(attrs, key, new, by, time.strftime("%Y-%m-%d %H:%M:%S"))
+            self.study_id, narrowing.NARROWED, now.narrowed(key, new, by, time.strftime("%Y-%m-%d %H:%M:%S")).record()
         )
         return new
 
@@ -279,8 +281,8 @@ class Proposals(StudyTrials):
 
     def narrowing_notes(self) -> list[str]:
         """What status and the report say of a space narrowed in place: each narrowing, the trials outside."""
-        attrs = self.storage.get_study_user_attrs(self.study_id)
-        return narrowing.notes(attrs, self.outside()) if narrowing.NARROWED in attrs else []
+        narrowings = narrowing.Narrowings.of(self.storage.get_study_user_attrs(self.study_id))
+        return narrowing.notes(narrowings, self.outside()) if narrowings.log else []
 
 
 def optuna_distribution(dist: Distribution) -> optuna.distributions.BaseDistribution:
