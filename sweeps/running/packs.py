@@ -151,7 +151,9 @@ class Members:
 
 class PackSearcher(DriverOnly, Searcher):
     """Tune's searcher for a sweep of packs: the sweep's own proposes the packs; the members'
-    results and ends reach it through :class:`Members`, which hears here that Tune let go of a pack."""
+    results (played to each member by :class:`PackScheduler`, which Tune asks first: a pack's own
+    result is left to Searcher's default, which ignores it) and ends reach it through
+    :class:`Members`, which hears here that Tune let go of a pack."""
 
     def __init__(self, members: Members) -> None:
         super().__init__()  # no metric of its own: a pack's result has none, its members' do
@@ -159,9 +161,6 @@ class PackSearcher(DriverOnly, Searcher):
 
     def suggest(self, trial_id: str) -> TuneConfig | None:
         return self.members.searcher.suggest(trial_id)  # type: ignore[no-any-return]
-
-    def on_trial_result(self, trial_id: str, result: TuneResult) -> None:
-        pass  # played to each member by PackScheduler, which Tune asks first
 
     def on_trial_complete(self, trial_id: str, result: TuneResult | None = None, error: bool = False) -> None:
         """Tune lets go of a pack here first (its scheduler and callbacks hear of it after)."""

@@ -32,7 +32,9 @@ class Proposal:
     """One configuration the searcher proposes: its searched keys' values, as a trial's config
     holds them (an ordered choice's level), and the study's trial they are told back to."""
 
-    params: Params
+    # not Params: research's replays index their tables by a proposed value as the number it is there
+    # (research/front_replay.py)
+    params: dict[str, Any]
     trial: optuna.Trial
 
 
