@@ -70,7 +70,7 @@ class SweepStatus(TrialsView):
     forked_from: str | None
     owner: str | None  # the user it belongs to (sweeps.stores.ownership); None: a sweep from before owners
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, object]:
         """What ``--json`` prints: ``best`` the one trial, the front as a list, or null before one
         ends; each best trial and starting point with the fields a reader of the sweep asks for
         (the whole record: :meth:`seqae.api.Sweep.trials`)."""

@@ -12,6 +12,7 @@ from ray.tune.experiment import Trial
 
 from seqae_core import metrics as M
 from seqae_core import names as N
+from seqae_core.borders import TuneResult
 from sweeps.running.notify import Notifier
 from sweeps.running.progress import Progress, best_line
 from sweeps.running.slots import Slots
@@ -67,7 +68,7 @@ class TrackingCallback(DriverOnly, tune.Callback):
         )
 
     def on_trial_result(
-        self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
+        self, iteration: int, trials: list[Trial], trial: Trial, result: TuneResult, **info: Any
     ) -> None:
         number, kept = WorkerSpec.of_tune(trial.config).trial.number, of_tune(result)
         self.writer.submit(
@@ -123,7 +124,7 @@ class ProgressCallback(DriverOnly, tune.Callback):
         self.progress, self.spend, self.stop_now, self.trial_stops = progress, spend, stop_now, trial_stops
 
     def on_trial_result(
-        self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
+        self, iteration: int, trials: list[Trial], trial: Trial, result: TuneResult, **info: Any
     ) -> None:
         spec = WorkerSpec.of_tune(trial.config).trial
         self.progress.result(spec.number, spec.params, of_tune(result).record, spec.start)

@@ -26,6 +26,7 @@ from optuna.trial import FrozenTrial
 
 from seqae_core import metrics as M
 from seqae_core import names as N
+from seqae_core.config import Flat
 from seqae_core.device import describe_precision
 from seqae_errors import ConfigError, StorageUnreachable
 from sweeps.running import progress, provenance, runner, stoppers
@@ -428,11 +429,11 @@ def latent_aliases(front: list[FrozenTrial], objectives: tuple[Objective, ...]) 
     return {n: tuple(a for a, owner in owners.items() if owner == n) for n in dict.fromkeys(owners.values())}
 
 
-def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> dict[str, Any]:
+def sweep_params(spec: spec_lib.SweepSpec, state: SweepState) -> Flat:
     """The parent run's params: where the sweep came from, each part of its stored form (a part
     that is a mapping or list as compact JSON, within MLflow's length for a param) and its base
     config, a param per key."""
-    params: dict[str, Any] = {
+    params: Flat = {
         "sweep.file": state.file,
         "sweep.fingerprint": state.fingerprint,
         "sweep.planned_trials": state.planned_trials,

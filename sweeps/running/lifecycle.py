@@ -16,7 +16,7 @@ import torch
 from optuna.trial import TrialState
 
 from seqae_core import metrics as M
-from seqae_core.config import build
+from seqae_core.config import Flat, build
 from seqae_core.metrics import epoch_text
 from seqae_core.records import RecordStore
 from seqae_errors import ConfigError
@@ -145,7 +145,7 @@ def fork(
     return name
 
 
-def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, dict[str, Any]]:
+def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, Flat]:
     """``spec.warm_start`` resolved: the ``top`` best complete trials of each earlier sweep it
     names (same objective) whose searched values fit ``spec``'s space, as starting points named
     ``SWEEP.tNUMBER`` (the values of the keys ``spec`` searches; its own base config sets the rest).
@@ -154,7 +154,7 @@ def warm_starts(workspace: Workspace, spec: spec_lib.SweepSpec) -> dict[str, dic
     if spec.warm_start is None:
         return {}
     objectives = [(o.metric, o.mode) for o in spec.objectives]
-    points: dict[str, dict[str, Any]] = {}
+    points: dict[str, Flat] = {}
     for origin in spec.warm_start.sweeps:
         source = workspace.read(origin)  # an unknown sweep is refused, naming it
         source_spec = source.spec

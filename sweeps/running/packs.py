@@ -28,6 +28,7 @@ from ray.tune.search import Searcher
 from ray.tune.utils import flatten_dict
 
 from seqae_core import metrics as M
+from seqae_core.borders import TuneConfig, TuneResult
 from seqae_core.checkpoint import CheckpointStore
 from sweeps.running.callbacks import MEMBER_ERROR, PACK_TUNE_ID, last_error
 from sweeps.running.schedulers import stub_trial
@@ -86,7 +87,7 @@ class Members:
             for callback in self.callbacks:
                 callback.on_trial_recover(trial=member, **info)
 
-    def result(self, controller: Any, pack: Trial, result: dict[str, Any]) -> str:
+    def result(self, controller: Any, pack: Trial, result: TuneResult) -> str:
         """Each member's result, as Tune would hand a trial's; STOP once no member trains on."""
         self.controller = controller
         members = self.running.get(pack.trial_id, {})
@@ -150,19 +151,18 @@ class Members:
 
 class PackSearcher(DriverOnly, Searcher):
     """Tune's searcher for a sweep of packs: the sweep's own proposes the packs; the members'
-    results and ends reach it through :class:`Members`, which hears here that Tune let go of a pack."""
+    results (played to each member by :class:`PackScheduler`, which Tune asks first: a pack's own
+    result is left to Searcher's default, which ignores it) and ends reach it through
+    :class:`Members`, which hears here that Tune let go of a pack."""
 
     def __init__(self, members: Members) -> None:
         super().__init__()  # no metric of its own: a pack's result has none, its members' do
         self.members = members
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+    def suggest(self, trial_id: str) -> TuneConfig | None:
         return self.members.searcher.suggest(trial_id)  # type: ignore[no-any-return]
 
-    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        pass  # played to each member by PackScheduler, which Tune asks first
-
-    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+    def on_trial_complete(self, trial_id: str, result: TuneResult | None = None, error: bool = False) -> None:
         """Tune lets go of a pack here first (its scheduler and callbacks hear of it after)."""
         self.members.ended(trial_id, error)
 
@@ -189,10 +189,10 @@ class PackScheduler(DriverOnly, TrialScheduler):
     def on_trial_add(self, tune_controller: Any, trial: Trial) -> None:
         self.members.added(tune_controller, trial)
 
-    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: TuneResult) -> str:
         return self.members.result(tune_controller, trial, result)
 
-    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> None:
+    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: TuneResult) -> None:
         pass  # the members ended as their results came, or as the searcher heard the pack end
 
     def on_trial_error(self, tune_controller: Any, trial: Trial) -> None:

@@ -15,7 +15,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rich.console import Console
@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from seqae_core import metrics as M
 from seqae_core import names as N
+from seqae_core.config import Flat, FlatValue
 from seqae_core.epoch import EpochRecord
 from sweeps.spec.sections import Objective
 
@@ -53,7 +54,7 @@ def show() -> None:
     LINES.propagate = False  # not again on stderr, where the command line sends other log lines
 
 
-def short(params: dict[str, Any]) -> str:
+def short(params: Mapping[str, FlatValue]) -> str:
     """``{"train.lr": 0.00186, "model.d_model": 128}`` -> ``lr=1.9e-03 d_model=128``."""
     parts = []
     for key, value in params.items():
@@ -104,7 +105,9 @@ class Progress:
             return None
         return (self.work - self.done) * (time.monotonic() - self.started) / self.done
 
-    def result(self, number: int, params: dict[str, Any], record: EpochRecord, start: str | None = None) -> str:
+    def result(
+        self, number: int, params: Mapping[str, FlatValue], record: EpochRecord, start: str | None = None
+    ) -> str:
         """Record a result and print its line (a starting point's shows its name before its
         parameters); returns the line. It adds the epochs trained since the trial's previous
         result (one a result by default; a trial's first in this session: since its epoch began)."""
@@ -143,15 +146,13 @@ class Progress:
         self.bar.close()
 
 
-def summary(
-    trials: list[Any], objectives: tuple[Objective, ...], values_of: Callable[[dict[str, Any]], dict[str, Any]] = dict
-) -> str:
+def summary(trials: list[Any], objectives: tuple[Objective, ...], values_of: Callable[[Flat], Flat] = dict) -> str:
     """A table of every trial of the study, best first (:func:`summary_rows`), as plain text."""
     return text_table(*summary_rows(trials, objectives, values_of))
 
 
 def summary_rows(
-    trials: list[Any], objectives: tuple[Objective, ...], values_of: Callable[[dict[str, Any]], dict[str, Any]] = dict
+    trials: list[Any], objectives: tuple[Objective, ...], values_of: Callable[[Flat], Flat] = dict
 ) -> tuple[list[str], list[list[str]]]:
     """The header and rows of a table of every trial of the study, best first: trial, state,
     epochs trained at its latest result (a fraction, 0.4, where a trial validates between epochs'

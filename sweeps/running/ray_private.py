@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 # The Ray versions every function below was read against (its source) and tested on.
 CHECKED_RAY = ("2.60.0",)
+# What a rung records of a trial: the objective's value, turned to be maximized (Ray's ASHA), or
+# every objective's so (sweeps.running.schedulers.ParetoASHA).
+RungValue = float | tuple[float, ...]
 
 
 # ASHA's rungs (ray.tune.schedulers.async_hyperband): Tune keeps them in the driver's memory only and
@@ -39,7 +42,7 @@ def brackets(asha: AsyncHyperBandScheduler) -> list[Bracket]:
     return asha._brackets
 
 
-def rungs(bracket: Bracket) -> list[tuple[float, dict[str, Any]]]:
+def rungs(bracket: Bracket) -> list[tuple[float, dict[str, RungValue]]]:
     """A bracket's rungs, the highest milestone first: ``(milestone, {trial id: value recorded})``,
     Ray's own dicts (``_Bracket._rungs``), which its ``on_result`` records into and decides from: a
     value written into one counts in Ray's next decision at that rung."""
@@ -51,7 +54,7 @@ def reduction_factor(bracket: Bracket) -> float:
     return float(bracket.rf)
 
 
-def cutoff(bracket: Bracket, recorded: dict[str, Any]) -> Any:
+def cutoff(bracket: Bracket, recorded: dict[str, RungValue]) -> Any:
     """The value below which a trial reaching a rung that holds ``recorded`` stops (None while it
     holds none): the rule ``_Bracket.on_result`` applies, as :func:`race` may have set it."""
     return bracket.cutoff(recorded)

@@ -21,6 +21,7 @@ from ray.tune.search import Searcher
 from ray.tune.stopper import CombinedStopper
 
 from seqae_core import metrics as M
+from seqae_core.borders import TuneConfig, TuneResult
 from seqae_core.checkpoint import CheckpointStore
 from seqae_core.epoch import EpochRecord
 from sweeps.running import ray_private as RP
@@ -97,7 +98,7 @@ class StudySearcher(DriverOnly, Searcher):
     def restore(self, checkpoint_path: str) -> None:
         pass
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+    def suggest(self, trial_id: str) -> TuneConfig | None:
         """The next trial; None while ``max_concurrent`` trials run (the study's control record
         may change it at any time) or the sweep's share of the cluster's slots is taken; Tune's
         FINISHED once the sweep has no trial left, or none but new ones while it drains."""
@@ -144,7 +145,7 @@ class StudySearcher(DriverOnly, Searcher):
         left = training + waiting + paused if self.draining or self.finished else remaining
         return Doing(training, waiting, paused, min(self.ceiling, left), self.study.total - remaining, self.ceiling)
 
-    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+    def on_trial_result(self, trial_id: str, result: TuneResult) -> None:
         self._result(self.plans[trial_id].number, of_tune(result).record)
 
     def _result(self, number: int, record: EpochRecord) -> None:
@@ -163,7 +164,7 @@ class StudySearcher(DriverOnly, Searcher):
         if why and not self.study.control().drain:
             self.study.set_control(drain=why)
 
-    def on_trial_complete(self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False) -> None:
+    def on_trial_complete(self, trial_id: str, result: TuneResult | None = None, error: bool = False) -> None:
         self.live.discard(trial_id)
         number = self.plans[trial_id].number
         if result and M.EPOCH in result and not error:

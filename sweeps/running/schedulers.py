@@ -15,6 +15,7 @@ from ray.tune.experiment import Trial
 from ray.tune.result import DONE
 
 from seqae_core import metrics as M
+from seqae_core.borders import PickleState, TuneResult
 from seqae_core.pareto import behind
 from sweeps.running import ray_private as RP
 from sweeps.running.progress import say
@@ -37,11 +38,11 @@ class Preempting:
     slots: Slots | None = None
     trial_stops: TrialStops | None = None  # `seqae sweep stop --trial`: stopped through Tune at each step
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> PickleState:
         # Tune pickles its scheduler into tuner.pkl; the seat's and the study's database handles stay on the driver
         return {k: v for k, v in self.__dict__.items() if k not in ("slots", "trial_stops")}
 
-    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: TuneResult) -> str:
         decision: str = super().on_trial_result(tune_controller, trial, result)  # type: ignore[misc]
         if (
             self.slots is None
@@ -108,12 +109,13 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
                 if reached is not None:
                     recorded[f"past-{number}"] = self.value(reached)
 
-    def value(self, record: dict[str, Any]) -> Any:
-        """What a rung records of an epoch's ``record``: the objective's value, turned to be
+    def value(self, record: TuneResult) -> RP.RungValue:
+        """What a rung records of an epoch's ``record`` (a result as Tune hands it, or a trial's
+        history record, which holds the same metrics): the objective's value, turned to be
         maximized (Ray's ASHA records it so)."""
         return self._objectives[0].sign * float(record[self._objectives[0].metric])
 
-    def behind(self, bracket: Any, others: dict[str, Any], mine: Any) -> bool:
+    def behind(self, bracket: Any, others: dict[str, RP.RungValue], mine: RP.RungValue) -> bool:
         """Whether ``mine`` falls below the rung's cutoff among ``others`` (Ray's rule)."""
         cutoff = RP.cutoff(bracket, others)
         return cutoff is not None and mine < cutoff
@@ -125,14 +127,14 @@ class ResumableASHA(tune.schedulers.ASHAScheduler):
             return brackets[0]
         return brackets[int(np.random.default_rng(number).choice(len(brackets), p=self._odds))]
 
-    def on_trial_result(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+    def on_trial_result(self, tune_controller: Any, trial: Trial, result: TuneResult) -> str:
         """ASHA's decision, except that a starting point always goes on: it is evaluated to the full
         budget (its values still count at each rung, as any trial's)."""
         decision = self.decide(tune_controller, trial, result)
         before_the_end = result.get(RP.time_attr(self), 0) < RP.max_t(self)
         return tune.schedulers.TrialScheduler.CONTINUE if trial.config["trial"].start and before_the_end else decision
 
-    def decide(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+    def decide(self, tune_controller: Any, trial: Trial, result: TuneResult) -> str:
         return super().on_trial_result(tune_controller, trial, result)
 
     def stops(self, number: int, start: bool = False) -> bool:
@@ -176,7 +178,7 @@ class RacingASHA(ResumableASHA):
             RP.race(bracket, _best_so_far)  # the one rule racing changes
 
 
-def _best_so_far(recorded: dict[str, Any]) -> Any:
+def _best_so_far(recorded: dict[str, float]) -> float | None:
     """A racing rung's cutoff: the best value recorded there (None while it holds none)."""
     return max(recorded.values()) if recorded else None
 
@@ -189,30 +191,34 @@ class ParetoASHA(ResumableASHA):
     Syne Tune's MO-ASHA ranks the same way and breaks ties in rank as well; here they go on
     together. Resumes as :class:`ResumableASHA` does."""
 
-    def value(self, record: dict[str, Any]) -> Any:
+    def value(self, record: TuneResult) -> tuple[float, ...]:
         return tuple(o.sign * float(record[o.metric]) for o in self._objectives)
 
-    def behind(self, bracket: Any, others: dict[str, Any], mine: Any) -> bool:
-        return behind(list(others.values()), mine, 1 / RP.reduction_factor(bracket))
+    def behind(self, bracket: Any, others: dict[str, RP.RungValue], mine: RP.RungValue) -> bool:
+        vectors = [v for v in others.values() if isinstance(v, tuple)]
+        assert isinstance(mine, tuple) and len(vectors) == len(others)  # its rungs hold value()'s vectors only
+        return behind(vectors, mine, 1 / RP.reduction_factor(bracket))
 
-    def decide(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> str:
+    def decide(self, tune_controller: Any, trial: Trial, result: TuneResult) -> str:
         """Ray's ASHA step for a vector: at the end, stop; at the highest rung the trial reached and
         has no value at yet, record it there and go on unless it is behind."""
         if RP.time_attr(self) not in result:
             return tune.schedulers.TrialScheduler.CONTINUE
         if result[RP.time_attr(self)] >= RP.max_t(self):
             return tune.schedulers.TrialScheduler.STOP
-        return self._record(trial, result)
+        return self._record(trial, float(result[RP.time_attr(self)]), self.value(result))
 
-    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: dict[str, Any]) -> None:
+    def on_trial_complete(self, tune_controller: Any, trial: Trial, result: TuneResult) -> None:
         if RP.time_attr(self) in result:
-            self._record(trial, result)
+            self._record(trial, float(result[RP.time_attr(self)]), self.value(result))
         RP.forget_trial(self, trial.trial_id)
 
-    def _record(self, trial: Trial, result: dict[str, Any]) -> str:
-        bracket, mine = RP.bracket_of_trial(self, trial.trial_id), self.value(result)
+    def _record(self, trial: Trial, reached: float, mine: tuple[float, ...]) -> str:
+        """Record ``mine`` at the highest rung the trial ``reached`` (its progress) and has no value
+        at yet; whether it stops there."""
+        bracket = RP.bracket_of_trial(self, trial.trial_id)
         for milestone, recorded in RP.rungs(bracket):  # the highest rung first
-            if result[RP.time_attr(self)] >= milestone and trial.trial_id not in recorded:
+            if reached >= milestone and trial.trial_id not in recorded:
                 others = dict(recorded)
                 recorded[trial.trial_id] = mine
                 return (

@@ -14,11 +14,14 @@ nothing in the service calls it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 
+from seqae_core.borders import Document
+from seqae_core.config import Flat, FlatValue
 from sweeps.running.schedulers import Rungs, rungs_for, stub_trial
 from sweeps.spec.sweep import SweepSpec, cell_configs, parse
 from sweeps.spec.trial import TrialSpec
@@ -31,6 +34,8 @@ class Proposal:
     """One configuration the searcher proposes: its searched keys' values, as a trial's config
     holds them (an ordered choice's level), and the study's trial they are told back to."""
 
+    # not Flat: research's replays index their tables by a proposed value as the number it is there
+    # (research/front_replay.py)
     params: dict[str, Any]
     trial: optuna.Trial
 
@@ -68,17 +73,17 @@ class Simulation:
 
     def _proposal(self) -> Proposal:
         trial = self.study.ask()
-        params: dict[str, Any] = {}
+        params: Flat = {}
         for key in self.spec.sampling_order():  # each key after those its condition names, as the driver asks
             if self.spec.search[key].active(params):
                 params[key] = _suggest_one(trial, key, self.spec.search[key])
         return Proposal(params, trial)
 
-    def recorded(self, params: dict[str, Any]) -> dict[str, Any]:
+    def recorded(self, params: Mapping[str, FlatValue]) -> Flat:
         """What the study records of a configuration's values (an ordered choice as its position)."""
         return self.spec.recorded(params)
 
-    def enqueue(self, params: dict[str, Any]) -> None:
+    def enqueue(self, params: Mapping[str, FlatValue]) -> None:
         """Propose the configuration ``params`` next, before the sampler's own (a starting point)."""
         self.study.enqueue_trial(self.recorded(params))
 
@@ -89,7 +94,7 @@ class Simulation:
         if self.rungs is not None:
             self.rungs.on_trial_add(None, trial)
 
-    def result(self, number: int, record: dict[str, Any]) -> bool:
+    def result(self, number: int, record: dict[str, float]) -> bool:
         """Trial ``number`` reports ``record`` (its ``epoch`` and objectives' values, as a trial's
         result holds them); whether the scheduler stops it there."""
         if self.rungs is None:
@@ -97,9 +102,7 @@ class Simulation:
         return self.rungs.on_trial_result(None, self._trials[number], record) == self.rungs.STOP
 
 
-def simulate(
-    document: dict[str, Any], name: str, *, own_sampler: optuna.samplers.BaseSampler | None = None
-) -> Simulation:
+def simulate(document: Document, name: str, *, own_sampler: optuna.samplers.BaseSampler | None = None) -> Simulation:
     """The searcher and scheduler of the sweep ``document`` (a sweep file's mapping, checked as
     ``seqae sweep run`` checks it: a mistake is a ConfigError naming ``name``), for a caller that
     plays back recorded curves. ``own_sampler``: an Optuna sampler to search with instead of the

@@ -11,6 +11,7 @@ from typing import Any
 from ray import tune
 from ray.tune.experiment import Trial
 
+from seqae_core.borders import PickleState, TuneResult
 from seqae_core.epoch import EpochRecord
 from seqae_core.records import RecordStore, TrialProgress
 from sweeps.running.tune_result import of_tune
@@ -24,7 +25,7 @@ class DriverOnly:
     """Each session starts a fresh Tuner and the study holds the state, so Tune's own copies
     (tuner.pkl, searcher checkpoints) carry nothing: the live handles cannot be pickled anyway."""
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> PickleState:
         return {}
 
 
@@ -90,7 +91,7 @@ class BudgetStopper(DriverOnly, tune.Stopper):
     def __init__(self, spend: Spend, seconds: float) -> None:
         self.spend, self.seconds = spend, seconds
 
-    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+    def __call__(self, trial_id: str, result: TuneResult) -> bool:
         trial = of_tune(result)
         number = trial.trial
         self.spend.add(number, trial.record)
@@ -113,7 +114,7 @@ class StopNow(DriverOnly, tune.Stopper):
         self.study = study
         self.halted: set[int] = set()
 
-    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+    def __call__(self, trial_id: str, result: TuneResult) -> bool:
         if self.study.control().now:
             self.halted.add(of_tune(result).trial)
             return True
@@ -140,7 +141,7 @@ class TrialStops(DriverOnly, tune.Stopper):
         self.stopped: set[int] = set()  # the trials a user stopped, this session
         self._read = 0.0
 
-    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+    def __call__(self, trial_id: str, result: TuneResult) -> bool:
         number = of_tune(result).trial
         if self.study.stop_asked(number) is not None:
             self.stopped.add(number)

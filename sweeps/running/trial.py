@@ -23,6 +23,7 @@ from ray import tune
 from ray.exceptions import RayActorError
 from ray.tune.trainable.function_trainable import FunctionTrainable, wrap_function
 
+from seqae_core.borders import TuneConfig
 from seqae_core.checkpoint import Checkpoint, CheckpointStore
 from seqae_core.config import Config
 from seqae_core.data import shared_settings
@@ -160,13 +161,13 @@ def take_sigterm() -> None:
     LEAVING.install()
 
 
-def evictable(function: Callable[[dict[str, Any]], None]) -> type[FunctionTrainable]:
+def evictable(function: Callable[[TuneConfig], None]) -> type[FunctionTrainable]:
     """Tune's trainable of ``function`` (:func:`run_trial` or :func:`run_pack`, through
     ``tune.with_parameters``) whose worker takes SIGTERM (:class:`Leaving`): Tune sets a trainable
     up on its worker's main thread and runs the function on another."""
 
     class Evictable(wrap_function(function)):  # type: ignore[misc]  # a class Tune makes at run time
-        def setup(self, config: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        def setup(self, config: TuneConfig, *args: Any, **kwargs: Any) -> None:
             take_sigterm()
             super().setup(config, *args, **kwargs)
 
@@ -185,7 +186,7 @@ class Runtime:
     published: Mapping[Any, str]
 
 
-def run_trial(config: dict[str, Any], runtime: Runtime) -> None:
+def run_trial(config: TuneConfig, runtime: Runtime) -> None:
     """A Tune function trainable: one sweep trial, continued from its newest valid checkpoint."""
     sys.unraisablehook = exit_quietly_on_stop
     trial = WorkerSpec.of_tune(config).trial
@@ -265,7 +266,7 @@ def _resumed(number: int, store: CheckpointStore, continued: bool) -> Checkpoint
     return resume
 
 
-def run_pack(config: dict[str, Any], runtime: Runtime) -> None:
+def run_pack(config: TuneConfig, runtime: Runtime) -> None:
     """A Tune function trainable: a pack of trials of one shape (``resources.fuse``) trained as one
     batched model (:func:`seqae_core.members.train_members`), each member continued from its own
     newest valid checkpoint. Each validation, one report holds every member's result and the error

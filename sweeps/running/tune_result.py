@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from seqae_core.borders import TuneResult
 from seqae_core.epoch import EpochRecord
 
 TRIAL, FINISHED = "trial", "finished"
@@ -33,7 +34,7 @@ class TrialResult:
             raise ValueError(f"trial {self.trial}'s result names {bad}: a node is {NODE_KEYS}, its GPUs {GPU_KEYS}")
 
 
-def to_tune(result: TrialResult) -> dict[str, Any]:
+def to_tune(result: TrialResult) -> TuneResult:
     """What a trial's worker hands ``tune.report``: the record's metrics by name (Tune's
     schedulers read the objective and ``epoch`` there), the trial's number, node and GPUs."""
     return {**result.record.as_dict(), TRIAL: result.trial, **result.node, **result.gpu, FINISHED: result.finished}

@@ -6,12 +6,11 @@ then shows as the trial.
 
 from __future__ import annotations
 
-from typing import Any
-
 import optuna
 from optuna.trial import TrialState
 
 from seqae_core import names as N
+from seqae_core.borders import OptunaAttrs
 from seqae_errors import ConfigError
 from sweeps.stores.study_trials import StudyTrials
 
@@ -85,7 +84,7 @@ class Continuations(StudyTrials):
 _OUTCOME_ATTRS = (N.TEST, N.SEEDS, N.CONSTRAINTS, N.TRAINED)  # what a trial's end wrote: a new attempt has none yet
 
 
-def _carried(attrs: dict[str, Any]) -> dict[str, Any]:
+def _carried(attrs: OptunaAttrs) -> OptunaAttrs:
     """A record's user attributes, as a newer record of the same trial takes them: without a stop
     asked of the older one."""
     return {k: v for k, v in attrs.items() if k != N.STOP}

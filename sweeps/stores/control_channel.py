@@ -9,12 +9,13 @@ study's owner is kept beside it.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
 from seqae_core import names as N
+from seqae_core.borders import OptunaAttrs
 from seqae_errors import ConfigError
 from sweeps.stores.study_trials import StudyTrials
 
@@ -32,7 +33,9 @@ class Control:
     log: tuple[dict[str, Any], ...] = ()  # every change, with the time it was made, oldest first
 
     @classmethod
-    def of(cls, record: dict[str, Any]) -> Control:
+    def of(cls, attrs: OptunaAttrs) -> Control:
+        """The record a study's user ``attrs`` keep (:data:`N.CONTROL`; none: nothing asked)."""
+        record = attrs.get(N.CONTROL, {})
         return cls(**{**record, "now": bool(record.get("now")), "log": tuple(record.get("log", ()))})
 
     def changed(self, by: str | None = None, **changes: Any) -> Control:
@@ -41,9 +44,9 @@ class Control:
         if unknown := sorted(changes.keys() - ({f.name for f in fields(self)} - {"log"})):
             raise ValueError(f"the control record has no settable key {unknown[0]!r}")
         entry = {"at": time.strftime("%Y-%m-%d %H:%M:%S"), **({"by": by} if by else {}), **changes}
-        return Control.of({**self.record(), **changes, "log": [*self.log, entry]})
+        return replace(self, **{**changes, "now": bool(changes.get("now", self.now))}, log=(*self.log, entry))
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> dict[str, object]:
         """As the study keeps it (and ``seqae sweep status --json`` prints it)."""
         return {
             f.name: list(v) if f.name == "log" else v for f in fields(self) if (v := getattr(self, f.name)) is not None
@@ -69,7 +72,7 @@ class ControlChannel(StudyTrials):
 
     def control(self) -> Control:
         """The control record the study keeps (:class:`Control`)."""
-        return Control.of(self.storage.get_study_user_attrs(self.study_id).get(N.CONTROL, {}))
+        return Control.of(self.storage.get_study_user_attrs(self.study_id))
 
     def set_control(self, by: str | None = None, **changes: Any) -> Control:
         """Merge ``changes`` into the control record (:meth:`Control.changed`), and keep it."""

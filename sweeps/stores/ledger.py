@@ -12,12 +12,14 @@ ended, each trial's checkpoint records say how far it got, MLflow shows it. This
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from optuna.trial import TrialState
 
 from seqae_core import metrics as M
 from seqae_core import names as N
+from seqae_core.config import FlatValue
 from seqae_core.records import RecordStore, TrialProgress
 from sweeps.stores.search import SweepStudy
 
@@ -54,13 +56,15 @@ class Runs(Protocol):
 
     def trial_runs(self) -> dict[int, Run]: ...
 
-    def child_run(self, number: int, params: dict[str, Any] | None = None) -> str: ...
+    def child_run(self, number: int, params: Mapping[str, FlatValue] | None = None) -> str: ...
 
-    def open_run(self, number: int, params: dict[str, Any], data: Any = None, start: str | None = None) -> str: ...
+    def open_run(
+        self, number: int, params: Mapping[str, FlatValue], data: Any = None, start: str | None = None
+    ) -> str: ...
 
     def trial_ended(self, number: int, outcome: Outcome, error: str | None = None) -> None: ...
 
-    def retire_attempt(self, number: int, attempt: int, params: dict[str, Any]) -> str | None: ...
+    def retire_attempt(self, number: int, attempt: int, params: Mapping[str, FlatValue]) -> str | None: ...
 
 
 def resource_seconds(share: float, progress: TrialProgress | None) -> float:

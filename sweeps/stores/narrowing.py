@@ -19,12 +19,15 @@ go on learning from every trial.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import BaseDistribution, CategoricalChoiceType, CategoricalDistribution
 from optuna.trial import FrozenTrial
 
+from seqae_core.borders import OptunaAttrs
 from seqae_errors import ConfigError
 from sweeps.spec.sections import Distribution
 
@@ -32,28 +35,61 @@ NARROWED = "seqae.narrowed"  # the study's: {"space": {key: distribution}, "log"
 TRIES = 8  # proposals the wrapped sampler may make outside the kept choices before one is drawn at random
 
 
-def narrowed(attrs: dict[str, Any]) -> dict[str, Distribution]:
-    """The narrowed keys' distributions, from the study's user attributes."""
-    return {k: Distribution.model_validate(v) for k, v in attrs.get(NARROWED, {}).get("space", {}).items()}
+@dataclass(frozen=True)
+class Narrowing:
+    """One `seqae sweep set search.KEY=...`, as the study's log keeps it: when (the asking
+    machine's local time), by whom, the key and the distribution it narrowed to."""
+
+    at: str
+    by: str
+    key: str
+    to: Distribution
 
 
-def space(search: dict[str, Distribution], attrs: dict[str, Any]) -> dict[str, Distribution]:
+@dataclass(frozen=True)
+class Narrowings:
+    """The study's :data:`NARROWED` attribute, read once (:meth:`of`): each narrowed key's
+    distribution now, and every narrowing, oldest first."""
+
+    space: Mapping[str, Distribution] = field(default_factory=dict)
+    log: tuple[Narrowing, ...] = ()
+
+    @classmethod
+    def of(cls, attrs: OptunaAttrs) -> Narrowings:
+        """From the study's user attributes (none narrowed: empty)."""
+        kept = attrs.get(NARROWED, {})
+        return cls(
+            {k: Distribution.model_validate(v) for k, v in kept.get("space", {}).items()},
+            tuple(
+                Narrowing(e["at"], e["by"], e["key"], Distribution.model_validate(e["to"])) for e in kept.get("log", [])
+            ),
+        )
+
+    def narrowed(self, key: str, new: Distribution, by: str, at: str) -> Narrowings:
+        """These narrowings with ``key`` narrowed to ``new``, logged."""
+        return Narrowings({**self.space, key: new}, (*self.log, Narrowing(at, by, key, new)))
+
+    def record(self) -> dict[str, object]:
+        """As the study keeps it: ``{"space": {key: distribution}, "log": [{at, by, key, to}]}``."""
+        return {
+            "space": {k: d.model_dump() for k, d in self.space.items()},
+            "log": [{"at": e.at, "by": e.by, "key": e.key, "to": e.to.model_dump()} for e in self.log],
+        }
+
+
+def space(search: Mapping[str, Distribution], narrowings: Narrowings) -> dict[str, Distribution]:
     """The sweep's searched distributions as they are now: the file's, narrowed."""
-    return search | narrowed(attrs)
+    return {**search, **narrowings.space}
 
 
-def outside(params: dict[str, Any], current: dict[str, Distribution]) -> list[str]:
+def outside(params: Mapping[str, CategoricalChoiceType], current: Mapping[str, Distribution]) -> list[str]:
     """The keys of a trial's ``params`` whose values the current space no longer holds."""
     return [k for k, v in params.items() if k in current and not current[k].contains(v)]
 
 
-def notes(attrs: dict[str, Any], outside_trials: dict[int, list[str]]) -> list[str]:
+def notes(narrowings: Narrowings, outside_trials: dict[int, list[str]]) -> list[str]:
     """What status and the report say of a narrowed space: each narrowing, and the trials outside."""
-    said = [
-        f"search.{e['key']} narrowed in place to {_shown(Distribution.model_validate(e['to']))} "
-        f"({e['at']}, by {e['by']})"
-        for e in attrs.get(NARROWED, {}).get("log", [])
-    ]
+    said = [f"search.{e.key} narrowed in place to {_shown(e.to)} ({e.at}, by {e.by})" for e in narrowings.log]
     if outside_trials:
         listed = ", ".join(f"{n} ({', '.join(keys)})" for n, keys in sorted(outside_trials.items()))
         count = "1 trial lies" if len(outside_trials) == 1 else f"{len(outside_trials)} trials lie"
@@ -125,16 +161,6 @@ def check(key: str, value: Any, original: dict[str, Distribution], now: dict[str
     return new
 
 
-def record(attrs: dict[str, Any], key: str, new: Distribution, by: str, at: str) -> dict[str, Any]:
-    """The study's :data:`NARROWED` attribute with ``key`` narrowed to ``new``, logged."""
-    kept = attrs.get(NARROWED, {})
-    dump = new.model_dump()
-    return {
-        "space": {**kept.get("space", {}), key: dump},
-        "log": [*kept.get("log", []), {"at": at, "by": by, "key": key, "to": dump}],
-    }
-
-
 def suggested(dist: Distribution, original: Distribution) -> Distribution:
     """What Optuna is asked to suggest for a key now ``dist``: a number in its narrowed range, a
     categorical among its original choices (see the module's docstring)."""
@@ -150,14 +176,14 @@ class Narrowed(optuna.samplers.BaseSampler):
         self._random = random.Random(seed)
 
     def _kept(self, study: optuna.Study) -> dict[str, tuple[Any, ...]]:
-        return {k: d.choices for k, d in narrowed(study.user_attrs).items() if d.type == "categorical"}
+        return {k: d.choices for k, d in Narrowings.of(study.user_attrs).space.items() if d.type == "categorical"}
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return self.base.infer_relative_search_space(study, trial)
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
-    ) -> dict[str, Any]:
+    ) -> dict[str, CategoricalChoiceType]:
         kept = self._kept(study)
         proposed = self.base.sample_relative(study, trial, search_space)
         # a value outside is left to sample_independent below, which keeps inside

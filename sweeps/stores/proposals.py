@@ -15,13 +15,14 @@ import functools
 import random
 import time
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
 from seqae_core import names as N
-from seqae_core.config import FREE_KEYS, build, fusion_key
+from seqae_core.config import FREE_KEYS, Flat, FlatValue, build, fusion_key
 from seqae_errors import ConfigError
 from sweeps.spec.sections import Distribution
 from sweeps.spec.sweep import SweepSpec, trial_layers
@@ -60,7 +61,7 @@ def sampler(spec: SweepSpec, total: int, held: int = 0) -> optuna.samplers.BaseS
     )
 
 
-def shaped_like(base: optuna.samplers.BaseSampler, params: dict[str, Any]) -> optuna.samplers.BaseSampler:
+def shaped_like(base: optuna.samplers.BaseSampler, params: Mapping[str, FlatValue]) -> optuna.samplers.BaseSampler:
     """``base`` with every value of ``params`` fixed but those of :data:`~seqae_core.config.FREE_KEYS`:
     how a pack's members after its first are proposed (``resources.fuse``; :meth:`SweepStudy.next_pack`)."""
     return optuna.samplers.PartialFixedSampler({k: v for k, v in params.items() if k not in FREE_KEYS}, base)
@@ -143,7 +144,7 @@ class Proposals(StudyTrials):
                 break
         return pack
 
-    def _propose_like(self, first: dict[str, Any]) -> TrialSpec:
+    def _propose_like(self, first: Flat) -> TrialSpec:
         """A new trial of the shape of the one whose values are ``first`` (see :meth:`next_pack`)."""
         cells = [
             cell for cell in self.spec.cells() if all(first[k] == v for k, v in cell.items() if k not in FREE_KEYS)
@@ -160,14 +161,14 @@ class Proposals(StudyTrials):
         self._issued.add(asked.number)
         return self._spec(asked.number, params)
 
-    def _propose(self, asked: optuna.Trial, proposer: str) -> dict[str, Any]:
+    def _propose(self, asked: optuna.Trial, proposer: str) -> Flat:
         """Give an asked trial its parameters, then record who proposed them: last, so a trial
         without its proposer is one whose driver died before it had them all (``_suggest_late``)."""
         params = self._suggest(asked)
         asked.set_user_attr(N.PROPOSED_BY, proposer)
         return params
 
-    def _suggest_late(self, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    def _suggest_late(self, trial: optuna.trial.FrozenTrial) -> Flat:
         """The parameters of a trial whose driver died after Optuna's ask created it and before the
         proposer was recorded (``_propose``): sampled now, as that driver would have, so it never
         trains the base config's values under a trial that names none. What that driver had
@@ -201,7 +202,7 @@ class Proposals(StudyTrials):
         trial = self.storage.get_trial(self._trial_id(number))
         return self._spec_of(trial, self.spec.values_of(trial.params))
 
-    def _spec_of(self, trial: optuna.trial.FrozenTrial, params: dict[str, Any], continued: bool = False) -> TrialSpec:
+    def _spec_of(self, trial: optuna.trial.FrozenTrial, params: Flat, continued: bool = False) -> TrialSpec:
         """Trial ``trial`` with ``params``, at the epochs and starting point it recorded."""
         return self._spec(
             trial.number, params, continued, epochs=trial.user_attrs.get(N.EPOCHS), start=trial.user_attrs.get(N.START)
@@ -210,7 +211,7 @@ class Proposals(StudyTrials):
     def _spec(
         self,
         number: int,
-        params: dict[str, Any],
+        params: Flat,
         continued: bool = False,
         epochs: int | None = None,
         start: str | None = None,
@@ -233,9 +234,7 @@ class Proposals(StudyTrials):
             started.append(trial.number)
         return started
 
-    def _emptiest_cell(
-        self, trials: list[optuna.trial.FrozenTrial], cells: list[dict[str, Any]] | None = None
-    ) -> dict[str, Any]:
+    def _emptiest_cell(self, trials: list[optuna.trial.FrozenTrial], cells: list[Flat] | None = None) -> Flat:
         """The one of ``cells`` (default: the grid's) the fewest ``trials`` have trained."""
         cells = self.spec.cells() if cells is None else cells
         if cells == [{}]:
@@ -243,7 +242,7 @@ class Proposals(StudyTrials):
         filled = [sum(all(t.params.get(k) == v for k, v in cell.items()) for t in trials) for cell in cells]
         return cells[filled.index(min(filled))]
 
-    def _suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+    def _suggest(self, trial: optuna.Trial) -> Flat:
         """The trial's grid values and searched values, define-by-run: a conditional key only
         when the keys it names took the values its condition names."""
         params = {key: trial.suggest_categorical(key, list(values)) for key, values in self.spec.grid_keys().items()}
@@ -256,15 +255,17 @@ class Proposals(StudyTrials):
     def space(self) -> dict[str, Distribution]:
         """The searched distributions as they are now: the sweep file's, narrowed in place
         (:mod:`sweeps.stores.narrowing`)."""
-        return narrowing.space(self.spec.search, self.storage.get_study_user_attrs(self.study_id))
+        return narrowing.space(
+            self.spec.search, narrowing.Narrowings.of(self.storage.get_study_user_attrs(self.study_id))
+        )
 
     def narrow(self, key: str, value: Any, by: str) -> Distribution:
         """Narrow searched ``key`` to ``value`` (:func:`sweeps.stores.narrowing.check`) from the
         next proposal on, and log it."""
-        attrs = self.storage.get_study_user_attrs(self.study_id)
-        new = narrowing.check(key, value, self.spec.search, narrowing.space(self.spec.search, attrs))
+        now = narrowing.Narrowings.of(self.storage.get_study_user_attrs(self.study_id))
+        new = narrowing.check(key, value, self.spec.search, narrowing.space(self.spec.search, now))
         self.storage.set_study_user_attr(
-            self.study_id, narrowing.NARROWED, narrowing.record(attrs, key, new, by, time.strftime("%Y-%m-%d %H:%M:%S"))
+            self.study_id, narrowing.NARROWED, now.narrowed(key, new, by, time.strftime("%Y-%m-%d %H:%M:%S")).record()
         )
         return new
 
@@ -275,8 +276,8 @@ class Proposals(StudyTrials):
 
     def narrowing_notes(self) -> list[str]:
         """What status and the report say of a space narrowed in place: each narrowing, the trials outside."""
-        attrs = self.storage.get_study_user_attrs(self.study_id)
-        return narrowing.notes(attrs, self.outside()) if narrowing.NARROWED in attrs else []
+        narrowings = narrowing.Narrowings.of(self.storage.get_study_user_attrs(self.study_id))
+        return narrowing.notes(narrowings, self.outside()) if narrowings.log else []
 
 
 def optuna_distribution(dist: Distribution) -> optuna.distributions.BaseDistribution:
@@ -293,7 +294,7 @@ def optuna_distribution(dist: Distribution) -> optuna.distributions.BaseDistribu
     return optuna.distributions.FloatDistribution(dist.low, dist.high, log=dist.type == "loguniform")
 
 
-def _suggest_one(trial: optuna.Trial, key: str, dist: Distribution) -> Any:
+def _suggest_one(trial: optuna.Trial, key: str, dist: Distribution) -> FlatValue:
     """``key``'s config value for ``trial`` (Optuna records an ordered choice's position)."""
     if dist.type == "categorical":
         return trial.suggest_categorical(key, list(dist.choices))

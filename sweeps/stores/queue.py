@@ -126,7 +126,7 @@ class Place:
     eta_seconds: float | None = None  # its time left as its driver last estimated it, counted down since; None: unknown
 
 
-def _engine_kwargs(url: str) -> dict[str, Any]:
+def _engine_kwargs(url: str) -> dict[str, bool | dict[str, int]]:
     # as the Optuna storage connects (sweeps.stores.study_storage.open_storage)
     # a server that does not answer costs a heartbeat a few seconds, never Tune's loop a minute
     return (

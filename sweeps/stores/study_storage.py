@@ -47,6 +47,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from seqae_core import names as N
+from seqae_core.borders import OptunaAttrs
 from seqae_errors import StorageUnreachable
 from sweeps.stores.outages import FIRST_WAIT, MAX_WAIT, Service, retry_seconds, waited_for
 from sweeps.stores.workspace import redact
@@ -206,10 +207,10 @@ class PatientStorage(BaseStorage):
     def get_study_directions(self, study_id: int) -> list[StudyDirection]:
         return self._call("reading a study", lambda: self.backend.get_study_directions(study_id))
 
-    def get_study_user_attrs(self, study_id: int) -> dict[str, Any]:
+    def get_study_user_attrs(self, study_id: int) -> OptunaAttrs:
         return self._call("reading a study", lambda: self.backend.get_study_user_attrs(study_id))
 
-    def get_study_system_attrs(self, study_id: int) -> dict[str, Any]:
+    def get_study_system_attrs(self, study_id: int) -> OptunaAttrs:
         return self._call("reading a study", lambda: self.backend.get_study_system_attrs(study_id))
 
     def get_all_studies(self) -> list[FrozenStudy]:

@@ -47,6 +47,7 @@ from safetensors.torch import load_model, save_model
 from transformers import AutoTokenizer
 
 from seqae_core import corpus
+from seqae_core.borders import TorchState
 from seqae_core.config import Config, from_flat
 from seqae_core.device import autocast, pick_device
 from seqae_core.model import ReducingAutoencoder
@@ -75,7 +76,7 @@ SIGNATURE = ModelSignature(
 )
 
 
-def write_artifacts(folder: Path, saved: dict[str, Any], tokenizer: Any) -> dict[str, str]:
+def write_artifacts(folder: Path, saved: TorchState, tokenizer: Any) -> dict[str, str]:
     """A trial's best-model record (``config``, ``model`` state dict, ``token_ids``) as this
     model's artifacts in ``folder``; returns them by name, for ``log_model(artifacts=...)``."""
     config = from_flat(saved["config"])

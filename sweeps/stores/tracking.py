@@ -49,9 +49,9 @@ from seqae_core import data as data_lib
 from seqae_core import metrics as M
 from seqae_core import names as N
 from seqae_core.checkpoint import CheckpointStore, tensors
-from seqae_core.config import DataConfig, from_flat, to_yaml
+from seqae_core.config import DataConfig, Flat, FlatValue, from_flat, to_yaml
 from seqae_core.epoch import EpochRecord
-from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, RecordMeta, TrialProgress
+from seqae_core.records import METRICS, MODEL, SAMPLES_JSON, SAMPLES_TXT, TrialProgress
 from seqae_errors import ConfigError
 from sweeps.stores import textmodel
 from sweeps.stores.ledger import Outcome, resource_seconds
@@ -116,7 +116,7 @@ class Tracker:
         fingerprint: str,
         experiment_id: str | None,
         parent_run_id: str | None,
-        params: dict[str, Any],
+        params: Mapping[str, FlatValue],
         objective: tuple[str, str] = (M.VAL_TOKEN_ACCURACY, "max"),
     ) -> None:
         """Find or create the sweep's experiment and parent run (set RUNNING). The experiment is
@@ -178,7 +178,7 @@ class Tracker:
         self.client.set_terminated(self.parent_run_id, status)
 
     # -- child runs --------------------------------------------------------------------------
-    def child_run(self, number: int, params: dict[str, Any] | None = None) -> str:
+    def child_run(self, number: int, params: Mapping[str, FlatValue] | None = None) -> str:
         """The run of trial ``number``, created (with ``params``, every config key) if it has none yet."""
         cached = self._runs.get(number)
         if cached is not None:
@@ -211,7 +211,7 @@ class Tracker:
         self._runs[number] = cache
         return cache.run_id
 
-    def _complete_params(self, run: Run, params: dict[str, Any]) -> None:
+    def _complete_params(self, run: Run, params: Mapping[str, FlatValue]) -> None:
         """Log the ``params`` that ``run`` lacks. Creating a run and logging its parameters are two
         calls: a driver killed between them, or an MLflow call that failed and is retried, leaves a
         run without parameters, which the next driver finds and must complete."""
@@ -220,7 +220,7 @@ class Tracker:
             self.client.log_batch(run.info.run_id, params=missing)
 
     def open_run(
-        self, number: int, params: dict[str, Any], data: DataConfig | None = None, start: str | None = None
+        self, number: int, params: Mapping[str, FlatValue], data: DataConfig | None = None, start: str | None = None
     ) -> str:
         """Open the trial's run (RUNNING), created if it has none, with the dataset it trains on,
         ``data``: MLflow keeps a dataset once per name and digest, and its input once per run, so a
@@ -239,7 +239,7 @@ class Tracker:
     def trial_started(
         self,
         number: int,
-        params: dict[str, Any],
+        params: Mapping[str, FlatValue],
         tune_trial_id: str,
         continued: bool,
         data: DataConfig | None = None,
@@ -312,7 +312,7 @@ class Tracker:
             self.client.update_run(run_id, name=f"trial-{number:04d}-pruned")
         self.client.set_terminated(run_id, outcome.mlflow_status)
 
-    def retire_attempt(self, number: int, attempt: int, params: dict[str, Any]) -> str | None:
+    def retire_attempt(self, number: int, attempt: int, params: Mapping[str, FlatValue]) -> str | None:
         """Give attempt ``attempt`` of trial ``number`` (`seqae sweep retry`) a run of its own: the
         failed attempt's run gives its ``seqae.trial`` tag up for ``seqae.attempt_of`` and keeps its
         status, error and code tags (each attempt's commit); the two runs name each other. Returns
@@ -383,20 +383,21 @@ class Tracker:
             return progress
         best = store.latest("best", only=(SAMPLES_TXT, SAMPLES_JSON, METRICS))
         if best.epoch is not None and best.epoch != cache.artifacts_epoch:
-            self._log_best(run_id, best.files, best.meta)
+            self._log_best(run_id, best.files, best.meta["config"])
             self.client.set_tag(run_id, N.ARTIFACTS_EPOCH, str(best.epoch))
             cache.artifacts_epoch = best.epoch
         return progress
 
-    def _log_best(self, run_id: str, files: dict[str, bytes], meta: RecordMeta) -> None:
+    def _log_best(self, run_id: str, files: dict[str, bytes], config: Flat) -> None:
         """The best epoch's samples, metrics and config; its model goes to MLflow only where the
-        sweep registers it (:meth:`register`), so that MLflow does not grow by a model per trial."""
+        sweep registers it (:meth:`register`), so that MLflow does not grow by a model per trial;
+        ``config``: the flat config its record keeps."""
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             (folder / "samples.txt").write_bytes(files[SAMPLES_TXT])
             (folder / "samples.json").write_bytes(files[SAMPLES_JSON])
             (folder / "best_metrics.json").write_text(json.dumps(json.loads(files[METRICS]), indent=1))
-            (folder / "config.yaml").write_text(to_yaml(from_flat(meta["config"])))
+            (folder / "config.yaml").write_text(to_yaml(from_flat(config)))
             self.client.log_artifacts(run_id, str(folder))
 
     def trial_runs(self) -> dict[int, Run]:
@@ -494,7 +495,7 @@ def _metrics(result: dict[str, Any], now: int) -> list[Metric]:
     return [Metric(k, float(v), now, epoch) for k, v in result.items() if k in LOGGED_METRICS or M.is_spread(k)]
 
 
-def _text(value: Any) -> str:
+def _text(value: FlatValue) -> str:
     return "null" if value is None else str(value)
 
 

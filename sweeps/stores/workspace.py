@@ -37,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from filelock import FileLock, Timeout
 
+from seqae_core.borders import Document
 from seqae_core.storage import write_atomically
 from seqae_errors import ConfigError
 from sweeps.spec.sweep import SweepSpec, validate
@@ -116,12 +117,12 @@ class SessionRecord:
 
     ALWAYS = ("started", "pid", "user", "host", "outcome", "job")  # written even when None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """Its entry in ``sweep.json``: a field not yet filled in is left out."""
         return {k: v for k, v in asdict(self).items() if v is not None or k in self.ALWAYS}
 
     @classmethod
-    def of_dict(cls, entry: dict[str, Any]) -> SessionRecord:
+    def of_dict(cls, entry: Document) -> SessionRecord:
         """An entry of ``sweep.json``, as any version wrote it (a field it lacks is None; one this
         version does not know is left out)."""
         known = {f.name for f in fields(cls)}
