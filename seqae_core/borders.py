@@ -22,3 +22,5 @@ TorchState: TypeAlias = dict[str, Any]
 Document: TypeAlias = dict[str, Any]
 # A study's or trial's user or system attributes, JSON values that Optuna's storage keeps untyped.
 OptunaAttrs: TypeAlias = dict[str, Any]
+# The inference params MLflow's PythonModel.predict is handed (a model signature's params schema).
+MlflowParams: TypeAlias = dict[str, Any]

@@ -47,7 +47,7 @@ from safetensors.torch import load_model, save_model
 from transformers import AutoTokenizer
 
 from seqae_core import corpus
-from seqae_core.borders import TorchState
+from seqae_core.borders import MlflowParams, TorchState
 from seqae_core.config import Config, from_flat
 from seqae_core.device import autocast, pick_device
 from seqae_core.model import ReducingAutoencoder
@@ -119,7 +119,7 @@ class TextAutoencoder(PythonModel):
         self.model = ReducingAutoencoder(self.config, len(self.token_ids)).to(self.device).eval()
         load_model(self.model, artifacts[WEIGHTS], device=str(self.device))
 
-    def predict(self, context: Any, model_input: pd.DataFrame, params: dict[str, Any] | None = None) -> pd.DataFrame:
+    def predict(self, context: Any, model_input: pd.DataFrame, params: MlflowParams | None = None) -> pd.DataFrame:
         # MLflow checks the input against the signature (the hint says to take the schema from
         # there) and hands this model one column: a list's texts (column 0), or a DataFrame's first.
         column = model_input.columns[0]
