@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -134,7 +135,17 @@ def in_process(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
     root, level = logging.getLogger(), logging.getLogger().level
     on_signal = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     environment = dict(os.environ)
-    watchdog = threading.Timer(timeout, os.kill, (os.getpid(), signal.SIGINT))
+    overran: list[str] = []
+
+    def ctrl_c() -> None:  # where the verb was when it ran past its time, then the driver's Ctrl-C
+        overran.extend(
+            f"{t.name}:\n{''.join(traceback.format_stack(sys._current_frames()[t.ident]))}"
+            for t in threading.enumerate()
+            if t.ident in sys._current_frames()
+        )
+        os.kill(os.getpid(), signal.SIGINT)
+
+    watchdog = threading.Timer(timeout, ctrl_c)
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     watchdog.start()
@@ -159,6 +170,12 @@ def in_process(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
             os.environ.clear()
             os.environ.update(environment)
         gc.unfreeze()  # the verbs freeze what they imported, for a process that ends with them
+    if overran:  # said in the run's warnings summary, with its threads' stacks, whatever the test makes of it
+        warnings.warn(
+            f"`seqae {' '.join(argv)}` ran past {timeout:.0f} s and was sent SIGINT; its threads then:\n"
+            + "\n".join(overran),
+            stacklevel=2,
+        )
     return subprocess.CompletedProcess(["seqae", *argv], code, out.getvalue(), err.getvalue())
 
 
