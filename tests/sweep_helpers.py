@@ -138,10 +138,11 @@ def in_process(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
     overran: list[str] = []
 
     def ctrl_c() -> None:  # where the verb was when it ran past its time, then the driver's Ctrl-C
+        frames = sys._current_frames()
         overran.extend(
-            f"{t.name}:\n{''.join(traceback.format_stack(sys._current_frames()[t.ident]))}"
+            f"{t.name}:\n{''.join(traceback.format_stack(frames[t.ident]))}"
             for t in threading.enumerate()
-            if t.ident in sys._current_frames()
+            if t.ident in frames
         )
         os.kill(os.getpid(), signal.SIGINT)
 
